@@ -1,0 +1,33 @@
+# The user-facing commands: `make` (set up and build), `make test`, `make demo`.
+# Each installs what is missing (Debian packages, .venv with the pinned MLX wheels), then builds
+# incrementally into build/. MLX_BACKEND picks the MLX wheel: cpu, or cuda-13 when an NVIDIA GPU
+# is present; override with `make MLX_BACKEND=cpu`.
+SHELL := /bin/bash
+include versions.env
+
+BUILD ?= build
+JOBS ?= $(shell nproc)
+MLX_BACKEND ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda-13 || echo cpu)
+CTEST_ARGS ?=
+
+.PHONY: all build deps test demo clean
+all: build
+
+deps:
+	@tools/setup/install-debian-packages.sh
+	@tools/setup/install-python-env.sh $(MLX_BACKEND)
+
+$(BUILD)/build.ninja: | deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
+
+build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+demo: build
+	@tools/demo.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,29 @@
+// mlxrt: the command-line front end. Each verb lives in its own file (verbs.h); errors raised
+// inside the runtime are caught here and shown as one line on stderr with a non-zero exit.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "mlxrt/cli/verbs.h"
+#include "mlxrt/util/errors.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"mlxrt: a native runtime for MLX language models"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("mlxrt 0.1.0"));
+  mlxrt::cli::register_verbs(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const mlxrt::Error& e) {
+    std::cout.flush();
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cout.flush();
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,17 @@
+#pragma once
+/** The CLI verbs. Each register_* adds one subcommand to the app (one file per verb). */
+#include <CLI/CLI.hpp>
+
+namespace mlxrt::cli {
+
+void register_profile(CLI::App& app);
+void register_logits(CLI::App& app);
+void register_generate(CLI::App& app);
+
+inline void register_verbs(CLI::App& app) {
+  register_profile(app);
+  register_logits(app);
+  register_generate(app);
+}
+
+}  // namespace mlxrt::cli
