@@ -66,9 +66,9 @@ struct RenderLimits {
 /** What apply_chat_template passes besides the messages. */
 struct ChatTemplateOptions {
   bool add_generation_prompt = false;
-  nlohmann::json tools;      // null, or a list of JSON schemas
-  nlohmann::json documents;  // null, or a list of {title, text, ...}
-  nlohmann::json extra;      // null or an object: template kwargs (enable_thinking, ...); override special tokens
+  nlohmann::ordered_json tools;      // null, or a list of JSON schemas
+  nlohmann::ordered_json documents;  // null, or a list of {title, text, ...}
+  nlohmann::ordered_json extra;      // null or an object: template kwargs (enable_thinking, ...); override special tokens
 };
 
 namespace detail {
@@ -84,11 +84,11 @@ class ChatTemplate {
    * normalised first (keys whose value is null dropped, reasoning fields aliased as transformers
    * does), the context is {**special_tokens, messages, tools, documents, add_generation_prompt,
    * **extra}. `special_tokens` is an object such as read_special_tokens() returns (may be null). */
-  std::string render(const nlohmann::json& messages, const ChatTemplateOptions& opts,
-                     const nlohmann::json& special_tokens, const RenderLimits& limits = {}) const;
+  std::string render(const nlohmann::ordered_json& messages, const ChatTemplateOptions& opts,
+                     const nlohmann::ordered_json& special_tokens, const RenderLimits& limits = {}) const;
 
   /** Renders with exactly these top-level variables (an object), no normalisation. */
-  std::string render_with_context(const nlohmann::json& context, const RenderLimits& limits = {}) const;
+  std::string render_with_context(const nlohmann::ordered_json& context, const RenderLimits& limits = {}) const;
 
   const std::string& source() const;
   const std::string& name() const;
@@ -105,7 +105,7 @@ class ChatTemplate {
  * cls_token, mask_token; AddedToken objects reduced to their content; nulls left out). */
 struct ModelChatTemplates {
   std::map<std::string, std::string> templates;  // a single template is named "default"
-  nlohmann::json special_tokens = nlohmann::json::object();
+  nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object();
   std::filesystem::path source;                  // the file the default template came from
 };
 
@@ -114,7 +114,7 @@ struct ModelChatTemplates {
 ModelChatTemplates read_model_chat_templates(const std::filesystem::path& model_dir);
 
 /** The special-token context values of tokenizer_config.json (and special_tokens_map.json). */
-nlohmann::json read_special_tokens(const std::filesystem::path& model_dir);
+nlohmann::ordered_json read_special_tokens(const std::filesystem::path& model_dir);
 
 /** Picks the template as transformers' get_chat_template does: `name` when given and present,
  * else "tool_use" when tools are given and it exists, else "default". UsageError when a given name
