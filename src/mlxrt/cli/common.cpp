@@ -1,0 +1,34 @@
+#include "mlxrt/cli/common.h"
+
+#include <charconv>
+
+#include "mlxrt/util/errors.h"
+
+namespace mlxrt::cli {
+
+std::vector<int32_t> parse_token_list(const std::string& text, const std::string& flag) {
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || v < 0 || v > INT32_MAX)
+      throw UsageError(flag + ": expected comma-separated non-negative token ids, got \"" + item + "\"");
+    ids.push_back(static_cast<int32_t>(v));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return ids;
+}
+
+model::LoadOptions load_options(const std::string& profile_file) {
+  model::LoadOptions options;
+  if (!profile_file.empty()) options.artifact_profiles = model::load_profile_file(profile_file);
+  return options;
+}
+
+}  // namespace mlxrt::cli

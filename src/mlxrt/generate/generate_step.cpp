@@ -1,0 +1,96 @@
+// Port of generate_step in mlx_lm/generate.py (mlx-lm 0.32.2).
+#include "mlxrt/generate/generate_step.h"
+
+#include <mlx/memory.h>
+#include <mlx/ops.h>
+#include <mlx/transforms.h>
+
+#include "mlxrt/util/errors.h"
+
+namespace mlxrt::generate {
+
+mx::array greedy_sample(const mx::array& logprobs) { return mx::argmax(logprobs, -1); }
+
+namespace {
+
+mx::array slice_1d(const mx::array& a, int start, int stop) { return mx::slice(a, {start}, {stop}); }
+
+}  // namespace
+
+TokenGenerator::TokenGenerator(model::CausalLM& model, const std::vector<int32_t>& prompt_ids,
+                               GenerateOptions options, model::KVCacheList* cache)
+    : model_(model), options_(std::move(options)), y_(mx::array(0)), logprobs_(mx::array(0.0f)) {
+  if (prompt_ids.empty()) throw UsageError("the prompt is empty: at least one token is needed");
+  if (options_.prefill_step_size <= 0) throw UsageError("--prefill-step-size must be positive");
+  if (!options_.sampler) options_.sampler = greedy_sample;
+  if (cache) {
+    cache_ = cache;
+  } else {
+    own_cache_ = model_.make_cache();
+    cache_ = &own_cache_;
+  }
+  mx::array prompt(prompt_ids.data(), {static_cast<int>(prompt_ids.size())}, mx::int32);
+  total_prompt_ = static_cast<int>(prompt_ids.size());
+  int processed = 0;
+  auto progress = [&](int done) {
+    if (options_.prompt_progress) options_.prompt_progress(done, total_prompt_);
+  };
+  progress(0);
+  while (total_prompt_ - processed > 1) {
+    int remaining = (total_prompt_ - processed) - 1;
+    int n = std::min(options_.prefill_step_size, remaining);
+    auto chunk = slice_1d(prompt, 0, n);
+    model_(mx::expand_dims(chunk, 0), cache_);
+    std::vector<mx::array> state;
+    for (const auto& c : *cache_)
+      for (auto& a : c.state()) state.push_back(a);
+    mx::eval(state);
+    if (!options_.logits_processors.empty())
+      tokens_ = tokens_ ? mx::concatenate({*tokens_, chunk}) : chunk;
+    processed += n;
+    progress(processed);
+    prompt = slice_1d(prompt, n, prompt.shape(0));
+    mx::clear_cache();
+  }
+  std::tie(y_, logprobs_) = step(prompt);
+  mx::async_eval({y_, logprobs_});
+}
+
+std::pair<mx::array, mx::array> TokenGenerator::step(const mx::array& input_tokens) {
+  auto logits = model_(mx::expand_dims(input_tokens, 0), cache_);
+  // logits[:, -1, :]
+  const int L = logits.shape(1);
+  logits = mx::squeeze(mx::slice(logits, {0, L - 1, 0}, {logits.shape(0), L, logits.shape(2)}), 1);
+  if (!options_.logits_processors.empty() && input_tokens.size() > 0) {
+    tokens_ = tokens_ ? mx::concatenate({*tokens_, input_tokens}) : input_tokens;
+    for (const auto& processor : options_.logits_processors) logits = processor(*tokens_, logits);
+  }
+  auto logprobs = mx::subtract(logits, mx::logsumexp(logits, true));
+  auto sampled = options_.sampler(logprobs);
+  return {sampled, mx::squeeze(logprobs, 0)};
+}
+
+std::optional<GeneratedToken> TokenGenerator::next() {
+  if (done_) return std::nullopt;
+  std::optional<std::pair<mx::array, mx::array>> upcoming;
+  if (n_ != options_.max_tokens) {
+    upcoming = step(y_);
+    mx::async_eval({upcoming->first, upcoming->second});
+  }
+  if (n_ == 0) {
+    mx::eval({y_});
+    if (options_.prompt_progress) options_.prompt_progress(total_prompt_, total_prompt_);
+  }
+  if (n_ == options_.max_tokens) {
+    done_ = true;
+    return std::nullopt;
+  }
+  GeneratedToken out{y_.item<int32_t>(), logprobs_};
+  if (n_ % 256 == 0) mx::clear_cache();
+  y_ = upcoming->first;
+  logprobs_ = upcoming->second;
+  ++n_;
+  return out;
+}
+
+}  // namespace mlxrt::generate

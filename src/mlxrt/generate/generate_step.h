@@ -1,0 +1,64 @@
+#pragma once
+/** mlx-lm's generate_step (mlx_lm/generate.py): chunked prefill keeping the last prompt token,
+ * then one model step per token, each step dispatched (async_eval) before the previous token is
+ * read, so the device never waits for the host. */
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include <mlx/array.h>
+
+#include "mlxrt/model/causal_lm.h"
+
+namespace mlxrt::generate {
+
+namespace mx = mlx::core;
+
+/** logprobs [1, vocab] -> token [1]. */
+using Sampler = std::function<mx::array(const mx::array& logprobs)>;
+/** (tokens so far [n], logits [1, vocab]) -> logits. */
+using LogitsProcessor = std::function<mx::array(const mx::array& tokens, const mx::array& logits)>;
+
+/** argmax over the vocabulary (mlx-lm's greedy sampler). */
+mx::array greedy_sample(const mx::array& logprobs);
+
+struct GenerateOptions {
+  int max_tokens = 256;              // -1: no limit
+  int prefill_step_size = 2048;
+  Sampler sampler;                   // empty: greedy
+  std::vector<LogitsProcessor> logits_processors;
+  /** Called with (processed, total) prompt tokens as prefill advances. */
+  std::function<void(int, int)> prompt_progress;
+};
+
+struct GeneratedToken {
+  int32_t token;
+  mx::array logprobs;  // [vocab], log-softmax of the (processed) logits
+};
+
+class TokenGenerator {
+ public:
+  /** Prefills `prompt` into `cache` (made fresh when null) and dispatches the first step. */
+  TokenGenerator(model::CausalLM& model, const std::vector<int32_t>& prompt, GenerateOptions options,
+                 model::KVCacheList* cache = nullptr);
+
+  /** The next token, or nullopt once max_tokens have been produced. */
+  std::optional<GeneratedToken> next();
+
+  model::KVCacheList& cache() { return *cache_; }
+
+ private:
+  std::pair<mx::array, mx::array> step(const mx::array& input_tokens);
+
+  model::CausalLM& model_;
+  GenerateOptions options_;
+  model::KVCacheList own_cache_;
+  model::KVCacheList* cache_;
+  std::optional<mx::array> tokens_;  // history for the logits processors
+  mx::array y_, logprobs_;
+  int n_ = 0;
+  int total_prompt_ = 0;
+  bool done_ = false;
+};
+
+}  // namespace mlxrt::generate

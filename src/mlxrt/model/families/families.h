@@ -1,0 +1,19 @@
+#pragma once
+/** The model families: one file each, mirroring mlx_lm/models/<family>.py. */
+#include <memory>
+
+#include "mlxrt/io/model_config.h"
+#include "mlxrt/model/causal_lm.h"
+#include "mlxrt/model/nn/weight_binder.h"
+#include "mlxrt/util/errors.h"
+
+namespace mlxrt::model {
+
+namespace qwen3 {
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace llama {
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+
+}  // namespace mlxrt::model

@@ -1,0 +1,58 @@
+#include "mlxrt/model/fingerprint.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace mlxrt::model {
+
+using nlohmann::json;
+
+namespace {
+
+const char* const kArchitectureKeys[] = {
+    "model_type", "hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps", "rope_theta", "rope_scaling",
+    "rope_parameters", "rope_traditional", "tie_word_embeddings", "attention_bias", "mlp_bias",
+    "max_position_embeddings", "layer_types", "sliding_window", "quantization",
+};
+
+json normalise(const json& v) {
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (std::isfinite(d) && d == std::trunc(d) && std::fabs(d) < 9.0e15) return static_cast<long long>(d);
+    return v;
+  }
+  if (v.is_array()) {
+    json out = json::array();
+    for (const auto& e : v) out.push_back(normalise(e));
+    return out;
+  }
+  if (v.is_object()) {
+    json out = json::object();  // nlohmann's default object keeps keys sorted
+    for (auto it = v.begin(); it != v.end(); ++it) out[it.key()] = normalise(*it);
+    return out;
+  }
+  return v;
+}
+
+}  // namespace
+
+std::string canonical_architecture_json(const json& config) {
+  json picked = json::object();
+  for (const char* key : kArchitectureKeys)
+    if (config.contains(key)) picked[key] = normalise(config[key]);
+  return picked.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string config_fingerprint(const json& config) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : canonical_architecture_json(config)) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace mlxrt::model

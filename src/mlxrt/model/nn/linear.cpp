@@ -1,0 +1,60 @@
+// Port of mlx/nn/layers/linear.py, embedding.py and quantized.py (mlx 0.32.4).
+#include "mlxrt/model/nn/linear.h"
+
+#include <mlx/ops.h>
+
+namespace mlxrt::model::nn {
+
+std::optional<Quantized> load_quantized(WeightBinder& w, const std::string& path, int in_dims,
+                                        int out_dims, mx::array& weight) {
+  auto spec = w.config().quantization().for_module(path, in_dims, w.saved_quant(path));
+  if (!spec) {
+    weight = w.take(path + ".weight", {out_dims, in_dims});
+    return std::nullopt;
+  }
+  // mx.quantize packs `bits`-bit values into uint32 words; scales/biases hold one per group.
+  weight = w.take(path + ".weight", {out_dims, in_dims * spec->bits / 32});
+  Quantized q{w.take(path + ".scales", {out_dims, in_dims / spec->group_size}), std::nullopt, *spec};
+  if (spec->mode == "affine") q.biases = w.take(path + ".biases", {out_dims, in_dims / spec->group_size});
+  return q;
+}
+
+Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int out_dims, bool bias) {
+  mx::array weight = mx::array(0.0f);
+  auto q = load_quantized(w, path, in_dims, out_dims, weight);
+  std::optional<mx::array> b;
+  if (bias) b = w.take(path + ".bias", {out_dims});
+  return Linear(std::move(weight), std::move(b), std::move(q));
+}
+
+mx::array Linear::operator()(const mx::array& x) const {
+  if (q_) {
+    auto y = mx::quantized_matmul(x, weight_, q_->scales, q_->biases, true, q_->spec.group_size,
+                                  q_->spec.bits, q_->spec.mode);
+    return bias_ ? mx::add(y, *bias_) : y;
+  }
+  if (bias_) return mx::addmm(*bias_, x, mx::transpose(weight_));
+  return mx::matmul(x, mx::transpose(weight_));
+}
+
+Embedding Embedding::load(WeightBinder& w, const std::string& path, int num_embeddings, int dims) {
+  mx::array weight = mx::array(0.0f);
+  auto q = load_quantized(w, path, dims, num_embeddings, weight);
+  return Embedding(std::move(weight), std::move(q));
+}
+
+mx::array Embedding::operator()(const mx::array& ids) const {
+  if (!q_) return mx::take(weight_, ids, 0);
+  std::optional<mx::array> biases;
+  if (q_->biases) biases = mx::take(*q_->biases, ids, 0);
+  return mx::dequantize(mx::take(weight_, ids, 0), mx::take(q_->scales, ids, 0), biases,
+                        q_->spec.group_size, q_->spec.bits, q_->spec.mode);
+}
+
+mx::array Embedding::as_linear(const mx::array& x) const {
+  if (!q_) return mx::matmul(x, mx::transpose(weight_));
+  return mx::quantized_matmul(x, weight_, q_->scales, q_->biases, true, q_->spec.group_size,
+                              q_->spec.bits, q_->spec.mode);
+}
+
+}  // namespace mlxrt::model::nn

@@ -1,0 +1,57 @@
+#pragma once
+/** mlx.nn.Linear / QuantizedLinear and Embedding / QuantizedEmbedding, as mlx-lm uses them. */
+#include <optional>
+#include <string>
+
+#include <mlx/array.h>
+
+#include "mlxrt/io/quantization.h"
+#include "mlxrt/model/nn/weight_binder.h"
+
+namespace mlxrt::model::nn {
+
+namespace mx = mlx::core;
+
+/** The packed form of a quantized weight (mx.quantize's outputs). */
+struct Quantized {
+  mx::array scales;
+  std::optional<mx::array> biases;  // affine mode only
+  io::QuantSpec spec;
+};
+
+class Linear {
+ public:
+  /** Binds `path`.weight (and .bias, .scales, .biases) for a layer of `in_dims` -> `out_dims`,
+   * quantized when the checkpoint's quantization map says so. */
+  static Linear load(WeightBinder& w, const std::string& path, int in_dims, int out_dims, bool bias);
+
+  mx::array operator()(const mx::array& x) const;
+
+ private:
+  Linear(mx::array weight, std::optional<mx::array> bias, std::optional<Quantized> q)
+      : weight_(std::move(weight)), bias_(std::move(bias)), q_(std::move(q)) {}
+  mx::array weight_;
+  std::optional<mx::array> bias_;
+  std::optional<Quantized> q_;
+};
+
+class Embedding {
+ public:
+  static Embedding load(WeightBinder& w, const std::string& path, int num_embeddings, int dims);
+
+  /** Rows for token ids (`weight[x]`). */
+  mx::array operator()(const mx::array& ids) const;
+  /** The tied output head: `x @ weight.T` (or its quantized matmul). */
+  mx::array as_linear(const mx::array& x) const;
+
+ private:
+  Embedding(mx::array weight, std::optional<Quantized> q) : weight_(std::move(weight)), q_(std::move(q)) {}
+  mx::array weight_;
+  std::optional<Quantized> q_;
+};
+
+/** Binds the quantized tensors of `path` when the map quantizes it. Shared by Linear/Embedding. */
+std::optional<Quantized> load_quantized(WeightBinder& w, const std::string& path, int in_dims,
+                                        int out_dims, mx::array& weight);
+
+}  // namespace mlxrt::model::nn

@@ -1,0 +1,41 @@
+#pragma once
+/** Rotary position embeddings as mlx-lm's initialize_rope builds them (rope_utils.py): default,
+ * linear, dynamic, llama3, yarn, longrope. Frequencies are computed with MLX ops in float32,
+ * exactly as the reference computes them, so the rotated values match bit for bit. */
+#include <optional>
+#include <string>
+
+#include <mlx/array.h>
+#include <nlohmann/json.hpp>
+
+namespace mlxrt::model::nn {
+
+namespace mx = mlx::core;
+
+class Rope {
+ public:
+  /** initialize_rope(dims, base, traditional, scaling_config, max_position_embeddings).
+   * `scaling` is the config's rope_scaling object or null; `source` names it in errors. */
+  static Rope initialize(int dims, double base, bool traditional, const nlohmann::json& scaling,
+                         std::optional<int> max_position_embeddings, const std::string& source);
+
+  mx::array operator()(const mx::array& x, int offset) const;
+
+  /** The rope variant's name ("default", "linear", "llama3", ...), for profiles and logs. */
+  const std::string& type() const { return type_; }
+
+ private:
+  Rope() = default;
+  std::string type_ = "default";
+  int dims_ = 0;
+  bool traditional_ = false;
+  std::optional<float> base_;           // nn.RoPE / dynamic: the base; freqs variants: none
+  float scale_ = 1.0f;                  // position scale passed to fast::rope
+  std::optional<mx::array> freqs_;      // llama3, yarn, longrope
+  std::optional<double> input_scale_;   // yarn mscale / longrope scale on x[..., :dims]
+  // dynamic NTK: base recomputed from the sequence length at each call
+  double dynamic_base_ = 0, dynamic_factor_ = 1;
+  int dynamic_max_positions_ = 0;
+};
+
+}  // namespace mlxrt::model::nn

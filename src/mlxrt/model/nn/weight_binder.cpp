@@ -1,0 +1,73 @@
+#include "mlxrt/model/nn/weight_binder.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include <mlx/ops.h>
+
+#include "mlxrt/util/errors.h"
+
+namespace mlxrt::model {
+
+namespace {
+
+std::string shape_str(const mx::Shape& s) {
+  std::ostringstream o;
+  o << "(";
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << (s.size() == 1 ? ",)" : ")");
+  return o.str();
+}
+
+std::string join_limited(std::vector<std::string> names, size_t limit = 20) {
+  std::sort(names.begin(), names.end());
+  std::ostringstream o;
+  for (size_t i = 0; i < names.size() && i < limit; ++i) o << (i ? ", " : "") << names[i];
+  if (names.size() > limit) o << ", ... (" << names.size() - limit << " more)";
+  return o.str();
+}
+
+}  // namespace
+
+mx::array WeightBinder::take(const std::string& name, const mx::Shape& shape) {
+  auto it = weights_.find(name);
+  if (it == weights_.end()) {
+    missing_.push_back(name);
+    return mx::zeros(shape);
+  }
+  mx::array a = it->second;
+  weights_.erase(it);
+  taken_.push_back(a);
+  if (a.shape() != shape) {
+    misshaped_.push_back(name + ": expected shape " + shape_str(shape) + " but the checkpoint has " +
+                         shape_str(a.shape()));
+  }
+  return a;
+}
+
+std::optional<mx::array> WeightBinder::take_if_present(const std::string& name, const mx::Shape& shape) {
+  if (!has(name)) return std::nullopt;
+  return take(name, shape);
+}
+
+std::optional<io::SavedQuantTensors> WeightBinder::saved_quant(const std::string& path) const {
+  auto scales = weights_.find(path + ".scales");
+  auto weight = weights_.find(path + ".weight");
+  if (scales == weights_.end() || weight == weights_.end()) return std::nullopt;
+  if (scales->second.ndim() < 1 || weight->second.ndim() < 1) return std::nullopt;
+  return io::SavedQuantTensors{weight->second.shape().back(), scales->second.shape().back(),
+                               scales->second.dtype() == mx::uint8};
+}
+
+void WeightBinder::finish() {
+  std::ostringstream msg;
+  std::string dir = config_.dir().string();
+  if (!missing_.empty()) msg << "\n  missing parameters: " << join_limited(missing_);
+  if (!misshaped_.empty()) msg << "\n  mis-shaped parameters: " << join_limited(misshaped_, 10);
+  std::vector<std::string> extra;
+  for (const auto& [name, _] : weights_) extra.push_back(name);
+  if (!extra.empty()) msg << "\n  unexpected parameters: " << join_limited(extra);
+  if (!msg.str().empty()) throw WeightsError(dir + ": weights do not match the model" + msg.str());
+}
+
+}  // namespace mlxrt::model

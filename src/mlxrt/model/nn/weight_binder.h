@@ -1,0 +1,51 @@
+#pragma once
+/** Binds a checkpoint's tensors to a model's parameters by name, as mlx-lm's strict
+ * `load_weights` does: every parameter must be present with its exact shape, and every tensor
+ * must be used. Problems are collected and reported together, listing the names. */
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "mlxrt/io/model_config.h"
+#include "mlxrt/io/weights.h"
+
+namespace mlxrt::model {
+
+namespace mx = mlx::core;
+
+class WeightBinder {
+ public:
+  WeightBinder(io::WeightMap weights, const io::ModelConfig& config)
+      : weights_(std::move(weights)), config_(config) {}
+
+  /** Takes parameter `name`, which must have `shape`. Records a problem and returns a
+   * placeholder when it is missing or mis-shaped (finish() then throws). */
+  mx::array take(const std::string& name, const mx::Shape& shape);
+
+  /** Takes `name` if the checkpoint holds it (optional parameters, e.g. biases). */
+  std::optional<mx::array> take_if_present(const std::string& name, const mx::Shape& shape);
+
+  bool has(const std::string& name) const { return weights_.count(name) > 0; }
+  const io::WeightMap& remaining() const { return weights_; }
+  /** Drops a tensor mlx-lm's `sanitize` removes (e.g. a tied lm_head.weight). */
+  void discard(const std::string& name) { weights_.erase(name); }
+  /** The saved shapes of `path`.weight/.scales, when the module was saved quantized. */
+  std::optional<io::SavedQuantTensors> saved_quant(const std::string& path) const;
+  const io::ModelConfig& config() const { return config_; }
+
+  /** Every tensor bound so far (to evaluate them once, as mlx-lm's non-lazy load does). */
+  const std::vector<mx::array>& taken() const { return taken_; }
+
+  /** Throws WeightsError listing missing, mis-shaped and unexpected tensors, if any. */
+  void finish();
+
+ private:
+  io::WeightMap weights_;
+  const io::ModelConfig& config_;
+  std::vector<std::string> missing_;
+  std::vector<std::string> misshaped_;
+  std::vector<mx::array> taken_;
+};
+
+}  // namespace mlxrt::model

@@ -1,0 +1,30 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(os.environ.get("MLXRT_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(ROOT / "tools"))
+
+BIN = os.environ.get("MLXRT_BIN", str(ROOT / "build" / "mlxrt"))
+FIXTURES = Path(os.environ.get("MLXRT_FIXTURES", ROOT / "build" / "fixtures"))
+
+
+def fixture_names():
+    import make_fixtures
+    return list(make_fixtures.FIXTURES)
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir():
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES)], check=True)
+    return FIXTURES
+
+
+def run_mlxrt(*args, check=True):
+    proc = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"mlxrt {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Makes the tiny random-initialised models the tests use, with the pinned mlx-lm itself, saved
+the way mlx_lm.convert saves them (config.json + model*.safetensors, quantized with
+mlx_lm.utils.quantize_model). Nothing here is committed: the test run generates it.
+
+Usage: make_fixtures.py --out DIR [--only NAME ...] [--list]
+Each fixture is a directory DIR/NAME; a fixture whose directory already holds the same
+recipe (fixture.json) is kept.
+"""
+import argparse
+import copy
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten, tree_map
+from mlx_lm import utils as lm_utils
+
+BASE = {
+    "hidden_size": 128,
+    "num_hidden_layers": 2,
+    "intermediate_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-6,
+    "vocab_size": 512,
+    "max_position_embeddings": 4096,
+    "rope_theta": 10000.0,
+    "eos_token_id": 2,
+    "bos_token_id": 1,
+}
+
+QWEN3 = {**BASE, "model_type": "qwen3", "head_dim": 32, "tie_word_embeddings": True}
+LLAMA = {**BASE, "model_type": "llama", "tie_word_embeddings": False}
+
+
+def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0):
+    return {"config": config, "dtype": dtype, "quant": quant, "shards": shards, "seed": seed}
+
+
+def mixed_predicate(path, module):
+    """A per-layer recipe like mlx_lm's mixed presets: 8-bit g32 for the down projections of
+    layer 0, unquantized v_proj in layer 1, the global setting elsewhere."""
+    if path.endswith("layers.0.mlp.down_proj"):
+        return {"group_size": 32, "bits": 8}
+    if path.endswith("layers.1.self_attn.v_proj"):
+        return False
+    return True
+
+
+FIXTURES = {
+    # dtypes, tied and untied heads
+    "qwen3_bf16": fx(QWEN3),
+    "qwen3_fp16_untied": fx({**QWEN3, "tie_word_embeddings": False}, dtype="float16", seed=1),
+    "qwen3_fp32": fx(QWEN3, dtype="float32", seed=2),
+    # affine quantization: bits and group sizes
+    "qwen3_q4_g64": fx(QWEN3, quant={"bits": 4, "group_size": 64}, seed=3),
+    "qwen3_q8_g32": fx(QWEN3, quant={"bits": 8, "group_size": 32}, seed=4),
+    "qwen3_q2_g64": fx(QWEN3, quant={"bits": 2, "group_size": 64}, seed=5),
+    "qwen3_q3_g32": fx(QWEN3, quant={"bits": 3, "group_size": 32}, seed=6),
+    "qwen3_q5_g64": fx({**QWEN3, "tie_word_embeddings": False}, quant={"bits": 5, "group_size": 64}, seed=7),
+    "qwen3_q6_g128": fx(QWEN3, quant={"bits": 6, "group_size": 128}, seed=8),
+    "qwen3_mixed": fx(QWEN3, quant={"bits": 4, "group_size": 64, "predicate": "mixed"}, seed=9),
+    "qwen3_mxfp4": fx(QWEN3, quant={"mode": "mxfp4"}, seed=10),
+    "qwen3_mxfp8": fx(QWEN3, quant={"mode": "mxfp8"}, seed=11),
+    "qwen3_nvfp4": fx(QWEN3, quant={"mode": "nvfp4"}, seed=12),
+    # head_dim / GQA variants, rope scaling
+    "qwen3_mha_hd64": fx({**QWEN3, "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 64}, seed=13),
+    "qwen3_yarn": fx({**QWEN3, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                "original_max_position_embeddings": 1024}}, seed=14),
+    "llama_bf16": fx(LLAMA, seed=20),
+    "llama_tied_fp16": fx({**LLAMA, "tie_word_embeddings": True}, dtype="float16", seed=21),
+    "llama_gqa4_hd48": fx({**LLAMA, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 48}, seed=22),
+    "llama_bias": fx({**LLAMA, "attention_bias": True, "mlp_bias": True}, seed=23),
+    "llama_rope_llama3": fx({**LLAMA, "rope_theta": 500000.0, "rope_scaling": {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64}}, seed=24),
+    "llama_rope_linear": fx({**LLAMA, "rope_scaling": {"type": "linear", "factor": 2.0}}, seed=25),
+    "llama_rope_dynamic": fx({**LLAMA, "max_position_embeddings": 16,
+                              "rope_scaling": {"type": "dynamic", "factor": 2.0}}, seed=26),
+    "llama_rope_yarn_mscale": fx({**LLAMA, "rope_scaling": {
+        "rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 512,
+        "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 0.0}}, seed=27),
+    "llama_rope_longrope": fx({**LLAMA, "max_position_embeddings": 8192, "rope_scaling": {
+        "type": "longrope", "original_max_position_embeddings": 1024,
+        "short_factor": [1.0] * 16, "long_factor": [1.0 + i / 8 for i in range(16)]}}, seed=28),
+    "llama_traditional": fx({**LLAMA, "rope_traditional": True}, seed=29),
+    "llama_q4_g64": fx(LLAMA, quant={"bits": 4, "group_size": 64}, seed=30),
+    "llama_q8_g128_sharded": fx(LLAMA, quant={"bits": 8, "group_size": 128}, shards=True, seed=31),
+    "mistral_bf16": fx({**LLAMA, "model_type": "mistral"}, seed=32),
+}
+
+
+def build(name, recipe, out: Path):
+    config = copy.deepcopy(recipe["config"])
+    mx.random.seed(recipe["seed"])
+    model_class, args_class = lm_utils._get_classes(config=config)
+    model = model_class(args_class.from_dict(config))
+    # Norm weights start at ones; randomise them so that a wrong binding shows in the logits.
+    params = tree_map(lambda p: p, model.parameters())
+    flat = dict(tree_flatten(params))
+    updates = []
+    for k, v in flat.items():
+        if k.endswith("norm.weight") or k.endswith("layernorm.weight"):
+            updates.append((k, 1.0 + 0.1 * mx.random.normal(v.shape)))
+        elif k.endswith(".bias"):
+            updates.append((k, 0.05 * mx.random.normal(v.shape)))
+    model.load_weights(updates, strict=False)
+    model.set_dtype(getattr(mx, recipe["dtype"]))
+    mx.eval(model.parameters())
+
+    quant = recipe["quant"]
+    if quant:
+        predicate = mixed_predicate if quant.get("predicate") == "mixed" else None
+        model, config = lm_utils.quantize_model(
+            model, config, quant.get("group_size"), quant.get("bits"),
+            mode=quant.get("mode", "affine"), quant_predicate=predicate)
+        if predicate is mixed_predicate:
+            # OptiQ-style maps also name the layers they keep unquantized.
+            for key in ("quantization", "quantization_config"):
+                config[key]["model.layers.1.self_attn.v_proj"] = False
+
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if recipe["shards"]:
+        original = lm_utils.make_shards
+        lm_utils.make_shards = lambda weights, max_file_size_gb=0: original(weights, 0)
+        try:
+            lm_utils.save_model(tmp, model)
+        finally:
+            lm_utils.make_shards = original
+    else:
+        lm_utils.save_model(tmp, model)
+    lm_utils.save_config(config, config_path=tmp / "config.json")
+    (tmp / "fixture.json").write_text(json.dumps(recipe, sort_keys=True))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--list", action="store_true")
+    args = ap.parse_args()
+    if args.list:
+        print("\n".join(FIXTURES))
+        return
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, recipe in FIXTURES.items():
+        if args.only and name not in args.only:
+            continue
+        target = out / name
+        stamp = target / "fixture.json"
+        if stamp.exists() and stamp.read_text() == json.dumps(recipe, sort_keys=True):
+            continue
+        build(name, recipe, target)
+        print(f"made {name}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
