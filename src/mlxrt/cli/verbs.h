@@ -7,11 +7,13 @@ namespace mlxrt::cli {
 void register_profile(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_generate(CLI::App& app);
+void register_convert(CLI::App& app);
 
 inline void register_verbs(CLI::App& app) {
   register_profile(app);
   register_logits(app);
   register_generate(app);
+  register_convert(app);
 }
 
 }  // namespace mlxrt::cli

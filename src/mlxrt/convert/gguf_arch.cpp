@@ -1,0 +1,164 @@
+#include "mlxrt/convert/gguf_arch.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "mlxrt/util/errors.h"
+
+namespace mlxrt::convert {
+
+namespace {
+
+// llama.cpp's names for the tensors of a llama-like decoder.
+const std::vector<TensorRename> kDecoderGlobals = {
+    {"token_embd", "model.embed_tokens"},
+    {"output_norm", "model.norm"},
+    {"output", "lm_head"},
+};
+const std::vector<TensorRename> kDecoderLayer = {
+    {"attn_norm", "input_layernorm"},         {"attn_q", "self_attn.q_proj"},
+    {"attn_k", "self_attn.k_proj"},           {"attn_v", "self_attn.v_proj"},
+    {"attn_output", "self_attn.o_proj"},      {"ffn_norm", "post_attention_layernorm"},
+    {"ffn_gate", "mlp.gate_proj"},            {"ffn_up", "mlp.up_proj"},
+    {"ffn_down", "mlp.down_proj"},            {"attn_q_norm", "self_attn.q_norm"},
+    {"attn_k_norm", "self_attn.k_norm"},
+};
+
+const std::vector<GgufArchitecture>& architectures() {
+  static const std::vector<GgufArchitecture> table = {
+      {"llama", "llama", "LlamaForCausalLM", true, kDecoderGlobals, kDecoderLayer},
+      {"qwen2", "qwen2", "Qwen2ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
+      {"qwen3", "qwen3", "Qwen3ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
+  };
+  return table;
+}
+
+// Tensors llama.cpp writes that a HF checkpoint has no counterpart for and that our target
+// computes itself (the RoPE inverse frequencies of models without scaling).
+const char* const kDerivedTensors[] = {"rope_freqs", "attn_rot_embd"};
+
+std::string arch_key(const GgufArchitecture& arch, const std::string& key) {
+  return std::string(arch.gguf_name) + "." + key;
+}
+
+}  // namespace
+
+const GgufArchitecture& find_architecture(const GgufFile& file) {
+  auto name = file.get_string("general.architecture");
+  if (!name) throw ConfigError(file.source + ": missing required metadata 'general.architecture'");
+  std::string supported;
+  for (const auto& a : architectures()) {
+    if (*name == a.gguf_name) return a;
+    supported += (supported.empty() ? "" : ", ") + std::string(a.gguf_name);
+  }
+  throw UnsupportedError(file.source + ": GGUF architecture '" + *name +
+                         "' is not supported by the converter (supported: " + supported + ")");
+}
+
+std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFile& file,
+                                      const GgufTensorInfo& tensor) {
+  auto dot = tensor.name.rfind('.');
+  std::string base = dot == std::string::npos ? tensor.name : tensor.name.substr(0, dot);
+  std::string suffix = dot == std::string::npos ? "" : tensor.name.substr(dot);
+  if (suffix != ".weight" && suffix != ".bias")
+    throw UnsupportedError(file.source + ": tensor '" + tensor.name + "' is not a .weight or .bias");
+  for (const char* derived : kDerivedTensors)
+    if (base == derived || (base.rfind("blk.", 0) == 0 && base.ends_with(std::string(".") + derived))) {
+      if (base == "rope_freqs")
+        throw UnsupportedError(file.source + ": tensor 'rope_freqs.weight' (Llama-3 style RoPE "
+                               "frequency scaling) is not supported by the converter");
+      return std::nullopt;
+    }
+  for (const auto& r : arch.global_tensors)
+    if (base == r.gguf) return TensorPlan{std::string(r.hf) + suffix, std::nullopt};
+  if (base.rfind("blk.", 0) == 0) {
+    auto layer_end = base.find('.', 4);
+    std::string layer = base.substr(4, layer_end == std::string::npos ? std::string::npos : layer_end - 4);
+    bool numeric = !layer.empty() && layer.find_first_not_of("0123456789") == std::string::npos;
+    if (numeric && layer_end != std::string::npos) {
+      std::string rest = base.substr(layer_end + 1);
+      for (const auto& r : arch.layer_tensors) {
+        if (rest != r.gguf) continue;
+        TensorPlan plan{"model.layers." + layer + "." + r.hf + suffix, std::nullopt};
+        if (arch.permuted_qk && (rest == "attn_q" || rest == "attn_k")) {
+          std::string heads_key = rest == "attn_q" ? "attention.head_count" : "attention.head_count_kv";
+          auto heads = file.get_uint(arch_key(arch, heads_key));
+          if (!heads) heads = file.require_uint(arch_key(arch, "attention.head_count"));
+          if (*heads == 0 || tensor.rows() % (2 * *heads) != 0)
+            throw ConfigError(file.source + ": tensor '" + tensor.name + "' has " +
+                              std::to_string(tensor.rows()) + " rows, not a whole number of " +
+                              std::to_string(*heads) + " heads of even size");
+          plan.qk_heads = *heads;
+        }
+        return plan;
+      }
+    }
+  }
+  throw UnsupportedError(file.source + ": tensor '" + tensor.name + "' is not known for architecture '" +
+                         arch.gguf_name + "'");
+}
+
+double shortest_float32(double value) {
+  float target = static_cast<float>(value);
+  char buf[64];
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(target));
+    if (std::strtof(buf, nullptr) == target) return std::strtod(buf, nullptr);
+  }
+  return static_cast<double>(target);
+}
+
+nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const GgufFile& file) {
+  auto u = [&](const char* key) { return file.require_uint(arch_key(arch, key)); };
+  auto opt_u = [&](const char* key) { return file.get_uint(arch_key(arch, key)); };
+  uint64_t hidden = u("embedding_length");
+  uint64_t heads = u("attention.head_count");
+  if (heads == 0 || hidden % heads != 0)
+    throw ConfigError(file.source + ": " + arch_key(arch, "attention.head_count") + " = " +
+                      std::to_string(heads) + " does not divide the embedding length " + std::to_string(hidden));
+  uint64_t head_dim = opt_u("attention.key_length").value_or(hidden / heads);
+  if (auto rot = opt_u("rope.dimension_count"); rot && *rot != head_dim)
+    throw UnsupportedError(file.source + ": partial rotary embeddings (" + arch_key(arch, "rope.dimension_count") +
+                           " = " + std::to_string(*rot) + ", head size " + std::to_string(head_dim) +
+                           ") are not supported by the converter");
+  auto eps = file.get_float(arch_key(arch, "attention.layer_norm_rms_epsilon"));
+  if (!eps) throw ConfigError(file.source + ": missing required metadata '" +
+                              arch_key(arch, "attention.layer_norm_rms_epsilon") + "'");
+  const auto* embed = file.find_tensor("token_embd.weight");
+  if (!embed || embed->dims.size() != 2)
+    throw WeightsError(file.source + ": missing the 2-D tensor 'token_embd.weight'");
+  uint64_t vocab = opt_u("vocab_size").value_or(embed->dims[1]);
+  if (vocab != embed->dims[1])
+    throw ConfigError(file.source + ": " + arch_key(arch, "vocab_size") + " = " + std::to_string(vocab) +
+                      " but 'token_embd.weight' has " + std::to_string(embed->dims[1]) + " rows");
+
+  nlohmann::ordered_json c;
+  c["architectures"] = {arch.hf_class};
+  c["model_type"] = arch.model_type;
+  c["hidden_size"] = hidden;
+  c["intermediate_size"] = u("feed_forward_length");
+  c["num_hidden_layers"] = u("block_count");
+  c["num_attention_heads"] = heads;
+  c["num_key_value_heads"] = opt_u("attention.head_count_kv").value_or(heads);
+  c["head_dim"] = head_dim;
+  c["hidden_act"] = "silu";
+  c["rms_norm_eps"] = shortest_float32(*eps);
+  c["rope_theta"] = shortest_float32(file.get_float(arch_key(arch, "rope.freq_base")).value_or(10000.0));
+  c["rope_scaling"] = nullptr;
+  if (auto type = file.get_string(arch_key(arch, "rope.scaling.type")); type && *type != "none") {
+    auto factor = file.get_float(arch_key(arch, "rope.scaling.factor"));
+    if (*type != "linear" || !factor)
+      throw UnsupportedError(file.source + ": RoPE scaling '" + *type + "' is not supported by the converter (supported: linear)");
+    c["rope_scaling"] = {{"type", "linear"}, {"factor", shortest_float32(*factor)}};
+  }
+  c["max_position_embeddings"] = opt_u("context_length").value_or(2048);
+  c["vocab_size"] = vocab;
+  c["tie_word_embeddings"] = file.find_tensor("output.weight") == nullptr;
+  c["attention_bias"] = file.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c["mlp_bias"] = file.find_tensor("blk.0.ffn_up.bias") != nullptr;
+  if (auto bos = file.get_uint("tokenizer.ggml.bos_token_id")) c["bos_token_id"] = *bos;
+  if (auto eos = file.get_uint("tokenizer.ggml.eos_token_id")) c["eos_token_id"] = *eos;
+  return c;
+}
+
+}  // namespace mlxrt::convert

@@ -1,0 +1,51 @@
+#pragma once
+/** GGUF architectures the converter knows: one table entry each. An entry names the HF
+ * model_type and class, maps llama.cpp tensor names onto the HF / mlx-lm checkpoint names, and
+ * says whether llama.cpp permuted the Q/K rows (it does for architectures whose HF RoPE is the
+ * "rotate half" kind but which llama.cpp runs with interleaved RoPE). No MLX dependency. */
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mlxrt/convert/gguf_file.h"
+
+namespace mlxrt::convert {
+
+struct TensorRename {
+  const char* gguf;  // without ".weight"/".bias"; per-layer names start after "blk.N."
+  const char* hf;    // per-layer names are put after "model.layers.N."
+};
+
+struct GgufArchitecture {
+  const char* gguf_name;       // general.architecture
+  const char* model_type;      // config.json model_type (the mlx-lm model file)
+  const char* hf_class;        // config.json architectures[0]
+  bool permuted_qk;            // llama.cpp's converter permuted the Q and K rows
+  std::vector<TensorRename> global_tensors;
+  std::vector<TensorRename> layer_tensors;
+};
+
+/** The entry for `general.architecture`, or UnsupportedError listing the supported ones. */
+const GgufArchitecture& find_architecture(const GgufFile& file);
+
+/** Where a GGUF tensor goes in the checkpoint. */
+struct TensorPlan {
+  std::string hf_name;
+  std::optional<uint64_t> qk_heads;  // set when the rows must be un-permuted, over this many heads
+};
+
+/** The checkpoint name and row handling of one tensor, or nullopt for tensors that carry nothing
+ * the checkpoint needs. UnsupportedError for tensors the architecture does not know. */
+std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFile& file,
+                                      const GgufTensorInfo& tensor);
+
+/** config.json for the model (without its quantization section), from the GGUF metadata. */
+nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const GgufFile& file);
+
+/** The shortest decimal that reads back as the same float32 (1e-05 rather than
+ * 9.999999747378752e-06), as a double: GGUF stores these hyper-parameters as float32. */
+double shortest_float32(double value);
+
+}  // namespace mlxrt::convert

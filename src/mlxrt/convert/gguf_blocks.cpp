@@ -1,0 +1,128 @@
+#include "mlxrt/convert/gguf_blocks.h"
+
+#include <cstring>
+#include <string>
+
+#include "mlxrt/util/errors.h"
+
+namespace mlxrt::convert {
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exponent = (h >> 10) & 0x1f;
+  uint32_t mantissa = h & 0x3ff;
+  uint32_t bits;
+  if (exponent == 0) {
+    if (mantissa == 0) {
+      bits = sign;
+    } else {  // subnormal half: normalise into a float
+      int e = -1;
+      do {
+        ++e;
+        mantissa <<= 1;
+      } while ((mantissa & 0x400) == 0);
+      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (mantissa & 0x3ff) << 13;
+    }
+  } else if (exponent == 31) {
+    bits = sign | 0x7f800000u | mantissa << 13;
+  } else {
+    bits = sign | (exponent + 112) << 23 | mantissa << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+std::optional<AffineParams> affine_params_for(GgmlType type) {
+  switch (type) {
+    case GgmlType::q4_0: case GgmlType::q4_1: return AffineParams{4, 32};
+    case GgmlType::q8_0: return AffineParams{8, 32};
+    default: return std::nullopt;
+  }
+}
+
+namespace {
+
+uint16_t load_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
+
+/** Unpacks one 32-element block into unsigned quants q[32] and its (scale, bias). */
+void decode_block(GgmlType type, const uint8_t* block, uint8_t* q, float& scale, float& bias) {
+  float d = half_to_float(load_u16(block));
+  scale = d;
+  switch (type) {
+    case GgmlType::q4_0:
+      for (int j = 0; j < 16; ++j) {
+        q[j] = block[2 + j] & 0x0f;
+        q[j + 16] = block[2 + j] >> 4;
+      }
+      bias = -8.0f * d;
+      break;
+    case GgmlType::q4_1:
+      bias = half_to_float(load_u16(block + 2));
+      for (int j = 0; j < 16; ++j) {
+        q[j] = block[4 + j] & 0x0f;
+        q[j + 16] = block[4 + j] >> 4;
+      }
+      break;
+    default:  // q8_0: signed bytes, offset by 128 into MLX's unsigned range
+      for (int j = 0; j < 32; ++j) q[j] = static_cast<uint8_t>(static_cast<int8_t>(block[2 + j]) + 128);
+      bias = -128.0f * d;
+      break;
+  }
+}
+
+}  // namespace
+
+AffineTensor repack_affine(const GgufTensorInfo& info, const uint8_t* data,
+                           const std::vector<uint64_t>* row_order) {
+  auto params = affine_params_for(info.type());
+  if (!params)
+    throw UnsupportedError("tensor '" + info.name + "' has type " + info.traits.name +
+                           ", which has no exact MLX affine form (supported: Q4_0, Q4_1, Q8_0)");
+  AffineTensor out;
+  out.params = *params;
+  out.cols = info.dims[0];
+  out.rows = info.rows();
+  const uint64_t blocks_per_row = out.cols / 32;
+  const uint64_t row_bytes = blocks_per_row * info.traits.block_bytes;
+  const int bits = params->bits;
+  const uint64_t words_per_row = out.cols * bits / 32;
+  out.weight.assign(out.rows * words_per_row, 0);
+  out.scales.resize(out.rows * blocks_per_row);
+  out.biases.resize(out.rows * blocks_per_row);
+  uint8_t q[32];
+  for (uint64_t r = 0; r < out.rows; ++r) {
+    uint64_t src = row_order ? (*row_order)[r] : r;
+    const uint8_t* row = data + src * row_bytes;
+    uint32_t* words = out.weight.data() + r * words_per_row;
+    for (uint64_t b = 0; b < blocks_per_row; ++b) {
+      decode_block(info.type(), row + b * info.traits.block_bytes, q, out.scales[r * blocks_per_row + b],
+                   out.biases[r * blocks_per_row + b]);
+      // A 32-element group fills exactly `bits` words.
+      uint32_t* w = words + b * bits;
+      const int per_word = 32 / bits;
+      for (int k = 0; k < 32; ++k) w[k / per_word] |= static_cast<uint32_t>(q[k]) << (bits * (k % per_word));
+    }
+  }
+  return out;
+}
+
+std::vector<uint8_t> permute_plain_rows(const GgufTensorInfo& info, const uint8_t* data,
+                                        const std::vector<uint64_t>& row_order) {
+  const uint64_t row_bytes = info.dims[0] / info.traits.block_elements * info.traits.block_bytes;
+  std::vector<uint8_t> out(info.n_bytes);
+  for (uint64_t r = 0; r < row_order.size(); ++r)
+    std::memcpy(out.data() + r * row_bytes, data + row_order[r] * row_bytes, row_bytes);
+  return out;
+}
+
+std::vector<uint64_t> unpermute_qk_rows(uint64_t rows, uint64_t heads) {
+  std::vector<uint64_t> order(rows);
+  const uint64_t head_dim = rows / heads, half = head_dim / 2;
+  for (uint64_t h = 0; h < heads; ++h)
+    for (uint64_t a = 0; a < 2; ++a)
+      for (uint64_t j = 0; j < half; ++j) order[h * head_dim + a * half + j] = h * head_dim + 2 * j + a;
+  return order;
+}
+
+}  // namespace mlxrt::convert

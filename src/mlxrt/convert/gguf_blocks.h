@@ -1,0 +1,56 @@
+#pragma once
+/** GGUF quantized blocks re-expressed, losslessly, as MLX affine quantization.
+ *
+ * MLX affine: w = scale * q + bias, q unsigned with `bits` bits, one (scale, bias) per
+ * `group_size` consecutive elements of a row, q packed little-end first into uint32 words
+ * (element k of a row sits at bits [bits*(k % per_word), ...) of word k / per_word).
+ *
+ *   Q4_1 (d, m, 32 x u4):  x = d*q + m          -> 4 bits, g32, scale d, bias m
+ *   Q4_0 (d, 32 x u4):     x = d*(q - 8)        -> 4 bits, g32, scale d, bias -8d
+ *   Q8_0 (d, 32 x i8):     x = d*q              -> 8 bits, g32, q+128, scale d, bias -128d
+ *
+ * Scales and biases are float32: the fp16 d, m widen exactly, -8d and -128d are exact (powers of
+ * two), d*q is exact (at most 11+8 significant bits), so MLX's float32 dequantisation gives the
+ * same float32 value that the GGUF reference dequantisation computes. In float16 the results
+ * (e.g. d*15 + m) would be rounded to 11 bits and differ. No MLX dependency. */
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "mlxrt/convert/gguf_file.h"
+
+namespace mlxrt::convert {
+
+struct AffineParams {
+  int bits;
+  int group_size;
+};
+
+/** The MLX affine parameters a ggml block type maps onto, or nullopt if it has no exact mapping. */
+std::optional<AffineParams> affine_params_for(GgmlType type);
+
+struct AffineTensor {
+  AffineParams params{};
+  uint64_t rows = 0, cols = 0;     // logical shape [rows, cols]
+  std::vector<uint32_t> weight;    // [rows, cols * bits / 32]
+  std::vector<float> scales;       // [rows, cols / group_size]
+  std::vector<float> biases;       // [rows, cols / group_size]
+};
+
+/** Re-packs the blocks of `info` (its bytes at `data`) into MLX affine form. Output row r is
+ * input row `row_order[r]` when `row_order` is given (a permutation of the rows). */
+AffineTensor repack_affine(const GgufTensorInfo& info, const uint8_t* data,
+                           const std::vector<uint64_t>* row_order = nullptr);
+
+/** Copies the rows of a plain (F32/F16/BF16) tensor in `row_order`, element bytes unchanged. */
+std::vector<uint8_t> permute_plain_rows(const GgufTensorInfo& info, const uint8_t* data,
+                                        const std::vector<uint64_t>& row_order);
+
+/** Row order that undoes llama.cpp's Q/K permutation for its interleaved (GPT-J style) RoPE: for
+ * each of `heads` heads of `rows / heads` rows, GGUF row 2j + a holds original row a*half + j. */
+std::vector<uint64_t> unpermute_qk_rows(uint64_t rows, uint64_t heads);
+
+/** IEEE half to float, exact. */
+float half_to_float(uint16_t h);
+
+}  // namespace mlxrt::convert

@@ -1,0 +1,242 @@
+#include "mlxrt/convert/gguf_convert.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <unordered_map>
+
+#include <mlx/mlx.h>
+#include <nlohmann/json.hpp>
+
+#include "mlxrt/convert/gguf_arch.h"
+#include "mlxrt/convert/gguf_blocks.h"
+#include "mlxrt/convert/gguf_file.h"
+#include "mlxrt/convert/gguf_tokenizer.h"
+#include "mlxrt/convert/mapped_file.h"
+#include "mlxrt/convert/progress.h"
+#include "mlxrt/util/errors.h"
+
+namespace mlxrt::convert {
+
+namespace mx = mlx::core;
+namespace fs = std::filesystem;
+
+namespace {
+
+/** One GGUF tensor and where it goes. */
+struct PlannedTensor {
+  const GgufTensorInfo* info;
+  TensorPlan plan;
+  std::optional<AffineParams> affine;  // set for quantized blocks
+  uint64_t out_bytes = 0;
+  int shard = 0;
+};
+
+bool is_plain(GgmlType t) { return t == GgmlType::f32 || t == GgmlType::f16 || t == GgmlType::bf16; }
+
+mx::Dtype plain_dtype(GgmlType t) {
+  return t == GgmlType::f32 ? mx::float32 : t == GgmlType::f16 ? mx::float16 : mx::bfloat16;
+}
+
+std::vector<PlannedTensor> plan_tensors(const GgufArchitecture& arch, const GgufFile& file) {
+  std::vector<PlannedTensor> out;
+  for (const auto& t : file.tensors) {
+    auto plan = plan_tensor(arch, file, t);
+    if (!plan) continue;
+    PlannedTensor p{&t, *plan, affine_params_for(t.type()), 0, 0};
+    if (!p.affine && !is_plain(t.type()))
+      throw UnsupportedError(file.source + ": tensor '" + t.name + "' has type " + t.traits.name +
+                             ", which the converter does not support (supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0)");
+    if (p.affine && t.dims.size() != 2)
+      throw UnsupportedError(file.source + ": quantized tensor '" + t.name + "' has " + std::to_string(t.dims.size()) +
+                             " dimensions; only 2-D quantized weights are supported");
+    for (auto d : t.dims)
+      if (d > static_cast<uint64_t>(INT32_MAX))
+        throw UnsupportedError(file.source + ": tensor '" + t.name + "' has a dimension of " + std::to_string(d) +
+                               ", larger than MLX arrays allow");
+    if (p.affine) {
+      uint64_t groups = t.rows() * (t.dims[0] / p.affine->group_size);
+      p.out_bytes = t.n_elements * p.affine->bits / 8 + 2 * groups * sizeof(float);
+    } else {
+      p.out_bytes = t.n_bytes;
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+/** Module path of a weight ("model.layers.0.mlp.up_proj.weight" -> "model.layers.0.mlp.up_proj"). */
+std::string module_of(const std::string& hf_name) { return hf_name.substr(0, hf_name.rfind('.')); }
+
+nlohmann::ordered_json affine_json(const AffineParams& p) {
+  return {{"group_size", p.group_size}, {"bits", p.bits}, {"mode", "affine"}};
+}
+
+/** The quantization section: the most common packing as the default, the others per module. */
+std::optional<nlohmann::ordered_json> quantization_section(const std::vector<PlannedTensor>& tensors) {
+  std::map<std::pair<int, int>, int> counts;
+  for (const auto& t : tensors)
+    if (t.affine) ++counts[{t.affine->bits, t.affine->group_size}];
+  if (counts.empty()) return std::nullopt;
+  auto best = std::max_element(counts.begin(), counts.end(),
+                               [](const auto& a, const auto& b) { return a.second < b.second; })->first;
+  AffineParams def{best.first, best.second};
+  nlohmann::ordered_json q = affine_json(def);
+  for (const auto& t : tensors)
+    if (t.affine && (t.affine->bits != def.bits || t.affine->group_size != def.group_size))
+      q[module_of(t.plan.hf_name)] = affine_json(*t.affine);
+  return q;
+}
+
+template <typename T>
+mx::array adopt(std::vector<T>&& values, mx::Shape shape, mx::Dtype dtype) {
+  auto* holder = new std::vector<T>(std::move(values));
+  return mx::array(holder->data(), std::move(shape), dtype, [holder](void*) { delete holder; });
+}
+
+/** The checkpoint arrays of one GGUF tensor, named as mlx-lm expects. */
+void convert_tensor(const PlannedTensor& p, const uint8_t* data,
+                    std::unordered_map<std::string, mx::array>& out) {
+  const auto& t = *p.info;
+  std::vector<uint64_t> order;
+  if (p.plan.qk_heads) order = unpermute_qk_rows(t.rows(), *p.plan.qk_heads);
+  const std::vector<uint64_t>* row_order = p.plan.qk_heads ? &order : nullptr;
+  if (p.affine) {
+    AffineTensor a = repack_affine(t, data, row_order);
+    int rows = static_cast<int>(a.rows);
+    int groups = static_cast<int>(a.cols / a.params.group_size);
+    std::string module = module_of(p.plan.hf_name);
+    out.emplace(p.plan.hf_name, adopt(std::move(a.weight), {rows, static_cast<int>(a.cols * a.params.bits / 32)}, mx::uint32));
+    out.emplace(module + ".scales", adopt(std::move(a.scales), {rows, groups}, mx::float32));
+    out.emplace(module + ".biases", adopt(std::move(a.biases), {rows, groups}, mx::float32));
+    return;
+  }
+  mx::Shape shape;
+  for (auto it = t.dims.rbegin(); it != t.dims.rend(); ++it) shape.push_back(static_cast<int>(*it));
+  std::vector<uint8_t> bytes = row_order ? permute_plain_rows(t, data, order)
+                                         : std::vector<uint8_t>(data, data + t.n_bytes);
+  out.emplace(p.plan.hf_name, adopt(std::move(bytes), std::move(shape), plain_dtype(t.type())));
+}
+
+template <typename Json>
+void write_json(const fs::path& path, const Json& value, const std::string& source) {
+  std::string text;
+  try {
+    text = value.dump(2) + "\n";
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(source + ": metadata holds text that is not valid UTF-8, cannot write " +
+                      path.filename().string() + " (" + e.what() + ")");
+  }
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  if (!f.flush()) throw ConfigError(path.string() + ": cannot write");
+}
+
+/** The output goes to a hidden sibling first; it is renamed into place when complete and removed
+ * if anything fails, so a half-written checkpoint never looks like a finished one. */
+class StagingDir {
+ public:
+  explicit StagingDir(const fs::path& out) : out_(out) {
+    std::error_code ec;
+    if (fs::exists(out_, ec) && !(fs::is_directory(out_, ec) && fs::is_empty(out_, ec)))
+      throw UsageError("--out " + out_.string() + ": already exists and is not an empty directory");
+    fs::path parent = out_.has_parent_path() ? out_.parent_path() : fs::path(".");
+    fs::create_directories(parent, ec);
+    path_ = parent / ("." + out_.filename().string() + ".partial-" + std::to_string(::getpid()));
+    fs::remove_all(path_, ec);
+    if (!fs::create_directory(path_, ec))
+      throw UsageError("--out " + out_.string() + ": cannot create a directory next to it (" + ec.message() + ")");
+  }
+  ~StagingDir() {
+    std::error_code ec;
+    if (!committed_) fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+  void commit() {
+    std::error_code ec;
+    if (fs::is_directory(out_, ec)) fs::remove(out_, ec);  // the empty directory checked above
+    fs::rename(path_, out_, ec);
+    if (ec) throw UsageError("--out " + out_.string() + ": cannot move the result into place (" + ec.message() + ")");
+    committed_ = true;
+  }
+
+ private:
+  fs::path out_, path_;
+  bool committed_ = false;
+};
+
+int assign_shards(std::vector<PlannedTensor>& tensors, uint64_t max_bytes) {
+  int shard = 0;
+  uint64_t used = 0;
+  for (auto& t : tensors) {
+    if (used > 0 && used + t.out_bytes > max_bytes) {
+      ++shard;
+      used = 0;
+    }
+    t.shard = shard;
+    used += t.out_bytes;
+  }
+  return shard + 1;
+}
+
+std::string shard_name(int index, int count) {
+  if (count == 1) return "model.safetensors";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05d-of-%05d.safetensors", index + 1, count);
+  return buf;
+}
+
+}  // namespace
+
+GgufConvertSummary convert_gguf(const GgufConvertOptions& options) {
+  MappedFile mapped(options.gguf);
+  GgufFile file = parse_gguf(mapped.bytes(), mapped.size(), options.gguf.string());
+  const GgufArchitecture& arch = find_architecture(file);
+  nlohmann::ordered_json config = build_model_config(arch, file);
+  std::vector<PlannedTensor> tensors = plan_tensors(arch, file);
+  if (!has_tokenizer(file))
+    throw ConfigError(file.source + ": no tokenizer in the file (metadata 'tokenizer.ggml.model' and "
+                      "'tokenizer.ggml.tokens'); a checkpoint needs one");
+  TokenizerFiles tokenizer = build_tokenizer_files(file);
+  if (auto q = quantization_section(tensors)) {
+    config["quantization"] = *q;
+    config["quantization_config"] = *q;
+  }
+
+  StagingDir staging(options.out);
+  GgufConvertSummary summary;
+  summary.model_type = arch.model_type;
+  summary.shards = assign_shards(tensors, options.max_shard_bytes);
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  Progress progress("converting " + options.gguf.filename().string(), tensors.size(), options.progress);
+  size_t done = 0;
+  for (int s = 0; s < summary.shards; ++s) {
+    std::unordered_map<std::string, mx::array> arrays;
+    for (const auto& t : tensors) {
+      if (t.shard != s) continue;
+      progress.update(done, t.info->name);
+      convert_tensor(t, mapped.data() + file.data_start + t.info->offset, arrays);
+      summary.bytes += t.out_bytes;
+      ++done;
+    }
+    for (const auto& [name, _] : arrays) weight_map[name] = shard_name(s, summary.shards);
+    summary.tensors += arrays.size();
+    mx::save_safetensors((staging.path() / shard_name(s, summary.shards)).string(), std::move(arrays),
+                         {{"format", "mlx"}});
+  }
+  progress.update(done);
+  if (summary.shards > 1)
+    write_json(staging.path() / "model.safetensors.index.json",
+               nlohmann::ordered_json{{"metadata", {{"total_size", summary.bytes}}}, {"weight_map", weight_map}},
+               file.source);
+  write_json(staging.path() / "config.json", config, file.source);
+  write_json(staging.path() / "tokenizer.json", tokenizer.tokenizer, file.source);
+  write_json(staging.path() / "tokenizer_config.json", tokenizer.tokenizer_config, file.source);
+  write_json(staging.path() / "generation_config.json", tokenizer.generation_config, file.source);
+  summary.tokenizer = true;
+  staging.commit();
+  return summary;
+}
+
+}  // namespace mlxrt::convert
