@@ -119,6 +119,7 @@ SafetensorsHeader parse_safetensors_header(std::string_view bytes, uint64_t file
   uint64_t data_size = file_size - out.data_start;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
+      if (it->is_null()) continue;  // MLX writes null when there is no metadata
       if (!it->is_object()) fail(source, "'__metadata__' must be an object of strings");
       for (auto m = it->begin(); m != it->end(); ++m) {
         if (!m->is_string()) fail(source, "'__metadata__' value for '" + m.key() + "' is not a string");

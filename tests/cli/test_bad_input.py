@@ -1,0 +1,139 @@
+"""Bad input: each case gives a clear message naming the file/field and a non-zero exit."""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(os.environ.get("MLXRT_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+BIN = os.environ.get("MLXRT_BIN", str(ROOT / "build" / "mlxrt"))
+FIXTURES = Path(os.environ.get("MLXRT_FIXTURES", ROOT / "build" / "fixtures"))
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
+                    "--only", "qwen3_bf16", "qwen3_q4_g64"], check=True)
+    return FIXTURES
+
+
+def copy_model(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def logits(model_dir, *extra):
+    return subprocess.run([BIN, "logits", "--model", str(model_dir), "--tokens", "1,2,3",
+                           "--out", str(Path(model_dir).parent / "out.safetensors"), *extra],
+                          capture_output=True, text=True)
+
+
+def rewrite_header(path: Path, edit):
+    data = path.read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    edit(header)
+    h = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(h)) + h + data[8 + n:])
+
+
+def edit_config(d, fn):
+    cfg = json.loads((d / "config.json").read_text())
+    fn(cfg)
+    (d / "config.json").write_text(json.dumps(cfg))
+
+
+def weights_of(d):
+    from mlx.core import load
+    return load(str(d / "model.safetensors"))
+
+
+def save_weights(d, w):
+    import mlx.core as mx
+    mx.save_safetensors(str(d / "model.safetensors"), w)
+
+
+CASES = {
+    "missing directory": (lambda d: shutil.rmtree(d), ["does not exist"]),
+    "missing config.json": (lambda d: (d / "config.json").unlink(), ["config.json", "not found"]),
+    "invalid config.json": (lambda d: (d / "config.json").write_text("{not json"), ["config.json", "invalid JSON"]),
+    "missing required key": (lambda d: edit_config(d, lambda c: c.pop("hidden_size")),
+                             ["config.json", "hidden_size"]),
+    "wrong key type": (lambda d: edit_config(d, lambda c: c.update(num_hidden_layers="two")),
+                       ["num_hidden_layers", "integer"]),
+    "unsupported model_type": (lambda d: edit_config(d, lambda c: c.update(model_type="mamba")),
+                               ["unsupported model_type \"mamba\"", "supported: llama, qwen3"]),
+    "remapped model_type": (lambda d: edit_config(d, lambda c: c.update(model_type="kimi_k2")),
+                            ["mlx-lm remaps it to \"deepseek_v3\""]),
+    "missing weight": (lambda d: (save_weights(d, {k: v for k, v in weights_of(d).items()
+                                                   if k != "model.norm.weight"}),
+                                  (d / "model.safetensors.index.json").unlink()),
+                       ["missing parameters", "model.norm.weight"]),
+    "index names a tensor its file lacks": (lambda d: save_weights(d, {k: v for k, v in weights_of(d).items()
+                                                                       if k != "model.norm.weight"}),
+                                            ["model.safetensors.index.json", "'model.norm.weight' is not in"]),
+    "index names a missing file": (lambda d: (d / "model.safetensors").rename(d / "model-x.safetensors"),
+                                   ["maps to missing file model.safetensors"]),
+    "extra weight": (lambda d: save_weights(d, {**weights_of(d), "model.extra.weight": weights_of(d)["model.norm.weight"]}),
+                     ["unexpected parameters", "model.extra.weight"]),
+    "mis-shaped weight": (lambda d: save_weights(d, {**weights_of(d), "model.norm.weight": weights_of(d)["model.norm.weight"][:64]}),
+                          ["model.norm.weight", "expected shape (128,)", "(64,)"]),
+    "no weight files": (lambda d: (d / "model.safetensors").unlink(), ["no model*.safetensors"]),
+    "truncated safetensors": (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:-100]),
+                              ["model.safetensors", "beyond the end of the file"]),
+    "header length beyond file": (lambda d: (d / "model.safetensors").write_bytes(
+        struct.pack("<Q", 1 << 40) + (d / "model.safetensors").read_bytes()[8:]), ["header length", "beyond the end"]),
+    "unknown dtype": (lambda d: rewrite_header(d / "model.safetensors",
+                                               lambda h: h["model.norm.weight"].update(dtype="Q9")),
+                      ["unknown dtype 'Q9'", "model.norm.weight"]),
+    "dtype size mismatch": (lambda d: rewrite_header(d / "model.safetensors",
+                                                     lambda h: h["model.norm.weight"].update(dtype="F32")),
+                            ["model.norm.weight", "data_offsets span"]),
+}
+
+QUANT_CASES = {
+    "unsupported bits": (lambda d: edit_config(d, lambda c: c["quantization"].update(
+        {"model.layers.0.mlp.up_proj": {"bits": 7, "group_size": 64}})), ["bits 7", "model.layers.0.mlp.up_proj"]),
+    "unsupported group size": (lambda d: edit_config(d, lambda c: c["quantization"].update(
+        {"model.layers.0.mlp.up_proj": {"bits": 4, "group_size": 48}})), ["group size 48"]),
+    "unsupported mode": (lambda d: edit_config(d, lambda c: c["quantization"].update(
+        {"model.layers.0.mlp.up_proj": {"mode": "fp3"}})), ["mode 'fp3'"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_model(case, base, tmp_path):
+    d = copy_model(base / "qwen3_bf16", tmp_path / "m")
+    breaker, expected = CASES[case]
+    breaker(d)
+    proc = logits(d)
+    assert proc.returncode != 0, proc.stdout
+    assert proc.stderr.startswith("error: "), proc.stderr
+    for text in expected:
+        assert text in proc.stderr, f"{case}: {text!r} not in {proc.stderr!r}"
+    assert not (tmp_path / "out.safetensors").exists()
+
+
+@pytest.mark.parametrize("case", list(QUANT_CASES))
+def test_bad_quantization(case, base, tmp_path):
+    d = copy_model(base / "qwen3_q4_g64", tmp_path / "m")
+    breaker, expected = QUANT_CASES[case]
+    breaker(d)
+    proc = logits(d)
+    assert proc.returncode != 0
+    for text in expected:
+        assert text in proc.stderr, f"{case}: {text!r} not in {proc.stderr!r}"
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--tokens", "1,x"], "--tokens"),
+    (["--tokens", "1,99999"], "outside the vocabulary"),
+])
+def test_bad_flags(args, expected, base, tmp_path):
+    proc = subprocess.run([BIN, "logits", "--model", str(base / "qwen3_bf16"), "--out", str(tmp_path / "o.safetensors"),
+                           *args], capture_output=True, text=True)
+    assert proc.returncode != 0 and expected in proc.stderr, proc.stderr
