@@ -8,12 +8,14 @@ void register_profile(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_convert(CLI::App& app);
+void register_template(CLI::App& app);
 
 inline void register_verbs(CLI::App& app) {
   register_profile(app);
   register_logits(app);
   register_generate(app);
   register_convert(app);
+  register_template(app);
 }
 
 }  // namespace mlxrt::cli
