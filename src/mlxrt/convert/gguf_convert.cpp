@@ -187,11 +187,29 @@ std::string shard_name(int index, int count) {
   return buf;
 }
 
+void write_tokenizer_files(const TokenizerFiles& tokenizer, const fs::path& dir, const std::string& source) {
+  write_json(dir / "tokenizer.json", tokenizer.tokenizer, source);
+  write_json(dir / "tokenizer_config.json", tokenizer.tokenizer_config, source);
+  write_json(dir / "generation_config.json", tokenizer.generation_config, source);
+}
+
+GgufConvertSummary write_tokenizer_only(const GgufFile& file, const fs::path& out) {
+  TokenizerFiles tokenizer = build_tokenizer_files(file);
+  StagingDir staging(out);
+  write_tokenizer_files(tokenizer, staging.path(), file.source);
+  staging.commit();
+  GgufConvertSummary summary;
+  summary.model_type = file.get_string("general.architecture").value_or("");
+  summary.tokenizer = true;
+  return summary;
+}
+
 }  // namespace
 
 GgufConvertSummary convert_gguf(const GgufConvertOptions& options) {
   MappedFile mapped(options.gguf);
   GgufFile file = parse_gguf(mapped.bytes(), mapped.size(), options.gguf.string());
+  if (options.tokenizer_only) return write_tokenizer_only(file, options.out);
   const GgufArchitecture& arch = find_architecture(file);
   nlohmann::ordered_json config = build_model_config(arch, file);
   std::vector<PlannedTensor> tensors = plan_tensors(arch, file);
@@ -231,9 +249,7 @@ GgufConvertSummary convert_gguf(const GgufConvertOptions& options) {
                nlohmann::ordered_json{{"metadata", {{"total_size", summary.bytes}}}, {"weight_map", weight_map}},
                file.source);
   write_json(staging.path() / "config.json", config, file.source);
-  write_json(staging.path() / "tokenizer.json", tokenizer.tokenizer, file.source);
-  write_json(staging.path() / "tokenizer_config.json", tokenizer.tokenizer_config, file.source);
-  write_json(staging.path() / "generation_config.json", tokenizer.generation_config, file.source);
+  write_tokenizer_files(tokenizer, staging.path(), file.source);
   summary.tokenizer = true;
   staging.commit();
   return summary;

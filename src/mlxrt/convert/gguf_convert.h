@@ -13,6 +13,7 @@ struct GgufConvertOptions {
   std::filesystem::path gguf;
   std::filesystem::path out;       // must not exist, or be an empty directory
   bool progress = true;            // progress on stderr
+  bool tokenizer_only = false;     // write only the tokenizer files (any architecture)
   uint64_t max_shard_bytes = 5ull << 30;
 };
 

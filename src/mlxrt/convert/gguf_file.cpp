@@ -134,8 +134,9 @@ void read_array(Cursor& c, GgufValue& v, const std::string& what, const std::str
                     : v.element_type == GgufValueType::array ? 12
                                                               : fixed_size(v.element_type);
   if (v.array_size > kMaxGgufArray || v.array_size * min_size > c.remaining())
-    fail(source, what + ": array of " + std::to_string(v.array_size) + " " +
-                     gguf_value_type_name(v.element_type) + " elements does not fit in the file");
+    fail(source, "truncated " + what + ": an array of " + std::to_string(v.array_size) + " " +
+                     gguf_value_type_name(v.element_type) + " elements does not fit in the " +
+                     std::to_string(c.remaining()) + " bytes left");
   for (uint64_t i = 0; i < v.array_size; ++i) {
     GgufValue e;
     e.type = v.element_type;
@@ -167,7 +168,7 @@ void read_value(Cursor& c, GgufValueType t, GgufValue& v, const std::string& wha
 void read_metadata(Cursor& c, uint64_t count, GgufFile& f) {
   // A key/value takes at least 8 (key length) + 4 (type) + 1 bytes.
   if (count > c.remaining() / 13)
-    fail(f.source, "metadata count " + std::to_string(count) + " does not fit in the file");
+    fail(f.source, "truncated or corrupt header: metadata count " + std::to_string(count) + " does not fit in the file");
   for (uint64_t i = 0; i < count; ++i) {
     std::string where = "metadata entry #" + std::to_string(i);
     std::string key = c.read_string(where + " key");
@@ -266,7 +267,7 @@ GgufFile parse_gguf(std::string_view bytes, uint64_t file_size, const std::strin
   }
   // A tensor info takes at least 8 (name length) + 4 (dims) + 8 (one dim) + 4 (type) + 8 (offset).
   if (tensor_count > c.remaining() / 32)
-    fail(source, "tensor count " + std::to_string(tensor_count) + " does not fit in the file");
+    fail(source, "truncated or corrupt header: tensor count " + std::to_string(tensor_count) + " does not fit in the file");
   for (uint64_t i = 0; i < tensor_count; ++i) f.tensors.push_back(read_tensor_info(c, i, source));
   uint64_t end_of_infos = c.pos();
   f.data_start = (end_of_infos + f.alignment - 1) / f.alignment * f.alignment;

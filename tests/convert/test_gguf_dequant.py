@@ -1,0 +1,91 @@
+"""Lossless conversion: for every tensor of the real SmolLM2 GGUF, MLX's dequantisation of the
+converted weights/scales/biases equals the gguf package's reference dequantisation of the GGUF
+blocks, exactly, once llama.cpp's Q/K row permutation is undone."""
+
+import json
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+from gguf_support import convert, smollm2_gguf
+
+LAYER_NAMES = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+}
+GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+
+
+def hf_module(gguf_name: str) -> str:
+    base = gguf_name.rsplit(".", 1)[0]
+    if base in GLOBAL_NAMES:
+        return GLOBAL_NAMES[base]
+    _, layer, part = base.split(".")
+    return f"model.layers.{layer}.{LAYER_NAMES[part]}"
+
+
+def unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
+    """Inverse of llama.cpp's permute(): (heads, half, 2, in) -> (heads, 2, half, in)."""
+    return rows.reshape(heads, rows.shape[0] // heads // 2, 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
+
+
+def check_every_tensor(gguf_path, out_dir, permuted_qk=True):
+    config = json.loads((out_dir / "config.json").read_text())
+    weights = {}
+    for f in out_dir.glob("model*.safetensors"):
+        weights.update(mx.load(str(f)))
+    reader = GGUFReader(str(gguf_path))
+    checked = 0
+    for t in reader.tensors:
+        ref = dequantize(t.data, t.tensor_type)
+        part = t.name.rsplit(".", 1)[0].split(".")[-1]
+        if permuted_qk and part == "attn_q":
+            ref = unpermute(ref, config["num_attention_heads"])
+        elif permuted_qk and part == "attn_k":
+            ref = unpermute(ref, config["num_key_value_heads"])
+        module = hf_module(t.name)
+        suffix = t.name.rsplit(".", 1)[1]
+        if f"{module}.scales" in weights and suffix == "weight":
+            w, s, b = weights[f"{module}.weight"], weights[f"{module}.scales"], weights[f"{module}.biases"]
+            assert s.dtype == mx.float32 and b.dtype == mx.float32, t.name
+            group_size = ref.shape[-1] // s.shape[-1]
+            bits = w.shape[-1] * 32 // ref.shape[-1]
+            got = np.array(mx.dequantize(w, s, b, group_size=group_size, bits=bits))
+        else:
+            got = np.array(weights[f"{module}.{suffix}"].astype(mx.float32))
+        assert got.shape == ref.shape, (t.name, got.shape, ref.shape)
+        assert np.array_equal(got, ref), f"{t.name}: max |diff| {np.abs(got - ref).max()}"
+        checked += 1
+    return checked, reader
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    return convert(smollm2_gguf(), tmp_path_factory.mktemp("smollm2") / "model")
+
+
+def test_every_tensor_dequantises_exactly(converted):
+    checked, reader = check_every_tensor(smollm2_gguf(), converted)
+    types = sorted({t.tensor_type.name for t in reader.tensors})
+    print(f"{checked} tensors equal to the reference dequantisation; GGUF types {types}")
+    assert checked == len(reader.tensors) == 272
+
+
+def test_quantization_section_matches_the_blocks(converted):
+    config = json.loads((converted / "config.json").read_text())
+    q = config["quantization"]
+    assert (q["group_size"], q["bits"], q["mode"]) == (32, 4, "affine")  # Q4_1 everywhere ...
+    assert q["model.embed_tokens"] == {"group_size": 32, "bits": 8, "mode": "affine"}  # ... but Q8_0 here
+    assert config["quantization_config"] == q

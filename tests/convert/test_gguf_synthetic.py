@@ -1,0 +1,141 @@
+"""Every supported tensor type and architecture entry, on tiny GGUF files written here with the
+gguf package: Q4_0, Q4_1, Q8_0 blocks (with per-module packings), F16/BF16/F32 tensors kept, an
+untied output head; llama (Q/K permuted by llama.cpp), qwen2 (attention biases), qwen3 (Q/K
+norms). Each converts losslessly, and mlx-lm loads it and computes the same logits as a dense
+model built from the reference dequantisation."""
+
+import json
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+from gguf import GGUFWriter
+from gguf.quants import quantize
+
+from gguf_support import convert
+from test_gguf_dequant import check_every_tensor, unpermute
+
+HIDDEN, HEADS, KV_HEADS, FFN, LAYERS = 64, 4, 2, 128, 2
+HEAD_DIM = HIDDEN // HEADS
+
+# A small byte-level vocabulary: the 256 byte characters, two merges, and the special tokens.
+BYTE_CHARS = [chr(c) for c in range(33, 127)] + [chr(c) for c in range(161, 173)] + [chr(c) for c in range(174, 256)]
+BYTE_CHARS += [chr(256 + i) for i in range(256 - len(BYTE_CHARS))]
+TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + BYTE_CHARS + ["Ġt", "Ġth"]
+TYPES = [3, 3, 3] + [1] * (len(TOKENS) - 3)
+MERGES = ["Ġ t", "Ġt h"]
+
+# (gguf name, rows, cols, type) of one layer; the types mix every supported block and float kind.
+LAYER = [
+    ("attn_q", HEADS * HEAD_DIM, HIDDEN, Q.Q8_0),
+    ("attn_k", KV_HEADS * HEAD_DIM, HIDDEN, Q.Q4_0),
+    ("attn_v", KV_HEADS * HEAD_DIM, HIDDEN, Q.BF16),
+    ("attn_output", HIDDEN, HEADS * HEAD_DIM, Q.Q4_1),
+    ("ffn_gate", FFN, HIDDEN, Q.Q4_0),
+    ("ffn_up", FFN, HIDDEN, Q.Q4_0),
+    ("ffn_down", HIDDEN, FFN, Q.F16),
+]
+
+
+def write_gguf(path, arch, rng):
+    w = GGUFWriter(str(path), arch)
+    w.add_block_count(LAYERS)
+    w.add_context_length(256)
+    w.add_embedding_length(HIDDEN)
+    w.add_feed_forward_length(FFN)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2" if arch != "llama" else "llama-bpe")
+    w.add_token_list(TOKENS)
+    w.add_token_types(TYPES)
+    w.add_token_merges(MERGES)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}")
+
+    def add(name, shape, qtype):
+        values = rng.standard_normal(shape).astype(np.float32) * 0.2
+        if qtype == Q.F32:
+            w.add_tensor(name, values)
+        elif qtype == Q.F16:
+            w.add_tensor(name, values.astype(np.float16))
+        else:
+            w.add_tensor(name, quantize(values, qtype), raw_dtype=qtype)
+
+    add("token_embd.weight", (len(TOKENS), HIDDEN), Q.Q8_0)
+    add("output_norm.weight", (HIDDEN,), Q.F32)
+    add("output.weight", (len(TOKENS), HIDDEN), Q.F16)
+    for i in range(LAYERS):
+        add(f"blk.{i}.attn_norm.weight", (HIDDEN,), Q.F32)
+        add(f"blk.{i}.ffn_norm.weight", (HIDDEN,), Q.F32)
+        for name, rows, cols, qtype in LAYER:
+            add(f"blk.{i}.{name}.weight", (rows, cols), qtype)
+        if arch == "qwen2":
+            for name, rows in (("attn_q", HEADS * HEAD_DIM), ("attn_k", KV_HEADS * HEAD_DIM), ("attn_v", KV_HEADS * HEAD_DIM)):
+                add(f"blk.{i}.{name}.bias", (rows,), Q.F32)
+        if arch == "qwen3":
+            add(f"blk.{i}.attn_q_norm.weight", (HEAD_DIM,), Q.F32)
+            add(f"blk.{i}.attn_k_norm.weight", (HEAD_DIM,), Q.F32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def dense_reference(gguf_path, arch):
+    """The same model, unquantized, from the gguf package's dequantisation."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    from test_gguf_dequant import hf_module
+
+    weights = {}
+    for t in GGUFReader(str(gguf_path)).tensors:
+        ref = dequantize(t.data, t.tensor_type)
+        part = t.name.split(".")[-2]
+        if arch == "llama" and part in ("attn_q", "attn_k"):
+            ref = unpermute(ref, HEADS if part == "attn_q" else KV_HEADS)
+        weights[f"{hf_module(t.name)}.{t.name.rsplit('.', 1)[1]}"] = mx.array(ref)
+    return weights
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_tiny_model_converts_losslessly_and_runs_in_mlx_lm(arch, tmp_path):
+    from mlx_lm.utils import load_model
+
+    gguf_path = tmp_path / f"tiny-{arch}.gguf"
+    write_gguf(gguf_path, arch, np.random.default_rng(7))
+    out = convert(gguf_path, tmp_path / "model")
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == arch and config["tie_word_embeddings"] is False
+    q = config["quantization"]
+    assert (q["bits"], q["group_size"]) == (4, 32)  # Q4_0 / Q4_1 are the most common
+    for i in range(LAYERS):
+        assert q[f"model.layers.{i}.self_attn.q_proj"] == {"group_size": 32, "bits": 8, "mode": "affine"}
+    assert q["model.embed_tokens"]["bits"] == 8
+
+    # Dequantised conversion check (biases and norms are compared as plain tensors).
+    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=arch == "llama")
+    assert checked == len(reader.tensors)
+
+    weights = mx.load(str(out / "model.safetensors"))
+    assert weights["model.layers.0.self_attn.v_proj.weight"].dtype == mx.bfloat16
+    assert weights["model.layers.0.mlp.down_proj.weight"].dtype == mx.float16
+    assert weights["lm_head.weight"].dtype == mx.float16
+
+    model, _ = load_model(out)  # strict: every weight must match a parameter
+    tokens = mx.array([[1, 40, 41, 42, 258, 2]])
+    logits = model(tokens)
+    dense_config = {k: v for k, v in config.items() if not k.startswith("quantization")}
+    (tmp_path / "dense").mkdir()
+    (tmp_path / "dense" / "config.json").write_text(json.dumps(dense_config))
+    mx.save_safetensors(str(tmp_path / "dense" / "model.safetensors"), dense_reference(gguf_path, arch))
+    dense, _ = load_model(tmp_path / "dense")
+    want = dense(tokens)
+    diff = float(mx.abs(logits.astype(mx.float32) - want.astype(mx.float32)).max())
+    print(f"{arch}: {checked} tensors exact; max |logit diff| quantized vs dense = {diff:.2e}")
+    assert diff < 1e-3, diff
