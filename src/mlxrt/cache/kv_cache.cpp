@@ -18,7 +18,7 @@ mx::array prefix(const mx::array& a, int end) {
 
 }  // namespace
 
-std::pair<mx::array, mx::array> KVCache::update_and_fetch(const mx::array& keys, const mx::array& values) {
+CachedKV KVCache::update_and_fetch(const mx::array& keys, const mx::array& values) {
   const int prev = offset_;
   const int length = keys.shape(2);
   if (!keys_ || prev + length > keys_->shape(2)) {
@@ -45,8 +45,13 @@ std::pair<mx::array, mx::array> KVCache::update_and_fetch(const mx::array& keys,
   mx::Shape v_stop = {values_->shape(0), values_->shape(1), offset_, values_->shape(3)};
   keys_ = mx::slice_update(*keys_, keys, start, k_stop);
   values_ = mx::slice_update(*values_, values, start, v_stop);
-  if (offset_ < keys_->shape(2)) return {prefix(*keys_, offset_), prefix(*values_, offset_)};
-  return {*keys_, *values_};
+  return *keys_and_values();
+}
+
+std::optional<PlainKV> KVCache::keys_and_values() const {
+  if (!keys_) return std::nullopt;
+  if (offset_ < keys_->shape(2)) return PlainKV{prefix(*keys_, offset_), prefix(*values_, offset_)};
+  return PlainKV{*keys_, *values_};
 }
 
 std::vector<mx::array> KVCache::state() const {
@@ -58,6 +63,14 @@ int KVCache::trim(int n) {
   n = std::min(offset_, n);
   offset_ -= n;
   return n;
+}
+
+size_t KVCache::nbytes() const { return keys_ ? keys_->nbytes() + values_->nbytes() : 0; }
+
+void KVCache::set_state(mx::array keys, mx::array values, int offset) {
+  keys_ = std::move(keys);
+  values_ = std::move(values);
+  offset_ = offset;
 }
 
 }  // namespace mlxrt::cache

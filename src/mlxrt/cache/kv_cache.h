@@ -2,27 +2,27 @@
 /** mlx-lm's KVCache (mlx_lm/models/cache.py): keys/values grown in steps of 256 positions,
  * written in place with slice updates, read back as the [0, offset) prefix. */
 #include <optional>
-#include <utility>
 
-#include <mlx/array.h>
+#include "mlxrt/cache/cache.h"
 
 namespace mlxrt::cache {
 
-namespace mx = mlx::core;
-
-class KVCache {
+class KVCache final : public Cache {
  public:
   static constexpr int kStep = 256;
 
-  /** Appends [B, heads, L, D] keys/values at `offset` and returns the whole cached prefix. */
-  std::pair<mx::array, mx::array> update_and_fetch(const mx::array& keys, const mx::array& values);
+  CachedKV update_and_fetch(const mx::array& keys, const mx::array& values) override;
+  int offset() const override { return offset_; }
+  bool empty() const override { return !keys_.has_value(); }
+  std::vector<mx::array> state() const override;
+  bool is_trimmable() const override { return true; }
+  int trim(int n) override;
+  size_t nbytes() const override;
 
-  int offset() const { return offset_; }
-  bool empty() const { return !keys_.has_value(); }
-  /** The arrays to evaluate after a prefill chunk (mlx-lm evaluates `cache.state`). */
-  std::vector<mx::array> state() const;
-  /** Drops the last `n` positions (mlx-lm's trim); returns how many were dropped. */
-  int trim(int n);
+  /** The stored keys/values up to offset() (nullopt while empty). */
+  std::optional<PlainKV> keys_and_values() const;
+  /** Replaces the contents (e.g. from a saved prompt cache). */
+  void set_state(mx::array keys, mx::array values, int offset);
 
  private:
   std::optional<mx::array> keys_;

@@ -18,7 +18,7 @@ mx::array slice_1d(const mx::array& a, int start, int stop) { return mx::slice(a
 }  // namespace
 
 TokenGenerator::TokenGenerator(model::CausalLM& model, const std::vector<int32_t>& prompt_ids,
-                               GenerateOptions options, model::KVCacheList* cache)
+                               GenerateOptions options, model::CacheList* cache)
     : model_(model), options_(std::move(options)), y_(mx::array(0)), logprobs_(mx::array(0.0f)) {
   if (prompt_ids.empty()) throw UsageError("the prompt is empty: at least one token is needed");
   if (options_.prefill_step_size <= 0) throw UsageError("--prefill-step-size must be positive");
@@ -43,7 +43,7 @@ TokenGenerator::TokenGenerator(model::CausalLM& model, const std::vector<int32_t
     model_(mx::expand_dims(chunk, 0), cache_);
     std::vector<mx::array> state;
     for (const auto& c : *cache_)
-      for (auto& a : c.state()) state.push_back(a);
+      for (auto& a : c->state()) state.push_back(a);
     mx::eval(state);
     if (!options_.logits_processors.empty())
       tokens_ = tokens_ ? mx::concatenate({*tokens_, chunk}) : chunk;

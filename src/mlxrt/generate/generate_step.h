@@ -40,20 +40,20 @@ class TokenGenerator {
  public:
   /** Prefills `prompt` into `cache` (made fresh when null) and dispatches the first step. */
   TokenGenerator(model::CausalLM& model, const std::vector<int32_t>& prompt, GenerateOptions options,
-                 model::KVCacheList* cache = nullptr);
+                 model::CacheList* cache = nullptr);
 
   /** The next token, or nullopt once max_tokens have been produced. */
   std::optional<GeneratedToken> next();
 
-  model::KVCacheList& cache() { return *cache_; }
+  model::CacheList& cache() { return *cache_; }
 
  private:
   std::pair<mx::array, mx::array> step(const mx::array& input_tokens);
 
   model::CausalLM& model_;
   GenerateOptions options_;
-  model::KVCacheList own_cache_;
-  model::KVCacheList* cache_;
+  model::CacheList own_cache_;
+  model::CacheList* cache_;
   std::optional<mx::array> tokens_;  // history for the logits processors
   mx::array y_, logprobs_;
   int n_ = 0;

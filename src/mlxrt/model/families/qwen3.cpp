@@ -5,6 +5,7 @@
 
 #include <mlx/ops.h>
 
+#include "mlxrt/cache/kv_cache.h"
 #include "mlxrt/model/nn/activations.h"
 #include "mlxrt/model/nn/attention.h"
 #include "mlxrt/model/nn/linear.h"
@@ -75,21 +76,22 @@ struct Attention {
         rope(nn::Rope::initialize(args.head_dim, args.rope_theta, false, args.rope_scaling,
                                   args.max_position_embeddings, w.config().source())) {}
 
-  mx::array operator()(const mx::array& x, const nn::AttentionMask& mask, cache::KVCache* cache) const {
+  mx::array operator()(const mx::array& x, const nn::AttentionMask& mask, cache::Cache* cache) const {
     const int B = x.shape(0), L = x.shape(1);
     auto queries = q_proj(x), keys = k_proj(x), values = v_proj(x);
     queries = mx::transpose(q_norm(mx::reshape(queries, {B, L, n_heads, -1})), {0, 2, 1, 3});
     keys = mx::transpose(k_norm(mx::reshape(keys, {B, L, n_kv_heads, -1})), {0, 2, 1, 3});
     values = mx::transpose(mx::reshape(values, {B, L, n_kv_heads, -1}), {0, 2, 1, 3});
+    cache::CachedKV kv = cache::PlainKV{keys, values};
     if (cache) {
       queries = rope(queries, cache->offset());
       keys = rope(keys, cache->offset());
-      std::tie(keys, values) = cache->update_and_fetch(keys, values);
+      kv = cache->update_and_fetch(keys, values);
     } else {
       queries = rope(queries, 0);
-      keys = rope(keys, 0);
+      kv = cache::PlainKV{rope(keys, 0), values};
     }
-    auto output = nn::scaled_dot_product_attention(queries, keys, values, scale, mask);
+    auto output = nn::scaled_dot_product_attention(queries, kv, scale, mask);
     output = mx::reshape(mx::transpose(output, {0, 2, 1, 3}), {B, L, -1});
     return o_proj(output);
   }
@@ -116,7 +118,7 @@ struct TransformerBlock {
         post_attention_layernorm(
             nn::RMSNorm::load(w, p + ".post_attention_layernorm", args.hidden_size, args.rms_norm_eps)) {}
 
-  mx::array operator()(const mx::array& x, const nn::AttentionMask& mask, cache::KVCache* cache) const {
+  mx::array operator()(const mx::array& x, const nn::AttentionMask& mask, cache::Cache* cache) const {
     auto r = self_attn(input_layernorm(x), mask, cache);
     auto h = mx::add(x, r);
     r = mlp(post_attention_layernorm(h));
@@ -140,15 +142,19 @@ class Model final : public CausalLM {
     }
   }
 
-  mx::array operator()(const mx::array& inputs, KVCacheList* cache) override {
+  mx::array operator()(const mx::array& inputs, CacheList* cache) override {
     auto h = embed_tokens_(inputs);
-    auto mask = nn::create_attention_mask(h.shape(1));
-    for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i](h, mask, cache ? &(*cache)[i] : nullptr);
+    auto mask = nn::create_attention_mask(h.shape(1), cache ? (*cache)[0].get() : nullptr);
+    for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i](h, mask, cache ? (*cache)[i].get() : nullptr);
     auto out = norm_(h);
     return lm_head_ ? (*lm_head_)(out) : embed_tokens_.as_linear(out);
   }
 
-  KVCacheList make_cache() const override { return KVCacheList(layers_.size()); }
+  CacheList make_cache() const override {
+    CacheList caches;
+    for (size_t i = 0; i < layers_.size(); ++i) caches.push_back(std::make_unique<cache::KVCache>());
+    return caches;
+  }
   int vocab_size() const override { return args_.vocab_size; }
 
  private:

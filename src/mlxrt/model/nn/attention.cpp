@@ -1,0 +1,90 @@
+// Port of create_attention_mask, scaled_dot_product_attention and
+// quantized_scaled_dot_product_attention (mlx_lm/models/base.py, mlx-lm 0.32.2).
+#include "mlxrt/model/nn/attention.h"
+
+#include <limits>
+
+#include <mlx/fast.h>
+#include <mlx/ops.h>
+#include <mlx/types/limits.h>
+
+namespace mlxrt::model::nn {
+
+AttentionMask create_attention_mask(int n, const cache::Cache* cache, std::optional<int> window_size) {
+  if (cache) return cache->make_mask(n, window_size);
+  if (n == 1) return {};
+  if (window_size && n > *window_size) return AttentionMask::of(cache::create_causal_mask(n, 0, window_size));
+  return AttentionMask::causal();
+}
+
+namespace {
+
+// mx.finfo(dtype).min as a scalar of that dtype (the float value is exact in each type).
+mx::array dtype_lowest(mx::Dtype dtype) {
+  float v = std::numeric_limits<float>::lowest();
+  if (dtype == mx::float16) v = static_cast<float>(mx::numeric_limits<mx::float16_t>::lowest());
+  if (dtype == mx::bfloat16) v = static_cast<float>(mx::numeric_limits<mx::bfloat16_t>::lowest());
+  return mx::array(v, dtype);
+}
+
+mx::array fused_attention(const mx::array& q, const cache::PlainKV& kv, float scale, const AttentionMask& mask) {
+  switch (mask.kind) {
+    case AttentionMask::Kind::causal:
+      return mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, scale, "causal");
+    case AttentionMask::Kind::array:
+      return mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, scale, "array", mask.mask);
+    case AttentionMask::Kind::none:
+      break;
+  }
+  return mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, scale, "");
+}
+
+cache::QuantizedTensor expand_heads(const cache::QuantizedTensor& t) {
+  return {mx::expand_dims(t.packed, -3), mx::expand_dims(t.scales, -3), mx::expand_dims(t.biases, -3)};
+}
+
+mx::array quantized_attention(mx::array queries, const cache::QuantizedKV& kv, float scale,
+                              const AttentionMask& mask) {
+  const int B = queries.shape(0), n_q_heads = queries.shape(1), L = queries.shape(2), D = queries.shape(3);
+  const int n_kv_heads = kv.keys.packed.shape(-3);
+  const int n_repeats = n_q_heads / n_kv_heads;
+  queries = mx::multiply(queries, mx::array(scale, queries.dtype()));
+  auto keys = kv.keys, values = kv.values;
+  if (n_repeats > 1) {
+    queries = mx::reshape(queries, {B, n_kv_heads, n_repeats, L, D});
+    keys = expand_heads(keys);
+    values = expand_heads(values);
+  }
+  auto scores = mx::quantized_matmul(queries, keys.packed, keys.scales, keys.biases, true, kv.group_size, kv.bits);
+  if (mask.kind != AttentionMask::Kind::none) {
+    mx::array m = mx::array(false);
+    if (mask.kind == AttentionMask::Kind::causal) {
+      const int qL = scores.shape(-2), kL = scores.shape(-1);
+      auto q_indices = mx::arange(kL - qL, kL);
+      auto k_indices = mx::arange(kL);
+      m = mx::greater_equal(mx::expand_dims(q_indices, 1), mx::expand_dims(k_indices, 0));
+    } else {
+      m = *mask.mask;
+    }
+    if (n_repeats > 1 && m.ndim() > 3) m = mx::expand_dims(m, -3);
+    if (m.dtype() == mx::bool_) {
+      scores = mx::where(m, scores, dtype_lowest(scores.dtype()));
+    } else {
+      scores = mx::add(scores, m);
+    }
+  }
+  scores = mx::softmax(scores, -1, /*precise=*/true);
+  auto out = mx::quantized_matmul(scores, values.packed, values.scales, values.biases, false, kv.group_size, kv.bits);
+  if (n_repeats > 1) out = mx::reshape(out, {B, n_q_heads, L, D});
+  return out;
+}
+
+}  // namespace
+
+mx::array scaled_dot_product_attention(const mx::array& queries, const cache::CachedKV& kv, float scale,
+                                       const AttentionMask& mask) {
+  if (const auto* q = std::get_if<cache::QuantizedKV>(&kv)) return quantized_attention(queries, *q, scale, mask);
+  return fused_attention(queries, std::get<cache::PlainKV>(kv), scale, mask);
+}
+
+}  // namespace mlxrt::model::nn
