@@ -119,21 +119,23 @@ Value f_replace(Interpreter& in, const Value& v, CallArgs& a) {
 }
 
 Value f_string(Interpreter&, const Value& v, CallArgs&) { return v.is_string() ? v : Value(str_of(v)); }
-Value f_safe(Interpreter&, const Value& v, CallArgs&) { return v; }
+Value f_safe(Interpreter&, const Value& v, CallArgs&) {
+  Value r(str_of(v));
+  r.markup = true;
+  return r;
+}
 
 Value f_escape(Interpreter&, const Value& v, CallArgs&) {
-  std::string out;
-  for (char c : str_of(v)) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
-    }
-  }
-  return Value(std::move(out));
+  if (v.is_string() && v.markup) return v;
+  Value r(html_escape(str_of(v)));
+  r.markup = true;
+  return r;
+}
+
+Value f_forceescape(Interpreter&, const Value& v, CallArgs&) {
+  Value r(html_escape(str_of(v)));
+  r.markup = true;
+  return r;
 }
 
 std::optional<double> parse_float(const std::string& s) {
@@ -229,6 +231,7 @@ Value f_first(Interpreter&, const Value& v, CallArgs&) {
 }
 
 Value f_last(Interpreter&, const Value& v, CallArgs&) {
+  if (v.is_list() && v.list().is_generator) throw OpError("'generator' object is not reversible");
   auto items = iterate(v);
   if (items.empty()) return Value::undefined("No last item, sequence was empty.");
   return items.back();
@@ -244,6 +247,7 @@ Value f_items(Interpreter&, const Value& v, CallArgs&) {
 
 Value f_map(Interpreter& in, const Value& v, CallArgs& a) {
   std::vector<Value> out;
+  if (!truthy(v)) return make_generator({});
   const Value* attribute = nullptr;
   const Value* dflt = nullptr;
   for (const auto& [k, x] : a.keyword) {
@@ -255,7 +259,7 @@ Value f_map(Interpreter& in, const Value& v, CallArgs& a) {
       Value r = get_path(in, item, str_of(*attribute));
       out.push_back(r.is_undefined() && dflt ? *dflt : r);
     }
-    return make_list(std::move(out));
+    return make_generator(std::move(out));
   }
   if (a.positional.empty()) throw OpError("map requires a filter argument");
   std::string name = str_of(a.positional[0]);
@@ -267,7 +271,7 @@ Value f_map(Interpreter& in, const Value& v, CallArgs& a) {
     rest.keyword = a.keyword;
     out.push_back(in.apply_filter(name, item, rest));
   }
-  return make_list(std::move(out));
+  return make_generator(std::move(out));
 }
 
 Value select_impl(Interpreter& in, const Value& v, CallArgs& a, bool by_attr, bool keep) {
@@ -281,6 +285,7 @@ Value select_impl(Interpreter& in, const Value& v, CallArgs& a, bool by_attr, bo
   if (a.positional.size() > base) test = str_of(a.positional[base]);
   if (test && !is_known_test(*test)) throw OpError("No test named '" + *test + "'.");
   std::vector<Value> out;
+  if (!truthy(v)) return make_generator({});
   for (const auto& item : iterate(v)) {
     in.tick();
     Value subject = by_attr ? get_path(in, item, attr) : item;
@@ -295,7 +300,7 @@ Value select_impl(Interpreter& in, const Value& v, CallArgs& a, bool by_attr, bo
     }
     if (r == keep) out.push_back(item);
   }
-  return make_list(std::move(out));
+  return make_generator(std::move(out));
 }
 
 Value f_select(Interpreter& in, const Value& v, CallArgs& a) { return select_impl(in, v, a, false, true); }
@@ -474,7 +479,7 @@ const std::map<std::string, FilterFn>& filter_table() {
       {"abs", f_abs},         {"attr", f_attr},         {"batch", f_batch},         {"capitalize", f_capitalize},
       {"center", f_center},   {"count", f_count},       {"d", f_default},           {"default", f_default},
       {"dictsort", f_dictsort}, {"e", f_escape},        {"escape", f_escape},       {"first", f_first},
-      {"float", f_float},     {"forceescape", f_escape}, {"format", f_format},      {"indent", f_indent},
+      {"float", f_float},     {"forceescape", f_forceescape}, {"format", f_format},      {"indent", f_indent},
       {"int", f_int},         {"items", f_items},       {"join", f_join},           {"last", f_last},
       {"length", f_length},   {"list", f_list},         {"lower", f_lower},         {"map", f_map},
       {"max", f_max},         {"min", f_min},           {"reject", f_reject},       {"rejectattr", f_rejectattr},

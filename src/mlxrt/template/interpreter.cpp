@@ -464,7 +464,7 @@ Value Interpreter::eval_slice(const Value& obj, const Expr& slice) {
     for (auto i : pick(static_cast<std::int64_t>(u.size()))) out.push_back(u[static_cast<std::size_t>(i)]);
     return Value(utf8_encode(out));
   }
-  if (obj.is_list()) {
+  if (obj.is_list() && !obj.list().is_generator) {
     const auto& items = obj.list().items;
     std::vector<Value> out;
     for (auto i : pick(static_cast<std::int64_t>(items.size()))) out.push_back(items[static_cast<std::size_t>(i)]);
@@ -493,6 +493,8 @@ Value Interpreter::getitem(const Value& obj, const Value& key) {
   require_defined(obj);
   if (obj.is_dict()) {
     if (const Value* v = obj.dict().find(key)) return *v;
+  } else if (obj.is_list() && obj.list().is_generator) {
+    return Value::undefined("'generator' object is not subscriptable");
   } else if (obj.is_list() && (key.is_int() || key.is_bool())) {
     const auto& items = obj.list().items;
     std::int64_t i = key.as_int();

@@ -64,9 +64,17 @@ Value binary_op(const std::string& op, const Value& a, const Value& b, std::size
     }
     if (a.is_string() && b.is_string()) {
       if (a.str().size() + b.str().size() > max_size) throw OpError("string exceeds the output limit");
-      return Value(a.str() + b.str());
+      if (a.markup == b.markup) {
+        Value r(a.str() + b.str());
+        r.markup = a.markup;
+        return r;
+      }
+      Value r(a.markup ? a.str() + html_escape(b.str()) : html_escape(a.str()) + b.str());
+      r.markup = true;
+      return r;
     }
-    if (a.is_list() && b.is_list() && a.list().is_tuple == b.list().is_tuple) {
+    if (a.is_list() && b.is_list() && a.list().is_tuple == b.list().is_tuple && !a.list().is_generator &&
+        !b.list().is_generator) {
       std::vector<Value> items = a.list().items;
       items.insert(items.end(), b.list().items.begin(), b.list().items.end());
       return make_list(std::move(items), a.list().is_tuple);
@@ -135,7 +143,7 @@ bool contains(const Value& container, const Value& item) {
   }
   if (container.is_dict()) return container.dict().find(item) != nullptr;
   if (container.is_list()) {
-    for (const auto& v : container.list().items)
+    for (const auto& v : iterate(container))
       if (equals(v, item)) return true;
     return false;
   }

@@ -17,10 +17,36 @@ class Parser {
   Body parse_all() {
     Body body = parse_body({});
     if (cur().type != Tok::kEnd) fail("unexpected token");
+    // jinja2 rejects unknown filters/tests when compiling, except inside `if` statements and
+    // inline ifs ("soft" frames), where they fail only if they run.
+    for (const auto& u : unknown_)
+      if (!u.soft) throw SyntaxFailure{u.message, u.line, u.column};
     return body;
   }
 
  private:
+  struct Unknown {
+    std::string message;
+    int line;
+    int column;
+    bool soft;
+  };
+  /** Runs `fn` with soft_ set to `soft`, restoring it afterwards. */
+  template <typename F>
+  decltype(auto) with_soft(bool soft, F fn) {
+    bool saved = soft_;
+    soft_ = soft;
+    struct Restore {
+      bool& flag;
+      bool value;
+      ~Restore() { flag = value; }
+    } restore{soft_, saved};
+    return fn();
+  }
+  void note_unknown(const std::string& what, const std::string& name, const Token& t) {
+    unknown_.push_back({"No " + what + " named '" + name + "'.", t.line, t.column, soft_});
+  }
+
   // --- token helpers -----------------------------------------------------------------------
   const Token& cur() const { return toks_[pos_]; }
   const Token& peek(std::size_t n = 1) const { return toks_[std::min(pos_ + n, toks_.size() - 1)]; }
@@ -163,6 +189,10 @@ class Parser {
   }
 
   StmtPtr parse_if(const Token& at) {
+    return with_soft(true, [&] { return parse_if_body(at); });
+  }
+
+  StmtPtr parse_if_body(const Token& at) {
     auto s = make_stmt(Stmt::Kind::kIf, at);
     ExprPtr cond = parse_tuple(false, false);
     while (true) {
@@ -195,7 +225,7 @@ class Parser {
     if (skip_name("recursive")) fail("recursive for loops are not supported");
     expect_block_end();
     ++loop_depth_;
-    s->body = parse_body({"endfor", "else"});
+    s->body = with_soft(false, [&] { return parse_body({"endfor", "else"}); });
     --loop_depth_;
     std::string which = cur().value;
     advance();
@@ -203,7 +233,7 @@ class Parser {
       expect_block_end();
       int saved = loop_depth_;
       loop_depth_ = 0;  // break/continue in for-else belong to an outer loop; jinja2 rejects them
-      s->else_body = parse_body({"endfor"});
+      s->else_body = with_soft(false, [&] { return parse_body({"endfor"}); });
       loop_depth_ = saved;
       advance();
     }
@@ -225,7 +255,7 @@ class Parser {
     s->target = std::move(target);
     if (is_op("|")) s->expr = parse_filter_chain(nullptr);
     expect_block_end();
-    s->body = parse_body({"endset"});
+    s->body = with_soft(false, [&] { return parse_body({"endset"}); });
     advance();
     expect_block_end();
     return s;
@@ -286,7 +316,7 @@ class Parser {
     expect_block_end();
     int saved = loop_depth_;
     loop_depth_ = 0;
-    s->macro->body = parse_body({"endmacro"});
+    s->macro->body = with_soft(false, [&] { return parse_body({"endmacro"}); });
     loop_depth_ = saved;
     advance();
     expect_block_end();
@@ -302,7 +332,7 @@ class Parser {
     expect_block_end();
     int saved = loop_depth_;
     loop_depth_ = 0;
-    s->macro->body = parse_body({"endcall"});
+    s->macro->body = with_soft(false, [&] { return parse_body({"endcall"}); });
     loop_depth_ = saved;
     advance();
     expect_block_end();
@@ -313,7 +343,7 @@ class Parser {
     auto s = make_stmt(Stmt::Kind::kFilterBlock, at);
     s->expr = parse_filter_chain(nullptr, /*first_without_bar=*/true);
     expect_block_end();
-    s->body = parse_body({"endfilter"});
+    s->body = with_soft(false, [&] { return parse_body({"endfilter"}); });
     advance();
     expect_block_end();
     return s;
@@ -328,7 +358,7 @@ class Parser {
       s->assignments.emplace_back(std::move(target), parse_expression(true));
     }
     expect_block_end();
-    s->body = parse_body({"endwith"});
+    s->body = with_soft(false, [&] { return parse_body({"endwith"}); });
     advance();
     expect_block_end();
     return s;
@@ -371,11 +401,13 @@ class Parser {
 
   ExprPtr parse_condexpr() {
     const Token at = cur();
+    std::size_t mark = unknown_.size();
     ExprPtr e = parse_or();
     while (skip_name("if")) {
+      for (std::size_t i = mark; i < unknown_.size(); ++i) unknown_[i].soft = true;
       auto c = node(Expr::Kind::kCond, at);
-      ExprPtr cond = parse_or();
-      ExprPtr other = skip_name("else") ? parse_condexpr() : nullptr;
+      ExprPtr cond = with_soft(true, [&] { return parse_or(); });
+      ExprPtr other = skip_name("else") ? with_soft(true, [&] { return parse_condexpr(); }) : nullptr;
       c->args.push_back(std::move(e));
       c->args.push_back(std::move(cond));
       c->args.push_back(std::move(other));
@@ -693,7 +725,7 @@ class Parser {
       first = false;
       const Token t = cur();
       std::string name = parse_dotted_name();
-      if (!is_known_filter(name)) throw SyntaxFailure{"No filter named '" + name + "'.", t.line, t.column};
+      if (!is_known_filter(name)) note_unknown("filter", name, t);
       auto f = node(Expr::Kind::kFilter, t);
       f->name = name;
       f->args.push_back(std::move(subject));
@@ -713,7 +745,7 @@ class Parser {
         bool negated = skip_name("not");
         const Token t = cur();
         std::string name = parse_dotted_name();
-        if (!is_known_test(name)) throw SyntaxFailure{"No test named '" + name + "'.", t.line, t.column};
+        if (!is_known_test(name)) note_unknown("test", name, t);
         auto test = node(Expr::Kind::kTest, at);
         test->name = name;
         test->negated = negated;
@@ -734,6 +766,8 @@ class Parser {
   }
 
   const std::vector<Token>& toks_;
+  std::vector<Unknown> unknown_;
+  bool soft_ = false;
   std::size_t pos_ = 0;
   int depth_ = 0;
   int loop_depth_ = 0;

@@ -32,7 +32,7 @@ bool t_iterable(Interpreter&, const Value& v, CallArgs&) {
   return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
 }
 bool t_sequence(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
+  return (v.is_list() && !v.list().is_generator) || v.is_dict() || v.is_string() || v.is_undefined();
 }
 bool t_number(Interpreter&, const Value& v, CallArgs&) { return v.is_number(); }
 bool t_integer(Interpreter&, const Value& v, CallArgs&) { return integral(v); }

@@ -46,6 +46,28 @@ Value make_list(std::vector<Value> items, bool is_tuple) {
   return Value(ListPtr(std::move(l)));
 }
 
+Value make_generator(std::vector<Value> items) {
+  auto l = std::make_shared<ListData>();
+  l->items = std::move(items);
+  l->is_generator = true;
+  return Value(ListPtr(std::move(l)));
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out.push_back(c);
+    }
+  }
+  return out;
+}
+
 Value make_dict(std::vector<std::pair<Value, Value>> items) {
   auto d = std::make_shared<DictData>();
   d->items = std::move(items);
@@ -77,7 +99,7 @@ bool truthy(const Value& v) {
         else if constexpr (std::is_same_v<T, std::int64_t>) return x != 0;
         else if constexpr (std::is_same_v<T, double>) return x != 0.0;
         else if constexpr (std::is_same_v<T, std::string>) return !x.empty();
-        else if constexpr (std::is_same_v<T, ListPtr>) return !x->items.empty();
+        else if constexpr (std::is_same_v<T, ListPtr>) return x->is_generator || !x->items.empty();
         else if constexpr (std::is_same_v<T, DictPtr>) return !x->items.empty();
         else return true;
       },
@@ -95,6 +117,7 @@ bool equals(const Value& a, const Value& b) {
   if (a.is_list()) {
     const auto& x = a.list();
     const auto& y = b.list();
+    if (x.is_generator || y.is_generator) return &x == &y;
     if (x.is_tuple != y.is_tuple || x.items.size() != y.items.size()) return false;
     for (std::size_t i = 0; i < x.items.size(); ++i)
       if (!equals(x.items[i], y.items[i])) return false;
@@ -150,7 +173,7 @@ std::string type_name(const Value& v) {
     case 3: return "int";
     case 4: return "float";
     case 5: return "str";
-    case 6: return v.list().is_tuple ? "tuple" : "list";
+    case 6: return v.list().is_generator ? "generator" : v.list().is_tuple ? "tuple" : "list";
     case 7: return "dict";
     case 8: return "Namespace";
     default: return "function";
@@ -220,6 +243,8 @@ void seq_repr(std::string& out, const ListData& l) {
 void repr_into(std::string& out, const Value& v, bool top) {
   if (v.is_string()) {
     out += top ? v.str() : py_str_repr(v.str());
+  } else if (v.is_list() && v.list().is_generator) {
+    out += "<generator object>";
   } else if (v.is_list()) {
     seq_repr(out, v.list());
   } else if (v.is_dict()) {
@@ -267,6 +292,11 @@ std::string repr(const Value& v) {
 }
 
 std::vector<Value> iterate(const Value& v) {
+  if (v.is_list() && v.list().is_generator) {
+    if (v.list().consumed) return {};
+    v.list().consumed = true;
+    return v.list().items;
+  }
   if (v.is_list()) return v.list().items;
   if (v.is_dict()) {
     std::vector<Value> keys;
@@ -288,7 +318,7 @@ std::vector<Value> iterate(const Value& v) {
 
 std::int64_t length(const Value& v) {
   if (v.is_string()) return static_cast<std::int64_t>(utf8_length(v.str()));
-  if (v.is_list()) return static_cast<std::int64_t>(v.list().items.size());
+  if (v.is_list() && !v.list().is_generator) return static_cast<std::int64_t>(v.list().items.size());
   if (v.is_dict()) return static_cast<std::int64_t>(v.dict().items.size());
   if (v.is_undefined()) return 0;
   throw OpError("object of type '" + type_name(v) + "' has no len()");
@@ -387,7 +417,7 @@ void dump(std::string& out, const Value& v, const DumpOptions& o, int level) {
     else out += float_repr(d);
   } else if (v.is_string()) {
     json_string(out, v.str(), o.ensure_ascii);
-  } else if (v.is_list()) {
+  } else if (v.is_list() && !v.list().is_generator) {
     const auto& items = v.list().items;
     if (items.empty()) {
       out += "[]";

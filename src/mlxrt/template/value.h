@@ -32,6 +32,10 @@ struct None {};
 struct ListData {
   std::vector<Value> items;
   bool is_tuple = false;
+  // jinja2's map/select/... return one-pass generators: always truthy, no len(), not JSON
+  // serialisable, empty once iterated. Generators live only inside one render.
+  bool is_generator = false;
+  mutable bool consumed = false;
 };
 struct DictData;
 struct NamespaceData;
@@ -56,6 +60,9 @@ struct Value {
   std::variant<Undefined, None, bool, std::int64_t, double, std::string, ListPtr, DictPtr, NamespacePtr,
                CallablePtr>
       v;
+
+  // markupsafe.Markup (from `safe`/`escape`): adding a plain str to it HTML-escapes that str.
+  bool markup = false;
 
   Value() : v(Undefined{}) {}
   static Value undefined(std::string hint = {}) { return Value(Undefined{std::move(hint)}); }
@@ -106,6 +113,9 @@ struct NamespaceData {
 };
 
 Value make_list(std::vector<Value> items, bool is_tuple = false);
+Value make_generator(std::vector<Value> items);
+/** markupsafe.escape of a plain string. */
+std::string html_escape(const std::string& s);
 Value make_dict(std::vector<std::pair<Value, Value>> items);
 /** A dict built key by key: a repeated key keeps its first position and takes the last value. */
 void dict_set(std::vector<std::pair<Value, Value>>& items, Value key, Value value);
