@@ -1,0 +1,110 @@
+// Encode and decode over the tokenizer.json pipeline (or SentencePiece), and the Tokenizer handle.
+#include "mlxrt/tokenizer/tokenizer.h"
+
+#include "mlxrt/tokenizer/tokenizer_impl.h"
+#include "mlxrt/tokenizer/utf8.h"
+
+namespace mlxrt::tokenizer {
+
+using detail::Segment;
+
+std::vector<int32_t> Tokenizer::Impl::encode(std::string_view input, bool add_special_tokens) const {
+  std::string text = detail::repair_utf8(input);
+  std::vector<int32_t> ids;
+  if (spm) {
+    ids = spm->encode(text);
+    if (add_special_tokens) {
+      if (add_bos_spm && spm->bos_id()) ids.insert(ids.begin(), *spm->bos_id());
+      if (add_eos_spm && spm->eos_id()) ids.push_back(*spm->eos_id());
+    }
+    return ids;
+  }
+  // 1. tokens matched in the raw text; 2. normalize the rest, then tokens matched after normalizing.
+  std::vector<Segment> raw, normalized;
+  added.split(Segment{std::move(text), std::nullopt, true}, false, raw);
+  std::vector<detail::Piece> pieces;
+  for (auto& seg : raw) {
+    if (seg.id) {
+      ids.push_back(*seg.id);
+      continue;
+    }
+    if (normalizer) normalizer->normalize(seg.text);
+    normalized.clear();
+    added.split(seg, true, normalized);
+    for (auto& part : normalized) {
+      if (part.id) {
+        ids.push_back(*part.id);
+        continue;
+      }
+      pieces.clear();
+      pieces.push_back({std::move(part.text), part.at_start});
+      if (pre_tokenizer) pre_tokenizer->split(pieces);
+      for (const auto& p : pieces) model->tokenize(p.text, ids);
+    }
+  }
+  if (add_special_tokens && post_processor) post_processor->process(ids);
+  return ids;
+}
+
+std::string Tokenizer::Impl::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  if (spm) return spm->decode(ids, skip_special_tokens);
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int32_t id : ids) {
+    const std::string* t = nullptr;
+    if (const auto* a = added.by_id(id)) t = &a->content;
+    else t = model->id_to_token(id);
+    if (!t) continue;
+    if (skip_special_tokens && added.is_special_content(*t)) continue;
+    tokens.push_back(*t);
+  }
+  std::string out;
+  if (decoder) {
+    decoder->decode_chain(tokens);
+    for (const auto& t : tokens) out += t;
+  } else {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (i) out += ' ';
+      out += tokens[i];
+    }
+  }
+  return out;
+}
+
+std::optional<int32_t> Tokenizer::Impl::token_to_id(std::string_view token) const {
+  if (spm) return spm->piece_to_id(token);
+  if (auto id = added.find(token)) return id;
+  return model->token_to_id(token);
+}
+
+std::string Tokenizer::Impl::id_to_token(int32_t id) const {
+  if (spm) return spm->id_to_piece(id);
+  if (const auto* a = added.by_id(id)) return a->content;
+  const std::string* t = model->id_to_token(id);
+  return t ? *t : std::string();
+}
+
+bool Tokenizer::Impl::is_special(int32_t id) const {
+  if (spm) return spm->is_control(id);
+  const auto* a = added.by_id(id);
+  return a && a->special;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  return impl_->encode(text, add_special_tokens);
+}
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  return impl_->decode(ids, skip_special_tokens);
+}
+std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const { return impl_->token_to_id(token); }
+std::string Tokenizer::id_to_token(int32_t id) const { return impl_->id_to_token(id); }
+size_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
+size_t Tokenizer::id_limit() const { return impl_->id_limit; }
+std::optional<int32_t> Tokenizer::bos_token_id() const { return impl_->bos_id; }
+std::vector<int32_t> Tokenizer::eos_token_ids() const { return impl_->eos_ids; }
+const TokenizerConfig& Tokenizer::config() const { return impl_->config; }
+bool Tokenizer::is_special(int32_t id) const { return impl_->is_special(id); }
+StreamingKind Tokenizer::streaming_kind() const { return impl_->streaming; }
+StreamingDetokenizer Tokenizer::streaming_detokenizer() const { return StreamingDetokenizer(*this); }
+
+}  // namespace mlxrt::tokenizer
