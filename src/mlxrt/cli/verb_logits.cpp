@@ -42,7 +42,7 @@ void register_logits(CLI::App& app) {
     bool incremental = false;
   };
   auto a = std::make_shared<Args>();
-  cmd->add_option("--model,-m", a->model, "Model directory or HF cache snapshot")->required();
+  cmd->add_option("--model", a->model, "Model directory or HF cache snapshot")->required();
   cmd->add_option("--tokens", a->tokens, "Comma-separated token ids")->required();
   cmd->add_option("--out", a->out, "Output .safetensors file (tensor 'logits' [T, vocab])")->required();
   cmd->add_flag("--incremental", a->incremental, "One token at a time through the KV cache");
