@@ -1,0 +1,144 @@
+#include "mlxrt/convert/gguf_blocks.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "mlxrt/util/errors.h"
+
+using namespace mlxrt::convert;
+
+namespace {
+
+uint16_t half_bits(float f) {  // exact for the values used here (representable in fp16)
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  uint32_t sign = (b >> 16) & 0x8000, exp = (b >> 23) & 0xff, mant = b & 0x7fffff;
+  return static_cast<uint16_t>(sign | ((exp - 112) << 10) | (mant >> 13));
+}
+
+GgufTensorInfo info(GgmlType type, uint64_t cols, uint64_t rows) {
+  GgufTensorInfo t{std::string("w")};
+  t.dims = {cols, rows};
+  t.type_id = static_cast<uint32_t>(type);
+  t.traits = *ggml_type_traits(t.type_id);
+  t.n_elements = cols * rows;
+  t.n_bytes = t.n_elements / t.traits.block_elements * t.traits.block_bytes;
+  return t;
+}
+
+/** MLX's affine dequantisation of element k of row r, written out from its definition. */
+float mlx_value(const AffineTensor& a, uint64_t r, uint64_t k) {
+  int bits = a.params.bits, per_word = 32 / bits;
+  uint64_t words_per_row = a.cols * bits / 32, groups = a.cols / a.params.group_size;
+  uint32_t word = a.weight[r * words_per_row + k / per_word];
+  uint32_t q = (word >> (bits * (k % per_word))) & ((1u << bits) - 1);
+  uint64_t g = r * groups + k / a.params.group_size;
+  return a.scales[g] * static_cast<float>(q) + a.biases[g];
+}
+
+void put_half(std::vector<uint8_t>& b, size_t at, float v) {
+  uint16_t h = half_bits(v);
+  b[at] = h & 0xff;
+  b[at + 1] = h >> 8;
+}
+
+}  // namespace
+
+TEST(GgufBlocks, HalfToFloatIsExact) {
+  EXPECT_EQ(half_to_float(0x3c00), 1.0f);
+  EXPECT_EQ(half_to_float(0xc000), -2.0f);
+  EXPECT_EQ(half_to_float(0x7bff), 65504.0f);
+  EXPECT_EQ(half_to_float(0x0001), std::ldexp(1.0f, -24));       // smallest subnormal
+  EXPECT_EQ(half_to_float(0x03ff), 1023 * std::ldexp(1.0f, -24));  // largest subnormal
+  EXPECT_EQ(half_to_float(0x0400), std::ldexp(1.0f, -14));
+  EXPECT_TRUE(std::isinf(half_to_float(0x7c00)));
+  EXPECT_TRUE(std::signbit(half_to_float(0x8000)));
+}
+
+TEST(GgufBlocks, Q4_1MapsToScaleDBiasM) {
+  std::vector<uint8_t> block(20);
+  put_half(block, 0, 0.125f);
+  put_half(block, 2, -1.5f);
+  for (int j = 0; j < 16; ++j) block[4 + j] = static_cast<uint8_t>(j | (15 - j) << 4);
+  auto a = repack_affine(info(GgmlType::q4_1, 32, 1), block.data());
+  EXPECT_EQ(a.params.bits, 4);
+  EXPECT_EQ(a.params.group_size, 32);
+  ASSERT_EQ(a.weight.size(), 4u);
+  EXPECT_EQ(a.weight[0], 0x76543210u);  // element 0 in the lowest nibble
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(mlx_value(a, 0, j), 0.125f * j - 1.5f);
+    EXPECT_EQ(mlx_value(a, 0, j + 16), 0.125f * (15 - j) - 1.5f);
+  }
+}
+
+TEST(GgufBlocks, Q4_0MapsToBiasMinus8D) {
+  std::vector<uint8_t> block(18);
+  put_half(block, 0, -0.375f);
+  for (int j = 0; j < 16; ++j) block[2 + j] = static_cast<uint8_t>((j * 7) % 16 | j << 4);
+  auto a = repack_affine(info(GgmlType::q4_0, 32, 1), block.data());
+  EXPECT_EQ(a.biases[0], 3.0f);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(mlx_value(a, 0, j), -0.375f * ((j * 7) % 16 - 8));
+    EXPECT_EQ(mlx_value(a, 0, j + 16), -0.375f * (j - 8));
+  }
+}
+
+TEST(GgufBlocks, Q8_0MapsToOffsetBytes) {
+  // Two rows of two blocks each, with extreme quants.
+  auto t = info(GgmlType::q8_0, 64, 2);
+  std::vector<uint8_t> data(t.n_bytes);
+  for (int b = 0; b < 4; ++b) {
+    put_half(data, b * 34, 0.5f * (b + 1));
+    for (int j = 0; j < 32; ++j) data[b * 34 + 2 + j] = static_cast<uint8_t>(static_cast<int8_t>(j * 8 - 128 + b));
+  }
+  auto a = repack_affine(t, data.data());
+  EXPECT_EQ(a.params.bits, 8);
+  ASSERT_EQ(a.weight.size(), 2u * 16u);
+  for (int r = 0; r < 2; ++r)
+    for (int k = 0; k < 64; ++k) {
+      int b = r * 2 + k / 32;
+      int8_t q = static_cast<int8_t>(k % 32 * 8 - 128 + b);
+      EXPECT_EQ(mlx_value(a, r, k), 0.5f * (b + 1) * q) << r << "," << k;
+    }
+}
+
+TEST(GgufBlocks, RowOrderPermutesWholeRows) {
+  auto t = info(GgmlType::q8_0, 32, 2);
+  std::vector<uint8_t> data(t.n_bytes);
+  put_half(data, 0, 1.0f);
+  put_half(data, 34, 2.0f);
+  std::vector<uint64_t> swap = {1, 0};
+  auto a = repack_affine(t, data.data(), &swap);
+  EXPECT_EQ(a.scales[0], 2.0f);
+  EXPECT_EQ(a.scales[1], 1.0f);
+}
+
+TEST(GgufBlocks, UnpermuteUndoesLlamaCppPermute) {
+  // llama.cpp: w.reshape(heads, 2, half, ...).swapaxes(1, 2): HF row h*hd + a*half + j lands at
+  // GGUF row h*hd + 2j + a.
+  const uint64_t heads = 3, head_dim = 8, rows = heads * head_dim, half = head_dim / 2;
+  std::vector<uint64_t> gguf_holds(rows);
+  for (uint64_t h = 0; h < heads; ++h)
+    for (uint64_t a = 0; a < 2; ++a)
+      for (uint64_t j = 0; j < half; ++j) gguf_holds[h * head_dim + 2 * j + a] = h * head_dim + a * half + j;
+  auto order = unpermute_qk_rows(rows, heads);
+  for (uint64_t r = 0; r < rows; ++r) EXPECT_EQ(gguf_holds[order[r]], r);
+  EXPECT_EQ((std::vector<uint64_t>(order.begin(), order.begin() + 8)),
+            (std::vector<uint64_t>{0, 2, 4, 6, 1, 3, 5, 7}));
+}
+
+TEST(GgufBlocks, PlainRowsArePermutedBytewise) {
+  auto t = info(GgmlType::f16, 2, 3);
+  std::vector<uint8_t> data = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  auto out = permute_plain_rows(t, data.data(), {2, 0, 1});
+  EXPECT_EQ(out, (std::vector<uint8_t>{9, 10, 11, 12, 1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+TEST(GgufBlocks, TypesWithoutAnExactAffineFormAreRefused) {
+  auto t = info(GgmlType::q4_k, 256, 1);
+  std::vector<uint8_t> data(t.n_bytes);
+  EXPECT_FALSE(affine_params_for(GgmlType::q4_k).has_value());
+  EXPECT_THROW(repack_affine(t, data.data()), mlxrt::UnsupportedError);
+}
