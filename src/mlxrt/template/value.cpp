@@ -259,7 +259,7 @@ void repr_into(std::string& out, const Value& v, bool top) {
     }
     out += "}";
   } else if (v.is_undefined()) {
-    out += "";
+    if (!top) out += "Undefined";
   } else if (v.is_none()) {
     out += "None";
   } else if (v.is_bool()) {
