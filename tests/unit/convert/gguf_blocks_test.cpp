@@ -19,7 +19,8 @@ uint16_t half_bits(float f) {  // exact for the values used here (representable 
 }
 
 GgufTensorInfo info(GgmlType type, uint64_t cols, uint64_t rows) {
-  GgufTensorInfo t{std::string("w")};
+  GgufTensorInfo t;
+  t.name.assign(1, 'w');
   t.dims = {cols, rows};
   t.type_id = static_cast<uint32_t>(type);
   t.traits = *ggml_type_traits(t.type_id);
