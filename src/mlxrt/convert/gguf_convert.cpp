@@ -137,7 +137,10 @@ void write_json(const fs::path& path, const Json& value, const std::string& sour
  * if anything fails, so a half-written checkpoint never looks like a finished one. */
 class StagingDir {
  public:
-  explicit StagingDir(const fs::path& out) : out_(out) {
+  explicit StagingDir(const fs::path& out) : out_(out.lexically_normal()) {
+    if (!out_.has_filename()) out_ = out_.parent_path();  // "dir/" names "dir"
+    if (out_.empty() || out_.filename() == "." || out_.filename() == "..")
+      throw UsageError("--out " + out.string() + ": give the name of a new directory");
     std::error_code ec;
     if (fs::exists(out_, ec) && !(fs::is_directory(out_, ec) && fs::is_empty(out_, ec)))
       throw UsageError("--out " + out_.string() + ": already exists and is not an empty directory");
