@@ -27,6 +27,13 @@ struct GenerateOptions {
   int prefill_step_size = 2048;
   Sampler sampler;                   // empty: greedy
   std::vector<LogitsProcessor> logits_processors;
+  /** --max-kv-size: the fresh cache is make_prompt_cache(model, max_kv_size). */
+  std::optional<int> max_kv_size;
+  /** --kv-bits / --kv-group-size / --quantized-kv-start: maybe_quantize_kv_cache after every
+   * prefill chunk and every step, as mlx-lm's generate_step does. */
+  std::optional<int> kv_bits;
+  int kv_group_size = 64;
+  int quantized_kv_start = 5000;
   /** Called with (processed, total) prompt tokens as prefill advances. */
   std::function<void(int, int)> prompt_progress;
 };

@@ -23,6 +23,15 @@ class CausalLM {
   /** mlx-lm's make_prompt_cache(model): one fresh cache per layer (KVCache unless the family
    * says otherwise). */
   virtual CacheList make_cache() const = 0;
+  /** True when the family's mlx-lm Model defines make_cache: make_prompt_cache then uses it and
+   * ignores max_kv_size (llama.py does; qwen3.py does not). */
+  virtual bool defines_make_cache() const { return false; }
+  /** Per layer, the shape of what the layer stores in its cache (for checking a loaded prompt
+   * cache); empty when the family does not say. */
+  struct KvShape {
+    int n_kv_heads, k_head_dim, v_head_dim;
+  };
+  virtual std::vector<KvShape> kv_shapes() const { return {}; }
   virtual int vocab_size() const = 0;
 };
 
