@@ -25,10 +25,10 @@ const std::string& ChatTemplate::source() const { return program_->source; }
 const std::string& ChatTemplate::name() const { return program_->name; }
 
 std::string ChatTemplate::render_with_context(const ordered_json& context, const RenderLimits& limits) const {
-  if (!context.is_object()) throw UsageError("template context must be a JSON object");
+  if (!context.is_object() && !context.is_null()) throw UsageError("template context must be a JSON object");
   detail::Value ctx;
   try {
-    ctx = detail::from_json(context);
+    ctx = detail::from_json(context.is_null() ? ordered_json::object() : context);
   } catch (const detail::OpError& e) {
     throw UsageError(std::string("template context: ") + e.what());
   }
