@@ -37,7 +37,8 @@ std::pair<size_t, int32_t> AddedVocabulary::Trie::longest_at(std::string_view s,
 AddedVocabulary::AddedVocabulary(std::vector<AddedToken> tokens, const Normalizer* normalizer)
     : tokens_(std::move(tokens)) {
   for (size_t i = 0; i < tokens_.size(); ++i) {
-    const AddedToken& t = tokens_[i];
+    AddedToken& t = tokens_[i];
+    t.surface = t.content;
     by_content_[t.content] = t.id;
     by_id_[t.id] = i;
     if (t.special) special_contents_.insert(t.content);
@@ -45,6 +46,7 @@ AddedVocabulary::AddedVocabulary(std::vector<AddedToken> tokens, const Normalize
     if (t.normalized) {
       std::string pattern = t.content;
       if (normalizer) normalizer->normalize(pattern);
+      t.surface = pattern;
       if (!pattern.empty()) normalized_.insert(pattern, static_cast<int32_t>(i));
     } else {
       raw_.insert(t.content, static_cast<int32_t>(i));

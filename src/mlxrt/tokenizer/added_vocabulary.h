@@ -24,6 +24,8 @@ struct AddedToken {
   bool rstrip = false;
   bool normalized = true;
   bool special = false;
+  /** What id -> token gives: HF keeps the normalized content for normalized tokens. */
+  std::string surface;
 };
 
 /** A piece of input after added-token splitting: either text still to tokenize or one token id. */

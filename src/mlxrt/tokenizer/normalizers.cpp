@@ -168,9 +168,12 @@ class BertNormalizer : public Normalizer {
       }
       out.append(s, i, len);
     }
-    if (strip_accents_) {
+    if (strip_accents_) {  // BERT strips nonspacing marks only (StripAccents strips all marks)
       UnicodeForm(UTF8PROC_DECOMPOSE).normalize(out);
-      strip_accents(out);
+      std::string kept;
+      for (size_t i = 0, len = 0; i < out.size(); i += len)
+        if (!is_nonspacing_mark(decode_at(out, i, len))) kept.append(out, i, len);
+      out = std::move(kept);
     }
     if (lowercase_) lowercase(out);
     s = std::move(out);
@@ -179,8 +182,8 @@ class BertNormalizer : public Normalizer {
  private:
   static bool is_bert_control(char32_t c) {
     auto k = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-    return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CN ||
-           k == UTF8PROC_CATEGORY_CO;
+    // HF's category tables leave unassigned code points (Cn) out of "other".
+    return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CO;
   }
   bool clean_text_, chinese_, lowercase_, strip_accents_;
 };

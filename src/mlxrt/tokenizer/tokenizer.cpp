@@ -52,7 +52,7 @@ std::string Tokenizer::Impl::decode(std::span<const int32_t> ids, bool skip_spec
   tokens.reserve(ids.size());
   for (int32_t id : ids) {
     const std::string* t = nullptr;
-    if (const auto* a = added.by_id(id)) t = &a->content;
+    if (const auto* a = added.by_id(id)) t = &a->surface;
     else t = model->id_to_token(id);
     if (!t) continue;
     if (skip_special_tokens && added.is_special_content(*t)) continue;
@@ -79,7 +79,7 @@ std::optional<int32_t> Tokenizer::Impl::token_to_id(std::string_view token) cons
 
 std::string Tokenizer::Impl::id_to_token(int32_t id) const {
   if (spm) return spm->id_to_piece(id);
-  if (const auto* a = added.by_id(id)) return a->content;
+  if (const auto* a = added.by_id(id)) return a->surface;
   const std::string* t = model->id_to_token(id);
   return t ? *t : std::string();
 }
