@@ -1,0 +1,93 @@
+#pragma once
+/** mlx-lm's stream_generate (mlx_lm/generate.py @ mlx-lm 0.32.2): prompt ids in, text chunks out.
+ * Each chunk carries the new text segment (from the tokenizer's streaming detokenizer), the token,
+ * its logprobs and the running statistics; the last chunk has a finish reason: "stop" when an eos
+ * id (or a stop sequence) was produced — that token's text is not emitted — or "length" when
+ * max_tokens tokens were produced.
+ *
+ * Stop strings: mlx-lm's server stops on the token sequences its stop words encode to
+ * (StopSequences, Aho-Corasick over token ids) and strips the stop words from the text with its
+ * TextStateMachine, holding back text that may be the start of one; both are in stop.h, and the
+ * generator below applies them when `stop_words` is given. */
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <mlx/array.h>
+
+#include "mlxrt/generate/generate_step.h"
+#include "mlxrt/generate/stop.h"
+#include "mlxrt/model/causal_lm.h"
+#include "mlxrt/tokenizer/tokenizer.h"
+
+namespace mlxrt::generate {
+
+enum class FinishReason { stop, length };
+
+/** "stop" / "length" (what the OpenAI-shaped APIs print). */
+const char* to_string(FinishReason reason);
+
+/** mlx-lm's GenerationResponse. */
+struct GenerationResponse {
+  std::string text;       // the next segment of decoded text (may be empty)
+  int32_t token = 0;
+  mx::array logprobs;     // [vocab], log-softmax of the processed logits
+  int prompt_tokens = 0;
+  double prompt_tps = 0;
+  int generation_tokens = 0;
+  double generation_tps = 0;
+  double peak_memory = 0;  // GB (mx::get_peak_memory() / 1e9)
+  std::optional<FinishReason> finish_reason;
+};
+
+struct TextGenerationOptions {
+  int max_tokens = 256;  // -1: no limit; 0 is an error (as mlx-lm)
+  int prefill_step_size = 2048;
+  Sampler sampler;       // empty: greedy
+  std::vector<LogitsProcessor> logits_processors;
+  /** Replaces the tokenizer's eos ids when set (e.g. with extra eos tokens added). */
+  std::optional<std::vector<int32_t>> eos_token_ids;
+  /** Stop words as the server takes them: generation ends ("stop") when the tokens of one are
+   * produced, and the word is stripped from the text (with hold-back). */
+  std::vector<std::string> stop_words;
+  /** Called where mlx-lm calls maybe_quantize_kv_cache (after each model call). */
+  std::function<void(model::CacheList&)> quantize_cache;
+  /** (processed, total) prompt tokens as prefill advances. */
+  std::function<void(int, int)> prompt_progress;
+};
+
+/** The prompt ids stream_generate makes from a string: special tokens added unless the tokenizer
+ * has a bos token and the text already starts with it. */
+std::vector<int32_t> encode_prompt(const tokenizer::Tokenizer& tokenizer, std::string_view text);
+
+/** stream_generate as a pull iterator. */
+class TextGenerator {
+ public:
+  /** Prefills `prompt` into `cache` (a fresh one when null; updated in place otherwise) and
+   * dispatches the first step. UsageError for an empty prompt or max_tokens == 0. */
+  TextGenerator(model::CausalLM& model, tokenizer::Tokenizer tokenizer, std::vector<int32_t> prompt,
+                TextGenerationOptions options, model::CacheList* cache = nullptr);
+  ~TextGenerator();
+  TextGenerator(TextGenerator&&) noexcept;
+
+  /** The next chunk; nullopt after the chunk that carries the finish reason. */
+  std::optional<GenerationResponse> next();
+
+  model::CacheList& cache();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/** Runs a TextGenerator to the end, calling `on_chunk` for every chunk; `on_chunk` returns false to
+ * stop early (the last chunk it saw is returned). */
+GenerationResponse stream_generate(model::CausalLM& model, const tokenizer::Tokenizer& tokenizer,
+                                   std::vector<int32_t> prompt, TextGenerationOptions options,
+                                   const std::function<bool(const GenerationResponse&)>& on_chunk,
+                                   model::CacheList* cache = nullptr);
+
+}  // namespace mlxrt::generate
