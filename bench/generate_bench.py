@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = ROOT / ".venv" / "bin" / "python"
-BIN = ROOT / "build" / "mlxrt"
+BIN = Path(os.environ.get("MLXRT_BIN", ROOT / "build" / "mlxrt"))
 MODELS = ROOT / ".cache" / "bench-models"
 SHARED = Path(os.environ.get("MLXRT_SHARED_DIR", ROOT.parent / "shared"))
 
