@@ -25,7 +25,7 @@ Value get_path(Interpreter& in, const Value& obj, const std::string& path) {
     std::size_t dot = path.find('.', start);
     std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     bool digits = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
-    v = in.getitem(v, digits ? Value(static_cast<std::int64_t>(std::stoll(part))) : Value(part));
+    v = in.getitem(v, digits ? Value(static_cast<std::int64_t>(parse_index(part))) : Value(part));
     if (dot == std::string::npos) return v;
     start = dot + 1;
   }

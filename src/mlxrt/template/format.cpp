@@ -263,7 +263,7 @@ std::string str_format(Interpreter& in, const std::string& fmt, const CallArgs& 
     std::string name = field.substr(0, name_end);
     Value v;
     if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) {
-      std::size_t idx = name.empty() ? auto_index++ : std::stoul(name);
+      std::size_t idx = name.empty() ? auto_index++ : static_cast<std::size_t>(parse_index(name));
       if (idx >= args.positional.size()) throw OpError("Replacement index " + std::to_string(idx) + " out of range for positional args tuple");
       v = args.positional[idx];
     } else {
@@ -281,7 +281,7 @@ std::string str_format(Interpreter& in, const std::string& fmt, const CallArgs& 
         if (e == std::string::npos) throw OpError("Missing ']' in format string");
         std::string key = field.substr(p + 1, e - p - 1);
         bool digits = !key.empty() && key.find_first_not_of("0123456789") == std::string::npos;
-        v = in.getitem(v, digits ? Value(static_cast<std::int64_t>(std::stoll(key))) : Value(key));
+        v = in.getitem(v, digits ? Value(static_cast<std::int64_t>(parse_index(key))) : Value(key));
         p = e + 1;
       }
     }

@@ -88,6 +88,9 @@ std::optional<Value> builtin_global(const std::string& name);
 std::string percent_format(const std::string& format, const Value& args);
 std::string str_format(Interpreter& in, const std::string& format, const CallArgs& args);
 
+/** A decimal index written in the template ("3" in "a.3" or "{3}"); OpError when it is not one. */
+std::int64_t parse_index(const std::string& digits);
+
 /** Helpers for reading call arguments by position or keyword. */
 const Value* arg(const CallArgs& args, std::size_t index, const char* keyword);
 std::int64_t int_arg(const CallArgs& args, std::size_t index, const char* keyword, std::int64_t fallback);

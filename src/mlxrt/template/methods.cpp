@@ -8,6 +8,12 @@
 
 namespace mlxrt::tmpl::detail {
 
+std::int64_t parse_index(const std::string& digits) {
+  if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos)
+    throw OpError("invalid index '" + digits + "'");
+  return std::stoll(digits);
+}
+
 const Value* arg(const CallArgs& args, std::size_t index, const char* keyword) {
   if (index < args.positional.size()) return &args.positional[index];
   if (keyword)

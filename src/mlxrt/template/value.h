@@ -95,8 +95,17 @@ struct Value {
   const std::string& str() const { return std::get<std::string>(v); }
   const ListData& list() const { return *std::get<ListPtr>(v); }
   const DictData& dict() const { return *std::get<DictPtr>(v); }
-  std::int64_t as_int() const { return is_bool() ? (std::get<bool>(v) ? 1 : 0) : std::get<std::int64_t>(v); }
-  double as_double() const { return is_float() ? std::get<double>(v) : static_cast<double>(as_int()); }
+  /** The integer (bool counts as int); OpError for other types, which a template can pass anywhere. */
+  std::int64_t as_int() const {
+    if (is_bool()) return std::get<bool>(v) ? 1 : 0;
+    if (!is_int()) throw OpError("an integer is required");
+    return std::get<std::int64_t>(v);
+  }
+  double as_double() const {
+    if (is_float()) return std::get<double>(v);
+    if (!is_int() && !is_bool()) throw OpError("a number is required");
+    return static_cast<double>(as_int());
+  }
 };
 
 struct DictData {
