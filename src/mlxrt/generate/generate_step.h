@@ -34,8 +34,6 @@ struct GenerateOptions {
   std::optional<int> kv_bits;
   int kv_group_size = 64;
   int quantized_kv_start = 5000;
-  /** Called where mlx-lm calls maybe_quantize_kv_cache: after every model call. */
-  std::function<void(model::CacheList&)> quantize_cache;
   /** Called with (processed, total) prompt tokens as prefill advances. */
   std::function<void(int, int)> prompt_progress;
 };

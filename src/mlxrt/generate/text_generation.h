@@ -7,8 +7,11 @@
  *
  * Stop strings: mlx-lm's server stops on the token sequences its stop words encode to
  * (StopSequences, Aho-Corasick over token ids) and strips the stop words from the text with its
- * TextStateMachine, holding back text that may be the start of one; both are in stop.h, and the
- * generator below applies them when `stop_words` is given. */
+ * TextStateMachine, holding back text that may be the start of one; both are in stop.h. The
+ * generator below does the token-level part when `stop_words` is given (the chunk that completes a
+ * stop word carries finish reason "stop"); its text is the raw detokenizer text, which a front end
+ * passes through its TextStateMachine (stop words plus its reasoning/tool markers) as mlx-lm's
+ * server does. */
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -43,20 +46,14 @@ struct GenerationResponse {
   std::optional<FinishReason> finish_reason;
 };
 
-struct TextGenerationOptions {
-  int max_tokens = 256;  // -1: no limit; 0 is an error (as mlx-lm)
-  int prefill_step_size = 2048;
-  Sampler sampler;       // empty: greedy
-  std::vector<LogitsProcessor> logits_processors;
+/** generate_step's options (max_tokens: -1 no limit, 0 an error as in mlx-lm; sampler; logits
+ * processors; prefill step size; KV cache settings; prompt progress) plus the text-level ones. */
+struct TextGenerationOptions : GenerateOptions {
   /** Replaces the tokenizer's eos ids when set (e.g. with extra eos tokens added). */
   std::optional<std::vector<int32_t>> eos_token_ids;
-  /** Stop words as the server takes them: generation ends ("stop") when the tokens of one are
-   * produced, and the word is stripped from the text (with hold-back). */
+  /** Stop words as the server takes them: generation ends ("stop") once the tokens one encodes to
+   * (without special tokens) have been produced. */
   std::vector<std::string> stop_words;
-  /** Called where mlx-lm calls maybe_quantize_kv_cache (after each model call). */
-  std::function<void(model::CacheList&)> quantize_cache;
-  /** (processed, total) prompt tokens as prefill advances. */
-  std::function<void(int, int)> prompt_progress;
 };
 
 /** The prompt ids stream_generate makes from a string: special tokens added unless the tokenizer
