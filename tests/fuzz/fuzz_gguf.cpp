@@ -1,30 +1,35 @@
 // Arbitrary bytes as a whole GGUF file: the parser must accept or throw WeightsError, never
-// crash, hang, over-allocate or read out of bounds.
+// crash, hang, over-allocate or read out of bounds; what it accepts must then turn into a model
+// config and tokenizer files or a typed mlxrt::Error (the converter's steps that need no MLX).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "mlxrt/convert/gguf_arch.h"
 #include "mlxrt/convert/gguf_file.h"
+#include "mlxrt/convert/gguf_tokenizer.h"
 #include "mlxrt/util/errors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace mlxrt::convert;
   std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  GgufFile file;
   try {
-    auto file = mlxrt::convert::parse_gguf(bytes, size, "fuzz.gguf");
-    for (const auto& t : file.tensors)  // validation promised these
-      if (file.data_start + t.offset + t.n_bytes > size || t.dims.empty()) __builtin_trap();
-    // Typed access on whatever the file holds must throw ConfigError, not crash.
-    for (const auto& [key, value] : file.metadata) {
-      try {
-        (void)file.get_uint(key);
-      } catch (const mlxrt::ConfigError&) {
-      }
-      try {
-        (void)file.get_strings(key);
-      } catch (const mlxrt::ConfigError&) {
-      }
-    }
+    file = parse_gguf(bytes, size, "fuzz.gguf");
   } catch (const mlxrt::WeightsError&) {
+    return 0;
+  }
+  for (const auto& t : file.tensors)  // validation promised these
+    if (file.data_start + t.offset + t.n_bytes > size || t.dims.empty()) __builtin_trap();
+  try {
+    const auto& arch = find_architecture(file);
+    (void)build_model_config(arch, file);
+    for (const auto& t : file.tensors) (void)plan_tensor(arch, file, t);
+  } catch (const mlxrt::Error&) {
+  }
+  try {
+    if (has_tokenizer(file)) (void)build_tokenizer_files(file);
+  } catch (const mlxrt::Error&) {
   }
   return 0;
 }

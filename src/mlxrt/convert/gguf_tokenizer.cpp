@@ -62,10 +62,15 @@ json split_then_byte_level(const char* regex) {
             byte_level(false)}}};
 }
 
-/** Code points of UTF-8 text; a malformed byte counts as one code point of its own value + 0xDC00
- * (enough for membership tests and lengths, which is all this file needs). */
-std::vector<uint32_t> code_points(const std::string& s) {
-  std::vector<uint32_t> out;
+/** Decodes UTF-8 text into code points and the byte offset where each starts; a malformed byte
+ * counts as one code point of its own (value 0xDC00 + byte, outside every real alphabet). */
+struct CodePoints {
+  std::vector<uint32_t> values;
+  std::vector<size_t> starts;
+};
+
+CodePoints code_points(const std::string& s) {
+  CodePoints out;
   for (size_t i = 0; i < s.size();) {
     auto c = static_cast<unsigned char>(s[i]);
     int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
@@ -76,13 +81,9 @@ std::vector<uint32_t> code_points(const std::string& s) {
       ok = (cc >> 6) == 2;
       cp = cp << 6 | (cc & 0x3f);
     }
-    if (!ok) {
-      out.push_back(0xDC00 + c);
-      ++i;
-    } else {
-      out.push_back(cp);
-      i += n;
-    }
+    out.starts.push_back(i);
+    out.values.push_back(ok ? cp : 0xDC00 + c);
+    i += ok ? n : 1;
   }
   return out;
 }
@@ -168,7 +169,7 @@ json byte_level_bpe(const GgufFile& file, const Vocabulary& v) {
     // A normal token is stored already spelled in the byte alphabet; one that is not (a few
     // converters wrote raw text) is spelled from its UTF-8 bytes. Special tokens stay verbatim.
     if (v.types[i] == kNormal) {
-      auto cps = code_points(token);
+      auto cps = code_points(token).values;
       if (!std::all_of(cps.begin(), cps.end(), [&](uint32_t c) { return in_alphabet.count(c) > 0; })) {
         spelled.clear();
         for (unsigned char b : token) spelled += utf8(alphabet[b]);
@@ -242,14 +243,12 @@ json sentencepiece_merges(const GgufFile& file, const Vocabulary& v) {
   };
   std::vector<Merge> merges;
   for (const auto& piece : order) {
-    auto cps = code_points(piece);
+    auto starts = code_points(piece).starts;
     std::vector<Merge> local;
-    std::string left;
-    for (size_t k = 1; k < cps.size(); ++k) {
-      left += utf8(cps[k - 1]);
-      std::string right = piece.substr(left.size());
+    for (size_t k = 1; k < starts.size(); ++k) {
+      std::string left = piece.substr(0, starts[k]), right = piece.substr(starts[k]);
       if (ids.count(left) && ids.count(right))
-        local.push_back({left, right, score_of[piece], k, cps.size() - k});
+        local.push_back({left, right, score_of[piece], k, starts.size() - k});
     }
     std::stable_sort(local.begin(), local.end(), [&](const Merge& a, const Merge& b) {
       return std::pair(ids[a.left], ids[a.right]) < std::pair(ids[b.left], ids[b.right]);
