@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <ctime>
 #include <thread>
 
 #include "mlxrt/template/chat_template.h"
@@ -64,6 +65,15 @@ TEST(ChatTemplate, PythonPrinting) {
             "1e+16 1000000000000000.0 0.0001 1e-05 0.3333333333333333 5.0 -4 2");
   EXPECT_EQ(detail::float_repr(2.5e-7), "2.5e-07");
   EXPECT_EQ(detail::float_repr(123456789.125), "123456789.125");
+}
+
+TEST(ChatTemplate, StrftimeNowFormatsTheCurrentTime) {
+  std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  std::string year = std::to_string(1900 + local.tm_year);
+  EXPECT_EQ(render("{{ strftime_now('%Y') }}"), year);
+  EXPECT_THROW(render("{{ strftime_now(3) }}"), TemplateRenderError);
 }
 
 TEST(ChatTemplate, TojsonUsesTransformersArguments) {
