@@ -74,6 +74,21 @@ CASES = [
  ("{% set x = {'a': 1, 'a': 2} %}{{ x }}", {}),
  ("{{ {'k': 'v'}.items() | list }}{{ [1, [2, 3]] | tojson }}", {}),
  ("{{ 'x' is filter }}", {}),
+ ("{% for x in [1,2] %}{% if x == 1 %}{% set y = 'a' %}{% endif %}[{{ y }}]{% endfor %}", {}),
+ ("{% macro m() %}{{ g }}{% endmacro %}{% set g = 'late' %}{{ m() }}", {}),
+ ('{% set xs = [3, 1] %}{% for x in xs | sort %}{{ x }}{% endfor %}{{ xs }}', {}),
+ ('{% for a, b in [(1, 2), (3, 4)] %}{{ a + b }}{% endfor %}', {}),
+ ("{{ '%s' % 'x' }}{{ '%s and %s' % ('a', 'b') }}{{ '%(k)s' % {'k': 1} }}", {}),
+ ("{{ 'abc' | list }}{{ 'a-b' | replace('-', '') }}{{ [1,2,3] | batch(2, 0) | list }}", {}),
+ ('{% with a = 1 %}{{ a }}{% endwith %}{{ a }}', {}),
+ ("{{ x.content if x.content is string else x.content | map(attribute='text') | join('') }}", {'x': {'content': [{'text': 'a'}, {'text': 'b'}]}}),
+ ('{%- for m in msgs -%}\n  {{- m.role }}\n{% endfor -%}', {'msgs': [{'role': 'u'}, {'role': 'a'}]}),
+ ("{{ msgs[-1].content.split('</think>')[-1].lstrip('\\n') }}", {'msgs': [{'content': 'x</think>\n\ny'}]}),
+ ("{{ (msgs | selectattr('role', 'equalto', 'user') | list | last).content }}", {'msgs': [{'role': 'user', 'content': 'q'}]}),
+ ('{{ tl | tojson(indent=4) }}', {'tl': [{'a': {'b': []}}]}),
+ ("{{ 3 is divisibleby(3) }}{{ none is not none }}{{ 'a' is in 'abc' }}", {}),
+ ("{{ [1, 2] | sum(start=10) }}{{ [{'v': 1}, {'v': 2}] | sum(attribute='v') }}", {}),
+ ("{{ 1.5 | int }}{{ '0x1A' | int(0, 16) }}{{ '1e3' | float }}{{ 'nan' | float }}", {}),
 ]
 
 
