@@ -9,6 +9,9 @@ void register_logits(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_template(CLI::App& app);
+void register_server(CLI::App& app);
+void register_tokenize(CLI::App& app);
+void register_detokenize(CLI::App& app);
 
 inline void register_verbs(CLI::App& app) {
   register_profile(app);
@@ -16,6 +19,9 @@ inline void register_verbs(CLI::App& app) {
   register_generate(app);
   register_convert(app);
   register_template(app);
+  register_server(app);
+  register_tokenize(app);
+  register_detokenize(app);
 }
 
 }  // namespace mlxrt::cli
