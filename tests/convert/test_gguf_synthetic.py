@@ -1,6 +1,6 @@
 """Every supported tensor type and architecture entry, on tiny GGUF files written here with the
-gguf package: Q4_0, Q4_1, Q8_0 blocks (with per-module packings), F16/BF16/F32 tensors kept, an
-untied output head; llama (Q/K permuted by llama.cpp), qwen2 (attention biases), qwen3 (Q/K
+gguf package: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 blocks (with per-module packings), F16/BF16/F32
+tensors kept, an untied (quantized) output head; llama (Q/K permuted by llama.cpp), qwen2 (attention biases), qwen3 (Q/K
 norms). Each converts losslessly, and mlx-lm loads it and computes the same logits as a dense
 model built from the reference dequantisation."""
 
@@ -33,8 +33,8 @@ LAYER = [
     ("attn_v", KV_HEADS * HEAD_DIM, HIDDEN, Q.BF16),
     ("attn_output", HIDDEN, HEADS * HEAD_DIM, Q.Q4_1),
     ("ffn_gate", FFN, HIDDEN, Q.Q4_0),
-    ("ffn_up", FFN, HIDDEN, Q.Q4_0),
-    ("ffn_down", HIDDEN, FFN, Q.F16),
+    ("ffn_up", FFN, HIDDEN, Q.Q5_1),
+    ("ffn_down", HIDDEN, FFN, Q.Q5_0),
 ]
 
 
@@ -66,9 +66,9 @@ def write_gguf(path, arch, rng):
         else:
             w.add_tensor(name, quantize(values, qtype), raw_dtype=qtype)
 
-    add("token_embd.weight", (len(TOKENS), HIDDEN), Q.Q8_0)
+    add("token_embd.weight", (len(TOKENS), HIDDEN), Q.F16)
     add("output_norm.weight", (HIDDEN,), Q.F32)
-    add("output.weight", (len(TOKENS), HIDDEN), Q.F16)
+    add("output.weight", (len(TOKENS), HIDDEN), Q.Q8_0)
     for i in range(LAYERS):
         add(f"blk.{i}.attn_norm.weight", (HIDDEN,), Q.F32)
         add(f"blk.{i}.ffn_norm.weight", (HIDDEN,), Q.F32)
@@ -116,7 +116,9 @@ def test_tiny_model_converts_losslessly_and_runs_in_mlx_lm(arch, tmp_path):
     assert (q["bits"], q["group_size"]) == (4, 32)  # Q4_0 / Q4_1 are the most common
     for i in range(LAYERS):
         assert q[f"model.layers.{i}.self_attn.q_proj"] == {"group_size": 32, "bits": 8, "mode": "affine"}
-    assert q["model.embed_tokens"]["bits"] == 8
+        assert q[f"model.layers.{i}.mlp.up_proj"] == {"group_size": 32, "bits": 5, "mode": "affine"}
+        assert q[f"model.layers.{i}.mlp.down_proj"]["bits"] == 5
+    assert q["lm_head"]["bits"] == 8 and "model.embed_tokens" not in q
 
     # Dequantised conversion check (biases and norms are compared as plain tensors).
     checked, reader = check_every_tensor(gguf_path, out, permuted_qk=arch == "llama")
@@ -124,8 +126,8 @@ def test_tiny_model_converts_losslessly_and_runs_in_mlx_lm(arch, tmp_path):
 
     weights = mx.load(str(out / "model.safetensors"))
     assert weights["model.layers.0.self_attn.v_proj.weight"].dtype == mx.bfloat16
-    assert weights["model.layers.0.mlp.down_proj.weight"].dtype == mx.float16
-    assert weights["lm_head.weight"].dtype == mx.float16
+    assert weights["model.embed_tokens.weight"].dtype == mx.float16
+    assert "model.embed_tokens.scales" not in weights and "lm_head.scales" in weights
 
     model, _ = load_model(out)  # strict: every weight must match a parameter
     tokens = mx.array([[1, 40, 41, 42, 258, 2]])

@@ -36,6 +36,7 @@ float half_to_float(uint16_t h) {
 std::optional<AffineParams> affine_params_for(GgmlType type) {
   switch (type) {
     case GgmlType::q4_0: case GgmlType::q4_1: return AffineParams{4, 32};
+    case GgmlType::q5_0: case GgmlType::q5_1: return AffineParams{5, 32};
     case GgmlType::q8_0: return AffineParams{8, 32};
     default: return std::nullopt;
   }
@@ -64,6 +65,21 @@ void decode_block(GgmlType type, const uint8_t* block, uint8_t* q, float& scale,
         q[j + 16] = block[4 + j] >> 4;
       }
       break;
+    case GgmlType::q5_0:
+    case GgmlType::q5_1: {
+      // Low nibbles as in Q4_x, the fifth bit of element j in bit j of the 32-bit qh.
+      bool has_min = type == GgmlType::q5_1;
+      const uint8_t* qh_bytes = block + (has_min ? 4 : 2);
+      const uint8_t* qs = qh_bytes + 4;
+      uint32_t qh = static_cast<uint32_t>(qh_bytes[0]) | qh_bytes[1] << 8 | qh_bytes[2] << 16 |
+                    static_cast<uint32_t>(qh_bytes[3]) << 24;
+      for (int j = 0; j < 16; ++j) {
+        q[j] = static_cast<uint8_t>((qs[j] & 0x0f) | ((qh >> j) & 1) << 4);
+        q[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+      }
+      bias = has_min ? half_to_float(load_u16(block + 2)) : -16.0f * d;
+      break;
+    }
     default:  // q8_0: signed bytes, offset by 128 into MLX's unsigned range
       for (int j = 0; j < 32; ++j) q[j] = static_cast<uint8_t>(static_cast<int8_t>(block[2 + j]) + 128);
       bias = -128.0f * d;
@@ -78,7 +94,7 @@ AffineTensor repack_affine(const GgufTensorInfo& info, const uint8_t* data,
   auto params = affine_params_for(info.type());
   if (!params)
     throw UnsupportedError("tensor '" + info.name + "' has type " + info.traits.name +
-                           ", which has no exact MLX affine form (supported: Q4_0, Q4_1, Q8_0)");
+                           ", which has no exact MLX affine form (supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)");
   AffineTensor out;
   out.params = *params;
   out.cols = info.dims[0];
@@ -98,10 +114,14 @@ AffineTensor repack_affine(const GgufTensorInfo& info, const uint8_t* data,
     for (uint64_t b = 0; b < blocks_per_row; ++b) {
       decode_block(info.type(), row + b * info.traits.block_bytes, q, out.scales[r * blocks_per_row + b],
                    out.biases[r * blocks_per_row + b]);
-      // A 32-element group fills exactly `bits` words.
+      // A 32-element group fills exactly `bits` words: a little-endian bit stream, element k at
+      // bit bits*k (3, 5 and 6 bits straddle words).
       uint32_t* w = words + b * bits;
-      const int per_word = 32 / bits;
-      for (int k = 0; k < 32; ++k) w[k / per_word] |= static_cast<uint32_t>(q[k]) << (bits * (k % per_word));
+      for (int k = 0; k < 32; ++k) {
+        int at = bits * k, word = at / 32, shift = at % 32;
+        w[word] |= static_cast<uint32_t>(q[k]) << shift;
+        if (shift + bits > 32) w[word + 1] |= static_cast<uint32_t>(q[k]) >> (32 - shift);
+      }
     }
   }
   return out;

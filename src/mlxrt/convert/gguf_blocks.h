@@ -3,13 +3,15 @@
  *
  * MLX affine: w = scale * q + bias, q unsigned with `bits` bits, one (scale, bias) per
  * `group_size` consecutive elements of a row, q packed little-end first into uint32 words
- * (element k of a row sits at bits [bits*(k % per_word), ...) of word k / per_word).
+ * (element k of a row starts at bit bits*k of the row's little-endian bit stream).
  *
  *   Q4_1 (d, m, 32 x u4):  x = d*q + m          -> 4 bits, g32, scale d, bias m
  *   Q4_0 (d, 32 x u4):     x = d*(q - 8)        -> 4 bits, g32, scale d, bias -8d
+ *   Q5_1 (d, m, 32 x u5):  x = d*q + m          -> 5 bits, g32, scale d, bias m
+ *   Q5_0 (d, 32 x u5):     x = d*(q - 16)       -> 5 bits, g32, scale d, bias -16d
  *   Q8_0 (d, 32 x i8):     x = d*q              -> 8 bits, g32, q+128, scale d, bias -128d
  *
- * Scales and biases are float32: the fp16 d, m widen exactly, -8d and -128d are exact (powers of
+ * Scales and biases are float32: the fp16 d, m widen exactly, -8d, -16d and -128d are exact (powers of
  * two), d*q is exact (at most 11+8 significant bits), so MLX's float32 dequantisation gives the
  * same float32 value that the GGUF reference dequantisation computes. In float16 the results
  * (e.g. d*15 + m) would be rounded to 11 bits and differ. No MLX dependency. */

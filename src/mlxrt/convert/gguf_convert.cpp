@@ -47,7 +47,7 @@ std::vector<PlannedTensor> plan_tensors(const GgufArchitecture& arch, const Gguf
     PlannedTensor p{&t, *plan, affine_params_for(t.type()), 0, 0};
     if (!p.affine && !is_plain(t.type()))
       throw UnsupportedError(file.source + ": tensor '" + t.name + "' has type " + t.traits.name +
-                             ", which the converter does not support (supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0)");
+                             ", which the converter does not support (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)");
     if (p.affine && t.dims.size() != 2)
       throw UnsupportedError(file.source + ": quantized tensor '" + t.name + "' has " + std::to_string(t.dims.size()) +
                              " dimensions; only 2-D quantized weights are supported");

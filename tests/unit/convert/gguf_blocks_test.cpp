@@ -29,12 +29,15 @@ GgufTensorInfo info(GgmlType type, uint64_t cols, uint64_t rows) {
   return t;
 }
 
-/** MLX's affine dequantisation of element k of row r, written out from its definition. */
+/** MLX's affine dequantisation of element k of row r, written out from its definition (a
+ * little-endian bit stream per row). */
 float mlx_value(const AffineTensor& a, uint64_t r, uint64_t k) {
-  int bits = a.params.bits, per_word = 32 / bits;
+  int bits = a.params.bits;
   uint64_t words_per_row = a.cols * bits / 32, groups = a.cols / a.params.group_size;
-  uint32_t word = a.weight[r * words_per_row + k / per_word];
-  uint32_t q = (word >> (bits * (k % per_word))) & ((1u << bits) - 1);
+  const uint32_t* row = a.weight.data() + r * words_per_row;
+  uint64_t at = bits * k;
+  uint64_t two = row[at / 32] | (at / 32 + 1 < words_per_row ? static_cast<uint64_t>(row[at / 32 + 1]) << 32 : 0);
+  uint32_t q = static_cast<uint32_t>(two >> (at % 32)) & ((1u << bits) - 1);
   uint64_t g = r * groups + k / a.params.group_size;
   return a.scales[g] * static_cast<float>(q) + a.biases[g];
 }
@@ -142,4 +145,26 @@ TEST(GgufBlocks, TypesWithoutAnExactAffineFormAreRefused) {
   std::vector<uint8_t> data(t.n_bytes);
   EXPECT_FALSE(affine_params_for(GgmlType::q4_k).has_value());
   EXPECT_THROW(repack_affine(t, data.data()), mlxrt::UnsupportedError);
+}
+
+TEST(GgufBlocks, Q5_0AndQ5_1UseTheHighBitsAndA5BitStream) {
+  for (bool with_min : {false, true}) {
+    std::vector<uint8_t> block(with_min ? 24 : 22);
+    put_half(block, 0, 0.25f);
+    if (with_min) put_half(block, 2, 0.5f);
+    size_t qh_at = with_min ? 4 : 2;
+    uint32_t qh = 0xA5C3F00Fu;
+    for (int i = 0; i < 4; ++i) block[qh_at + i] = static_cast<uint8_t>(qh >> (8 * i));
+    for (int j = 0; j < 16; ++j) block[qh_at + 4 + j] = static_cast<uint8_t>(j | (15 - j) << 4);
+    auto a = repack_affine(info(with_min ? GgmlType::q5_1 : GgmlType::q5_0, 32, 1), block.data());
+    EXPECT_EQ(a.params.bits, 5);
+    ASSERT_EQ(a.weight.size(), 5u);
+    for (int j = 0; j < 16; ++j) {
+      int q0 = j | ((qh >> j) & 1) << 4, q1 = (15 - j) | ((qh >> (j + 16)) & 1) << 4;
+      float want0 = with_min ? 0.25f * q0 + 0.5f : 0.25f * (q0 - 16);
+      float want1 = with_min ? 0.25f * q1 + 0.5f : 0.25f * (q1 - 16);
+      EXPECT_EQ(mlx_value(a, 0, j), want0) << j;
+      EXPECT_EQ(mlx_value(a, 0, j + 16), want1) << j;
+    }
+  }
 }
