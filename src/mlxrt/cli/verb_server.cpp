@@ -1,0 +1,128 @@
+// `mlxrt server` (alias `serve`): mlx_lm.server's command, with its flags and defaults.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include "mlxrt/cli/verbs.h"
+#include "mlxrt/server/logger.h"
+#include "mlxrt/server/server.h"
+#include "mlxrt/util/errors.h"
+
+namespace mlxrt::cli {
+
+namespace {
+
+struct Args {
+  server::ServerOptions o;
+  std::string adapter_path, draft_model, allowed_origins = "*", log_level = "INFO";
+  std::string chat_template_args = "{}", prompt_cache_bytes;
+  bool trust_remote_code = false;
+};
+
+/** mlx-lm's _parse_size: a byte count with an optional K/M/G/T suffix (powers of 1000). */
+size_t parse_size(const std::string& text) {
+  static const std::pair<const char*, double> kUnits[] = {{"", 1}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
+                                                          {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
+  std::string t = text;
+  for (auto& c : t) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(t, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = used ? t.substr(used) : "?";
+  for (auto [name, scale] : kUnits)
+    if (used && unit == name && value >= 0) return static_cast<size_t>(value * scale);
+  throw UsageError("--prompt-cache-bytes: expected a size such as 512M or 8G, got '" + text + "'");
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t p; (p = s.find(',', start)) != std::string::npos; start = p + 1) out.push_back(s.substr(start, p - start));
+  out.push_back(s.substr(start));
+  return out;
+}
+
+void run(Args& a) {
+  if (!a.adapter_path.empty()) throw UnsupportedError("--adapter-path: adapters are not supported yet");
+  if (!a.draft_model.empty()) throw UnsupportedError("--draft-model: speculative decoding is not supported yet");
+  a.o.allowed_origins = split_commas(a.allowed_origins);
+  a.o.log_level = server::parse_log_level(a.log_level);
+  try {
+    a.o.chat_template_args = nlohmann::ordered_json::parse(a.chat_template_args);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(std::string("--chat-template-args: not valid JSON: ") + e.what());
+  }
+  if (!a.o.chat_template_args.is_object()) throw UsageError("--chat-template-args: expected a JSON object");
+  if (!a.prompt_cache_bytes.empty()) a.o.prompt_cache_bytes = parse_size(a.prompt_cache_bytes);
+  if (a.o.prefill_step_size <= 0) throw UsageError("--prefill-step-size: must be positive");
+  if (a.o.max_tokens < 1) throw UsageError("--max-tokens: must be at least 1");
+
+  // SIGINT/SIGTERM are taken by one thread that stops the server, so every other thread
+  // (HTTP workers, the generation thread) runs with them blocked.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  server::Server srv(a.o);
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    srv.stop();
+  });
+  srv.serve();
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+}
+
+}  // namespace
+
+void register_server(CLI::App& app) {
+  auto* cmd = app.add_subcommand("server", "Serve a model over HTTP with OpenAI's API (as mlx_lm.server)");
+  cmd->alias("serve");
+  auto a = std::make_shared<Args>();
+  auto& o = a->o;
+  cmd->add_option("--model", o.model, "The path to the MLX model weights, tokenizer, and config");
+  cmd->add_option("--adapter-path", a->adapter_path, "Optional path for the trained adapter weights and config");
+  cmd->add_option("--host", o.host, "Host for the HTTP server")->capture_default_str();
+  cmd->add_option("--port", o.port, "Port for the HTTP server")->capture_default_str();
+  cmd->add_option("--allowed-origins", a->allowed_origins, "Allowed origins, comma-separated")->capture_default_str();
+  cmd->add_option("--draft-model", a->draft_model, "A model to be used for speculative decoding");
+  cmd->add_option("--num-draft-tokens", o.num_draft_tokens, "Number of tokens to draft")->capture_default_str();
+  cmd->add_flag("--trust-remote-code", a->trust_remote_code, "Accepted for compatibility (no effect)");
+  cmd->add_option("--log-level", a->log_level, "DEBUG, INFO, WARNING, ERROR or CRITICAL")->capture_default_str();
+  cmd->add_option("--chat-template", o.chat_template, "A chat template (text) replacing the model's");
+  cmd->add_flag("--use-default-chat-template", o.use_default_chat_template, "Accepted for compatibility");
+  cmd->add_option("--temp", o.temp, "Default sampling temperature")->capture_default_str();
+  cmd->add_option("--top-p", o.top_p, "Default nucleus sampling top-p")->capture_default_str();
+  cmd->add_option("--top-k", o.top_k, "Default top-k sampling (0 disables)")->capture_default_str();
+  cmd->add_option("--min-p", o.min_p, "Default min-p sampling (0 disables)")->capture_default_str();
+  cmd->add_option("--max-tokens", o.max_tokens, "Default maximum number of tokens to generate")->capture_default_str();
+  cmd->add_option("--chat-template-args", a->chat_template_args, "JSON object of chat template arguments")
+      ->capture_default_str();
+  cmd->add_option("--decode-concurrency", o.decode_concurrency, "Requests decoded in parallel when batching")
+      ->capture_default_str();
+  cmd->add_option("--prompt-concurrency", o.prompt_concurrency, "Prompts processed in parallel when batching")
+      ->capture_default_str();
+  cmd->add_option("--prefill-step-size", o.prefill_step_size, "Step size for prefill processing")
+      ->capture_default_str();
+  cmd->add_option("--prompt-cache-size", o.prompt_cache_size, "Maximum number of distinct KV caches kept")
+      ->capture_default_str();
+  cmd->add_option("--prompt-cache-bytes", a->prompt_cache_bytes, "Maximum size of the kept KV caches (e.g. 8G)");
+  cmd->add_option("--request-timeout", o.request_timeout_s, "Seconds a request may take, queueing included (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest accepted request body")->capture_default_str();
+  cmd->add_option("--http-threads", o.http_threads, "Connections served at once")->capture_default_str();
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace mlxrt::cli

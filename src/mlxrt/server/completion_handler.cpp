@@ -1,0 +1,199 @@
+// The completion endpoints (mlx_lm/server.py's do_POST + handle_completion @ mlx-lm 0.32.2) over
+// the job queue.
+#include "mlxrt/server/completion_handler.h"
+
+#include <httplib.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "mlxrt/server/completion_assembler.h"
+#include "mlxrt/server/connection_probe.h"
+#include "mlxrt/server/http_error.h"
+#include "mlxrt/server/prompt_builder.h"
+#include "mlxrt/server/python_json.h"
+#include "mlxrt/server/sse.h"
+
+namespace mlxrt::server {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+void reply_error(httplib::Response& res, int status, const std::string& message, const std::string& param = {}) {
+  res.status = status;
+  res.set_content(python_dumps(error_body(status, message, param)), "application/json");
+}
+
+/** The one model this server holds answers to "default_model" and to the name it was started with. */
+void check_model(const CompletionRequest& r, const ServerOptions& o, const ModelSession& s) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto same_dir = [&](const std::string& name) { return fs::equivalent(name, s.dir, ec); };
+  if (r.model != "default_model" && r.model != o.model && !same_dir(r.model))
+    throw HttpError(404, "model '" + r.model + "' is not served here (this server holds '" + o.model + "')", "model");
+  if (r.adapter) throw HttpError(400, "adapters are not supported by this server", "adapters");
+  if (r.draft_model && *r.draft_model != "default_model")
+    throw HttpError(400, "speculative decoding (draft_model) is not supported by this server", "draft_model");
+}
+
+/** Clears the job's connection probe when the request is over (the socket may be reused). */
+struct ProbeGuard {
+  std::shared_ptr<Job> job;
+  ~ProbeGuard() {
+    if (job) {
+      job->cancel();
+      job->clear_probe();
+    }
+  }
+};
+
+/** Waits for the job's StartedEvent. Returns false after writing the error reply. */
+bool await_start(Job& job, httplib::Response& res, StartedEvent& started) {
+  for (;;) {
+    auto ev = job.pop(50ms);
+    if (!ev) {
+      if (job.should_stop()) {
+        // A job still in the queue is dropped when the scheduler reaches it.
+        reply_error(res, job.timed_out() ? 504 : 499, job.timed_out() ? "request timed out" : "client closed the request");
+        return false;
+      }
+      continue;
+    }
+    if (auto* e = std::get_if<ErrorEvent>(&*ev)) {
+      reply_error(res, e->status, e->message);
+      return false;
+    }
+    if (auto* s = std::get_if<StartedEvent>(&*ev)) {
+      started = *s;
+      return true;
+    }
+  }
+}
+
+Usage usage_of(const StartedEvent& started, const CompletionAssembler& a) {
+  return Usage{started.prompt_tokens, a.completion_tokens(), started.cached_tokens};
+}
+
+void serve_whole(std::shared_ptr<Job> job, std::shared_ptr<CompletionAssembler> assembler, StartedEvent started,
+                 httplib::Response& res) {
+  for (;;) {
+    auto ev = job->pop(50ms);
+    if (!ev) {
+      job->should_stop();  // notices a vanished client or the deadline while the queue is quiet
+      continue;
+    }
+    if (auto* t = std::get_if<TokenEvent>(&*ev)) {
+      assembler->add(*t);
+    } else if (auto* e = std::get_if<ErrorEvent>(&*ev)) {
+      reply_error(res, e->status, e->message);
+      return;
+    } else if (std::holds_alternative<DoneEvent>(*ev)) {
+      break;
+    }
+  }
+  if (job->timed_out()) {
+    reply_error(res, 504, "request timed out");
+    return;
+  }
+  res.status = 200;
+  res.set_content(python_dumps(assembler->finish(usage_of(started, *assembler))), "application/json");
+}
+
+void serve_stream(std::shared_ptr<Job> job, std::shared_ptr<CompletionAssembler> assembler, StartedEvent started,
+                  httplib::Response& res) {
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [job, assembler, started](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& s) {
+          if (sink.write(s.data(), s.size())) return true;
+          job->cancel();  // the client is gone: stop generating
+          return false;
+        };
+        for (;;) {
+          auto ev = job->pop(50ms);
+          if (!ev) {
+            if (job->should_stop() && job->cancelled()) return false;
+            continue;
+          }
+          if (auto* p = std::get_if<ProgressEvent>(&*ev)) {
+            if (!write(sse_keepalive(p->processed, p->total))) return false;
+          } else if (auto* t = std::get_if<TokenEvent>(&*ev)) {
+            if (auto chunk = assembler->add(*t))
+              if (!write(sse_data(*chunk))) return false;
+          } else if (auto* e = std::get_if<ErrorEvent>(&*ev)) {
+            write(sse_data(error_body(e->status, e->message)));
+            sink.done();
+            return true;
+          } else if (std::holds_alternative<DoneEvent>(*ev)) {
+            if (job->timed_out()) {
+              write(sse_data(error_body(504, "request timed out")));
+              sink.done();
+              return true;
+            }
+            for (const auto& chunk : assembler->finish_stream(usage_of(started, *assembler)))
+              if (!write(sse_data(chunk))) return false;
+            if (!write(sse_done())) return false;
+            sink.done();
+            return true;
+          }
+        }
+      },
+      [job](bool) {
+        job->cancel();
+        job->clear_probe();
+      });
+}
+
+}  // namespace
+
+void handle_completion_request(const ServerOptions& options, Logger& log, const ModelSession& session,
+                               Scheduler& scheduler, const std::string& fingerprint, const httplib::Request& req,
+                               httplib::Response& res, Endpoint endpoint) {
+  std::shared_ptr<Job> job;
+  CompletionRequest request;
+  try {
+    request = parse_completion_request(req.body, endpoint, options);
+    check_model(request, options, session);
+    PreparedPrompt prompt = build_prompt(request, session, options);
+    std::optional<Job::Clock::time_point> deadline;
+    if (options.request_timeout_s > 0)
+      deadline = Job::Clock::now() + std::chrono::duration_cast<Job::Clock::duration>(
+                                         std::chrono::duration<double>(options.request_timeout_s));
+    job = std::make_shared<Job>(request, std::move(prompt), deadline);
+  } catch (const HttpError& e) {
+    log.debug(std::string("rejected request: ") + e.what());
+    reply_error(res, e.status(), e.what(), e.param());
+    return;
+  } catch (const UsageError& e) {
+    reply_error(res, 400, e.what());
+    return;
+  }
+
+  auto probe = std::make_shared<ConnectionProbe>(req.remote_addr, req.remote_port, req.local_port);
+  job->set_probe([probe] { return probe->client_gone(); });
+  ProbeGuard guard{job};
+  try {
+    scheduler.submit(job);
+  } catch (const HttpError& e) {
+    reply_error(res, e.status(), e.what());
+    return;
+  }
+  StartedEvent started{};
+  if (!await_start(*job, res, started)) return;
+
+  auto meta = make_response_meta(endpoint, request.stream, request.model, fingerprint);
+  auto assembler = std::make_shared<CompletionAssembler>(
+      meta, request, make_text_state_machine(session.markers, request.stop), job->prompt().initial_state,
+      session.tool_parser ? &*session.tool_parser : nullptr);
+  if (request.stream) {
+    serve_stream(job, assembler, started, res);
+    guard.job.reset();  // the stream's releaser takes over
+  } else {
+    serve_whole(job, assembler, started, res);
+  }
+}
+
+}  // namespace mlxrt::server

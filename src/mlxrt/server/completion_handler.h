@@ -1,0 +1,24 @@
+#pragma once
+/** The completion endpoints: body -> typed request -> prompt tokens (on the connection's thread),
+ * then the job through the scheduler, its events written back as one JSON response or as
+ * server-sent events. A client that goes away, or a request past its deadline, cancels the job. */
+#include <string>
+
+#include "mlxrt/server/logger.h"
+#include "mlxrt/server/model_session.h"
+#include "mlxrt/server/options.h"
+#include "mlxrt/server/request.h"
+#include "mlxrt/server/scheduler.h"
+
+namespace httplib {
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace mlxrt::server {
+
+void handle_completion_request(const ServerOptions& options, Logger& log, const ModelSession& session,
+                               Scheduler& scheduler, const std::string& fingerprint, const httplib::Request& req,
+                               httplib::Response& res, Endpoint endpoint);
+
+}  // namespace mlxrt::server

@@ -1,0 +1,147 @@
+// Port of ResponseGenerator._serve_single and stream_generate (mlx_lm/server.py, generate.py @
+// mlx-lm 0.32.2) for one request at a time.
+#include "mlxrt/server/generation.h"
+
+#include <algorithm>
+
+#include <mlx/ops.h>
+
+#include "mlxrt/generate/generate_step.h"
+#include "mlxrt/generate/logits_processors.h"
+#include "mlxrt/generate/sampler.h"
+#include "mlxrt/server/http_error.h"
+
+namespace mlxrt::server {
+
+namespace {
+
+namespace mx = mlx::core;
+
+/** Thrown from the prefill progress hook to abandon a job whose client has gone. */
+struct Abandoned {};
+
+generate::SamplerParams sampler_params(const CompletionRequest& r) {
+  generate::SamplerParams p;
+  p.temp = r.temperature;
+  p.top_p = r.top_p;
+  p.min_p = r.min_p;
+  p.top_k = r.top_k;
+  p.xtc_probability = r.xtc_probability;
+  p.xtc_threshold = r.xtc_threshold;
+  return p;
+}
+
+generate::LogitsProcessorParams processor_params(const CompletionRequest& r) {
+  generate::LogitsProcessorParams p;
+  p.logit_bias = r.logit_bias;
+  // mlx-lm adds a penalty processor only for a non-zero penalty.
+  if (r.repetition_penalty != 0.0) p.repetition_penalty = r.repetition_penalty;
+  if (r.presence_penalty != 0.0) p.presence_penalty = r.presence_penalty;
+  if (r.frequency_penalty != 0.0) p.frequency_penalty = r.frequency_penalty;
+  p.repetition_context_size = r.repetition_context_size;
+  p.presence_context_size = r.presence_context_size;
+  p.frequency_context_size = r.frequency_context_size;
+  return p;
+}
+
+std::vector<TopToken> top_tokens(const mx::array& logprobs, int n, const tokenizer::Tokenizer& tok) {
+  std::vector<TopToken> out;
+  if (n <= 0) return out;
+  for (const auto& t : generate::top_logprobs(logprobs, n)) out.push_back({t.id, tok.id_to_token(t.id), t.logprob});
+  return out;
+}
+
+}  // namespace
+
+Generator::Generator(ModelSession& session, const ServerOptions& options, Logger& log)
+    : session_(session),
+      options_(options),
+      log_(log),
+      cache_(static_cast<size_t>(std::max(0, options.prompt_cache_size)), options.prompt_cache_bytes),
+      rng_(std::make_shared<generate::RandomState>()),
+      newline_tokens_(session.tokenizer.encode("\n", true)) {}
+
+std::shared_ptr<const StopSequences> Generator::stop_sequences(const std::vector<std::string>& words) {
+  auto it = stop_cache_.find(words);
+  if (it != stop_cache_.end()) return it->second;
+  std::vector<std::vector<int32_t>> seqs;
+  for (int32_t id : session_.eos_token_ids) seqs.push_back({id});
+  for (const auto& w : words) seqs.push_back(session_.tokenizer.encode(w, false));
+  if (stop_cache_.size() > 100) stop_cache_.clear();  // as mlx-lm bounds its state-machine cache
+  auto made = std::make_shared<const StopSequences>(seqs);
+  stop_cache_.emplace(words, made);
+  return made;
+}
+
+void Generator::run(Job& job) {
+  const CompletionRequest& r = job.request();
+  const std::vector<int32_t>& prompt = job.prompt().tokens;
+  auto& model = *session_.loaded.model;
+
+  if (r.seed) rng_->seed(static_cast<uint64_t>(*r.seed));
+  generate::GenerateOptions go;
+  go.max_tokens = r.max_tokens;
+  go.prefill_step_size = options_.prefill_step_size;
+  try {
+    auto sp = sampler_params(r);
+    sp.xtc_special_tokens = newline_tokens_;
+    sp.xtc_special_tokens.insert(sp.xtc_special_tokens.end(), session_.eos_token_ids.begin(),
+                                 session_.eos_token_ids.end());
+    go.sampler = generate::make_sampler(sp, rng_);
+    go.logits_processors = generate::make_logits_processors(processor_params(r), model.vocab_size());
+  } catch (const UsageError& e) {
+    throw HttpError(400, e.what());
+  }
+
+  auto hit = cache_.take(prompt);
+  cache::CacheList kv = hit.cache.empty() ? model.make_cache() : std::move(hit.cache);
+  job.push(StartedEvent{prompt.size(), hit.reused});
+  std::vector<int32_t> rest(prompt.begin() + static_cast<long>(hit.reused), prompt.end());
+  go.prompt_progress = [&job](int processed, int total) {
+    if (job.should_stop()) throw Abandoned{};
+    job.push(ProgressEvent{processed, total});
+  };
+
+  std::vector<int32_t> key = prompt;
+  try {
+    generate::TokenGenerator gen(model, rest, go, &kv);
+    auto detok = session_.tokenizer.streaming_detokenizer();
+    auto matcher = StopSequences::matcher(stop_sequences(r.stop));
+    const auto& eos = session_.eos_token_ids;
+    for (int n = 0;; ++n) {
+      if (job.should_stop()) break;
+      auto step = gen.next();
+      if (!step) break;
+      TokenEvent ev{"", step->token, 0.0f, std::nullopt, {}};
+      if (std::find(eos.begin(), eos.end(), step->token) != eos.end()) {
+        detok.finalize();
+        ev.finish_reason = "stop";
+      } else {
+        detok.add_token(step->token);
+        if (n + 1 == r.max_tokens) {
+          detok.finalize();
+          ev.finish_reason = "length";
+        }
+      }
+      ev.text = detok.take_segment();
+      if (matcher.advance(step->token)) ev.finish_reason = "stop";
+      if (r.logprobs) ev.logprob = mx::take(step->logprobs, step->token).item<float>();
+      ev.top = top_tokens(step->logprobs, r.top_logprobs, session_.tokenizer);
+      bool finished = ev.finish_reason.has_value();
+      job.push(std::move(ev));
+      key.push_back(step->token);
+      if (finished) break;
+    }
+  } catch (const Abandoned&) {
+    // The client left during prefill; what was computed still goes to the cache.
+  }
+
+  const int offset = kv.empty() ? 0 : kv.front()->offset();
+  if (offset > 0 && static_cast<size_t>(offset) <= key.size()) {
+    key.resize(static_cast<size_t>(offset));
+    cache_.insert(std::move(key), std::move(kv));
+  }
+  job.push(DoneEvent{});
+}
+
+}  // namespace mlxrt::server

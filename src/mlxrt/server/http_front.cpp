@@ -1,0 +1,171 @@
+#include "mlxrt/server/http_front.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <ctime>
+
+#include "mlxrt/server/http_error.h"
+#include "mlxrt/server/models_list.h"
+#include "mlxrt/server/python_json.h"
+#include "mlxrt/server/request.h"
+#include "mlxrt/server/responses.h"
+
+namespace mlxrt::server {
+
+void handle_completion_request(const ServerOptions& options, Logger& log, const ModelSession& session,
+                               Scheduler& scheduler, const std::string& fingerprint, const httplib::Request& req,
+                               httplib::Response& res, Endpoint endpoint);
+
+namespace {
+
+bool is_known_method(const std::string& m) { return m == "GET" || m == "POST" || m == "OPTIONS" || m == "HEAD"; }
+
+}  // namespace
+
+HttpFront::HttpFront(const ServerOptions& options, Logger& log, const ModelSession& session, Scheduler& scheduler)
+    : options_(options),
+      log_(log),
+      session_(session),
+      scheduler_(scheduler),
+      fingerprint_(system_fingerprint()),
+      http_(std::make_unique<httplib::Server>()) {
+  const int threads = std::max(4, options.http_threads);
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->set_payload_max_length(options.max_body_bytes);
+  http_->set_read_timeout(30, 0);
+  http_->set_write_timeout(30, 0);
+  http_->set_keep_alive_timeout(5);
+  install_routes();
+}
+
+HttpFront::~HttpFront() = default;
+
+void HttpFront::send_error(httplib::Response& res, int status, const std::string& message, const std::string& param) {
+  res.status = status;
+  res.set_content(python_dumps(error_body(status, message, param)), "application/json");
+}
+
+void HttpFront::set_cors(const httplib::Request& req, httplib::Response& res) const {
+  const auto& allowed = options_.allowed_origins;
+  std::string origin = req.get_header_value("Origin");
+  if (std::find(allowed.begin(), allowed.end(), "*") != allowed.end()) {
+    res.set_header("Access-Control-Allow-Origin", "*");
+  } else if (!origin.empty() && std::find(allowed.begin(), allowed.end(), origin) != allowed.end()) {
+    res.set_header("Access-Control-Allow-Origin", origin);
+    res.set_header("Vary", "Origin");
+  }
+  res.set_header("Access-Control-Allow-Methods", "*");
+  res.set_header("Access-Control-Allow-Headers", "*");
+}
+
+void HttpFront::install_routes() {
+  using httplib::Request, httplib::Response;
+  using Handled = httplib::Server::HandlerResponse;
+
+  http_->set_pre_routing_handler([this](const Request& req, Response& res) {
+    size_t header_bytes = req.target.size();
+    for (const auto& [k, v] : req.headers) header_bytes += k.size() + v.size() + 4;
+    if (req.headers.size() > options_.max_header_count || header_bytes > options_.max_header_bytes) {
+      res.set_header("Connection", "close");
+      send_error(res, 431, "request headers are too large");
+      return Handled::Handled;
+    }
+    if (req.method != "POST") return Handled::Unhandled;
+    // Checked before the body is read: a body of unknown or excessive size is never read.
+    if (!req.has_header("Content-Length")) {
+      res.set_header("Connection", "close");
+      send_error(res, 411, "Content-Length header is required");
+      return Handled::Handled;
+    }
+    const std::string length = req.get_header_value("Content-Length");
+    bool numeric = !length.empty() && length.size() <= 19 &&
+                   length.find_first_not_of("0123456789") == std::string::npos;
+    if (!numeric) {
+      res.set_header("Connection", "close");
+      send_error(res, 400, "Invalid Content-Length header");
+      return Handled::Handled;
+    }
+    if (std::stoull(length) > options_.max_body_bytes) {
+      res.set_header("Connection", "close");
+      send_error(res, 413, "request body is larger than " + std::to_string(options_.max_body_bytes) + " bytes");
+      return Handled::Handled;
+    }
+    return Handled::Unhandled;
+  });
+
+  auto completion = [this](Endpoint e) {
+    return [this, e](const Request& req, Response& res) {
+      handle_completion_request(options_, log_, session_, scheduler_, fingerprint_, req, res, e);
+    };
+  };
+  http_->Post("/v1/chat/completions", completion(Endpoint::chat));
+  http_->Post("/chat/completions", completion(Endpoint::chat));
+  http_->Post("/v1/completions", completion(Endpoint::text));
+  http_->Post(R"(.*)", [this](const Request&, Response& res) { send_error(res, 404, "Not Found"); });
+
+  http_->Get("/health", [this](const Request&, Response& res) {
+    bool ok = scheduler_.healthy();
+    res.status = ok ? 200 : 503;
+    res.set_content(python_dumps({{"status", ok ? "ok" : "unavailable"}}), "application/json");
+  });
+  http_->Get(R"(/v1/models.*)", [this](const Request& req, Response& res) {
+    std::optional<std::string> filter;
+    if (req.path.rfind("/v1/models/", 0) == 0) filter = req.path.substr(11);
+    auto created = static_cast<int64_t>(std::time(nullptr));
+    res.set_content(python_dumps(list_models(options_.model, filter, created)), "application/json");
+  });
+  http_->Get(R"(.*)", [this](const Request&, Response& res) { send_error(res, 404, "Not Found"); });
+  http_->Options(R"(.*)", [](const Request&, Response& res) {
+    res.status = 204;
+    res.set_header("Content-Type", "application/json");
+  });
+  auto unsupported = [this](const Request& req, Response& res) {
+    send_error(res, 501, "Unsupported method ('" + req.method + "')");
+  };
+  http_->Put(R"(.*)", unsupported);
+  http_->Patch(R"(.*)", unsupported);
+  http_->Delete(R"(.*)", unsupported);
+
+  http_->set_post_routing_handler([this](const Request& req, Response& res) { set_cors(req, res); });
+  http_->set_error_handler(httplib::Server::HandlerWithResponse([this](const Request& req, Response& res) {
+    if (!is_known_method(req.method) && res.status == 404) res.status = 501;
+    if (res.body.empty() && !res.is_chunked_content_provider_) {
+      std::string message = res.status == 413   ? "request body is too large"
+                            : res.status == 501 ? "Unsupported method ('" + req.method + "')"
+                            : res.status == 414 ? "request URI is too long"
+                                                : "HTTP error " + std::to_string(res.status);
+      send_error(res, res.status, message);
+    }
+    set_cors(req, res);
+    return Handled::Handled;
+  }));
+  http_->set_exception_handler([this](const Request&, Response& res, std::exception_ptr ep) {
+    std::string message = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+    }
+    log_.error("request failed: " + message);
+    send_error(res, 500, message);
+  });
+}
+
+int HttpFront::bind() {
+  int port = options_.port;
+  bool ok = port == 0 ? (port = http_->bind_to_any_port(options_.host)) > 0 : http_->bind_to_port(options_.host, port);
+  if (!ok) throw UsageError("--host/--port: cannot listen on " + options_.host + ":" + std::to_string(options_.port));
+  bound_port_ = port;
+  return port;
+}
+
+void HttpFront::serve() {
+  log_.info("Starting httpd at " + options_.host + " on port " + std::to_string(bound_port_) + "...");
+  http_->listen_after_bind();
+}
+
+void HttpFront::stop() { http_->stop(); }
+
+}  // namespace mlxrt::server

@@ -1,0 +1,47 @@
+#pragma once
+/** The HTTP side of the server (cpp-httplib): routes, request limits, CORS, error bodies, and the
+ * completion endpoints, which parse and tokenize on the connection's thread, queue the job, and
+ * write its events back as one JSON response or as server-sent events. */
+#include <memory>
+#include <string>
+
+#include "mlxrt/server/logger.h"
+#include "mlxrt/server/model_session.h"
+#include "mlxrt/server/options.h"
+#include "mlxrt/server/scheduler.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace mlxrt::server {
+
+class HttpFront {
+ public:
+  HttpFront(const ServerOptions& options, Logger& log, const ModelSession& session, Scheduler& scheduler);
+  ~HttpFront();
+
+  /** Binds options.host:options.port (port 0: any free port); UsageError when it cannot. Returns
+   * the bound port. */
+  int bind();
+  /** Serves until stop(). */
+  void serve();
+  void stop();
+
+ private:
+  void install_routes();
+  void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = {});
+  void set_cors(const httplib::Request& req, httplib::Response& res) const;
+
+  const ServerOptions& options_;
+  Logger& log_;
+  const ModelSession& session_;
+  Scheduler& scheduler_;
+  std::string fingerprint_;
+  std::unique_ptr<httplib::Server> http_;
+  int bound_port_ = 0;
+};
+
+}  // namespace mlxrt::server

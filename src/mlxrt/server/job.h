@@ -1,0 +1,91 @@
+#pragma once
+/** One request in flight between its HTTP thread and the generation thread: the prepared prompt
+ * and parameters going in, a queue of events coming out, and the stop conditions (cancelled,
+ * deadline passed, client gone) that the generation loop checks at every step. */
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "mlxrt/server/request.h"
+
+namespace mlxrt::server {
+
+/** A tokenized prompt and the text state it starts in ("normal", or "reasoning" when the prompt
+ * leaves a think block open). */
+struct PreparedPrompt {
+  std::vector<int32_t> tokens;
+  std::string initial_state = "normal";
+};
+
+struct TopToken {
+  int32_t id;
+  std::string token;
+  float logprob;
+};
+
+struct StartedEvent {
+  size_t prompt_tokens;
+  size_t cached_tokens;
+};
+struct ProgressEvent {
+  int processed, total;
+};
+struct TokenEvent {
+  std::string text;
+  int32_t token;
+  float logprob;
+  std::optional<std::string> finish_reason;
+  std::vector<TopToken> top;
+};
+struct DoneEvent {};
+struct ErrorEvent {
+  int status;
+  std::string message;
+};
+using JobEvent = std::variant<StartedEvent, ProgressEvent, TokenEvent, DoneEvent, ErrorEvent>;
+
+class Job {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Job(CompletionRequest request, PreparedPrompt prompt, std::optional<Clock::time_point> deadline)
+      : request_(std::move(request)), prompt_(std::move(prompt)), deadline_(deadline) {}
+
+  const CompletionRequest& request() const { return request_; }
+  const PreparedPrompt& prompt() const { return prompt_; }
+
+  void push(JobEvent event);
+  /** The next event, waiting at most `wait`; nullopt on timeout. */
+  std::optional<JobEvent> pop(std::chrono::milliseconds wait);
+
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+  bool timed_out() const { return deadline_ && Clock::now() > *deadline_; }
+
+  /** A check that the client is still connected, valid until clear_probe(). */
+  void set_probe(std::function<bool()> client_gone);
+  void clear_probe();
+  /** cancelled, past the deadline, or the client has gone away. */
+  bool should_stop();
+
+ private:
+  CompletionRequest request_;
+  PreparedPrompt prompt_;
+  std::optional<Clock::time_point> deadline_;
+  std::atomic<bool> cancelled_{false};
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<JobEvent> events_;
+  std::function<bool()> client_gone_;
+};
+
+}  // namespace mlxrt::server

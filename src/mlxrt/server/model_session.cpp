@@ -1,0 +1,75 @@
+// Model loading for the server, with mlx-lm's TokenizerWrapper inferences
+// (mlx_lm/tokenizer_utils.py @ mlx-lm 0.32.2: _infer_thinking, _infer_tool_parser).
+#include "mlxrt/server/model_session.h"
+
+#include <algorithm>
+
+#include "mlxrt/io/model_dir.h"
+#include "mlxrt/util/errors.h"
+
+namespace mlxrt::server {
+
+namespace {
+
+/** The single-token reasoning markers mlx-lm recognises. */
+void infer_thinking(ModelSession& s) {
+  static constexpr std::pair<const char*, const char*> kPairs[] = {
+      {"<think>", "</think>"}, {"<longcat_think>", "</longcat_think>"}, {"<|think:start|>", "<|think:end|>"}};
+  for (auto [start, end] : kPairs) {
+    auto a = s.tokenizer.token_to_id(start), b = s.tokenizer.token_to_id(end);
+    if (a && b) {
+      s.markers.think = std::make_pair(std::string(start), std::string(end));
+      s.think_start_tokens = {*a};
+      s.think_end_tokens = {*b};
+      return;
+    }
+  }
+}
+
+void infer_tools(ModelSession& s, Logger& log) {
+  std::string source;
+  if (s.has_chat_template()) {
+    auto it = s.templates.templates.find("default");
+    source = it != s.templates.templates.end() ? it->second : s.templates.templates.begin()->second;
+  }
+  auto type = infer_tool_parser_type(source, s.tokenizer.config().raw,
+                                     [&](const std::string& t) { return s.tokenizer.token_to_id(t).has_value(); });
+  if (!type) return;
+  s.tool_parser = make_tool_parser(*type);
+  if (s.tool_parser)
+    s.markers.tool_call = std::make_pair(s.tool_parser->start, s.tool_parser->end);
+  else
+    log.warning("the model's tool-call format '" + *type + "' is not supported: tool calls stay in the text");
+}
+
+}  // namespace
+
+const tmpl::ChatTemplate& ModelSession::template_for(bool have_tools) const {
+  auto name = tmpl::select_chat_template(templates, std::nullopt, have_tools);
+  auto it = name ? parsed_templates.find(*name) : parsed_templates.end();
+  if (it == parsed_templates.end()) throw UsageError("the model has no chat template");
+  return it->second;
+}
+
+ModelSession load_model_session(const ServerOptions& options, Logger& log) {
+  if (options.model.empty()) throw UsageError("--model is required: the model directory to serve");
+  auto dir = io::resolve_model_dir(options.model);
+  ModelSession s{dir, model::load_model(dir), tokenizer::Tokenizer::from_dir(dir), {}, {}, {}, {}, {}, {}, {}};
+  s.templates = tmpl::read_model_chat_templates(dir);
+  if (!options.chat_template.empty()) {
+    // --chat-template replaces the model's template (mlx-lm passes it as tokenizer_config's).
+    s.templates.templates.clear();
+    s.templates.templates["default"] = options.chat_template;
+  }
+  for (const auto& [name, text] : s.templates.templates)
+    s.parsed_templates.emplace(name, tmpl::ChatTemplate::parse(text, name == "default" ? "chat_template" : name));
+  s.eos_token_ids = s.tokenizer.eos_token_ids();
+  for (int32_t id : s.loaded.config.eos_token_ids())
+    if (std::find(s.eos_token_ids.begin(), s.eos_token_ids.end(), id) == s.eos_token_ids.end())
+      s.eos_token_ids.push_back(id);
+  infer_thinking(s);
+  infer_tools(s, log);
+  return s;
+}
+
+}  // namespace mlxrt::server

@@ -1,0 +1,44 @@
+#pragma once
+/** Everything the server loads once for its model: weights, tokenizer, chat templates, and what
+ * mlx-lm's TokenizerWrapper infers from them (eos ids, reasoning markers, tool-call format). */
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mlxrt/model/loader.h"
+#include "mlxrt/server/logger.h"
+#include "mlxrt/server/options.h"
+#include "mlxrt/server/text_state_machine.h"
+#include "mlxrt/server/tool_calls.h"
+#include "mlxrt/template/chat_template.h"
+#include "mlxrt/tokenizer/tokenizer.h"
+
+namespace mlxrt::server {
+
+struct ModelSession {
+  std::filesystem::path dir;  // the resolved model directory
+  model::LoadedModel loaded;
+  tokenizer::Tokenizer tokenizer;
+  tmpl::ModelChatTemplates templates;         // empty `templates`: no chat template
+  std::map<std::string, tmpl::ChatTemplate> parsed_templates;
+  std::vector<int32_t> eos_token_ids;
+  MarkerSet markers;
+  std::vector<int32_t> think_start_tokens, think_end_tokens;
+  std::optional<ToolParser> tool_parser;
+
+  bool has_chat_template() const { return !templates.templates.empty(); }
+  bool has_thinking() const { return markers.think.has_value(); }
+  /** The template transformers would use for this request (tool_use when tools are given and the
+   * model has one). Requires has_chat_template(). */
+  const tmpl::ChatTemplate& template_for(bool have_tools) const;
+};
+
+/** Loads the model named by options.model. Errors name the file or flag at fault. */
+ModelSession load_model_session(const ServerOptions& options, Logger& log);
+
+}  // namespace mlxrt::server

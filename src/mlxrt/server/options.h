@@ -1,0 +1,49 @@
+#pragma once
+/** The server's settings: mlx_lm.server's flags (same names and defaults) plus the limits that
+ * keep one client from exhausting the server. */
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace mlxrt::server {
+
+enum class LogLevel { debug, info, warning, error, critical };
+
+struct ServerOptions {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::vector<std::string> allowed_origins = {"*"};
+  LogLevel log_level = LogLevel::info;
+  std::string chat_template;  // a template string that replaces the model's (empty: the model's)
+  bool use_default_chat_template = false;
+  nlohmann::ordered_json chat_template_args = nlohmann::ordered_json::object();
+  int num_draft_tokens = 3;
+
+  // Request defaults.
+  double temp = 0.0;
+  double top_p = 1.0;
+  int top_k = 0;
+  double min_p = 0.0;
+  int max_tokens = 512;
+
+  // Engine.
+  int decode_concurrency = 32;
+  int prompt_concurrency = 8;
+  int prefill_step_size = 2048;
+  int prompt_cache_size = 10;
+  std::optional<size_t> prompt_cache_bytes;
+
+  // Limits (ours; mlx_lm.server has none).
+  size_t max_body_bytes = 16u << 20;
+  size_t max_header_bytes = 16u << 10;
+  size_t max_header_count = 100;
+  double request_timeout_s = 600.0;  // whole request, queueing included; 0: none
+  int http_threads = 128;            // concurrent connections served at once
+  int max_queued_requests = 1024;    // beyond this, 503
+};
+
+}  // namespace mlxrt::server

@@ -1,0 +1,76 @@
+#include "mlxrt/server/prompt_cache.h"
+
+#include <algorithm>
+
+namespace mlxrt::server {
+
+namespace {
+
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = std::min(a.size(), b.size()), i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+bool trimmable(const cache::CacheList& cache) {
+  return std::all_of(cache.begin(), cache.end(), [](const auto& c) { return c->is_trimmable(); });
+}
+
+}  // namespace
+
+size_t cache_nbytes(const cache::CacheList& cache) {
+  size_t n = 0;
+  for (const auto& c : cache) n += c->nbytes();
+  return n;
+}
+
+PromptCache::Hit PromptCache::take(const std::vector<int32_t>& prompt) {
+  if (prompt.empty()) return {};
+  auto best = entries_.end();
+  size_t best_len = 0;
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    size_t lcp = common_prefix(it->tokens, prompt);
+    // The entry must end exactly at the shared prefix unless its cache can be trimmed back to it.
+    size_t usable = std::min(lcp, prompt.size() - 1);
+    if (usable < it->tokens.size() && !trimmable(it->cache)) continue;
+    if (usable > best_len) {
+      best = it;
+      best_len = usable;
+    }
+  }
+  if (best == entries_.end()) return {};
+  Hit hit{std::move(best->cache), best_len};
+  nbytes_ -= best->nbytes;
+  size_t extra = best->tokens.size() - best_len;
+  entries_.erase(best);
+  if (extra > 0)
+    for (auto& c : hit.cache) c->trim(static_cast<int>(extra));
+  return hit;
+}
+
+void PromptCache::insert(std::vector<int32_t> tokens, cache::CacheList cache) {
+  if (max_entries_ == 0 || tokens.empty() || cache.empty()) return;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    bool same_or_prefix = it->tokens.size() <= tokens.size() &&
+                          std::equal(it->tokens.begin(), it->tokens.end(), tokens.begin());
+    if (same_or_prefix && (it->tokens.size() == tokens.size() || trimmable(cache))) {
+      nbytes_ -= it->nbytes;
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  size_t bytes = cache_nbytes(cache);
+  entries_.push_back(Entry{std::move(tokens), std::move(cache), bytes});
+  nbytes_ += bytes;
+  evict();
+}
+
+void PromptCache::evict() {
+  while (!entries_.empty() && (entries_.size() > max_entries_ || (max_bytes_ && nbytes_ > *max_bytes_))) {
+    nbytes_ -= entries_.front().nbytes;
+    entries_.pop_front();
+  }
+}
+
+}  // namespace mlxrt::server

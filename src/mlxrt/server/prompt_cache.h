@@ -1,0 +1,57 @@
+#pragma once
+/** The server's prompt cache: KV caches of earlier requests keyed by the tokens they hold, reused
+ * for the longest common token prefix with a new prompt, evicted least-recently-used beyond a
+ * count and a byte budget (mlx_lm's LRUPromptCache policy).
+ *
+ * An entry is handed out by moving it (take), not copying: the request extends it and puts it
+ * back under its longer key when done, so no memory is spent on copies. Not thread-safe: only the
+ * generation thread uses it. */
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <vector>
+
+#include "mlxrt/cache/cache.h"
+
+namespace mlxrt::server {
+
+class PromptCache {
+ public:
+  PromptCache(size_t max_entries, std::optional<size_t> max_bytes)
+      : max_entries_(max_entries), max_bytes_(max_bytes) {}
+
+  struct Hit {
+    cache::CacheList cache;  // empty when nothing is reused
+    size_t reused = 0;       // prompt tokens already in `cache`
+  };
+
+  /** The entry sharing the longest prefix with `prompt`, trimmed to that prefix and removed from
+   * the cache. At least one prompt token is always left to process. */
+  Hit take(const std::vector<int32_t>& prompt);
+
+  /** Stores `cache` holding the KV of exactly `tokens`. Entries whose key is a prefix of `tokens`
+   * are dropped (the new one serves them), then the oldest ones until within the limits. */
+  void insert(std::vector<int32_t> tokens, cache::CacheList cache);
+
+  size_t size() const { return entries_.size(); }
+  size_t nbytes() const { return nbytes_; }
+
+ private:
+  struct Entry {
+    std::vector<int32_t> tokens;
+    cache::CacheList cache;
+    size_t nbytes;
+  };
+  void evict();
+
+  size_t max_entries_;
+  std::optional<size_t> max_bytes_;
+  std::list<Entry> entries_;  // front: least recently used
+  size_t nbytes_ = 0;
+};
+
+/** Bytes held by a cache list. */
+size_t cache_nbytes(const cache::CacheList& cache);
+
+}  // namespace mlxrt::server

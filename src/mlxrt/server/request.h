@@ -1,0 +1,63 @@
+#pragma once
+/** A completion request as mlx_lm.server reads it, parsed into typed fields with the server's
+ * defaults. Every field is type- and range-checked: a wrong type is a 400 naming the field, never
+ * a silent default. Accepted aliases: max_completion_tokens for max_tokens (it wins when both
+ * are given); stop as a string or a list of strings. */
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mlxrt/server/options.h"
+
+namespace mlxrt::server {
+
+enum class Endpoint { chat, text };
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::chat;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::string model = "default_model";
+  std::optional<std::string> adapter;      // "adapters"
+  std::optional<std::string> draft_model;  // "draft_model"
+  int num_draft_tokens = 3;
+
+  int max_tokens = 512;
+  double temperature = 0.0;
+  double top_p = 1.0;
+  int top_k = 0;
+  double min_p = 0.0;
+  double xtc_probability = 0.0;
+  double xtc_threshold = 0.1;
+  double repetition_penalty = 0.0;
+  int repetition_context_size = 20;
+  double presence_penalty = 0.0;
+  int presence_context_size = 20;
+  double frequency_penalty = 0.0;
+  int frequency_context_size = 20;
+  std::vector<std::pair<int32_t, double>> logit_bias;  // document order
+  bool logprobs = false;
+  int top_logprobs = -1;  // -1: off
+  std::optional<int64_t> seed;
+  nlohmann::ordered_json chat_template_kwargs;  // null or an object
+  std::vector<std::string> stop;
+
+  // chat
+  nlohmann::ordered_json messages;      // a list of message objects
+  nlohmann::ordered_json tools;         // null or a non-empty list
+  nlohmann::ordered_json role_mapping;  // null or an object
+  // text
+  std::string prompt;
+};
+
+/** Parses and validates a request body. HttpError(400, message naming the field) on anything
+ * malformed. */
+CompletionRequest parse_completion_request(std::string_view body, Endpoint endpoint,
+                                           const ServerOptions& defaults);
+
+}  // namespace mlxrt::server

@@ -1,0 +1,45 @@
+#include "mlxrt/server/server.h"
+
+#include "mlxrt/server/generation.h"
+#include "mlxrt/server/http_front.h"
+#include "mlxrt/server/logger.h"
+#include "mlxrt/server/model_session.h"
+#include "mlxrt/server/scheduler.h"
+
+namespace mlxrt::server {
+
+struct Server::Parts {
+  Logger log;
+  ModelSession session;
+  Generator generator;
+  SerialScheduler scheduler;
+  HttpFront front;
+  int port = 0;
+
+  explicit Parts(const ServerOptions& o)
+      : log(o.log_level),
+        session(load_model_session(o, log)),
+        generator(session, o, log),
+        scheduler([this](Job& job) { generator.run(job); }, static_cast<size_t>(std::max(1, o.max_queued_requests))),
+        front(o, log, session, scheduler) {}
+};
+
+Server::Server(ServerOptions options) : options_(std::move(options)) {
+  parts_ = std::make_unique<Parts>(options_);
+  parts_->port = parts_->front.bind();
+}
+
+Server::~Server() {
+  if (parts_) parts_->scheduler.shutdown();
+}
+
+int Server::port() const { return parts_->port; }
+
+void Server::serve() {
+  parts_->front.serve();
+  parts_->scheduler.shutdown();
+}
+
+void Server::stop() { parts_->front.stop(); }
+
+}  // namespace mlxrt::server
