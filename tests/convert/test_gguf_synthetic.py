@@ -1,6 +1,6 @@
 """Every supported tensor type and architecture entry, on tiny GGUF files written here with the
-gguf package: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 blocks (with per-module packings), F16/BF16/F32
-tensors kept, an untied (quantized) output head; llama (Q/K permuted by llama.cpp), qwen2 (attention biases), qwen3 (Q/K
+gguf package: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K blocks (with per-module packings), Q6_K
+(stored as float32), F16/BF16/F32 tensors kept, an untied (quantized) output head; llama (Q/K permuted by llama.cpp), qwen2 (attention biases), qwen3 (Q/K
 norms). Each converts losslessly, and mlx-lm loads it and computes the same logits as a dense
 model built from the reference dequantisation."""
 
@@ -16,7 +16,7 @@ from gguf.quants import quantize
 from gguf_support import convert
 from test_gguf_dequant import check_every_tensor, unpermute
 
-HIDDEN, HEADS, KV_HEADS, FFN, LAYERS = 64, 4, 2, 128, 2
+HIDDEN, HEADS, KV_HEADS, FFN, LAYERS = 256, 4, 2, 256, 2
 HEAD_DIM = HIDDEN // HEADS
 
 # A small byte-level vocabulary: the 256 byte characters, two merges, and the special tokens.
@@ -26,16 +26,26 @@ TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + BYTE_CHARS + ["Ġt", 
 TYPES = [3, 3, 3] + [1] * (len(TOKENS) - 3)
 MERGES = ["Ġ t", "Ġt h"]
 
-# (gguf name, rows, cols, type) of one layer; the types mix every supported block and float kind.
+# (gguf name, rows, cols, type per layer): the types mix every supported block and float kind.
 LAYER = [
-    ("attn_q", HEADS * HEAD_DIM, HIDDEN, Q.Q8_0),
-    ("attn_k", KV_HEADS * HEAD_DIM, HIDDEN, Q.Q4_0),
-    ("attn_v", KV_HEADS * HEAD_DIM, HIDDEN, Q.BF16),
-    ("attn_output", HIDDEN, HEADS * HEAD_DIM, Q.Q4_1),
-    ("ffn_gate", FFN, HIDDEN, Q.Q4_0),
-    ("ffn_up", FFN, HIDDEN, Q.Q5_1),
-    ("ffn_down", HIDDEN, FFN, Q.Q5_0),
+    ("attn_q", HEADS * HEAD_DIM, HIDDEN, (Q.Q8_0, Q.Q8_0)),
+    ("attn_k", KV_HEADS * HEAD_DIM, HIDDEN, (Q.Q4_0, Q.Q4_0)),
+    ("attn_v", KV_HEADS * HEAD_DIM, HIDDEN, (Q.BF16, Q.F16)),
+    ("attn_output", HIDDEN, HEADS * HEAD_DIM, (Q.Q4_1, Q.Q4_1)),
+    ("ffn_gate", FFN, HIDDEN, (Q.Q4_K, Q.Q5_K)),
+    ("ffn_up", FFN, HIDDEN, (Q.Q5_1, Q.Q4_0)),
+    ("ffn_down", HIDDEN, FFN, (Q.Q5_0, Q.Q6_K)),
 ]
+K_QUANTS = {Q.Q4_K: (144, [0, 2]), Q.Q5_K: (176, [0, 2]), Q.Q6_K: (210, [208])}  # bytes, fp16 fields
+
+
+def random_k_blocks(rows, cols, qtype, rng):
+    """K-quant blocks of random bits (gguf-py cannot quantize to these), with finite fp16 scales."""
+    size, halves = K_QUANTS[qtype]
+    blocks = rng.integers(0, 256, size=(rows * cols // 256, size), dtype=np.uint8)
+    for at in halves:
+        blocks[:, at : at + 2] = (rng.standard_normal(len(blocks)) * 0.01).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    return blocks.reshape(rows, -1)
 
 
 def write_gguf(path, arch, rng):
@@ -59,7 +69,9 @@ def write_gguf(path, arch, rng):
 
     def add(name, shape, qtype):
         values = rng.standard_normal(shape).astype(np.float32) * 0.2
-        if qtype == Q.F32:
+        if qtype in K_QUANTS:
+            w.add_tensor(name, random_k_blocks(*shape, qtype, rng), raw_dtype=qtype)
+        elif qtype == Q.F32:
             w.add_tensor(name, values)
         elif qtype == Q.F16:
             w.add_tensor(name, values.astype(np.float16))
@@ -72,8 +84,8 @@ def write_gguf(path, arch, rng):
     for i in range(LAYERS):
         add(f"blk.{i}.attn_norm.weight", (HIDDEN,), Q.F32)
         add(f"blk.{i}.ffn_norm.weight", (HIDDEN,), Q.F32)
-        for name, rows, cols, qtype in LAYER:
-            add(f"blk.{i}.{name}.weight", (rows, cols), qtype)
+        for name, rows, cols, qtypes in LAYER:
+            add(f"blk.{i}.{name}.weight", (rows, cols), qtypes[i])
         if arch == "qwen2":
             for name, rows in (("attn_q", HEADS * HEAD_DIM), ("attn_k", KV_HEADS * HEAD_DIM), ("attn_v", KV_HEADS * HEAD_DIM)):
                 add(f"blk.{i}.{name}.bias", (rows,), Q.F32)
@@ -116,8 +128,11 @@ def test_tiny_model_converts_losslessly_and_runs_in_mlx_lm(arch, tmp_path):
     assert (q["bits"], q["group_size"]) == (4, 32)  # Q4_0 / Q4_1 are the most common
     for i in range(LAYERS):
         assert q[f"model.layers.{i}.self_attn.q_proj"] == {"group_size": 32, "bits": 8, "mode": "affine"}
-        assert q[f"model.layers.{i}.mlp.up_proj"] == {"group_size": 32, "bits": 5, "mode": "affine"}
-        assert q[f"model.layers.{i}.mlp.down_proj"]["bits"] == 5
+    assert q["model.layers.0.mlp.up_proj"] == {"group_size": 32, "bits": 5, "mode": "affine"}  # Q5_1
+    assert q["model.layers.0.mlp.down_proj"]["bits"] == 5  # Q5_0
+    assert q["model.layers.1.mlp.gate_proj"]["bits"] == 5  # Q5_K
+    assert "model.layers.0.mlp.gate_proj" not in q  # Q4_K: the default packing
+    assert "model.layers.1.mlp.down_proj" not in q  # Q6_K: float32
     assert q["lm_head"]["bits"] == 8 and "model.embed_tokens" not in q
 
     # Dequantised conversion check (biases and norms are compared as plain tensors).
@@ -127,6 +142,7 @@ def test_tiny_model_converts_losslessly_and_runs_in_mlx_lm(arch, tmp_path):
     weights = mx.load(str(out / "model.safetensors"))
     assert weights["model.layers.0.self_attn.v_proj.weight"].dtype == mx.bfloat16
     assert weights["model.embed_tokens.weight"].dtype == mx.float16
+    assert weights["model.layers.1.mlp.down_proj.weight"].dtype == mx.float32
     assert "model.embed_tokens.scales" not in weights and "lm_head.scales" in weights
 
     model, _ = load_model(out)  # strict: every weight must match a parameter

@@ -1,4 +1,4 @@
-// `mlxrt convert --gguf FILE.gguf --out DIR`: a GGUF model (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F16, BF16, F32
+// `mlxrt convert --gguf FILE.gguf --out DIR`: a GGUF model (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, F16, BF16, F32
 // tensors) converted losslessly into an MLX checkpoint directory that mlxrt and mlx-lm load.
 #include <cstdio>
 #include <string>
@@ -11,7 +11,7 @@ namespace mlxrt::cli {
 void register_convert(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "convert",
-      "Convert a GGUF model (llama, qwen2, qwen3 architectures; Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/F16/BF16/F32 tensors) "
+      "Convert a GGUF model (llama, qwen2, qwen3 architectures; Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K/F16/BF16/F32 tensors) "
       "losslessly into an MLX checkpoint directory (config.json, model.safetensors, tokenizer.json)");
   struct Flags {
     std::string gguf, out;

@@ -37,6 +37,8 @@ std::optional<AffineParams> affine_params_for(GgmlType type) {
   switch (type) {
     case GgmlType::q4_0: case GgmlType::q4_1: return AffineParams{4, 32};
     case GgmlType::q5_0: case GgmlType::q5_1: return AffineParams{5, 32};
+    case GgmlType::q4_k: return AffineParams{4, 32};
+    case GgmlType::q5_k: return AffineParams{5, 32};
     case GgmlType::q8_0: return AffineParams{8, 32};
     default: return std::nullopt;
   }
@@ -47,7 +49,7 @@ namespace {
 uint16_t load_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
 
 /** Unpacks one 32-element block into unsigned quants q[32] and its (scale, bias). */
-void decode_block(GgmlType type, const uint8_t* block, uint8_t* q, float& scale, float& bias) {
+void decode_group32(GgmlType type, const uint8_t* block, uint8_t* q, float& scale, float& bias) {
   float d = half_to_float(load_u16(block));
   scale = d;
   switch (type) {
@@ -87,6 +89,46 @@ void decode_block(GgmlType type, const uint8_t* block, uint8_t* q, float& scale,
   }
 }
 
+/** Q4_K / Q5_K sub-block j's 6-bit scale and min, packed in 12 bytes (llama.cpp's
+ * get_scale_min_k4). */
+void scale_min_k4(int j, const uint8_t* packed, int& scale, int& min) {
+  if (j < 4) {
+    scale = packed[j] & 63;
+    min = packed[j + 4] & 63;
+  } else {
+    scale = (packed[j + 4] & 0x0f) | (packed[j - 4] >> 6) << 4;
+    min = (packed[j + 4] >> 4) | (packed[j] >> 6) << 4;
+  }
+}
+
+/** One 256-element Q4_K / Q5_K super-block: eight 32-element sub-blocks with x = (d*sc)*q - dmin*m.
+ * d*sc and dmin*m are exact in float32 (11-bit halves times 6-bit integers). */
+void decode_k_block(GgmlType type, const uint8_t* block, uint8_t* q, float* scales, float* biases) {
+  float d = half_to_float(load_u16(block)), dmin = half_to_float(load_u16(block + 2));
+  const uint8_t* packed = block + 4;
+  bool five = type == GgmlType::q5_k;
+  const uint8_t* qh = block + 16;                 // Q5_K only: 32 bytes, bit j = sub-block j
+  const uint8_t* qs = block + (five ? 48 : 16);   // 128 bytes of nibbles
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    scale_min_k4(j, packed, sc, m);
+    scales[j] = d * static_cast<float>(sc);
+    biases[j] = -(dmin * static_cast<float>(m));
+    const uint8_t* nibbles = qs + 32 * (j / 2);
+    for (int l = 0; l < 32; ++l) {
+      uint8_t v = j % 2 == 0 ? nibbles[l] & 0x0f : nibbles[l] >> 4;
+      if (five) v |= ((qh[l] >> j) & 1) << 4;
+      q[32 * j + l] = v;
+    }
+  }
+}
+
+/** Unpacks one block of any affine type: block_elements quants and one (scale, bias) per 32. */
+void decode_block(GgmlType type, const uint8_t* block, uint8_t* q, float* scales, float* biases) {
+  if (type == GgmlType::q4_k || type == GgmlType::q5_k) return decode_k_block(type, block, q, scales, biases);
+  decode_group32(type, block, q, scales[0], biases[0]);
+}
+
 }  // namespace
 
 AffineTensor repack_affine(const GgufTensorInfo& info, const uint8_t* data,
@@ -94,34 +136,73 @@ AffineTensor repack_affine(const GgufTensorInfo& info, const uint8_t* data,
   auto params = affine_params_for(info.type());
   if (!params)
     throw UnsupportedError("tensor '" + info.name + "' has type " + info.traits.name +
-                           ", which has no exact MLX affine form (supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)");
+                           ", which has no exact MLX affine form (supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K)");
   AffineTensor out;
   out.params = *params;
   out.cols = info.dims[0];
   out.rows = info.rows();
-  const uint64_t blocks_per_row = out.cols / 32;
+  const uint64_t block_elements = info.traits.block_elements, groups_per_block = block_elements / 32;
+  const uint64_t blocks_per_row = out.cols / block_elements, groups_per_row = out.cols / 32;
   const uint64_t row_bytes = blocks_per_row * info.traits.block_bytes;
   const int bits = params->bits;
   const uint64_t words_per_row = out.cols * bits / 32;
   out.weight.assign(out.rows * words_per_row, 0);
-  out.scales.resize(out.rows * blocks_per_row);
-  out.biases.resize(out.rows * blocks_per_row);
-  uint8_t q[32];
+  out.scales.resize(out.rows * groups_per_row);
+  out.biases.resize(out.rows * groups_per_row);
+  std::vector<uint8_t> q(block_elements);
   for (uint64_t r = 0; r < out.rows; ++r) {
     uint64_t src = row_order ? (*row_order)[r] : r;
     const uint8_t* row = data + src * row_bytes;
     uint32_t* words = out.weight.data() + r * words_per_row;
     for (uint64_t b = 0; b < blocks_per_row; ++b) {
-      decode_block(info.type(), row + b * info.traits.block_bytes, q, out.scales[r * blocks_per_row + b],
-                   out.biases[r * blocks_per_row + b]);
+      uint64_t group = r * groups_per_row + b * groups_per_block;
+      decode_block(info.type(), row + b * info.traits.block_bytes, q.data(), &out.scales[group], &out.biases[group]);
       // A 32-element group fills exactly `bits` words: a little-endian bit stream, element k at
       // bit bits*k (3, 5 and 6 bits straddle words).
-      uint32_t* w = words + b * bits;
-      for (int k = 0; k < 32; ++k) {
-        int at = bits * k, word = at / 32, shift = at % 32;
+      uint32_t* w = words + b * groups_per_block * bits;
+      for (uint64_t k = 0; k < block_elements; ++k) {
+        uint64_t at = bits * k, word = at / 32, shift = at % 32;
         w[word] |= static_cast<uint32_t>(q[k]) << shift;
         if (shift + bits > 32) w[word + 1] |= static_cast<uint32_t>(q[k]) >> (32 - shift);
       }
+    }
+  }
+  return out;
+}
+
+bool has_exact_float32(GgmlType type) { return type == GgmlType::q6_k; }
+
+std::vector<float> dequantize_float32(const GgufTensorInfo& info, const uint8_t* data,
+                                      const std::vector<uint64_t>* row_order) {
+  if (!has_exact_float32(info.type()))
+    throw UnsupportedError("tensor '" + info.name + "' has type " + info.traits.name +
+                           ", which the converter cannot dequantise");
+  const uint64_t cols = info.dims[0], rows = info.rows(), blocks_per_row = cols / 256;
+  const uint64_t row_bytes = blocks_per_row * info.traits.block_bytes;
+  std::vector<float> out(rows * cols);
+  for (uint64_t r = 0; r < rows; ++r) {
+    const uint8_t* row = data + (row_order ? (*row_order)[r] : r) * row_bytes;
+    for (uint64_t b = 0; b < blocks_per_row; ++b) {
+      // Q6_K: ql[128] low nibbles, qh[64] two high bits, 16 int8 scales, fp16 d; x = (d*sc)*(q-32),
+      // at most 11+7+6 significant bits, exact in float32.
+      const uint8_t* block = row + b * info.traits.block_bytes;
+      const uint8_t* ql = block;
+      const uint8_t* qh = block + 128;
+      const auto* sc = reinterpret_cast<const int8_t*>(block + 192);
+      float d = half_to_float(load_u16(block + 208));
+      float* y = out.data() + r * cols + b * 256;
+      for (int half = 0; half < 2; ++half, ql += 64, qh += 32, sc += 8, y += 128)
+        for (int l = 0; l < 32; ++l) {
+          int is = l / 16;
+          int q1 = ((ql[l] & 0x0f) | ((qh[l] >> 0) & 3) << 4) - 32;
+          int q2 = ((ql[l + 32] & 0x0f) | ((qh[l] >> 2) & 3) << 4) - 32;
+          int q3 = ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32;
+          int q4 = ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32;
+          y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
+          y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+          y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+          y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+        }
     }
   }
   return out;

@@ -10,6 +10,11 @@
  *   Q5_1 (d, m, 32 x u5):  x = d*q + m          -> 5 bits, g32, scale d, bias m
  *   Q5_0 (d, 32 x u5):     x = d*(q - 16)       -> 5 bits, g32, scale d, bias -16d
  *   Q8_0 (d, 32 x i8):     x = d*q              -> 8 bits, g32, q+128, scale d, bias -128d
+ *   Q4_K / Q5_K (d, dmin, 8 x (6-bit sc, m), 256 x u4/u5): x = (d*sc)*q - dmin*m per 32
+ *                          -> 4/5 bits, g32, scale d*sc, bias -dmin*m
+ *
+ * Q6_K has 16-element sub-blocks, finer than any MLX group size: it is stored dequantised as
+ * float32 instead, which is exact too (dequantize_float32).
  *
  * Scales and biases are float32: the fp16 d, m widen exactly, -8d, -16d and -128d are exact (powers of
  * two), d*q is exact (at most 11+8 significant bits), so MLX's float32 dequantisation gives the
@@ -43,6 +48,13 @@ struct AffineTensor {
  * input row `row_order[r]` when `row_order` is given (a permutation of the rows). */
 AffineTensor repack_affine(const GgufTensorInfo& info, const uint8_t* data,
                            const std::vector<uint64_t>* row_order = nullptr);
+
+/** Whether dequantize_float32 handles this type (exactly). */
+bool has_exact_float32(GgmlType type);
+
+/** The float32 values llama.cpp's dequantisation gives, rows in `row_order` when given. */
+std::vector<float> dequantize_float32(const GgufTensorInfo& info, const uint8_t* data,
+                                      const std::vector<uint64_t>* row_order = nullptr);
 
 /** Copies the rows of a plain (F32/F16/BF16) tensor in `row_order`, element bytes unchanged. */
 std::vector<uint8_t> permute_plain_rows(const GgufTensorInfo& info, const uint8_t* data,

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <unordered_map>
@@ -28,7 +30,8 @@ namespace {
 struct PlannedTensor {
   const GgufTensorInfo* info;
   TensorPlan plan;
-  std::optional<AffineParams> affine;  // set for quantized blocks
+  std::optional<AffineParams> affine;  // set for blocks kept quantized
+  bool dense = false;                  // blocks stored dequantised as float32 (exact)
   uint64_t out_bytes = 0;
   int shard = 0;
 };
@@ -44,11 +47,12 @@ std::vector<PlannedTensor> plan_tensors(const GgufArchitecture& arch, const Gguf
   for (const auto& t : file.tensors) {
     auto plan = plan_tensor(arch, file, t);
     if (!plan) continue;
-    PlannedTensor p{&t, *plan, affine_params_for(t.type()), 0, 0};
-    if (!p.affine && !is_plain(t.type()))
+    PlannedTensor p{&t, *plan, affine_params_for(t.type()), has_exact_float32(t.type()), 0, 0};
+    if (!p.affine && !p.dense && !is_plain(t.type()))
       throw UnsupportedError(file.source + ": tensor '" + t.name + "' has type " + t.traits.name +
-                             ", which the converter does not support (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)");
-    if (p.affine && t.dims.size() != 2)
+                             ", which the converter does not support (supported: F32, F16, BF16, Q4_0, Q4_1, "
+                             "Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, and Q6_K stored as float32)");
+    if ((p.affine || p.dense) && t.dims.size() != 2)
       throw UnsupportedError(file.source + ": quantized tensor '" + t.name + "' has " + std::to_string(t.dims.size()) +
                              " dimensions; only 2-D quantized weights are supported");
     for (auto d : t.dims)
@@ -58,6 +62,8 @@ std::vector<PlannedTensor> plan_tensors(const GgufArchitecture& arch, const Gguf
     if (p.affine) {
       uint64_t groups = t.rows() * (t.dims[0] / p.affine->group_size);
       p.out_bytes = t.n_elements * p.affine->bits / 8 + 2 * groups * sizeof(float);
+    } else if (p.dense) {
+      p.out_bytes = t.n_elements * sizeof(float);
     } else {
       p.out_bytes = t.n_bytes;
     }
@@ -114,6 +120,10 @@ void convert_tensor(const PlannedTensor& p, const uint8_t* data,
   }
   mx::Shape shape;
   for (auto it = t.dims.rbegin(); it != t.dims.rend(); ++it) shape.push_back(static_cast<int>(*it));
+  if (p.dense) {
+    out.emplace(p.plan.hf_name, adopt(dequantize_float32(t, data, row_order), std::move(shape), mx::float32));
+    return;
+  }
   std::vector<uint8_t> bytes = row_order ? permute_plain_rows(t, data, order)
                                          : std::vector<uint8_t>(data, data + t.n_bytes);
   out.emplace(p.plan.hf_name, adopt(std::move(bytes), std::move(shape), plain_dtype(t.type())));
@@ -225,6 +235,10 @@ GgufConvertSummary convert_gguf(const GgufConvertOptions& options) {
     config["quantization_config"] = *q;
   }
 
+  size_t dense = std::count_if(tensors.begin(), tensors.end(), [](const auto& t) { return t.dense; });
+  if (dense > 0 && options.progress)
+    std::fprintf(stderr, "note: %zu Q6_K tensor%s stored as float32 (exact; MLX has no 16-element quantization groups)\n",
+                 dense, dense == 1 ? "" : "s");
   StagingDir staging(options.out);
   GgufConvertSummary summary;
   summary.model_type = arch.model_type;

@@ -141,9 +141,11 @@ TEST(GgufBlocks, PlainRowsArePermutedBytewise) {
 }
 
 TEST(GgufBlocks, TypesWithoutAnExactAffineFormAreRefused) {
-  auto t = info(GgmlType::q4_k, 256, 1);
+  auto t = info(GgmlType::q3_k, 256, 1);
   std::vector<uint8_t> data(t.n_bytes);
-  EXPECT_FALSE(affine_params_for(GgmlType::q4_k).has_value());
+  EXPECT_FALSE(affine_params_for(GgmlType::q3_k).has_value());
+  EXPECT_FALSE(affine_params_for(GgmlType::q6_k).has_value());  // 16-element groups: float32 instead
+  EXPECT_THROW(dequantize_float32(t, data.data()), mlxrt::UnsupportedError);
   EXPECT_THROW(repack_affine(t, data.data()), mlxrt::UnsupportedError);
 }
 
