@@ -91,6 +91,9 @@ FIXTURES = {
     "llama_q4_g64": fx(LLAMA, quant={"bits": 4, "group_size": 64}, seed=30),
     "llama_q8_g128_sharded": fx(LLAMA, quant={"bits": 8, "group_size": 128}, shards=True, seed=31),
     "mistral_bf16": fx({**LLAMA, "model_type": "mistral"}, seed=32),
+    # sliding-window layers (RotatingKVCache per sliding layer), GQA, window shorter than the tests' prompts
+    "llama_swa": fx({**LLAMA, "num_hidden_layers": 3, "sliding_window": 6,
+                     "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]}, seed=33),
 }
 
 

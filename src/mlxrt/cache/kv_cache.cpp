@@ -67,7 +67,12 @@ int KVCache::trim(int n) {
 
 size_t KVCache::nbytes() const { return keys_ ? keys_->nbytes() + values_->nbytes() : 0; }
 
-void KVCache::set_state(mx::array keys, mx::array values, int offset) {
+std::optional<PlainKV> KVCache::buffers() const {
+  if (!keys_) return std::nullopt;
+  return PlainKV{*keys_, *values_};
+}
+
+void KVCache::set_state(std::optional<mx::array> keys, std::optional<mx::array> values, int offset) {
   keys_ = std::move(keys);
   values_ = std::move(values);
   offset_ = offset;

@@ -21,8 +21,10 @@ class KVCache final : public Cache {
 
   /** The stored keys/values up to offset() (nullopt while empty). */
   std::optional<PlainKV> keys_and_values() const;
-  /** Replaces the contents (e.g. from a saved prompt cache). */
-  void set_state(mx::array keys, mx::array values, int offset);
+  /** The stored buffers as they are (capacity a multiple of 256; mlx-lm's `state`). */
+  std::optional<PlainKV> buffers() const;
+  /** Replaces the contents (mlx-lm's `state` setter, e.g. from a saved prompt cache). */
+  void set_state(std::optional<mx::array> keys, std::optional<mx::array> values, int offset);
 
  private:
   std::optional<mx::array> keys_;

@@ -1,14 +1,20 @@
 // `mlxrt logits`: the parity interface. Writes tensor "logits" [T, vocab] in the model's dtype,
-// from one forward over all tokens or (--incremental) one token at a time through the KV cache.
+// from one forward over all tokens or, through a prompt cache, in chunks (--incremental: one token
+// at a time), with mlx-lm's cache options: --max-kv-size, --kv-bits (maybe_quantize_kv_cache after
+// every model call, as generate_step does) and --prompt-cache-file (continue a saved cache).
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <mlx/io.h>
 #include <mlx/ops.h>
 #include <mlx/transforms.h>
 
+#include "mlxrt/cache/prompt_cache.h"
+#include "mlxrt/cache/quantized_kv_cache.h"
 #include "mlxrt/cli/common.h"
 #include "mlxrt/cli/verbs.h"
+#include "mlxrt/model/make_prompt_cache.h"
 
 namespace mlxrt::cli {
 
@@ -16,51 +22,79 @@ namespace mx = mlx::core;
 
 namespace {
 
-mx::array compute_logits(model::CausalLM& lm, const std::vector<int32_t>& ids, bool incremental) {
-  mx::array tokens(ids.data(), {1, static_cast<int>(ids.size())}, mx::int32);
-  if (!incremental) {
-    auto logits = lm(tokens, nullptr);
-    return mx::squeeze(logits, 0);
+struct Args {
+  std::string model, tokens, out, profile_file, prompt_cache_file;
+  bool incremental = false;
+  std::optional<int> chunk_size, max_kv_size, kv_bits;
+  int kv_group_size = cache::kDefaultKvGroupSize;
+  int quantized_kv_start = cache::kDefaultQuantizedKvStart;
+
+  bool uses_cache() const {
+    return incremental || chunk_size || max_kv_size || kv_bits || !prompt_cache_file.empty();
   }
-  auto cache = lm.make_cache();
+};
+
+model::CacheList initial_cache(const model::CausalLM& lm, const Args& a) {
+  if (a.prompt_cache_file.empty()) return model::make_prompt_cache(lm, a.max_kv_size);
+  auto [cache, metadata] = cache::load_prompt_cache(a.prompt_cache_file);
+  model::check_prompt_cache(lm, cache, a.prompt_cache_file);
+  return std::move(cache);
+}
+
+mx::array compute_logits(model::CausalLM& lm, const std::vector<int32_t>& ids, const Args& a) {
+  const int total = static_cast<int>(ids.size());
+  mx::array tokens(ids.data(), {1, total}, mx::int32);
+  if (!a.uses_cache()) return mx::squeeze(lm(tokens, nullptr), 0);
+  const int chunk = a.incremental ? 1 : a.chunk_size.value_or(total);
+  auto cache = initial_cache(lm, a);
   std::vector<mx::array> rows;
-  for (int t = 0; t < static_cast<int>(ids.size()); ++t) {
-    auto logits = lm(mx::slice(tokens, {0, t}, {1, t + 1}), &cache);
-    auto row = mx::squeeze(logits, 0);  // [1, vocab]
-    mx::eval(row);
-    rows.push_back(row);
+  for (int t = 0; t < total; t += chunk) {
+    const int end = std::min(total, t + chunk);
+    auto logits = mx::squeeze(lm(mx::slice(tokens, {0, t}, {1, end}), &cache), 0);  // [end - t, vocab]
+    cache::maybe_quantize_kv_cache(cache, a.kv_bits, a.kv_group_size, a.quantized_kv_start);
+    mx::eval(logits);
+    rows.push_back(logits);
   }
   return mx::concatenate(rows, 0);
+}
+
+void run(const Args& a) {
+  auto ids = parse_token_list(a.tokens, "--tokens");
+  if (a.chunk_size && *a.chunk_size < 1) throw UsageError("--chunk-size must be at least 1");
+  if (a.max_kv_size && *a.max_kv_size < 1) throw UsageError("--max-kv-size must be at least 1");
+  cache::validate_kv_quantization(a.kv_bits, a.kv_group_size, a.quantized_kv_start);
+  auto loaded = model::load_model(a.model, load_options(a.profile_file));
+  for (auto id : ids)
+    if (id >= loaded.model->vocab_size())
+      throw UsageError("--tokens: id " + std::to_string(id) + " is outside the vocabulary (size " +
+                       std::to_string(loaded.model->vocab_size()) + ")");
+  auto logits = compute_logits(*loaded.model, ids, a);
+  mx::eval(logits);
+  // save_safetensors appends ".safetensors" to a name without it.
+  auto tmp = a.out + ".partial.safetensors";
+  mx::save_safetensors(tmp, {{"logits", logits}});
+  std::filesystem::rename(tmp, a.out);
 }
 
 }  // namespace
 
 void register_logits(CLI::App& app) {
   auto* cmd = app.add_subcommand("logits", "Write the model's logits for a token sequence (parity interface)");
-  struct Args {
-    std::string model, tokens, out, profile_file;
-    bool incremental = false;
-  };
   auto a = std::make_shared<Args>();
-  cmd->add_option("--model", a->model, "Model directory or HF cache snapshot")->required();
+  cmd->add_option("--model,-m", a->model, "Model directory or HF cache snapshot")->required();
   cmd->add_option("--tokens", a->tokens, "Comma-separated token ids")->required();
   cmd->add_option("--out", a->out, "Output .safetensors file (tensor 'logits' [T, vocab])")->required();
   cmd->add_flag("--incremental", a->incremental, "One token at a time through the KV cache");
+  cmd->add_option("--chunk-size", a->chunk_size, "Tokens per model call through the KV cache");
+  cmd->add_option("--max-kv-size", a->max_kv_size, "Rotating KV cache of this many positions (as mlx-lm)");
+  cmd->add_option("--kv-bits", a->kv_bits, "Quantize the KV cache to this many bits");
+  cmd->add_option("--kv-group-size", a->kv_group_size, "Group size of the KV cache quantization")
+      ->capture_default_str();
+  cmd->add_option("--quantized-kv-start", a->quantized_kv_start, "Quantize once the cache holds this many positions")
+      ->capture_default_str();
+  cmd->add_option("--prompt-cache-file", a->prompt_cache_file, "Start from this saved prompt cache");
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
-  cmd->callback([a] {
-    auto ids = parse_token_list(a->tokens, "--tokens");
-    auto loaded = model::load_model(a->model, load_options(a->profile_file));
-    for (auto id : ids)
-      if (id >= loaded.model->vocab_size())
-        throw UsageError("--tokens: id " + std::to_string(id) + " is outside the vocabulary (size " +
-                         std::to_string(loaded.model->vocab_size()) + ")");
-    auto logits = compute_logits(*loaded.model, ids, a->incremental);
-    mx::eval(logits);
-    // save_safetensors appends ".safetensors" to a name without it.
-    auto tmp = a->out + ".partial.safetensors";
-    mx::save_safetensors(tmp, {{"logits", logits}});
-    std::filesystem::rename(tmp, a->out);
-  });
+  cmd->callback([a] { run(*a); });
 }
 
 }  // namespace mlxrt::cli

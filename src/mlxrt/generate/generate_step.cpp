@@ -5,6 +5,8 @@
 #include <mlx/ops.h>
 #include <mlx/transforms.h>
 
+#include "mlxrt/cache/quantized_kv_cache.h"
+#include "mlxrt/model/make_prompt_cache.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::generate {
@@ -23,10 +25,11 @@ TokenGenerator::TokenGenerator(model::CausalLM& model, const std::vector<int32_t
   if (prompt_ids.empty()) throw UsageError("the prompt is empty: at least one token is needed");
   if (options_.prefill_step_size <= 0) throw UsageError("--prefill-step-size must be positive");
   if (!options_.sampler) options_.sampler = greedy_sample;
+  cache::validate_kv_quantization(options_.kv_bits, options_.kv_group_size, options_.quantized_kv_start);
   if (cache) {
     cache_ = cache;
   } else {
-    own_cache_ = model_.make_cache();
+    own_cache_ = model::make_prompt_cache(model_, options_.max_kv_size);
     cache_ = &own_cache_;
   }
   mx::array prompt(prompt_ids.data(), {static_cast<int>(prompt_ids.size())}, mx::int32);
@@ -41,6 +44,7 @@ TokenGenerator::TokenGenerator(model::CausalLM& model, const std::vector<int32_t
     int n = std::min(options_.prefill_step_size, remaining);
     auto chunk = slice_1d(prompt, 0, n);
     model_(mx::expand_dims(chunk, 0), cache_);
+    quantize_cache();
     std::vector<mx::array> state;
     for (const auto& c : *cache_)
       for (auto& a : c->state()) state.push_back(a);
@@ -65,9 +69,14 @@ std::pair<mx::array, mx::array> TokenGenerator::step(const mx::array& input_toke
     tokens_ = tokens_ ? mx::concatenate({*tokens_, input_tokens}) : input_tokens;
     for (const auto& processor : options_.logits_processors) logits = processor(*tokens_, logits);
   }
+  quantize_cache();
   auto logprobs = mx::subtract(logits, mx::logsumexp(logits, true));
   auto sampled = options_.sampler(logprobs);
   return {sampled, mx::squeeze(logprobs, 0)};
+}
+
+void TokenGenerator::quantize_cache() {
+  cache::maybe_quantize_kv_cache(*cache_, options_.kv_bits, options_.kv_group_size, options_.quantized_kv_start);
 }
 
 std::optional<GeneratedToken> TokenGenerator::next() {

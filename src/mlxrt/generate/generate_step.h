@@ -56,6 +56,8 @@ class TokenGenerator {
 
  private:
   std::pair<mx::array, mx::array> step(const mx::array& input_tokens);
+  /** maybe_quantize_kv_cache with the options' --kv-bits settings. */
+  void quantize_cache();
 
   model::CausalLM& model_;
   GenerateOptions options_;

@@ -2,11 +2,13 @@
 // model_types) through this file; the registry routes them here the same way.
 #include "mlxrt/model/families/families.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <mlx/ops.h>
 
 #include "mlxrt/cache/kv_cache.h"
+#include "mlxrt/cache/rotating_kv_cache.h"
 #include "mlxrt/model/nn/activations.h"
 #include "mlxrt/model/nn/attention.h"
 #include "mlxrt/model/nn/linear.h"
@@ -31,6 +33,8 @@ struct ModelArgs {
   bool rope_traditional = false;
   json rope_scaling;
   bool tie_word_embeddings = true;
+  std::optional<int> sliding_window;
+  std::vector<bool> sliding;  // per layer: layer_types[i] == "sliding_attention"
 
   static ModelArgs from_config(const io::ModelConfig& config) {
     auto f = config.fields();
@@ -51,13 +55,31 @@ struct ModelArgs {
     a.rope_traditional = f.value_or<bool>("rope_traditional", false);
     a.rope_scaling = f.has("rope_scaling") ? f.raw()["rope_scaling"] : json();
     a.tie_word_embeddings = f.value_or<bool>("tie_word_embeddings", true);
-    // Sliding-window layers need mlx-lm's RotatingKVCache, which this engine does not have yet.
+    a.sliding_window = f.optional<int>("sliding_window");
+    // layer_types (one per layer): "sliding_attention" layers attend over the last sliding_window
+    // positions through a RotatingKVCache; the mask of the first full layer serves every full one.
     if (f.has("layer_types")) {
-      for (const auto& t : f.raw()["layer_types"])
-        if (!t.is_string() || t.get<std::string>() != "full_attention")
-          throw UnsupportedError(config.source() + ": layer_types other than \"full_attention\" " +
-                                 "(sliding-window attention) are not supported by the llama graph yet");
+      const auto& types = f.raw()["layer_types"];
+      if (!types.is_array() || static_cast<int>(types.size()) != a.num_hidden_layers)
+        throw ConfigError(config.source() + ": 'layer_types' must be a list of " +
+                          std::to_string(a.num_hidden_layers) + " strings (one per layer)");
+      for (const auto& t : types) {
+        const auto name = t.is_string() ? t.get<std::string>() : t.dump();
+        if (name != "full_attention" && name != "sliding_attention")
+          throw UnsupportedError(config.source() + ": layer_types entry " + name + " is not supported by the " +
+                                 "llama graph (supported: \"full_attention\", \"sliding_attention\")");
+        a.sliding.push_back(name == "sliding_attention");
+      }
+    } else {
+      a.sliding.assign(a.num_hidden_layers, false);
     }
+    if (std::find(a.sliding.begin(), a.sliding.end(), false) == a.sliding.end())
+      throw ConfigError(config.source() + ": 'layer_types' has no \"full_attention\" layer (mlx-lm's llama " +
+                        "needs one)");
+    const bool any_sliding = std::find(a.sliding.begin(), a.sliding.end(), true) != a.sliding.end();
+    if (any_sliding && (!a.sliding_window || *a.sliding_window < 1))
+      throw ConfigError(config.source() + ": 'sliding_window' must be a positive integer when layer_types has " +
+                        "\"sliding_attention\" layers");
     return a;
   }
 };
@@ -138,6 +160,9 @@ class Model final : public CausalLM {
         norm_(nn::RMSNorm::load(w, "model.norm", args_.hidden_size, args_.rms_norm_eps)) {
     for (int i = 0; i < args_.num_hidden_layers; ++i)
       layers_.emplace_back(args_, w, "model.layers." + std::to_string(i));
+    fa_idx_ = std::find(args_.sliding.begin(), args_.sliding.end(), false) - args_.sliding.begin();
+    auto swa = std::find(args_.sliding.begin(), args_.sliding.end(), true);
+    if (swa != args_.sliding.end()) swa_idx_ = swa - args_.sliding.begin();
     // sanitize(): drop precomputed rotary frequencies and, with a tied head, lm_head.weight.
     std::vector<std::string> rotary;
     for (const auto& [name, _] : w.remaining())
@@ -152,16 +177,32 @@ class Model final : public CausalLM {
 
   mx::array operator()(const mx::array& inputs, CacheList* cache) override {
     auto h = embed_tokens_(inputs);
-    auto mask = nn::create_attention_mask(h.shape(1), cache ? (*cache)[0].get() : nullptr);
-    for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i](h, mask, cache ? (*cache)[i].get() : nullptr);
+    auto layer_cache = [&](size_t i) { return cache ? (*cache)[i].get() : nullptr; };
+    auto fa_mask = nn::create_attention_mask(h.shape(1), layer_cache(fa_idx_));
+    std::optional<nn::AttentionMask> swa_mask;
+    if (swa_idx_) swa_mask = nn::create_attention_mask(h.shape(1), layer_cache(*swa_idx_), args_.sliding_window);
+    for (size_t i = 0; i < layers_.size(); ++i)
+      h = layers_[i](h, args_.sliding[i] ? *swa_mask : fa_mask, layer_cache(i));
     auto out = norm_(h);
     return lm_head_ ? (*lm_head_)(out) : embed_tokens_.as_linear(out);
   }
 
   CacheList make_cache() const override {
     CacheList caches;
-    for (size_t i = 0; i < layers_.size(); ++i) caches.push_back(std::make_unique<cache::KVCache>());
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      if (args_.sliding[i]) {
+        caches.push_back(std::make_unique<cache::RotatingKVCache>(*args_.sliding_window));
+      } else {
+        caches.push_back(std::make_unique<cache::KVCache>());
+      }
+    }
     return caches;
+  }
+  bool defines_make_cache() const override { return true; }
+  std::vector<KvShape> kv_shapes() const override {
+    std::vector<KvShape> shapes;
+    for (const auto& l : layers_) shapes.push_back({l.self_attn.n_kv_heads, l.self_attn.head_dim, l.self_attn.head_dim});
+    return shapes;
   }
   int vocab_size() const override { return args_.vocab_size; }
 
@@ -171,6 +212,8 @@ class Model final : public CausalLM {
   std::vector<TransformerBlock> layers_;
   nn::RMSNorm norm_;
   std::optional<nn::Linear> lm_head_;
+  size_t fa_idx_ = 0;                // first full-attention layer (its cache makes fa_mask)
+  std::optional<size_t> swa_idx_;    // first sliding layer, if any
 };
 
 }  // namespace

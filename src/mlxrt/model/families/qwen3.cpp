@@ -155,6 +155,9 @@ class Model final : public CausalLM {
     for (size_t i = 0; i < layers_.size(); ++i) caches.push_back(std::make_unique<cache::KVCache>());
     return caches;
   }
+  std::vector<KvShape> kv_shapes() const override {
+    return std::vector<KvShape>(layers_.size(), {args_.num_key_value_heads, args_.head_dim, args_.head_dim});
+  }
   int vocab_size() const override { return args_.vocab_size; }
 
  private:
