@@ -1,0 +1,76 @@
+"""L1: logits through mlx-lm's rotating KV cache (--max-kv-size), quantized KV cache (--kv-bits,
+maybe_quantize_kv_cache after every model call) and sliding-window llama layers, byte-equal to
+mlx-lm's across the point where the cache rotates / quantizes: one token at a time and in chunks
+(the chunked path of RotatingKVCache concatenates, the one-token path writes in place)."""
+import mlx.core as mx
+import pytest
+
+import kv_oracle
+import oracle
+from conftest import run_mlxrt
+
+TOKENS = [(i * 37 + 5) % 512 for i in range(40)]
+
+# (fixture, cache options as (flag, kwarg, value) triples)
+CASES = [
+    ("qwen3_bf16", {"max_kv_size": 16}),
+    ("llama_q4_g64", {"max_kv_size": 12}),
+    ("llama_swa", {}),  # sliding_window 6: RotatingKVCache on layers 0 and 2
+    ("qwen3_mha_hd64", {"kv_bits": 4, "kv_group_size": 64, "quantized_kv_start": 8}),
+    ("qwen3_bf16", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
+    ("llama_bf16", {"kv_bits": 4, "kv_group_size": 32, "quantized_kv_start": 0}),
+]
+CHUNKS = [1, 3, 7, 40]
+
+
+def flags(options):
+    out = []
+    for key, value in options.items():
+        out += ["--" + key.replace("_", "-"), value]
+    return out
+
+
+@pytest.mark.parametrize("name,options", CASES, ids=[f"{n}-{'-'.join(map(str, o.values())) or 'swa'}"
+                                                     for n, o in CASES])
+def test_cached_logits_byte_equal(name, options, fixtures_dir, tmp_path):
+    path = fixtures_dir / name
+    model, _ = oracle.load(path)
+    for chunk in CHUNKS:
+        ref = kv_oracle.cached_logits(model, TOKENS, chunk, **options)
+        out = tmp_path / f"chunk{chunk}.safetensors"
+        run_mlxrt("logits", "--model", path, "--tokens", ",".join(map(str, TOKENS)), "--out", out,
+                  "--chunk-size", chunk, *flags(options))
+        ours = mx.load(str(out))["logits"]
+        assert ours.dtype == ref.dtype and ours.shape == ref.shape
+        assert oracle.raw_bytes(ours) == oracle.raw_bytes(ref), f"{name} {options} chunk {chunk}: logits differ"
+
+
+def test_sliding_window_full_forward(fixtures_dir, tmp_path):
+    """No cache: the sliding layers' mask is the windowed causal mask (40 > window 6)."""
+    path = fixtures_dir / "llama_swa"
+    model, _ = oracle.load(path)
+    ref = oracle.full_logits(model, TOKENS)
+    out = tmp_path / "full.safetensors"
+    run_mlxrt("logits", "--model", path, "--tokens", ",".join(map(str, TOKENS)), "--out", out)
+    assert oracle.raw_bytes(mx.load(str(out))["logits"]) == oracle.raw_bytes(ref)
+
+
+def test_rotating_cache_cannot_be_quantized(fixtures_dir, tmp_path):
+    """mlx-lm raises NotImplementedError for RotatingKVCache.to_quantized; we refuse clearly."""
+    proc = run_mlxrt("logits", "--model", fixtures_dir / "qwen3_bf16", "--tokens", "1,2,3,4", "--out",
+                     tmp_path / "x.safetensors", "--max-kv-size", 8, "--kv-bits", 4, "--kv-group-size", 32,
+                     "--quantized-kv-start", 0, check=False)
+    assert proc.returncode == 1 and "rotating KV cache" in proc.stderr and "--kv-bits" in proc.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--kv-bits", 7], "--kv-bits"),
+    (["--kv-bits", 4, "--kv-group-size", 48], "--kv-group-size"),
+    (["--kv-bits", 4, "--quantized-kv-start", -1], "--quantized-kv-start"),
+    (["--max-kv-size", 0], "--max-kv-size"),
+    (["--kv-bits", 4, "--kv-group-size", 64, "--quantized-kv-start", 0], "does not divide"),
+])
+def test_bad_cache_flags(args, needle, fixtures_dir, tmp_path):
+    proc = run_mlxrt("logits", "--model", fixtures_dir / "qwen3_bf16", "--tokens", "1,2,3", "--out",
+                     tmp_path / "x.safetensors", *args, check=False)
+    assert proc.returncode == 1 and needle in proc.stderr, proc.stderr
