@@ -1,71 +1,236 @@
-// `mlxrt generate`: mlx_lm.generate's command. Output and footer match mlx_lm.generate --verbose.
-#include <chrono>
+// `mlxrt generate`: mlx_lm.generate's command (mlx_lm/generate.py main() @ mlx-lm 0.32.2): the same
+// flags and defaults, the prompt rendered with the chat template as it does, text streamed as it
+// is generated, the same footer. Ours besides: --prompt-tokens (ids instead of text), the penalty
+// and --logit-bias flags, --logprobs-file, --profile-file.
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 
+#include <mlx/io.h>
 #include <mlx/memory.h>
+#include <mlx/ops.h>
 
+#include "mlxrt/cache/prompt_cache.h"
+#include "mlxrt/cache/quantized_kv_cache.h"
 #include "mlxrt/cli/common.h"
+#include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/verbs.h"
-#include "mlxrt/generate/generate_step.h"
+#include "mlxrt/generate/text_generation.h"
+#include "mlxrt/model/make_prompt_cache.h"
 
 namespace mlxrt::cli {
+
+namespace mx = mlx::core;
 
 namespace {
 
 struct Args {
-  std::string model, prompt_tokens, profile_file;
-  int max_tokens = 100;  // mlx_lm.generate's DEFAULT_MAX_TOKENS
-  int prefill_step_size = 2048;
+  std::string model, prompt = "hello", prompt_tokens, system_prompt, chat_template_config, prompt_cache_file;
+  std::optional<std::string> prefill_response;
+  std::vector<std::string> extra_eos_token;
+  std::string profile_file, logprobs_file, verbose = "True";
+  int max_tokens = 100;  // DEFAULT_MAX_TOKENS
+  std::optional<uint64_t> seed;
+  bool ignore_chat_template = false, use_default_chat_template = false, trust_remote_code = false;
+  std::optional<int> max_kv_size, kv_bits;
+  int kv_group_size = 64, quantized_kv_start = 5000, prefill_step_size = 2048;
+  SamplingFlags sampling;
 };
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
+/** str2bool of mlx_lm.generate. */
+bool str2bool(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s != "false" && s != "f";
 }
 
-void run(const Args& a) {
-  auto ids = parse_token_list(a.prompt_tokens, "--prompt-tokens");
-  if (a.max_tokens < -1) throw UsageError("--max-tokens must be -1 (no limit) or non-negative");
-  auto loaded = model::load_model(a.model, load_options(a.profile_file));
-  for (auto id : ids)
-    if (id >= loaded.model->vocab_size())
-      throw UsageError("--prompt-tokens: id " + std::to_string(id) + " is outside the vocabulary (size " +
-                       std::to_string(loaded.model->vocab_size()) + ")");
-  const auto& eos = loaded.config.eos_token_ids();
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) s.replace(pos, from.size(), to);
+  return s;
+}
 
+/** The logprobs of every generated token, [T, vocab] in the model's dtype, for parity checks. */
+void write_logprobs(const std::string& path, const std::vector<mx::array>& rows) {
+  if (path.empty() || rows.empty()) return;
+  auto all = mx::stack(rows, 0);
+  auto tmp = path + ".partial.safetensors";
+  mx::save_safetensors(tmp, {{"logprobs", all}});
+  std::filesystem::rename(tmp, path);
+}
+
+void print_footer(const generate::GenerationResponse& r) {
+  std::printf("Prompt: %d tokens, %.3f tokens-per-sec\n", r.prompt_tokens, r.prompt_tps);
+  std::printf("Generation: %d tokens, %.3f tokens-per-sec\n", r.generation_tokens, r.generation_tps);
+  std::printf("Peak memory: %.3f GB\n", r.peak_memory);
+}
+
+/** The PRNG as mlx_lm.generate leaves it: seeded (when --seed is given) before the model is built. */
+std::shared_ptr<generate::RandomState> make_rng(const Args& a) {
+  auto rng = std::make_shared<generate::RandomState>();
+  if (a.seed) {
+    rng->seed(*a.seed);
+    rng->skip(model_construction_draws(a.model));
+  }
+  return rng;
+}
+
+/** --prompt-tokens without tokenizer files: the ids are printed instead of text. */
+void run_ids_only(const Args& a, generate::TextGenerationOptions options) {
+  auto ids = parse_token_list(a.prompt_tokens, "--prompt-tokens");
+  auto rng = make_rng(a);
+  auto loaded = model::load_model(a.model, load_options(a.profile_file));
+  const int vocab = loaded.model->vocab_size();
+  for (auto id : ids)
+    if (id >= vocab)
+      throw UsageError("--prompt-tokens: id " + std::to_string(id) + " is outside the vocabulary (size " +
+                       std::to_string(vocab) + ")");
+  const auto& eos = loaded.config.eos_token_ids();
+  auto params = a.sampling.sampler;
+  params.xtc_special_tokens = eos;  // no tokenizer: the config's eos ids only
+  options.sampler = make_cli_sampler(params, rng);
+  options.logits_processors = make_cli_processors(a.sampling, vocab);
   std::cout << "==========\n";
-  generate::GenerateOptions options;
-  options.max_tokens = a.max_tokens;
-  options.prefill_step_size = a.prefill_step_size;
-  auto tic = Clock::now();
   generate::TokenGenerator gen(*loaded.model, ids, options);
-  double prompt_tps = 0, generation_tps = 0;
-  int generated = 0;
+  std::vector<mx::array> rows;
   bool printed = false;
   for (int n = 0;; ++n) {
     auto step = gen.next();
     if (!step) break;
-    if (n == 0) {
-      prompt_tps = ids.size() / seconds_since(tic);
-      tic = Clock::now();
-    }
-    generated = n + 1;
-    generation_tps = generated / seconds_since(tic);
     if (std::find(eos.begin(), eos.end(), step->token) != eos.end()) break;
+    if (!a.logprobs_file.empty()) rows.push_back(step->logprobs);
     std::cout << (printed ? " " : "") << step->token << std::flush;
     printed = true;
     if (n + 1 == a.max_tokens) break;
   }
   std::cout << "\n==========\n";
-  if (!printed) {
+  write_logprobs(a.logprobs_file, rows);
+}
+
+void run(const Args& a) {
+  if (a.max_tokens == 0) throw UsageError("--max-tokens: must be non-zero (use -1 for no limit)");
+  if (a.max_tokens < -1) throw UsageError("--max-tokens: must be -1 (no limit) or positive");
+  if (a.prefill_step_size <= 0) throw UsageError("--prefill-step-size: must be positive");
+  cache::validate_kv_quantization(a.kv_bits, a.kv_group_size, a.quantized_kv_start);
+  if (a.max_kv_size && *a.max_kv_size < 1) throw UsageError("--max-kv-size: must be positive");
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+  if (!a.chat_template_config.empty()) {
+    try {
+      template_kwargs = nlohmann::ordered_json::parse(a.chat_template_config);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw UsageError("--chat-template-config: not valid JSON (" + std::string(e.what()) + ")");
+    }
+    if (!template_kwargs.is_object()) throw UsageError("--chat-template-config: expected a JSON object");
+  }
+  const bool verbose = str2bool(a.verbose);
+
+  generate::TextGenerationOptions options;
+  options.max_tokens = a.max_tokens;
+  options.prefill_step_size = a.prefill_step_size;
+  options.max_kv_size = a.max_kv_size;
+  options.kv_bits = a.kv_bits;
+  options.kv_group_size = a.kv_group_size;
+  options.quantized_kv_start = a.quantized_kv_start;
+
+  if (!a.prompt_tokens.empty() && !std::filesystem::exists(std::filesystem::path(a.model) / "tokenizer.json") &&
+      !std::filesystem::exists(std::filesystem::path(a.model) / "tokenizer.model")) {
+    if (!a.prompt_cache_file.empty()) throw UsageError("--prompt-cache-file: needs a model with a tokenizer");
+    return run_ids_only(a, std::move(options));
+  }
+
+  // A saved prompt cache (mlx-lm checks its model and KV quantization against the flags).
+  std::optional<cache::CacheList> prompt_cache;
+  if (!a.prompt_cache_file.empty()) {
+    auto [loaded_cache, metadata] = cache::load_prompt_cache(a.prompt_cache_file);
+    auto it = metadata.find("model");
+    if (it != metadata.end() && it->second != a.model)
+      throw UsageError("--prompt-cache-file: providing a different model (" + a.model +
+                       ") than that used to create the prompt cache (" + it->second + ") is an error");
+    if (!loaded_cache.empty())
+      if (auto* q = dynamic_cast<const cache::QuantizedKVCache*>(loaded_cache[0].get())) {
+        if (a.kv_bits && *a.kv_bits != q->bits())
+          throw UsageError("--kv-bits does not match the kv cache loaded from --prompt-cache-file");
+        if (a.kv_group_size != q->group_size())
+          throw UsageError("--kv-group-size does not match the kv cache loaded from --prompt-cache-file");
+      }
+    prompt_cache = std::move(loaded_cache);
+  }
+
+  auto rng = make_rng(a);
+  auto session = load_session(a.model, a.profile_file);
+  for (const auto& t : a.extra_eos_token) add_eos_token(session, t, "--extra-eos-token");
+  const int vocab = session.loaded.model->vocab_size();
+  if (prompt_cache) model::check_prompt_cache(*session.loaded.model, *prompt_cache, a.prompt_cache_file);
+
+  std::vector<int32_t> ids;
+  if (!a.prompt_tokens.empty()) {
+    ids = parse_token_list(a.prompt_tokens, "--prompt-tokens");
+    for (auto id : ids)
+      if (id >= vocab)
+        throw UsageError("--prompt-tokens: id " + std::to_string(id) + " is outside the vocabulary (size " +
+                         std::to_string(vocab) + ")");
+  } else {
+    auto prompt = replace_all(replace_all(a.prompt, "\\n", "\n"), "\\t", "\t");
+    if (prompt == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    const bool use_chat_template = !a.ignore_chat_template && session.chat_template.has_value();
+    if (use_chat_template) {
+      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+      if (!a.system_prompt.empty()) messages.push_back({{"role", "system"}, {"content", a.system_prompt}});
+      messages.push_back({{"role", "user"}, {"content", prompt}});
+      const bool has_prefill = a.prefill_response.has_value();
+      if (has_prefill) messages.push_back({{"role", "assistant"}, {"content", *a.prefill_response}});
+      prompt = apply_chat_template(session, messages, !has_prefill, has_prefill, template_kwargs);
+      if (prompt_cache) {
+        // The cache holds the prefix: keep the part from the query on.
+        messages.back()["content"] = "<query>";
+        auto probe = apply_chat_template(session, messages, !has_prefill, has_prefill, nlohmann::ordered_json::object());
+        auto at = probe.find("<query>");
+        if (at == std::string::npos || at > prompt.size())
+          throw UsageError("--prompt-cache-file: the chat template does not render the query where expected");
+        prompt = prompt.substr(at);
+      }
+    }
+    ids = session.tokenizer.encode(prompt, !use_chat_template);
+  }
+
+  auto params = a.sampling.sampler;
+  params.xtc_special_tokens = xtc_special_tokens(session);
+  options.sampler = make_cli_sampler(params, rng);
+  options.logits_processors = make_cli_processors(a.sampling, vocab);
+  options.eos_token_ids = session.eos_token_ids;
+
+  if (verbose) std::cout << "==========\n";
+  std::string text;
+  std::vector<mx::array> rows;
+  auto last = generate::stream_generate(
+      *session.loaded.model, session.tokenizer, ids, options,
+      [&](const generate::GenerationResponse& r) {
+        if (verbose) std::cout << r.text << std::flush;
+        text += r.text;
+        if (!a.logprobs_file.empty() && !(r.finish_reason == generate::FinishReason::stop))
+          rows.push_back(r.logprobs);
+        return true;
+      },
+      prompt_cache ? &*prompt_cache : nullptr);
+  write_logprobs(a.logprobs_file, rows);
+  if (!verbose) {
+    std::cout << text << "\n";
+    return;
+  }
+  std::cout << "\n==========\n";
+  if (text.empty()) {
     std::cout << "No text generated for this prompt\n";
     return;
   }
-  std::printf("Prompt: %zu tokens, %.3f tokens-per-sec\n", ids.size(), prompt_tps);
-  std::printf("Generation: %d tokens, %.3f tokens-per-sec\n", generated, generation_tps);
-  std::printf("Peak memory: %.3f GB\n", mlx::core::get_peak_memory() / 1e9);
+  print_footer(last);
+}
+
+/** mlx_lm.generate flags this engine cannot honour yet: accepted by the parser, refused by name. */
+void add_unsupported(CLI::App* cmd, const std::string& name, const std::string& why, bool flag = false) {
+  auto check = [name, why](auto&&...) { throw UnsupportedError(name + " is not supported: " + why); };
+  if (flag)
+    cmd->add_flag_callback(name, [check] { check(); }, "Not supported: " + why);
+  else
+    cmd->add_option_function<std::vector<std::string>>(name, [check](const std::vector<std::string>&) { check(); },
+                                                       "Not supported: " + why);
 }
 
 }  // namespace
@@ -73,13 +238,43 @@ void run(const Args& a) {
 void register_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Generate text with a model (as mlx_lm.generate)");
   auto a = std::make_shared<Args>();
-  cmd->add_option("--model,-m", a->model, "Model directory or HF cache snapshot")->required();
-  cmd->add_option("--prompt-tokens", a->prompt_tokens, "Prompt as comma-separated token ids")->required();
-  cmd->add_option("--max-tokens,-n", a->max_tokens, "Maximum number of tokens to generate")
+  cmd->add_option("--model", a->model, "The path to the local model directory")->required();
+  cmd->add_flag("--trust-remote-code", a->trust_remote_code,
+                "Accepted for compatibility (no code from the model directory is ever run)");
+  cmd->add_option("--extra-eos-token", a->extra_eos_token, "Add tokens in the list of eos tokens that stop generation.");
+  cmd->add_option("--system-prompt", a->system_prompt, "System prompt to be used for the chat template");
+  cmd->add_option("--prompt,-p", a->prompt, "Message to be processed by the model ('-' reads from stdin)")
       ->capture_default_str();
-  cmd->add_option("--prefill-step-size", a->prefill_step_size, "Prompt tokens per prefill chunk")
+  cmd->add_option("--prompt-tokens", a->prompt_tokens, "Prompt as comma-separated token ids (instead of --prompt)");
+  cmd->add_option("--prefill-response", a->prefill_response, "Prefill response to be used for the chat template");
+  cmd->add_option("--max-tokens,-m", a->max_tokens, "Maximum number of tokens to generate")->capture_default_str();
+  add_sampling_flags(cmd, a->sampling, true, true);
+  cmd->add_option("--seed", a->seed, "PRNG seed");
+  cmd->add_flag("--ignore-chat-template", a->ignore_chat_template,
+                "Use the raw prompt without the tokenizer's chat template.");
+  cmd->add_flag("--use-default-chat-template", a->use_default_chat_template,
+                "Accepted as mlx_lm.generate accepts it (it changes nothing there either)");
+  cmd->add_option("--chat-template-config", a->chat_template_config,
+                  "Additional config for `apply_chat_template` (a JSON object)");
+  cmd->add_option("--verbose", a->verbose, "'True'/'T' to log verbose output, 'False'/'F' to print only the response")
       ->capture_default_str();
+  cmd->add_option("--max-kv-size", a->max_kv_size, "Set the maximum key-value cache size");
+  cmd->add_option("--prefill-step-size", a->prefill_step_size, "Number of prompt tokens to process at a time")
+      ->capture_default_str();
+  cmd->add_option("--prompt-cache-file", a->prompt_cache_file, "A file containing saved KV caches");
+  cmd->add_option("--kv-bits", a->kv_bits, "Number of bits for KV cache quantization");
+  cmd->add_option("--kv-group-size", a->kv_group_size, "Group size for KV cache quantization")->capture_default_str();
+  cmd->add_option("--quantized-kv-start", a->quantized_kv_start,
+                  "When --kv-bits is set, start quantizing the KV cache from this step onwards")
+      ->capture_default_str();
+  cmd->add_option("--logprobs-file", a->logprobs_file,
+                  "Write every generated token's logprobs [T, vocab] to this .safetensors file");
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
+  add_unsupported(cmd, "--adapter-path", "LoRA adapters are not implemented in this engine");
+  add_unsupported(cmd, "--image", "this engine runs text-only models");
+  add_unsupported(cmd, "--draft-model", "speculative decoding is not implemented in this engine");
+  add_unsupported(cmd, "--num-draft-tokens", "speculative decoding is not implemented in this engine");
+  add_unsupported(cmd, "--quantize-activations", "activation quantization is not implemented in this engine", true);
   cmd->callback([a] { run(*a); });
 }
 

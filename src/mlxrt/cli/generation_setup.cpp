@@ -1,0 +1,171 @@
+#include "mlxrt/cli/generation_setup.h"
+
+#include <map>
+#include <set>
+
+#include "mlxrt/cli/common.h"
+#include "mlxrt/io/weights.h"
+#include "mlxrt/util/errors.h"
+
+namespace mlxrt::cli {
+
+namespace {
+
+const std::map<std::string, std::string>& flag_names() {
+  static const std::map<std::string, std::string> names = {
+      {"temp", "--temp"},
+      {"top_p", "--top-p"},
+      {"min_p", "--min-p"},
+      {"min_tokens_to_keep", "--min-tokens-to-keep"},
+      {"top_k", "--top-k"},
+      {"xtc_probability", "--xtc-probability"},
+      {"xtc_threshold", "--xtc-threshold"},
+      {"logit_bias", "--logit-bias"},
+      {"repetition_penalty", "--repetition-penalty"},
+      {"repetition_context_size", "--repetition-context-size"},
+      {"presence_penalty", "--presence-penalty"},
+      {"presence_context_size", "--presence-context-size"},
+      {"frequency_penalty", "--frequency-penalty"},
+      {"frequency_context_size", "--frequency-context-size"},
+  };
+  return names;
+}
+
+[[noreturn]] void fail(const generate::ParamProblem& p) {
+  auto it = flag_names().find(p.param);
+  throw UsageError((it == flag_names().end() ? p.param : it->second) + ": " + p.message);
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+void add_sampling_flags(CLI::App* cmd, SamplingFlags& f, bool sampler_flags, bool penalty_flags) {
+  if (sampler_flags) {
+    cmd->add_option("--temp", f.sampler.temp, "Sampling temperature")->capture_default_str();
+    cmd->add_option("--top-p", f.sampler.top_p, "Sampling top-p")->capture_default_str();
+    cmd->add_option("--min-p", f.sampler.min_p, "Sampling min-p")->capture_default_str();
+    cmd->add_option("--top-k", f.sampler.top_k, "Sampling top-k")->capture_default_str();
+    cmd->add_option("--xtc-probability", f.sampler.xtc_probability,
+                    "Probability of XTC sampling to happen each next token")
+        ->capture_default_str();
+    cmd->add_option("--xtc-threshold", f.sampler.xtc_threshold,
+                    "Threshold the probs of each next token candidate to be sampled by XTC")
+        ->capture_default_str();
+    cmd->add_option("--min-tokens-to-keep", f.sampler.min_tokens_to_keep, "Minimum tokens to keep for min-p sampling.")
+        ->capture_default_str();
+  }
+  if (penalty_flags) {
+    cmd->add_option("--repetition-penalty", f.repetition_penalty, "Multiplicative penalty for repeated tokens");
+    cmd->add_option("--repetition-context-size", f.repetition_context_size, "Tokens the repetition penalty looks at")
+        ->capture_default_str();
+    cmd->add_option("--presence-penalty", f.presence_penalty, "Additive penalty for tokens already present");
+    cmd->add_option("--presence-context-size", f.presence_context_size, "Tokens the presence penalty looks at")
+        ->capture_default_str();
+    cmd->add_option("--frequency-penalty", f.frequency_penalty, "Additive penalty per earlier occurrence");
+    cmd->add_option("--frequency-context-size", f.frequency_context_size, "Tokens the frequency penalty looks at")
+        ->capture_default_str();
+    cmd->add_option("--logit-bias", f.logit_bias, "JSON object of token id -> additive logit bias");
+  }
+}
+
+generate::Sampler make_cli_sampler(const generate::SamplerParams& params,
+                                   std::shared_ptr<generate::RandomState> rng) {
+  if (auto p = generate::check_sampler_params(params)) fail(*p);
+  return generate::make_sampler(params, std::move(rng));
+}
+
+std::vector<generate::LogitsProcessor> make_cli_processors(const SamplingFlags& f, int vocab_size) {
+  generate::LogitsProcessorParams p;
+  if (!f.logit_bias.empty()) p.logit_bias = generate::parse_logit_bias(f.logit_bias, "--logit-bias");
+  p.repetition_penalty = f.repetition_penalty;
+  p.repetition_context_size = f.repetition_context_size;
+  p.presence_penalty = f.presence_penalty;
+  p.presence_context_size = f.presence_context_size;
+  p.frequency_penalty = f.frequency_penalty;
+  p.frequency_context_size = f.frequency_context_size;
+  if (auto problem = generate::check_logits_processor_params(p, vocab_size)) fail(*problem);
+  return generate::make_logits_processors(p, vocab_size);
+}
+
+int model_construction_draws(const std::filesystem::path& model_dir) {
+  auto weights = io::load_weights(model_dir);
+  int draws = 0;
+  for (const auto& [name, tensor] : weights) {
+    if (!ends_with(name, ".weight") || tensor.ndim() < 2) continue;
+    const auto prefix = name.substr(0, name.size() - 7);
+    draws += 1;
+    if (weights.count(prefix + ".scales")) draws += 1;
+    if (weights.count(prefix + ".bias")) draws += 1;
+  }
+  return draws;
+}
+
+Session load_session(const std::string& model, const std::string& profile_file) {
+  auto loaded = model::load_model(model, load_options(profile_file));
+  std::filesystem::path dir = model;
+  auto tok = tokenizer::Tokenizer::from_dir(dir);
+  auto chat_template = tmpl::load_chat_template(dir);
+  auto special = tmpl::read_special_tokens(dir);
+  auto eos = tok.eos_token_ids();
+  return Session{dir, std::move(loaded), std::move(tok), std::move(chat_template), std::move(special), std::move(eos)};
+}
+
+void add_eos_token(Session& s, const std::string& token, const std::string& flag) {
+  std::optional<int32_t> id;
+  try {
+    size_t used = 0;
+    long v = std::stol(token, &used);
+    if (used == token.size()) id = static_cast<int32_t>(v);
+  } catch (const std::exception&) {
+  }
+  if (!id) id = s.tokenizer.token_to_id(token);
+  if (!id && s.tokenizer.config().unk_token) id = s.tokenizer.token_to_id(*s.tokenizer.config().unk_token);
+  if (!id) throw UsageError(flag + ": '" + token + "' is not a token for this tokenizer");
+  if (std::find(s.eos_token_ids.begin(), s.eos_token_ids.end(), *id) == s.eos_token_ids.end())
+    s.eos_token_ids.push_back(*id);
+}
+
+std::string apply_chat_template(const Session& s, const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                bool continue_final_message, const nlohmann::ordered_json& template_kwargs) {
+  if (!s.chat_template) throw UsageError("the model has no chat template");
+  tmpl::ChatTemplateOptions opts;
+  opts.add_generation_prompt = add_generation_prompt;
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  if (template_kwargs.is_object()) {
+    for (const auto& [k, v] : template_kwargs.items()) {
+      if (k == "tools") opts.tools = v;
+      else if (k == "documents") opts.documents = v;
+      else extra[k] = v;
+    }
+  }
+  opts.extra = extra;
+  auto rendered = s.chat_template->render(messages, opts, s.special_tokens);
+  if (!continue_final_message) return rendered;
+  // transformers: cut the rendering right after the final message's content.
+  const auto& final_message = messages.back().at("content").get_ref<const std::string&>();
+  auto strip = [](const std::string& t, bool left, bool right) {
+    size_t b = 0, e = t.size();
+    const char* ws = " \t\n\r\f\v";
+    if (left) b = t.find_first_not_of(ws) == std::string::npos ? t.size() : t.find_first_not_of(ws);
+    if (right) e = t.find_last_not_of(ws) == std::string::npos ? b : t.find_last_not_of(ws) + 1;
+    return t.substr(b, e > b ? e - b : 0);
+  };
+  auto stripped = strip(final_message, true, true);
+  auto loc = rendered.rfind(stripped);
+  if (loc == std::string::npos)
+    throw UsageError("--prefill-response: the chat template does not render the final message's content");
+  auto lstripped = strip(final_message, true, false);
+  if (rendered.compare(loc, lstripped.size(), final_message) == 0) return rendered.substr(0, loc + lstripped.size());
+  return rendered.substr(0, loc + stripped.size());
+}
+
+std::vector<int32_t> xtc_special_tokens(const Session& s) {
+  auto ids = s.tokenizer.encode("\n");
+  ids.insert(ids.end(), s.eos_token_ids.begin(), s.eos_token_ids.end());
+  return ids;
+}
+
+}  // namespace mlxrt::cli
