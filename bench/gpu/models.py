@@ -1,0 +1,85 @@
+"""The benchmark models: Qwen3-0.6B and Qwen3-8B dimensions (their published configs), random
+weights made by mlx-lm, bf16 and 4-bit g64 (mlx_lm.utils.quantize_model), saved as mlx_lm.convert
+saves them, with the Qwen3 tokenizer files beside (mlx_lm.load needs them). `tiny` is a small
+model of the same family for trying the scripts on a CPU."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+QWEN3_COMMON = {
+    "model_type": "qwen3", "head_dim": 128, "vocab_size": 151936, "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0, "max_position_embeddings": 40960, "eos_token_id": 151645,
+    "bos_token_id": 151643, "hidden_act": "silu",
+}
+SHAPES = {
+    "qwen3-0.6b": {**QWEN3_COMMON, "hidden_size": 1024, "num_hidden_layers": 28, "intermediate_size": 3072,
+                   "num_attention_heads": 16, "num_key_value_heads": 8, "tie_word_embeddings": True},
+    "qwen3-8b": {**QWEN3_COMMON, "hidden_size": 4096, "num_hidden_layers": 36, "intermediate_size": 12288,
+                 "num_attention_heads": 32, "num_key_value_heads": 8, "tie_word_embeddings": False},
+    "tiny": {**QWEN3_COMMON, "hidden_size": 128, "num_hidden_layers": 2, "intermediate_size": 256,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "tie_word_embeddings": True},
+}
+QUANTS = ("bf16", "q4")
+
+MAKE_MODEL = r"""
+import json, sys
+from pathlib import Path
+import mlx.core as mx
+from mlx_lm import utils
+out, quant, config = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+mx.random.seed(0)
+model_class, args_class = utils._get_classes(config=config)
+model = model_class(args_class.from_dict(config))
+model.set_dtype(mx.bfloat16)
+if quant == "q4":
+    model, config = utils.quantize_model(model, config, 64, 4)
+utils.save_model(out, model)
+utils.save_config(config, config_path=out / "config.json")
+"""
+
+
+def ensure_model(python, work: Path, shape: str, quant: str, tokenizer_dir: Path) -> Path:
+    """The model directory, made on first use (with this run's MLX, on its default device)."""
+    path = work / f"{shape}-{quant}"
+    recipe = json.dumps({"config": SHAPES[shape], "quant": quant}, sort_keys=True)
+    if (path / "recipe.json").exists() and (path / "recipe.json").read_text() == recipe:
+        return path
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    subprocess.run([str(python), "-c", MAKE_MODEL, str(tmp), quant, json.dumps(SHAPES[shape])], check=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tokenizer_dir / name, tmp / name)
+    (tmp / "recipe.json").write_text(recipe)
+    shutil.rmtree(path, ignore_errors=True)
+    tmp.rename(path)
+    print(f"made {path.name}", file=sys.stderr)
+    return path
+
+
+def safetensors_sizes(model_dir: Path) -> dict:
+    """{tensor name: bytes} from the safetensors headers."""
+    sizes = {}
+    for f in sorted(model_dir.glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(n))
+        for name, meta in header.items():
+            if name != "__metadata__":
+                sizes[name] = meta["data_offsets"][1] - meta["data_offsets"][0]
+    return sizes
+
+
+def decode_bytes_per_token(model_dir: Path, context: float) -> tuple[float, float]:
+    """(weight bytes one decode step reads, KV-cache bytes it reads at this context length).
+    Every weight is read once, except the input embedding table, of which one row is read; with
+    tied embeddings the table is read whole as the output head."""
+    config = json.loads((model_dir / "config.json").read_text())
+    sizes = safetensors_sizes(model_dir)
+    weights = sum(sizes.values())
+    if not config.get("tie_word_embeddings", False):
+        weights -= sum(v for k, v in sizes.items() if k.startswith("model.embed_tokens."))
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    kv = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * head_dim * 2 * context  # K and V, bf16
+    return float(weights), float(kv)

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Packs what bench/gpu/run.sh needs on a CUDA machine that reaches no package registry, on a machine
+# that does (x86-64 Linux): the pinned wheels for that machine's Python (the CUDA wheel slimmed to
+# the GPU code of the chosen compute capabilities), the Qwen3 tokenizer files, and an mlxrt binary
+# with the shared libraries it needs beyond glibc and libstdc++.
+#
+# Usage: bench/gpu/prepare.sh [BUNDLE]   (default build-gpu/bundle)
+# Environment: TARGET_PYTHON (default 3.12), KEEP_SM (default "90": H100/H200),
+#              MLXRT_BIN (default build-gpu/mlxrt), BENCH_TOKENIZER (default: shared data).
+# Then, there:  MLXRT_VENV=<env with NVIDIA's CUDA wheels> MLXRT_WHEELS=BUNDLE/wheels \
+#               MLXRT_BIN=BUNDLE/bin/mlxrt MLXRT_LIBS=BUNDLE/lib BENCH_TOKENIZER=BUNDLE/tokenizer bench/gpu/run.sh
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/versions.env"
+bundle=${1:-$root/build-gpu/bundle}
+pyver=${TARGET_PYTHON:-3.12}
+binary=${MLXRT_BIN:-$root/build-gpu/mlxrt}
+tokenizer=${BENCH_TOKENIZER:-$root/../shared/data/tokenizers/qwen3}
+download=$root/build-gpu/wheel-downloads
+mkdir -p "$bundle/wheels" "$bundle/bin" "$bundle/lib" "$bundle/tokenizer" "$download"
+
+pip_download() {
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$pyver" --implementation cp \
+    --platform manylinux_2_35_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d "$download" "$@"
+}
+# The wheels the target's Python may lack; the CUDA wheel's NVIDIA dependencies and mlx-lm's
+# (transformers, numpy, ...) are expected there already.
+pip_download "mlx==$MLX_VERSION" "mlx-cuda-13==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" \
+  -r "$root/tools/requirements-test.txt"
+for w in "$download"/*.whl; do
+  case "$(basename "$w")" in
+    mlx_cuda_13-*) [ -f "$bundle/wheels/$(basename "$w")" ] || \
+                     python3 "$root/tools/setup/slim_cuda_wheel.py" "$w" "$bundle/wheels" --keep-sm ${KEEP_SM:-90} ;;
+    *) cp "$w" "$bundle/wheels/" ;;
+  esac
+done
+
+cp "$tokenizer/tokenizer.json" "$tokenizer/tokenizer_config.json" "$bundle/tokenizer/"
+
+cp "$binary" "$bundle/bin/mlxrt"
+# Shared libraries from outside the C runtime and MLX's wheels, which the target may not have.
+ldd "$binary" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so*|libm.so*|libstdc++.so*|libgcc_s.so*|ld-linux*|libmlx.so|liblapack-*|libblas-*|libgfortran-*|libquadmath-*) ;;
+    *) cp -L "$lib" "$bundle/lib/" ;;
+  esac
+done
+du -sh "$bundle"/* "$bundle"

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Builds (or takes) mlxrt, checks L1 parity against mlx-lm on this machine's MLX device (the GPU
+# with the CUDA wheel), times mlxrt against mlx-lm and profiles one decode step. Each stage logs to
+# OUT/<stage>.log; a short table comes last. How anyone re-measures: see bench/RESULTS.md.
+#
+# Usage: bench/gpu/run.sh [STAGE ...]   (default: env install build parity bench realdims profile)
+# Environment (all optional):
+#   MLX_BACKEND      cpu | cuda-13 (default: cuda-13 when nvidia-smi sees a GPU)
+#   MLXRT_VENV       Python environment holding, or to receive, the MLX wheels (default .venv)
+#   MLXRT_WHEELS     folder of wheels to install from, without a package registry (prepare.sh)
+#   MLXRT_BIN        an mlxrt built elsewhere (default: build one into build-gpu/)
+#   MLXRT_LIBS       folder of shared libraries that binary needs beyond the system's (prepare.sh)
+#   BENCH_OUT        logs and results (default: $OUT when set, else build-gpu/bench-out)
+#   BENCH_WORK       models, fixtures (default build-gpu/work)
+#   BENCH_TOKENIZER  folder with tokenizer.json and tokenizer_config.json (default: shared data)
+#   BENCH_SHAPES, BENCH_QUANTS, BENCH_PROMPTS, BENCH_GEN, BENCH_RUNS   what bench.py times
+#   BENCH_PROFILE_MODEL   model (under BENCH_WORK) whose decode step is profiled
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+source versions.env
+stages=${*:-env install build parity bench realdims profile}
+out=${BENCH_OUT:-${OUT:-$root/build-gpu/bench-out}}
+work=${BENCH_WORK:-$root/build-gpu/work}
+mkdir -p "$out" "$work"
+backend=${MLX_BACKEND:-$(nvidia-smi -L >/dev/null 2>&1 && echo cuda-13 || echo cpu)}
+export MLXRT_VENV=${MLXRT_VENV:-$root/.venv}
+tokenizer=${BENCH_TOKENIZER:-$root/../shared/data/tokenizers/qwen3}
+export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+py() { if [ -x "$MLXRT_VENV/bin/python" ]; then "$MLXRT_VENV/bin/python" "$@"; else "$MLXRT_VENV/bin/python3" "$@"; fi; }
+summary="$out/summary.txt"
+: > "$summary"
+
+# stage NAME CMD...: runs CMD with its output in OUT/NAME.log; records status and time.
+stage() {
+  local name=$1 t0 rc
+  shift
+  t0=$(date +%s%N)
+  echo "== $name: $*" | cut -c1-200
+  "$@" > "$out/$name.log" 2>&1
+  rc=$?
+  printf '%-10s rc=%-3s %6d s\n' "$name" "$rc" "$(( ($(date +%s%N) - t0) / 1000000000 ))" | tee -a "$summary"
+  [ $rc -ne 0 ] && tail -n 15 "$out/$name.log"
+  return $rc
+}
+
+want() { [[ " $stages " == *" $1 "* ]]; }
+
+env_info() {
+  date -u +%Y-%m-%dT%H:%M:%SZ
+  uname -a
+  nvidia-smi || true
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv || true
+  echo "backend $backend; python env $MLXRT_VENV; source $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo '+uncommitted')"
+  py --version
+  command -v ncu nvcc cmake ninja g++ || true
+}
+
+smoke() {
+  py -c "import mlx.core as mx; print('mlx', mx.__version__, 'default device', mx.default_device()); \
+print('sum', (mx.arange(1, 1025) ** 2).sum().item())"
+}
+
+install_env() {
+  if ! tools/setup/install-python-env.sh "$backend"; then
+    [ -n "${MLXRT_WHEELS:-}" ] || return 1
+    # What the environment holds did not satisfy a requirement: say which, then take the wheels as
+    # they are (the CUDA libraries' versions show in the list below).
+    echo "install-python-env.sh failed; installing the carried wheels without their requirements"
+    py -m pip install -q --no-index --no-deps "$MLXRT_WHEELS"/*.whl || return 1
+  fi
+  py -m pip list 2>/dev/null | grep -i -E '^(mlx|mlx-cpu|mlx-cuda-13|mlx-lm|transformers|numpy|pytest|nvidia-[a-z0-9-]+) '
+  if ! smoke; then
+    # libmlx finds NVIDIA's libraries beside it (its RPATH); elsewhere, name their folders.
+    local libs
+    libs=$(ls -d "$(site)"/nvidia/*/lib 2>/dev/null | tr '\n' ':')
+    export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:-}"
+    echo "retrying with LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    smoke || return 1
+  fi
+}
+
+site() { py -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"; }
+
+build() {
+  # CMake's lookup of this environment's MLX (cmake/mlx_wheel.cmake) with a small program.
+  cmake -S bench/gpu/cmake_probe -B "$work/cmake-probe" -DMLXRT_VENV="$MLXRT_VENV" -DCMAKE_BUILD_TYPE=Release \
+    && cmake --build "$work/cmake-probe" && "$work/cmake-probe/mlx_probe" || return 1
+  if [ -n "${MLXRT_BIN:-}" ]; then
+    # A binary built elsewhere against the same MLX version: this environment's libmlx replaces the
+    # one it was linked with (the same C++ API); a wrapper gives it that and MLXRT_LIBS.
+    local lib
+    lib="$(site)/mlx/lib${MLXRT_LIBS:+:$(cd "$MLXRT_LIBS" && pwd)}"
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s "$@"\n' "$lib" "$(cd "$(dirname "$MLXRT_BIN")" && pwd)/$(basename "$MLXRT_BIN")" > "$work/mlxrt"
+    chmod +x "$work/mlxrt"
+    LD_LIBRARY_PATH=$lib ldd "$MLXRT_BIN"
+  else
+    cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLXRT_VENV="$MLXRT_VENV" \
+      && cmake --build build-gpu --target mlxrt && ln -sf "$root/build-gpu/mlxrt" "$work/mlxrt" || return 1
+    ldd build-gpu/mlxrt
+  fi
+  "$work/mlxrt" --help | head -3
+}
+
+parity() {
+  py tools/make_fixtures.py --out "$work/fixtures" || return 1
+  local rc=0
+  MLXRT_BIN="$work/mlxrt" MLXRT_FIXTURES="$work/fixtures" MLXRT_SOURCE_DIR="$root" \
+    py -m pytest -q -p no:cacheprovider tests/parity || rc=1
+  py bench/gpu/gpu_checks.py --bin "$work/mlxrt" --fixtures "$work/fixtures" --out "$out/gpu_checks.json" || rc=1
+  return $rc
+}
+
+bench() {
+  py bench/gpu/bench.py --bin "$work/mlxrt" --out "$out" --work "$work/models" --tokenizer "$tokenizer" \
+    --shapes ${BENCH_SHAPES:-qwen3-0.6b qwen3-8b} --quants ${BENCH_QUANTS:-bf16 q4} \
+    --prompts ${BENCH_PROMPTS:-512 4096} --gen "${BENCH_GEN:-256}" --runs "${BENCH_RUNS:-3}"
+}
+
+realdims() {
+  local models=()
+  for m in "$work"/models/*/; do [ -f "$m/recipe.json" ] && [[ "$m" != *8b* ]] && models+=("${m%/}"); done
+  py bench/gpu/gpu_checks.py --bin "$work/mlxrt" --fixtures "$work/fixtures" --models "${models[@]}" \
+    --skip-fixture-checks --out "$out/realdims.json"
+}
+
+profile() {
+  local model=$work/models/${BENCH_PROFILE_MODEL:-qwen3-0.6b-bf16} step_ms
+  step_ms=$(py -c "import json,sys; r=json.load(open('$out/results.json'))
+print(next((1e3 / x['mlxrt']['gen_tps'] for x in r['runs'] if x['model'] == '$(basename "$model")'), ''))" 2>/dev/null)
+  py bench/gpu/profile_decode.py --bin "$work/mlxrt" --model "$model" --out "$out" ${step_ms:+--step-ms "$step_ms"}
+}
+
+want env && stage env env_info
+if want install; then stage install install_env || { echo "install failed: stopping"; exit 1; }; fi
+if want build; then stage build build || { echo "build failed: stopping"; exit 1; }; fi
+want parity && stage parity parity
+want bench && stage bench bench
+want realdims && stage realdims realdims
+want profile && stage profile profile
+
+echo
+echo "== summary ($out)"
+cat "$summary"
+grep -h -E '^[0-9]+ passed|passed|failed' "$out/parity.log" 2>/dev/null | tail -2
+grep -h '^gpu_checks:' "$out/parity.log" "$out/realdims.log" 2>/dev/null
+[ -f "$out/profile.log" ] && tail -n 14 "$out/profile.log"
+[ -f "$out/table.txt" ] && cat "$out/table.txt"
