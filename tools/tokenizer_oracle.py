@@ -237,7 +237,8 @@ def main():
         d = out / name
         d.mkdir(exist_ok=True)
         train(d / "tokenizer.json")
-        cases.append(case(name, d, HfTok(Tokenizer.from_file(str(d / "tokenizer.json"))), base, rng, 300))
+        cases.append(case(name, d, HfTok(Tokenizer.from_file(str(d / "tokenizer.json"))), base, rng, 300,
+                          stream_ids=60))
 
     # llama2/tokenizer.json is not loadable by HF tokenizers (a merge with three parts): see the unit test.
     for name in ["qwen3", "llama3_1", "gemma3", "phi-3-mini"]:
