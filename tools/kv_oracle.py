@@ -46,3 +46,20 @@ def model_with_tokenizer(fixture_dir, out_dir, chat_template=True):
         config["chat_template"] = CHAT_TEMPLATE
     (out_dir / "tokenizer_config.json").write_text(json.dumps(config))
     return out_dir
+
+
+def greedy_tokens(model, config, prompt, max_tokens, **generate_kwargs):
+    """Greedy tokens from mlx-lm's generate_step with cache options (max_kv_size, kv_bits, ...),
+    stopping at an eos id as mlx_lm.generate does."""
+    from mlx_lm.generate import generate_step
+    eos = config.get("eos_token_id")
+    eos = set(eos if isinstance(eos, list) else ([eos] if eos is not None else []))
+    out = []
+    for n, (token, _) in enumerate(generate_step(mx.array(prompt), model, max_tokens=max_tokens,
+                                                 **generate_kwargs)):
+        if token in eos:
+            break
+        out.append(token)
+        if n + 1 == max_tokens:
+            break
+    return out

@@ -74,3 +74,27 @@ def test_bad_cache_flags(args, needle, fixtures_dir, tmp_path):
     proc = run_mlxrt("logits", "--model", fixtures_dir / "qwen3_bf16", "--tokens", "1,2,3", "--out",
                      tmp_path / "x.safetensors", *args, check=False)
     assert proc.returncode == 1 and needle in proc.stderr, proc.stderr
+
+
+GREEDY_CASES = [
+    ("qwen3_bf16", {"max_kv_size": 16}),
+    ("llama_swa", {}),
+    ("qwen3_mha_hd64", {"kv_bits": 4, "kv_group_size": 64, "quantized_kv_start": 8}),
+    ("qwen3_bf16", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
+]
+
+
+@pytest.mark.parametrize("name,options", GREEDY_CASES, ids=[f"{n}-{'-'.join(map(str, o.values())) or 'swa'}"
+                                                            for n, o in GREEDY_CASES])
+def test_greedy_tokens_equal(name, options, fixtures_dir):
+    """`mlxrt generate` with the cache flags: the tokens of mlx-lm's generate_step, across rotation /
+    quantization, with chunked prefill."""
+    path = fixtures_dir / name
+    model, config = oracle.load(path)
+    prompt = TOKENS[:20]
+    ref = kv_oracle.greedy_tokens(model, config, prompt, 48, prefill_step_size=6, **options)
+    proc = run_mlxrt("generate", "--model", path, "--prompt-tokens", ",".join(map(str, prompt)),
+                     "--max-tokens", 48, "--prefill-step-size", 6, *flags(options))
+    body = proc.stdout.split("==========\n")[1].strip()
+    ours = [int(t) for t in body.split()] if body and not body.startswith("No text") else []
+    assert ours == ref

@@ -12,6 +12,7 @@ void register_template(CLI::App& app);
 void register_server(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_detokenize(CLI::App& app);
+void register_cache_prompt(CLI::App& app);
 
 inline void register_verbs(CLI::App& app) {
   register_profile(app);
@@ -22,6 +23,7 @@ inline void register_verbs(CLI::App& app) {
   register_server(app);
   register_tokenize(app);
   register_detokenize(app);
+  register_cache_prompt(app);
 }
 
 }  // namespace mlxrt::cli

@@ -1,0 +1,141 @@
+"""Prompt-cache files: `mlxrt cache_prompt` writes what `mlx_lm.cache_prompt` writes (same tensors,
+same metadata), mlx-lm's load_prompt_cache reads ours and we read mlx-lm's, and continuing from
+either gives byte-equal logits. Corrupt or mismatched files fail with a clear error."""
+import sys
+
+import mlx.core as mx
+import pytest
+from mlx_lm import cache_prompt as mlx_cache_prompt
+from mlx_lm.models.cache import load_prompt_cache
+
+import kv_oracle
+import oracle
+from conftest import run_mlxrt
+
+PROMPT = "the cache " + " ".join(f"w{i}" for i in range(46)) + " hello world"
+CONTINUATION = [7, 20, 33, 9, 110, 3, 64, 12, 5, 90]
+
+SCENARIOS = {
+    "kv": ("qwen3_bf16", True, {}),
+    "rotating": ("qwen3_bf16", True, {"max_kv_size": 16}),
+    "quantized": ("qwen3_bf16", True, {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 4}),
+    "swa_plain": ("llama_swa", False, {}),
+}
+
+
+def flags(options):
+    out = []
+    for key, value in options.items():
+        out += ["--" + key.replace("_", "-"), str(value)]
+    return out
+
+
+def mlx_lm_cache_prompt(model_dir, out, options, monkeypatch):
+    argv = ["mlx_lm.cache_prompt", "--model", str(model_dir), "--prompt-cache-file", str(out),
+            "--prompt", PROMPT, *flags(options)]
+    monkeypatch.setattr(sys, "argv", argv)
+    mlx_cache_prompt.main()
+
+
+@pytest.fixture(scope="module")
+def models(fixtures_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return {name: kv_oracle.model_with_tokenizer(fixtures_dir / name, root / f"{name}_{chat}", chat)
+            for name, chat in {("qwen3_bf16", True), ("llama_swa", False), ("qwen3_mha_hd64", True)}}
+
+
+def assert_same_file_contents(ours, theirs):
+    a, a_meta = mx.load(str(ours), return_metadata=True)
+    b, b_meta = mx.load(str(theirs), return_metadata=True)
+    assert a_meta == b_meta
+    assert sorted(a) == sorted(b)
+    for key in a:
+        assert a[key].dtype == b[key].dtype and a[key].shape == b[key].shape, key
+        assert oracle.raw_bytes(a[key]) == oracle.raw_bytes(b[key]), key
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_cache_prompt_interchangeable(scenario, models, tmp_path, monkeypatch):
+    name, _, options = SCENARIOS[scenario]
+    model_dir = models[name]
+    ours, theirs = tmp_path / "ours.safetensors", tmp_path / "theirs.safetensors"
+    proc = run_mlxrt("cache_prompt", "--model", model_dir, "--prompt-cache-file", ours, "--prompt", PROMPT,
+                     *flags(options))
+    assert "Saving..." in proc.stdout and "Peak memory:" in proc.stdout
+    mlx_lm_cache_prompt(model_dir, theirs, options, monkeypatch)
+    assert_same_file_contents(ours, theirs)
+
+    # Continue from mlx-lm's file with mlxrt, and from ours with mlx-lm: the same logits.
+    model, _ = oracle.load(model_dir)
+    kv = {k: v for k, v in options.items() if k != "max_kv_size"}
+    ref = kv_oracle.cached_logits(model, CONTINUATION, 1, cache=load_prompt_cache(str(ours)), **kv)
+    out = tmp_path / "logits.safetensors"
+    run_mlxrt("logits", "--model", model_dir, "--tokens", ",".join(map(str, CONTINUATION)), "--out", out,
+              "--incremental", "--prompt-cache-file", theirs, *flags(kv))
+    assert oracle.raw_bytes(mx.load(str(out))["logits"]) == oracle.raw_bytes(ref)
+
+
+def test_cache_prompt_reads_stdin(models, tmp_path):
+    import subprocess
+    from conftest import BIN
+    model_dir = models["qwen3_bf16"]
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    run_mlxrt("cache_prompt", "--model", model_dir, "--prompt-cache-file", a, "--prompt", PROMPT)
+    subprocess.run([BIN, "cache_prompt", "--model", str(model_dir), "--prompt-cache-file", str(b), "--prompt", "-"],
+                   input=PROMPT, text=True, check=True, capture_output=True)
+    assert_same_file_contents(a, b)
+
+
+@pytest.fixture(scope="module")
+def saved(models, tmp_path_factory):
+    root = tmp_path_factory.mktemp("saved")
+    files = {}
+    for name in ("qwen3_bf16", "llama_swa"):
+        files[name] = root / f"{name}.safetensors"
+        run_mlxrt("cache_prompt", "--model", models[name], "--prompt-cache-file", files[name], "--prompt", PROMPT)
+    return files
+
+
+def rewrite(src, dst, edit):
+    arrays, meta = mx.load(str(src), return_metadata=True)
+    edit(arrays, meta)
+    mx.save_safetensors(str(dst), arrays, meta)
+    return dst
+
+
+def bad_files(saved, models, tmp_path):
+    good = saved["qwen3_bf16"]
+    raw = good.read_bytes()
+    (tmp_path / "truncated.safetensors").write_bytes(raw[: len(raw) // 2])
+    (tmp_path / "garbage.safetensors").write_bytes(b"\x00\x01not a safetensors file at all")
+    return {
+        "wrong_layer_count": (models["qwen3_bf16"], saved["llama_swa"], "has 3 layers, the model has 2"),
+        "wrong_model_shapes": (models["qwen3_mha_hd64"], good, "KV heads of size 32/32, the model uses 2 of size 64"),
+        "truncated": (models["qwen3_bf16"], tmp_path / "truncated.safetensors", "truncated.safetensors"),
+        "garbage": (models["qwen3_bf16"], tmp_path / "garbage.safetensors", "garbage.safetensors"),
+        "weights_file": (models["qwen3_bf16"], models["qwen3_bf16"] / "model.safetensors",
+                         "not a prompt-cache file"),
+        "missing": (models["qwen3_bf16"], tmp_path / "absent.safetensors", "absent.safetensors"),
+        "unknown_class": (models["qwen3_bf16"], rewrite(good, tmp_path / "cls.safetensors",
+                          lambda a, m: m.update({"1.0": "ArraysCache"})), "\"ArraysCache\" is not supported"),
+        "missing_tensor": (models["qwen3_bf16"], rewrite(good, tmp_path / "miss.safetensors",
+                           lambda a, m: a.pop("1.1")), "missing tensor \"1.1\""),
+        "offset_past_end": (models["qwen3_bf16"], rewrite(good, tmp_path / "off.safetensors",
+                            lambda a, m: a.update({"0.2": mx.array(9999)})), "offset 9999 exceeds"),
+        "stray_tensor": (models["qwen3_bf16"], rewrite(good, tmp_path / "stray.safetensors",
+                         lambda a, m: a.update({"7.0": mx.zeros((2,))})), "\"7.0\" belongs to no layer"),
+    }
+
+
+def test_bad_prompt_cache_files(saved, models, tmp_path):
+    for case, (model_dir, cache_file, needle) in bad_files(saved, models, tmp_path).items():
+        proc = run_mlxrt("logits", "--model", model_dir, "--tokens", "5,6", "--out", tmp_path / "x.safetensors",
+                         "--prompt-cache-file", cache_file, check=False)
+        assert proc.returncode == 1, case
+        assert proc.stderr.startswith("error: ") and needle in proc.stderr, (case, proc.stderr)
+
+
+def test_cache_prompt_refuses_adapters(models, tmp_path):
+    proc = run_mlxrt("cache_prompt", "--model", models["qwen3_bf16"], "--prompt-cache-file", tmp_path / "x",
+                     "--prompt", "hello", "--adapter-path", tmp_path, check=False)
+    assert proc.returncode == 1 and "--adapter-path" in proc.stderr
