@@ -16,7 +16,7 @@ PROMPT = "the cache " + " ".join(f"w{i}" for i in range(46)) + " hello world"
 CONTINUATION = [7, 20, 33, 9, 110, 3, 64, 12, 5, 90]
 
 SCENARIOS = {
-    "kv": ("qwen3_bf16", True, {}),
+    "kv": ("qwen3_bf16", True, {"eos_token": "<|end|>"}),  # recorded in the metadata's tokenizer_config
     "rotating": ("qwen3_bf16", True, {"max_kv_size": 16}),
     "quantized": ("qwen3_bf16", True, {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 4}),
     "swa_plain": ("llama_swa", False, {}),
@@ -67,7 +67,7 @@ def test_cache_prompt_interchangeable(scenario, models, tmp_path, monkeypatch):
 
     # Continue from mlx-lm's file with mlxrt, and from ours with mlx-lm: the same logits.
     model, _ = oracle.load(model_dir)
-    kv = {k: v for k, v in options.items() if k != "max_kv_size"}
+    kv = {k: v for k, v in options.items() if k.startswith(("kv_", "quantized_"))}
     ref = kv_oracle.cached_logits(model, CONTINUATION, 1, cache=load_prompt_cache(str(ours)), **kv)
     out = tmp_path / "logits.safetensors"
     run_mlxrt("logits", "--model", model_dir, "--tokens", ",".join(map(str, CONTINUATION)), "--out", out,
