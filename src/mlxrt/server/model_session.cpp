@@ -45,8 +45,10 @@ void infer_tools(ModelSession& s, Logger& log) {
 }  // namespace
 
 const tmpl::ChatTemplate& ModelSession::template_for(bool have_tools) const {
-  auto name = tmpl::select_chat_template(templates, std::nullopt, have_tools);
-  auto it = name ? parsed_templates.find(*name) : parsed_templates.end();
+  // transformers' choice: "tool_use" when tools are given and the model has it, else "default".
+  auto it = have_tools ? parsed_templates.find("tool_use") : parsed_templates.end();
+  if (it == parsed_templates.end()) it = parsed_templates.find("default");
+  if (it == parsed_templates.end()) it = parsed_templates.begin();
   if (it == parsed_templates.end()) throw UsageError("the model has no chat template");
   return it->second;
 }
