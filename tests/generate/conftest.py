@@ -55,9 +55,11 @@ def _chat_fixture(name, tokenizer, config):
 
 
 @pytest.fixture(scope="session")
-def phi3_model():
+def chat_model():
+    """Qwen3's tokenizer and chat template on a tiny llama (tied embeddings keep it ~20 MB)."""
     import make_fixtures
 
     config = {**make_fixtures.LLAMA, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "vocab_size": 32064, "bos_token_id": 1, "eos_token_id": 32000}
-    return _chat_fixture("llama_phi3_tokenizer", "phi-3-mini", config)
+              "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True,
+              "bos_token_id": None, "eos_token_id": 151645}
+    return _chat_fixture("llama_qwen3_tokenizer", "qwen3", config)
