@@ -1,0 +1,117 @@
+"""Load and cancellation: 32 concurrent streaming clients all complete with the right content; a
+client that disconnects mid-stream (or mid-wait, not streaming) stops its generation at once, so
+the server is free for the next request."""
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import start_mlxrt, stop
+
+CHAT = "/v1/chat/completions"
+
+
+@pytest.fixture(scope="module")
+def server(model_dir, tmp_path_factory):
+    running = start_mlxrt(model_dir, tmp_path_factory)
+    yield running
+    stop(running)
+
+
+def body(i, max_tokens=8, stream=True):
+    return {"messages": [{"role": "user", "content": f"Client number {i % 4}"}], "max_tokens": max_tokens,
+            "stream": stream, "stream_options": {"include_usage": True}}
+
+
+def streamed_text(events):
+    text, finish = "", None
+    for e in events:
+        if e == "[DONE]" or not e["choices"]:
+            continue
+        text += e["choices"][0]["delta"].get("content", "")
+        finish = e["choices"][0]["finish_reason"] or finish
+    return text, finish
+
+
+def test_32_concurrent_streaming_clients(server):
+    # The expected text per prompt, one at a time first.
+    expected = {}
+    for i in range(4):
+        status, r = server.post_json(CHAT, body(i, stream=False))
+        assert status == 200
+        expected[i] = r["choices"][0]["message"]["content"]
+    results, errors = {}, []
+
+    def client(i):
+        try:
+            events, raw = server.stream(CHAT, body(i), timeout=120)
+            assert events[-1] == "[DONE]"
+            usage = events[-2]["usage"]
+            results[i] = (*streamed_text(events), usage["completion_tokens"])
+        except Exception as e:  # collected and reported below
+            errors.append((i, repr(e)))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    assert not errors, errors
+    assert len(results) == 32
+    for i, (text, finish, n) in results.items():
+        assert text == expected[i % 4], i
+        assert finish == "length" and n == 8
+
+
+def open_stream(port, payload):
+    data = json.dumps(payload).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return s
+
+
+def timed_request(server, max_tokens):
+    t0 = time.time()
+    status, r = server.post_json(CHAT, body(0, max_tokens=max_tokens, stream=False), timeout=120)
+    assert status == 200
+    return time.time() - t0
+
+
+def test_disconnect_stops_streaming_generation(server):
+    # How long 2000 tokens take when nobody leaves.
+    baseline = timed_request(server, 200) * 10
+    s = open_stream(server.port, body(0, max_tokens=2000))
+    first = s.recv(4096)
+    assert b" 200 " in first.split(b"\r\n")[0]
+    s.close()
+    # The generation stops: the next request is served right away, not after 2000 tokens.
+    t = timed_request(server, 2)
+    assert t < baseline / 4, (t, baseline)
+
+
+def test_disconnect_stops_waiting_request(server):
+    baseline = timed_request(server, 200) * 10
+    s = open_stream(server.port, body(0, max_tokens=2000, stream=False))
+    time.sleep(0.3)  # generation is under way
+    s.close()
+    t = timed_request(server, 2)
+    assert t < baseline / 4, (t, baseline)
+
+
+def test_queued_requests_all_served_in_order_of_arrival(server):
+    # Non-streaming requests queued behind each other all complete.
+    out = []
+
+    def one(i):
+        status, r = server.post_json(CHAT, body(i, max_tokens=4, stream=False), timeout=120)
+        out.append((status, r["usage"]["completion_tokens"]))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert out == [(200, 4)] * 8
