@@ -66,8 +66,8 @@ def prompt_ids(n, vocab, seed):
     return [rng.randrange(1000, min(vocab, 150000)) for _ in range(n)]  # ordinary tokens, no specials
 
 
-def bandwidth(python, log):
-    proc = subprocess.run([str(python), str(HERE / "bandwidth.py")], capture_output=True, text=True)
+def bandwidth(python, gib, log):
+    proc = subprocess.run([str(python), str(HERE / "bandwidth.py"), "--gib", str(gib)], capture_output=True, text=True)
     log.write(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise RuntimeError("bandwidth.py failed: " + proc.stderr[-1000:])
@@ -112,13 +112,14 @@ def main():
     ap.add_argument("--gen", type=int, default=256, help="decode tokens at the shortest prompt")
     ap.add_argument("--gen-long", type=int, default=16, help="tokens generated after the longer prompts")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--bw-gib", type=float, default=4.0, help="size of the copy-bandwidth array")
     ap.add_argument("--tokenizer", type=Path, default=ROOT.parent / "shared" / "data" / "tokenizers" / "qwen3")
     ap.add_argument("--work", type=Path, default=ROOT / "build-gpu" / "bench-models")
     args = ap.parse_args()
     python = Path(sys.executable)
     args.out.mkdir(parents=True, exist_ok=True)
     log = open(args.out / "bench-runs.log", "a")
-    bw = bandwidth(python, log)
+    bw = bandwidth(python, args.bw_gib, log)
     print(f"bandwidth: {json.dumps(bw)}", file=sys.stderr)
     rows, rooflines, results = [], {}, {"bandwidth": bw, "runs": []}
     for shape in args.shapes:
@@ -134,9 +135,14 @@ def main():
                 theirs = [str(python), str(HERE / "mlx_lm_tokens.py"), "--model", str(model), "--prompt-tokens", ids,
                           "--max-tokens", str(gen)]
                 runs = {"mlxrt": [], "mlx-lm": []}
-                for _ in range(args.runs):
-                    runs["mlxrt"].append(timed_run(ours, log))
-                    runs["mlx-lm"].append(timed_run(theirs, log))
+                try:
+                    for _ in range(args.runs):
+                        runs["mlxrt"].append(timed_run(ours, log))
+                        runs["mlx-lm"].append(timed_run(theirs, log))
+                except RuntimeError as e:  # reported; the other models still run
+                    print(f"{model.name} prompt {prompt}: {e}", file=sys.stderr)
+                    results["runs"].append({"model": model.name, "prompt": prompt, "error": str(e)[:1000]})
+                    continue
                 same = runs["mlxrt"][0]["tokens_head"] == runs["mlx-lm"][0]["tokens_head"]
                 med = {k: {m: statistics.median(r[m] for r in v) for m in v[0] if m != "tokens_head"}
                        for k, v in runs.items()}

@@ -59,7 +59,7 @@ def main():
     ap.add_argument("--steps", type=int, nargs=2, default=[2, 6])
     ap.add_argument("--step-ms", type=float, help="decode step time measured without the profiler")
     ap.add_argument("--top", type=int, default=12)
-    ap.add_argument("--timeout", type=int, default=200)
+    ap.add_argument("--timeout", type=int, default=120)
     args = ap.parse_args()
     ncu = shutil.which("ncu")
     if not ncu:

@@ -13,7 +13,7 @@
 #   BENCH_OUT        logs and results (default: $OUT when set, else build-gpu/bench-out)
 #   BENCH_WORK       models, fixtures (default build-gpu/work)
 #   BENCH_TOKENIZER  folder with tokenizer.json and tokenizer_config.json (default: shared data)
-#   BENCH_SHAPES, BENCH_QUANTS, BENCH_PROMPTS, BENCH_GEN, BENCH_RUNS   what bench.py times
+#   BENCH_SHAPES, BENCH_QUANTS, BENCH_PROMPTS, BENCH_GEN, BENCH_RUNS, BENCH_BW_GIB   bench.py's options
 #   BENCH_PROFILE_MODEL   model (under BENCH_WORK) whose decode step is profiled
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -114,7 +114,8 @@ parity() {
 bench() {
   py bench/gpu/bench.py --bin "$work/mlxrt" --out "$out" --work "$work/models" --tokenizer "$tokenizer" \
     --shapes ${BENCH_SHAPES:-qwen3-0.6b qwen3-8b} --quants ${BENCH_QUANTS:-bf16 q4} \
-    --prompts ${BENCH_PROMPTS:-512 4096} --gen "${BENCH_GEN:-256}" --runs "${BENCH_RUNS:-3}"
+    --prompts ${BENCH_PROMPTS:-512 4096} --gen "${BENCH_GEN:-256}" --runs "${BENCH_RUNS:-3}" \
+    --bw-gib "${BENCH_BW_GIB:-4}"
 }
 
 realdims() {
