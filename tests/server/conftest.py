@@ -90,9 +90,13 @@ def wait_ready(proc, port, log_path, timeout=180, probe=None):
 
 
 def start(cmd, port, tmp_path_factory, name, probe=None, env=None):
-    log_path = tmp_path_factory.mktemp(name) / "server.log"
+    work = tmp_path_factory.mktemp(name)
+    log_path = work / "server.log"
     log = open(log_path, "w")
-    full_env = dict(os.environ)
+    # An empty Hugging Face cache of its own: /v1/models lists the served model only (and
+    # mlx_lm.server fails that endpoint when there is no cache directory at all).
+    (work / "hf-cache").mkdir()
+    full_env = dict(os.environ, HF_HUB_CACHE=str(work / "hf-cache"))
     full_env.update(env or {})
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
     try:

@@ -125,7 +125,8 @@ void Generator::run(Job& job) {
       }
       ev.text = detok.take_segment();
       if (matcher.advance(step->token)) ev.finish_reason = "stop";
-      if (r.logprobs) ev.logprob = mx::take(step->logprobs, step->token).item<float>();
+      // item<float>() reads the raw element: convert first (the logprobs are in the model's dtype).
+      if (r.logprobs) ev.logprob = mx::astype(mx::take(step->logprobs, step->token), mx::float32).item<float>();
       ev.top = top_tokens(step->logprobs, r.top_logprobs, session_.tokenizer);
       bool finished = ev.finish_reason.has_value();
       job.push(std::move(ev));
