@@ -71,13 +71,18 @@ void add_sampling_flags(CLI::App* cmd, SamplingFlags& f, bool sampler_flags, boo
   }
 }
 
+void check_sampling_flags(const SamplingFlags& f) {
+  if (auto p = generate::check_sampler_params(f.sampler)) fail(*p);
+  make_cli_processors(f, std::nullopt);
+}
+
 generate::Sampler make_cli_sampler(const generate::SamplerParams& params,
                                    std::shared_ptr<generate::RandomState> rng) {
   if (auto p = generate::check_sampler_params(params)) fail(*p);
   return generate::make_sampler(params, std::move(rng));
 }
 
-std::vector<generate::LogitsProcessor> make_cli_processors(const SamplingFlags& f, int vocab_size) {
+std::vector<generate::LogitsProcessor> make_cli_processors(const SamplingFlags& f, std::optional<int> vocab_size) {
   generate::LogitsProcessorParams p;
   if (!f.logit_bias.empty()) p.logit_bias = generate::parse_logit_bias(f.logit_bias, "--logit-bias");
   p.repetition_penalty = f.repetition_penalty;

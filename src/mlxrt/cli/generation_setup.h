@@ -32,11 +32,14 @@ struct SamplingFlags {
  * (when `sampler_flags`) and the penalty / --logit-bias flags (when `penalty_flags`). */
 void add_sampling_flags(CLI::App* cmd, SamplingFlags& flags, bool sampler_flags, bool penalty_flags);
 
+/** Checks every sampling / penalty flag that needs no model (UsageError naming the flag). */
+void check_sampling_flags(const SamplingFlags& flags);
+
 /** make_sampler with a bad value reported under its flag name. */
 generate::Sampler make_cli_sampler(const generate::SamplerParams& params, std::shared_ptr<generate::RandomState> rng);
 
 /** make_logits_processors from the flags, ids checked against the vocabulary. */
-std::vector<generate::LogitsProcessor> make_cli_processors(const SamplingFlags& flags, int vocab_size);
+std::vector<generate::LogitsProcessor> make_cli_processors(const SamplingFlags& flags, std::optional<int> vocab_size);
 
 /** How many keys mlx-lm's model construction draws from the global PRNG (every Linear and
  * Embedding initialises its weight, and a bias, at random; quantizing replaces each by a

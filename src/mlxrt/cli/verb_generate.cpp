@@ -110,6 +110,7 @@ void run(const Args& a) {
   if (a.max_tokens < -1) throw UsageError("--max-tokens: must be -1 (no limit) or positive");
   if (a.prefill_step_size <= 0) throw UsageError("--prefill-step-size: must be positive");
   cache::validate_kv_quantization(a.kv_bits, a.kv_group_size, a.quantized_kv_start);
+  check_sampling_flags(a.sampling);  // before the model is loaded
   if (a.max_kv_size && *a.max_kv_size < 1) throw UsageError("--max-kv-size: must be positive");
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   if (!a.chat_template_config.empty()) {
