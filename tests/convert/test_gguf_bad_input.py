@@ -118,4 +118,5 @@ def assert_rejected(bad, tmp_path, message, *extra):
     assert r.stderr.count("\n") == 1, r.stderr  # one line, no trace
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if ".partial" in p.name]
-    shutil.rmtree(out, ignore_errors=True)
+    if bad.parent == tmp_path:
+        bad.unlink()  # copies of the real model are large

@@ -3,6 +3,7 @@ converted weights/scales/biases equals the gguf package's reference dequantisati
 blocks, exactly, once llama.cpp's Q/K row permutation is undone."""
 
 import json
+import shutil
 
 import mlx.core as mx
 import numpy as np
@@ -73,7 +74,9 @@ def check_every_tensor(gguf_path, out_dir, permuted_qk=True):
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    return convert(smollm2_gguf(), tmp_path_factory.mktemp("smollm2") / "model")
+    out = convert(smollm2_gguf(), tmp_path_factory.mktemp("smollm2") / "model")
+    yield out
+    shutil.rmtree(out)  # 115 MB
 
 
 def test_every_tensor_dequantises_exactly(converted):

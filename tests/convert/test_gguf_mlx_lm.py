@@ -2,6 +2,7 @@
 weight matching) and its greedy answer to a chat prompt is sensible English."""
 
 import json
+import shutil
 import re
 
 import pytest
@@ -12,7 +13,9 @@ from gguf_support import convert, smollm2_gguf
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    return convert(smollm2_gguf(), tmp_path_factory.mktemp("smollm2") / "model")
+    out = convert(smollm2_gguf(), tmp_path_factory.mktemp("smollm2") / "model")
+    yield out
+    shutil.rmtree(out)  # 115 MB
 
 
 def test_config_comes_from_the_gguf_metadata(converted):

@@ -4,6 +4,7 @@ own tokenizers for the llama.cpp test vocabularies (llama.cpp's tokenizer test v
 
 import json
 import os
+import shutil
 
 import pytest
 from gguf import GGUFReader
@@ -45,7 +46,9 @@ MULTILINGUAL = [
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    return convert(smollm2_gguf(), tmp_path_factory.mktemp("smollm2") / "model")
+    out = convert(smollm2_gguf(), tmp_path_factory.mktemp("smollm2") / "model")
+    yield out
+    shutil.rmtree(out)  # 115 MB
 
 
 @pytest.fixture(scope="module")
