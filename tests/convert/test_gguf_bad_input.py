@@ -1,7 +1,6 @@
 """Bad or truncated GGUF files: `mlxrt convert` exits non-zero with one clear line naming the
 file and what was wrong, never crashes, and leaves nothing at --out."""
 
-import shutil
 import struct
 
 import pytest
