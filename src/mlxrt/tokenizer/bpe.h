@@ -29,7 +29,7 @@ class Bpe : public Model {
   std::optional<int32_t> token_to_id(std::string_view token) const override { return vocab_.find(token); }
   const std::string* id_to_token(int32_t id) const override { return vocab_.token(id); }
   size_t size() const override { return vocab_.size(); }
-  std::vector<std::pair<std::string, int32_t>> entries() const override { return vocab_.entries(); }
+  size_t id_limit() const override { return vocab_.limit(); }
 
  private:
   struct Merge {

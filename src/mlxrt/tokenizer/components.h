@@ -58,8 +58,8 @@ class Model {
   /** nullptr when the id is not in the model's vocabulary. */
   virtual const std::string* id_to_token(int32_t id) const = 0;
   virtual size_t size() const = 0;
-  /** Every (token, id) pair, for building maps over the whole vocabulary. */
-  virtual std::vector<std::pair<std::string, int32_t>> entries() const = 0;
+  /** One past the largest id in the model's vocabulary. */
+  virtual size_t id_limit() const = 0;
 };
 
 class PostProcessor {

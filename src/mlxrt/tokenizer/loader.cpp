@@ -94,8 +94,7 @@ void finish_impl(Tokenizer::Impl& impl, const json* decoder_spec) {
     impl.vocab_size = impl.spm->size();
     impl.id_limit = impl.spm->size();
   } else {
-    size_t limit = 0, extra = 0;
-    for (const auto& [token, id] : impl.model->entries()) limit = std::max(limit, static_cast<size_t>(id) + 1);
+    size_t limit = impl.model->id_limit(), extra = 0;
     for (const auto& t : impl.added.tokens()) {
       limit = std::max(limit, static_cast<size_t>(t.id) + 1);
       if (!impl.model->token_to_id(t.content)) ++extra;

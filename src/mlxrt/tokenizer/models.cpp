@@ -11,6 +11,7 @@ Vocab parse_vocab(const json& spec, const std::string& where) {
   const json& v = field(spec, "vocab", where);
   if (!v.is_object()) throw ConfigError(where + ".vocab: must be an object {token: id}, got " + json_type_name(v));
   Vocab vocab;
+  vocab.reserve(v.size());
   for (auto it = v.begin(); it != v.end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > INT32_MAX)
       throw ConfigError(where + ".vocab['" + it.key() + "']: must be a non-negative integer id");
@@ -94,7 +95,7 @@ class WordPiece : public Model {
   std::optional<int32_t> token_to_id(std::string_view t) const override { return vocab_.find(t); }
   const std::string* id_to_token(int32_t id) const override { return vocab_.token(id); }
   size_t size() const override { return vocab_.size(); }
-  std::vector<std::pair<std::string, int32_t>> entries() const override { return vocab_.entries(); }
+  size_t id_limit() const override { return vocab_.limit(); }
 
  private:
   Vocab vocab_;
@@ -115,7 +116,7 @@ class WordLevel : public Model {
   std::optional<int32_t> token_to_id(std::string_view t) const override { return vocab_.find(t); }
   const std::string* id_to_token(int32_t id) const override { return vocab_.token(id); }
   size_t size() const override { return vocab_.size(); }
-  std::vector<std::pair<std::string, int32_t>> entries() const override { return vocab_.entries(); }
+  size_t id_limit() const override { return vocab_.limit(); }
 
  private:
   Vocab vocab_;

@@ -30,8 +30,12 @@ class Vocab {
     return &tokens_[id];
   }
   size_t size() const { return ids_.size(); }
-  std::vector<std::pair<std::string, int32_t>> entries() const {
-    return {ids_.begin(), ids_.end()};
+  /** One past the largest id. */
+  size_t limit() const { return tokens_.size(); }
+  void reserve(size_t n) {
+    ids_.reserve(n);
+    tokens_.reserve(n);
+    present_.reserve(n);
   }
 
  private:

@@ -1,6 +1,8 @@
 #pragma once
-// The HF oracle's expectations (tools/tokenizer_oracle.py), produced once per test binary into a
-// temporary directory by the project's Python environment.
+// The HF oracle's expectations (tools/tokenizer_oracle.py), produced once per test process into a
+// temporary directory (removed at exit) by the project's Python environment.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -28,28 +30,45 @@ inline std::string hex(const std::string& s) {
   return out;
 }
 
-/** Runs the oracle (once) and returns its cases.json; empty object if it failed. */
-inline const nlohmann::json& oracle_cases() {
-  static const nlohmann::json cases = [] {
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Oracle {
+  nlohmann::json cases = nlohmann::json::object();
+  std::string log;  // the oracle's output when it failed
+  std::filesystem::path dir;
+  ~Oracle() {
+    if (!dir.empty()) std::filesystem::remove_all(dir);
+  }
+};
+
+/** Runs the oracle once. MLXRT_TOKENIZER_CASES=path reuses a cases.json made earlier (while
+ * iterating); its tokenizer directories must still exist. */
+inline const Oracle& oracle() {
+  static const Oracle result = [] {
     namespace fs = std::filesystem;
-    // A cases.json made earlier can be reused while iterating: MLXRT_TOKENIZER_CASES=path.
+    Oracle o;
     if (const char* reuse = std::getenv("MLXRT_TOKENIZER_CASES")) {
-      std::ifstream in(reuse);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      return nlohmann::json::parse(ss.str());
+      o.cases = nlohmann::json::parse(slurp(reuse));
+      return o;
     }
-    fs::path out = fs::temp_directory_path() / ("mlxrt_tokenizer_oracle_" + std::to_string(::getpid()));
+    o.dir = fs::temp_directory_path() / ("mlxrt_tokenizer_oracle_" + std::to_string(::getpid()));
+    fs::create_directories(o.dir);
     std::string cmd = std::string(MLXRT_SOURCE_DIR) + "/.venv/bin/python " + MLXRT_SOURCE_DIR +
-                      "/tools/tokenizer_oracle.py --shared " + MLXRT_SHARED_DIR + " --out " + out.string() +
-                      " > " + out.string() + ".log 2>&1";
-    if (std::system(cmd.c_str()) != 0) return nlohmann::json::object();
-    std::ifstream in(out / "cases.json");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return nlohmann::json::parse(ss.str());
+                      "/tools/tokenizer_oracle.py --shared " + MLXRT_SHARED_DIR + " --out " + o.dir.string() +
+                      " > " + (o.dir / "log.txt").string() + " 2>&1";
+    if (std::system(cmd.c_str()) != 0) {
+      o.log = slurp(o.dir / "log.txt");
+      return o;
+    }
+    o.cases = nlohmann::json::parse(slurp(o.dir / "cases.json"));
+    return o;
   }();
-  return cases;
+  return result;
 }
 
 }  // namespace mlxrt::tokenizer::testing
