@@ -15,6 +15,7 @@
 #include "mlxrt/cli/common.h"
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/verbs.h"
+#include "mlxrt/convert/default_model.h"
 #include "mlxrt/generate/text_generation.h"
 #include "mlxrt/model/make_prompt_cache.h"
 
@@ -239,7 +240,7 @@ void add_unsupported(CLI::App* cmd, const std::string& name, const std::string& 
 void register_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Generate text with a model (as mlx_lm.generate)");
   auto a = std::make_shared<Args>();
-  cmd->add_option("--model", a->model, "The path to the local model directory")->required();
+  cmd->add_option("--model", a->model, "The path to the local model directory (" + convert::default_model_help() + ")");
   cmd->add_flag("--trust-remote-code", a->trust_remote_code,
                 "Accepted for compatibility (no code from the model directory is ever run)");
   cmd->add_option("--extra-eos-token", a->extra_eos_token, "Add tokens in the list of eos tokens that stop generation.");
@@ -276,7 +277,10 @@ void register_generate(CLI::App& app) {
   add_unsupported(cmd, "--draft-model", "speculative decoding is not implemented in this engine");
   add_unsupported(cmd, "--num-draft-tokens", "speculative decoding is not implemented in this engine");
   add_unsupported(cmd, "--quantize-activations", "activation quantization is not implemented in this engine", true);
-  cmd->callback([a] { run(*a); });
+  cmd->callback([a] {
+    a->model = convert::resolve_model_flag(a->model);
+    run(*a);
+  });
 }
 
 }  // namespace mlxrt::cli

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "mlxrt/cli/verbs.h"
+#include "mlxrt/convert/default_model.h"
 #include "mlxrt/server/logger.h"
 #include "mlxrt/server/server.h"
 #include "mlxrt/util/errors.h"
@@ -91,7 +92,8 @@ void register_server(CLI::App& app) {
   cmd->alias("serve");
   auto a = std::make_shared<Args>();
   auto& o = a->o;
-  cmd->add_option("--model", o.model, "The path to the MLX model weights, tokenizer, and config");
+  cmd->add_option("--model", o.model,
+                  "The path to the MLX model weights, tokenizer, and config (" + convert::default_model_help() + ")");
   cmd->add_option("--adapter-path", a->adapter_path, "Optional path for the trained adapter weights and config");
   cmd->add_option("--host", o.host, "Host for the HTTP server")->capture_default_str();
   cmd->add_option("--port", o.port, "Port for the HTTP server")->capture_default_str();
@@ -122,7 +124,10 @@ void register_server(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest accepted request body")->capture_default_str();
   cmd->add_option("--http-threads", o.http_threads, "Connections served at once")->capture_default_str();
-  cmd->callback([a] { run(*a); });
+  cmd->callback([a] {
+    a->o.model = convert::resolve_model_flag(a->o.model);
+    run(*a);
+  });
 }
 
 }  // namespace mlxrt::cli
