@@ -130,6 +130,28 @@ def train_mixed(path):
     tok.save(str(path))
 
 
+def train_roberta(path):
+    """Byte-level BPE with a prefix space and Roberta's post-processor."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1000, special_tokens=["<s>", "<pad>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(training_corpus(), trainer)
+    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    tok.save(str(path))
+
+
+def train_wordlevel(path):
+    """WordLevel over Whitespace words, with accent stripping and lowercasing."""
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents(), normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.WordLevelTrainer(vocab_size=800, special_tokens=["[UNK]"])
+    tok.train_from_iterator(training_corpus(), trainer)
+    tok.save(str(path))
+
+
 def texts_for(tok, specials, base):
     extra = []
     for s in specials[:25]:
@@ -232,7 +254,7 @@ def main():
 
     trained = {"trained_byte_level": train_byte_level, "trained_spm_bpe": lambda p: train_spm_bpe(p, False),
                "trained_metaspace": lambda p: train_spm_bpe(p, True), "trained_wordpiece": train_wordpiece,
-               "trained_mixed": train_mixed}
+               "trained_mixed": train_mixed, "trained_roberta": train_roberta, "trained_wordlevel": train_wordlevel}
     for name, train in trained.items():
         d = out / name
         d.mkdir(exist_ok=True)

@@ -189,7 +189,7 @@ class WordPieceDecoder : public Decoder {
       std::string& t = tokens[i];
       if (i != 0) {
         if (t.compare(0, prefix_.size(), prefix_) == 0) t.erase(0, prefix_.size());
-        else t.insert(0, " ");
+        else t.insert(t.begin(), ' ');
       }
       if (cleanup_) t = wordpiece_cleanup(std::move(t));
     }

@@ -138,7 +138,7 @@ class ByteLevel : public PreTokenizer {
   void split(std::vector<Piece>& pieces) const override {
     split_all(pieces, [&](const Piece& p, std::vector<Piece>& out) {
       Piece q = p;
-      if (add_prefix_space_ && (q.text.empty() || q.text[0] != ' ')) q.text.insert(0, " ");
+      if (add_prefix_space_ && (q.text.empty() || q.text[0] != ' ')) q.text.insert(q.text.begin(), ' ');
       size_t first = out.size();
       if (regex_) split_piece(q, to_spans(q.text, regex_->find_all(q.text), false), Behavior::isolated, out);
       else if (!q.text.empty()) out.push_back(std::move(q));
@@ -205,11 +205,21 @@ class Metaspace : public PreTokenizer {
 };
 
 bool is_word_char(char32_t c) {
-  // Rust regex \w: alphanumeric, marks, connector punctuation, joiners.
+  // Rust regex \w: Alphabetic (letters, Nl), marks, decimal digits, connector punctuation, joiners.
   if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-  return is_alphanumeric(c) || is_nonspacing_mark(c) || c == 0x200C || c == 0x200D ||
-         utf8proc_category_string(static_cast<utf8proc_int32_t>(c))[0] == 'M' ||
-         std::string_view(utf8proc_category_string(static_cast<utf8proc_int32_t>(c))) == "Pc";
+  if (c == 0x200C || c == 0x200D) return true;
+  // Symbols with the Other_Alphabetic property (circled and squared Latin letters).
+  if ((c >= 0x24B6 && c <= 0x24E9) || (c >= 0x1F130 && c <= 0x1F149) || (c >= 0x1F150 && c <= 0x1F169) ||
+      (c >= 0x1F170 && c <= 0x1F189))
+    return true;
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_PC:
+      return true;
+    default:
+      return false;
+  }
 }
 
 // Whitespace: \w+|[^\w\s]+ kept, everything else dropped.

@@ -77,7 +77,7 @@ void check_tokenizer(const std::string& name) {
 
 TEST(TokenizerParity, EncodeDecodeStreamMatchHfForEveryTokenizer) {
   for (const char* name : {"trained_byte_level", "trained_spm_bpe", "trained_metaspace", "trained_wordpiece",
-                           "trained_mixed", "qwen3", "llama3_1", "gemma3", "phi-3-mini", "qwen2.5", "gpt2",
+                           "trained_mixed", "trained_roberta", "trained_wordlevel", "qwen3", "llama3_1", "gemma3", "phi-3-mini", "qwen2.5", "gpt2",
                            "llama2_spm", "mistral_spm"})
     check_tokenizer(name);
 }
