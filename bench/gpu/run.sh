@@ -3,7 +3,7 @@
 # with the CUDA wheel), times mlxrt against mlx-lm and profiles one decode step. Each stage logs to
 # OUT/<stage>.log; a short table comes last. How anyone re-measures: see bench/RESULTS.md.
 #
-# Usage: bench/gpu/run.sh [STAGE ...]   (default: env install build parity bench realdims profile)
+# Usage: bench/gpu/run.sh [STAGE ...]   (default: env install build checks parity bench profile)
 # Environment (all optional):
 #   MLX_BACKEND      cpu | cuda-13 (default: cuda-13 when nvidia-smi sees a GPU)
 #   MLXRT_VENV       Python environment holding, or to receive, the MLX wheels (default .venv)
@@ -14,12 +14,13 @@
 #   BENCH_WORK       models, fixtures (default build-gpu/work)
 #   BENCH_TOKENIZER  folder with tokenizer.json and tokenizer_config.json (default: shared data)
 #   BENCH_SHAPES, BENCH_QUANTS, BENCH_PROMPTS, BENCH_GEN, BENCH_RUNS, BENCH_BW_GIB   bench.py's options
-#   BENCH_PROFILE_MODEL   model (under BENCH_WORK) whose decode step is profiled
+#   BENCH_PROFILE_MODEL   model (under BENCH_WORK/models) whose decode step is profiled
+#   BENCH_PYTEST_TIMEOUT  seconds for tests/parity (default 1200)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 source versions.env
-stages=${*:-env install build parity bench realdims profile}
+stages=${*:-env install build checks parity bench profile}
 out=${BENCH_OUT:-${OUT:-$root/build-gpu/bench-out}}
 work=${BENCH_WORK:-$root/build-gpu/work}
 mkdir -p "$out" "$work"
@@ -27,7 +28,8 @@ backend=${MLX_BACKEND:-$(nvidia-smi -L >/dev/null 2>&1 && echo cuda-13 || echo c
 export MLXRT_VENV=${MLXRT_VENV:-$root/.venv}
 tokenizer=${BENCH_TOKENIZER:-$root/../shared/data/tokenizers/qwen3}
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-py() { if [ -x "$MLXRT_VENV/bin/python" ]; then "$MLXRT_VENV/bin/python" "$@"; else "$MLXRT_VENV/bin/python3" "$@"; fi; }
+python_bin() { if [ -x "$MLXRT_VENV/bin/python" ]; then echo "$MLXRT_VENV/bin/python"; else echo "$MLXRT_VENV/bin/python3"; fi; }
+py() { "$(python_bin)" "$@"; }
 summary="$out/summary.txt"
 : > "$summary"
 
@@ -102,13 +104,23 @@ build() {
   "$work/mlxrt" --help | head -3
 }
 
+fixtures() { py tools/make_fixtures.py --out "$work/fixtures"; }
+
+# The 128-token greedy runs, mlx-lm's own determinism, and logits on the benchmark models made
+# so far (all but the 8B ones, whose logits rows are large).
+checks() {
+  fixtures || return 1
+  local models=()
+  for m in "$work"/models/*/; do [ -f "$m/recipe.json" ] && [[ "$m" != *8b* ]] && models+=("${m%/}"); done
+  py bench/gpu/gpu_checks.py --bin "$work/mlxrt" --fixtures "$work/fixtures" --models "${models[@]}" \
+    --out "$out/gpu_checks.json"
+}
+
 parity() {
-  py tools/make_fixtures.py --out "$work/fixtures" || return 1
-  local rc=0
+  fixtures || return 1
   MLXRT_BIN="$work/mlxrt" MLXRT_FIXTURES="$work/fixtures" MLXRT_SOURCE_DIR="$root" \
-    py -m pytest -q -p no:cacheprovider tests/parity || rc=1
-  py bench/gpu/gpu_checks.py --bin "$work/mlxrt" --fixtures "$work/fixtures" --out "$out/gpu_checks.json" || rc=1
-  return $rc
+    timeout "${BENCH_PYTEST_TIMEOUT:-1200}" "$(python_bin)" -m pytest -v -rf --durations=10 \
+    -p no:cacheprovider tests/parity
 }
 
 bench() {
@@ -116,13 +128,6 @@ bench() {
     --shapes ${BENCH_SHAPES:-qwen3-0.6b qwen3-8b} --quants ${BENCH_QUANTS:-bf16 q4} \
     --prompts ${BENCH_PROMPTS:-512 4096} --gen "${BENCH_GEN:-256}" --runs "${BENCH_RUNS:-3}" \
     --bw-gib "${BENCH_BW_GIB:-4}"
-}
-
-realdims() {
-  local models=()
-  for m in "$work"/models/*/; do [ -f "$m/recipe.json" ] && [[ "$m" != *8b* ]] && models+=("${m%/}"); done
-  py bench/gpu/gpu_checks.py --bin "$work/mlxrt" --fixtures "$work/fixtures" --models "${models[@]}" \
-    --skip-fixture-checks --out "$out/realdims.json"
 }
 
 profile() {
@@ -135,15 +140,12 @@ print(next((1e3 / x['mlxrt']['gen_tps'] for x in r['runs'] if x['model'] == '$(b
 want env && stage env env_info
 if want install; then stage install install_env || { echo "install failed: stopping"; exit 1; }; fi
 if want build; then stage build build || { echo "build failed: stopping"; exit 1; }; fi
-want parity && stage parity parity
-want bench && stage bench bench
-want realdims && stage realdims realdims
-want profile && stage profile profile
+for s in checks parity bench profile; do want $s && stage $s $s; done
 
 echo
 echo "== summary ($out)"
 cat "$summary"
-grep -h -E '^[0-9]+ passed|passed|failed' "$out/parity.log" 2>/dev/null | tail -2
-grep -h '^gpu_checks:' "$out/parity.log" "$out/realdims.log" 2>/dev/null
+grep -h -E '^FAILED|passed|failed' "$out/parity.log" 2>/dev/null | tail -12
+grep -h '^gpu_checks:' "$out/checks.log" 2>/dev/null
 [ -f "$out/profile.log" ] && tail -n 14 "$out/profile.log"
 [ -f "$out/table.txt" ] && cat "$out/table.txt"
