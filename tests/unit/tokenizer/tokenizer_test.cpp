@@ -16,12 +16,18 @@ namespace fs = std::filesystem;
 
 const fs::path kData = fs::path(MLXRT_SHARED_DIR) / "data";
 
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("mlxrt_tok_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+// A scratch directory removed when the test ends.
+struct TempDir {
+  explicit TempDir(const std::string& name)
+      : path(fs::temp_directory_path() / ("mlxrt_tok_" + name + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  operator const fs::path&() const { return path; }
+  fs::path operator/(const std::string& f) const { return path / f; }
+  fs::path path;
+};
 
 void write(const fs::path& p, const std::string& text) {
   std::ofstream out(p, std::ios::binary);
@@ -81,17 +87,17 @@ TEST(TokenizerErrors, MissingDirectoryNamesIt) {
 }
 
 TEST(TokenizerErrors, DirectoryWithoutTokenizerFilesListsWhatIsExpected) {
-  fs::path d = temp_dir("empty");
+  TempDir d("empty");
   std::string msg = error_of([&] { Tokenizer::from_dir(d); });
   EXPECT_NE(msg.find("tokenizer.json"), std::string::npos) << msg;
   EXPECT_NE(msg.find("tokenizer.model"), std::string::npos) << msg;
 }
 
 TEST(TokenizerErrors, MalformedJsonNamesTheFile) {
-  fs::path d = temp_dir("malformed");
+  TempDir d("malformed");
   write(d / "tokenizer.json", "{\"model\": ");
   std::string msg = error_of([&] { Tokenizer::from_dir(d); });
-  EXPECT_NE(msg.find((d / "tokenizer.json").string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find((d.path / "tokenizer.json").string()), std::string::npos) << msg;
 }
 
 TEST(TokenizerErrors, UnknownTypesNameTheField) {
@@ -132,7 +138,7 @@ TEST(TokenizerConfig, QwenSpecialsTemplateAndEos) {
 }
 
 TEST(TokenizerConfig, GenerationConfigEosListIsMerged) {
-  fs::path d = temp_dir("gencfg");
+  TempDir d("gencfg");
   fs::copy_file(kData / "tokenizers" / "phi-3-mini" / "tokenizer.json", d / "tokenizer.json");
   fs::copy_file(kData / "tokenizers" / "phi-3-mini" / "tokenizer_config.json", d / "tokenizer_config.json");
   write(d / "config.json", R"({"eos_token_id": 7})");
@@ -160,6 +166,41 @@ TEST(TokenizerThreads, ConcurrentEncodeEqualsSerial) {
     });
   for (auto& th : threads) th.join();
   EXPECT_EQ(bad, std::vector<int>(4, 0));
+}
+
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    unsigned char b = s[i];
+    size_t n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    i += n;
+  }
+  return true;
+}
+
+TEST(StreamingDetokenizer, SegmentsAreCompleteUtf8AndSumToTheText) {
+  const std::string text = "Emoji 👨‍👩‍👧 and 中文 and e\u0301 — done.\nNext line ✅";
+  for (const char* name : {"qwen3", "phi-3-mini", "gemma3"}) {
+    Tokenizer t = Tokenizer::from_dir(kData / "tokenizers" / name);
+    auto ids = t.encode(text, false);
+    StreamingDetokenizer d = t.streaming_detokenizer();
+    std::string all;
+    for (int32_t id : ids) {
+      d.add_token(id);
+      std::string seg = d.take_segment();
+      EXPECT_TRUE(valid_utf8(seg)) << name;
+      all += seg;
+    }
+    d.finalize();
+    all += d.take_segment();
+    EXPECT_EQ(all, d.text()) << name;
+    EXPECT_EQ(all, t.decode(ids)) << name;
+    EXPECT_EQ(d.tokens(), ids);
+    d.reset();
+    EXPECT_EQ(d.text(), "");
+  }
 }
 
 // llama.cpp's vectors: the ids HF gave (add_special_tokens=False) for each input.
@@ -193,7 +234,7 @@ TEST(TokenizerVectors, Qwen2FromTokenizerJson) { check_vectors("qwen2", kData / 
 TEST(TokenizerVectors, Qwen2FromVocabAndMerges) { check_vectors("qwen2", kData / "tokenizers" / "qwen2.5"); }
 TEST(TokenizerVectors, Phi3) { check_vectors("phi-3", kData / "tokenizers" / "phi-3-mini"); }
 TEST(TokenizerVectors, LlamaSentencePiece) {
-  fs::path d = temp_dir("llama_spm");
+  TempDir d("llama_spm");
   fs::copy_file(kData / "tokenizers" / "llama2" / "tokenizer.model", d / "tokenizer.model");
   check_vectors("llama-spm", d);
 }
