@@ -7,23 +7,29 @@ namespace mlxrt::cli {
 void register_profile(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_generate(CLI::App& app);
+void register_chat(CLI::App& app);
+void register_benchmark(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_template(CLI::App& app);
 void register_server(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_detokenize(CLI::App& app);
 void register_cache_prompt(CLI::App& app);
+void register_perplexity(CLI::App& app);
 
 inline void register_verbs(CLI::App& app) {
   register_profile(app);
   register_logits(app);
   register_generate(app);
+  register_chat(app);
+  register_benchmark(app);
   register_convert(app);
   register_template(app);
   register_server(app);
   register_tokenize(app);
   register_detokenize(app);
   register_cache_prompt(app);
+  register_perplexity(app);
 }
 
 }  // namespace mlxrt::cli

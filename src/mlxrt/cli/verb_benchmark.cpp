@@ -1,0 +1,107 @@
+// `mlxrt benchmark`: mlx_lm.benchmark (mlx_lm/benchmark.py @ mlx-lm 0.32.2): the same flags, the
+// same random prompt (seed 0 before the model is built, then randint over the vocabulary), eos
+// disabled, one warm-up run, then the timed trials and their averages in the same format.
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include <mlx/ops.h>
+#include <mlx/random.h>
+#include <mlx/transforms.h>
+
+#include "mlxrt/cli/generation_setup.h"
+#include "mlxrt/cli/verbs.h"
+#include "mlxrt/generate/text_generation.h"
+#include "mlxrt/util/errors.h"
+
+namespace mlxrt::cli {
+
+namespace mx = mlx::core;
+
+namespace {
+
+struct BenchArgs {
+  std::string model, profile_file;
+  int prompt_tokens = 512, generation_tokens = 1024, batch_size = 1, num_trials = 5;
+  int prefill_step_size = 2048, delay = 0;
+  bool trust_remote_code = false;
+};
+
+void run(const BenchArgs& a) {
+  if (a.prompt_tokens < 1) throw UsageError("--prompt-tokens: must be positive");
+  if (a.generation_tokens < 1) throw UsageError("--generation-tokens: must be positive");
+  if (a.batch_size != 1)
+    throw UnsupportedError("--batch-size " + std::to_string(a.batch_size) +
+                           " is not supported: batched generation is not implemented in this engine (use 1)");
+  if (a.num_trials < 1) throw UsageError("--num-trials: must be positive");
+  if (a.prefill_step_size <= 0) throw UsageError("--prefill-step-size: must be positive");
+  if (a.delay < 0) throw UsageError("--delay: must be non-negative");
+
+  generate::RandomState rng(0);
+  rng.skip(model_construction_draws(a.model));
+  auto session = load_session(a.model, a.profile_file);
+  const int vocab = session.loaded.model->vocab_size();
+  auto prompts = mx::random::randint(mx::array(0), mx::array(vocab), {a.batch_size, a.prompt_tokens}, mx::int32,
+                                     rng.next());
+  auto row = mx::astype(mx::slice(prompts, {0, 0}, {1, a.prompt_tokens}), mx::int32);
+  mx::eval(row);
+  std::vector<int32_t> prompt(row.data<int32_t>(), row.data<int32_t>() + a.prompt_tokens);
+
+  auto bench = [&] {
+    generate::TextGenerationOptions options;
+    options.max_tokens = a.generation_tokens;
+    options.prefill_step_size = a.prefill_step_size;
+    options.eos_token_ids = std::vector<int32_t>{};  // no early stop
+    return generate::stream_generate(*session.loaded.model, session.tokenizer, prompt, options, {});
+  };
+
+  std::printf("Running warmup..\n");
+  std::fflush(stdout);
+  bench();
+  std::printf("Timing with prompt_tokens=%d, generation_tokens=%d, batch_size=%d.\n", a.prompt_tokens,
+              a.generation_tokens, a.batch_size);
+  std::fflush(stdout);
+  double sum_prompt = 0, sum_gen = 0, sum_mem = 0;
+  for (int i = 0; i < a.num_trials; ++i) {
+    if (a.delay > 0) std::this_thread::sleep_for(std::chrono::seconds(a.delay));
+    auto tic = std::chrono::steady_clock::now();
+    auto r = bench();
+    double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - tic).count();
+    std::printf("Trial %d:  prompt_tps=%.3f, generation_tps=%.3f, peak_memory=%.3f, total_time=%.3f\n", i + 1,
+                r.prompt_tps, r.generation_tps, r.peak_memory, total);
+    std::fflush(stdout);
+    sum_prompt += r.prompt_tps;
+    sum_gen += r.generation_tps;
+    sum_mem += r.peak_memory;
+  }
+  std::printf("Averages: prompt_tps=%.3f, generation_tps=%.3f, peak_memory=%.3f\n", sum_prompt / a.num_trials,
+              sum_gen / a.num_trials, sum_mem / a.num_trials);
+}
+
+}  // namespace
+
+void register_benchmark(CLI::App& app) {
+  auto* cmd = app.add_subcommand("benchmark", "Benchmark prompt processing and generation (as mlx_lm.benchmark)");
+  auto a = std::make_shared<BenchArgs>();
+  cmd->add_option("--model", a->model, "The path to the local model directory")->required();
+  cmd->add_option("--prompt-tokens,-p", a->prompt_tokens, "Length of prompt")->capture_default_str();
+  cmd->add_option("--generation-tokens,-g", a->generation_tokens, "Length of completion")->capture_default_str();
+  cmd->add_option("--batch-size,-b", a->batch_size, "Batch size")->capture_default_str();
+  cmd->add_option("--num-trials,-n", a->num_trials, "Number of timing trials")->capture_default_str();
+  cmd->add_option("--prefill-step-size", a->prefill_step_size, "Step size for prefill processing")
+      ->capture_default_str();
+  cmd->add_option("--delay", a->delay, "Delay between each test in seconds")->capture_default_str();
+  cmd->add_flag("--trust-remote-code", a->trust_remote_code,
+                "Accepted for compatibility (no code from the model directory is ever run)");
+  cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
+  cmd->add_flag_callback(
+      "--pipeline", [] { throw UnsupportedError("--pipeline is not supported: this engine runs on one device"); },
+      "Not supported: this engine runs on one device");
+  cmd->add_flag_callback(
+      "--quantize-activations",
+      [] { throw UnsupportedError("--quantize-activations is not supported: not implemented in this engine"); },
+      "Not supported: activation quantization is not implemented in this engine");
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace mlxrt::cli

@@ -1,0 +1,142 @@
+// `mlxrt chat`: the REPL of mlx_lm.chat (mlx_lm/chat.py @ mlx-lm 0.32.2): the same flags and
+// defaults, the same screen, one KV cache kept across turns (each turn appends the newly rendered
+// messages to it), `q` quits, `r` resets the cache, `h` shows the commands.
+#include <iostream>
+
+#include "mlxrt/cli/chat_ui.h"
+#include "mlxrt/cli/generation_setup.h"
+#include "mlxrt/cli/verbs.h"
+#include "mlxrt/convert/default_model.h"
+#include "mlxrt/generate/text_generation.h"
+#include "mlxrt/model/make_prompt_cache.h"
+#include "mlxrt/util/errors.h"
+
+namespace mlxrt::cli {
+
+namespace {
+
+struct ChatArgs {
+  std::string model, system_prompt, profile_file;
+  bool has_system_prompt = false, trust_remote_code = false;
+  double temp = 0.0, top_p = 1.0, xtc_probability = 0.0, xtc_threshold = 0.1;
+  uint64_t seed = 0;
+  std::optional<int> max_kv_size;
+  int prefill_step_size = 2048, max_tokens = 256;
+};
+
+/** sp[:57] + "..." for a system prompt over 60 characters (code points, as Python counts). */
+std::string shorten(const std::string& s) {
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < s.size(); ++i)
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) starts.push_back(i);
+  if (starts.size() <= 60) return s;
+  return s.substr(0, starts[57]) + "...";
+}
+
+void run(const ChatArgs& a) {
+  generate::SamplerParams params;
+  params.temp = a.temp;
+  params.top_p = a.top_p;
+  params.xtc_probability = a.xtc_probability;
+  params.xtc_threshold = a.xtc_threshold;
+  if (auto p = generate::check_sampler_params(params)) {
+    SamplingFlags f;
+    f.sampler = params;
+    check_sampling_flags(f);  // throws naming the flag
+  }
+  if (a.max_tokens == 0) throw UsageError("--max-tokens: must be non-zero (use -1 for no limit)");
+  if (a.prefill_step_size <= 0) throw UsageError("--prefill-step-size: must be positive");
+
+  // mx.random.seed(args.seed) comes before the model is built.
+  auto rng = std::make_shared<generate::RandomState>(a.seed);
+  rng->skip(model_construction_draws(a.model));
+  auto session = load_session(a.model, a.profile_file);
+  if (!session.chat_template) throw UsageError("--model: " + a.model + " has no chat template to chat with");
+  params.xtc_special_tokens = xtc_special_tokens(session);
+
+  ChatUI ui;
+  std::vector<std::pair<std::string, std::string>> rows = {{"model", a.model},
+                                                           {"max tokens", with_thousands(a.max_tokens)}};
+  if (!a.system_prompt.empty()) rows.push_back({"system", shorten(a.system_prompt)});
+  ui.header("mlx_lm.chat", rows);
+  ui.help();
+
+  auto cache = model::make_prompt_cache(*session.loaded.model, a.max_kv_size);
+  std::string query;
+  while (true) {
+    ui.before_input();
+    bool got = static_cast<bool>(std::getline(std::cin, query));
+    ui.after_input();
+    if (!got || query == "q") {  // end of input quits too
+      ui.say_bye();
+      break;
+    }
+    if (query == "r") {
+      cache = model::make_prompt_cache(*session.loaded.model, a.max_kv_size);
+      ui.say_reset();
+      continue;
+    }
+    if (query == "h") {
+      ui.help();
+      continue;
+    }
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (a.has_system_prompt) messages.push_back({{"role", "system"}, {"content", a.system_prompt}});
+    messages.push_back({{"role", "user"}, {"content", query}});
+    auto prompt = apply_chat_template(session, messages, true, false, nlohmann::ordered_json::object());
+    auto ids = session.tokenizer.encode(prompt, false);
+
+    generate::TextGenerationOptions options;
+    options.max_tokens = a.max_tokens;
+    options.prefill_step_size = a.prefill_step_size;
+    options.sampler = make_cli_sampler(params, rng);
+    options.eos_token_ids = session.eos_token_ids;
+    auto last = generate::stream_generate(
+        *session.loaded.model, session.tokenizer, ids, options,
+        [&](const generate::GenerationResponse& r) {
+          ui.stream_text(r.text);
+          return true;
+        },
+        &cache);
+    ui.end_turn(last.generation_tokens, last.generation_tps, last.prompt_tps, last.peak_memory);
+  }
+}
+
+}  // namespace
+
+void register_chat(CLI::App& app) {
+  auto* cmd = app.add_subcommand("chat", "Chat with an LLM (as mlx_lm.chat)");
+  auto a = std::make_shared<ChatArgs>();
+  cmd->add_option("--model", a->model, "The path to the local model directory (" + convert::default_model_help() + ")");
+  cmd->add_flag("--trust-remote-code", a->trust_remote_code,
+                "Accepted for compatibility (no code from the model directory is ever run)");
+  cmd->add_option("--temp", a->temp, "Sampling temperature")->capture_default_str();
+  cmd->add_option("--top-p", a->top_p, "Sampling top-p")->capture_default_str();
+  cmd->add_option("--xtc-probability", a->xtc_probability, "Probability of XTC sampling to happen each next token")
+      ->capture_default_str();
+  cmd->add_option("--xtc-threshold", a->xtc_threshold,
+                  "Thresold the probs of each next token candidate to be sampled by XTC")
+      ->capture_default_str();
+  cmd->add_option("--seed", a->seed, "PRNG seed")->capture_default_str();
+  cmd->add_option("--max-kv-size", a->max_kv_size, "Set the maximum key-value cache size");
+  cmd->add_option("--prefill-step-size", a->prefill_step_size, "Number of prompt tokens to process at a time")
+      ->capture_default_str();
+  cmd->add_option("--max-tokens,-m", a->max_tokens, "Maximum number of tokens to generate")->capture_default_str();
+  cmd->add_option("--system-prompt", a->system_prompt, "System prompt to be used for the chat template")
+      ->each([a](const std::string&) { a->has_system_prompt = true; });
+  cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
+  cmd->add_option_function<std::string>(
+      "--adapter-path", [](const std::string&) {
+        throw UnsupportedError("--adapter-path is not supported: LoRA adapters are not implemented in this engine");
+      },
+      "Not supported: LoRA adapters are not implemented in this engine");
+  cmd->add_flag_callback(
+      "--pipeline", [] { throw UnsupportedError("--pipeline is not supported: this engine runs on one device"); },
+      "Not supported: this engine runs on one device");
+  cmd->callback([a] {
+    a->model = convert::resolve_model_flag(a->model);
+    run(*a);
+  });
+}
+
+}  // namespace mlxrt::cli
