@@ -48,3 +48,19 @@ def test_seeds_differ(tiny_model):
     runs = [run_mlxrt("generate", "--model", tiny_model, "--prompt-tokens", "1,5,9", "-m", 32, "--temp", 1.0,
                       "--seed", s).stdout for s in (1, 2)]
     assert runs[0] != runs[1]
+
+
+@pytest.mark.parametrize("fixture", ["llama_bf16", "llama_bias", "qwen3_q4_g64", "qwen3_mixed", "qwen3_fp16_untied"])
+def test_seed_position_after_model_construction(fixture):
+    """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first
+    sampling key depends on the architecture (biases, untied heads, quantized layers)."""
+    import subprocess
+    import sys
+    from conftest import FIXTURES, ROOT
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES), "--only", fixture],
+                   check=True)
+    model = FIXTURES / fixture
+    want, _ = sample_tokens(model, PROMPT, 24, 3, {"temp": 1.0, "top_p": 1.0}, {}, {EOS})
+    proc = run_mlxrt("generate", "--model", model, "--prompt-tokens", ",".join(map(str, PROMPT)), "-m", 24,
+                     "--seed", 3, "--temp", 1.0)
+    assert [int(t) for t in proc.stdout.split("==========\n")[1].split()] == want
