@@ -26,6 +26,7 @@ CASES = {
     "template_config": ["--prompt", "hi", "--chat-template-config", '{"enable_thinking": false}'],
     "sampled_xtc": ["--prompt", "Tell me a story.", "--temp", "0.9", "--top-p", "0.95", "--xtc-probability", "0.7",
                     "--xtc-threshold", "0.01", "--seed", "11"],
+    "kv_cache_flags": ["--prompt", "Tell me about caches.", "--max-kv-size", "24", "--temp", "0.7", "--seed", "2"],
     "extra_eos": ["--prompt", "Say something.", "--extra-eos-token", "<|endoftext|>", "the"],
 }
 
@@ -53,3 +54,15 @@ def test_prompt_from_stdin(chat_model):
 def test_not_verbose_prints_only_the_text(chat_model):
     args = ["--model", chat_model, "--max-tokens", 12, "--prompt", "hi", "--verbose", "F"]
     assert run_mlxrt("generate", *args).stdout == run_mlx_lm("generate", *args).stdout
+
+
+def test_prompt_cache_file_from_mlx_lm(chat_model, tmp_path):
+    """A cache saved by mlx_lm cache_prompt; the prompt is the chat-rendered suffix after it."""
+    cache = tmp_path / "prompt.safetensors"
+    run_mlx_lm("cache_prompt", "--model", chat_model, "--prompt-cache-file", cache,
+               "--prompt", "You are a helpful assistant. Remember: the sky is green.")
+    args = ["--model", chat_model, "--prompt-cache-file", cache, "--prompt", "What color is the sky?", "-m", 16]
+    want_body, want_footer = split_output(run_mlx_lm("generate", *args).stdout)
+    got_body, got_footer = split_output(run_mlxrt("generate", *args).stdout)
+    assert got_body == want_body
+    assert FOOTER.match(got_footer).groups() == FOOTER.match(want_footer).groups()
