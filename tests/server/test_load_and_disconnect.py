@@ -115,3 +115,42 @@ def test_queued_requests_all_served_in_order_of_arrival(server):
     for t in threads:
         t.join(timeout=120)
     assert out == [(200, 4)] * 8
+
+
+def test_request_timeout(model_dir, tmp_path_factory):
+    running = start_mlxrt(model_dir, tmp_path_factory, extra=["--request-timeout", "1"])
+    try:
+        t0 = time.time()
+        status, r = running.post_json(CHAT, body(0, max_tokens=100000, stream=False), timeout=60)
+        assert status == 504 and r["error"]["code"] == 504
+        assert time.time() - t0 < 10
+        events, _ = running.stream(CHAT, body(0, max_tokens=100000), timeout=60)
+        assert events[-1]["error"]["code"] == 504
+        # and the server goes on serving
+        status, r = running.post_json(CHAT, body(0, max_tokens=2, stream=False))
+        assert status == 200
+    finally:
+        stop(running)
+
+
+def test_every_mlx_lm_flag_is_accepted():
+    import re
+    import subprocess
+    import sys
+    from conftest import MLXRT_BIN
+    flags = lambda text: set(re.findall(r"^\s+(--[a-z-]+)", text, re.M))
+    ref = subprocess.run([sys.executable, "-m", "mlx_lm", "server", "--help"], capture_output=True, text=True).stdout
+    ours = subprocess.run([MLXRT_BIN, "serve", "--help"], capture_output=True, text=True).stdout
+    assert len(flags(ref)) > 20
+    assert flags(ref) - flags(ours) == set()
+
+
+@pytest.mark.parametrize("flag", [["--adapter-path", "a"], ["--draft-model", "d"], ["--log-level", "LOUD"],
+                                  ["--chat-template-args", "{oops"], ["--prompt-cache-bytes", "lots"]])
+def test_unsupported_or_bad_flags_fail_cleanly(model_dir, flag):
+    import subprocess
+    from conftest import MLXRT_BIN
+    out = subprocess.run([MLXRT_BIN, "server", "--model", str(model_dir), "--port", "0", *flag],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert out.stderr.startswith("error: ") and flag[0] in out.stderr

@@ -20,7 +20,8 @@ struct Args {
   server::ServerOptions o;
   std::string adapter_path, draft_model, allowed_origins = "*", log_level = "INFO";
   std::string chat_template_args = "{}", prompt_cache_bytes;
-  bool trust_remote_code = false;
+  bool trust_remote_code = false, pipeline = false;
+  int kv_bits = 0;
 };
 
 /** mlx-lm's _parse_size: a byte count with an optional K/M/G/T suffix (powers of 1000). */
@@ -64,6 +65,10 @@ void run(Args& a) {
   if (!a.prompt_cache_bytes.empty()) a.o.prompt_cache_bytes = parse_size(a.prompt_cache_bytes);
   if (a.o.prefill_step_size <= 0) throw UsageError("--prefill-step-size: must be positive");
   if (a.o.max_tokens < 1) throw UsageError("--max-tokens: must be at least 1");
+  if (a.kv_bits != 0) {
+    if (a.kv_bits < 2 || a.kv_bits > 8) throw UsageError("--kv-bits: expected 2 to 8 bits");
+    a.o.kv_bits = a.kv_bits;
+  }
 
   // SIGINT/SIGTERM are taken by one thread that stops the server, so every other thread
   // (HTTP workers, the generation thread) runs with them blocked.
@@ -120,6 +125,11 @@ void register_server(CLI::App& app) {
   cmd->add_option("--prompt-cache-size", o.prompt_cache_size, "Maximum number of distinct KV caches kept")
       ->capture_default_str();
   cmd->add_option("--prompt-cache-bytes", a->prompt_cache_bytes, "Maximum size of the kept KV caches (e.g. 8G)");
+  cmd->add_option("--kv-bits", a->kv_bits, "Bits for KV cache quantization (e.g. 4 or 8; default: none)");
+  cmd->add_option("--kv-group-size", o.kv_group_size, "Group size for KV cache quantization")->capture_default_str();
+  cmd->add_option("--quantized-kv-start", o.quantized_kv_start, "Token position to start KV cache quantization")
+      ->capture_default_str();
+  cmd->add_flag("--pipeline", a->pipeline, "Accepted for compatibility (one process: no effect)");
   cmd->add_option("--request-timeout", o.request_timeout_s, "Seconds a request may take, queueing included (0: none)")
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest accepted request body")->capture_default_str();

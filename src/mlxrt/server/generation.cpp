@@ -82,6 +82,9 @@ void Generator::run(Job& job) {
   generate::GenerateOptions go;
   go.max_tokens = r.max_tokens;
   go.prefill_step_size = options_.prefill_step_size;
+  go.kv_bits = options_.kv_bits;
+  go.kv_group_size = options_.kv_group_size;
+  go.quantized_kv_start = options_.quantized_kv_start;
   try {
     auto sp = sampler_params(r);
     sp.xtc_special_tokens = newline_tokens_;

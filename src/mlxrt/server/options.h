@@ -36,6 +36,9 @@ struct ServerOptions {
   int prefill_step_size = 2048;
   int prompt_cache_size = 10;
   std::optional<size_t> prompt_cache_bytes;
+  std::optional<int> kv_bits;  // quantize the KV cache past quantized_kv_start positions
+  int kv_group_size = 64;
+  int quantized_kv_start = 5000;
 
   // Limits (ours; mlx_lm.server has none).
   size_t max_body_bytes = 16u << 20;
