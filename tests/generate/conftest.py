@@ -1,3 +1,6 @@
+import contextlib
+import fcntl
+import json
 import os
 import shutil
 import subprocess
@@ -31,12 +34,30 @@ def run_mlx_lm(verb, *args, input=None):
     return proc
 
 
+@contextlib.contextmanager
+def fixture_lock():
+    """CTest runs the test files in parallel: one process at a time makes a fixture."""
+    FIXTURES.mkdir(parents=True, exist_ok=True)
+    with open(FIXTURES / ".generate-tests.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def make_fixture(name):
+    """One fixture of tools/make_fixtures.py (kept when already made)."""
+    with fixture_lock():
+        subprocess.run([PY, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES), "--only", name],
+                       check=True)
+    return FIXTURES / name
+
+
 @pytest.fixture(scope="session")
 def tiny_model():
     """A tiny fixture (token ids only, no tokenizer files)."""
-    subprocess.run([PY, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES), "--only", "qwen3_bf16"],
-                   check=True)
-    return FIXTURES / "qwen3_bf16"
+    return make_fixture("qwen3_bf16")
 
 
 def _chat_fixture(name, tokenizer, config):
@@ -44,13 +65,14 @@ def _chat_fixture(name, tokenizer, config):
     import make_fixtures
 
     out = FIXTURES / name
-    recipe = make_fixtures.fx(config, seed=41)
-    stamp = out / "fixture.json"
-    import json
-    if not (stamp.exists() and stamp.read_text() == json.dumps(recipe, sort_keys=True)):
-        make_fixtures.build(name, recipe, out)
-    for f in (TOKENIZERS / tokenizer).iterdir():
-        shutil.copy(f, out / f.name)
+    recipe = {**make_fixtures.fx(config, seed=41), "tokenizer": tokenizer}
+    stamp = out / "chat-fixture.json"
+    with fixture_lock():
+        if not (stamp.exists() and stamp.read_text() == json.dumps(recipe, sort_keys=True)):
+            make_fixtures.build(name, make_fixtures.fx(config, seed=41), out)
+            for f in (TOKENIZERS / tokenizer).iterdir():
+                shutil.copy(f, out / f.name)
+            stamp.write_text(json.dumps(recipe, sort_keys=True))
     return out
 
 

@@ -54,12 +54,8 @@ def test_seeds_differ(tiny_model):
 def test_seed_position_after_model_construction(fixture):
     """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first
     sampling key depends on the architecture (biases, untied heads, quantized layers)."""
-    import subprocess
-    import sys
-    from conftest import FIXTURES, ROOT
-    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES), "--only", fixture],
-                   check=True)
-    model = FIXTURES / fixture
+    from conftest import make_fixture
+    model = make_fixture(fixture)
     want, _ = sample_tokens(model, PROMPT, 24, 3, {"temp": 1.0, "top_p": 1.0}, {}, {EOS})
     proc = run_mlxrt("generate", "--model", model, "--prompt-tokens", ",".join(map(str, PROMPT)), "-m", 24,
                      "--seed", 3, "--temp", 1.0)
