@@ -106,6 +106,77 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options) {
   write_logprobs(a.logprobs_file, rows);
 }
 
+nlohmann::ordered_json parse_template_config(const std::string& text) {
+  if (text.empty()) return nlohmann::ordered_json::object();
+  nlohmann::ordered_json kwargs;
+  try {
+    kwargs = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw UsageError("--chat-template-config: not valid JSON (" + std::string(e.what()) + ")");
+  }
+  if (!kwargs.is_object()) throw UsageError("--chat-template-config: expected a JSON object");
+  return kwargs;
+}
+
+/** load_prompt_cache plus mlx_lm.generate's checks of its model and KV quantization. */
+cache::CacheList load_cache_file(const Args& a) {
+  auto [loaded_cache, metadata] = cache::load_prompt_cache(a.prompt_cache_file);
+  auto it = metadata.find("model");
+  if (it != metadata.end() && it->second != a.model)
+    throw UsageError("--prompt-cache-file: providing a different model (" + a.model +
+                     ") than that used to create the prompt cache (" + it->second + ") is an error");
+  if (!loaded_cache.empty())
+    if (auto* q = dynamic_cast<const cache::QuantizedKVCache*>(loaded_cache[0].get())) {
+      if (a.kv_bits && *a.kv_bits != q->bits())
+        throw UsageError("--kv-bits does not match the kv cache loaded from --prompt-cache-file");
+      if (a.kv_group_size != q->group_size())
+        throw UsageError("--kv-group-size does not match the kv cache loaded from --prompt-cache-file");
+    }
+  return std::move(loaded_cache);
+}
+
+/** The prompt ids as mlx_lm.generate makes them: escapes, stdin, chat template (only the query's
+ * part when a prompt cache holds the prefix), then encode. */
+std::vector<int32_t> prompt_ids(const Args& a, const Session& session, bool have_cache) {
+  const int vocab = session.loaded.model->vocab_size();
+  if (!a.prompt_tokens.empty()) {
+    auto ids = parse_token_list(a.prompt_tokens, "--prompt-tokens");
+    for (auto id : ids)
+      if (id >= vocab)
+        throw UsageError("--prompt-tokens: id " + std::to_string(id) + " is outside the vocabulary (size " +
+                         std::to_string(vocab) + ")");
+    return ids;
+  }
+  auto prompt = replace_all(replace_all(a.prompt, "\\n", "\n"), "\\t", "\t");
+  if (prompt == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  const bool use_chat_template = !a.ignore_chat_template && session.chat_template.has_value();
+  if (use_chat_template) {
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (!a.system_prompt.empty()) messages.push_back({{"role", "system"}, {"content", a.system_prompt}});
+    messages.push_back({{"role", "user"}, {"content", prompt}});
+    const bool has_prefill = a.prefill_response.has_value();
+    if (has_prefill) messages.push_back({{"role", "assistant"}, {"content", *a.prefill_response}});
+    prompt = apply_chat_template(session, messages, !has_prefill, has_prefill,
+                                 parse_template_config(a.chat_template_config));
+    if (have_cache) {
+      // The cache holds the prefix: keep the part from the query on.
+      messages.back()["content"] = "<query>";
+      auto probe = apply_chat_template(session, messages, !has_prefill, has_prefill, nlohmann::ordered_json::object());
+      auto at = probe.find("<query>");
+      if (at == std::string::npos || at > prompt.size())
+        throw UsageError("--prompt-cache-file: the chat template does not render the query where expected");
+      prompt = prompt.substr(at);
+    }
+  }
+  return session.tokenizer.encode(prompt, !use_chat_template);
+}
+
+bool has_tokenizer_files(const std::string& model) {
+  std::filesystem::path dir = model;
+  return std::filesystem::exists(dir / "tokenizer.json") || std::filesystem::exists(dir / "tokenizer.model") ||
+         std::filesystem::exists(dir / "vocab.json");
+}
+
 void run(const Args& a) {
   if (a.max_tokens == 0) throw UsageError("--max-tokens: must be non-zero (use -1 for no limit)");
   if (a.max_tokens < -1) throw UsageError("--max-tokens: must be -1 (no limit) or positive");
@@ -113,15 +184,7 @@ void run(const Args& a) {
   cache::validate_kv_quantization(a.kv_bits, a.kv_group_size, a.quantized_kv_start);
   check_sampling_flags(a.sampling);  // before the model is loaded
   if (a.max_kv_size && *a.max_kv_size < 1) throw UsageError("--max-kv-size: must be positive");
-  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
-  if (!a.chat_template_config.empty()) {
-    try {
-      template_kwargs = nlohmann::ordered_json::parse(a.chat_template_config);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw UsageError("--chat-template-config: not valid JSON (" + std::string(e.what()) + ")");
-    }
-    if (!template_kwargs.is_object()) throw UsageError("--chat-template-config: expected a JSON object");
-  }
+  parse_template_config(a.chat_template_config);
   const bool verbose = str2bool(a.verbose);
 
   generate::TextGenerationOptions options;
@@ -132,71 +195,23 @@ void run(const Args& a) {
   options.kv_group_size = a.kv_group_size;
   options.quantized_kv_start = a.quantized_kv_start;
 
-  if (!a.prompt_tokens.empty() && !std::filesystem::exists(std::filesystem::path(a.model) / "tokenizer.json") &&
-      !std::filesystem::exists(std::filesystem::path(a.model) / "tokenizer.model")) {
+  if (!a.prompt_tokens.empty() && !has_tokenizer_files(a.model)) {
     if (!a.prompt_cache_file.empty()) throw UsageError("--prompt-cache-file: needs a model with a tokenizer");
     return run_ids_only(a, std::move(options));
   }
-
-  // A saved prompt cache (mlx-lm checks its model and KV quantization against the flags).
   std::optional<cache::CacheList> prompt_cache;
-  if (!a.prompt_cache_file.empty()) {
-    auto [loaded_cache, metadata] = cache::load_prompt_cache(a.prompt_cache_file);
-    auto it = metadata.find("model");
-    if (it != metadata.end() && it->second != a.model)
-      throw UsageError("--prompt-cache-file: providing a different model (" + a.model +
-                       ") than that used to create the prompt cache (" + it->second + ") is an error");
-    if (!loaded_cache.empty())
-      if (auto* q = dynamic_cast<const cache::QuantizedKVCache*>(loaded_cache[0].get())) {
-        if (a.kv_bits && *a.kv_bits != q->bits())
-          throw UsageError("--kv-bits does not match the kv cache loaded from --prompt-cache-file");
-        if (a.kv_group_size != q->group_size())
-          throw UsageError("--kv-group-size does not match the kv cache loaded from --prompt-cache-file");
-      }
-    prompt_cache = std::move(loaded_cache);
-  }
+  if (!a.prompt_cache_file.empty()) prompt_cache = load_cache_file(a);
 
   auto rng = make_rng(a);
   auto session = load_session(a.model, a.profile_file);
   for (const auto& t : a.extra_eos_token) add_eos_token(session, t, "--extra-eos-token");
-  const int vocab = session.loaded.model->vocab_size();
   if (prompt_cache) model::check_prompt_cache(*session.loaded.model, *prompt_cache, a.prompt_cache_file);
-
-  std::vector<int32_t> ids;
-  if (!a.prompt_tokens.empty()) {
-    ids = parse_token_list(a.prompt_tokens, "--prompt-tokens");
-    for (auto id : ids)
-      if (id >= vocab)
-        throw UsageError("--prompt-tokens: id " + std::to_string(id) + " is outside the vocabulary (size " +
-                         std::to_string(vocab) + ")");
-  } else {
-    auto prompt = replace_all(replace_all(a.prompt, "\\n", "\n"), "\\t", "\t");
-    if (prompt == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-    const bool use_chat_template = !a.ignore_chat_template && session.chat_template.has_value();
-    if (use_chat_template) {
-      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-      if (!a.system_prompt.empty()) messages.push_back({{"role", "system"}, {"content", a.system_prompt}});
-      messages.push_back({{"role", "user"}, {"content", prompt}});
-      const bool has_prefill = a.prefill_response.has_value();
-      if (has_prefill) messages.push_back({{"role", "assistant"}, {"content", *a.prefill_response}});
-      prompt = apply_chat_template(session, messages, !has_prefill, has_prefill, template_kwargs);
-      if (prompt_cache) {
-        // The cache holds the prefix: keep the part from the query on.
-        messages.back()["content"] = "<query>";
-        auto probe = apply_chat_template(session, messages, !has_prefill, has_prefill, nlohmann::ordered_json::object());
-        auto at = probe.find("<query>");
-        if (at == std::string::npos || at > prompt.size())
-          throw UsageError("--prompt-cache-file: the chat template does not render the query where expected");
-        prompt = prompt.substr(at);
-      }
-    }
-    ids = session.tokenizer.encode(prompt, !use_chat_template);
-  }
+  auto ids = prompt_ids(a, session, prompt_cache.has_value());
 
   auto params = a.sampling.sampler;
   params.xtc_special_tokens = xtc_special_tokens(session);
   options.sampler = make_cli_sampler(params, rng);
-  options.logits_processors = make_cli_processors(a.sampling, vocab);
+  options.logits_processors = make_cli_processors(a.sampling, session.loaded.model->vocab_size());
   options.eos_token_ids = session.eos_token_ids;
 
   if (verbose) std::cout << "==========\n";
@@ -207,8 +222,7 @@ void run(const Args& a) {
       [&](const generate::GenerationResponse& r) {
         if (verbose) std::cout << r.text << std::flush;
         text += r.text;
-        if (!a.logprobs_file.empty() && !(r.finish_reason == generate::FinishReason::stop))
-          rows.push_back(r.logprobs);
+        if (!a.logprobs_file.empty() && r.finish_reason != generate::FinishReason::stop) rows.push_back(r.logprobs);
         return true;
       },
       prompt_cache ? &*prompt_cache : nullptr);

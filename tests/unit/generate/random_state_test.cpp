@@ -61,3 +61,22 @@ TEST(Sampler, RejectsOutOfRangeParameters) {
 
 }  // namespace
 }  // namespace mlxrt::generate
+
+namespace mlxrt::generate {
+namespace {
+
+TEST(TopLogprobs, OrderAsMlxLmServer) {
+  // mx.argpartition(-lp, kth=2)[:3] on this bfloat16 vector gives [3, 1, 6].
+  float data[] = {-3.5f, -0.25f, -2.0f, -0.25f, -7.0f, -1.0f, -0.5f, -4.0f};
+  auto lp = mx::astype(mx::array(data, {8}), mx::bfloat16);
+  auto top = top_logprobs(lp, 3);
+  ASSERT_EQ(top.size(), 3u);
+  EXPECT_EQ(top[0].id, 3);
+  EXPECT_EQ(top[1].id, 1);
+  EXPECT_EQ(top[2].id, 6);
+  EXPECT_EQ(top[2].logprob, -0.5f);
+  EXPECT_TRUE(top_logprobs(lp, 0).empty());
+}
+
+}  // namespace
+}  // namespace mlxrt::generate
