@@ -15,6 +15,7 @@ void register_server(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_detokenize(CLI::App& app);
 void register_cache_prompt(CLI::App& app);
+void register_perplexity(CLI::App& app);
 
 inline void register_verbs(CLI::App& app) {
   register_profile(app);
@@ -28,6 +29,7 @@ inline void register_verbs(CLI::App& app) {
   register_tokenize(app);
   register_detokenize(app);
   register_cache_prompt(app);
+  register_perplexity(app);
 }
 
 }  // namespace mlxrt::cli
