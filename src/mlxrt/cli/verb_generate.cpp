@@ -2,6 +2,7 @@
 // flags and defaults, the prompt rendered with the chat template as it does, text streamed as it
 // is generated, the same footer. Ours besides: --prompt-tokens (ids instead of text), the penalty
 // and --logit-bias flags, --logprobs-file, --profile-file.
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -90,19 +91,34 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options) {
   options.sampler = make_cli_sampler(params, rng);
   options.logits_processors = make_cli_processors(a.sampling, vocab);
   std::cout << "==========\n";
+  auto tic = std::chrono::steady_clock::now();
+  auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - tic).count(); };
   generate::TokenGenerator gen(*loaded.model, ids, options);
+  generate::GenerationResponse stats{"", 0, mx::array(0.0f)};
+  stats.prompt_tokens = static_cast<int>(ids.size());
   std::vector<mx::array> rows;
   bool printed = false;
   for (int n = 0;; ++n) {
     auto step = gen.next();
     if (!step) break;
+    if (n == 0) {
+      stats.prompt_tps = ids.size() / since();
+      tic = std::chrono::steady_clock::now();
+    }
+    stats.generation_tokens = n + 1;
+    stats.generation_tps = (n + 1) / since();
     if (std::find(eos.begin(), eos.end(), step->token) != eos.end()) break;
     if (!a.logprobs_file.empty()) rows.push_back(step->logprobs);
     std::cout << (printed ? " " : "") << step->token << std::flush;
     printed = true;
     if (n + 1 == a.max_tokens) break;
   }
+  stats.peak_memory = mx::get_peak_memory() / 1e9;
   std::cout << "\n==========\n";
+  if (printed)
+    print_footer(stats);
+  else
+    std::cout << "No text generated for this prompt\n";
   write_logprobs(a.logprobs_file, rows);
 }
 
