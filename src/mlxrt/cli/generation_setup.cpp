@@ -4,6 +4,7 @@
 #include <set>
 
 #include "mlxrt/cli/common.h"
+#include "mlxrt/io/model_dir.h"
 #include "mlxrt/io/weights.h"
 #include "mlxrt/util/errors.h"
 
@@ -96,7 +97,7 @@ std::vector<generate::LogitsProcessor> make_cli_processors(const SamplingFlags& 
 }
 
 int model_construction_draws(const std::filesystem::path& model_dir) {
-  auto weights = io::load_weights(model_dir);
+  auto weights = io::load_weights(io::resolve_model_dir(model_dir));
   int draws = 0;
   for (const auto& [name, tensor] : weights) {
     if (!ends_with(name, ".weight") || tensor.ndim() < 2) continue;
@@ -110,7 +111,7 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
 
 Session load_session(const std::string& model, const std::string& profile_file) {
   auto loaded = model::load_model(model, load_options(profile_file));
-  std::filesystem::path dir = model;
+  auto dir = io::resolve_model_dir(model);
   auto tok = tokenizer::Tokenizer::from_dir(dir);
   auto chat_template = tmpl::load_chat_template(dir);
   auto special = tmpl::read_special_tokens(dir);

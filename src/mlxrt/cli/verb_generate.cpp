@@ -18,6 +18,7 @@
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/default_model.h"
 #include "mlxrt/generate/text_generation.h"
+#include "mlxrt/io/model_dir.h"
 #include "mlxrt/model/make_prompt_cache.h"
 
 namespace mlxrt::cli {
@@ -188,7 +189,7 @@ std::vector<int32_t> prompt_ids(const Args& a, const Session& session, bool have
 }
 
 bool has_tokenizer_files(const std::string& model) {
-  std::filesystem::path dir = model;
+  auto dir = io::resolve_model_dir(model);
   return std::filesystem::exists(dir / "tokenizer.json") || std::filesystem::exists(dir / "tokenizer.model") ||
          std::filesystem::exists(dir / "vocab.json");
 }
