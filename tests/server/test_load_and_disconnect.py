@@ -154,3 +154,23 @@ def test_unsupported_or_bad_flags_fail_cleanly(model_dir, flag):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 1
     assert out.stderr.startswith("error: ") and flag[0] in out.stderr
+
+
+def test_sigterm_stops_a_busy_server_promptly(model_dir, tmp_path_factory):
+    running = start_mlxrt(model_dir, tmp_path_factory)
+    answer = {}
+
+    def long_request():
+        answer["r"] = running.post_json(CHAT, body(0, max_tokens=100000, stream=False), timeout=60)
+
+    t = threading.Thread(target=long_request)
+    t.start()
+    time.sleep(1.0)
+    t0 = time.time()
+    running.proc.terminate()
+    running.proc.wait(timeout=30)
+    t.join(timeout=30)
+    assert time.time() - t0 < 10
+    assert running.proc.returncode == 0
+    status, r = answer["r"]
+    assert status == 503 and r["error"]["code"] == 503

@@ -96,6 +96,10 @@ void serve_whole(std::shared_ptr<Job> job, std::shared_ptr<CompletionAssembler> 
     reply_error(res, 504, "request timed out");
     return;
   }
+  if (job->cancelled()) {
+    reply_error(res, 503, "the server is shutting down");
+    return;
+  }
   res.status = 200;
   res.set_content(python_dumps(assembler->finish(usage_of(started, *assembler))), "application/json");
 }
@@ -128,8 +132,9 @@ void serve_stream(std::shared_ptr<Job> job, std::shared_ptr<CompletionAssembler>
             sink.done();
             return true;
           } else if (std::holds_alternative<DoneEvent>(*ev)) {
-            if (job->timed_out()) {
-              write(sse_data(error_body(504, "request timed out")));
+            if (job->timed_out() || job->cancelled()) {
+              write(sse_data(job->timed_out() ? error_body(504, "request timed out")
+                                              : error_body(503, "the server is shutting down")));
               sink.done();
               return true;
             }

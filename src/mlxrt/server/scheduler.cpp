@@ -25,8 +25,10 @@ void SerialScheduler::shutdown() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    if (running_) running_->cancel();
   }
   cv_.notify_all();
+  std::lock_guard join_lock(join_mutex_);
   if (thread_.joinable()) thread_.join();
 }
 
@@ -43,20 +45,23 @@ void SerialScheduler::loop() {
       }
       job = std::move(queue_.front());
       queue_.pop_front();
+      running_ = job;
     }
     // A job whose client left (or whose time ran out) while it waited is not started.
     if (job->should_stop()) {
       job->push(ErrorEvent{job->timed_out() ? 504 : 499, job->timed_out() ? "request timed out in the queue"
                                                                           : "client closed the request"});
-      continue;
+    } else {
+      try {
+        run_(*job);
+      } catch (const HttpError& e) {
+        job->push(ErrorEvent{e.status(), e.what()});
+      } catch (const std::exception& e) {
+        job->push(ErrorEvent{500, e.what()});
+      }
     }
-    try {
-      run_(*job);
-    } catch (const HttpError& e) {
-      job->push(ErrorEvent{e.status(), e.what()});
-    } catch (const std::exception& e) {
-      job->push(ErrorEvent{500, e.what()});
-    }
+    std::lock_guard lock(mutex_);
+    running_.reset();
   }
   alive_ = false;
 }

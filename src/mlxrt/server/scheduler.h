@@ -21,7 +21,7 @@ class Scheduler {
   virtual void submit(std::shared_ptr<Job> job) = 0;
   /** The generation thread is alive. */
   virtual bool healthy() const = 0;
-  /** Stops taking jobs, cancels the queued ones, joins the thread. */
+  /** Stops taking jobs, cancels the queued and the running one, joins the thread. */
   virtual void shutdown() = 0;
 };
 
@@ -44,8 +44,10 @@ class SerialScheduler final : public Scheduler {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
+  std::shared_ptr<Job> running_;  // the job on the model now (cancelled by shutdown)
   bool stopping_ = false;
   std::atomic<bool> alive_{true};
+  std::mutex join_mutex_;  // shutdown() may be called from several threads
   std::thread thread_;
 };
 

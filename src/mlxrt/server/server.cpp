@@ -40,6 +40,11 @@ void Server::serve() {
   parts_->scheduler.shutdown();
 }
 
-void Server::stop() { parts_->front.stop(); }
+void Server::stop() {
+  // The generation thread first: running jobs end at once, so the HTTP threads waiting on them
+  // can answer and the HTTP server can join them.
+  parts_->scheduler.shutdown();
+  parts_->front.stop();
+}
 
 }  // namespace mlxrt::server
