@@ -19,6 +19,7 @@ Writes DIR/server_qwen3 (kept when its recipe is unchanged). Nothing here is com
 """
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -89,7 +90,8 @@ def build(out: Path, tokenizer_dir: Path, hidden: int, layers: int, seed: int):
     model.set_dtype(mx.bfloat16)
     mx.eval(model.parameters())
 
-    tmp = out.with_name(out.name + ".tmp")
+    # Several test processes may build it at once: each in its own directory, first rename wins.
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     lm_utils.save_model(tmp, model)
     lm_utils.save_config(config, config_path=tmp / "config.json")
@@ -120,8 +122,16 @@ def main():
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = build(out, tokenizer_dir, args.hidden, args.layers, args.seed)
     (tmp / "fixture.json").write_text(recipe)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    if stamp.exists() and stamp.read_text() == recipe:  # another process finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        shutil.rmtree(out, ignore_errors=True)
+        try:
+            tmp.rename(out)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not (stamp.exists() and stamp.read_text() == recipe):
+                raise
     print(out)
 
 
