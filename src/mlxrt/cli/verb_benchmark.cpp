@@ -11,6 +11,7 @@
 
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/verbs.h"
+#include "mlxrt/convert/default_model.h"
 #include "mlxrt/generate/text_generation.h"
 #include "mlxrt/util/errors.h"
 
@@ -83,7 +84,7 @@ void run(const BenchArgs& a) {
 void register_benchmark(CLI::App& app) {
   auto* cmd = app.add_subcommand("benchmark", "Benchmark prompt processing and generation (as mlx_lm.benchmark)");
   auto a = std::make_shared<BenchArgs>();
-  cmd->add_option("--model", a->model, "The path to the local model directory")->required();
+  cmd->add_option("--model", a->model, "The path to the local model directory (" + convert::default_model_help() + ")");
   cmd->add_option("--prompt-tokens,-p", a->prompt_tokens, "Length of prompt")->capture_default_str();
   cmd->add_option("--generation-tokens,-g", a->generation_tokens, "Length of completion")->capture_default_str();
   cmd->add_option("--batch-size,-b", a->batch_size, "Batch size")->capture_default_str();
@@ -101,7 +102,10 @@ void register_benchmark(CLI::App& app) {
       "--quantize-activations",
       [] { throw UnsupportedError("--quantize-activations is not supported: not implemented in this engine"); },
       "Not supported: activation quantization is not implemented in this engine");
-  cmd->callback([a] { run(*a); });
+  cmd->callback([a] {
+    a->model = convert::resolve_model_flag(a->model);
+    run(*a);
+  });
 }
 
 }  // namespace mlxrt::cli

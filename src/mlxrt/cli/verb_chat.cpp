@@ -7,6 +7,7 @@
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/default_model.h"
+#include "mlxrt/convert/default_model.h"
 #include "mlxrt/generate/text_generation.h"
 #include "mlxrt/model/make_prompt_cache.h"
 #include "mlxrt/util/errors.h"
