@@ -20,13 +20,15 @@ download=$root/build-gpu/wheel-downloads
 mkdir -p "$bundle/wheels" "$bundle/bin" "$bundle/lib" "$bundle/tokenizer" "$download"
 
 pip_download() {
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$pyver" --implementation cp \
+  python3 -m pip download -q --only-binary=:all: --python-version "$pyver" --implementation cp \
     --platform manylinux_2_35_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 -d "$download" "$@"
 }
-# The wheels the target's Python may lack; the CUDA wheel's NVIDIA dependencies and mlx-lm's
-# (transformers, numpy, ...) are expected there already.
-pip_download "mlx==$MLX_VERSION" "mlx-cuda-13==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" \
+# The wheels the target's Python may lack. The CUDA wheel's NVIDIA dependencies and mlx-lm's
+# (transformers, numpy, ...) are expected there already, and so are the test packages' own
+# dependencies (with them the bundle outgrows 64 MB); when one is missing, run.sh installs the
+# carried wheels without their requirements and says so in install.log.
+pip_download --no-deps "mlx==$MLX_VERSION" "mlx-cuda-13==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" \
   -r "$root/tools/requirements-test.txt"
 for w in "$download"/*.whl; do
   case "$(basename "$w")" in
