@@ -15,6 +15,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -188,6 +189,7 @@ def main():
         a, b = summary["mlx_lm"][k], summary["mlxrt"][k]
         print(f"{k:<22}{a:>12.3f}{b:>12.3f}{b / a:>14.2f}")
     print(json.dumps(summary))
+    shutil.rmtree(work, ignore_errors=True)  # kept (with the server logs) only when a run fails
 
 
 if __name__ == "__main__":
