@@ -93,7 +93,7 @@ JSON_CASES = [
 
 
 def raw_exchange(port, data, timeout=10):
-    """Sends raw bytes; returns (status, body bytes). Fails if the server does not answer in time."""
+    """Sends raw bytes; returns (status, header bytes, body bytes). Fails if the server does not answer in time."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(data)
         s.shutdown(socket.SHUT_WR) if data.endswith(b"\r\n\r\n") and b"Content-Length" not in data else None
@@ -115,7 +115,7 @@ def raw_exchange(port, data, timeout=10):
     raw = b"".join(chunks)
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head, "no response"
-    return int(head.split(b" ")[1]), body
+    return int(head.split(b" ")[1]), head, body
 
 
 def request_bytes(method, path, body=b"", headers=None, content_length=True):
@@ -140,6 +140,8 @@ def http_cases():
         ("body over the limit (sent)", request_bytes("POST", CHAT, b"{" + b" " * (2 << 20) + b"}"), 413),
         ("too many headers", request_bytes("POST", CHAT, ok, headers={f"X-H{i}": "v" for i in range(200)}), 431),
         ("headers too large", request_bytes("POST", CHAT, ok, headers={f"X-Big{i}": "v" * 4000 for i in range(6)}), 431),
+        ("one header line over 8 KiB", request_bytes("POST", CHAT, ok, headers={"X-Big": "v" * 20000}), 400),
+        ("request URI over 8 KiB", request_bytes("GET", "/v1/models/" + "a" * 20000, content_length=False), 414),
         ("unknown GET route", request_bytes("GET", "/v2/whatever", content_length=False), 404),
         ("PUT", request_bytes("PUT", CHAT, ok), 501),
         ("DELETE", request_bytes("DELETE", "/v1/models", b""), 501),
@@ -177,9 +179,10 @@ def test_json_case(server, name, path, body, expected):
 @pytest.mark.parametrize("case", http_cases(), ids=lambda c: c[0] if isinstance(c, tuple) else str(c))
 def test_http_case(server, case):
     name, data, expected = case
-    status, body = raw_exchange(server.port, data)
+    status, head, body = raw_exchange(server.port, data)
     assert status == expected, body
     check_error_body(body, expected)
+    assert head.lower().count(b"access-control-allow-origin") == 1
 
 
 def test_server_still_healthy_and_serving(server):

@@ -47,6 +47,7 @@ void HttpFront::send_error(httplib::Response& res, int status, const std::string
 }
 
 void HttpFront::set_cors(const httplib::Request& req, httplib::Response& res) const {
+  if (res.has_header("Access-Control-Allow-Methods")) return;  // error replies pass here twice
   const auto& allowed = options_.allowed_origins;
   std::string origin = req.get_header_value("Origin");
   if (std::find(allowed.begin(), allowed.end(), "*") != allowed.end()) {
