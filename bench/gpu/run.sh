@@ -3,7 +3,8 @@
 # with the CUDA wheel), times mlxrt against mlx-lm and profiles one decode step. Each stage logs to
 # OUT/<stage>.log; a short table comes last. How anyone re-measures: see bench/RESULTS.md.
 #
-# Usage: bench/gpu/run.sh [STAGE ...]   (default: env install build checks parity bench profile)
+# Usage: bench/gpu/run.sh [STAGE ...]   run in the order given (default: env install build bench checks
+#        profile parity; `checks` also compares logits on the models `bench` made)
 # Environment (all optional):
 #   MLX_BACKEND      cpu | cuda-13 (default: cuda-13 when nvidia-smi sees a GPU)
 #   MLXRT_VENV       Python environment holding, or to receive, the MLX wheels (default .venv)
@@ -20,7 +21,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 source versions.env
-stages=${*:-env install build checks parity bench profile}
+stages=${*:-env install build bench checks profile parity}
 out=${BENCH_OUT:-${OUT:-$root/build-gpu/bench-out}}
 work=${BENCH_WORK:-$root/build-gpu/work}
 mkdir -p "$out" "$work"
@@ -45,8 +46,6 @@ stage() {
   [ $rc -ne 0 ] && tail -n 15 "$out/$name.log"
   return $rc
 }
-
-want() { [[ " $stages " == *" $1 "* ]]; }
 
 env_info() {
   date -u +%Y-%m-%dT%H:%M:%SZ
@@ -137,10 +136,14 @@ print(next((1e3 / x['mlxrt']['gen_tps'] for x in r['runs'] if x['model'] == '$(b
   py bench/gpu/profile_decode.py --bin "$work/mlxrt" --model "$model" --out "$out" ${step_ms:+--step-ms "$step_ms"}
 }
 
-want env && stage env env_info
-if want install; then stage install install_env || { echo "install failed: stopping"; exit 1; }; fi
-if want build; then stage build build || { echo "build failed: stopping"; exit 1; }; fi
-for s in checks parity bench profile; do want $s && stage $s $s; done
+for s in $stages; do
+  case $s in
+    env) stage env env_info ;;
+    install|build) stage "$s" "${s/install/install_env}" || { echo "$s failed: stopping"; exit 1; } ;;
+    checks|parity|bench|profile) stage "$s" "$s" ;;
+    *) echo "unknown stage $s (env install build bench checks profile parity)"; exit 2 ;;
+  esac
+done
 
 echo
 echo "== summary ($out)"
