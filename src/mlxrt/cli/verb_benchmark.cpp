@@ -33,7 +33,7 @@ void run(const BenchArgs& a) {
   if (a.generation_tokens < 1) throw UsageError("--generation-tokens: must be positive");
   if (a.batch_size != 1)
     throw UnsupportedError("--batch-size " + std::to_string(a.batch_size) +
-                           " is not supported: batched generation is not implemented in this engine (use 1)");
+                           " is not supported: this engine generates one sequence at a time (use 1)");
   if (a.num_trials < 1) throw UsageError("--num-trials: must be positive");
   if (a.prefill_step_size <= 0) throw UsageError("--prefill-step-size: must be positive");
   if (a.delay < 0) throw UsageError("--delay: must be non-negative");
@@ -100,8 +100,8 @@ void register_benchmark(CLI::App& app) {
       "Not supported: this engine runs on one device");
   cmd->add_flag_callback(
       "--quantize-activations",
-      [] { throw UnsupportedError("--quantize-activations is not supported: not implemented in this engine"); },
-      "Not supported: activation quantization is not implemented in this engine");
+      [] { throw UnsupportedError("--quantize-activations is not supported: this engine has no activation quantization"); },
+      "Not supported: this engine has no activation quantization");
   cmd->callback([a] {
     a->model = convert::resolve_model_flag(a->model);
     run(*a);

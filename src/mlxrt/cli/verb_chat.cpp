@@ -128,9 +128,9 @@ void register_chat(CLI::App& app) {
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
   cmd->add_option_function<std::string>(
       "--adapter-path", [](const std::string&) {
-        throw UnsupportedError("--adapter-path is not supported: LoRA adapters are not implemented in this engine");
+        throw UnsupportedError("--adapter-path is not supported: this engine has no LoRA adapters");
       },
-      "Not supported: LoRA adapters are not implemented in this engine");
+      "Not supported: this engine has no LoRA adapters");
   cmd->add_flag_callback(
       "--pipeline", [] { throw UnsupportedError("--pipeline is not supported: this engine runs on one device"); },
       "Not supported: this engine runs on one device");

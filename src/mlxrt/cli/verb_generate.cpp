@@ -303,11 +303,11 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--logprobs-file", a->logprobs_file,
                   "Write every generated token's logprobs [T, vocab] to this .safetensors file");
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
-  add_unsupported(cmd, "--adapter-path", "LoRA adapters are not implemented in this engine");
+  add_unsupported(cmd, "--adapter-path", "this engine has no LoRA adapters");
   add_unsupported(cmd, "--image", "this engine runs text-only models");
-  add_unsupported(cmd, "--draft-model", "speculative decoding is not implemented in this engine");
-  add_unsupported(cmd, "--num-draft-tokens", "speculative decoding is not implemented in this engine");
-  add_unsupported(cmd, "--quantize-activations", "activation quantization is not implemented in this engine", true);
+  add_unsupported(cmd, "--draft-model", "this engine has no speculative decoding");
+  add_unsupported(cmd, "--num-draft-tokens", "this engine has no speculative decoding");
+  add_unsupported(cmd, "--quantize-activations", "this engine has no activation quantization", true);
   cmd->callback([a] {
     a->model = convert::resolve_model_flag(a->model);
     run(*a);
