@@ -19,6 +19,9 @@ void handle_completion_request(const ServerOptions& options, Logger& log, const 
 
 namespace {
 
+// How much of an over-limit body is still read before refusing it (see the constructor).
+size_t drain_limit(size_t max_body_bytes) { return max_body_bytes + std::max<size_t>(max_body_bytes * 3, 16u << 20); }
+
 bool is_known_method(const std::string& m) { return m == "GET" || m == "POST" || m == "OPTIONS" || m == "HEAD"; }
 
 }  // namespace
@@ -32,7 +35,9 @@ HttpFront::HttpFront(const ServerOptions& options, Logger& log, const ModelSessi
       http_(std::make_unique<httplib::Server>()) {
   const int threads = std::max(4, options.http_threads);
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  http_->set_payload_max_length(options.max_body_bytes);
+  // Bodies a little over the limit are still read (then refused with 413 by the route), so that
+  // closing the connection does not reset it and lose the answer; larger ones are refused unread.
+  http_->set_payload_max_length(drain_limit(options.max_body_bytes));
   http_->set_read_timeout(30, 0);
   http_->set_write_timeout(30, 0);
   http_->set_keep_alive_timeout(5);
@@ -87,7 +92,7 @@ void HttpFront::install_routes() {
       send_error(res, 400, "Invalid Content-Length header");
       return Handled::Handled;
     }
-    if (std::stoull(length) > options_.max_body_bytes) {
+    if (std::stoull(length) > drain_limit(options_.max_body_bytes)) {
       res.set_header("Connection", "close");
       send_error(res, 413, "request body is larger than " + std::to_string(options_.max_body_bytes) + " bytes");
       return Handled::Handled;
@@ -97,6 +102,11 @@ void HttpFront::install_routes() {
 
   auto completion = [this](Endpoint e) {
     return [this, e](const Request& req, Response& res) {
+      if (req.body.size() > options_.max_body_bytes) {
+        res.set_header("Connection", "close");
+        send_error(res, 413, "request body is larger than " + std::to_string(options_.max_body_bytes) + " bytes");
+        return;
+      }
       handle_completion_request(options_, log_, session_, scheduler_, fingerprint_, req, res, e);
     };
   };
