@@ -18,7 +18,8 @@ CONTINUATION = [7, 20, 33, 9, 110, 3, 64, 12, 5, 90]
 SCENARIOS = {
     "kv": ("qwen3_bf16", True, {"eos_token": "<|end|>"}),  # recorded in the metadata's tokenizer_config
     "rotating": ("qwen3_bf16", True, {"max_kv_size": 16}),
-    "quantized": ("qwen3_bf16", True, {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 4}),
+    # head_dim 128: MLX's CUDA backend quantizes the KV cache only from there up
+    "quantized": ("qwen3_hd128", True, {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 4}),
     "swa_plain": ("llama_swa", False, {}),
 }
 
@@ -41,7 +42,8 @@ def mlx_lm_cache_prompt(model_dir, out, options, monkeypatch):
 def models(fixtures_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     return {name: kv_oracle.model_with_tokenizer(fixtures_dir / name, root / f"{name}_{chat}", chat)
-            for name, chat in {("qwen3_bf16", True), ("llama_swa", False), ("qwen3_mha_hd64", True)}}
+            for name, chat in {("qwen3_bf16", True), ("llama_swa", False), ("qwen3_mha_hd64", True),
+                               ("qwen3_hd128", True)}}
 
 
 def assert_same_file_contents(ours, theirs):
