@@ -55,11 +55,11 @@ def timed_run(cmd, log):
     if rc != 0:
         raise RuntimeError(f"{cmd[0]} {cmd[1]} failed ({rc}): {err.decode(errors='replace')[-1000:]}")
     p, g, m = (FOOTER[k].search(text) for k in ("prompt", "gen", "peak"))
-    body = text.split("==========\n")[1].split()
+    body = text.split("==========\n")[1]
     prompt_tokens, prompt_tps = int(p.group(1)), float(p.group(2))
     return {"start_to_first_token_s": first, "ttft_s": prompt_tokens / prompt_tps, "prompt_tokens": prompt_tokens,
             "prompt_tps": prompt_tps, "gen_tokens": int(g.group(1)), "gen_tps": float(g.group(2)),
-            "peak_gb": float(m.group(1)), "tokens_head": body[:8]}
+            "peak_gb": float(m.group(1)), "text_head": body[:300]}
 
 
 def prompt_ids(n, vocab, seed):
@@ -149,14 +149,14 @@ def main():
                     print(f"{model.name} prompt {prompt}: {e}", file=sys.stderr)
                     results["runs"].append({"model": model.name, "prompt": prompt, "error": str(e)[:1000]})
                     continue
-                same = runs["mlxrt"][0]["tokens_head"] == runs["mlx-lm"][0]["tokens_head"]
-                med = {k: {m: statistics.median(r[m] for r in v) for m in v[0] if m != "tokens_head"}
+                same = runs["mlxrt"][0]["text_head"] == runs["mlx-lm"][0]["text_head"]
+                med = {k: {m: statistics.median(r[m] for r in v) for m in v[0] if m != "text_head"}
                        for k, v in runs.items()}
-                row = {"model": model.name, "prompt": prompt, "same_first_tokens": same, **med}
+                row = {"model": model.name, "prompt": prompt, "same_text": same, **med}
                 rows.append(row)
                 results["runs"].append({**row, "all": runs})
                 print(f"{model.name} prompt {prompt}: mlxrt {med['mlxrt']['gen_tps']:.1f} tok/s, "
-                      f"mlx-lm {med['mlx-lm']['gen_tps']:.1f} tok/s, same first tokens: {same}", file=sys.stderr)
+                      f"mlx-lm {med['mlx-lm']['gen_tps']:.1f} tok/s, same text: {same}", file=sys.stderr)
                 if prompt == min(args.prompts):
                     context = prompt + gen / 2
                     w, kv = models.decode_bytes_per_token(model, context)

@@ -23,7 +23,8 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 GREEDY_FIXTURES = ["qwen3_bf16", "qwen3_q4_g64", "qwen3_mixed", "llama_bf16", "llama_q8_g128_sharded", "mistral_bf16"]
 DETERMINISM_FIXTURES = ["qwen3_bf16", "qwen3_fp16_untied", "qwen3_fp32", "qwen3_q4_g64", "qwen3_q8_g32",
-                        "qwen3_mxfp4", "qwen3_nvfp4", "qwen3_yarn", "llama_bf16", "llama_q4_g64"]
+                        "qwen3_mxfp4", "qwen3_nvfp4", "qwen3_yarn", "llama_bf16", "llama_q4_g64",
+                        "llama_q8_g128_sharded"]
 TOKENS = [1, 17, 300, 42, 5, 511, 77, 8, 256, 3, 99, 150]
 PROMPT = [1, 5, 9, 200, 33]
 

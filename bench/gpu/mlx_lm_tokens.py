@@ -2,8 +2,9 @@
 """mlx_lm.generate with a prompt given as token ids, for timing against `mlxrt generate`.
 
 Loads the model and tokenizer as mlx_lm.generate does (mlx_lm.load), generates greedily with
-mlx_lm's stream_generate, and prints what `mlxrt generate` prints: the token ids as they stream,
-then mlx_lm.generate's footer (the same fields of the same response objects).
+mlx_lm's stream_generate, and prints what mlx_lm.generate (and `mlxrt generate` with a tokenizer
+beside the model) prints: the text as it streams, then the footer (the same fields of the same
+response objects).
 
 Usage: mlx_lm_tokens.py --model DIR --prompt-tokens 1,2,3 [--max-tokens N] [--prefill-step-size N]
 """
@@ -23,16 +24,13 @@ def main():
     model, tokenizer = load(args.model)
     prompt = [int(t) for t in args.prompt_tokens.split(",")]
     print("==========", flush=True)
-    response, count = None, 0
+    response = None
     for response in stream_generate(model, tokenizer, prompt, max_tokens=args.max_tokens,
                                     prefill_step_size=args.prefill_step_size):
-        if response.finish_reason == "stop":  # the eos token: not printed, as by mlxrt
-            break
-        sys.stdout.write((" " if count else "") + str(response.token))
+        sys.stdout.write(response.text)
         sys.stdout.flush()
-        count += 1
     print("\n==========")
-    if response is None or count == 0:
+    if response is None:
         print("No text generated for this prompt")
         return
     print(f"Prompt: {response.prompt_tokens} tokens, {response.prompt_tps:.3f} tokens-per-sec")

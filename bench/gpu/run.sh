@@ -16,7 +16,9 @@
 #   BENCH_TOKENIZER  folder with tokenizer.json and tokenizer_config.json (default: shared data)
 #   BENCH_SHAPES, BENCH_QUANTS, BENCH_PROMPTS, BENCH_GEN, BENCH_RUNS, BENCH_BW_GIB   bench.py's options
 #   BENCH_PROFILE_MODEL   model (under BENCH_WORK/models) whose decode step is profiled
+#   BENCH_PROFILE_ARGS    profile_decode.py's options (default: --prompt 64 --steps 1 3)
 #   BENCH_PYTEST_TIMEOUT  seconds for tests/parity (default 1200)
+#   BENCH_PYTEST_JOBS     parallel pytest processes for tests/parity when pytest-xdist is there (default 8)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -60,6 +62,11 @@ env_info() {
 smoke() {
   py -c "import mlx.core as mx; print('mlx', mx.__version__, 'default device', mx.default_device()); \
 print('sum', (mx.arange(1, 1025) ** 2).sum().item())"
+  # A kernel MLX compiles at run time on the GPU (8-bit quantized matmul over several rows): it
+  # needs the CRT headers that install-python-env.sh adds.
+  py -c "import mlx.core as mx; w = mx.random.normal((256, 512)).astype(mx.bfloat16); \
+x = mx.random.normal((8, 512)).astype(mx.bfloat16); q = mx.quantize(w, group_size=128, bits=8); \
+print('q8 g128 matmul', mx.quantized_matmul(x, *q, group_size=128, bits=8).astype(mx.float32).sum().item())"
 }
 
 install_env() {
@@ -117,9 +124,13 @@ checks() {
 
 parity() {
   fixtures || return 1
+  # Spread the cases over processes where pytest-xdist is there: most of a case's time is MLX
+  # compiling kernels on the host (NVRTC), and the kernel cache on disk is shared.
+  local jobs=()
+  py -c 'import xdist' 2>/dev/null && jobs=(-n "${BENCH_PYTEST_JOBS:-8}")
   MLXRT_BIN="$work/mlxrt" MLXRT_FIXTURES="$work/fixtures" MLXRT_SOURCE_DIR="$root" \
-    timeout "${BENCH_PYTEST_TIMEOUT:-1200}" "$(python_bin)" -m pytest -v -rf --durations=10 \
-    -p no:cacheprovider tests/parity
+    timeout "${BENCH_PYTEST_TIMEOUT:-1200}" "$(python_bin)" -m pytest -v -rf --tb=short --durations=10 \
+    -p no:cacheprovider "${jobs[@]}" tests/parity
 }
 
 bench() {
@@ -133,7 +144,9 @@ profile() {
   local model=$work/models/${BENCH_PROFILE_MODEL:-qwen3-0.6b-bf16} step_ms
   step_ms=$(py -c "import json,sys; r=json.load(open('$out/results.json'))
 print(next((1e3 / x['mlxrt']['gen_tps'] for x in r['runs'] if x['model'] == '$(basename "$model")'), ''))" 2>/dev/null)
-  py bench/gpu/profile_decode.py --bin "$work/mlxrt" --model "$model" --out "$out" ${step_ms:+--step-ms "$step_ms"}
+  # shellcheck disable=SC2086  # BENCH_PROFILE_ARGS is a list of options
+  py bench/gpu/profile_decode.py --bin "$work/mlxrt" --model "$model" --out "$out" ${step_ms:+--step-ms "$step_ms"} \
+    ${BENCH_PROFILE_ARGS:---prompt 64 --steps 1 3}
 }
 
 for s in $stages; do
