@@ -34,11 +34,20 @@ BASE = {
 }
 
 QWEN3 = {**BASE, "model_type": "qwen3", "head_dim": 32, "tie_word_embeddings": True}
+QWEN2 = {**BASE, "model_type": "qwen2", "tie_word_embeddings": True}
 LLAMA = {**BASE, "model_type": "llama", "tie_word_embeddings": False}
+# layers 0 and 2 slide over 6 positions (RotatingKVCache), 1 and 3 are global; query_pre_attn_scalar
+# differs from head_dim and the global layers' RoPE is linearly scaled, as in the larger Gemma 3s
+GEMMA3 = {**BASE, "model_type": "gemma3_text", "num_hidden_layers": 4, "head_dim": 32, "query_pre_attn_scalar": 48,
+          "sliding_window": 6, "sliding_window_pattern": 2, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+          "rope_scaling": {"rope_type": "linear", "factor": 8.0}}
 
 
-def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0):
-    return {"config": config, "dtype": dtype, "quant": quant, "shards": shards, "seed": seed}
+def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
+    """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
+    as mlx_lm.convert saves a checkpoint without one, through the model's sanitize) and
+    extra_tensors ({name: shape}, saved beside the model, e.g. a vision tower sanitize drops)."""
+    return {"config": config, "dtype": dtype, "quant": quant, "shards": shards, "seed": seed, **extra}
 
 
 def mixed_predicate(path, module):
@@ -73,6 +82,17 @@ FIXTURES = {
     "qwen3_hd128": fx({**QWEN3, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 128}, seed=34),
     "qwen3_yarn": fx({**QWEN3, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                                                 "original_max_position_embeddings": 1024}}, seed=14),
+    # qwen2: biases on q/k/v; tied and untied heads, Qwen2.5's yarn
+    "qwen2_bf16": fx(QWEN2, seed=50),
+    "qwen2_q4_g64": fx({**QWEN2, "tie_word_embeddings": False}, quant={"bits": 4, "group_size": 64}, seed=51),
+    "qwen2_fp16_yarn": fx({**QWEN2, "rope_scaling": {"type": "yarn", "factor": 4.0,
+                                                     "original_max_position_embeddings": 1024}},
+                          dtype="float16", seed=52),
+    # qwen2.py's defaults (rope_theta 1e6, 32768 positions, tied head) with linear rope scaling; its
+    # head_dim is hidden_size / num_attention_heads whatever the config's head_dim says
+    "qwen2_defaults_linear": fx({**{k: v for k, v in QWEN2.items() if k not in (
+        "rope_theta", "max_position_embeddings", "tie_word_embeddings")},
+        "head_dim": 64, "rope_scaling": {"type": "linear", "factor": 2.0}}, seed=53),
     "llama_bf16": fx(LLAMA, seed=20),
     "llama_tied_fp16": fx({**LLAMA, "tie_word_embeddings": True}, dtype="float16", seed=21),
     "llama_gqa4_hd48": fx({**LLAMA, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 48}, seed=22),
@@ -99,6 +119,20 @@ FIXTURES = {
     # sliding-window layers (RotatingKVCache per sliding layer), GQA, window shorter than the tests' prompts
     "llama_swa": fx({**LLAMA, "num_hidden_layers": 3, "sliding_window": 6,
                      "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]}, seed=33),
+    # Gemma 3 checkpoints have no lm_head (the head is tied through sanitize)
+    "gemma3_bf16": fx(GEMMA3, seed=40, drop_lm_head=True),
+    "gemma3_q4_g64": fx(GEMMA3, quant={"bits": 4, "group_size": 64}, seed=41, drop_lm_head=True),
+    # float16: the residual sums are clipped in float32; a saved lm_head unties the head;
+    # pattern 3 over 3 layers (two sliding, one global)
+    "gemma3_fp16_untied": fx({**GEMMA3, "num_hidden_layers": 3, "sliding_window_pattern": 3, "rope_scaling": None},
+                             dtype="float16", seed=42),
+    # the multimodal config: the text model under text_config and language_model., a vision tower
+    # that sanitize drops
+    "gemma3_multimodal": fx({"model_type": "gemma3", "vocab_size": 512, "eos_token_id": 2, "bos_token_id": 1,
+                             "text_config": {k: v for k, v in GEMMA3.items() if k not in ("eos_token_id", "bos_token_id")}},
+                            seed=43, drop_lm_head=True,
+                            extra_tensors={"vision_tower.vision_model.embeddings.patch_embedding.weight": [16, 3, 4, 4],
+                                           "multi_modal_projector.mm_input_projection_weight": [16, 128]}),
 }
 
 
@@ -117,6 +151,8 @@ def build(name, recipe, out: Path):
         elif k.endswith(".bias"):
             updates.append((k, 0.05 * mx.random.normal(v.shape)))
     model.load_weights(updates, strict=False)
+    if recipe.get("drop_lm_head"):
+        model.sanitize({k: v for k, v in tree_flatten(model.parameters()) if not k.endswith("lm_head.weight")})
     model.set_dtype(getattr(mx, recipe["dtype"]))
     mx.eval(model.parameters())
 
@@ -143,6 +179,14 @@ def build(name, recipe, out: Path):
     else:
         lm_utils.save_model(tmp, model)
     lm_utils.save_config(config, config_path=tmp / "config.json")
+    if recipe.get("extra_tensors"):
+        extra = {k: mx.random.normal(shape).astype(getattr(mx, recipe["dtype"]))
+                 for k, shape in recipe["extra_tensors"].items()}
+        mx.save_safetensors(str(tmp / "model-extra.safetensors"), extra, metadata={"format": "mlx"})
+        index_path = tmp / "model.safetensors.index.json"
+        index = json.loads(index_path.read_text())
+        index["weight_map"].update({k: "model-extra.safetensors" for k in extra})
+        index_path.write_text(json.dumps(index, indent=4))
     (tmp / "fixture.json").write_text(json.dumps(recipe, sort_keys=True))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)

@@ -66,7 +66,7 @@ CASES = {
     "wrong key type": (lambda d: edit_config(d, lambda c: c.update(num_hidden_layers="two")),
                        ["num_hidden_layers", "integer"]),
     "unsupported model_type": (lambda d: edit_config(d, lambda c: c.update(model_type="mamba")),
-                               ["unsupported model_type \"mamba\"", "supported: llama, qwen3"]),
+                               ["unsupported model_type \"mamba\"", "supported: gemma3, gemma3_text, llama, "]),
     "remapped model_type": (lambda d: edit_config(d, lambda c: c.update(model_type="kimi_k2")),
                             ["mlx-lm remaps it to \"deepseek_v3\""]),
     "missing weight": (lambda d: (save_weights(d, {k: v for k, v in weights_of(d).items()

@@ -50,10 +50,13 @@ def test_seeds_differ(tiny_model):
     assert runs[0] != runs[1]
 
 
-@pytest.mark.parametrize("fixture", ["llama_bf16", "llama_bias", "qwen3_q4_g64", "qwen3_mixed", "qwen3_fp16_untied"])
+@pytest.mark.parametrize("fixture", ["llama_bf16", "llama_bias", "qwen3_q4_g64", "qwen3_mixed", "qwen3_fp16_untied",
+                                     "qwen2_bf16", "qwen2_q4_g64",
+                                     "gemma3_bf16", "gemma3_q4_g64", "gemma3_fp16_untied", "gemma3_multimodal"])
 def test_seed_position_after_model_construction(fixture):
     """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first
-    sampling key depends on the architecture (biases, untied heads, quantized layers)."""
+    sampling key depends on the architecture (biases, untied heads, quantized layers; gemma3_text builds an
+    lm_head that a tied checkpoint lacks, gemma3 no vision tower)."""
     from conftest import make_fixture
     model = make_fixture(fixture)
     want, _ = sample_tokens(model, PROMPT, 24, 3, {"temp": 1.0, "top_p": 1.0}, {}, {EOS})

@@ -1,5 +1,5 @@
 """L1: logits through mlx-lm's rotating KV cache (--max-kv-size), quantized KV cache (--kv-bits,
-maybe_quantize_kv_cache after every model call) and sliding-window llama layers, byte-equal to
+maybe_quantize_kv_cache after every model call) and sliding-window layers (llama, gemma3_text), byte-equal to
 mlx-lm's across the point where the cache rotates / quantizes: one token at a time and in chunks
 (the chunked path of RotatingKVCache concatenates, the one-token path writes in place)."""
 import mlx.core as mx
@@ -16,6 +16,9 @@ CASES = [
     ("qwen3_bf16", {"max_kv_size": 16}),
     ("llama_q4_g64", {"max_kv_size": 12}),
     ("llama_swa", {}),  # sliding_window 6: RotatingKVCache on layers 0 and 2
+    ("gemma3_bf16", {}),  # sliding_window 6, pattern 2: RotatingKVCache on layers 0 and 2
+    ("gemma3_q4_g64", {}),
+    ("gemma3_fp16_untied", {}),  # pattern 3: layers 0 and 1 slide
     ("qwen3_mha_hd64", {"kv_bits": 4, "kv_group_size": 64, "quantized_kv_start": 8}),
     ("qwen3_bf16", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
     ("llama_bf16", {"kv_bits": 4, "kv_group_size": 32, "quantized_kv_start": 0}),
@@ -99,6 +102,8 @@ def test_bad_cache_flags(args, needle, fixtures_dir, tmp_path):
 GREEDY_CASES = [
     ("qwen3_bf16", {"max_kv_size": 16}),
     ("llama_swa", {}),
+    ("gemma3_bf16", {}),
+    ("gemma3_fp16_untied", {}),
     ("qwen3_mha_hd64", {"kv_bits": 4, "kv_group_size": 64, "quantized_kv_start": 8}),
     ("qwen3_bf16", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
     ("qwen3_hd128", {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 5}),

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "mlxrt/cli/common.h"
+#include "mlxrt/io/model_config.h"
 #include "mlxrt/io/model_dir.h"
 #include "mlxrt/io/weights.h"
 #include "mlxrt/util/errors.h"
@@ -97,10 +98,17 @@ std::vector<generate::LogitsProcessor> make_cli_processors(const SamplingFlags& 
 }
 
 int model_construction_draws(const std::filesystem::path& model_dir) {
-  auto weights = io::load_weights(io::resolve_model_dir(model_dir));
+  const auto dir = io::resolve_model_dir(model_dir);
+  auto weights = io::load_weights(dir);
+  const auto model_type = io::ModelConfig::load(dir).model_type();
+  // gemma3 builds only its text model, under language_model. (sanitize drops the vision tower).
+  const std::string text_prefix = model_type == "gemma3" ? "language_model." : "";
   int draws = 0;
+  // gemma3_text builds lm_head whatever the checkpoint holds; sanitize drops it from a tied one.
+  if ((model_type == "gemma3_text" || model_type == "gemma3") && !weights.count(text_prefix + "lm_head.weight"))
+    draws += 1;
   for (const auto& [name, tensor] : weights) {
-    if (!ends_with(name, ".weight") || tensor.ndim() < 2) continue;
+    if (!ends_with(name, ".weight") || tensor.ndim() < 2 || name.rfind(text_prefix, 0) != 0) continue;
     const auto prefix = name.substr(0, name.size() - 7);
     draws += 1;
     if (weights.count(prefix + ".scales")) draws += 1;

@@ -14,6 +14,9 @@ const char* const kArchitectureKeys[] = {
     "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps", "rope_theta", "rope_scaling",
     "rope_parameters", "rope_traditional", "tie_word_embeddings", "attention_bias", "mlp_bias",
     "max_position_embeddings", "layer_types", "sliding_window", "quantization",
+    // Gemma 3: the layer pattern, the sliding layers' RoPE base, the attention scale, and the
+    // multimodal config's nested text model.
+    "sliding_window_pattern", "rope_local_base_freq", "query_pre_attn_scalar", "text_config",
 };
 
 json normalise(const json& v) {

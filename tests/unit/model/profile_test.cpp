@@ -123,7 +123,8 @@ TEST(Profile, FamilyThenGenericThenRefusal) {
   } catch (const UnsupportedError& e) {
     std::string msg = e.what();
     EXPECT_NE(msg.find("unsupported model_type \"llava\" (mlx-lm remaps it to \"mistral3\")"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("supported: llama, qwen3; generic: iquestcoder, mistral, xverse"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("supported: gemma3, gemma3_text, llama, "), std::string::npos) << msg;
+    EXPECT_NE(msg.find(", qwen3; generic: iquestcoder, mistral, xverse"), std::string::npos) << msg;
   }
 }
 
@@ -212,5 +213,28 @@ TEST(Profile, JsonRoundTripAndFileErrors) {
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("profiles[0].execution.graph: unknown value \"gpt9\""), std::string::npos);
+  }
+}
+
+TEST(Profile, Gemma3TextAndMultimodalGemma3RunTheGemma3TextGraph) {
+  for (const char* type : {"gemma3_text", "gemma3"}) {
+    json config = qwen3_config();
+    config["model_type"] = type;
+    TempModel m(temp_root(std::string("g3") + type) / "a" / "b" / "m", config);
+    auto r = resolve_profile(m.load());
+    EXPECT_EQ(r.profile.id, "gemma3_text-dedicated") << type;
+    EXPECT_EQ(r.profile.execution.graph, Graph::gemma3_text) << type;
+    EXPECT_EQ(r.profile.execution.specialization, Specialization::dedicated) << type;
+  }
+}
+
+TEST(Fingerprint, CoversGemma3Keys) {
+  json base = {{"model_type", "gemma3_text"}, {"sliding_window_pattern", 6}, {"rope_local_base_freq", 10000.0},
+               {"query_pre_attn_scalar", 256}, {"text_config", {{"head_dim", 256}}}};
+  const auto fp = config_fingerprint(base);
+  for (const char* key : {"sliding_window_pattern", "rope_local_base_freq", "query_pre_attn_scalar", "text_config"}) {
+    json changed = base;
+    changed[key] = key == std::string("text_config") ? json{{"head_dim", 128}} : json(3);
+    EXPECT_NE(config_fingerprint(changed), fp) << key;
   }
 }

@@ -15,5 +15,9 @@ std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& wei
 namespace llama {
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace gemma3_text {
+/** gemma3_text, and gemma3 (a multimodal checkpoint's text model, as mlx-lm's gemma3.py runs it). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 }  // namespace mlxrt::model

@@ -1,5 +1,7 @@
 #include "mlxrt/model/nn/activations.h"
 
+#include <cmath>
+
 #include <mlx/compile.h>
 #include <mlx/ops.h>
 
@@ -16,6 +18,20 @@ mx::array swiglu(const mx::array& gate, const mx::array& x) {
       },
       /*shapeless=*/true);
   return compiled({gate, x})[0];
+}
+
+mx::array gelu_approx(const mx::array& x) {
+  // 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3))); each Python scalar takes x's dtype.
+  static const auto compiled = mx::compile(
+      [](const std::vector<mx::array>& in) -> std::vector<mx::array> {
+        const auto& x = in[0];
+        auto c = [&](double v) { return mx::array(static_cast<float>(v), x.dtype()); };
+        auto inner = mx::add(x, mx::multiply(c(0.044715), mx::power(x, c(3))));
+        auto t = mx::tanh(mx::multiply(c(std::sqrt(2 / M_PI)), inner));
+        return {mx::multiply(mx::multiply(c(0.5), x), mx::add(c(1), t))};
+      },
+      /*shapeless=*/true);
+  return compiled({x})[0];
 }
 
 }  // namespace mlxrt::model::nn

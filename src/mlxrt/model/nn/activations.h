@@ -1,10 +1,14 @@
 #pragma once
-/** Activations mlx-lm wraps in mx.compile (mlx_lm/models/activations.py). */
+/** Activations mlx-lm and mlx.nn wrap in mx.compile (mlx_lm/models/activations.py,
+ * mlx/nn/layers/activations.py). */
 #include <mlx/array.h>
 
 namespace mlxrt::model::nn {
 
 /** silu(gate) * x, compiled shapeless as mlx-lm does: the fused kernel rounds like the reference. */
 mlx::core::array swiglu(const mlx::core::array& gate, const mlx::core::array& x);
+
+/** mlx.nn.gelu_approx (the tanh approximation), compiled shapeless as mlx does. */
+mlx::core::array gelu_approx(const mlx::core::array& x);
 
 }  // namespace mlxrt::model::nn
