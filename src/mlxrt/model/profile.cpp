@@ -28,6 +28,7 @@ const Names<Capability> kCapabilities[] = {
     {Capability::autoregressive, "autoregressive"},
     {Capability::qwen3_graph, "qwen3-graph"},
     {Capability::llama_graph, "llama-graph"},
+    {Capability::qwen2_graph, "qwen2-graph"},
     {Capability::gemma3_text_graph, "gemma3_text-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
@@ -35,7 +36,7 @@ const Names<Oracle> kOracles[] = {
     {Oracle::mlx_lm, "mlx-lm"}, {Oracle::mlx_whisper, "mlx-whisper"}, {Oracle::mlx_optiq, "mlx-optiq"}};
 const Names<Claim> kClaims[] = {{Claim::bit_exact, "bit-exact"}, {Claim::measured, "measured"}};
 const Names<Loader> kLoaders[] = {{Loader::safetensors, "safetensors"}};
-const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"},
+const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}, {Graph::qwen2, "qwen2"},
                                 {Graph::gemma3_text, "gemma3_text"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
@@ -111,7 +112,7 @@ std::string to_string(Graph g) { return name_of(kGraphs, g); }
 const std::vector<Capability>& engine_capabilities() {
   static const std::vector<Capability> caps = {Capability::safetensors, Capability::autoregressive,
                                                Capability::qwen3_graph, Capability::llama_graph,
-                                               Capability::gemma3_text_graph};
+                                               Capability::qwen2_graph, Capability::gemma3_text_graph};
   return caps;
 }
 

@@ -10,6 +10,7 @@ namespace mlxrt::model {
 const std::vector<GraphEntry>& graph_registry() {
   static const std::vector<GraphEntry> registry = {
       {Graph::qwen3, "qwen3", Capability::qwen3_graph, {"qwen3"}, {}, qwen3::build},
+      {Graph::qwen2, "qwen2", Capability::qwen2_graph, {"qwen2"}, {}, qwen2::build},
       // mlx-lm maps these model_types onto llama.py.
       {Graph::llama, "llama", Capability::llama_graph, {"llama"}, {"iquestcoder", "mistral", "xverse"},
        llama::build},

@@ -1,0 +1,173 @@
+// The qwen2 graph: its profile, the config keys its fingerprint covers, and qwen2.py's loading
+// rules (biases on q/k/v only, sanitize, head_dim from hidden_size). Logits parity with mlx-lm is
+// checked by tests/parity on the qwen2_* fixtures.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <mlx/io.h>
+#include <mlx/ops.h>
+#include <mlx/random.h>
+#include <mlx/transforms.h>
+
+#include "mlxrt/model/fingerprint.h"
+#include "mlxrt/model/loader.h"
+#include "mlxrt/model/profile.h"
+#include "mlxrt/util/errors.h"
+
+namespace fs = std::filesystem;
+namespace mx = mlx::core;
+using namespace mlxrt;
+using namespace mlxrt::model;
+using nlohmann::json;
+
+namespace {
+
+// hidden 16 over 2 heads: head_dim 8 (the config's head_dim is not read by qwen2.py).
+json tiny_config() {
+  return {{"model_type", "qwen2"}, {"hidden_size", 16}, {"num_hidden_layers", 1}, {"intermediate_size", 32},
+          {"num_attention_heads", 2}, {"num_key_value_heads", 1}, {"head_dim", 64}, {"vocab_size", 24},
+          {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0}, {"tie_word_embeddings", true}};
+}
+
+std::map<std::string, mx::Shape> tiny_weights() {
+  return {{"model.embed_tokens.weight", {24, 16}},
+          {"model.norm.weight", {16}},
+          {"model.layers.0.input_layernorm.weight", {16}},
+          {"model.layers.0.post_attention_layernorm.weight", {16}},
+          {"model.layers.0.self_attn.q_proj.weight", {16, 16}},
+          {"model.layers.0.self_attn.q_proj.bias", {16}},
+          {"model.layers.0.self_attn.k_proj.weight", {8, 16}},
+          {"model.layers.0.self_attn.k_proj.bias", {8}},
+          {"model.layers.0.self_attn.v_proj.weight", {8, 16}},
+          {"model.layers.0.self_attn.v_proj.bias", {8}},
+          {"model.layers.0.self_attn.o_proj.weight", {16, 16}},
+          {"model.layers.0.mlp.gate_proj.weight", {32, 16}},
+          {"model.layers.0.mlp.up_proj.weight", {32, 16}},
+          {"model.layers.0.mlp.down_proj.weight", {16, 32}}};
+}
+
+using Arrays = std::unordered_map<std::string, mx::array>;
+
+Arrays random_weights(const std::map<std::string, mx::Shape>& shapes) {
+  auto key = mx::random::key(7);
+  Arrays arrays;
+  for (const auto& [k, shape] : shapes) {
+    auto parts = mx::random::split(key);
+    key = parts.first;
+    arrays.insert({k, mx::multiply(mx::random::normal(shape, mx::float32, parts.second), mx::array(0.2f))});
+  }
+  return arrays;
+}
+
+class TinyQwen2 {
+ public:
+  TinyQwen2(const std::string& name, const json& config, const Arrays& arrays)
+      : dir_(fs::temp_directory_path() / ("mlxrt_qwen2_test_" + name + "_" + std::to_string(::getpid()))) {
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "config.json") << config.dump();
+    mx::save_safetensors((dir_ / "model.safetensors").string(), arrays, {{"format", "mlx"}});
+  }
+  TinyQwen2(const std::string& name, const json& config, const std::map<std::string, mx::Shape>& shapes)
+      : TinyQwen2(name, config, random_weights(shapes)) {}
+  ~TinyQwen2() { fs::remove_all(dir_); }
+  const fs::path& dir() const { return dir_; }
+
+ private:
+  fs::path dir_;
+};
+
+mx::array logits_of(const fs::path& dir) {
+  auto loaded = load_model(dir);
+  auto out = (*loaded.model)(mx::array({1, 5, 9, 3}, {1, 4}, mx::int32), nullptr);
+  mx::eval(out);
+  return out;
+}
+
+std::string load_error(const fs::path& dir) {
+  try {
+    load_model(dir);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Qwen2, ResolvesToTheQwen2Graph) {
+  TinyQwen2 m("profile", tiny_config(), tiny_weights());
+  auto r = resolve_profile(io::ModelConfig::load(m.dir()));
+  EXPECT_EQ(r.profile.id, "qwen2-dedicated");
+  EXPECT_EQ(r.profile.execution.graph, Graph::qwen2);
+  EXPECT_EQ(r.profile.execution.specialization, Specialization::dedicated);
+  EXPECT_EQ(to_json(r)["profile"]["required_capabilities"],
+            json({"safetensors", "autoregressive", "qwen2-graph"}));
+  EXPECT_EQ(to_json(r)["profile"]["execution"]["graph"], "qwen2");
+  // A profile file may name the graph.
+  auto p = profile_from_json(to_json(r.profile), "p");
+  EXPECT_EQ(p.execution.graph, Graph::qwen2);
+}
+
+TEST(Qwen2, FingerprintCoversEveryModelArgsKey) {
+  json base = tiny_config();
+  base["max_position_embeddings"] = 32768;
+  base["rope_traditional"] = false;
+  base["rope_scaling"] = nullptr;
+  const auto fp = config_fingerprint(base);
+  for (const auto& [key, value] : base.items()) {
+    json changed = base;
+    changed[key] = value.is_boolean() ? json(!value.get<bool>()) : value.is_string() ? json("other") : json(3);
+    EXPECT_NE(config_fingerprint(changed), fp) << key;
+  }
+}
+
+TEST(Qwen2, LoadsAndRuns) {
+  TinyQwen2 m("runs", tiny_config(), tiny_weights());
+  auto logits = logits_of(m.dir());
+  EXPECT_EQ(logits.shape(), (mx::Shape{1, 4, 24}));
+  EXPECT_TRUE(mx::all(mx::isfinite(logits)).item<bool>());
+}
+
+TEST(Qwen2, SanitizeDropsTiedHeadAndRotaryFrequencies) {
+  auto weights = random_weights(tiny_weights());
+  TinyQwen2 plain("plain", tiny_config(), weights);
+  auto extra = random_weights({{"lm_head.weight", {24, 16}}, {"model.layers.0.self_attn.rotary_emb.inv_freq", {4}}});
+  weights.insert(extra.begin(), extra.end());
+  TinyQwen2 sanitized("sanitized", tiny_config(), weights);
+  EXPECT_TRUE(mx::array_equal(logits_of(plain.dir()), logits_of(sanitized.dir())).item<bool>());
+
+  // An untied config builds lm_head, and then needs it.
+  json untied = tiny_config();
+  untied["tie_word_embeddings"] = false;
+  TinyQwen2 no_head("nohead", untied, tiny_weights());
+  EXPECT_NE(load_error(no_head.dir()).find("lm_head.weight"), std::string::npos);
+}
+
+TEST(Qwen2, BiasesOnQkvOnly) {
+  auto missing = tiny_weights();
+  missing.erase("model.layers.0.self_attn.k_proj.bias");
+  TinyQwen2 m1("missingbias", tiny_config(), missing);
+  EXPECT_NE(load_error(m1.dir()).find("model.layers.0.self_attn.k_proj.bias"), std::string::npos);
+
+  auto o_bias = tiny_weights();
+  o_bias["model.layers.0.self_attn.o_proj.bias"] = {16};
+  TinyQwen2 m2("obias", tiny_config(), o_bias);
+  EXPECT_NE(load_error(m2.dir()).find("model.layers.0.self_attn.o_proj.bias"), std::string::npos);
+}
+
+TEST(Qwen2, DefaultsAreQwen2Py) {
+  // No tie_word_embeddings: tied (no lm_head needed); no rope_theta / max_position_embeddings.
+  json c = tiny_config();
+  c.erase("tie_word_embeddings");
+  c.erase("rope_theta");
+  TinyQwen2 m("defaults", c, tiny_weights());
+  EXPECT_EQ(logits_of(m.dir()).shape(), (mx::Shape{1, 4, 24}));
+
+  json zero_heads = tiny_config();
+  zero_heads["num_attention_heads"] = 0;
+  TinyQwen2 z("zeroheads", zero_heads, tiny_weights());
+  EXPECT_NE(load_error(z.dir()).find("num_attention_heads"), std::string::npos);
+}
