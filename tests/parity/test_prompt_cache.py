@@ -21,6 +21,7 @@ SCENARIOS = {
     # head_dim 128: MLX's CUDA backend quantizes the KV cache only from there up
     "quantized": ("qwen3_hd128", True, {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 4}),
     "swa_plain": ("llama_swa", False, {}),
+    "gemma3": ("gemma3_bf16", False, {}),  # KVCache and RotatingKVCache layers, its own make_cache
 }
 
 
@@ -43,7 +44,7 @@ def models(fixtures_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     return {name: kv_oracle.model_with_tokenizer(fixtures_dir / name, root / f"{name}_{chat}", chat)
             for name, chat in {("qwen3_bf16", True), ("llama_swa", False), ("qwen3_mha_hd64", True),
-                               ("qwen3_hd128", True)}}
+                               ("qwen3_hd128", True), ("gemma3_bf16", False)}}
 
 
 def assert_same_file_contents(ours, theirs):
