@@ -2,7 +2,8 @@
 gguf package: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K blocks (with per-module packings), Q6_K
 (stored as float32), F16/BF16/F32 tensors kept, an untied (quantized) output head; llama (Q/K permuted by llama.cpp), qwen2 (attention biases), qwen3 (Q/K
 norms). Each converts losslessly, and mlx-lm loads it and computes the same logits as a dense
-model built from the reference dequantisation."""
+model built from the reference dequantisation; mlxrt runs the converted directory with logits
+byte-equal to mlx-lm's."""
 
 import json
 
@@ -157,3 +158,29 @@ def test_tiny_model_converts_losslessly_and_runs_in_mlx_lm(arch, tmp_path):
     diff = float(mx.abs(logits.astype(mx.float32) - want.astype(mx.float32)).max())
     print(f"{arch}: {checked} tensors exact; max |logit diff| quantized vs dense = {diff:.2e}")
     assert diff < 1e-3, diff
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_converted_model_logits_in_mlxrt_equal_mlx_lm(arch, tmp_path):
+    """The converted checkpoint (mixed packings and float kinds) runs in mlxrt with logits
+    byte-equal to mlx-lm's on the same directory."""
+    import subprocess
+
+    from mlx_lm.utils import load_model
+
+    from gguf_support import mlxrt_bin
+
+    gguf_path = tmp_path / f"tiny-{arch}.gguf"
+    write_gguf(gguf_path, arch, np.random.default_rng(11))
+    out = convert(gguf_path, tmp_path / "model")
+    tokens = [1, 40, 41, 42, 258, 2, 200, 77]
+    model, _ = load_model(out)
+    want = model(mx.array([tokens]))[0]
+    logits_file = tmp_path / "logits.safetensors"
+    r = subprocess.run([mlxrt_bin(), "logits", "--model", str(out), "--tokens", ",".join(map(str, tokens)),
+                        "--out", str(logits_file)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = mx.load(str(logits_file))["logits"]
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.shape)
+    width = {2: mx.uint16, 4: mx.uint32}[want.dtype.size]
+    assert np.array_equal(np.array(got.view(width)), np.array(want.view(width))), f"{arch}: logits differ"
