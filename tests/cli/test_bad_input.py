@@ -137,3 +137,27 @@ def test_bad_flags(args, expected, base, tmp_path):
     proc = subprocess.run([BIN, "logits", "--model", str(base / "qwen3_bf16"), "--out", str(tmp_path / "o.safetensors"),
                            *args], capture_output=True, text=True)
     assert proc.returncode != 0 and expected in proc.stderr, proc.stderr
+
+
+GEMMA3_CASES = {
+    "layer pattern longer than the model": (lambda c: c.update(sliding_window_pattern=6),
+                                            ["config.json", "'num_hidden_layers' (4)", "'sliding_window_pattern' (6)"]),
+    "zero layer pattern": (lambda c: c.update(sliding_window_pattern=0),
+                           ["config.json", "'sliding_window_pattern' must be at least 1"]),
+    "gemma3 without text_config": (lambda c: c.update(model_type="gemma3"), ["config.json", "'text_config'"]),
+}
+
+
+@pytest.mark.parametrize("case", list(GEMMA3_CASES))
+def test_bad_gemma3_config(case, tmp_path):
+    """Configs on which mlx-lm's gemma3_text fails inside the graph (a modulo by zero, a cache index
+    out of range) are refused up front, naming the fields."""
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
+                    "--only", "gemma3_bf16"], check=True)
+    d = copy_model(FIXTURES / "gemma3_bf16", tmp_path / "m")
+    edit, expected = GEMMA3_CASES[case]
+    edit_config(d, edit)
+    proc = logits(d)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: "), proc.stderr
+    for text in expected:
+        assert text in proc.stderr, f"{case}: {text!r} not in {proc.stderr!r}"

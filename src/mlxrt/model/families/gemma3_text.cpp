@@ -59,7 +59,8 @@ struct ModelArgs {
     if (a.num_hidden_layers < a.sliding_window_pattern)
       throw ConfigError(f.source() + ": 'num_hidden_layers' (" + std::to_string(a.num_hidden_layers) +
                         ") must be at least 'sliding_window_pattern' (" +
-                        std::to_string(a.sliding_window_pattern) + "): layer pattern - 1 is a global layer");
+                        std::to_string(a.sliding_window_pattern) +
+                        "): the first global layer, sliding_window_pattern - 1, makes the global mask");
     if (a.sliding_window_pattern > 1 && a.sliding_window < 1)
       throw ConfigError(f.source() + ": 'sliding_window' must be a positive integer, got " +
                         std::to_string(a.sliding_window));
