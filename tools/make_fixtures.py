@@ -93,6 +93,8 @@ FIXTURES = {
     "qwen2_defaults_linear": fx({**{k: v for k, v in QWEN2.items() if k not in (
         "rope_theta", "max_position_embeddings", "tie_word_embeddings")},
         "head_dim": 64, "rope_scaling": {"type": "linear", "factor": 2.0}}, seed=53),
+    # a multimodal Qwen2's RoPE config: text positions rotate as the default RoPE
+    "qwen2_mrope": fx({**QWEN2, "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]}}, seed=54),
     "llama_bf16": fx(LLAMA, seed=20),
     "llama_tied_fp16": fx({**LLAMA, "tie_word_embeddings": True}, dtype="float16", seed=21),
     "llama_gqa4_hd48": fx({**LLAMA, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 48}, seed=22),

@@ -171,3 +171,15 @@ TEST(Qwen2, DefaultsAreQwen2Py) {
   TinyQwen2 z("zeroheads", zero_heads, tiny_weights());
   EXPECT_NE(load_error(z.dir()).find("num_attention_heads"), std::string::npos);
 }
+
+TEST(Qwen2, MropeNeedsThreeSections) {
+  // initialize_rope asserts three mrope sections; with them, text positions use a plain RoPE
+  // (the qwen2_mrope fixture checks the logits against mlx-lm).
+  json c = tiny_config();
+  c["rope_scaling"] = {{"type", "mrope"}, {"mrope_section", {1, 1}}};
+  TinyQwen2 bad("mrope2", c, tiny_weights());
+  EXPECT_NE(load_error(bad.dir()).find("rope_scaling.mrope_section must list 3 sections"), std::string::npos);
+  c["rope_scaling"] = {{"type", "mrope"}, {"mrope_section", {1, 1, 2}}};
+  TinyQwen2 good("mrope3", c, tiny_weights());
+  EXPECT_EQ(logits_of(good.dir()).shape(), (mx::Shape{1, 4, 24}));
+}

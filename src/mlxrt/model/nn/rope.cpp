@@ -123,6 +123,14 @@ Rope Rope::initialize(int dims, double base, bool traditional, const json& scali
   if (t == "default" || t == "linear") {
     r.base_ = static_cast<float>(base);
     r.scale_ = t == "linear" ? static_cast<float>(1.0 / number(scaling, "factor", source)) : 1.0f;
+  } else if (t == "mrope") {
+    // Text-only use of a multimodal RoPE: plain nn.RoPE (scale 1) once the three sections are checked.
+    const json& sections = scaling.contains("mrope_section") ? scaling["mrope_section"] : json::array();
+    const size_t n = sections.is_array() ? sections.size() : 0;
+    if (n != 3)
+      throw ConfigError(source + ": rope_scaling.mrope_section must list 3 sections (MRoPE currently only supports " +
+                        "3 sections, got " + std::to_string(n) + ")");
+    r.base_ = static_cast<float>(base);
   } else if (t == "dynamic") {
     if (!max_positions) throw ConfigError(source + ": dynamic rope needs max_position_embeddings");
     r.dynamic_base_ = base;
@@ -155,7 +163,7 @@ Rope Rope::initialize(int dims, double base, bool traditional, const json& scali
     r.traditional_ = false;
   } else {
     throw UnsupportedError(source + ": unsupported RoPE type '" + t +
-                           "' (supported: default, linear, dynamic, llama3, yarn, longrope)");
+                           "' (supported: default, linear, dynamic, llama3, yarn, longrope, mrope)");
   }
   return r;
 }

@@ -1,7 +1,8 @@
 #pragma once
 /** Rotary position embeddings as mlx-lm's initialize_rope builds them (rope_utils.py): default,
- * linear, dynamic, llama3, yarn, longrope. Frequencies are computed with MLX ops in float32,
- * exactly as the reference computes them, so the rotated values match bit for bit. */
+ * linear, dynamic, llama3, yarn, longrope, mrope (for text positions a plain RoPE). Frequencies are
+ * computed with MLX ops in float32, exactly as the reference computes them, so the rotated values
+ * match bit for bit. */
 #include <optional>
 #include <string>
 
