@@ -24,6 +24,8 @@ CASES = [
     ("llama_bf16", {"kv_bits": 4, "kv_group_size": 32, "quantized_kv_start": 0}),
     ("qwen3_hd128", {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 4}),
     ("qwen3_hd128", {"kv_bits": 4, "kv_group_size": 32, "quantized_kv_start": 0}),
+    ("qwen2_bf16", {"max_kv_size": 16}),  # qwen2.py has no make_cache: max_kv_size rotates every layer
+    ("qwen2_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
 ]
 CHUNKS = [1, 3, 7, 40]
 
@@ -107,6 +109,7 @@ GREEDY_CASES = [
     ("qwen3_mha_hd64", {"kv_bits": 4, "kv_group_size": 64, "quantized_kv_start": 8}),
     ("qwen3_bf16", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
     ("qwen3_hd128", {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 5}),
+    ("qwen2_bf16", {"max_kv_size": 16}),
 ]
 
 
