@@ -63,3 +63,22 @@ def test_seed_position_after_model_construction(fixture):
     proc = run_mlxrt("generate", "--model", model, "--prompt-tokens", ",".join(map(str, PROMPT)), "-m", 24,
                      "--seed", 3, "--temp", 1.0)
     assert [int(t) for t in proc.stdout.split("==========\n")[1].split()] == want
+
+
+@pytest.mark.parametrize("fixture", ["qwen2_bf16", "qwen3_bf16", "llama_tied_fp16"])
+def test_seed_position_with_a_saved_tied_head(fixture, tmp_path):
+    """A tied checkpoint that still holds lm_head.weight: mlx-lm builds no head (sanitize drops the
+    tensor), so the head draws nothing before sampling."""
+    import shutil
+
+    from conftest import make_fixture
+    model = tmp_path / fixture
+    shutil.copytree(make_fixture(fixture), model)
+    weights = mx.load(str(model / "model.safetensors"))
+    weights["lm_head.weight"] = weights["model.embed_tokens.weight"] * 2
+    mx.save_safetensors(str(model / "model.safetensors"), weights, metadata={"format": "mlx"})
+    (model / "model.safetensors.index.json").unlink(missing_ok=True)
+    want, _ = sample_tokens(model, PROMPT, 24, 3, {"temp": 1.0, "top_p": 1.0}, {}, {EOS})
+    proc = run_mlxrt("generate", "--model", model, "--prompt-tokens", ",".join(map(str, PROMPT)), "-m", 24,
+                     "--seed", 3, "--temp", 1.0)
+    assert [int(t) for t in proc.stdout.split("==========\n")[1].split()] == want

@@ -100,15 +100,23 @@ std::vector<generate::LogitsProcessor> make_cli_processors(const SamplingFlags& 
 int model_construction_draws(const std::filesystem::path& model_dir) {
   const auto dir = io::resolve_model_dir(model_dir);
   auto weights = io::load_weights(dir);
-  const auto model_type = io::ModelConfig::load(dir).model_type();
+  const auto config = io::ModelConfig::load(dir);
+  const auto& model_type = config.model_type();
   // gemma3 builds only its text model, under language_model. (sanitize drops the vision tower).
   const std::string text_prefix = model_type == "gemma3" ? "language_model." : "";
   int draws = 0;
   // gemma3_text builds lm_head whatever the checkpoint holds; sanitize drops it from a tied one.
   if ((model_type == "gemma3_text" || model_type == "gemma3") && !weights.count(text_prefix + "lm_head.weight"))
     draws += 1;
+  // Elsewhere a tied head is never built (tie_word_embeddings defaults to true in qwen2.py and
+  // llama.py), and sanitize drops a lm_head.weight the checkpoint still holds.
+  const auto& raw = config.raw();
+  const bool tied = !raw.contains("tie_word_embeddings") || raw["tie_word_embeddings"] == true;
+  const bool dropped_head =
+      model_type != "gemma3_text" && model_type != "gemma3" && tied && weights.count("lm_head.weight");
   for (const auto& [name, tensor] : weights) {
     if (!ends_with(name, ".weight") || tensor.ndim() < 2 || name.rfind(text_prefix, 0) != 0) continue;
+    if (dropped_head && name == "lm_head.weight") continue;
     const auto prefix = name.substr(0, name.size() - 7);
     draws += 1;
     if (weights.count(prefix + ".scales")) draws += 1;
