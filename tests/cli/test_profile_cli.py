@@ -92,3 +92,24 @@ def test_bad_profile_file(fixture, tmp_path, content, expected):
     f.write_text(content)
     proc = mlxrt("profile", "--model", fixture, "--profile-file", f)
     assert proc.returncode != 0 and expected in proc.stderr, proc.stderr
+
+
+def test_qwen2_resolves_to_its_graph_and_refuses_another(tmp_path):
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
+                    "--only", "qwen2_bf16"], check=True)
+    _, snap = as_snapshot(FIXTURES / "qwen2_bf16", tmp_path)
+    out = json.loads(mlxrt("profile", "--model", snap).stdout)
+    assert out["profile"]["id"] == "qwen2-dedicated"
+    assert out["profile"]["execution"]["graph"] == "qwen2"
+    assert out["profile"]["required_capabilities"] == ["safetensors", "autoregressive", "qwen2-graph"]
+    # An exact profile naming the qwen3 graph for this qwen2 artifact is refused, not run.
+    wrong = profile_file(tmp_path / "wrong.json", out["artifact"]["config_fingerprint"])
+    proc = mlxrt("profile", "--model", snap, "--profile-file", wrong)
+    assert proc.returncode != 0
+    assert "selects qwen3, which is incompatible with qwen2; refusing to fall back" in proc.stderr
+    right = json.loads(wrong.read_text())
+    right["profiles"][0]["execution"]["graph"] = "qwen2"
+    right["profiles"][0]["required_capabilities"][-1] = "qwen2-graph"
+    (tmp_path / "right.json").write_text(json.dumps(right))
+    out = json.loads(mlxrt("profile", "--model", snap, "--profile-file", tmp_path / "right.json").stdout)
+    assert out["exact_artifact"] is True and out["profile"]["execution"]["graph"] == "qwen2"
