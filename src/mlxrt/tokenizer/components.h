@@ -78,7 +78,10 @@ class Decoder {
 /** Factories: `where` names the file and JSON path for error messages. A null spec gives nullptr. */
 std::unique_ptr<Normalizer> make_normalizer(const json& spec, const std::string& where);
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& spec, const std::string& where);
-std::unique_ptr<Model> make_model(const json& spec, const std::string& where);
+struct ModelTables;
+/** `tables`, when given, holds model.vocab / model.merges read while parsing (tokenizer_json_reader.h);
+ * a table it holds is used instead of the (then empty) field of `spec`. */
+std::unique_ptr<Model> make_model(const json& spec, const std::string& where, ModelTables* tables = nullptr);
 /** Post-processors resolve special-token names through the vocabulary. */
 std::unique_ptr<PostProcessor> make_post_processor(const json& spec, const std::string& where);
 std::unique_ptr<Decoder> make_decoder(const json& spec, const std::string& where);

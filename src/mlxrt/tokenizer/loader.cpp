@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "mlxrt/tokenizer/tokenizer_impl.h"
+#include "mlxrt/tokenizer/tokenizer_json_reader.h"
 #include "mlxrt/tokenizer/utf8.h"
 #include "mlxrt/util/errors.h"
 #include "mlxrt/util/json_file.h"
@@ -71,7 +72,8 @@ std::string spm_stream_bytes(const std::string& token) {
 
 }  // namespace
 
-std::shared_ptr<Tokenizer::Impl> parse_tokenizer_json(const json& doc, const std::string& source) {
+std::shared_ptr<Tokenizer::Impl> parse_tokenizer_json(const json& doc, const std::string& source,
+                                                      detail::ModelTables* tables) {
   if (!doc.is_object()) throw ConfigError(source + ": must be a JSON object, got " + json_type_name(doc));
   auto impl = std::make_shared<Tokenizer::Impl>();
   auto section = [&](const char* key) -> const json& {
@@ -80,7 +82,7 @@ std::shared_ptr<Tokenizer::Impl> parse_tokenizer_json(const json& doc, const std
   };
   impl->normalizer = detail::make_normalizer(section("normalizer"), source + ": normalizer");
   impl->pre_tokenizer = detail::make_pre_tokenizer(section("pre_tokenizer"), source + ": pre_tokenizer");
-  impl->model = detail::make_model(field(doc, "model", source), source + ": model");
+  impl->model = detail::make_model(field(doc, "model", source), source + ": model", tables);
   impl->post_processor = detail::make_post_processor(section("post_processor"), source + ": post_processor");
   impl->decoder = detail::make_decoder(section("decoder"), source + ": decoder");
   impl->added = detail::AddedVocabulary(parse_added_tokens(section("added_tokens"), source + ": added_tokens"),
@@ -124,13 +126,14 @@ void finish_impl(Tokenizer::Impl& impl, const json* decoder_spec) {
 }
 
 Tokenizer Tokenizer::from_json_text(std::string_view text, const std::string& source) {
-  json doc;
+  detail::TokenizerJson parsed;
   try {
-    doc = json::parse(text);
+    parsed = detail::read_tokenizer_json(text, source);
   } catch (const json::parse_error& e) {
     throw ConfigError(source + ": malformed JSON: " + e.what());
   }
-  auto impl = parse_tokenizer_json(doc, source);
+  const json& doc = parsed.doc;
+  auto impl = parse_tokenizer_json(doc, source, &parsed.tables);
   finish_impl(*impl, doc.contains("decoder") ? &doc["decoder"] : nullptr);
   return Tokenizer(std::move(impl));
 }

@@ -1,6 +1,7 @@
 // Tokenizer::from_dir: which tokenizer files a model directory holds, and the configuration
 // (tokenizer_config.json, special_tokens_map.json, chat templates, generation_config.json).
 #include "mlxrt/tokenizer/tokenizer_impl.h"
+#include "mlxrt/tokenizer/tokenizer_json_reader.h"
 #include "mlxrt/util/errors.h"
 #include "mlxrt/util/json_file.h"
 
@@ -145,8 +146,15 @@ Tokenizer Tokenizer::from_dir(const fs::path& dir) {
   std::shared_ptr<Impl> impl;
   json doc;
   if (fs::exists(dir / "tokenizer.json")) {
-    doc = read_json_file(dir / "tokenizer.json");
-    impl = parse_tokenizer_json(doc, (dir / "tokenizer.json").string());
+    auto path = dir / "tokenizer.json";
+    detail::TokenizerJson parsed;
+    try {
+      parsed = detail::read_tokenizer_json(read_text_file(path), path.string());
+    } catch (const json::parse_error& e) {
+      throw ConfigError(path.string() + ": invalid JSON (" + e.what() + ")");
+    }
+    doc = std::move(parsed.doc);
+    impl = parse_tokenizer_json(doc, path.string(), &parsed.tables);
   } else if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) {
     doc = gpt2_style_document(dir, config);
     impl = parse_tokenizer_json(doc, (dir / "vocab.json").string());

@@ -1,5 +1,6 @@
 // The `model` section of tokenizer.json: BPE, WordPiece and WordLevel.
 #include "mlxrt/tokenizer/bpe.h"
+#include "mlxrt/tokenizer/tokenizer_json_reader.h"
 #include "mlxrt/tokenizer/utf8.h"
 #include "mlxrt/util/errors.h"
 #include "mlxrt/util/json_file.h"
@@ -7,7 +8,8 @@
 namespace mlxrt::tokenizer::detail {
 namespace {
 
-Vocab parse_vocab(const json& spec, const std::string& where) {
+Vocab parse_vocab(const json& spec, const std::string& where, ModelTables* tables) {
+  if (tables && tables->vocab) return std::move(*tables->vocab);
   const json& v = field(spec, "vocab", where);
   if (!v.is_object()) throw ConfigError(where + ".vocab: must be an object {token: id}, got " + json_type_name(v));
   Vocab vocab;
@@ -25,8 +27,9 @@ std::optional<std::string> optional_string(const json& spec, const char* key, co
   return string_field(spec, key, where);
 }
 
-std::vector<std::pair<std::string, std::string>> parse_merges(const json& spec, const std::string& where) {
-  std::vector<std::pair<std::string, std::string>> merges;
+Merges parse_merges(const json& spec, const std::string& where, ModelTables* tables) {
+  if (tables && tables->merges) return std::move(*tables->merges);
+  Merges merges;
   if (!spec.contains("merges") || spec["merges"].is_null()) return merges;
   const json& m = spec["merges"];
   if (!m.is_array()) throw ConfigError(where + ".merges: must be a list");
@@ -51,8 +54,8 @@ std::vector<std::pair<std::string, std::string>> parse_merges(const json& spec, 
 
 class WordPiece : public Model {
  public:
-  WordPiece(const json& spec, const std::string& where)
-      : vocab_(parse_vocab(spec, where)),
+  WordPiece(const json& spec, const std::string& where, ModelTables* tables)
+      : vocab_(parse_vocab(spec, where, tables)),
         prefix_(optional_string(spec, "continuing_subword_prefix", where).value_or("##")),
         max_chars_(spec.contains("max_input_chars_per_word") && spec["max_input_chars_per_word"].is_number_unsigned()
                        ? spec["max_input_chars_per_word"].get<size_t>()
@@ -106,7 +109,8 @@ class WordPiece : public Model {
 
 class WordLevel : public Model {
  public:
-  WordLevel(const json& spec, const std::string& where) : vocab_(parse_vocab(spec, where)) {
+  WordLevel(const json& spec, const std::string& where, ModelTables* tables)
+      : vocab_(parse_vocab(spec, where, tables)) {
     if (auto unk = optional_string(spec, "unk_token", where)) unk_id_ = vocab_.find(*unk);
   }
   void tokenize(std::string_view word, std::vector<int32_t>& out) const override {
@@ -125,7 +129,7 @@ class WordLevel : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_model(const json& spec, const std::string& where) {
+std::unique_ptr<Model> make_model(const json& spec, const std::string& where, ModelTables* tables) {
   if (!spec.is_object()) throw ConfigError(where + ": must be an object, got " + json_type_name(spec));
   // Old files omit "type" for BPE; HF infers it from the fields.
   std::string type = spec.contains("type") ? string_field(spec, "type", where)
@@ -140,10 +144,11 @@ std::unique_ptr<Model> make_model(const json& spec, const std::string& where) {
     o.fuse_unk = bool_field(spec, "fuse_unk", false, where);
     o.byte_fallback = bool_field(spec, "byte_fallback", false, where);
     o.ignore_merges = bool_field(spec, "ignore_merges", false, where);
-    return std::make_unique<Bpe>(parse_vocab(spec, where), parse_merges(spec, where), std::move(o), where);
+    return std::make_unique<Bpe>(parse_vocab(spec, where, tables), parse_merges(spec, where, tables), std::move(o),
+                                 where);
   }
-  if (type == "WordPiece") return std::make_unique<WordPiece>(spec, where);
-  if (type == "WordLevel") return std::make_unique<WordLevel>(spec, where);
+  if (type == "WordPiece") return std::make_unique<WordPiece>(spec, where, tables);
+  if (type == "WordLevel") return std::make_unique<WordLevel>(spec, where, tables);
   throw ConfigError(where + ".type: unsupported model type '" + type + "' (supported: BPE, WordPiece, WordLevel)");
 }
 

@@ -53,8 +53,10 @@ struct Tokenizer::Impl {
   bool is_special(int32_t id) const;
 };
 
-/** Builds the pipeline from a parsed tokenizer.json (no config applied yet). */
-std::shared_ptr<Tokenizer::Impl> parse_tokenizer_json(const nlohmann::json& doc, const std::string& source);
+/** Builds the pipeline from a parsed tokenizer.json (no config applied yet); `tables` holds the
+ * model's vocabulary and merges when they were read beside the document (tokenizer_json_reader.h). */
+std::shared_ptr<Tokenizer::Impl> parse_tokenizer_json(const nlohmann::json& doc, const std::string& source,
+                                                      detail::ModelTables* tables = nullptr);
 /** Fills the derived fields (vocab sizes, bos/eos ids, streaming kind) once config is set. */
 void finish_impl(Tokenizer::Impl& impl, const nlohmann::json* decoder_spec);
 
