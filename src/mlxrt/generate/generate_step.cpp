@@ -81,6 +81,10 @@ void TokenGenerator::quantize_cache() {
 
 std::optional<GeneratedToken> TokenGenerator::next() {
   if (done_) return std::nullopt;
+  if (clear_cache_pending_) {
+    mx::clear_cache();
+    clear_cache_pending_ = false;
+  }
   std::optional<std::pair<mx::array, mx::array>> upcoming;
   if (n_ != options_.max_tokens) {
     upcoming = step(y_);
@@ -95,7 +99,7 @@ std::optional<GeneratedToken> TokenGenerator::next() {
     return std::nullopt;
   }
   GeneratedToken out{y_.item<int32_t>(), logprobs_};
-  if (n_ % 256 == 0) mx::clear_cache();
+  clear_cache_pending_ = n_ % 256 == 0;
   y_ = upcoming->first;
   logprobs_ = upcoming->second;
   ++n_;

@@ -68,6 +68,10 @@ class TokenGenerator {
   int n_ = 0;
   int total_prompt_ = 0;
   bool done_ = false;
+  // mlx-lm clears MLX's buffer cache every 256 tokens right after yielding the token, so the
+  // caller has it first (for the first token this is the prefill's buffers, and freeing them can
+  // take as long as a small model's prefill): done at the start of the following call.
+  bool clear_cache_pending_ = false;
 };
 
 }  // namespace mlxrt::generate
