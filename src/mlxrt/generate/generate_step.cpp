@@ -60,6 +60,14 @@ TokenGenerator::TokenGenerator(model::CausalLM& model, const std::vector<int32_t
   mx::async_eval({y_, logprobs_});
 }
 
+TokenGenerator::~TokenGenerator() {
+  try {
+    mx::synchronize();
+  } catch (...) {
+    // A failed step has already been reported by whoever evaluated it; nothing is left to wait for.
+  }
+}
+
 std::pair<mx::array, mx::array> TokenGenerator::step(const mx::array& input_tokens) {
   auto logits = model_(mx::expand_dims(input_tokens, 0), cache_);
   // logits[:, -1, :]

@@ -48,6 +48,9 @@ class TokenGenerator {
   /** Prefills `prompt` into `cache` (made fresh when null) and dispatches the first step. */
   TokenGenerator(model::CausalLM& model, const std::vector<int32_t>& prompt, GenerateOptions options,
                  model::CacheList* cache = nullptr);
+  /** Waits for the step still in flight: the process may exit right after, and MLX's worker
+   * thread then still running that step while the allocator is torn down corrupts the heap. */
+  ~TokenGenerator();
 
   /** The next token, or nullopt once max_tokens have been produced. */
   std::optional<GeneratedToken> next();
