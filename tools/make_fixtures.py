@@ -36,6 +36,8 @@ BASE = {
 QWEN3 = {**BASE, "model_type": "qwen3", "head_dim": 32, "tie_word_embeddings": True}
 QWEN2 = {**BASE, "model_type": "qwen2", "tie_word_embeddings": True}
 LLAMA = {**BASE, "model_type": "llama", "tie_word_embeddings": False}
+# no tie_word_embeddings: phi3.py's default is an untied head
+PHI3 = {**BASE, "model_type": "phi3"}
 # layers 0 and 2 slide over 6 positions (RotatingKVCache), 1 and 3 are global; query_pre_attn_scalar
 # differs from head_dim and the global layers' RoPE is linearly scaled, as in the larger Gemma 3s
 GEMMA3 = {**BASE, "model_type": "gemma3_text", "num_hidden_layers": 4, "head_dim": 32, "query_pre_attn_scalar": 48,
@@ -95,6 +97,23 @@ FIXTURES = {
         "head_dim": 64, "rope_scaling": {"type": "linear", "factor": 2.0}}, seed=53),
     # a multimodal Qwen2's RoPE config: text positions rotate as the default RoPE
     "qwen2_mrope": fx({**QWEN2, "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]}}, seed=54),
+    # phi3: fused qkv_proj and gate_up_proj. SuScaledRoPE always rotates with the long factors, scaled
+    # by sqrt(1 + log(max / original) / log(original)) from the top-level position counts
+    "phi3_bf16": fx(PHI3, seed=60),
+    "phi3_q4_g64": fx({**PHI3, "tie_word_embeddings": True}, quant={"bits": 4, "group_size": 64}, seed=61),
+    "phi3_longrope": fx({**PHI3, "max_position_embeddings": 8192, "original_max_position_embeddings": 32,
+                         "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 16,
+                                          "long_factor": [1.0 + i / 8 for i in range(16)]}}, seed=62),
+    # Phi-4-mini's shape: a quarter of each head unrotated, "su" scaling, tied head
+    "phi3_partial_su_fp16": fx({**PHI3, "partial_rotary_factor": 0.75, "tie_word_embeddings": True,
+                                "max_position_embeddings": 8192, "original_max_position_embeddings": 1024,
+                                "rope_scaling": {"type": "su", "short_factor": [1.0] * 12,
+                                                 "long_factor": [1.0 + i / 4 for i in range(12)]}},
+                               dtype="float16", seed=63),
+    # linear scaling on half of each head (nn.RoPE with scale 1 / factor), traditional rotation
+    "phi3_linear_partial": fx({**PHI3, "partial_rotary_factor": 0.5, "rope_traditional": True,
+                               "rope_scaling": {"type": "linear", "factor": 2.0, "long_factor": [1.0] * 8}},
+                              seed=64),
     "llama_bf16": fx(LLAMA, seed=20),
     "llama_tied_fp16": fx({**LLAMA, "tie_word_embeddings": True}, dtype="float16", seed=21),
     "llama_gqa4_hd48": fx({**LLAMA, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 48}, seed=22),

@@ -52,6 +52,7 @@ def test_seeds_differ(tiny_model):
 
 @pytest.mark.parametrize("fixture", ["llama_bf16", "llama_bias", "qwen3_q4_g64", "qwen3_mixed", "qwen3_fp16_untied",
                                      "qwen2_bf16", "qwen2_q4_g64",
+                                     "phi3_bf16", "phi3_q4_g64", "phi3_partial_su_fp16",
                                      "gemma3_bf16", "gemma3_q4_g64", "gemma3_fp16_untied", "gemma3_multimodal"])
 def test_seed_position_after_model_construction(fixture):
     """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first

@@ -26,6 +26,8 @@ CASES = [
     ("qwen3_hd128", {"kv_bits": 4, "kv_group_size": 32, "quantized_kv_start": 0}),
     ("qwen2_bf16", {"max_kv_size": 16}),  # qwen2.py has no make_cache: max_kv_size rotates every layer
     ("qwen2_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
+    ("phi3_longrope", {"max_kv_size": 16}),  # phi3.py has no make_cache: max_kv_size rotates every layer
+    ("phi3_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
 ]
 CHUNKS = [1, 3, 7, 40]
 
@@ -110,6 +112,7 @@ GREEDY_CASES = [
     ("qwen3_bf16", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
     ("qwen3_hd128", {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 5}),
     ("qwen2_bf16", {"max_kv_size": 16}),
+    ("phi3_longrope", {"max_kv_size": 16}),
 ]
 
 

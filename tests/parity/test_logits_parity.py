@@ -30,6 +30,8 @@ def parse_generated(stdout):
 
 @pytest.mark.parametrize("name", ["qwen3_bf16", "qwen3_q4_g64", "qwen3_mixed", "llama_bf16", "llama_q8_g128_sharded",
                                   "qwen2_bf16", "qwen2_q4_g64",
+                                  "phi3_bf16", "phi3_q4_g64", "phi3_longrope", "phi3_partial_su_fp16",
+                                  "phi3_linear_partial",
                                   "llama_rope_dynamic", "mistral_bf16", "gemma3_bf16", "gemma3_q4_g64",
                                   "gemma3_fp16_untied", "gemma3_multimodal"])
 def test_greedy_tokens_equal(name, fixtures_dir):

@@ -109,9 +109,11 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
   if ((model_type == "gemma3_text" || model_type == "gemma3") && !weights.count(text_prefix + "lm_head.weight"))
     draws += 1;
   // Elsewhere a tied head is never built (tie_word_embeddings defaults to true in qwen2.py and
-  // llama.py), and sanitize drops a lm_head.weight the checkpoint still holds.
+  // llama.py, to false in phi3.py), and sanitize drops a lm_head.weight the checkpoint still holds.
   const auto& raw = config.raw();
-  const bool tied = !raw.contains("tie_word_embeddings") || raw["tie_word_embeddings"] == true;
+  const bool tied_by_default = model_type != "phi3";
+  const bool tied =
+      raw.contains("tie_word_embeddings") ? raw["tie_word_embeddings"] == true : tied_by_default;
   const bool dropped_head =
       model_type != "gemma3_text" && model_type != "gemma3" && tied && weights.count("lm_head.weight");
   for (const auto& [name, tensor] : weights) {

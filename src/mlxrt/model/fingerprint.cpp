@@ -17,6 +17,8 @@ const char* const kArchitectureKeys[] = {
     // Gemma 3: the layer pattern, the sliding layers' RoPE base, the attention scale, and the
     // multimodal config's nested text model.
     "sliding_window_pattern", "rope_local_base_freq", "query_pre_attn_scalar", "text_config",
+    // Phi-3: the rotated share of each head and the RoPE's original context length.
+    "partial_rotary_factor", "original_max_position_embeddings",
 };
 
 json normalise(const json& v) {

@@ -6,7 +6,8 @@
  *   num_key_value_heads, head_dim, vocab_size, rms_norm_eps, rope_theta, rope_scaling,
  *   rope_parameters, rope_traditional, tie_word_embeddings, attention_bias, mlp_bias,
  *   max_position_embeddings, layer_types, sliding_window, quantization, sliding_window_pattern,
- *   rope_local_base_freq, query_pre_attn_scalar, text_config —
+ *   rope_local_base_freq, query_pre_attn_scalar, text_config, partial_rotary_factor,
+ *   original_max_position_embeddings —
  * normalise numbers (a float with an integral value is written as an integer), serialise as
  * canonical JSON (object keys sorted, no whitespace, UTF-8), and hash the bytes with 64-bit
  * FNV-1a; the fingerprint is the hash as 16 lowercase hex digits. It guards against a declared

@@ -30,6 +30,7 @@ const Names<Capability> kCapabilities[] = {
     {Capability::llama_graph, "llama-graph"},
     {Capability::qwen2_graph, "qwen2-graph"},
     {Capability::gemma3_text_graph, "gemma3_text-graph"},
+    {Capability::phi3_graph, "phi3-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -37,7 +38,7 @@ const Names<Oracle> kOracles[] = {
 const Names<Claim> kClaims[] = {{Claim::bit_exact, "bit-exact"}, {Claim::measured, "measured"}};
 const Names<Loader> kLoaders[] = {{Loader::safetensors, "safetensors"}};
 const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}, {Graph::qwen2, "qwen2"},
-                                {Graph::gemma3_text, "gemma3_text"}};
+                                {Graph::gemma3_text, "gemma3_text"}, {Graph::phi3, "phi3"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -112,7 +113,8 @@ std::string to_string(Graph g) { return name_of(kGraphs, g); }
 const std::vector<Capability>& engine_capabilities() {
   static const std::vector<Capability> caps = {Capability::safetensors, Capability::autoregressive,
                                                Capability::qwen3_graph, Capability::llama_graph,
-                                               Capability::qwen2_graph, Capability::gemma3_text_graph};
+                                               Capability::qwen2_graph, Capability::gemma3_text_graph,
+                                               Capability::phi3_graph};
   return caps;
 }
 

@@ -14,6 +14,7 @@ const std::vector<GraphEntry>& graph_registry() {
       // mlx-lm maps these model_types onto llama.py.
       {Graph::llama, "llama", Capability::llama_graph, {"llama"}, {"iquestcoder", "mistral", "xverse"},
        llama::build},
+      {Graph::phi3, "phi3", Capability::phi3_graph, {"phi3"}, {}, phi3::build},
       // gemma3 (multimodal) runs its text model through gemma3_text.py in mlx-lm.
       {Graph::gemma3_text, "gemma3_text", Capability::gemma3_text_graph, {"gemma3_text", "gemma3"}, {},
        gemma3_text::build},

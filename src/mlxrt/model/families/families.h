@@ -18,6 +18,10 @@ std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& wei
 namespace llama {
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace phi3 {
+/** phi3: Phi-3, Phi-3.5 and Phi-4-mini (fused qkv and gate/up projections, SuScaledRoPE). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 namespace gemma3_text {
 /** gemma3_text, and gemma3 (a multimodal checkpoint's text model, as mlx-lm's gemma3.py runs it). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);

@@ -146,25 +146,38 @@ Rope Rope::initialize(int dims, double base, bool traditional, const json& scali
     if (!scaling.contains("long_factor") || !scaling.contains("original_max_position_embeddings"))
       throw ConfigError(source + ": longrope needs rope_scaling.long_factor and original_max_position_embeddings");
     double original = number(scaling, "original_max_position_embeddings", source);
-    std::vector<float> long_factor;
-    if (scaling["long_factor"].is_array()) {
-      for (const auto& v : scaling["long_factor"]) long_factor.push_back(v.get<float>());
-    } else {
-      long_factor.push_back(static_cast<float>(number(scaling, "long_factor", source)));
-    }
-    auto lf = long_factor.size() == 1 ? mx::array(long_factor[0])
-                                      : mx::array(long_factor.data(), {static_cast<int>(long_factor.size())});
-    r.freqs_ = mx::multiply(lf, base_freqs(base, dims));
-    double max_pos = max_positions ? *max_positions : 131072;
-    double factor = max_pos / original;
-    double long_mscale = number_or(scaling, "long_mscale", 0, source);
-    r.input_scale_ = long_mscale ? long_mscale
-                                 : (factor <= 1.0 ? 1.0 : std::sqrt(1 + std::log(factor) / std::log(original)));
-    r.traditional_ = false;
+    return su_scaled(dims, base, max_positions ? *max_positions : 131072, original, scaling["long_factor"],
+                     number_or(scaling, "long_mscale", 0, source), source);
   } else {
     throw UnsupportedError(source + ": unsupported RoPE type '" + t +
                            "' (supported: default, linear, dynamic, llama3, yarn, longrope, mrope)");
   }
+  return r;
+}
+
+Rope Rope::su_scaled(int dims, double base, double max_positions, double original_max_positions,
+                     const json& long_factor, double long_mscale, const std::string& source) {
+  Rope r;
+  r.type_ = "longrope";
+  r.dims_ = dims;
+  std::vector<float> factors;
+  if (long_factor.is_array()) {
+    for (const auto& v : long_factor) {
+      if (!v.is_number()) throw ConfigError(source + ": rope_scaling.long_factor must hold numbers");
+      factors.push_back(v.get<float>());
+    }
+  } else if (long_factor.is_number()) {
+    factors.push_back(long_factor.get<float>());
+  } else {
+    throw ConfigError(source + ": rope_scaling.long_factor must be a number or a list of numbers");
+  }
+  // mx.array(long_factor, dtype=mx.float32) * freqs: a list keeps its shape, a scalar broadcasts.
+  auto lf = long_factor.is_array() ? mx::array(factors.data(), {static_cast<int>(factors.size())})
+                                   : mx::array(factors[0]);
+  r.freqs_ = mx::multiply(lf, base_freqs(base, dims));
+  const double factor = max_positions / original_max_positions;
+  const double default_scale = std::sqrt(1 + std::log(factor) / std::log(original_max_positions));
+  r.input_scale_ = long_mscale ? long_mscale : (factor <= 1.0 ? 1.0 : default_scale);
   return r;
 }
 

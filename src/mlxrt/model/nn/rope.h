@@ -20,6 +20,13 @@ class Rope {
   static Rope initialize(int dims, double base, bool traditional, const nlohmann::json& scaling,
                          std::optional<int> max_position_embeddings, const std::string& source);
 
+  /** SuScaledRoPE(dims, base, max_position_embeddings, original_max_position_embeddings,
+   * long_factor=..., long_mscale=...) as a model constructs it directly (phi3.py passes the
+   * config's top-level position counts). Only the long factors enter the frequencies, as there;
+   * `long_mscale` 0 means none. */
+  static Rope su_scaled(int dims, double base, double max_positions, double original_max_positions,
+                        const nlohmann::json& long_factor, double long_mscale, const std::string& source);
+
   mx::array operator()(const mx::array& x, int offset) const;
 
   /** The rope variant's name ("default", "linear", "llama3", ...), for profiles and logs. */
