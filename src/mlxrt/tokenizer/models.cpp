@@ -14,11 +14,7 @@ Vocab parse_vocab(const json& spec, const std::string& where, ModelTables* table
   if (!v.is_object()) throw ConfigError(where + ".vocab: must be an object {token: id}, got " + json_type_name(v));
   Vocab vocab;
   vocab.reserve(v.size());
-  for (auto it = v.begin(); it != v.end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > INT32_MAX)
-      throw ConfigError(where + ".vocab['" + it.key() + "']: must be a non-negative integer id");
-    vocab.add(it.key(), static_cast<int32_t>(it.value().get<int64_t>()));
-  }
+  for (auto it = v.begin(); it != v.end(); ++it) vocab.add(it.key(), vocab_id(it.value(), where, it.key()));
   return vocab;
 }
 
@@ -34,21 +30,8 @@ Merges parse_merges(const json& spec, const std::string& where, ModelTables* tab
   const json& m = spec["merges"];
   if (!m.is_array()) throw ConfigError(where + ".merges: must be a list");
   merges.reserve(m.size());
-  for (size_t i = 0; i < m.size(); ++i) {
-    const json& e = m[i];
-    std::string at = where + ".merges[" + std::to_string(i) + "]";
-    if (e.is_string()) {
-      const std::string& s = e.get_ref<const std::string&>();
-      size_t sp = s.find(' ');
-      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
-        throw ConfigError(at + ": expected two tokens separated by one space, got '" + s + "'");
-      merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-      merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
-    } else {
-      throw ConfigError(at + ": expected \"a b\" or [\"a\", \"b\"]");
-    }
-  }
+  for (size_t i = 0; i < m.size(); ++i)
+    merges.push_back(merge_entry(m[i], where + ".merges[" + std::to_string(i) + "]"));
   return merges;
 }
 

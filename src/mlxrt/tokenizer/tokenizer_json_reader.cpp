@@ -80,49 +80,57 @@ class TableCollector {
     }
   }
 
+  // Each entry goes to the table and never to the document (false). Only the first bad entry is
+  // reported, so nothing after it needs to be kept.
   bool take_vocab_entry(const json& value) {
-    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > INT32_MAX) {
-      fail(where_ + ".vocab['" + vocab_key_ + "']: must be a non-negative integer id");
-    } else {
-      tables_.vocab->add(std::move(vocab_key_), static_cast<int32_t>(value.get<int64_t>()));
+    if (error_) return false;
+    try {
+      int32_t id = vocab_id(value, where_, vocab_key_);
+      tables_.vocab->add(std::move(vocab_key_), id);
+    } catch (const ConfigError& e) {
+      error_ = e.what();
     }
     return false;
   }
 
   bool take_merge(const json& entry) {
+    if (error_) return false;
     auto& merges = *tables_.merges;
-    std::string at = where_ + ".merges[" + std::to_string(merges.size() + skipped_merges_) + "]";
-    if (entry.is_string()) {
-      const auto& s = entry.get_ref<const std::string&>();
-      size_t sp = s.find(' ');
-      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-        fail(at + ": expected two tokens separated by one space, got '" + s + "'");
-        ++skipped_merges_;
-      } else {
-        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-      }
-    } else if (entry.is_array() && entry.size() == 2 && entry[0].is_string() && entry[1].is_string()) {
-      merges.emplace_back(entry[0].get<std::string>(), entry[1].get<std::string>());
-    } else {
-      fail(at + ": expected \"a b\" or [\"a\", \"b\"]");
-      ++skipped_merges_;
+    try {
+      merges.push_back(merge_entry(entry, where_ + ".merges[" + std::to_string(merges.size()) + "]"));
+    } catch (const ConfigError& e) {
+      error_ = e.what();
     }
     return false;
-  }
-
-  void fail(std::string message) {
-    if (!error_) error_ = std::move(message);
   }
 
   ModelTables& tables_;
   std::string where_;
   std::string section_, field_, vocab_key_;
   bool vocab_open_ = false, merges_open_ = false;
-  size_t skipped_merges_ = 0;
   std::optional<std::string> error_;
 };
 
 }  // namespace
+
+int32_t vocab_id(const json& value, const std::string& where, const std::string& token) {
+  if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > INT32_MAX)
+    throw ConfigError(where + ".vocab['" + token + "']: must be a non-negative integer id");
+  return static_cast<int32_t>(value.get<int64_t>());
+}
+
+std::pair<std::string, std::string> merge_entry(const json& entry, const std::string& at) {
+  if (entry.is_string()) {
+    const auto& s = entry.get_ref<const std::string&>();
+    size_t sp = s.find(' ');
+    if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+      throw ConfigError(at + ": expected two tokens separated by one space, got '" + s + "'");
+    return {s.substr(0, sp), s.substr(sp + 1)};
+  }
+  if (entry.is_array() && entry.size() == 2 && entry[0].is_string() && entry[1].is_string())
+    return {entry[0].get<std::string>(), entry[1].get<std::string>()};
+  throw ConfigError(at + ": expected \"a b\" or [\"a\", \"b\"]");
+}
 
 TokenizerJson read_tokenizer_json(std::string_view text, const std::string& source) {
   TokenizerJson out;

@@ -29,6 +29,12 @@ struct TokenizerJson {
   ModelTables tables;
 };
 
+/** One vocabulary id (`where` names the model section, `token` the entry) and one merges entry
+ * ("a b" or ["a", "b"], `at` names it): the rules of both the document path and the reader; a bad
+ * entry throws ConfigError. */
+int32_t vocab_id(const nlohmann::json& value, const std::string& where, const std::string& token);
+std::pair<std::string, std::string> merge_entry(const nlohmann::json& entry, const std::string& at);
+
 /** Parses tokenizer.json text. Malformed JSON throws nlohmann's parse_error (callers word it); a
  * bad vocabulary id or merge entry throws ConfigError naming `source`, with the messages the
  * document path gives. */
