@@ -16,6 +16,7 @@
 #include "mlxrt/model/loader.h"
 #include "mlxrt/model/profile.h"
 #include "mlxrt/util/errors.h"
+#include "tiny_checkpoint.h"
 
 namespace fs = std::filesystem;
 namespace mx = mlx::core;
@@ -49,51 +50,19 @@ std::map<std::string, mx::Shape> tiny_weights() {
           {"model.layers.0.mlp.down_proj.weight", {16, 32}}};
 }
 
-using Arrays = std::unordered_map<std::string, mx::array>;
+using test::Arrays;
+using test::load_error;
+using test::logits_of;
+using test::Shapes;
 
-Arrays random_weights(const std::map<std::string, mx::Shape>& shapes) {
-  auto key = mx::random::key(7);
-  Arrays arrays;
-  for (const auto& [k, shape] : shapes) {
-    auto parts = mx::random::split(key);
-    key = parts.first;
-    arrays.insert({k, mx::multiply(mx::random::normal(shape, mx::float32, parts.second), mx::array(0.2f))});
-  }
-  return arrays;
-}
+Arrays random_weights(const Shapes& shapes) { return test::random_weights(shapes, 7); }
 
-class TinyQwen2 {
- public:
+struct TinyQwen2 : test::TinyCheckpoint {
   TinyQwen2(const std::string& name, const json& config, const Arrays& arrays)
-      : dir_(fs::temp_directory_path() / ("mlxrt_qwen2_test_" + name + "_" + std::to_string(::getpid()))) {
-    fs::create_directories(dir_);
-    std::ofstream(dir_ / "config.json") << config.dump();
-    mx::save_safetensors((dir_ / "model.safetensors").string(), arrays, {{"format", "mlx"}});
-  }
-  TinyQwen2(const std::string& name, const json& config, const std::map<std::string, mx::Shape>& shapes)
+      : TinyCheckpoint("qwen2_" + name, config, arrays) {}
+  TinyQwen2(const std::string& name, const json& config, const Shapes& shapes)
       : TinyQwen2(name, config, random_weights(shapes)) {}
-  ~TinyQwen2() { fs::remove_all(dir_); }
-  const fs::path& dir() const { return dir_; }
-
- private:
-  fs::path dir_;
 };
-
-mx::array logits_of(const fs::path& dir) {
-  auto loaded = load_model(dir);
-  auto out = (*loaded.model)(mx::array({1, 5, 9, 3}, {1, 4}, mx::int32), nullptr);
-  mx::eval(out);
-  return out;
-}
-
-std::string load_error(const fs::path& dir) {
-  try {
-    load_model(dir);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 
