@@ -108,15 +108,7 @@ struct Attention {
     queries = mx::transpose(mx::reshape(queries, {B, L, n_heads, -1}), {0, 2, 1, 3});
     keys = mx::transpose(mx::reshape(keys, {B, L, n_kv_heads, -1}), {0, 2, 1, 3});
     values = mx::transpose(mx::reshape(values, {B, L, n_kv_heads, -1}), {0, 2, 1, 3});
-    cache::CachedKV kv = cache::PlainKV{keys, values};
-    if (cache) {
-      queries = rope(queries, cache->offset());
-      keys = rope(keys, cache->offset());
-      kv = cache->update_and_fetch(keys, values);
-    } else {
-      queries = rope(queries, 0);
-      kv = cache::PlainKV{rope(keys, 0), values};
-    }
+    auto kv = nn::rope_and_update_cache(rope, queries, keys, values, cache);
     auto output = nn::scaled_dot_product_attention(queries, kv, scale, mask);
     output = mx::reshape(mx::transpose(output, {0, 2, 1, 3}), {B, L, -1});
     return o_proj(output);
@@ -164,10 +156,7 @@ class Model final : public CausalLM {
     auto swa = std::find(args_.sliding.begin(), args_.sliding.end(), true);
     if (swa != args_.sliding.end()) swa_idx_ = swa - args_.sliding.begin();
     // sanitize(): drop precomputed rotary frequencies and, with a tied head, lm_head.weight.
-    std::vector<std::string> rotary;
-    for (const auto& [name, _] : w.remaining())
-      if (name.find("self_attn.rotary_emb.inv_freq") != std::string::npos) rotary.push_back(name);
-    for (const auto& name : rotary) w.discard(name);
+    w.discard_containing("self_attn.rotary_emb.inv_freq");
     if (args_.tie_word_embeddings) {
       w.discard("lm_head.weight");
     } else {

@@ -79,15 +79,7 @@ struct Attention {
     queries = mx::transpose(mx::reshape(queries, {B, L, n_heads, -1}), {0, 2, 1, 3});  // [B, H, L, D]
     keys = mx::transpose(mx::reshape(keys, {B, L, n_kv_heads, -1}), {0, 2, 1, 3});
     values = mx::transpose(mx::reshape(values, {B, L, n_kv_heads, -1}), {0, 2, 1, 3});
-    cache::CachedKV kv = cache::PlainKV{keys, values};
-    if (cache) {
-      queries = rope(queries, cache->offset());
-      keys = rope(keys, cache->offset());
-      kv = cache->update_and_fetch(keys, values);
-    } else {
-      queries = rope(queries, 0);
-      kv = cache::PlainKV{rope(keys, 0), values};
-    }
+    auto kv = nn::rope_and_update_cache(rope, queries, keys, values, cache);
     auto output = nn::scaled_dot_product_attention(queries, kv, scale, mask);
     output = mx::reshape(mx::transpose(output, {0, 2, 1, 3}), {B, L, -1});
     return o_proj(output);
@@ -133,10 +125,7 @@ class Model final : public CausalLM {
       layers_.emplace_back(args_, w, "model.layers." + std::to_string(i));
     // sanitize(): a tied head drops lm_head.weight; precomputed rotary frequencies are dropped.
     if (args_.tie_word_embeddings) w.discard("lm_head.weight");
-    std::vector<std::string> rotary;
-    for (const auto& [name, _] : w.remaining())
-      if (name.find("self_attn.rotary_emb.inv_freq") != std::string::npos) rotary.push_back(name);
-    for (const auto& name : rotary) w.discard(name);
+    w.discard_containing("self_attn.rotary_emb.inv_freq");
     if (!args_.tie_word_embeddings)
       lm_head_.emplace(nn::Linear::load(w, "lm_head", args_.hidden_size, args_.vocab_size, false));
   }

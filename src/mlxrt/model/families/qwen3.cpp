@@ -82,15 +82,7 @@ struct Attention {
     queries = mx::transpose(q_norm(mx::reshape(queries, {B, L, n_heads, -1})), {0, 2, 1, 3});
     keys = mx::transpose(k_norm(mx::reshape(keys, {B, L, n_kv_heads, -1})), {0, 2, 1, 3});
     values = mx::transpose(mx::reshape(values, {B, L, n_kv_heads, -1}), {0, 2, 1, 3});
-    cache::CachedKV kv = cache::PlainKV{keys, values};
-    if (cache) {
-      queries = rope(queries, cache->offset());
-      keys = rope(keys, cache->offset());
-      kv = cache->update_and_fetch(keys, values);
-    } else {
-      queries = rope(queries, 0);
-      kv = cache::PlainKV{rope(keys, 0), values};
-    }
+    auto kv = nn::rope_and_update_cache(rope, queries, keys, values, cache);
     auto output = nn::scaled_dot_product_attention(queries, kv, scale, mask);
     output = mx::reshape(mx::transpose(output, {0, 2, 1, 3}), {B, L, -1});
     return o_proj(output);

@@ -17,6 +17,16 @@ AttentionMask create_attention_mask(int n, const cache::Cache* cache, std::optio
   return AttentionMask::causal();
 }
 
+cache::CachedKV rope_and_update_cache(const Rope& rope, mx::array& queries, const mx::array& keys,
+                                      const mx::array& values, cache::Cache* cache) {
+  if (!cache) {
+    queries = rope(queries, 0);
+    return cache::PlainKV{rope(keys, 0), values};
+  }
+  queries = rope(queries, cache->offset());
+  return cache->update_and_fetch(rope(keys, cache->offset()), values);
+}
+
 namespace {
 
 // mx.finfo(dtype).min as a scalar of that dtype (the float value is exact in each type).

@@ -3,6 +3,7 @@
 #include <mlx/array.h>
 
 #include "mlxrt/cache/cache.h"
+#include "mlxrt/model/nn/rope.h"
 
 namespace mlxrt::model::nn {
 
@@ -14,6 +15,13 @@ using cache::AttentionMask;
  * cache's make_mask when there is a cache, else none for one query and "causal" otherwise. */
 AttentionMask create_attention_mask(int n, const cache::Cache* cache,
                                     std::optional<int> window_size = std::nullopt);
+
+/** The step every family's attention takes between its projections and the attention, in mlx-lm's
+ * order: with a cache, RoPE on queries and keys at the cache's offset, then the keys and values
+ * into the cache; without one, RoPE at position 0. `queries` is rotated in place; returns the keys
+ * and values to attend over. */
+cache::CachedKV rope_and_update_cache(const Rope& rope, mx::array& queries, const mx::array& keys,
+                                      const mx::array& values, cache::Cache* cache);
 
 /** mlx-lm's scaled_dot_product_attention: the fused kernel over plain keys/values, or
  * quantized_scaled_dot_product_attention over a quantized cache's tensors. */

@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mlxrt/io/model_config.h"
@@ -30,6 +31,10 @@ class WeightBinder {
   const io::WeightMap& remaining() const { return weights_; }
   /** Drops a tensor mlx-lm's `sanitize` removes (e.g. a tied lm_head.weight). */
   void discard(const std::string& name) { weights_.erase(name); }
+  /** Drops every tensor whose name contains `part` (e.g. precomputed "rotary_emb.inv_freq"). */
+  void discard_containing(std::string_view part) {
+    std::erase_if(weights_, [&](const auto& entry) { return entry.first.find(part) != std::string::npos; });
+  }
   /** The saved shapes of `path`.weight/.scales, when the module was saved quantized. */
   std::optional<io::SavedQuantTensors> saved_quant(const std::string& path) const;
   const io::ModelConfig& config() const { return config_; }
