@@ -10,6 +10,7 @@
 #include <mlx/io.h>
 #include <mlx/ops.h>
 
+#include "mlxrt/cache/arrays_cache.h"
 #include "mlxrt/cache/kv_cache.h"
 #include "mlxrt/cache/prompt_cache_reader.h"
 #include "mlxrt/cache/quantized_kv_cache.h"
@@ -81,6 +82,11 @@ void write_layer(StateWriter& w, const std::string& p, const Cache& c) {
     w.scalar(p + ".2", q->offset());
     w.scalar(p + ".3", q->group_size());
     w.scalar(p + ".4", q->bits());
+  } else if (const auto* a = dynamic_cast<const ArraysCache*>(&c)) {
+    // state = (cache, left_padding, lengths): the slots, then two Nones in a single-sequence run.
+    for (int j = 0; j < a->size(); ++j) w.optional(p + ".0." + std::to_string(j), (*a)[j]);
+    w.none(p + ".1");
+    w.none(p + ".2");
   } else {
     throw UnsupportedError("save_prompt_cache: layer " + p + " holds a cache of a kind that cannot be saved");
   }
@@ -97,6 +103,7 @@ std::string cache_class_name(const Cache& c) {
   if (dynamic_cast<const KVCache*>(&c)) return "KVCache";
   if (dynamic_cast<const RotatingKVCache*>(&c)) return "RotatingKVCache";
   if (dynamic_cast<const QuantizedKVCache*>(&c)) return "QuantizedKVCache";
+  if (dynamic_cast<const ArraysCache*>(&c)) return "ArraysCache";
   return "unknown";
 }
 
@@ -124,6 +131,15 @@ std::pair<CacheList, PromptCacheMetadata> load_prompt_cache(const std::filesyste
   CacheList cache;
   for (int i = 0; i < reader.num_layers(); ++i) cache.push_back(reader.layer(i));
   reader.check_all_used();
+  // An ArraysCache stores no position count; it stands for as many positions as the KV layers.
+  int positions = 0;
+  for (const auto& c : cache)
+    if (!dynamic_cast<const ArraysCache*>(c.get())) {
+      positions = c->offset();
+      break;
+    }
+  for (auto& c : cache)
+    if (auto* a = dynamic_cast<ArraysCache*>(c.get())) a->set_state(a->slots(), positions);
   return {std::move(cache), reader.user_metadata()};
 }
 

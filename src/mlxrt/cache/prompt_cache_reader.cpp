@@ -8,6 +8,7 @@
 #include <mlx/io.h>
 #include <mlx/ops.h>
 
+#include "mlxrt/cache/arrays_cache.h"
 #include "mlxrt/cache/kv_cache.h"
 #include "mlxrt/cache/quantized_kv_cache.h"
 #include "mlxrt/cache/rotating_kv_cache.h"
@@ -115,8 +116,9 @@ std::unique_ptr<Cache> PromptCacheReader::layer(int i) {
   if (cls == "KVCache") return kv_cache(p);
   if (cls == "RotatingKVCache") return rotating_kv_cache(p);
   if (cls == "QuantizedKVCache") return quantized_kv_cache(p);
+  if (cls == "ArraysCache") return arrays_cache(p);
   fail("layer " + p + ": cache class \"" + cls +
-       "\" is not supported (supported: KVCache, RotatingKVCache, QuantizedKVCache)");
+       "\" is not supported (supported: KVCache, RotatingKVCache, QuantizedKVCache, ArraysCache)");
 }
 
 namespace {
@@ -197,6 +199,37 @@ std::unique_ptr<Cache> PromptCacheReader::quantized_kv_cache(const std::string& 
   }
   auto c = std::make_unique<QuantizedKVCache>(group_size, bits);
   c->set_state(std::move(keys), std::move(values), offset, group_size, bits);
+  return c;
+}
+
+std::unique_ptr<Cache> PromptCacheReader::arrays_cache(const std::string& p) {
+  // state = (cache, left_padding, lengths), flattened as p.0.<slot>, p.1, p.2.
+  std::vector<std::optional<mx::array>> slots;
+  for (int j = 0;; ++j) {
+    const auto key = p + ".0." + std::to_string(j);
+    if (!arrays_.count(key)) break;
+    auto type = scalar_types_.find(key);
+    if (type != scalar_types_.end()) {
+      if (type->second != "none") fail("\"" + key + "\" is a " + type->second + ", expected an array");
+      tensor(key, 1);
+      slots.emplace_back(std::nullopt);
+      continue;
+    }
+    const auto& a = arrays_.at(key);
+    if (a.ndim() < 1) fail("tensor \"" + key + "\" must have a batch dimension");
+    used_.insert(key);
+    slots.emplace_back(a);
+  }
+  if (slots.empty()) fail("layer " + p + ": ArraysCache without slots (expected tensors \"" + p + ".0.0\", ...)");
+  for (const auto& key : {p + ".1", p + ".2"}) {
+    auto type = scalar_types_.find(key);
+    if (type == scalar_types_.end() || type->second != "none")
+      fail("layer " + p + ": an ArraysCache with left padding or lengths (\"" + key +
+           "\") belongs to a batch; only single-sequence caches can be loaded");
+    tensor(key, 1);
+  }
+  auto c = std::make_unique<ArraysCache>(static_cast<int>(slots.size()));
+  c->set_state(std::move(slots), 0);
   return c;
 }
 

@@ -31,6 +31,7 @@ class PromptCacheReader {
   std::unique_ptr<Cache> kv_cache(const std::string& p);
   std::unique_ptr<Cache> rotating_kv_cache(const std::string& p);
   std::unique_ptr<Cache> quantized_kv_cache(const std::string& p);
+  std::unique_ptr<Cache> arrays_cache(const std::string& p);
   std::optional<mx::array> tensor_or_none(const std::string& key, int ndim);
   std::optional<QuantizedTensor> quantized_or_none(const std::string& key);
   int scalar(const std::string& key, int min_value);
