@@ -48,6 +48,38 @@ def model_with_tokenizer(fixture_dir, out_dir, chat_template=True):
     return out_dir
 
 
+# Qwen3.5's pre-tokenizer pattern: transformers builds Qwen3_5Tokenizer for model_type qwen3_5 whatever
+# tokenizer.json declares (NFC, this split, byte-level), keeping only the file's vocabulary and merges.
+QWEN3_5_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"""
+                   r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+
+
+def model_with_byte_tokenizer(fixture_dir, out_dir):
+    """A copy of a fixture with a byte-level BPE tokenizer without merges (256 byte ids, then the
+    specials) in Qwen3.5's pipeline, so that transformers' Qwen3_5Tokenizer, which replaces a
+    qwen3_5 model's declared tokenizer by that pipeline over the same vocabulary, encodes alike."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from tokenizers.pre_tokenizers import ByteLevel
+    out_dir = Path(out_dir)
+    shutil.copytree(fixture_dir, out_dir)
+    alphabet = ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet, key=lambda c: ord(c)))}
+    for s in SPECIALS:
+        vocab[s] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, fuse_unk=False, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN3_5_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(SPECIALS)
+    tok.save(str(out_dir / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+              "unk_token": "<unk>"}
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    return out_dir
+
+
 def greedy_tokens(model, config, prompt, max_tokens, **generate_kwargs):
     """Greedy tokens from mlx-lm's generate_step with cache options (max_kv_size, kv_bits, ...),
     stopping at an eos id as mlx_lm.generate does."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten, tree_map
+from mlx.utils import tree_flatten, tree_map, tree_map_with_path
 from mlx_lm import utils as lm_utils
 
 BASE = {
@@ -43,6 +43,23 @@ PHI3 = {**BASE, "model_type": "phi3"}
 GEMMA3 = {**BASE, "model_type": "gemma3_text", "num_hidden_layers": 4, "head_dim": 32, "query_pre_attn_scalar": 48,
           "sliding_window": 6, "sliding_window_pattern": 2, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
           "rope_scaling": {"rope_type": "linear", "factor": 8.0}}
+
+
+# Qwen3.5's text model: 4 layers with full attention every 2nd (layers 1 and 3), gated delta nets on
+# layers 0 and 2 (2 key heads, 4 value heads, conv kernel 4). rope_parameters overrides the top-level
+# rope_theta, as TextModelArgs.__post_init__ does, and rotates a quarter of each head.
+QWEN3_5_TEXT = {**BASE, "model_type": "qwen3_5_text", "num_hidden_layers": 4, "head_dim": 32,
+                "linear_num_value_heads": 4, "linear_num_key_heads": 2, "linear_key_head_dim": 32,
+                "linear_value_head_dim": 32, "linear_conv_kernel_dim": 4, "full_attention_interval": 2,
+                "tie_word_embeddings": False,
+                "rope_parameters": {"rope_type": "default", "mrope_section": [2, 1, 1], "mrope_interleaved": True,
+                                    "rope_theta": 10000000, "partial_rotary_factor": 0.25}}
+# Qwen3-Next: every ModelArgs field up to head_dim is required; num_experts 0 is the dense variant.
+QWEN3_NEXT = {**BASE, "model_type": "qwen3_next", "num_hidden_layers": 4, "head_dim": 32,
+              "linear_num_value_heads": 4, "linear_num_key_heads": 2, "linear_key_head_dim": 32,
+              "linear_value_head_dim": 32, "linear_conv_kernel_dim": 4, "full_attention_interval": 2,
+              "partial_rotary_factor": 0.25, "num_experts": 0, "num_experts_per_tok": 0, "decoder_sparse_step": 1,
+              "shared_expert_intermediate_size": 0, "mlp_only_layers": [], "moe_intermediate_size": 0}
 
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
@@ -154,6 +171,25 @@ FIXTURES = {
                             seed=43, drop_lm_head=True,
                             extra_tensors={"vision_tower.vision_model.embeddings.patch_embedding.weight": [16, 3, 4, 4],
                                            "multi_modal_projector.mm_input_projection_weight": [16, 128]}),
+    # qwen3_5 (hybrid gated delta net): the multimodal layout (text_config, a vision tower and a
+    # multi-token-prediction head that sanitize drops), a text-only 4-bit config, Qwen3.5's head size
+    # and GQA ratio (head_dim 256, 4 query heads per KV head, key heads of 128), float16
+    "qwen3_5_bf16": fx({"model_type": "qwen3_5", "text_config": QWEN3_5_TEXT, "vision_config": {"depth": 1}},
+                       seed=70, cast_predicate=True,
+                       extra_tensors={"vision_tower.blocks.0.attn.qkv.weight": [48, 16],
+                                      "model.visual.patch_embed.proj.weight": [16, 3, 2, 2],
+                                      "mtp.fc.weight": [128, 256]}),
+    "qwen3_5_q4_g64": fx({**QWEN3_5_TEXT, "model_type": "qwen3_5"}, quant={"bits": 4, "group_size": 64}, seed=71,
+                         cast_predicate=True),
+    "qwen3_5_hd256_gqa": fx({"model_type": "qwen3_5", "text_config": {
+        **QWEN3_5_TEXT, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+        "linear_num_value_heads": 4, "linear_num_key_heads": 2, "linear_key_head_dim": 128,
+        "linear_value_head_dim": 64, "full_attention_interval": 4, "tie_word_embeddings": True}},
+        seed=72, cast_predicate=True),
+    "qwen3_5_fp16": fx({"model_type": "qwen3_5", "text_config": QWEN3_5_TEXT}, dtype="float16", seed=73,
+                       cast_predicate=True),
+    # qwen3_next without experts: fused, head-interleaved qkvz and ba projections
+    "qwen3_next_dense_bf16": fx(QWEN3_NEXT, seed=74, cast_predicate=True),
 }
 
 
@@ -174,7 +210,16 @@ def build(name, recipe, out: Path):
     model.load_weights(updates, strict=False)
     if recipe.get("drop_lm_head"):
         model.sanitize({k: v for k, v in tree_flatten(model.parameters()) if not k.endswith("lm_head.weight")})
-    model.set_dtype(getattr(mx, recipe["dtype"]))
+    if recipe.get("cast_predicate"):
+        # mlx_lm.convert's dtype cast, which leaves what the model's cast_predicate excludes (e.g.
+        # the gated delta nets' A_log) in float32.
+        cast = getattr(model, "cast_predicate", lambda _: True)
+        dtype = getattr(mx, recipe["dtype"])
+        model.update(tree_map_with_path(
+            lambda k, v: v.astype(dtype) if cast(k) and mx.issubdtype(v.dtype, mx.floating) else v,
+            model.parameters()))
+    else:
+        model.set_dtype(getattr(mx, recipe["dtype"]))
     mx.eval(model.parameters())
 
     quant = recipe["quant"]

@@ -18,6 +18,17 @@ SHAPES = {
                    "num_attention_heads": 16, "num_key_value_heads": 8, "tie_word_embeddings": True},
     "qwen3-8b": {**QWEN3_COMMON, "hidden_size": 4096, "num_hidden_layers": 36, "intermediate_size": 12288,
                  "num_attention_heads": 32, "num_key_value_heads": 8, "tie_word_embeddings": False},
+    # Qwen3.5-9B's text model (its published dims): 32 layers, every 4th gated full attention (16 query
+    # heads of 256, 4 KV heads, 64 rotary dims), gated delta nets with 16 key and 32 value heads of 128
+    "qwen3.5-9b": {"model_type": "qwen3_5", "hidden_size": 4096, "num_hidden_layers": 32,
+                   "intermediate_size": 12288, "num_attention_heads": 16, "num_key_value_heads": 4,
+                   "head_dim": 256, "linear_num_value_heads": 32, "linear_num_key_heads": 16,
+                   "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+                   "full_attention_interval": 4, "vocab_size": 248320, "rms_norm_eps": 1e-6,
+                   "max_position_embeddings": 262144, "tie_word_embeddings": False, "eos_token_id": 151645,
+                   "rope_parameters": {"rope_type": "default", "mrope_section": [11, 11, 10],
+                                       "mrope_interleaved": True, "rope_theta": 10000000,
+                                       "partial_rotary_factor": 0.25}},
     "tiny": {**QWEN3_COMMON, "hidden_size": 128, "num_hidden_layers": 2, "intermediate_size": 256,
              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "tie_word_embeddings": True},
 }
@@ -79,7 +90,14 @@ def decode_bytes_per_token(model_dir: Path, context: float) -> tuple[float, floa
     sizes = safetensors_sizes(model_dir)
     weights = sum(sizes.values())
     if not config.get("tie_word_embeddings", False):
-        weights -= sum(v for k, v in sizes.items() if k.startswith("model.embed_tokens."))
+        weights -= sum(v for k, v in sizes.items() if "model.embed_tokens." in k)
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-    kv = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * head_dim * 2 * context  # K and V, bf16
+    layers = config["num_hidden_layers"]
+    interval = config.get("full_attention_interval")
+    kv_layers = layers // interval if interval else layers
+    kv = 2 * kv_layers * config["num_key_value_heads"] * head_dim * 2 * context  # K and V, bf16
+    if interval:
+        # Each gated delta net reads and writes its float32 recurrent state once per token.
+        state = config["linear_num_value_heads"] * config["linear_value_head_dim"] * config["linear_key_head_dim"] * 4
+        kv += 2 * (layers - kv_layers) * state
     return float(weights), float(kv)

@@ -161,3 +161,74 @@ def test_bad_gemma3_config(case, tmp_path):
     assert proc.returncode == 1 and proc.stderr.startswith("error: "), proc.stderr
     for text in expected:
         assert text in proc.stderr, f"{case}: {text!r} not in {proc.stderr!r}"
+
+
+def _text(c):
+    return c["text_config"]
+
+
+HYBRID_CASES = {
+    # qwen3_next's ModelArgs requires every linear_* field
+    "qwen3_next without linear_num_key_heads": (
+        "qwen3_next_dense_bf16", lambda c: c.pop("linear_num_key_heads"),
+        ["config.json", "missing required key 'linear_num_key_heads'"]),
+    "qwen3_next interval 0": (
+        "qwen3_next_dense_bf16", lambda c: c.update(full_attention_interval=0),
+        ["config.json", "'full_attention_interval' must be a positive integer"]),
+    "qwen3_next value heads not a multiple of key heads": (
+        "qwen3_next_dense_bf16", lambda c: c.update(linear_num_value_heads=3),
+        ["config.json", "'linear_num_value_heads' (3)", "'linear_num_key_heads' (2)"]),
+    "qwen3_next attention heads not a multiple of KV heads": (
+        "qwen3_next_dense_bf16", lambda c: c.update(num_key_value_heads=3),
+        ["config.json", "'num_attention_heads' (4)", "'num_key_value_heads' (3)"]),
+    "qwen3_next mlp_only_layers not a list": (
+        "qwen3_next_dense_bf16", lambda c: c.update(mlp_only_layers=3), ["config.json", "'mlp_only_layers'"]),
+    "qwen3_next experts per token above experts": (
+        "qwen3_next_dense_bf16", lambda c: c.update(num_experts=2, num_experts_per_tok=4, moe_intermediate_size=8,
+                                                     shared_expert_intermediate_size=8),
+        ["config.json", "'num_experts_per_tok' (4)", "'num_experts' (2)"]),
+    # qwen3_5 reads text_config, whose fields all have defaults
+    "qwen3_5 interval 0": (
+        "qwen3_5_bf16", lambda c: _text(c).update(full_attention_interval=0),
+        ["config.json: text_config", "'full_attention_interval' must be a positive integer"]),
+    "qwen3_5 interval beyond the layers": (
+        "qwen3_5_bf16", lambda c: _text(c).update(full_attention_interval=8),
+        ["config.json: text_config", "'full_attention_interval' (8)", "'num_hidden_layers' (4)"]),
+    "qwen3_5 conv kernel 1": (
+        "qwen3_5_bf16", lambda c: _text(c).update(linear_conv_kernel_dim=1),
+        ["'linear_conv_kernel_dim' must be at least 2"]),
+    "qwen3_5 text_config not an object": (
+        "qwen3_5_bf16", lambda c: c.update(text_config=[1]), ["config.json", "'text_config' must be an object"]),
+    "qwen3_5 rope_parameters not an object": (
+        "qwen3_5_bf16", lambda c: _text(c).update(rope_parameters=5), ["'rope_parameters' must be an object"]),
+    # a missing linear_* field takes TextModelArgs' default (64 value heads), which the weights contradict
+    "qwen3_5 without linear_num_value_heads": (
+        "qwen3_5_bf16", lambda c: _text(c).pop("linear_num_value_heads"),
+        ["linear_attn.in_proj_z.weight: expected shape"]),
+}
+
+
+@pytest.mark.parametrize("case", list(HYBRID_CASES))
+def test_bad_hybrid_config(case, tmp_path):
+    fixture, edit, expected = HYBRID_CASES[case]
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
+                    "--only", fixture], check=True)
+    d = copy_model(FIXTURES / fixture, tmp_path / "m")
+    edit_config(d, edit)
+    proc = logits(d)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: "), proc.stderr
+    for text in expected:
+        assert text in proc.stderr, f"{case}: {text!r} not in {proc.stderr!r}"
+
+
+def test_conv_weight_of_the_wrong_shape(tmp_path):
+    """A conv1d weight whose kernel disagrees with linear_conv_kernel_dim is named with both shapes."""
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
+                    "--only", "qwen3_next_dense_bf16"], check=True)
+    d = copy_model(FIXTURES / "qwen3_next_dense_bf16", tmp_path / "m")
+    w = dict(weights_of(d))
+    name = "model.layers.0.linear_attn.conv1d.weight"
+    w[name] = w[name][:, :3, :]
+    save_weights(d, w)
+    proc = logits(d)
+    assert proc.returncode == 1 and name in proc.stderr and "(256, 4, 1)" in proc.stderr, proc.stderr

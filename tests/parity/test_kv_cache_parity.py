@@ -28,8 +28,15 @@ CASES = [
     ("qwen2_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
     ("phi3_longrope", {"max_kv_size": 16}),  # phi3.py has no make_cache: max_kv_size rotates every layer
     ("phi3_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
+    # hybrid gated delta nets: ArraysCache layers beside KVCache ones; chunks of 3 and 5 split the conv
+    # window (kernel 4) and every chunk crosses the full-attention layers
+    ("qwen3_5_bf16", {}),
+    ("qwen3_5_q4_g64", {"max_kv_size": 16}),  # qwen3_5.py defines make_cache: max_kv_size changes nothing
+    ("qwen3_5_hd256_gqa", {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 4}),
+    ("qwen3_5_fp16", {"kv_bits": 4, "kv_group_size": 32, "quantized_kv_start": 0}),
+    ("qwen3_next_dense_bf16", {}),
 ]
-CHUNKS = [1, 3, 7, 40]
+CHUNKS = [1, 3, 5, 7, 40]
 
 
 def reference_or_refusal(compute):
@@ -113,6 +120,9 @@ GREEDY_CASES = [
     ("qwen3_hd128", {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 5}),
     ("qwen2_bf16", {"max_kv_size": 16}),
     ("phi3_longrope", {"max_kv_size": 16}),
+    ("qwen3_5_bf16", {}),
+    ("qwen3_5_hd256_gqa", {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 5}),
+    ("qwen3_next_dense_bf16", {"max_kv_size": 16}),
 ]
 
 

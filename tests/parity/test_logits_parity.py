@@ -33,7 +33,9 @@ def parse_generated(stdout):
                                   "phi3_bf16", "phi3_q4_g64", "phi3_longrope", "phi3_partial_su_fp16",
                                   "phi3_linear_partial",
                                   "llama_rope_dynamic", "mistral_bf16", "gemma3_bf16", "gemma3_q4_g64",
-                                  "gemma3_fp16_untied", "gemma3_multimodal"])
+                                  "gemma3_fp16_untied", "gemma3_multimodal",
+                                  "qwen3_5_bf16", "qwen3_5_q4_g64", "qwen3_5_hd256_gqa", "qwen3_5_fp16",
+                                  "qwen3_next_dense_bf16"])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name
     model, config = oracle.load(path)
@@ -44,3 +46,17 @@ def test_greedy_tokens_equal(name, fixtures_dir):
                      "--max-tokens", 64, "--prefill-step-size", 2)
     assert parse_generated(proc.stdout) == ref
     assert "Prompt: 5 tokens" in proc.stdout and "Peak memory:" in proc.stdout
+
+
+@pytest.mark.parametrize("name", ["qwen3_5_bf16", "qwen3_5_q4_g64", "qwen3_next_dense_bf16"])
+@pytest.mark.parametrize("prefill_step_size", [3, 2048])
+def test_hybrid_greedy_128_tokens(name, prefill_step_size, fixtures_dir):
+    """The recurrent state carried across 128 one-token steps (and a prefill in chunks that split the
+    conv window): the tokens of mlx-lm's generate_step."""
+    path = fixtures_dir / name
+    model, config = oracle.load(path)
+    prompt = [1, 5, 9, 200, 33, 17, 300, 42]
+    ref = oracle.greedy_tokens(model, config, prompt, 128, prefill_step_size=prefill_step_size)
+    proc = run_mlxrt("generate", "--model", path, "--prompt-tokens", ",".join(map(str, prompt)),
+                     "--max-tokens", 128, "--prefill-step-size", prefill_step_size)
+    assert parse_generated(proc.stdout) == ref

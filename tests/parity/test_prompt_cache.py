@@ -22,6 +22,9 @@ SCENARIOS = {
     "quantized": ("qwen3_hd128", True, {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 4}),
     "swa_plain": ("llama_swa", False, {}),
     "gemma3": ("gemma3_bf16", False, {}),  # KVCache and RotatingKVCache layers, its own make_cache
+    # ArraysCache layers (conv and recurrent state) beside KVCache ones
+    "hybrid": ("qwen3_5_bf16", False, {}),
+    "hybrid_quantized": ("qwen3_5_hd256_gqa", False, {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 4}),
 }
 
 
@@ -42,9 +45,13 @@ def mlx_lm_cache_prompt(model_dir, out, options, monkeypatch):
 @pytest.fixture(scope="module")
 def models(fixtures_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
-    return {name: kv_oracle.model_with_tokenizer(fixtures_dir / name, root / f"{name}_{chat}", chat)
+    made = {name: kv_oracle.model_with_tokenizer(fixtures_dir / name, root / f"{name}_{chat}", chat)
             for name, chat in {("qwen3_bf16", True), ("llama_swa", False), ("qwen3_mha_hd64", True),
                                ("qwen3_hd128", True), ("gemma3_bf16", False)}}
+    # qwen3_5: transformers replaces the tokenizer's pipeline by Qwen3.5's; a byte-level one survives it
+    for name in ("qwen3_5_bf16", "qwen3_5_hd256_gqa"):
+        made[name] = kv_oracle.model_with_byte_tokenizer(fixtures_dir / name, root / f"{name}_bytes")
+    return made
 
 
 def assert_same_file_contents(ours, theirs):
@@ -93,7 +100,7 @@ def test_cache_prompt_reads_stdin(models, tmp_path):
 def saved(models, tmp_path_factory):
     root = tmp_path_factory.mktemp("saved")
     files = {}
-    for name in ("qwen3_bf16", "llama_swa"):
+    for name in ("qwen3_bf16", "llama_swa", "qwen3_5_bf16"):
         files[name] = root / f"{name}.safetensors"
         run_mlxrt("cache_prompt", "--model", models[name], "--prompt-cache-file", files[name], "--prompt", PROMPT)
     return files
@@ -120,7 +127,13 @@ def bad_files(saved, models, tmp_path):
                          "not a prompt-cache file"),
         "missing": (models["qwen3_bf16"], tmp_path / "absent.safetensors", "absent.safetensors"),
         "unknown_class": (models["qwen3_bf16"], rewrite(good, tmp_path / "cls.safetensors",
-                          lambda a, m: m.update({"1.0": "ArraysCache"})), "\"ArraysCache\" is not supported"),
+                          lambda a, m: m.update({"1.0": "ChunkedKVCache"})), "\"ChunkedKVCache\" is not supported"),
+        # a KVCache's state read as an ArraysCache: no slot tensors where its state would be
+        "arrays_without_slots": (models["qwen3_bf16"], rewrite(good, tmp_path / "arr.safetensors",
+                                 lambda a, m: m.update({"1.0": "ArraysCache"})), "ArraysCache without slots"),
+        # a hybrid model's cache on another hybrid model with other state sizes
+        "wrong_state_shapes": (models["qwen3_5_hd256_gqa"], saved["qwen3_5_bf16"],
+                               "layer 0 state array 0 has shape [1, 3, 256], the model keeps [1, 3, 768]"),
         "missing_tensor": (models["qwen3_bf16"], rewrite(good, tmp_path / "miss.safetensors",
                            lambda a, m: a.pop("1.1")), "missing tensor \"1.1\""),
         "offset_past_end": (models["qwen3_bf16"], rewrite(good, tmp_path / "off.safetensors",

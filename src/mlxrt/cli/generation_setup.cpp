@@ -102,8 +102,11 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
   auto weights = io::load_weights(dir);
   const auto config = io::ModelConfig::load(dir);
   const auto& model_type = config.model_type();
-  // gemma3 builds only its text model, under language_model. (sanitize drops the vision tower).
-  const std::string text_prefix = model_type == "gemma3" ? "language_model." : "";
+  // gemma3 and qwen3_5 build only their text model, under language_model. (sanitize drops the
+  // vision tower).
+  const bool qwen3_5 = model_type == "qwen3_5" || model_type == "qwen3_5_moe";
+  const bool hybrid = qwen3_5 || model_type == "qwen3_next";
+  const std::string text_prefix = model_type == "gemma3" || qwen3_5 ? "language_model." : "";
   int draws = 0;
   // gemma3_text builds lm_head whatever the checkpoint holds; sanitize drops it from a tied one.
   if ((model_type == "gemma3_text" || model_type == "gemma3") && !weights.count(text_prefix + "lm_head.weight"))
@@ -114,10 +117,18 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
   const bool tied_by_default = model_type != "phi3";
   const bool tied =
       raw.contains("tie_word_embeddings") ? raw["tie_word_embeddings"] == true : tied_by_default;
-  const bool dropped_head =
-      model_type != "gemma3_text" && model_type != "gemma3" && tied && weights.count("lm_head.weight");
+  // The hybrid families' sanitize never drops a head of an MLX checkpoint (a tied one that holds
+  // one is refused).
+  const bool dropped_head = !hybrid && model_type != "gemma3_text" && model_type != "gemma3" && tied &&
+                            weights.count("lm_head.weight");
   for (const auto& [name, tensor] : weights) {
-    if (!ends_with(name, ".weight") || tensor.ndim() < 2 || name.rfind(text_prefix, 0) != 0) continue;
+    if (name.rfind(text_prefix, 0) != 0) continue;
+    if (hybrid) {
+      // The multi-token-prediction head is dropped by sanitize; each gated delta net draws its A.
+      if (name.find("mtp.") != std::string::npos) continue;
+      if (ends_with(name, ".A_log")) draws += 1;
+    }
+    if (!ends_with(name, ".weight") || tensor.ndim() < 2) continue;
     if (dropped_head && name == "lm_head.weight") continue;
     const auto prefix = name.substr(0, name.size() - 7);
     draws += 1;

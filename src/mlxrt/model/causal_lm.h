@@ -32,6 +32,9 @@ class CausalLM {
     int n_kv_heads, k_head_dim, v_head_dim;
   };
   virtual std::vector<KvShape> kv_shapes() const { return {}; }
+  /** Per layer, the shapes (batch 1) of the arrays a recurrent layer keeps in its ArraysCache;
+   * empty for layers without one (and for families that do not say). */
+  virtual std::vector<std::vector<mx::Shape>> array_state_shapes() const { return {}; }
   virtual int vocab_size() const = 0;
 };
 

@@ -19,6 +19,12 @@ const char* const kArchitectureKeys[] = {
     "sliding_window_pattern", "rope_local_base_freq", "query_pre_attn_scalar", "text_config",
     // Phi-3: the rotated share of each head and the RoPE's original context length.
     "partial_rotary_factor", "original_max_position_embeddings",
+    // Qwen3-Next / Qwen3.5: the gated delta net's shape and the layer interval of full attention.
+    "linear_num_value_heads", "linear_num_key_heads", "linear_key_head_dim", "linear_value_head_dim",
+    "linear_conv_kernel_dim", "full_attention_interval",
+    // Mixture-of-experts blocks.
+    "num_experts", "num_experts_per_tok", "decoder_sparse_step", "shared_expert_intermediate_size",
+    "moe_intermediate_size", "mlp_only_layers", "norm_topk_prob",
 };
 
 json normalise(const json& v) {

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "mlxrt/cache/arrays_cache.h"
 #include "mlxrt/cache/kv_cache.h"
 #include "mlxrt/cache/prompt_cache.h"
 #include "mlxrt/cache/quantized_kv_cache.h"
@@ -63,11 +64,33 @@ void check_prompt_cache(const CausalLM& model, const CacheList& cache, const std
                       " layers, the model has " + std::to_string(expected.size()) +
                       " (was it saved from another model?)");
   const auto shapes = model.kv_shapes();
+  const auto array_shapes = model.array_state_shapes();
   for (size_t i = 0; i < cache.size(); ++i) {
     const auto layer = "layer " + std::to_string(i);
     if (model.defines_make_cache() && !same_kind(*expected[i], *cache[i]))
       throw ConfigError(source + ": " + layer + " holds a " + cache::cache_class_name(*cache[i]) +
                         ", the model uses a " + cache::cache_class_name(*expected[i]) + " there");
+    if (const auto* arrays = dynamic_cast<const cache::ArraysCache*>(cache[i].get())) {
+      const auto* want = i < array_shapes.size() ? &array_shapes[i] : nullptr;
+      if (want && !want->empty() && static_cast<size_t>(arrays->size()) != want->size())
+        throw ConfigError(source + ": " + layer + " holds " + std::to_string(arrays->size()) +
+                          " state arrays, the model keeps " + std::to_string(want->size()));
+      for (int j = 0; j < arrays->size(); ++j) {
+        const auto& slot = (*arrays)[j];
+        if (!slot) continue;
+        if (want && !want->empty() && slot->shape() != (*want)[static_cast<size_t>(j)]) {
+          auto str = [](const mx::Shape& s) {
+            std::string out = "[";
+            for (size_t d = 0; d < s.size(); ++d) out += (d ? ", " : "") + std::to_string(s[d]);
+            return out + "]";
+          };
+          throw ConfigError(source + ": " + layer + " state array " + std::to_string(j) + " has shape " +
+                            str(slot->shape()) + ", the model keeps " + str((*want)[static_cast<size_t>(j)]) +
+                            " (was it saved from another model?)");
+        }
+      }
+      continue;
+    }
     auto got = stored_shape(*cache[i]);
     if (!got) continue;
     if (got->batch != 1)

@@ -31,6 +31,11 @@ const Names<Capability> kCapabilities[] = {
     {Capability::qwen2_graph, "qwen2-graph"},
     {Capability::gemma3_text_graph, "gemma3_text-graph"},
     {Capability::phi3_graph, "phi3-graph"},
+    {Capability::qwen3_next_graph, "qwen3_next-graph"},
+    {Capability::qwen3_5_graph, "qwen3_5-graph"},
+    {Capability::recurrent_state, "recurrent-state"},
+    {Capability::hybrid_attention, "hybrid-attention"},
+    {Capability::mrope, "mrope"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -38,7 +43,9 @@ const Names<Oracle> kOracles[] = {
 const Names<Claim> kClaims[] = {{Claim::bit_exact, "bit-exact"}, {Claim::measured, "measured"}};
 const Names<Loader> kLoaders[] = {{Loader::safetensors, "safetensors"}};
 const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}, {Graph::qwen2, "qwen2"},
-                                {Graph::gemma3_text, "gemma3_text"}, {Graph::phi3, "phi3"}};
+                                {Graph::gemma3_text, "gemma3_text"}, {Graph::phi3, "phi3"},
+                                {Graph::qwen3_next, "qwen3_next"},
+                                {Graph::qwen3_5, "qwen3_5"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -69,6 +76,8 @@ ModelProfile family(const std::string& id, Graph graph, Specialization spec) {
   p.fidelity = kL1;
   p.execution = {Loader::safetensors, graph, Loop::autoregressive, spec, std::nullopt};
   p.required_capabilities = {Capability::safetensors, Capability::autoregressive, graph_entry(graph).capability};
+  const auto& features = graph_entry(graph).features;
+  p.required_capabilities.insert(p.required_capabilities.end(), features.begin(), features.end());
   return p;
 }
 
@@ -102,7 +111,11 @@ ModelProfile family_profile(const io::ModelConfig& config) {
 }
 
 std::vector<Capability> execution_capabilities(const ModelProfile& p) {
-  return {Capability::safetensors, Capability::autoregressive, graph_entry(p.execution.graph).capability};
+  std::vector<Capability> caps = {Capability::safetensors, Capability::autoregressive,
+                                  graph_entry(p.execution.graph).capability};
+  const auto& features = graph_entry(p.execution.graph).features;
+  caps.insert(caps.end(), features.begin(), features.end());
+  return caps;
 }
 
 }  // namespace
@@ -114,7 +127,12 @@ const std::vector<Capability>& engine_capabilities() {
   static const std::vector<Capability> caps = {Capability::safetensors, Capability::autoregressive,
                                                Capability::qwen3_graph, Capability::llama_graph,
                                                Capability::qwen2_graph, Capability::gemma3_text_graph,
-                                               Capability::phi3_graph};
+                                               Capability::phi3_graph,
+                                               Capability::qwen3_next_graph,
+                                               Capability::qwen3_5_graph,
+                                               Capability::recurrent_state,
+                                               Capability::hybrid_attention,
+                                               Capability::mrope};
   return caps;
 }
 

@@ -14,13 +14,32 @@
 namespace mlxrt::model {
 
 enum class Capability {
-  safetensors, autoregressive, qwen3_graph, llama_graph, qwen2_graph, gemma3_text_graph, phi3_graph
+  safetensors,
+  autoregressive,
+  qwen3_graph,
+  llama_graph,
+  qwen2_graph,
+  gemma3_text_graph,
+  phi3_graph,
+  qwen3_next_graph,
+  qwen3_5_graph,
+  recurrent_state,   // layers that carry an ArraysCache (conv and recurrent state), not trimmable
+  hybrid_attention,  // linear-attention layers interleaved with full-attention ones
+  mrope,             // reads multimodal RoPE sections (text positions rotate as a plain RoPE)
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
 enum class Claim { bit_exact, measured };
 enum class Loader { safetensors };
-enum class Graph { qwen3, llama, qwen2, gemma3_text, phi3 };
+enum class Graph {
+  qwen3,
+  llama,
+  qwen2,
+  gemma3_text,
+  phi3,
+  qwen3_next,
+  qwen3_5,
+};
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };
 

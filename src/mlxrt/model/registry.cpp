@@ -18,6 +18,11 @@ const std::vector<GraphEntry>& graph_registry() {
       // gemma3 (multimodal) runs its text model through gemma3_text.py in mlx-lm.
       {Graph::gemma3_text, "gemma3_text", Capability::gemma3_text_graph, {"gemma3_text", "gemma3"}, {},
        gemma3_text::build},
+      // Hybrid gated-delta / full-attention decoders with recurrent state.
+      {Graph::qwen3_next, "qwen3_next", Capability::qwen3_next_graph, {"qwen3_next"}, {}, qwen3_next::build,
+       {Capability::recurrent_state, Capability::hybrid_attention}},
+      {Graph::qwen3_5, "qwen3_5", Capability::qwen3_5_graph, {"qwen3_5"}, {}, qwen3_5::build,
+       {Capability::recurrent_state, Capability::hybrid_attention, Capability::mrope}},
   };
   return registry;
 }

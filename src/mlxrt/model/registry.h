@@ -21,6 +21,7 @@ struct GraphEntry {
   std::vector<std::string> model_types;   // model_types with a dedicated profile on this graph
   std::vector<std::string> generic_types; // model_types mlx-lm runs through this graph by remapping
   std::function<std::unique_ptr<CausalLM>(const io::ModelConfig&, WeightBinder&)> build;
+  std::vector<Capability> features = {};  // what else the graph needs besides its own capability
 };
 
 const std::vector<GraphEntry>& graph_registry();

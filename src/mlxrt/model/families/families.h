@@ -22,6 +22,14 @@ namespace phi3 {
 /** phi3: Phi-3, Phi-3.5 and Phi-4-mini (fused qkv and gate/up projections, SuScaledRoPE). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace qwen3_next {
+/** qwen3_next: Qwen3-Next's hybrid gated-delta / full-attention decoder (families/qwen3_next.h). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace qwen3_5 {
+/** qwen3_5: Qwen3.5's text model (text-only or multimodal config), on qwen3_next's blocks. */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 namespace gemma3_text {
 /** gemma3_text, and gemma3 (a multimodal checkpoint's text model, as mlx-lm's gemma3.py runs it). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);

@@ -20,6 +20,26 @@ mx::array swiglu(const mx::array& gate, const mx::array& x) {
   return compiled({gate, x})[0];
 }
 
+mx::array silu(const mx::array& x) {
+  static const auto compiled = mx::compile(
+      [](const std::vector<mx::array>& in) -> std::vector<mx::array> {
+        return {mx::multiply(in[0], mx::sigmoid(in[0]))};
+      },
+      /*shapeless=*/true);
+  return compiled({x})[0];
+}
+
+mx::array precise_swiglu(const mx::array& h, const mx::array& gate, const mx::array& x) {
+  static const auto compiled = mx::compile(
+      [](const std::vector<mx::array>& in) -> std::vector<mx::array> {
+        auto g = mx::astype(in[1], mx::float32);
+        g = mx::multiply(g, mx::sigmoid(g));
+        return {mx::astype(mx::multiply(g, mx::astype(in[2], mx::float32)), in[0].dtype())};
+      },
+      /*shapeless=*/true);
+  return compiled({h, gate, x})[0];
+}
+
 mx::array gelu_approx(const mx::array& x) {
   // 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3))); each Python scalar takes x's dtype.
   static const auto compiled = mx::compile(

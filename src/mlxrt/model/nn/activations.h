@@ -8,6 +8,13 @@ namespace mlxrt::model::nn {
 /** silu(gate) * x, compiled shapeless as mlx-lm does: the fused kernel rounds like the reference. */
 mlx::core::array swiglu(const mlx::core::array& gate, const mlx::core::array& x);
 
+/** mlx.nn.silu: x * sigmoid(x), compiled shapeless as mlx does. */
+mlx::core::array silu(const mlx::core::array& x);
+
+/** mlx-lm's precise_swiglu(h, gate, x): silu(gate) * x in float32, cast to h's dtype (compiled
+ * shapeless). */
+mlx::core::array precise_swiglu(const mlx::core::array& h, const mlx::core::array& gate, const mlx::core::array& x);
+
 /** mlx.nn.gelu_approx (the tanh approximation), compiled shapeless as mlx does. */
 mlx::core::array gelu_approx(const mlx::core::array& x);
 

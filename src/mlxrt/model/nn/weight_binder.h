@@ -35,6 +35,13 @@ class WeightBinder {
   void discard_containing(std::string_view part) {
     std::erase_if(weights_, [&](const auto& entry) { return entry.first.find(part) != std::string::npos; });
   }
+  /** Moves tensor `from` to the name `to` (a sanitize's key remapping); nothing when absent. */
+  void rename(const std::string& from, const std::string& to);
+  /** Replaces a tensor's value (a sanitize's rewrite of a checkpoint layout, e.g. moveaxis). */
+  void replace(const std::string& name, mx::array value);
+  /** The names of the tensors not yet taken. */
+  std::vector<std::string> names() const;
+
   /** The saved shapes of `path`.weight/.scales, when the module was saved quantized. */
   std::optional<io::SavedQuantTensors> saved_quant(const std::string& path) const;
   const io::ModelConfig& config() const { return config_; }

@@ -1,0 +1,351 @@
+// Port of mlx_lm/models/qwen3_next.py (mlx-lm 0.32.2): its blocks, which qwen3_5.py shares, and the
+// qwen3_next family (fused, head-interleaved qkvz / ba projections; MLX-layout checkpoints, or
+// Hugging Face's per-expert layout as sanitize converts it).
+#include "mlxrt/model/families/qwen3_next.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <mlx/fast.h>
+#include <mlx/ops.h>
+
+#include "mlxrt/cache/kv_cache.h"
+#include "mlxrt/model/families/families.h"
+#include "mlxrt/model/nn/activations.h"
+#include "mlxrt/model/nn/gated_delta.h"
+#include "mlxrt/util/errors.h"
+
+namespace mlxrt::model::qwen3_next {
+
+using nlohmann::json;
+
+void Args::validate(const std::string& source) const {
+  auto positive = [&](const char* name, int v) {
+    if (v < 1) throw ConfigError(source + ": '" + name + "' must be a positive integer, got " + std::to_string(v));
+  };
+  positive("hidden_size", hidden_size);
+  positive("num_hidden_layers", num_hidden_layers);
+  positive("num_attention_heads", num_attention_heads);
+  positive("num_key_value_heads", num_key_value_heads);
+  positive("head_dim", head_dim);
+  positive("vocab_size", vocab_size);
+  positive("linear_num_value_heads", linear_num_value_heads);
+  positive("linear_num_key_heads", linear_num_key_heads);
+  positive("linear_key_head_dim", linear_key_head_dim);
+  positive("linear_value_head_dim", linear_value_head_dim);
+  positive("full_attention_interval", full_attention_interval);
+  if (linear_conv_kernel_dim < 2)
+    throw ConfigError(source + ": 'linear_conv_kernel_dim' must be at least 2 (the convolution keeps kernel - 1 " +
+                      "inputs between calls), got " + std::to_string(linear_conv_kernel_dim));
+  if (linear_num_value_heads % linear_num_key_heads != 0)
+    throw ConfigError(source + ": 'linear_num_value_heads' (" + std::to_string(linear_num_value_heads) +
+                      ") must be divisible by 'linear_num_key_heads' (" + std::to_string(linear_num_key_heads) + ")");
+  if (num_attention_heads % num_key_value_heads != 0)
+    throw ConfigError(source + ": 'num_attention_heads' (" + std::to_string(num_attention_heads) +
+                      ") must be divisible by 'num_key_value_heads' (" + std::to_string(num_key_value_heads) + ")");
+  if (full_attention_interval > num_hidden_layers)
+    throw ConfigError(source + ": 'full_attention_interval' (" + std::to_string(full_attention_interval) +
+                      ") is larger than 'num_hidden_layers' (" + std::to_string(num_hidden_layers) +
+                      "): layer full_attention_interval - 1 must be a full-attention layer (it makes the mask)");
+  if (static_cast<int>(head_dim * partial_rotary_factor) < 1 || partial_rotary_factor > 1.0)
+    throw ConfigError(source + ": 'partial_rotary_factor' must be in (0, 1] and leave at least one rotated " +
+                      "dimension of head_dim " + std::to_string(head_dim));
+  if (num_experts > 0) {
+    positive("num_experts_per_tok", num_experts_per_tok);
+    positive("moe_intermediate_size", moe_intermediate_size);
+    positive("shared_expert_intermediate_size", shared_expert_intermediate_size);
+    positive("decoder_sparse_step", decoder_sparse_step);
+    if (num_experts_per_tok > num_experts)
+      throw ConfigError(source + ": 'num_experts_per_tok' (" + std::to_string(num_experts_per_tok) +
+                        ") is larger than 'num_experts' (" + std::to_string(num_experts) + ")");
+  }
+}
+
+RMSNormGated RMSNormGated::load(WeightBinder& w, const std::string& path, int dims, float eps) {
+  return RMSNormGated(w.take(path + ".weight", {dims}), eps);
+}
+
+mx::array RMSNormGated::operator()(const mx::array& hidden_states, const std::optional<mx::array>& gate) const {
+  auto x = mx::fast::rms_norm(hidden_states, weight_, eps_);
+  if (gate) return nn::precise_swiglu(hidden_states, *gate, x);
+  return mx::astype(x, hidden_states.dtype());
+}
+
+Attention::Attention(const Args& args, WeightBinder& w, const std::string& p)
+    : num_attention_heads(args.num_attention_heads),
+      num_key_value_heads(args.num_key_value_heads),
+      head_dim(args.head_dim),
+      scale(static_cast<float>(std::pow(static_cast<double>(args.head_dim), -0.5))),
+      q_proj(nn::Linear::load(w, p + ".q_proj", args.hidden_size, num_attention_heads * head_dim * 2,
+                              args.attention_bias)),
+      k_proj(nn::Linear::load(w, p + ".k_proj", args.hidden_size, num_key_value_heads * head_dim, args.attention_bias)),
+      v_proj(nn::Linear::load(w, p + ".v_proj", args.hidden_size, num_key_value_heads * head_dim, args.attention_bias)),
+      o_proj(nn::Linear::load(w, p + ".o_proj", num_attention_heads * head_dim, args.hidden_size, args.attention_bias)),
+      q_norm(nn::RMSNorm::load(w, p + ".q_norm", head_dim, args.rms_norm_eps)),
+      k_norm(nn::RMSNorm::load(w, p + ".k_norm", head_dim, args.rms_norm_eps)),
+      rope(nn::Rope::initialize(static_cast<int>(head_dim * args.partial_rotary_factor), args.rope_theta, false,
+                                args.rope_scaling, args.max_position_embeddings, w.config().source())) {}
+
+mx::array Attention::operator()(const mx::array& x, const nn::AttentionMask& mask, cache::Cache* cache) const {
+  const int B = x.shape(0), L = x.shape(1);
+  auto q_proj_output = q_proj(x);
+  auto halves = mx::split(mx::reshape(q_proj_output, {B, L, num_attention_heads, -1}), 2, -1);
+  auto queries = halves[0];
+  auto gate = mx::reshape(halves[1], {B, L, -1});
+  auto keys = k_proj(x), values = v_proj(x);
+  queries = mx::transpose(q_norm(queries), {0, 2, 1, 3});
+  keys = mx::transpose(k_norm(mx::reshape(keys, {B, L, num_key_value_heads, -1})), {0, 2, 1, 3});
+  values = mx::transpose(mx::reshape(values, {B, L, num_key_value_heads, -1}), {0, 2, 1, 3});
+  auto kv = nn::rope_and_update_cache(rope, queries, keys, values, cache);
+  auto output = nn::scaled_dot_product_attention(queries, kv, scale, mask);
+  output = mx::reshape(mx::transpose(output, {0, 2, 1, 3}), {B, L, -1});
+  return o_proj(mx::multiply(output, mx::sigmoid(gate)));
+}
+
+MLP::MLP(int dim, int hidden_dim, WeightBinder& w, const std::string& p)
+    : gate_proj(nn::Linear::load(w, p + ".gate_proj", dim, hidden_dim, false)),
+      down_proj(nn::Linear::load(w, p + ".down_proj", hidden_dim, dim, false)),
+      up_proj(nn::Linear::load(w, p + ".up_proj", dim, hidden_dim, false)) {}
+
+mx::array MLP::operator()(const mx::array& x) const { return down_proj(nn::swiglu(gate_proj(x), up_proj(x))); }
+
+GatedDeltaCore::GatedDeltaCore(const Args& args, WeightBinder& w, const std::string& p)
+    : num_v_heads(args.linear_num_value_heads),
+      num_k_heads(args.linear_num_key_heads),
+      head_k_dim(args.linear_key_head_dim),
+      head_v_dim(args.linear_value_head_dim),
+      key_dim(head_k_dim * num_k_heads),
+      value_dim(head_v_dim * num_v_heads),
+      conv_kernel_size(args.linear_conv_kernel_dim),
+      conv_dim(key_dim * 2 + value_dim),
+      conv1d_weight_(w.take(p + ".conv1d.weight", {conv_dim, conv_kernel_size, 1})),
+      dt_bias_(w.take(p + ".dt_bias", {num_v_heads})),
+      A_log_(w.take(p + ".A_log", {num_v_heads})),
+      norm_(RMSNormGated::load(w, p + ".norm", head_v_dim, args.rms_norm_eps)),
+      out_proj_(nn::Linear::load(w, p + ".out_proj", value_dim, args.hidden_size, false)) {}
+
+mx::array GatedDeltaCore::operator()(const mx::array& mixed_qkv, const mx::array& z, const mx::array& b,
+                                     const mx::array& a, cache::ArraysCache* cache) const {
+  const int B = mixed_qkv.shape(0), S = mixed_qkv.shape(1);
+  // A fresh conv state is zeros in the layer input's dtype, which the projections keep.
+  mx::array conv_state = cache && (*cache)[0] ? *(*cache)[0]
+                                              : mx::zeros({B, conv_kernel_size - 1, conv_dim}, mixed_qkv.dtype());
+  auto conv_input = mx::concatenate({conv_state, mixed_qkv}, 1);
+  if (cache) {
+    const int n_keep = conv_kernel_size - 1, length = conv_input.shape(1);
+    cache->set(0, mx::contiguous(mx::slice(conv_input, {0, length - n_keep, 0}, {B, length, conv_dim})));
+  }
+  auto conv_out = nn::silu(mx::conv1d(conv_input, conv1d_weight_, 1, 0, 1, conv_dim));
+  auto parts = mx::split(conv_out, mx::Shape{key_dim, 2 * key_dim}, -1);
+  auto q = mx::reshape(parts[0], {B, S, num_k_heads, head_k_dim});
+  auto k = mx::reshape(parts[1], {B, S, num_k_heads, head_k_dim});
+  auto v = mx::reshape(parts[2], {B, S, num_v_heads, head_v_dim});
+  std::optional<mx::array> state = cache ? (*cache)[1] : std::nullopt;
+  std::tie(q, k) = nn::normalize_qk(q, k, std::pow(static_cast<double>(head_k_dim), -0.5), 1e-6);
+  auto [out, new_state] = nn::gated_delta_update(q, k, v, a, b, A_log_, dt_bias_, state);
+  if (cache) {
+    cache->set(1, new_state);
+    cache->advance(S);
+  }
+  out = norm_(out, z);
+  return out_proj_(mx::reshape(out, {B, S, -1}));
+}
+
+mx::array DecoderLayer::operator()(const mx::array& x, const nn::AttentionMask& mask, cache::Cache* cache) const {
+  mx::array r = is_linear ? (*linear_attn)(input_layernorm(x), static_cast<cache::ArraysCache*>(cache))
+                          : (*self_attn)(input_layernorm(x), mask, cache);
+  auto h = mx::add(x, r);
+  return mx::add(h, mlp(post_attention_layernorm(h)));
+}
+
+HybridModel::HybridModel(Args args, WeightBinder& w, const std::string& prefix,
+                         const LinearAttentionFactory& linear_attention, SparseLayers sparse)
+    : args_(std::move(args)),
+      embed_tokens_(nn::Embedding::load(w, prefix + "model.embed_tokens", args_.vocab_size, args_.hidden_size)),
+      norm_(nn::RMSNorm::load(w, prefix + "model.norm", args_.hidden_size, args_.rms_norm_eps)),
+      fa_idx_(args_.full_attention_interval - 1) {
+  for (int i = 0; i < args_.num_hidden_layers; ++i) {
+    const auto p = prefix + "model.layers." + std::to_string(i);
+    const bool linear = args_.is_linear(i);
+    std::unique_ptr<LinearAttention> la;
+    std::optional<Attention> sa;
+    if (linear) {
+      la = linear_attention(args_, w, p + ".linear_attn");
+    } else {
+      sa.emplace(args_, w, p + ".self_attn");
+    }
+    auto in_norm = nn::RMSNorm::load(w, p + ".input_layernorm", args_.hidden_size, args_.rms_norm_eps);
+    auto post_norm = nn::RMSNorm::load(w, p + ".post_attention_layernorm", args_.hidden_size, args_.rms_norm_eps);
+    (void)sparse;
+    layers_.push_back(DecoderLayer{linear, std::move(la), std::move(sa), std::move(in_norm), std::move(post_norm),
+                                   MLP(args_.hidden_size, args_.intermediate_size, w, p + ".mlp")});
+  }
+  if (!args_.tie_word_embeddings)
+    lm_head_.emplace(nn::Linear::load(w, prefix + "lm_head", args_.hidden_size, args_.vocab_size, false));
+}
+
+mx::array HybridModel::operator()(const mx::array& inputs, CacheList* cache) {
+  auto h = embed_tokens_(inputs);
+  auto layer_cache = [&](size_t i) { return cache ? (*cache)[i].get() : nullptr; };
+  auto fa_mask = nn::create_attention_mask(h.shape(1), layer_cache(static_cast<size_t>(fa_idx_)));
+  // create_ssm_mask: the ArraysCache's make_mask, which is no mask for one sequence.
+  auto ssm_mask = layer_cache(static_cast<size_t>(ssm_idx_)) ? layer_cache(static_cast<size_t>(ssm_idx_))->make_mask(h.shape(1))
+                                                              : nn::AttentionMask{};
+  for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i](h, layers_[i].is_linear ? ssm_mask : fa_mask, layer_cache(i));
+  auto out = norm_(h);
+  return lm_head_ ? (*lm_head_)(out) : embed_tokens_.as_linear(out);
+}
+
+CacheList HybridModel::make_cache() const {
+  CacheList caches;
+  for (const auto& l : layers_) {
+    if (l.is_linear) {
+      caches.push_back(std::make_unique<cache::ArraysCache>(2));
+    } else {
+      caches.push_back(std::make_unique<cache::KVCache>());
+    }
+  }
+  return caches;
+}
+
+std::vector<CausalLM::KvShape> HybridModel::kv_shapes() const {
+  // Linear layers hold no keys and values; their entries are never compared.
+  return std::vector<KvShape>(layers_.size(), {args_.num_key_value_heads, args_.head_dim, args_.head_dim});
+}
+
+std::vector<std::vector<mx::Shape>> HybridModel::array_state_shapes() const {
+  // Conv state [1, kernel - 1, conv_dim] and recurrent state [1, Hv, Dv, Dk].
+  const int conv_dim = 2 * args_.linear_num_key_heads * args_.linear_key_head_dim +
+                       args_.linear_num_value_heads * args_.linear_value_head_dim;
+  std::vector<std::vector<mx::Shape>> shapes;
+  for (const auto& l : layers_) {
+    if (!l.is_linear) {
+      shapes.emplace_back();
+      continue;
+    }
+    shapes.push_back({{1, args_.linear_conv_kernel_dim - 1, conv_dim},
+                      {1, args_.linear_num_value_heads, args_.linear_value_head_dim, args_.linear_key_head_dim}});
+  }
+  return shapes;
+}
+
+bool sanitize_conv_and_norms(WeightBinder& w, bool norms_when_conv_moved, bool norms_always) {
+  static const char* const norm_keys[] = {".input_layernorm.weight", ".post_attention_layernorm.weight",
+                                          "model.norm.weight", ".q_norm.weight", ".k_norm.weight"};
+  auto ends_with = [](const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  const auto names = w.names();
+  bool moved = false;
+  for (const auto& name : names) {
+    const auto& v = w.remaining().at(name);
+    if (name.find("conv1d.weight") != std::string::npos && v.ndim() == 3 && v.shape(-1) != 1) moved = true;
+  }
+  const bool norms = norms_always || (norms_when_conv_moved && moved);
+  for (const auto& name : names) {
+    const auto v = w.remaining().at(name);
+    if (name.find("conv1d.weight") != std::string::npos && v.ndim() == 3 && v.shape(-1) != 1)
+      w.replace(name, mx::moveaxis(v, 2, 1));
+    if (norms && v.ndim() == 1 &&
+        std::any_of(std::begin(norm_keys), std::end(norm_keys), [&](const char* k) { return ends_with(name, k); }))
+      w.replace(name, mx::add(v, mx::array(1.0f, v.dtype())));
+  }
+  return moved;
+}
+
+namespace {
+
+// qwen3_next.ModelArgs: a dataclass whose fields up to head_dim have no default.
+Args args_from_config(const io::ModelConfig& config) {
+  auto f = config.fields();
+  Args a;
+  a.model_type = f.required<std::string>("model_type");
+  a.hidden_size = f.required<int>("hidden_size");
+  a.num_hidden_layers = f.required<int>("num_hidden_layers");
+  a.intermediate_size = f.required<int>("intermediate_size");
+  a.num_attention_heads = f.required<int>("num_attention_heads");
+  a.linear_num_value_heads = f.required<int>("linear_num_value_heads");
+  a.linear_num_key_heads = f.required<int>("linear_num_key_heads");
+  a.linear_key_head_dim = f.required<int>("linear_key_head_dim");
+  a.linear_value_head_dim = f.required<int>("linear_value_head_dim");
+  a.linear_conv_kernel_dim = f.required<int>("linear_conv_kernel_dim");
+  a.num_experts = f.required<int>("num_experts");
+  a.num_experts_per_tok = f.required<int>("num_experts_per_tok");
+  a.decoder_sparse_step = f.required<int>("decoder_sparse_step");
+  a.shared_expert_intermediate_size = f.required<int>("shared_expert_intermediate_size");
+  const auto& only = f.raw().contains("mlp_only_layers") ? f.raw()["mlp_only_layers"] : json();
+  if (!only.is_array())
+    throw ConfigError(config.source() + ": 'mlp_only_layers' must be a list of layer indices");
+  for (const auto& i : only) {
+    if (!i.is_number_integer()) throw ConfigError(config.source() + ": 'mlp_only_layers' must hold integers");
+    a.mlp_only_layers.push_back(i.get<int>());
+  }
+  a.moe_intermediate_size = f.required<int>("moe_intermediate_size");
+  a.rms_norm_eps = f.required<float>("rms_norm_eps");
+  a.vocab_size = f.required<int>("vocab_size");
+  a.num_key_value_heads = f.required<int>("num_key_value_heads");
+  a.rope_theta = f.required<double>("rope_theta");
+  a.partial_rotary_factor = f.required<double>("partial_rotary_factor");
+  a.max_position_embeddings = f.required<int>("max_position_embeddings");
+  a.head_dim = f.required<int>("head_dim");
+  a.norm_topk_prob = f.value_or<bool>("norm_topk_prob", false);
+  a.tie_word_embeddings = f.value_or<bool>("tie_word_embeddings", false);
+  a.attention_bias = f.value_or<bool>("attention_bias", false);
+  a.rope_scaling = f.has("rope_scaling") ? f.raw()["rope_scaling"] : json();
+  a.full_attention_interval = f.value_or<int>("full_attention_interval", 4);
+  a.validate(config.source());
+  return a;
+}
+
+// Qwen3NextGatedDeltaNet: q, k, v, z interleaved per key head in one projection, b and a in another.
+class Qwen3NextGatedDeltaNet final : public LinearAttention {
+ public:
+  Qwen3NextGatedDeltaNet(const Args& args, WeightBinder& w, const std::string& p)
+      : core_(args, w, p),
+        in_proj_qkvz_(nn::Linear::load(w, p + ".in_proj_qkvz", args.hidden_size,
+                                       core_.key_dim * 2 + core_.value_dim * 2, false)),
+        in_proj_ba_(nn::Linear::load(w, p + ".in_proj_ba", args.hidden_size, core_.num_v_heads * 2, false)) {}
+
+  mx::array operator()(const mx::array& inputs, cache::ArraysCache* cache) const override {
+    const int B = inputs.shape(0), S = inputs.shape(1);
+    const int nk = core_.num_k_heads, dn = core_.head_k_dim, nv = core_.num_v_heads, dv = core_.head_v_dim;
+    // fix_query_key_value_ordering
+    auto mixed_qkvz = mx::reshape(in_proj_qkvz_(inputs), {B, S, nk, -1});
+    auto mixed_ba = mx::reshape(in_proj_ba_(inputs), {B, S, nk, -1});
+    auto qkvz = mx::split(mixed_qkvz, mx::Shape{dn, 2 * dn, 2 * dn + nv / nk * dv}, -1);
+    auto ba = mx::split(mixed_ba, mx::Shape{nv / nk}, -1);
+    auto v = mx::reshape(qkvz[2], {B, S, -1, dv});
+    auto z = mx::reshape(qkvz[3], {B, S, -1, dv});
+    auto b = mx::reshape(ba[0], {B, S, nv});
+    auto a = mx::reshape(ba[1], {B, S, nv});
+    auto mixed_qkv = mx::concatenate(
+        {mx::reshape(qkvz[0], {B, S, -1}), mx::reshape(qkvz[1], {B, S, -1}), mx::reshape(v, {B, S, -1})}, -1);
+    return core_(mixed_qkv, z, b, a, cache);
+  }
+
+ private:
+  GatedDeltaCore core_;
+  nn::Linear in_proj_qkvz_, in_proj_ba_;
+};
+
+}  // namespace
+
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights) {
+  auto args = args_from_config(config);
+  // sanitize(): only a checkpoint with per-expert tensors (Hugging Face's layout) is rewritten.
+  bool per_expert = false;
+  for (const auto& name : weights.names())
+    if (name.rfind("model.layers.", 0) == 0 && name.find(".mlp.experts.0.up_proj.weight") != std::string::npos)
+      per_expert = true;
+  if (per_expert) {
+    weights.discard_containing("mtp.");
+    if (args.tie_word_embeddings) weights.discard("lm_head.weight");
+    sanitize_conv_and_norms(weights, false, true);
+  }
+  auto factory = [](const Args& a, WeightBinder& w, const std::string& p) -> std::unique_ptr<LinearAttention> {
+    return std::make_unique<Qwen3NextGatedDeltaNet>(a, w, p);
+  };
+  return std::make_unique<HybridModel>(std::move(args), weights, "", factory, SparseLayers::by_step);
+}
+
+}  // namespace mlxrt::model::qwen3_next
