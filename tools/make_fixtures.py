@@ -190,6 +190,19 @@ FIXTURES = {
                        cast_predicate=True),
     # qwen3_next without experts: fused, head-interleaved qkvz and ba projections
     "qwen3_next_dense_bf16": fx(QWEN3_NEXT, seed=74, cast_predicate=True),
+    # with experts: 4 experts, 2 per token, a sigmoid-gated shared expert; layer 3 dense (mlp_only_layers);
+    # 4-bit with qwen3_next's quant_predicate (router and shared-expert gate at 8 bits g64)
+    "qwen3_next_bf16": fx({**QWEN3_NEXT, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+                           "shared_expert_intermediate_size": 96, "mlp_only_layers": [3], "norm_topk_prob": True},
+                          seed=75, cast_predicate=True),
+    "qwen3_next_q4_g64": fx({**QWEN3_NEXT, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+                             "shared_expert_intermediate_size": 64, "decoder_sparse_step": 2, "mlp_only_layers": []},
+                            quant={"bits": 4, "group_size": 64}, seed=76, cast_predicate=True),
+    # qwen3_5_moe: experts on every layer
+    "qwen3_5_moe_q4_g64": fx({"model_type": "qwen3_5_moe", "text_config": {
+        **QWEN3_5_TEXT, "model_type": "qwen3_5_moe_text", "num_experts": 4, "num_experts_per_tok": 2,
+        "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64}},
+        quant={"bits": 4, "group_size": 64}, seed=77, cast_predicate=True),
 }
 
 

@@ -55,7 +55,8 @@ def test_seeds_differ(tiny_model):
                                      "phi3_bf16", "phi3_q4_g64", "phi3_partial_su_fp16",
                                      "gemma3_bf16", "gemma3_q4_g64", "gemma3_fp16_untied", "gemma3_multimodal",
                                      "qwen3_5_bf16", "qwen3_5_q4_g64", "qwen3_5_hd256_gqa", "qwen3_5_fp16",
-                                     "qwen3_next_dense_bf16"])
+                                     "qwen3_next_dense_bf16", "qwen3_next_bf16", "qwen3_next_q4_g64",
+                                     "qwen3_5_moe_q4_g64"])
 def test_seed_position_after_model_construction(fixture):
     """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first
     sampling key depends on the architecture (biases, untied heads, quantized layers; gemma3_text builds an

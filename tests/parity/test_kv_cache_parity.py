@@ -35,6 +35,9 @@ CASES = [
     ("qwen3_5_hd256_gqa", {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 4}),
     ("qwen3_5_fp16", {"kv_bits": 4, "kv_group_size": 32, "quantized_kv_start": 0}),
     ("qwen3_next_dense_bf16", {}),
+    # experts: a 40-token chunk routes 80 (token, expert) pairs through the sorted gather, one token 2
+    ("qwen3_next_bf16", {}),
+    ("qwen3_5_moe_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
 ]
 CHUNKS = [1, 3, 5, 7, 40]
 

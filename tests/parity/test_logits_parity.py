@@ -35,7 +35,8 @@ def parse_generated(stdout):
                                   "llama_rope_dynamic", "mistral_bf16", "gemma3_bf16", "gemma3_q4_g64",
                                   "gemma3_fp16_untied", "gemma3_multimodal",
                                   "qwen3_5_bf16", "qwen3_5_q4_g64", "qwen3_5_hd256_gqa", "qwen3_5_fp16",
-                                  "qwen3_next_dense_bf16"])
+                                  "qwen3_next_dense_bf16", "qwen3_next_bf16", "qwen3_next_q4_g64",
+                                  "qwen3_5_moe_q4_g64"])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name
     model, config = oracle.load(path)
@@ -48,7 +49,8 @@ def test_greedy_tokens_equal(name, fixtures_dir):
     assert "Prompt: 5 tokens" in proc.stdout and "Peak memory:" in proc.stdout
 
 
-@pytest.mark.parametrize("name", ["qwen3_5_bf16", "qwen3_5_q4_g64", "qwen3_next_dense_bf16"])
+@pytest.mark.parametrize("name", ["qwen3_5_bf16", "qwen3_5_q4_g64", "qwen3_next_dense_bf16", "qwen3_next_bf16",
+                                  "qwen3_5_moe_q4_g64"])
 @pytest.mark.parametrize("prefill_step_size", [3, 2048])
 def test_hybrid_greedy_128_tokens(name, prefill_step_size, fixtures_dir):
     """The recurrent state carried across 128 one-token steps (and a prefill in chunks that split the

@@ -21,7 +21,7 @@ const std::vector<GraphEntry>& graph_registry() {
       // Hybrid gated-delta / full-attention decoders with recurrent state.
       {Graph::qwen3_next, "qwen3_next", Capability::qwen3_next_graph, {"qwen3_next"}, {}, qwen3_next::build,
        {Capability::recurrent_state, Capability::hybrid_attention}},
-      {Graph::qwen3_5, "qwen3_5", Capability::qwen3_5_graph, {"qwen3_5"}, {}, qwen3_5::build,
+      {Graph::qwen3_5, "qwen3_5", Capability::qwen3_5_graph, {"qwen3_5", "qwen3_5_moe"}, {}, qwen3_5::build,
        {Capability::recurrent_state, Capability::hybrid_attention, Capability::mrope}},
   };
   return registry;

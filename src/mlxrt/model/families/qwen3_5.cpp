@@ -126,8 +126,10 @@ void sanitize(WeightBinder& w) {
   qwen3_next::sanitize_conv_and_norms(w, /*norms_when_conv_moved=*/true, /*norms_always=*/false);
 }
 
-std::unique_ptr<CausalLM> build_with(const io::ModelConfig& config, WeightBinder& weights, Args args) {
+std::unique_ptr<CausalLM> build_with(const io::ModelConfig& config, WeightBinder& weights, Args args,
+                                     const std::function<void(WeightBinder&)>& after_sanitize) {
   sanitize(weights);
+  if (after_sanitize) after_sanitize(weights);
   auto factory = [](const Args& a, WeightBinder& w, const std::string& p) -> std::unique_ptr<qwen3_next::LinearAttention> {
     return std::make_unique<GatedDeltaNet>(a, w, p);
   };
@@ -136,6 +138,7 @@ std::unique_ptr<CausalLM> build_with(const io::ModelConfig& config, WeightBinder
 }
 
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights) {
+  if (config.model_type() == "qwen3_5_moe") return qwen3_5_moe::build(config, weights);
   return build_with(config, weights, model_args(config));
 }
 

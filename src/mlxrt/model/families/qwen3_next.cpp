@@ -151,11 +151,26 @@ mx::array GatedDeltaCore::operator()(const mx::array& mixed_qkv, const mx::array
   return out_proj_(mx::reshape(out, {B, S, -1}));
 }
 
+nn::SparseMoe sparse_moe_block(const Args& args, WeightBinder& w, const std::string& p) {
+  nn::SparseMoeOptions o;
+  o.hidden_size = args.hidden_size;
+  o.expert_hidden = args.moe_intermediate_size;
+  o.num_experts = args.num_experts;
+  o.top_k = args.num_experts_per_tok;
+  o.order = nn::RouterOrder::softmax_then_top_k;
+  o.how = nn::TopK::partition_tail;
+  o.norm_topk_prob = args.norm_topk_prob;
+  o.shared_expert_hidden = args.shared_expert_intermediate_size;
+  return nn::SparseMoe::load(w, p, o);
+}
+
 mx::array DecoderLayer::operator()(const mx::array& x, const nn::AttentionMask& mask, cache::Cache* cache) const {
   mx::array r = is_linear ? (*linear_attn)(input_layernorm(x), static_cast<cache::ArraysCache*>(cache))
                           : (*self_attn)(input_layernorm(x), mask, cache);
   auto h = mx::add(x, r);
-  return mx::add(h, mlp(post_attention_layernorm(h)));
+  auto normed = post_attention_layernorm(h);
+  auto out = std::visit([&](const auto& m) { return m(normed); }, mlp);
+  return mx::add(h, out);
 }
 
 HybridModel::HybridModel(Args args, WeightBinder& w, const std::string& prefix,
@@ -176,9 +191,17 @@ HybridModel::HybridModel(Args args, WeightBinder& w, const std::string& prefix,
     }
     auto in_norm = nn::RMSNorm::load(w, p + ".input_layernorm", args_.hidden_size, args_.rms_norm_eps);
     auto post_norm = nn::RMSNorm::load(w, p + ".post_attention_layernorm", args_.hidden_size, args_.rms_norm_eps);
-    (void)sparse;
+    // qwen3_next: experts on every decoder_sparse_step-th layer outside mlp_only_layers; qwen3_5:
+    // on every layer once num_experts > 0.
+    const bool only_mlp = std::find(args_.mlp_only_layers.begin(), args_.mlp_only_layers.end(), i) !=
+                          args_.mlp_only_layers.end();
+    const bool moe = args_.num_experts > 0 &&
+                     (sparse == SparseLayers::all || (!only_mlp && (i + 1) % args_.decoder_sparse_step == 0));
+    std::variant<MLP, nn::SparseMoe> mlp =
+        moe ? std::variant<MLP, nn::SparseMoe>(sparse_moe_block(args_, w, p + ".mlp"))
+            : std::variant<MLP, nn::SparseMoe>(MLP(args_.hidden_size, args_.intermediate_size, w, p + ".mlp"));
     layers_.push_back(DecoderLayer{linear, std::move(la), std::move(sa), std::move(in_norm), std::move(post_norm),
-                                   MLP(args_.hidden_size, args_.intermediate_size, w, p + ".mlp")});
+                                   std::move(mlp)});
   }
   if (!args_.tie_word_embeddings)
     lm_head_.emplace(nn::Linear::load(w, prefix + "lm_head", args_.hidden_size, args_.vocab_size, false));
@@ -340,6 +363,13 @@ std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& wei
   if (per_expert) {
     weights.discard_containing("mtp.");
     if (args.tie_word_embeddings) weights.discard("lm_head.weight");
+    for (int l = 0; l < args.num_hidden_layers; ++l) {
+      const std::string prefix = "model.layers." + std::to_string(l) + ".mlp";
+      if (!weights.has(prefix + ".experts.0.up_proj.weight")) continue;
+      weights.stack_experts(prefix + ".experts", prefix + ".switch_mlp", args.num_experts,
+                            {{"up_proj", "up_proj"}, {"down_proj", "down_proj"}, {"gate_proj", "gate_proj"}},
+                            {"weight"});
+    }
     sanitize_conv_and_norms(weights, false, true);
   }
   auto factory = [](const Args& a, WeightBinder& w, const std::string& p) -> std::unique_ptr<LinearAttention> {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <functional>
+#include <variant>
 #include <vector>
 
 #include <mlx/array.h>
@@ -16,6 +17,7 @@
 #include "mlxrt/model/causal_lm.h"
 #include "mlxrt/model/nn/attention.h"
 #include "mlxrt/model/nn/linear.h"
+#include "mlxrt/model/nn/moe.h"
 #include "mlxrt/model/nn/norm.h"
 #include "mlxrt/model/nn/rope.h"
 #include "mlxrt/model/nn/weight_binder.h"
@@ -75,6 +77,10 @@ struct MLP {
   mx::array operator()(const mx::array& x) const;
 };
 
+/** Qwen3NextSparseMoeBlock: a precise softmax over the experts, the top k by argpartition (with
+ * norm_topk_prob), SwitchGLU over them, and a shared expert scaled by a sigmoid gate. */
+nn::SparseMoe sparse_moe_block(const Args& args, WeightBinder& w, const std::string& p);
+
 /** The gated delta net after its input projections, shared by both families: the causal
  * depthwise convolution over [conv state, mixed qkv] with SiLU, q/k normalisation, the gated delta
  * recurrence, the gated RMSNorm and out_proj. The projections (fused and reordered in
@@ -112,7 +118,7 @@ struct DecoderLayer {
   std::unique_ptr<LinearAttention> linear_attn;
   std::optional<Attention> self_attn;
   nn::RMSNorm input_layernorm, post_attention_layernorm;
-  MLP mlp;
+  std::variant<MLP, nn::SparseMoe> mlp;
 
   mx::array operator()(const mx::array& x, const nn::AttentionMask& mask, cache::Cache* cache) const;
 };
