@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include <mlx/ops.h>
+#include <mlx/utils.h>
 
 #include "mlxrt/util/errors.h"
 
@@ -48,6 +49,43 @@ mx::array WeightBinder::take(const std::string& name, const mx::Shape& shape) {
 std::optional<mx::array> WeightBinder::take_if_present(const std::string& name, const mx::Shape& shape) {
   if (!has(name)) return std::nullopt;
   return take(name, shape);
+}
+
+bool WeightBinder::stack_experts(const std::string& experts, const std::string& into, int num_experts,
+                                 const std::vector<std::pair<std::string, std::string>>& names,
+                                 const std::vector<std::string>& suffixes) {
+  const std::string dir = config_.dir().string();
+  bool stacked = false;
+  for (const auto& [from, to] : names) {
+    for (const auto& suffix : suffixes) {
+      auto name_of = [&](int e) { return experts + "." + std::to_string(e) + "." + from + "." + suffix; };
+      auto first = weights_.find(name_of(0));
+      if (first == weights_.end()) continue;
+      std::vector<mx::array> parts;
+      for (int e = 0; e < num_experts; ++e) {
+        auto it = weights_.find(name_of(e));
+        if (it == weights_.end())
+          throw WeightsError(dir + ": " + name_of(e) + " is missing: the checkpoint stores its experts one by one, " +
+                             "and " + name_of(0) + " exists, so each of the " + std::to_string(num_experts) +
+                             " experts needs it");
+        const mx::array& a = it->second;
+        if (a.shape() != first->second.shape() || a.dtype() != first->second.dtype()) {
+          std::ostringstream d0, de;
+          d0 << first->second.dtype();
+          de << a.dtype();
+          throw WeightsError(dir + ": " + name_of(e) + " has shape " + shape_str(a.shape()) + " and dtype " +
+                             de.str() + ", but " + name_of(0) + " has shape " + shape_str(first->second.shape()) +
+                             " and dtype " + d0.str() + ": the experts of one projection must be stored alike " +
+                             "(the same quantization)");
+        }
+        parts.push_back(a);
+      }
+      for (int e = 0; e < num_experts; ++e) weights_.erase(name_of(e));
+      weights_.insert_or_assign(into + "." + to + "." + suffix, mx::stack(parts));
+      stacked = true;
+    }
+  }
+  return stacked;
 }
 
 std::optional<io::SavedQuantTensors> WeightBinder::saved_quant(const std::string& path) const {

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "mlxrt/io/model_config.h"
@@ -35,6 +36,14 @@ class WeightBinder {
   void discard_containing(std::string_view part) {
     std::erase_if(weights_, [&](const auto& entry) { return entry.first.find(part) != std::string::npos; });
   }
+  /** mlx-lm's MoE sanitize for a checkpoint that stores experts one by one: for each (from, to)
+   * projection name and each suffix ("weight", "scales", ...) that expert 0 holds, stacks
+   * `experts`.{0..num_experts-1}.`from`.`suffix` into `into`.`to`.`suffix` (lazily, as mx.stack).
+   * Returns whether anything was stacked. Throws WeightsError naming the tensor when an expert
+   * lacks it or stores it with another shape or dtype (e.g. experts of mixed quantization). */
+  bool stack_experts(const std::string& experts, const std::string& into, int num_experts,
+                     const std::vector<std::pair<std::string, std::string>>& names,
+                     const std::vector<std::string>& suffixes);
   /** The saved shapes of `path`.weight/.scales, when the module was saved quantized. */
   std::optional<io::SavedQuantTensors> saved_quant(const std::string& path) const;
   const io::ModelConfig& config() const { return config_; }
