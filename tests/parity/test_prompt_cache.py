@@ -22,6 +22,9 @@ SCENARIOS = {
     "quantized": ("qwen3_hd128", True, {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 4}),
     "swa_plain": ("llama_swa", False, {}),
     "gemma3": ("gemma3_bf16", False, {}),  # KVCache and RotatingKVCache layers, its own make_cache
+    # mixture of experts: the 50-token prompt takes the sorted expert path, the continuation the other
+    "moe": ("qwen3_moe_q4_g64", True, {}),
+    "moe_sliding": ("gpt_oss_mxfp4", False, {}),  # sinks, RotatingKVCache and KVCache layers
 }
 
 
@@ -44,7 +47,8 @@ def models(fixtures_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     return {name: kv_oracle.model_with_tokenizer(fixtures_dir / name, root / f"{name}_{chat}", chat)
             for name, chat in {("qwen3_bf16", True), ("llama_swa", False), ("qwen3_mha_hd64", True),
-                               ("qwen3_hd128", True), ("gemma3_bf16", False)}}
+                               ("qwen3_hd128", True), ("gemma3_bf16", False), ("qwen3_moe_q4_g64", True),
+                               ("gpt_oss_mxfp4", False)}}
 
 
 def assert_same_file_contents(ours, theirs):

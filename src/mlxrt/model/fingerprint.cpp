@@ -19,6 +19,9 @@ const char* const kArchitectureKeys[] = {
     "sliding_window_pattern", "rope_local_base_freq", "query_pre_attn_scalar", "text_config",
     // Phi-3: the rotated share of each head and the RoPE's original context length.
     "partial_rotary_factor", "original_max_position_embeddings",
+    // Mixture of experts: expert counts and sizes, which layers are sparse, the router's normalisation.
+    "num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step", "mlp_only_layers",
+    "norm_topk_prob", "num_local_experts", "shared_expert_intermediate_size",
 };
 
 json normalise(const json& v) {

@@ -31,6 +31,11 @@ const Names<Capability> kCapabilities[] = {
     {Capability::qwen2_graph, "qwen2-graph"},
     {Capability::gemma3_text_graph, "gemma3_text-graph"},
     {Capability::phi3_graph, "phi3-graph"},
+    {Capability::qwen3_moe_graph, "qwen3_moe-graph"},
+    {Capability::mixtral_graph, "mixtral-graph"},
+    {Capability::qwen2_moe_graph, "qwen2_moe-graph"},
+    {Capability::olmoe_graph, "olmoe-graph"},
+    {Capability::gpt_oss_graph, "gpt_oss-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -38,7 +43,13 @@ const Names<Oracle> kOracles[] = {
 const Names<Claim> kClaims[] = {{Claim::bit_exact, "bit-exact"}, {Claim::measured, "measured"}};
 const Names<Loader> kLoaders[] = {{Loader::safetensors, "safetensors"}};
 const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}, {Graph::qwen2, "qwen2"},
-                                {Graph::gemma3_text, "gemma3_text"}, {Graph::phi3, "phi3"}};
+                                {Graph::gemma3_text, "gemma3_text"}, {Graph::phi3, "phi3"},
+                                {Graph::qwen3_moe, "qwen3_moe"},
+                                {Graph::mixtral, "mixtral"},
+                                {Graph::qwen2_moe, "qwen2_moe"},
+                                {Graph::olmoe, "olmoe"},
+                                {Graph::gpt_oss, "gpt_oss"},
+};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -114,7 +125,13 @@ const std::vector<Capability>& engine_capabilities() {
   static const std::vector<Capability> caps = {Capability::safetensors, Capability::autoregressive,
                                                Capability::qwen3_graph, Capability::llama_graph,
                                                Capability::qwen2_graph, Capability::gemma3_text_graph,
-                                               Capability::phi3_graph};
+                                               Capability::phi3_graph,
+                                               Capability::qwen3_moe_graph,
+                                               Capability::mixtral_graph,
+                                               Capability::qwen2_moe_graph,
+                                               Capability::olmoe_graph,
+                                               Capability::gpt_oss_graph,
+  };
   return caps;
 }
 

@@ -18,6 +18,11 @@ const std::vector<GraphEntry>& graph_registry() {
       // gemma3 (multimodal) runs its text model through gemma3_text.py in mlx-lm.
       {Graph::gemma3_text, "gemma3_text", Capability::gemma3_text_graph, {"gemma3_text", "gemma3"}, {},
        gemma3_text::build},
+      {Graph::qwen3_moe, "qwen3_moe", Capability::qwen3_moe_graph, {"qwen3_moe"}, {}, qwen3_moe::build},
+      {Graph::mixtral, "mixtral", Capability::mixtral_graph, {"mixtral"}, {}, mixtral::build},
+      {Graph::qwen2_moe, "qwen2_moe", Capability::qwen2_moe_graph, {"qwen2_moe"}, {}, qwen2_moe::build},
+      {Graph::olmoe, "olmoe", Capability::olmoe_graph, {"olmoe"}, {}, olmoe::build},
+      {Graph::gpt_oss, "gpt_oss", Capability::gpt_oss_graph, {"gpt_oss"}, {}, gpt_oss::build},
   };
   return registry;
 }
