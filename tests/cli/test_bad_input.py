@@ -208,8 +208,8 @@ MOE_CASES = {
         "gpt_oss_mxfp4", lambda d: edit_config(d, lambda c: c.update(num_experts_per_tok=9)),
         ["config.json", "'num_experts_per_tok' is 9", "'num_local_experts' (8)"]),
     "stacked expert tensor missing": (
-        "qwen3_moe_q4_g64", lambda d: _drop(d, "model.layers.2.mlp.switch_mlp.down_proj.scales"),
-        ["missing parameters", "model.layers.2.mlp.switch_mlp.down_proj.scales"]),
+        "qwen3_moe_q4_g64", lambda d: _drop(d, "model.layers.2.mlp.switch_mlp.down_proj.weight"),
+        ["missing parameters: model.layers.2.mlp.switch_mlp.down_proj.weight"]),
     "one expert's tensor missing": (
         "qwen3_moe_per_expert", lambda d: _drop(d, "model.layers.0.mlp.experts.5.gate_proj.weight"),
         ["model.layers.0.mlp.experts.5.gate_proj.weight is missing", "each of the 16 experts"]),

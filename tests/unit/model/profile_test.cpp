@@ -124,7 +124,7 @@ TEST(Profile, FamilyThenGenericThenRefusal) {
     std::string msg = e.what();
     EXPECT_NE(msg.find("unsupported model_type \"llava\" (mlx-lm remaps it to \"mistral3\")"), std::string::npos) << msg;
     EXPECT_NE(msg.find("supported: gemma3, gemma3_text, gpt_oss, llama, "), std::string::npos) << msg;
-    EXPECT_NE(msg.find(", qwen3; generic: iquestcoder, mistral, xverse"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(", qwen3, qwen3_moe; generic: iquestcoder, mistral, xverse"), std::string::npos) << msg;
   }
 }
 
