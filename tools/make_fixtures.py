@@ -195,6 +195,10 @@ FIXTURES = {
     "qwen3_next_bf16": fx({**QWEN3_NEXT, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
                            "shared_expert_intermediate_size": 96, "mlp_only_layers": [3], "norm_topk_prob": True},
                           seed=75, cast_predicate=True),
+    # MLX's CPU gather_mm runs float32 only: the bf16 model above runs on a GPU, this twin everywhere
+    "qwen3_next_fp32": fx({**QWEN3_NEXT, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+                           "shared_expert_intermediate_size": 96, "mlp_only_layers": [3], "norm_topk_prob": True},
+                          dtype="float32", seed=78),
     "qwen3_next_q4_g64": fx({**QWEN3_NEXT, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
                              "shared_expert_intermediate_size": 64, "decoder_sparse_step": 2, "mlp_only_layers": []},
                             quant={"bits": 4, "group_size": 64}, seed=76, cast_predicate=True),
@@ -220,7 +224,11 @@ def build(name, recipe, out: Path):
             updates.append((k, 1.0 + 0.1 * mx.random.normal(v.shape)))
         elif k.endswith(".bias"):
             updates.append((k, 0.05 * mx.random.normal(v.shape)))
+        elif k.endswith(".sinks"):  # attention sinks (gpt_oss) start at zeros
+            updates.append((k, mx.random.normal(v.shape)))
     model.load_weights(updates, strict=False)
+    if recipe.get("router_ties"):
+        tie_routers(model, recipe["router_ties"])
     if recipe.get("drop_lm_head"):
         model.sanitize({k: v for k, v in tree_flatten(model.parameters()) if not k.endswith("lm_head.weight")})
     if recipe.get("cast_predicate"):
@@ -266,9 +274,113 @@ def build(name, recipe, out: Path):
         index = json.loads(index_path.read_text())
         index["weight_map"].update({k: "model-extra.safetensors" for k in extra})
         index_path.write_text(json.dumps(index, indent=4))
+    if recipe.get("per_expert"):
+        split_experts(tmp, **recipe["per_expert"])
     (tmp / "fixture.json").write_text(json.dumps(recipe, sort_keys=True))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
+
+
+# --- mixture of experts -----------------------------------------------------------------------------
+# Routers pick k of n experts; with 12 prompt tokens and k >= 6 a full forward takes switch_layers'
+# sorted path (>= 64 indices), decoding one token the unsorted one.
+QWEN3_MOE = {**BASE, "model_type": "qwen3_moe", "num_hidden_layers": 3, "head_dim": 32, "tie_word_embeddings": False,
+             "num_experts": 16, "num_experts_per_tok": 6, "moe_intermediate_size": 64, "decoder_sparse_step": 1,
+             "mlp_only_layers": [1], "norm_topk_prob": True}
+
+
+def tie_routers(model, suffix):
+    """Router ties: the first router's weight zeros (every expert equally likely), the others with
+    each odd row equal to the even row before it (experts in pairs with equal logits)."""
+    params = dict(tree_flatten(model.parameters()))
+    gates = sorted(k for k in params if k.endswith(suffix + ".weight"))
+    updates = []
+    for i, k in enumerate(gates):
+        w = params[k]
+        if i == 0:
+            updates.append((k, mx.zeros_like(w)))
+        else:
+            rows = mx.arange(w.shape[0]) // 2 * 2
+            updates.append((k, w[rows]))
+    model.load_weights(updates, strict=False)
+
+
+def split_experts(tmp, stacked, experts, names=None):
+    """Saves the stacked expert tensors (`stacked`.<proj>.<k>) one per expert, as Hugging Face
+    checkpoints hold them (`experts`.<e>.<name>.<k>), for the models' sanitize to stack again."""
+    names = names or {}
+    index_path = tmp / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text()) if index_path.exists() else None
+    for f in sorted(tmp.glob("model*.safetensors")):
+        arrays = mx.load(str(f))
+        out = {}
+        for k, v in arrays.items():
+            if f".{stacked}." not in k:
+                out[k] = v
+                continue
+            head, tail = k.split(f".{stacked}.")
+            proj, kind = tail.split(".")
+            for e in range(v.shape[0]):
+                out[f"{head}.{experts}.{e}.{names.get(proj, proj)}.{kind}"] = v[e]
+        mx.save_safetensors(str(f), out, metadata={"format": "mlx"})
+        if index:
+            for k in arrays:
+                index["weight_map"].pop(k, None)
+            index["weight_map"].update({k: f.name for k in out})
+    if index:
+        index_path.write_text(json.dumps(index, indent=4))
+
+
+MIXTRAL = {**BASE, "model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 6, "intermediate_size": 64}
+QWEN2_MOE = {**BASE, "model_type": "qwen2_moe", "num_experts": 8, "num_experts_per_tok": 6, "moe_intermediate_size": 64,
+             "shared_expert_intermediate_size": 128}
+OLMOE = {**BASE, "model_type": "olmoe", "num_experts": 16, "num_experts_per_tok": 8, "intermediate_size": 64}
+# layers 0 and 2 slide over 6 positions (RotatingKVCache), 1 and 3 are full; yarn RoPE as gpt-oss ships it
+GPT_OSS = {**BASE, "model_type": "gpt_oss", "num_hidden_layers": 4, "num_local_experts": 8, "num_experts_per_tok": 6,
+           "intermediate_size": 64, "head_dim": 32, "sliding_window": 6, "rope_theta": 150000.0,
+           "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                            "truncate": False, "original_max_position_embeddings": 4096}}
+
+# MLX's CPU gather_mm runs float32 only: the bf16 models without quantized experts run on a GPU (on a
+# CPU mlx-lm and mlxrt stop with the same MLX error), their float32 twins everywhere.
+MOE_FIXTURES = {
+    # qwen3_moe: layers 0 and 2 sparse, layer 1 dense (mlp_only_layers); the router's gate 8-bit when
+    # quantized (qwen3_moe.py's quant_predicate)
+    "qwen3_moe_bf16": fx(QWEN3_MOE, seed=70),
+    "qwen3_moe_fp32": fx(QWEN3_MOE, dtype="float32", seed=74),
+    "qwen3_moe_q4_g64": fx({**QWEN3_MOE, "tie_word_embeddings": True}, quant={"bits": 4, "group_size": 64}, seed=71),
+    # every second layer sparse, top-k probabilities not renormalised, routers with ties
+    "qwen3_moe_step2_ties": fx({**QWEN3_MOE, "num_hidden_layers": 4, "decoder_sparse_step": 2, "mlp_only_layers": [],
+                                "norm_topk_prob": False}, dtype="float32", seed=72, router_ties="mlp.gate"),
+    # a Hugging Face layout: experts.N.{gate,up,down}_proj.weight, stacked by sanitize
+    "qwen3_moe_per_expert": fx(QWEN3_MOE, dtype="float32", seed=73,
+                               per_expert={"stacked": "switch_mlp", "experts": "experts"}),
+    # mixtral: top-k logits, then a softmax over them; untied head by default
+    "mixtral_bf16": fx(MIXTRAL, seed=80),
+    "mixtral_fp32": fx({**MIXTRAL, "num_experts_per_tok": 2}, dtype="float32", seed=81),
+    "mixtral_q4_g64": fx(MIXTRAL, quant={"bits": 4, "group_size": 64}, seed=82),
+    # quantized experts saved one by one (experts.N.w1/w2/w3 with scales and biases), routers with ties
+    "mixtral_per_expert_q4_ties": fx({**MIXTRAL, "tie_word_embeddings": True}, quant={"bits": 4, "group_size": 64},
+                                     seed=83, router_ties="block_sparse_moe.gate",
+                                     per_expert={"stacked": "switch_mlp", "experts": "experts",
+                                                 "names": {"gate_proj": "w1", "down_proj": "w2", "up_proj": "w3"}}),
+    # qwen2_moe: a shared expert behind a sigmoid gate, biases on q/k/v, lm_head always
+    "qwen2_moe_bf16": fx(QWEN2_MOE, seed=90),
+    "qwen2_moe_fp32_per_expert": fx(QWEN2_MOE, dtype="float32", seed=91,
+                                    per_expert={"stacked": "switch_mlp", "experts": "experts"}),
+    "qwen2_moe_q4_g64": fx(QWEN2_MOE, quant={"bits": 4, "group_size": 64}, seed=92),
+    # olmoe: q/k norms over whole projections, routing over flattened tokens, tied head by default
+    "olmoe_bf16": fx(OLMOE, seed=100),
+    "olmoe_fp32_norm_bias": fx({**OLMOE, "norm_topk_prob": True, "attention_bias": True, "mlp_bias": True,
+                                "tie_word_embeddings": False}, dtype="float32", seed=101),
+    "olmoe_q4_g64": fx(OLMOE, quant={"bits": 4, "group_size": 64}, seed=102),
+    # gpt_oss: sinks, sliding/full layers, clamped SwiGLU experts with biases, an 8-bit router when quantized
+    "gpt_oss_bf16": fx(GPT_OSS, seed=110),
+    "gpt_oss_fp32": fx(GPT_OSS, dtype="float32", seed=111),
+    "gpt_oss_q4_g64": fx(GPT_OSS, quant={"bits": 4, "group_size": 64}, seed=112),
+    "gpt_oss_mxfp4": fx(GPT_OSS, quant={"mode": "mxfp4"}, seed=113),
+}
+FIXTURES.update(MOE_FIXTURES)
 
 
 def main():

@@ -66,7 +66,7 @@ CASES = {
     "wrong key type": (lambda d: edit_config(d, lambda c: c.update(num_hidden_layers="two")),
                        ["num_hidden_layers", "integer"]),
     "unsupported model_type": (lambda d: edit_config(d, lambda c: c.update(model_type="mamba")),
-                               ["unsupported model_type \"mamba\"", "supported: gemma3, gemma3_text, llama, "]),
+                               ["unsupported model_type \"mamba\"", "supported: gemma3, gemma3_text, gpt_oss, llama, "]),
     "remapped model_type": (lambda d: edit_config(d, lambda c: c.update(model_type="kimi_k2")),
                             ["mlx-lm remaps it to \"deepseek_v3\""]),
     "missing weight": (lambda d: (save_weights(d, {k: v for k, v in weights_of(d).items()
@@ -219,6 +219,81 @@ def test_bad_hybrid_config(case, tmp_path):
     assert proc.returncode == 1 and proc.stderr.startswith("error: "), proc.stderr
     for text in expected:
         assert text in proc.stderr, f"{case}: {text!r} not in {proc.stderr!r}"
+
+
+def _split_weights(d):
+    """All tensors of a fixture's shards, and a function that saves them back as one file."""
+    import mlx.core as mx
+    arrays = {}
+    for f in sorted(d.glob("model*.safetensors")):
+        arrays.update(mx.load(str(f)))
+        f.unlink()
+    (d / "model.safetensors.index.json").unlink(missing_ok=True)
+    return arrays, lambda w: mx.save_safetensors(str(d / "model.safetensors"), w, metadata={"format": "mlx"})
+
+
+def _drop(d, name):
+    w, save = _split_weights(d)
+    save({k: v for k, v in w.items() if k != name})
+
+
+def _requantize_expert(d, name, bits):
+    """Expert `name` (a ...experts.N.w1 prefix) re-quantized with other bits than its siblings."""
+    import mlx.core as mx
+    w, save = _split_weights(d)
+    dense = mx.dequantize(w[name + ".weight"], w[name + ".scales"], w[name + ".biases"], 64, 4)
+    w[name + ".weight"], w[name + ".scales"], w[name + ".biases"] = mx.quantize(dense, 64, bits)
+    save(w)
+
+
+def _dequantize_expert(d, name):
+    import mlx.core as mx
+    w, save = _split_weights(d)
+    w[name + ".weight"] = mx.dequantize(w.pop(name + ".weight"), w.pop(name + ".scales"), w.pop(name + ".biases"),
+                                        64, 4)
+    save(w)
+
+
+# Mixture of experts: the expert counts, missing expert tensors, experts of mixed quantization.
+MOE_CASES = {
+    "more experts per token than experts": (
+        "qwen3_moe_q4_g64", lambda d: edit_config(d, lambda c: c.update(num_experts_per_tok=17)),
+        ["config.json", "'num_experts_per_tok' is 17", "'num_experts' (16)"]),
+    "mixtral top-k beyond its experts": (
+        "mixtral_q4_g64", lambda d: edit_config(d, lambda c: c.update(num_experts_per_tok=9)),
+        ["config.json", "'num_experts_per_tok' is 9", "'num_local_experts' (8)"]),
+    "gpt_oss top-k beyond its experts": (
+        "gpt_oss_mxfp4", lambda d: edit_config(d, lambda c: c.update(num_experts_per_tok=9)),
+        ["config.json", "'num_experts_per_tok' is 9", "'num_local_experts' (8)"]),
+    "stacked expert tensor missing": (
+        "qwen3_moe_q4_g64", lambda d: _drop(d, "model.layers.2.mlp.switch_mlp.down_proj.weight"),
+        ["missing parameters: model.layers.2.mlp.switch_mlp.down_proj.weight"]),
+    "one expert's tensor missing": (
+        "qwen3_moe_per_expert", lambda d: _drop(d, "model.layers.0.mlp.experts.5.gate_proj.weight"),
+        ["model.layers.0.mlp.experts.5.gate_proj.weight is missing", "each of the 16 experts"]),
+    "one expert with other bits": (
+        "mixtral_per_expert_q4_ties", lambda d: _requantize_expert(d, "model.layers.1.block_sparse_moe.experts.3.w1", 8),
+        ["model.layers.1.block_sparse_moe.experts.3.w1.weight has shape (64, 32)",
+         "experts.0.w1.weight has shape (64, 16)", "the same quantization"]),
+    "one expert not quantized": (
+        "mixtral_per_expert_q4_ties", lambda d: _dequantize_expert(d, "model.layers.0.block_sparse_moe.experts.2.w3"),
+        ["model.layers.0.block_sparse_moe.experts.2.w3.weight has shape (64, 128) and dtype bfloat16",
+         "experts.0.w3.weight has shape (64, 16) and dtype uint32"]),
+}
+
+
+@pytest.mark.parametrize("case", list(MOE_CASES))
+def test_bad_moe_model(case, tmp_path):
+    fixture, breaker, expected = MOE_CASES[case]
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
+                    "--only", fixture], check=True)
+    d = copy_model(FIXTURES / fixture, tmp_path / "m")
+    breaker(d)
+    proc = logits(d)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: "), proc.stderr
+    for text in expected:
+        assert text in proc.stderr, f"{case}: {text!r} not in {proc.stderr!r}"
+    assert not (tmp_path / "out.safetensors").exists()
 
 
 def test_conv_weight_of_the_wrong_shape(tmp_path):

@@ -55,8 +55,14 @@ def test_seeds_differ(tiny_model):
                                      "phi3_bf16", "phi3_q4_g64", "phi3_partial_su_fp16",
                                      "gemma3_bf16", "gemma3_q4_g64", "gemma3_fp16_untied", "gemma3_multimodal",
                                      "qwen3_5_bf16", "qwen3_5_q4_g64", "qwen3_5_hd256_gqa", "qwen3_5_fp16",
-                                     "qwen3_next_dense_bf16", "qwen3_next_bf16", "qwen3_next_q4_g64",
-                                     "qwen3_5_moe_q4_g64"])
+                                     "qwen3_next_dense_bf16", "qwen3_next_fp32", "qwen3_next_q4_g64",
+                                     "qwen3_5_moe_q4_g64",
+                                     # mixture of experts: a switch layer draws once (twice quantized), its
+                                     # bias nothing; experts saved one by one draw as one stacked layer
+                                     "qwen3_moe_fp32", "qwen3_moe_q4_g64", "qwen3_moe_per_expert",
+                                     "mixtral_fp32", "mixtral_per_expert_q4_ties", "qwen2_moe_q4_g64",
+                                     "qwen2_moe_fp32_per_expert", "olmoe_fp32_norm_bias", "olmoe_q4_g64",
+                                     "gpt_oss_fp32", "gpt_oss_mxfp4"])
 def test_seed_position_after_model_construction(fixture):
     """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first
     sampling key depends on the architecture (biases, untied heads, quantized layers; gemma3_text builds an

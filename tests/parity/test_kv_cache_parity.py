@@ -36,8 +36,17 @@ CASES = [
     ("qwen3_5_fp16", {"kv_bits": 4, "kv_group_size": 32, "quantized_kv_start": 0}),
     ("qwen3_next_dense_bf16", {}),
     # experts: a 40-token chunk routes 80 (token, expert) pairs through the sorted gather, one token 2
-    ("qwen3_next_bf16", {}),
+    ("qwen3_next_fp32", {}),
     ("qwen3_5_moe_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
+    # mixture of experts: 40 tokens at once take switch_layers' sorted path, chunks of 1, 3 and 7 the other
+    ("qwen3_moe_q4_g64", {"max_kv_size": 64}),
+    ("qwen3_moe_fp32", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
+    ("mixtral_q4_g64", {"max_kv_size": 16}),
+    ("mixtral_per_expert_q4_ties", {"max_kv_size": 64}),
+    ("qwen2_moe_q4_g64", {"max_kv_size": 64}),
+    ("olmoe_fp32_norm_bias", {"max_kv_size": 16}),
+    ("gpt_oss_mxfp4", {}),  # sliding_window 6: RotatingKVCache on layers 0 and 2, sinks
+    ("gpt_oss_fp32", {}),
 ]
 CHUNKS = [1, 3, 5, 7, 40]
 
@@ -126,6 +135,8 @@ GREEDY_CASES = [
     ("qwen3_5_bf16", {}),
     ("qwen3_5_hd256_gqa", {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 5}),
     ("qwen3_next_dense_bf16", {"max_kv_size": 16}),
+    ("qwen3_moe_q4_g64", {"max_kv_size": 16}),
+    ("gpt_oss_mxfp4", {}),
 ]
 
 

@@ -26,6 +26,9 @@ SCENARIOS = {
     "hybrid": ("qwen3_5_bf16", False, {}),
     "hybrid_moe": ("qwen3_5_moe_q4_g64", False, {}),
     "hybrid_quantized": ("qwen3_5_hd256_gqa", False, {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 4}),
+    # mixture of experts: the 50-token prompt takes the sorted expert path, the continuation the other
+    "moe": ("qwen3_moe_q4_g64", True, {}),
+    "moe_sliding": ("gpt_oss_mxfp4", False, {}),  # sinks, RotatingKVCache and KVCache layers
 }
 
 
@@ -48,7 +51,8 @@ def models(fixtures_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     made = {name: kv_oracle.model_with_tokenizer(fixtures_dir / name, root / f"{name}_{chat}", chat)
             for name, chat in {("qwen3_bf16", True), ("llama_swa", False), ("qwen3_mha_hd64", True),
-                               ("qwen3_hd128", True), ("gemma3_bf16", False)}}
+                               ("qwen3_hd128", True), ("gemma3_bf16", False), ("qwen3_moe_q4_g64", True),
+                               ("gpt_oss_mxfp4", False)}}
     # qwen3_5: transformers replaces the tokenizer's pipeline by Qwen3.5's; a byte-level one survives it
     for name in ("qwen3_5_bf16", "qwen3_5_hd256_gqa", "qwen3_5_moe_q4_g64"):
         made[name] = kv_oracle.model_with_byte_tokenizer(fixtures_dir / name, root / f"{name}_bytes")

@@ -1,6 +1,7 @@
 #include "mlxrt/cli/generation_setup.h"
 
 #include <map>
+#include <optional>
 #include <set>
 
 #include "mlxrt/cli/common.h"
@@ -40,6 +41,19 @@ const std::map<std::string, std::string>& flag_names() {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The expert index of a tensor saved one expert at a time ("...experts.<N>...."), if it is one.
+std::optional<int> moe_expert_index(const std::string& name) {
+  static const std::string tag = ".experts.";
+  const auto at = name.find(tag);
+  if (at == std::string::npos) return std::nullopt;
+  const auto start = at + tag.size();
+  const auto end = name.find('.', start);
+  if (end == std::string::npos || end == start) return std::nullopt;
+  for (auto i = start; i < end; ++i)
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+  return std::stoi(name.substr(start, end - start));
 }
 
 }  // namespace
@@ -114,12 +128,16 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
   // Elsewhere a tied head is never built (tie_word_embeddings defaults to true in qwen2.py and
   // llama.py, to false in phi3.py), and sanitize drops a lm_head.weight the checkpoint still holds.
   const auto& raw = config.raw();
-  const bool tied_by_default = model_type != "phi3";
+  // --- mixture-of-experts families: mixtral.py's head is untied by default; qwen2_moe.py and
+  // gpt_oss.py always build lm_head and never drop a saved one.
+  const bool moe_always_head = model_type == "qwen2_moe" || model_type == "gpt_oss";
+  const bool tied_by_default = model_type != "phi3" && model_type != "mixtral";
+  // --- end of the mixture-of-experts block
   const bool tied =
       raw.contains("tie_word_embeddings") ? raw["tie_word_embeddings"] == true : tied_by_default;
   // The hybrid families' sanitize never drops a head of an MLX checkpoint (a tied one that holds
   // one is refused).
-  const bool dropped_head = !hybrid && model_type != "gemma3_text" && model_type != "gemma3" && tied &&
+  const bool dropped_head = !hybrid && model_type != "gemma3_text" && model_type != "gemma3" && !moe_always_head && tied &&
                             weights.count("lm_head.weight");
   for (const auto& [name, tensor] : weights) {
     if (name.rfind(text_prefix, 0) != 0) continue;
@@ -131,6 +149,16 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
     if (!ends_with(name, ".weight") || tensor.ndim() < 2) continue;
     if (dropped_head && name == "lm_head.weight") continue;
     const auto prefix = name.substr(0, name.size() - 7);
+    // --- mixture of experts: a switch layer (a stacked [experts, out, in] weight, or experts saved
+    // one by one, "experts.N.", which sanitize stacks into one) draws once for its weight, once more
+    // when quantized; its bias starts at zeros.
+    if (const auto e = moe_expert_index(name); tensor.ndim() == 3 || e) {
+      if (e && *e != 0) continue;
+      draws += 1;
+      if (weights.count(prefix + ".scales")) draws += 1;
+      continue;
+    }
+    // --- end of the mixture-of-experts block
     draws += 1;
     if (weights.count(prefix + ".scales")) draws += 1;
     if (weights.count(prefix + ".bias")) draws += 1;

@@ -24,7 +24,7 @@ const char* const kArchitectureKeys[] = {
     "linear_conv_kernel_dim", "full_attention_interval",
     // Mixture-of-experts blocks.
     "num_experts", "num_experts_per_tok", "decoder_sparse_step", "shared_expert_intermediate_size",
-    "moe_intermediate_size", "mlp_only_layers", "norm_topk_prob",
+    "moe_intermediate_size", "mlp_only_layers", "norm_topk_prob", "num_local_experts",
 };
 
 json normalise(const json& v) {

@@ -36,6 +36,11 @@ const Names<Capability> kCapabilities[] = {
     {Capability::recurrent_state, "recurrent-state"},
     {Capability::hybrid_attention, "hybrid-attention"},
     {Capability::mrope, "mrope"},
+    {Capability::qwen3_moe_graph, "qwen3_moe-graph"},
+    {Capability::mixtral_graph, "mixtral-graph"},
+    {Capability::qwen2_moe_graph, "qwen2_moe-graph"},
+    {Capability::olmoe_graph, "olmoe-graph"},
+    {Capability::gpt_oss_graph, "gpt_oss-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -45,7 +50,13 @@ const Names<Loader> kLoaders[] = {{Loader::safetensors, "safetensors"}};
 const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}, {Graph::qwen2, "qwen2"},
                                 {Graph::gemma3_text, "gemma3_text"}, {Graph::phi3, "phi3"},
                                 {Graph::qwen3_next, "qwen3_next"},
-                                {Graph::qwen3_5, "qwen3_5"}};
+                                {Graph::qwen3_5, "qwen3_5"},
+                                {Graph::qwen3_moe, "qwen3_moe"},
+                                {Graph::mixtral, "mixtral"},
+                                {Graph::qwen2_moe, "qwen2_moe"},
+                                {Graph::olmoe, "olmoe"},
+                                {Graph::gpt_oss, "gpt_oss"},
+};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -132,7 +143,14 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::qwen3_5_graph,
                                                Capability::recurrent_state,
                                                Capability::hybrid_attention,
-                                               Capability::mrope};
+                                               Capability::mrope,
+
+                                               Capability::qwen3_moe_graph,
+                                               Capability::mixtral_graph,
+                                               Capability::qwen2_moe_graph,
+                                               Capability::olmoe_graph,
+                                               Capability::gpt_oss_graph,
+  };
   return caps;
 }
 

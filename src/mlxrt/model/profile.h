@@ -26,6 +26,11 @@ enum class Capability {
   recurrent_state,   // layers that carry an ArraysCache (conv and recurrent state), not trimmable
   hybrid_attention,  // linear-attention layers interleaved with full-attention ones
   mrope,             // reads multimodal RoPE sections (text positions rotate as a plain RoPE)
+  qwen3_moe_graph,
+  mixtral_graph,
+  qwen2_moe_graph,
+  olmoe_graph,
+  gpt_oss_graph,
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -39,6 +44,11 @@ enum class Graph {
   phi3,
   qwen3_next,
   qwen3_5,
+  qwen3_moe,
+  mixtral,
+  qwen2_moe,
+  olmoe,
+  gpt_oss,
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

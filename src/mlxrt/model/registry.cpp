@@ -23,6 +23,11 @@ const std::vector<GraphEntry>& graph_registry() {
        {Capability::recurrent_state, Capability::hybrid_attention}},
       {Graph::qwen3_5, "qwen3_5", Capability::qwen3_5_graph, {"qwen3_5", "qwen3_5_moe"}, {}, qwen3_5::build,
        {Capability::recurrent_state, Capability::hybrid_attention, Capability::mrope}},
+      {Graph::qwen3_moe, "qwen3_moe", Capability::qwen3_moe_graph, {"qwen3_moe"}, {}, qwen3_moe::build},
+      {Graph::mixtral, "mixtral", Capability::mixtral_graph, {"mixtral"}, {}, mixtral::build},
+      {Graph::qwen2_moe, "qwen2_moe", Capability::qwen2_moe_graph, {"qwen2_moe"}, {}, qwen2_moe::build},
+      {Graph::olmoe, "olmoe", Capability::olmoe_graph, {"olmoe"}, {}, olmoe::build},
+      {Graph::gpt_oss, "gpt_oss", Capability::gpt_oss_graph, {"gpt_oss"}, {}, gpt_oss::build},
   };
   return registry;
 }

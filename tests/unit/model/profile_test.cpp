@@ -123,8 +123,8 @@ TEST(Profile, FamilyThenGenericThenRefusal) {
   } catch (const UnsupportedError& e) {
     std::string msg = e.what();
     EXPECT_NE(msg.find("unsupported model_type \"llava\" (mlx-lm remaps it to \"mistral3\")"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("supported: gemma3, gemma3_text, llama, "), std::string::npos) << msg;
-    EXPECT_NE(msg.find(", qwen3; generic: iquestcoder, mistral, xverse"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("supported: gemma3, gemma3_text, gpt_oss, llama, "), std::string::npos) << msg;
+    EXPECT_NE(msg.find(", qwen3, qwen3_moe; generic: iquestcoder, mistral, xverse"), std::string::npos) << msg;
   }
 }
 

@@ -34,5 +34,25 @@ namespace gemma3_text {
 /** gemma3_text, and gemma3 (a multimodal checkpoint's text model, as mlx-lm's gemma3.py runs it). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace qwen3_moe {
+/** qwen3_moe: Qwen3-30B-A3B, Qwen3-Coder (sparse layers every decoder_sparse_step, mlp_only_layers dense). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace mixtral {
+/** mixtral: Mixtral 8x7B / 8x22B (top-k of the router logits, then a softmax over those). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace qwen2_moe {
+/** qwen2_moe: Qwen1.5-MoE / Qwen2-MoE (a shared expert behind a sigmoid gate). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace olmoe {
+/** olmoe: OLMoE (q/k norms over the whole projections, routing over flattened tokens). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace gpt_oss {
+/** gpt_oss: gpt-oss (attention sinks, alternating sliding/full layers, clamped SwiGLU experts). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 }  // namespace mlxrt::model

@@ -8,6 +8,8 @@
 #include <mlx/ops.h>
 #include <mlx/types/limits.h>
 
+#include "mlxrt/util/errors.h"
+
 namespace mlxrt::model::nn {
 
 AttentionMask create_attention_mask(int n, const cache::Cache* cache, std::optional<int> window_size) {
@@ -37,16 +39,17 @@ mx::array dtype_lowest(mx::Dtype dtype) {
   return mx::array(v, dtype);
 }
 
-mx::array fused_attention(const mx::array& q, const cache::PlainKV& kv, float scale, const AttentionMask& mask) {
+mx::array fused_attention(const mx::array& q, const cache::PlainKV& kv, float scale, const AttentionMask& mask,
+                          const std::optional<mx::array>& sinks = std::nullopt) {
   switch (mask.kind) {
     case AttentionMask::Kind::causal:
-      return mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, scale, "causal");
+      return mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, scale, "causal", std::nullopt, sinks);
     case AttentionMask::Kind::array:
-      return mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, scale, "array", mask.mask);
+      return mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, scale, "array", mask.mask, sinks);
     case AttentionMask::Kind::none:
       break;
   }
-  return mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, scale, "");
+  return mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, scale, "", std::nullopt, sinks);
 }
 
 cache::QuantizedTensor expand_heads(const cache::QuantizedTensor& t) {
@@ -95,6 +98,14 @@ mx::array scaled_dot_product_attention(const mx::array& queries, const cache::Ca
                                        const AttentionMask& mask) {
   if (const auto* q = std::get_if<cache::QuantizedKV>(&kv)) return quantized_attention(queries, *q, scale, mask);
   return fused_attention(queries, std::get<cache::PlainKV>(kv), scale, mask);
+}
+
+mx::array scaled_dot_product_attention(const mx::array& queries, const cache::CachedKV& kv, float scale,
+                                       const AttentionMask& mask, const mx::array& sinks) {
+  if (std::holds_alternative<cache::QuantizedKV>(kv))
+    throw UnsupportedError("Quantized SDPA does not support attention sinks. (--kv-bits cannot be used with this "
+                           "model's attention sinks)");
+  return fused_attention(queries, std::get<cache::PlainKV>(kv), scale, mask, sinks);
 }
 
 }  // namespace mlxrt::model::nn

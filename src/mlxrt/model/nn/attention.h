@@ -28,4 +28,9 @@ cache::CachedKV rope_and_update_cache(const Rope& rope, mx::array& queries, cons
 mx::array scaled_dot_product_attention(const mx::array& queries, const cache::CachedKV& kv, float scale,
                                        const AttentionMask& mask);
 
+/** The same with attention sinks (gpt-oss): one learned logit per query head that takes part in
+ * the softmax. A quantized cache cannot attend with sinks (UnsupportedError, as mlx-lm refuses). */
+mx::array scaled_dot_product_attention(const mx::array& queries, const cache::CachedKV& kv, float scale,
+                                       const AttentionMask& mask, const mx::array& sinks);
+
 }  // namespace mlxrt::model::nn
