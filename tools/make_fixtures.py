@@ -44,6 +44,18 @@ GEMMA3 = {**BASE, "model_type": "gemma3_text", "num_hidden_layers": 4, "head_dim
           "sliding_window": 6, "sliding_window_pattern": 2, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
           "rope_scaling": {"rope_type": "linear", "factor": 8.0}}
 
+# mistral3 / ministral3 / smollm3 (dense families on the decoder skeleton)
+_TEXT = {k: v for k, v in BASE.items() if k not in ("eos_token_id", "bos_token_id")}
+MISTRAL3 = {"model_type": "mistral3", "vocab_size": 512, "eos_token_id": 2, "bos_token_id": 1,
+            "text_config": {**_TEXT, "model_type": "mistral", "head_dim": 48}}
+# three layers, the middle one sliding over 6 positions; yarn RoPE from rope_parameters
+MINISTRAL3_TEXT = {**_TEXT, "model_type": "ministral3", "num_hidden_layers": 3, "sliding_window": 6,
+                   "layer_types": ["full_attention", "sliding_attention", "full_attention"],
+                   "rope_parameters": {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 4,
+                                       "llama_4_scaling_beta": 0.1, "rope_theta": 1000000.0, "beta_fast": 32.0,
+                                       "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}}
+SMOLLM3 = {**BASE, "model_type": "smollm3", "num_hidden_layers": 4, "tie_word_embeddings": True}
+
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
@@ -154,6 +166,18 @@ FIXTURES = {
                             seed=43, drop_lm_head=True,
                             extra_tensors={"vision_tower.vision_model.embeddings.patch_embedding.weight": [16, 3, 4, 4],
                                            "multi_modal_projector.mm_input_projection_weight": [16, 128]}),
+    # mistral3 / ministral3: the text model of text_config under language_model. (llama.py's for a
+    # "mistral" text model, ministral3.py's otherwise); ministral3 scales the rotated queries by
+    # 1 + beta * log(1 + floor(pos / original_max_position_embeddings)), here over 4 positions
+    "mistral3_bf16": fx(MISTRAL3, seed=70),
+    "mistral3_q4_g64": fx(MISTRAL3, quant={"bits": 4, "group_size": 64}, seed=71),
+    "ministral3_bf16": fx({**MISTRAL3, "text_config": MINISTRAL3_TEXT}, seed=72),
+    "ministral3_q4_g64": fx({**MINISTRAL3_TEXT, "tie_word_embeddings": True, "eos_token_id": 2, "bos_token_id": 1},
+                            quant={"bits": 4, "group_size": 64}, seed=73),
+    # smollm3: NoPE layers (by default every 4th: layer 3 here; explicitly 1 and 3 in the 4-bit one)
+    "smollm3_bf16": fx(SMOLLM3, seed=80),
+    "smollm3_q4_g64": fx({**SMOLLM3, "no_rope_layers": [1, 0, 1, 0], "tie_word_embeddings": False},
+                         quant={"bits": 4, "group_size": 64}, seed=81),
 }
 
 

@@ -28,6 +28,11 @@ CASES = [
     ("qwen2_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
     ("phi3_longrope", {"max_kv_size": 16}),  # phi3.py has no make_cache: max_kv_size rotates every layer
     ("phi3_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
+    ("ministral3_bf16", {}),  # mistral3.py has no make_cache: layer 1 slides (window 6) over a KVCache
+    ("ministral3_q4_g64", {}),  # ministral3.py's make_cache: RotatingKVCache(6) on layer 1
+    ("mistral3_bf16", {"max_kv_size": 16}),
+    ("smollm3_bf16", {"max_kv_size": 16}),  # smollm3.py has no make_cache: every layer rotates
+    ("smollm3_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
 ]
 CHUNKS = [1, 3, 7, 40]
 
@@ -113,6 +118,9 @@ GREEDY_CASES = [
     ("qwen3_hd128", {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 5}),
     ("qwen2_bf16", {"max_kv_size": 16}),
     ("phi3_longrope", {"max_kv_size": 16}),
+    ("ministral3_bf16", {}),
+    ("ministral3_q4_g64", {}),
+    ("smollm3_bf16", {"max_kv_size": 16}),
 ]
 
 

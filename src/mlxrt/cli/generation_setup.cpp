@@ -112,13 +112,25 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
   // llama.py, to false in phi3.py), and sanitize drops a lm_head.weight the checkpoint still holds.
   const auto& raw = config.raw();
   const bool tied_by_default = model_type != "phi3";
-  const bool tied =
-      raw.contains("tie_word_embeddings") ? raw["tie_word_embeddings"] == true : tied_by_default;
+  bool tied = raw.contains("tie_word_embeddings") ? raw["tie_word_embeddings"] == true : tied_by_default;
+  std::string head_name = "lm_head.weight";
+  // -- mistral3 (and llava): only the text model is built, under language_model.; its head is
+  // untied unless text_config says so, and sanitize drops the vision tower and projector.
+  const bool mistral3 = model_type == "mistral3" || model_type == "llava";
+  if (mistral3) {
+    const auto& text = raw.contains("text_config") ? raw["text_config"] : nlohmann::json::object();
+    tied = text.contains("tie_word_embeddings") && text["tie_word_embeddings"] == true;
+    head_name = weights.count("lm_head.weight") ? "lm_head.weight" : "language_model.lm_head.weight";
+  }
+  // -- end mistral3
   const bool dropped_head =
-      model_type != "gemma3_text" && model_type != "gemma3" && tied && weights.count("lm_head.weight");
+      model_type != "gemma3_text" && model_type != "gemma3" && tied && weights.count(head_name);
   for (const auto& [name, tensor] : weights) {
     if (!ends_with(name, ".weight") || tensor.ndim() < 2 || name.rfind(text_prefix, 0) != 0) continue;
-    if (dropped_head && name == "lm_head.weight") continue;
+    if (dropped_head && name == head_name) continue;
+    if (mistral3 && (name.find("vision_tower") != std::string::npos ||
+                     name.find("multi_modal_projector") != std::string::npos))
+      continue;
     const auto prefix = name.substr(0, name.size() - 7);
     draws += 1;
     if (weights.count(prefix + ".scales")) draws += 1;

@@ -19,6 +19,8 @@ const char* const kArchitectureKeys[] = {
     "sliding_window_pattern", "rope_local_base_freq", "query_pre_attn_scalar", "text_config",
     // Phi-3: the rotated share of each head and the RoPE's original context length.
     "partial_rotary_factor", "original_max_position_embeddings",
+    // SmolLM3: which layers rotate.
+    "no_rope_layers", "no_rope_layer_interval",
 };
 
 json normalise(const json& v) {

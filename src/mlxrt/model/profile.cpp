@@ -31,6 +31,9 @@ const Names<Capability> kCapabilities[] = {
     {Capability::qwen2_graph, "qwen2-graph"},
     {Capability::gemma3_text_graph, "gemma3_text-graph"},
     {Capability::phi3_graph, "phi3-graph"},
+    {Capability::mistral3_graph, "mistral3-graph"},
+    {Capability::ministral3_graph, "ministral3-graph"},
+    {Capability::smollm3_graph, "smollm3-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -38,7 +41,10 @@ const Names<Oracle> kOracles[] = {
 const Names<Claim> kClaims[] = {{Claim::bit_exact, "bit-exact"}, {Claim::measured, "measured"}};
 const Names<Loader> kLoaders[] = {{Loader::safetensors, "safetensors"}};
 const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}, {Graph::qwen2, "qwen2"},
-                                {Graph::gemma3_text, "gemma3_text"}, {Graph::phi3, "phi3"}};
+                                {Graph::gemma3_text, "gemma3_text"}, {Graph::phi3, "phi3"},
+                                {Graph::mistral3, "mistral3"},
+                                {Graph::ministral3, "ministral3"},
+                                {Graph::smollm3, "smollm3"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -114,7 +120,10 @@ const std::vector<Capability>& engine_capabilities() {
   static const std::vector<Capability> caps = {Capability::safetensors, Capability::autoregressive,
                                                Capability::qwen3_graph, Capability::llama_graph,
                                                Capability::qwen2_graph, Capability::gemma3_text_graph,
-                                               Capability::phi3_graph};
+                                               Capability::phi3_graph,
+                                               Capability::mistral3_graph,
+                                               Capability::ministral3_graph,
+                                               Capability::smollm3_graph};
   return caps;
 }
 

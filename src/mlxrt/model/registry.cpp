@@ -18,6 +18,10 @@ const std::vector<GraphEntry>& graph_registry() {
       // gemma3 (multimodal) runs its text model through gemma3_text.py in mlx-lm.
       {Graph::gemma3_text, "gemma3_text", Capability::gemma3_text_graph, {"gemma3_text", "gemma3"}, {},
        gemma3_text::build},
+      // mlx-lm remaps llava onto mistral3.py.
+      {Graph::mistral3, "mistral3", Capability::mistral3_graph, {"mistral3"}, {"llava"}, mistral3::build},
+      {Graph::ministral3, "ministral3", Capability::ministral3_graph, {"ministral3"}, {}, ministral3::build},
+      {Graph::smollm3, "smollm3", Capability::smollm3_graph, {"smollm3"}, {}, smollm3::build},
   };
   return registry;
 }
