@@ -44,6 +44,18 @@ GEMMA3 = {**BASE, "model_type": "gemma3_text", "num_hidden_layers": 4, "head_dim
           "sliding_window": 6, "sliding_window_pattern": 2, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
           "rope_scaling": {"rope_type": "linear", "factor": 8.0}}
 
+# mistral3 / ministral3 / smollm3 (dense families on the decoder skeleton)
+_TEXT = {k: v for k, v in BASE.items() if k not in ("eos_token_id", "bos_token_id")}
+MISTRAL3 = {"model_type": "mistral3", "vocab_size": 512, "eos_token_id": 2, "bos_token_id": 1,
+            "text_config": {**_TEXT, "model_type": "mistral", "head_dim": 48}}
+# three layers, the middle one sliding over 6 positions; yarn RoPE from rope_parameters
+MINISTRAL3_TEXT = {**_TEXT, "model_type": "ministral3", "num_hidden_layers": 3, "sliding_window": 6,
+                   "layer_types": ["full_attention", "sliding_attention", "full_attention"],
+                   "rope_parameters": {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 4,
+                                       "llama_4_scaling_beta": 0.1, "rope_theta": 1000000.0, "beta_fast": 32.0,
+                                       "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}}
+SMOLLM3 = {**BASE, "model_type": "smollm3", "num_hidden_layers": 4, "tie_word_embeddings": True}
+
 
 # Qwen3.5's text model: 4 layers with full attention every 2nd (layers 1 and 3), gated delta nets on
 # layers 0 and 2 (2 key heads, 4 value heads, conv kernel 4). rope_parameters overrides the top-level
@@ -207,6 +219,18 @@ FIXTURES = {
         **QWEN3_5_TEXT, "model_type": "qwen3_5_moe_text", "num_experts": 4, "num_experts_per_tok": 2,
         "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64}},
         quant={"bits": 4, "group_size": 64}, seed=77, cast_predicate=True),
+    # mistral3 / ministral3: the text model of text_config under language_model. (llama.py's for a
+    # "mistral" text model, ministral3.py's otherwise); ministral3 scales the rotated queries by
+    # 1 + beta * log(1 + floor(pos / original_max_position_embeddings)), here over 4 positions
+    "mistral3_bf16": fx(MISTRAL3, seed=70),
+    "mistral3_q4_g64": fx(MISTRAL3, quant={"bits": 4, "group_size": 64}, seed=71),
+    "ministral3_bf16": fx({**MISTRAL3, "text_config": MINISTRAL3_TEXT}, seed=72),
+    "ministral3_q4_g64": fx({**MINISTRAL3_TEXT, "tie_word_embeddings": True, "eos_token_id": 2, "bos_token_id": 1},
+                            quant={"bits": 4, "group_size": 64}, seed=73),
+    # smollm3: NoPE layers (by default every 4th: layer 3 here; explicitly 1 and 3 in the 4-bit one)
+    "smollm3_bf16": fx(SMOLLM3, seed=80),
+    "smollm3_q4_g64": fx({**SMOLLM3, "no_rope_layers": [1, 0, 1, 0], "tie_word_embeddings": False},
+                         quant={"bits": 4, "group_size": 64}, seed=81),
 }
 
 

@@ -47,6 +47,11 @@ CASES = [
     ("olmoe_fp32_norm_bias", {"max_kv_size": 16}),
     ("gpt_oss_mxfp4", {}),  # sliding_window 6: RotatingKVCache on layers 0 and 2, sinks
     ("gpt_oss_fp32", {}),
+    ("ministral3_bf16", {}),  # mistral3.py has no make_cache: layer 1 slides (window 6) over a KVCache
+    ("ministral3_q4_g64", {}),  # ministral3.py's make_cache: RotatingKVCache(6) on layer 1
+    ("mistral3_bf16", {"max_kv_size": 16}),
+    ("smollm3_bf16", {"max_kv_size": 16}),  # smollm3.py has no make_cache: every layer rotates
+    ("smollm3_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
 ]
 CHUNKS = [1, 3, 5, 7, 40]
 
@@ -137,6 +142,9 @@ GREEDY_CASES = [
     ("qwen3_next_dense_bf16", {"max_kv_size": 16}),
     ("qwen3_moe_q4_g64", {"max_kv_size": 16}),
     ("gpt_oss_mxfp4", {}),
+    ("ministral3_bf16", {}),
+    ("ministral3_q4_g64", {}),
+    ("smollm3_bf16", {"max_kv_size": 16}),
 ]
 
 

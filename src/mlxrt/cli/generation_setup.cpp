@@ -133,12 +133,21 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
   const bool moe_always_head = model_type == "qwen2_moe" || model_type == "gpt_oss";
   const bool tied_by_default = model_type != "phi3" && model_type != "mixtral";
   // --- end of the mixture-of-experts block
-  const bool tied =
-      raw.contains("tie_word_embeddings") ? raw["tie_word_embeddings"] == true : tied_by_default;
+  bool tied = raw.contains("tie_word_embeddings") ? raw["tie_word_embeddings"] == true : tied_by_default;
+  std::string head_name = "lm_head.weight";
+  // -- mistral3 (and llava): only the text model is built, under language_model.; its head is
+  // untied unless text_config says so, and sanitize drops the vision tower and projector.
+  const bool mistral3 = model_type == "mistral3" || model_type == "llava";
+  if (mistral3) {
+    const auto& text = raw.contains("text_config") ? raw["text_config"] : nlohmann::json::object();
+    tied = text.contains("tie_word_embeddings") && text["tie_word_embeddings"] == true;
+    head_name = weights.count("lm_head.weight") ? "lm_head.weight" : "language_model.lm_head.weight";
+  }
+  // -- end mistral3
   // The hybrid families' sanitize never drops a head of an MLX checkpoint (a tied one that holds
   // one is refused).
-  const bool dropped_head = !hybrid && model_type != "gemma3_text" && model_type != "gemma3" && !moe_always_head && tied &&
-                            weights.count("lm_head.weight");
+  const bool dropped_head = !hybrid && model_type != "gemma3_text" && model_type != "gemma3" && !moe_always_head &&
+                            tied && weights.count(head_name);
   for (const auto& [name, tensor] : weights) {
     if (name.rfind(text_prefix, 0) != 0) continue;
     if (hybrid) {
@@ -147,7 +156,10 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
       if (ends_with(name, ".A_log")) draws += 1;
     }
     if (!ends_with(name, ".weight") || tensor.ndim() < 2) continue;
-    if (dropped_head && name == "lm_head.weight") continue;
+    if (dropped_head && name == head_name) continue;
+    if (mistral3 && (name.find("vision_tower") != std::string::npos ||
+                     name.find("multi_modal_projector") != std::string::npos))
+      continue;
     const auto prefix = name.substr(0, name.size() - 7);
     // --- mixture of experts: a switch layer (a stacked [experts, out, in] weight, or experts saved
     // one by one, "experts.N.", which sanitize stacks into one) draws once for its weight, once more

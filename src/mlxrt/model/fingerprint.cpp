@@ -25,6 +25,8 @@ const char* const kArchitectureKeys[] = {
     // Mixture-of-experts blocks.
     "num_experts", "num_experts_per_tok", "decoder_sparse_step", "shared_expert_intermediate_size",
     "moe_intermediate_size", "mlp_only_layers", "norm_topk_prob", "num_local_experts",
+    // SmolLM3: which layers rotate.
+    "no_rope_layers", "no_rope_layer_interval",
 };
 
 json normalise(const json& v) {

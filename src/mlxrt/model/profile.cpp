@@ -41,6 +41,9 @@ const Names<Capability> kCapabilities[] = {
     {Capability::qwen2_moe_graph, "qwen2_moe-graph"},
     {Capability::olmoe_graph, "olmoe-graph"},
     {Capability::gpt_oss_graph, "gpt_oss-graph"},
+    {Capability::mistral3_graph, "mistral3-graph"},
+    {Capability::ministral3_graph, "ministral3-graph"},
+    {Capability::smollm3_graph, "smollm3-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -56,7 +59,9 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::qwen2_moe, "qwen2_moe"},
                                 {Graph::olmoe, "olmoe"},
                                 {Graph::gpt_oss, "gpt_oss"},
-};
+                                {Graph::mistral3, "mistral3"},
+                                {Graph::ministral3, "ministral3"},
+                                {Graph::smollm3, "smollm3"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -144,13 +149,14 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::recurrent_state,
                                                Capability::hybrid_attention,
                                                Capability::mrope,
-
                                                Capability::qwen3_moe_graph,
                                                Capability::mixtral_graph,
                                                Capability::qwen2_moe_graph,
                                                Capability::olmoe_graph,
                                                Capability::gpt_oss_graph,
-  };
+                                               Capability::mistral3_graph,
+                                               Capability::ministral3_graph,
+                                               Capability::smollm3_graph};
   return caps;
 }
 

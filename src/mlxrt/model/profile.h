@@ -31,6 +31,9 @@ enum class Capability {
   qwen2_moe_graph,
   olmoe_graph,
   gpt_oss_graph,
+  mistral3_graph,
+  ministral3_graph,
+  smollm3_graph,
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -49,6 +52,9 @@ enum class Graph {
   qwen2_moe,
   olmoe,
   gpt_oss,
+  mistral3,
+  ministral3,
+  smollm3,
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

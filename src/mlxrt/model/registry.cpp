@@ -28,6 +28,10 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::qwen2_moe, "qwen2_moe", Capability::qwen2_moe_graph, {"qwen2_moe"}, {}, qwen2_moe::build},
       {Graph::olmoe, "olmoe", Capability::olmoe_graph, {"olmoe"}, {}, olmoe::build},
       {Graph::gpt_oss, "gpt_oss", Capability::gpt_oss_graph, {"gpt_oss"}, {}, gpt_oss::build},
+      // mlx-lm remaps llava onto mistral3.py.
+      {Graph::mistral3, "mistral3", Capability::mistral3_graph, {"mistral3"}, {"llava"}, mistral3::build},
+      {Graph::ministral3, "ministral3", Capability::ministral3_graph, {"ministral3"}, {}, ministral3::build},
+      {Graph::smollm3, "smollm3", Capability::smollm3_graph, {"smollm3"}, {}, smollm3::build},
   };
   return registry;
 }

@@ -4,6 +4,7 @@
 
 #include "mlxrt/io/model_config.h"
 #include "mlxrt/model/causal_lm.h"
+#include "mlxrt/model/nn/decoder.h"
 #include "mlxrt/model/nn/weight_binder.h"
 #include "mlxrt/util/errors.h"
 
@@ -52,6 +53,24 @@ std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& wei
 }
 namespace gpt_oss {
 /** gpt_oss: gpt-oss (attention sinks, alternating sliding/full layers, clamped SwiGLU experts). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+
+// Dense families on the shared decoder skeleton (nn/decoder.h).
+namespace mistral3 {
+/** mistral3 (and llava): the text model of text_config under language_model. (ministral3 or llama). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace ministral3 {
+/** ministral3: llama's skeleton with rope_parameters and Llama 4's position-dependent query scale. */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+/** The same model's skeleton options from `fields` (a text_config), weights under `model` and
+ * `lm_head` (mistral3), after its sanitize. */
+nn::DecoderOptions text_options(const JsonFields& fields, WeightBinder& weights, const std::string& model,
+                                const std::string& lm_head);
+}
+namespace smollm3 {
+/** smollm3: llama.py's model with NoPE layers (no_rope_layers, no_rope_layer_interval). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
 

@@ -2,6 +2,7 @@
 /** Binds a checkpoint's tensors to a model's parameters by name, as mlx-lm's strict
  * `load_weights` does: every parameter must be present with its exact shape, and every tensor
  * must be used. Problems are collected and reported together, listing the names. */
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -51,6 +52,22 @@ class WeightBinder {
   bool stack_experts(const std::string& experts, const std::string& into, int num_experts,
                      const std::vector<std::pair<std::string, std::string>>& names,
                      const std::vector<std::string>& suffixes);
+  /** Renames the tensors for which `rename` gives a new name (a sanitize that moves keys, e.g.
+   * mistral3's "model.language_model." -> "language_model.model."); an empty result keeps one. */
+  void rename_keys(const std::function<std::string(const std::string&)>& rename) {
+    io::WeightMap out;
+    for (auto& [name, tensor] : weights_) {
+      auto to = rename(name);
+      out.insert_or_assign(to.empty() ? name : to, tensor);
+    }
+    weights_ = std::move(out);
+  }
+  /** Adds tensor `from` under a second name `to`, if the checkpoint holds it (a sanitize that
+   * copies a tensor, e.g. minicpm's missing lm_head.weight from the embedding). */
+  void copy_tensor(const std::string& from, const std::string& to) {
+    auto it = weights_.find(from);
+    if (it != weights_.end()) weights_.insert_or_assign(to, it->second);
+  }
   /** The saved shapes of `path`.weight/.scales, when the module was saved quantized. */
   std::optional<io::SavedQuantTensors> saved_quant(const std::string& path) const;
   const io::ModelConfig& config() const { return config_; }

@@ -1,0 +1,288 @@
+// Port of the Attention / MLP / TransformerBlock / Model skeleton shared by mlx_lm/models/llama.py,
+// qwen2.py, qwen3.py and phi3.py (mlx-lm 0.32.2), and of mlx.nn.LayerNorm (mlx 0.32.4).
+#include "mlxrt/model/nn/decoder.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <mlx/fast.h>
+#include <mlx/ops.h>
+
+#include "mlxrt/cache/kv_cache.h"
+#include "mlxrt/cache/rotating_kv_cache.h"
+#include "mlxrt/model/nn/activations.h"
+#include "mlxrt/util/errors.h"
+
+namespace mlxrt::model::nn {
+
+Norm Norm::load(WeightBinder& w, const std::string& path, int dims, float eps, Kind kind) {
+  auto weight = w.take(path + ".weight", {dims});
+  std::optional<mx::array> bias;
+  if (kind == Kind::layer) bias = w.take(path + ".bias", {dims});
+  return Norm(kind, std::move(weight), std::move(bias), eps);
+}
+
+mx::array Norm::operator()(const mx::array& x) const {
+  if (kind_ == Kind::rms) return mx::fast::rms_norm(x, weight_, eps_);
+  return mx::fast::layer_norm(x, weight_, bias_, eps_);
+}
+
+float default_scale(int head_dim) { return static_cast<float>(std::pow(static_cast<double>(head_dim), -0.5)); }
+
+namespace {
+
+std::optional<Norm> load_qk_norm(const AttentionOptions& o, WeightBinder& w, const std::string& path, int heads) {
+  switch (o.qk_norm) {
+    case QkNorm::none:
+      return std::nullopt;
+    case QkNorm::per_head:
+      return Norm::load(w, path, o.head_dim, o.qk_norm_eps, o.qk_norm_kind);
+    case QkNorm::projection:
+      return Norm::load(w, path, heads * o.head_dim, o.qk_norm_eps, o.qk_norm_kind);
+    case QkNorm::custom:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// [B, L, heads * D] -> [B, heads, L, D]
+mx::array split_heads(const mx::array& x, int B, int L, int heads) {
+  return mx::transpose(mx::reshape(x, {B, L, heads, -1}), {0, 2, 1, 3});
+}
+
+}  // namespace
+
+Attention::Attention(const AttentionOptions& options, WeightBinder& w, const std::string& path)
+    : o_(options),
+      q_proj_(o_.fused_qkv ? std::nullopt
+                           : std::optional(Linear::load(w, path + "." + o_.q_proj, o_.hidden_size,
+                                                        o_.n_heads * o_.head_dim, o_.qkv_bias))),
+      k_proj_(o_.fused_qkv ? std::nullopt
+                           : std::optional(Linear::load(w, path + "." + o_.k_proj, o_.hidden_size,
+                                                        o_.n_kv_heads * o_.head_dim, o_.qkv_bias))),
+      v_proj_(o_.fused_qkv ? std::nullopt
+                           : std::optional(Linear::load(w, path + "." + o_.v_proj, o_.hidden_size,
+                                                        o_.n_kv_heads * o_.head_dim, o_.qkv_bias))),
+      qkv_proj_(!o_.fused_qkv ? std::nullopt
+                              : std::optional(Linear::load(w, path + "." + o_.qkv_proj, o_.hidden_size,
+                                                           (o_.n_heads + 2 * o_.n_kv_heads) * o_.head_dim,
+                                                           o_.qkv_bias))),
+      o_proj_(Linear::load(w, path + "." + o_.o_proj, o_.n_heads * o_.head_dim, o_.hidden_size, o_.o_bias)),
+      q_norm_(load_qk_norm(o_, w, path + "." + o_.q_norm, o_.n_heads)),
+      k_norm_(load_qk_norm(o_, w, path + "." + o_.k_norm, o_.n_kv_heads)) {}
+
+Attention::Heads Attention::project(const mx::array& x) const {
+  const int B = x.shape(0), L = x.shape(1);
+  mx::array queries = mx::array(0.0f), keys = queries, values = queries;
+  if (qkv_proj_) {
+    auto qkv = (*qkv_proj_)(x);
+    const int query_pos = o_.n_heads * o_.head_dim;
+    auto parts = mx::split(qkv, mx::Shape{query_pos, query_pos + o_.n_kv_heads * o_.head_dim}, -1);
+    queries = parts[0], keys = parts[1], values = parts[2];
+  } else {
+    queries = (*q_proj_)(x), keys = (*k_proj_)(x), values = (*v_proj_)(x);
+  }
+  if (o_.qk_norm == QkNorm::projection) {
+    queries = (*q_norm_)(queries);
+    keys = (*k_norm_)(keys);
+  }
+  if (o_.qk_norm == QkNorm::per_head && !o_.qk_norm_after_rope) {
+    queries = mx::transpose((*q_norm_)(mx::reshape(queries, {B, L, o_.n_heads, -1})), {0, 2, 1, 3});
+    keys = mx::transpose((*k_norm_)(mx::reshape(keys, {B, L, o_.n_kv_heads, -1})), {0, 2, 1, 3});
+  } else if (o_.qk_norm == QkNorm::custom) {
+    queries = mx::transpose(o_.custom_q_norm(mx::reshape(queries, {B, L, o_.n_heads, -1})), {0, 2, 1, 3});
+    keys = mx::transpose(o_.custom_k_norm(mx::reshape(keys, {B, L, o_.n_kv_heads, -1})), {0, 2, 1, 3});
+  } else {
+    queries = split_heads(queries, B, L, o_.n_heads);
+    keys = split_heads(keys, B, L, o_.n_kv_heads);
+  }
+  return {queries, keys, split_heads(values, B, L, o_.n_kv_heads)};
+}
+
+cache::CachedKV Attention::position_and_cache(mx::array& queries, const mx::array& keys, const mx::array& values,
+                                              cache::Cache* cache) const {
+  if (o_.rope) return rope_and_update_cache(*o_.rope, queries, keys, values, cache);
+  if (!cache) return cache::PlainKV{keys, values};
+  return cache->update_and_fetch(keys, values);
+}
+
+mx::array Attention::sdpa(const mx::array& queries, const cache::CachedKV& kv, const AttentionMask& mask) const {
+  if (o_.sdpa_cast == SdpaCast::none) return scaled_dot_product_attention(queries, kv, o_.scale, mask);
+  if (o_.sdpa_cast == SdpaCast::float16_queries_f32) {
+    const auto dtype = queries.dtype() == mx::float16 ? mx::float32 : queries.dtype();
+    return mx::astype(scaled_dot_product_attention(mx::astype(queries, dtype), kv, o_.scale, mask), queries.dtype());
+  }
+  // phi.py and stablelm.py read values.dtype, which a quantized cache's tuple does not have.
+  const auto* plain = std::get_if<cache::PlainKV>(&kv);
+  if (!plain)
+    throw UnsupportedError("this model's attention upcasts its inputs (as mlx-lm's does), which a quantized KV "
+                           "cache does not support there");
+  cache::PlainKV in = *plain;
+  if (o_.sdpa_cast == SdpaCast::queries_keys_f32) in.keys = mx::astype(in.keys, mx::float32);
+  auto out = scaled_dot_product_attention(mx::astype(queries, mx::float32), in, o_.scale, mask);
+  return mx::astype(out, plain->values.dtype());
+}
+
+mx::array Attention::attend(const mx::array& queries, const cache::CachedKV& kv, const AttentionMask& mask) const {
+  const int B = queries.shape(0), L = queries.shape(2);
+  auto output = sdpa(queries, kv, mask);
+  return o_proj_(mx::reshape(mx::transpose(output, {0, 2, 1, 3}), {B, L, -1}));
+}
+
+mx::array Attention::operator()(const mx::array& x, const AttentionMask& mask, cache::Cache* cache) const {
+  auto heads = project(x);
+  const int offset = cache ? cache->offset() : 0;
+  if (o_.qk_norm_after_rope) {
+    auto queries = o_.rope ? (*o_.rope)(heads.queries, offset) : heads.queries;
+    auto keys = o_.rope ? (*o_.rope)(heads.keys, offset) : heads.keys;
+    queries = (*q_norm_)(queries);
+    keys = (*k_norm_)(keys);
+    cache::CachedKV kv = cache ? cache->update_and_fetch(keys, heads.values) : cache::PlainKV{keys, heads.values};
+    return attend(queries, kv, mask);
+  }
+  auto kv = position_and_cache(heads.queries, heads.keys, heads.values, cache);
+  if (o_.scale_queries) heads.queries = o_.scale_queries(heads.queries, offset);
+  return attend(heads.queries, kv, mask);
+}
+
+Mlp::Mlp(const MlpOptions& options, WeightBinder& w, const std::string& path)
+    : o_(options),
+      gate_proj_(o_.kind != MlpOptions::Kind::swiglu
+                     ? std::nullopt
+                     : std::optional(Linear::load(w, path + "." + o_.gate_proj, o_.dims, o_.hidden, o_.bias))),
+      up_proj_(),
+      gate_up_proj_(o_.kind != MlpOptions::Kind::fused_swiglu
+                        ? std::nullopt
+                        : std::optional(Linear::load(w, path + "." + o_.gate_up_proj, o_.dims, 2 * o_.hidden,
+                                                     o_.bias))),
+      down_proj_(Linear::load(w, path + "." + o_.down_proj, o_.hidden, o_.dims, o_.bias)) {
+  // llama.py declares gate_proj, down_proj, up_proj in that order.
+  if (o_.kind != MlpOptions::Kind::fused_swiglu)
+    up_proj_.emplace(Linear::load(w, path + "." + o_.up_proj, o_.dims, o_.hidden, o_.bias));
+}
+
+mx::array Mlp::operator()(const mx::array& x) const {
+  switch (o_.kind) {
+    case MlpOptions::Kind::swiglu:
+      return down_proj_(swiglu((*gate_proj_)(x), (*up_proj_)(x)));
+    case MlpOptions::Kind::fused_swiglu: {
+      auto halves = mx::split((*gate_up_proj_)(x), 2, -1);  // gate, x
+      return down_proj_(swiglu(halves[0], halves[1]));
+    }
+    case MlpOptions::Kind::plain:
+      break;
+  }
+  return down_proj_(o_.activation((*up_proj_)(x)));
+}
+
+namespace {
+
+std::optional<Norm> maybe_norm(const BlockOptions& o, WeightBinder& w, const std::string& path,
+                               const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  return Norm::load(w, path + "." + name, o.hidden_size, o.norm_eps, o.norm_kind);
+}
+
+}  // namespace
+
+Block::Block(const BlockOptions& o, WeightBinder& w, const std::string& path)
+    : self_attn_(o.attention, w, path + "." + o.self_attn),
+      mlp_(o.mlp, w, path + "." + o.mlp_name),
+      input_norm_(maybe_norm(o, w, path, o.input_norm)),
+      pre_mlp_norm_(maybe_norm(o, w, path, o.pre_mlp_norm)),
+      post_attention_norm_(maybe_norm(o, w, path, o.post_attention_norm)),
+      post_mlp_norm_(maybe_norm(o, w, path, o.post_mlp_norm)),
+      residual_scale_(o.residual_scale),
+      residual_(o.residual),
+      use_sliding_(o.use_sliding) {}
+
+mx::array Block::operator()(const mx::array& x, const AttentionMask& mask, cache::Cache* cache) const {
+  auto scaled = [&](mx::array r) {
+    if (!residual_scale_) return r;
+    return mx::multiply(r, mx::array(static_cast<float>(*residual_scale_), r.dtype()));
+  };
+  if (residual_ != BlockOptions::Residual::sequential) {
+    auto h = input_norm_ ? (*input_norm_)(x) : x;
+    auto attn_h = self_attn_(h, mask, cache);
+    auto ff_h = mlp_(h);
+    if (residual_ == BlockOptions::Residual::parallel) return mx::add(mx::add(attn_h, ff_h), x);
+    return mx::add(mx::add(x, attn_h), ff_h);
+  }
+  auto r = self_attn_(input_norm_ ? (*input_norm_)(x) : x, mask, cache);
+  if (post_attention_norm_) r = (*post_attention_norm_)(r);
+  auto h = mx::add(x, scaled(r));
+  r = mlp_(pre_mlp_norm_ ? (*pre_mlp_norm_)(h) : h);
+  if (post_mlp_norm_) r = (*post_mlp_norm_)(r);
+  return mx::add(h, scaled(r));
+}
+
+BlockOptions llama_block(int hidden_size, int intermediate_size, int n_heads, int n_kv_heads, int head_dim,
+                         float rms_norm_eps, std::optional<Rope> rope) {
+  BlockOptions b;
+  b.attention.hidden_size = hidden_size;
+  b.attention.n_heads = n_heads;
+  b.attention.n_kv_heads = n_kv_heads;
+  b.attention.head_dim = head_dim;
+  b.attention.scale = default_scale(head_dim);
+  b.attention.qk_norm_eps = rms_norm_eps;
+  b.attention.rope = std::move(rope);
+  b.mlp.dims = hidden_size;
+  b.mlp.hidden = intermediate_size;
+  b.hidden_size = hidden_size;
+  b.norm_eps = rms_norm_eps;
+  return b;
+}
+
+Decoder::Decoder(DecoderOptions options, WeightBinder& w)
+    : o_(std::move(options)),
+      embed_tokens_(Embedding::load(w, o_.model + "." + o_.embed_tokens, o_.vocab_size, o_.hidden_size)),
+      norm_(Norm::load(w, o_.model + "." + o_.norm, o_.hidden_size, o_.norm_eps, o_.norm_kind)) {
+  layers_.reserve(o_.layers.size());
+  for (size_t i = 0; i < o_.layers.size(); ++i)
+    layers_.emplace_back(o_.layers[i], w, o_.model + ".layers." + std::to_string(i));
+  auto full = std::find_if(layers_.begin(), layers_.end(), [](const Block& b) { return !b.use_sliding(); });
+  fa_idx_ = full == layers_.end() ? 0 : full - layers_.begin();
+  auto swa = std::find_if(layers_.begin(), layers_.end(), [](const Block& b) { return b.use_sliding(); });
+  if (swa != layers_.end()) swa_idx_ = swa - layers_.begin();
+  if (!o_.tie_word_embeddings || o_.always_load_lm_head)
+    lm_head_.emplace(Linear::load(w, o_.lm_head, o_.hidden_size, o_.vocab_size, o_.head_bias));
+}
+
+mx::array Decoder::operator()(const mx::array& inputs, CacheList* cache) {
+  auto h = embed(inputs);
+  auto layer_cache = [&](size_t i) { return cache ? (*cache)[i].get() : nullptr; };
+  auto fa_mask = create_attention_mask(h.shape(1), layer_cache(fa_idx_));
+  std::optional<AttentionMask> swa_mask;
+  if (swa_idx_) swa_mask = create_attention_mask(h.shape(1), layer_cache(*swa_idx_), o_.sliding_window);
+  for (size_t i = 0; i < layers_.size(); ++i)
+    h = layers_[i](h, layers_[i].use_sliding() ? *swa_mask : fa_mask, layer_cache(i));
+  return head(norm_(h));
+}
+
+mx::array Decoder::head(const mx::array& h) const { return project_to_vocab(h); }
+
+mx::array Decoder::project_to_vocab(const mx::array& h) const {
+  return o_.tie_word_embeddings ? embed_tokens_.as_linear(h) : (*lm_head_)(h);
+}
+
+CacheList Decoder::make_cache() const {
+  // Without a make_cache of its own, mlx-lm's make_prompt_cache gives every layer a KVCache.
+  CacheList caches;
+  for (const auto& l : layers_) {
+    if (l.use_sliding() && o_.defines_make_cache) {
+      caches.push_back(std::make_unique<cache::RotatingKVCache>(*o_.sliding_window));
+    } else {
+      caches.push_back(std::make_unique<cache::KVCache>());
+    }
+  }
+  return caches;
+}
+
+std::vector<CausalLM::KvShape> Decoder::kv_shapes() const {
+  std::vector<KvShape> shapes;
+  for (const auto& l : layers_) shapes.push_back({l.self_attn().n_kv_heads(), l.self_attn().head_dim(),
+                                                  l.self_attn().head_dim()});
+  return shapes;
+}
+
+}  // namespace mlxrt::model::nn

@@ -1,0 +1,228 @@
+#pragma once
+/** One decoder skeleton for the dense families: the Attention / MLP / TransformerBlock / Model that
+ * mlx_lm/models/llama.py, qwen2.py, qwen3.py, phi3.py and their kin repeat, driven by per-family
+ * options. A family file reads its ModelArgs, fills these options (what differs from llama), and
+ * subclasses Decoder only where its Model does something of its own (an embedding scale, a head
+ * that divides its input). Member and weight names follow mlx-lm, so a family file reads beside
+ * its mlx-lm twin. */
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <mlx/array.h>
+
+#include "mlxrt/cache/cache.h"
+#include "mlxrt/model/causal_lm.h"
+#include "mlxrt/model/nn/attention.h"
+#include "mlxrt/model/nn/linear.h"
+#include "mlxrt/model/nn/rope.h"
+#include "mlxrt/model/nn/weight_binder.h"
+
+namespace mlxrt::model::nn {
+
+namespace mx = mlx::core;
+
+/** mlx.nn.RMSNorm or mlx.nn.LayerNorm (with or without its bias), as the family declares it. */
+class Norm {
+ public:
+  enum class Kind { rms, layer, layer_no_bias };
+  static Norm load(WeightBinder& w, const std::string& path, int dims, float eps, Kind kind = Kind::rms);
+  mx::array operator()(const mx::array& x) const;
+
+ private:
+  Norm(Kind kind, mx::array weight, std::optional<mx::array> bias, float eps)
+      : kind_(kind), weight_(std::move(weight)), bias_(std::move(bias)), eps_(eps) {}
+  Kind kind_;
+  mx::array weight_;
+  std::optional<mx::array> bias_;
+  float eps_;
+};
+
+/** Where the q/k norms sit: none; per_head: over head_dim after splitting the heads (qwen3);
+ * projection: over the whole projection before splitting (olmo2); custom: the family's own
+ * functions on the split heads [B, L, H, D] (stablelm's per-head LayerNorms). */
+enum class QkNorm { none, per_head, projection, custom };
+
+/** The dtype the attention itself runs in, where a family upcasts around it:
+ * queries_f32: sdpa(q.astype(float32), k, v).astype(v.dtype) (phi);
+ * queries_keys_f32: q and k as float32, the output as v.dtype (stablelm);
+ * float16_queries_f32: float16 queries as float32, the output back in the queries' dtype (cohere2). */
+enum class SdpaCast { none, queries_f32, queries_keys_f32, float16_queries_f32 };
+
+struct AttentionOptions {
+  int hidden_size = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float scale = 0;            // the softmax scale (usually head_dim ** -0.5, see default_scale)
+  bool qkv_bias = false;      // biases on q_proj, k_proj, v_proj
+  bool o_bias = false;
+  bool fused_qkv = false;     // one qkv_proj, split at the query and key widths (phi3)
+  QkNorm qk_norm = QkNorm::none;
+  /** Per-head q/k norms after RoPE, before the cache update (hunyuan_v1_dense), not before RoPE. */
+  bool qk_norm_after_rope = false;
+  Norm::Kind qk_norm_kind = Norm::Kind::rms;
+  float qk_norm_eps = 1e-6f;
+  std::function<mx::array(const mx::array&)> custom_q_norm, custom_k_norm;  // QkNorm::custom
+  SdpaCast sdpa_cast = SdpaCast::none;
+  std::optional<Rope> rope;   // none: a NoPE layer (keys and queries enter unrotated)
+  /** A family's own step on the rotated queries before the attention (ministral3's position-
+   * dependent scale), given the cache offset the new positions start at. */
+  std::function<mx::array(const mx::array& queries, int offset)> scale_queries;
+  std::string q_proj = "q_proj", k_proj = "k_proj", v_proj = "v_proj", o_proj = "o_proj";
+  std::string qkv_proj = "qkv_proj", q_norm = "q_norm", k_norm = "k_norm";
+};
+
+/** head_dim ** -0.5 computed as Python computes it (in double), then as the float32 MLX uses. */
+float default_scale(int head_dim);
+
+class Attention {
+ public:
+  Attention(const AttentionOptions& options, WeightBinder& w, const std::string& path);
+
+  mx::array operator()(const mx::array& x, const AttentionMask& mask, cache::Cache* cache) const;
+
+  /** The pieces of operator(), for a family whose attention adds a step of its own. */
+  struct Heads {
+    mx::array queries, keys, values;  // [B, H, L, D]
+  };
+  Heads project(const mx::array& x) const;
+  /** RoPE (unless NoPE) at the cache's offset, then the cache update; `queries` rotated in place. */
+  cache::CachedKV position_and_cache(mx::array& queries, const mx::array& keys, const mx::array& values,
+                                     cache::Cache* cache) const;
+  /** The attention over `kv`, heads merged, then o_proj. */
+  mx::array attend(const mx::array& queries, const cache::CachedKV& kv, const AttentionMask& mask) const;
+
+  int n_heads() const { return o_.n_heads; }
+  int n_kv_heads() const { return o_.n_kv_heads; }
+  int head_dim() const { return o_.head_dim; }
+
+ private:
+  mx::array sdpa(const mx::array& queries, const cache::CachedKV& kv, const AttentionMask& mask) const;
+  AttentionOptions o_;
+  std::optional<Linear> q_proj_, k_proj_, v_proj_, qkv_proj_;
+  Linear o_proj_;
+  std::optional<Norm> q_norm_, k_norm_;
+};
+
+struct MlpOptions {
+  enum class Kind {
+    swiglu,        // down(swiglu(gate(x), up(x))), swiglu compiled as mlx-lm's activations.swiglu
+    fused_swiglu,  // one gate_up_proj split in halves, gate first (phi3)
+    plain,         // down(activation(up(x)))
+  };
+  Kind kind = Kind::swiglu;
+  int dims = 0, hidden = 0;
+  bool bias = false;
+  std::function<mx::array(const mx::array&)> activation;  // Kind::plain only
+  std::string gate_proj = "gate_proj", up_proj = "up_proj", down_proj = "down_proj";
+  std::string gate_up_proj = "gate_up_proj";
+};
+
+class Mlp {
+ public:
+  Mlp(const MlpOptions& options, WeightBinder& w, const std::string& path);
+  mx::array operator()(const mx::array& x) const;
+
+ private:
+  MlpOptions o_;
+  std::optional<Linear> gate_proj_, up_proj_, gate_up_proj_;
+  Linear down_proj_;
+};
+
+/** One transformer block. The norms are named by their weight path; an empty name is a norm the
+ * family does not have. llama's layout is input_layernorm before the attention and
+ * post_attention_layernorm before the MLP; olmo2-style post-norms apply to a sublayer's output
+ * before its residual add. */
+struct BlockOptions {
+  AttentionOptions attention;
+  MlpOptions mlp;
+  int hidden_size = 0;
+  float norm_eps = 1e-6f;
+  Norm::Kind norm_kind = Norm::Kind::rms;
+  std::string input_norm = "input_layernorm";
+  std::string pre_mlp_norm = "post_attention_layernorm";
+  std::string post_attention_norm;  // on the attention's output (olmo2, glm4)
+  std::string post_mlp_norm;        // on the MLP's output
+  /** Multiplies each sublayer's output before its residual add (minicpm's scale_depth, granite's
+   * residual_multiplier): the factor as a Python float, so in the activations' dtype. */
+  std::optional<double> residual_scale;
+  /** sequential: llama's two residual adds. parallel: attention and MLP both read
+   * input_norm(x), out = (attn + mlp) + x (phi, cohere2); parallel_residual_first:
+   * out = (x + attn) + mlp (stablelm's use_parallel_residual). */
+  enum class Residual { sequential, parallel, parallel_residual_first };
+  Residual residual = Residual::sequential;
+  bool use_sliding = false;  // attends over the model's sliding_window through a RotatingKVCache
+  std::string self_attn = "self_attn", mlp_name = "mlp";
+};
+
+class Block {
+ public:
+  Block(const BlockOptions& options, WeightBinder& w, const std::string& path);
+  mx::array operator()(const mx::array& x, const AttentionMask& mask, cache::Cache* cache) const;
+
+  const Attention& self_attn() const { return self_attn_; }
+  bool use_sliding() const { return use_sliding_; }
+
+ private:
+  Attention self_attn_;
+  Mlp mlp_;
+  std::optional<Norm> input_norm_, pre_mlp_norm_, post_attention_norm_, post_mlp_norm_;
+  std::optional<double> residual_scale_;
+  BlockOptions::Residual residual_;
+  bool use_sliding_;
+};
+
+/** llama.py's block: q/k/v/o without biases, RoPE on every layer, swiglu MLP, RMSNorms before the
+ * attention and the MLP. Families change what differs. */
+BlockOptions llama_block(int hidden_size, int intermediate_size, int n_heads, int n_kv_heads, int head_dim,
+                         float rms_norm_eps, std::optional<Rope> rope);
+
+struct DecoderOptions {
+  int vocab_size = 0, hidden_size = 0;
+  float norm_eps = 1e-6f;
+  Norm::Kind norm_kind = Norm::Kind::rms;
+  bool tie_word_embeddings = true;
+  /** The family builds an lm_head whatever tie_word_embeddings says (helium): it must be in the
+   * checkpoint, and a tied model does not use it. */
+  bool always_load_lm_head = false;
+  bool head_bias = false;
+  std::vector<BlockOptions> layers;
+  std::optional<int> sliding_window;  // the window of the use_sliding layers
+  /** The family's mlx-lm Model defines make_cache (then max_kv_size is ignored). */
+  bool defines_make_cache = false;
+  /** Weight paths: embed_tokens, layers.<i> and norm under `model`, the untied head at `lm_head`. */
+  std::string model = "model", lm_head = "lm_head", embed_tokens = "embed_tokens", norm = "norm";
+};
+
+/** The Model: embedding, blocks, final norm, tied or untied head. The mask of the first full
+ * layer serves every full layer and that of the first sliding layer every sliding one, as in
+ * llama.py. */
+class Decoder : public CausalLM {
+ public:
+  Decoder(DecoderOptions options, WeightBinder& w);
+
+  mx::array operator()(const mx::array& inputs, CacheList* cache) override;
+  CacheList make_cache() const override;
+  bool defines_make_cache() const override { return o_.defines_make_cache; }
+  std::vector<KvShape> kv_shapes() const override;
+  int vocab_size() const override { return o_.vocab_size; }
+
+ protected:
+  /** The family hooks: the embedded inputs, and the logits from the final norm's output. */
+  virtual mx::array embed(const mx::array& inputs) const { return embed_tokens_(inputs); }
+  virtual mx::array head(const mx::array& h) const;
+  /** The untied head or the tied embedding as a linear layer, for a head hook to call. */
+  mx::array project_to_vocab(const mx::array& h) const;
+  const Embedding& embed_tokens() const { return embed_tokens_; }
+  const DecoderOptions& options() const { return o_; }
+
+ private:
+  DecoderOptions o_;
+  Embedding embed_tokens_;
+  std::vector<Block> layers_;
+  Norm norm_;
+  std::optional<Linear> lm_head_;
+  size_t fa_idx_ = 0;              // first full-attention layer (its cache makes the full mask)
+  std::optional<size_t> swa_idx_;  // first sliding layer, if any
+};
+
+}  // namespace mlxrt::model::nn
