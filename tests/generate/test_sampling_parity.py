@@ -53,7 +53,8 @@ def test_seeds_differ(tiny_model):
 @pytest.mark.parametrize("fixture", ["llama_bf16", "llama_bias", "qwen3_q4_g64", "qwen3_mixed", "qwen3_fp16_untied",
                                      "qwen2_bf16", "qwen2_q4_g64",
                                      "phi3_bf16", "phi3_q4_g64", "phi3_partial_su_fp16",
-                                     "gemma3_bf16", "gemma3_q4_g64", "gemma3_fp16_untied", "gemma3_multimodal"])
+                                     "gemma3_bf16", "gemma3_q4_g64", "gemma3_fp16_untied", "gemma3_multimodal",
+                                     "gemma4_bf16", "gemma4_q4_g64", "gemma4_fp16_keqv", "gemma4_multimodal"])
 def test_seed_position_after_model_construction(fixture):
     """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first
     sampling key depends on the architecture (biases, untied heads, quantized layers; gemma3_text builds an

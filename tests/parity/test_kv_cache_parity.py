@@ -28,6 +28,11 @@ CASES = [
     ("qwen2_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
     ("phi3_longrope", {"max_kv_size": 16}),  # phi3.py has no make_cache: max_kv_size rotates every layer
     ("phi3_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
+    # gemma4: sliding layers on RotatingKVCache, KV-shared layers reading an earlier layer's cache
+    ("gemma4_bf16", {}),
+    ("gemma4_q4_g64", {}),
+    ("gemma4_fp16_keqv", {}),
+    ("gemma4_multimodal", {}),
 ]
 CHUNKS = [1, 3, 7, 40]
 
@@ -113,6 +118,8 @@ GREEDY_CASES = [
     ("qwen3_hd128", {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 5}),
     ("qwen2_bf16", {"max_kv_size": 16}),
     ("phi3_longrope", {"max_kv_size": 16}),
+    ("gemma4_bf16", {}),
+    ("gemma4_fp16_keqv", {}),
 ]
 
 

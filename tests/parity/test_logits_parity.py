@@ -33,7 +33,8 @@ def parse_generated(stdout):
                                   "phi3_bf16", "phi3_q4_g64", "phi3_longrope", "phi3_partial_su_fp16",
                                   "phi3_linear_partial",
                                   "llama_rope_dynamic", "mistral_bf16", "gemma3_bf16", "gemma3_q4_g64",
-                                  "gemma3_fp16_untied", "gemma3_multimodal"])
+                                  "gemma3_fp16_untied", "gemma3_multimodal",
+                                  "gemma4_bf16", "gemma4_q4_g64", "gemma4_fp16_keqv", "gemma4_multimodal"])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name
     model, config = oracle.load(path)

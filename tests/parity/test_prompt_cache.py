@@ -22,6 +22,7 @@ SCENARIOS = {
     "quantized": ("qwen3_hd128", True, {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 4}),
     "swa_plain": ("llama_swa", False, {}),
     "gemma3": ("gemma3_bf16", False, {}),  # KVCache and RotatingKVCache layers, its own make_cache
+    "gemma4": ("gemma4_bf16", False, {}),  # caches for the 4 layers that are not KV-shared (of 6)
 }
 
 
@@ -44,7 +45,7 @@ def models(fixtures_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     return {name: kv_oracle.model_with_tokenizer(fixtures_dir / name, root / f"{name}_{chat}", chat)
             for name, chat in {("qwen3_bf16", True), ("llama_swa", False), ("qwen3_mha_hd64", True),
-                               ("qwen3_hd128", True), ("gemma3_bf16", False)}}
+                               ("qwen3_hd128", True), ("gemma3_bf16", False), ("gemma4_bf16", False)}}
 
 
 def assert_same_file_contents(ours, theirs):

@@ -19,6 +19,11 @@ const char* const kArchitectureKeys[] = {
     "sliding_window_pattern", "rope_local_base_freq", "query_pre_attn_scalar", "text_config",
     // Phi-3: the rotated share of each head and the RoPE's original context length.
     "partial_rotary_factor", "original_max_position_embeddings",
+    // Gemma 4: global layers' head size and KV heads, KV sharing, per-layer inputs, shared K/V
+    // projections, the MLP width of shared layers, the logit cap, the MoE switch.
+    "global_head_dim", "num_global_key_value_heads", "num_kv_shared_layers", "hidden_size_per_layer_input",
+    "vocab_size_per_layer_input", "attention_k_eq_v", "use_double_wide_mlp", "final_logit_softcapping",
+    "enable_moe_block",
 };
 
 json normalise(const json& v) {

@@ -18,6 +18,10 @@ const std::vector<GraphEntry>& graph_registry() {
       // gemma3 (multimodal) runs its text model through gemma3_text.py in mlx-lm.
       {Graph::gemma3_text, "gemma3_text", Capability::gemma3_text_graph, {"gemma3_text", "gemma3"}, {},
        gemma3_text::build},
+      // gemma4 (multimodal, and gemma4_unified, which mlx-lm remaps to it) runs its text model
+      // through gemma4_text.py.
+      {Graph::gemma4_text, "gemma4_text", Capability::gemma4_text_graph, {"gemma4_text", "gemma4", "gemma4_unified"},
+       {}, gemma4_text::build},
   };
   return registry;
 }
