@@ -72,12 +72,19 @@ QWEN3_NEXT = {**BASE, "model_type": "qwen3_next", "num_hidden_layers": 4, "head_
               "linear_value_head_dim": 32, "linear_conv_kernel_dim": 4, "full_attention_interval": 2,
               "partial_rotary_factor": 0.25, "num_experts": 0, "num_experts_per_tok": 0, "decoder_sparse_step": 1,
               "shared_expert_intermediate_size": 0, "mlp_only_layers": [], "moe_intermediate_size": 0}
+# Gemma 4: six layers, pattern 3 (two sliding, one global), the last two KV-shared; defaults for the rest
+# (proportional RoPE on the global layers, final softcap 30, double-wide MLPs on the shared layers)
+GEMMA4 = {**{k: v for k, v in BASE.items() if k != "rope_theta"}, "model_type": "gemma4_text",
+          "num_hidden_layers": 6, "head_dim": 32, "global_head_dim": 64, "sliding_window": 6,
+          "sliding_window_pattern": 3, "num_kv_shared_layers": 2, "hidden_size_per_layer_input": 64,
+          "vocab_size_per_layer_input": 512}
 
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
-    as mlx_lm.convert saves a checkpoint without one, through the model's sanitize) and
-    extra_tensors ({name: shape}, saved beside the model, e.g. a vision tower sanitize drops)."""
+    as mlx_lm.convert saves a checkpoint without one, through the model's sanitize),
+    extra_tensors ({name: shape}, saved beside the model, e.g. a vision tower sanitize drops) and
+    randomize (parameter names, the last part of the key, to randomise around one)."""
     return {"config": config, "dtype": dtype, "quant": quant, "shards": shards, "seed": seed, **extra}
 
 
@@ -231,6 +238,31 @@ FIXTURES = {
     "smollm3_bf16": fx(SMOLLM3, seed=80),
     "smollm3_q4_g64": fx({**SMOLLM3, "no_rope_layers": [1, 0, 1, 0], "tie_word_embeddings": False},
                          quant={"bits": 4, "group_size": 64}, seed=81),
+    # gemma4: layers 0 1 3 slide over 6 positions, 2 and 5 are global with their own head size (64) and
+    # proportional RoPE on a quarter of it; layers 4 and 5 are KV-shared (they attend over layer 3's and
+    # layer 2's keys and values) with double-wide MLPs; per-layer input embeddings of 64 per layer
+    "gemma4_bf16": fx(GEMMA4, seed=70, randomize=["layer_scalar"]),
+    "gemma4_q4_g64": fx(GEMMA4, quant={"bits": 4, "group_size": 64}, seed=71, randomize=["layer_scalar"]),
+    # the 26B/31B shape: keys are values on the global layers, one global KV head, no KV sharing and no
+    # per-layer inputs; an untied head, no final softcap, proportional RoPE on half the head with a factor
+    "gemma4_fp16_keqv": fx({**GEMMA4, "attention_k_eq_v": True, "num_global_key_value_heads": 1,
+                            "num_kv_shared_layers": 0, "hidden_size_per_layer_input": 0,
+                            "tie_word_embeddings": False, "final_logit_softcapping": None,
+                            "layer_types": ["sliding_attention", "full_attention", "sliding_attention",
+                                            "sliding_attention", "full_attention"], "num_hidden_layers": 5,
+                            "rope_parameters": {
+                                "full_attention": {"partial_rotary_factor": 0.5, "rope_theta": 1000000.0,
+                                                   "rope_type": "proportional", "factor": 2.0},
+                                "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}}},
+                           dtype="float16", seed=72, randomize=["layer_scalar"]),
+    # the multimodal config: the text model under text_config and language_model., vision and audio
+    # towers that sanitize drops (with and without the "model." prefix)
+    "gemma4_multimodal": fx({"model_type": "gemma4", "vocab_size": 512, "eos_token_id": 2, "bos_token_id": 1,
+                             "text_config": {k: v for k, v in GEMMA4.items() if k not in ("eos_token_id", "bos_token_id")}},
+                            seed=73, randomize=["layer_scalar"],
+                            extra_tensors={"vision_tower.encoder.patch_embedding.weight": [16, 3, 4, 4],
+                                           "model.audio_tower.conv.weight": [16, 8],
+                                           "model.embed_vision.embedding_projection.weight": [128, 16]}),
 }
 
 
@@ -253,6 +285,10 @@ def build(name, recipe, out: Path):
     model.load_weights(updates, strict=False)
     if recipe.get("router_ties"):
         tie_routers(model, recipe["router_ties"])
+    if recipe.get("randomize"):
+        # Parameters that start at ones without "norm" in their name (Gemma 4's layer_scalar).
+        model.load_weights([(k, 1.0 + 0.1 * mx.random.normal(v.shape)) for k, v in flat.items()
+                            if k.split(".")[-1] in recipe["randomize"]], strict=False)
     if recipe.get("drop_lm_head"):
         model.sanitize({k: v for k, v in tree_flatten(model.parameters()) if not k.endswith("lm_head.weight")})
     if recipe.get("cast_predicate"):

@@ -348,3 +348,48 @@ def test_conv_weight_of_the_wrong_shape(tmp_path):
     save_weights(d, w)
     proc = logits(d)
     assert proc.returncode == 1 and name in proc.stderr and "(256, 4, 1)" in proc.stderr, proc.stderr
+
+
+SLIDING, FULL = "sliding_attention", "full_attention"
+GEMMA4_CASES = {
+    "layer_types shorter than the model": (lambda c: c.update(layer_types=[SLIDING, FULL]),
+                                           ["config.json", "'layer_types' lists 2 layers", "'num_hidden_layers' is 6"]),
+    "layer_types longer than the model": (lambda c: c.update(layer_types=[SLIDING, SLIDING, FULL] * 3),
+                                          ["config.json", "'layer_types' lists 9 layers"]),
+    "unknown layer type": (lambda c: c.update(layer_types=[SLIDING, "chunked_attention", FULL] * 2),
+                           ["config.json", "'layer_types' entries", "\"chunked_attention\""]),
+    "layer_types not a list": (lambda c: c.update(layer_types="sliding"), ["config.json", "'layer_types' must be a list"]),
+    "every layer KV-shared": (lambda c: c.update(num_kv_shared_layers=6),
+                              ["config.json", "'num_kv_shared_layers' (6)", "less than 'num_hidden_layers' (6)"]),
+    "a shared layer with nothing to share": (lambda c: c.update(layer_types=[SLIDING] * 4 + [FULL, FULL]),
+                                             ["config.json", "layer 4 is KV-shared", "\"full_attention\""]),
+    "mixture-of-experts block": (lambda c: c.update(enable_moe_block=True, num_experts=4, top_k_experts=2),
+                                 ["config.json", "'enable_moe_block'", "not supported"]),
+    "wrong field type": (lambda c: c.update(global_head_dim="wide"), ["config.json", "global_head_dim"]),
+    "rope_parameters not an object": (lambda c: c.update(rope_parameters=[1, 2]),
+                                      ["config.json", "'rope_parameters' must be an object"]),
+    "unknown rope type": (lambda c: c.update(rope_parameters={FULL: {"rope_type": "spiral"}}),
+                          ["config.json", "rope_parameters.full_attention", "unsupported RoPE type 'spiral'"]),
+    "gemma4 with a text_config that is not an object": (lambda c: c.update(model_type="gemma4", text_config=[1]),
+                                                        ["config.json", "'text_config' must be an object"]),
+    "gemma4 with a bad text model": (lambda c: c.update(model_type="gemma4", text_config={**c, "layer_types": [FULL]}),
+                                     ["config.json: text_config", "'layer_types' lists 1 layers"]),
+}
+
+
+@pytest.mark.parametrize("case", list(GEMMA4_CASES))
+def test_bad_gemma4_config(case, tmp_path):
+    """Gemma 4 configs mlx-lm fails on inside the graph (an index past layer_types, a KV-shared layer
+    with no layer to share from), or that it runs but mlxrt does not (the MoE block), are refused
+    before any weight is read, naming the field. (gemma4_text's fields all have defaults: none is
+    required.)"""
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
+                    "--only", "gemma4_bf16"], check=True)
+    d = copy_model(FIXTURES / "gemma4_bf16", tmp_path / "m")
+    edit, expected = GEMMA4_CASES[case]
+    edit_config(d, edit)
+    proc = logits(d)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: "), proc.stderr
+    for text in expected:
+        assert text in proc.stderr, f"{case}: {text!r} not in {proc.stderr!r}"
+    assert not (tmp_path / "out.safetensors").exists()

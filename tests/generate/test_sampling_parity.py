@@ -66,7 +66,7 @@ def test_seeds_differ(tiny_model):
                                      # dense families on the decoder skeleton
                                      "mistral3_bf16", "mistral3_q4_g64", "ministral3_bf16", "ministral3_q4_g64",
                                      "smollm3_bf16", "smollm3_q4_g64",
-                                     ])
+                                     "gemma4_bf16", "gemma4_q4_g64", "gemma4_fp16_keqv", "gemma4_multimodal"])
 def test_seed_position_after_model_construction(fixture):
     """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first
     sampling key depends on the architecture (biases, untied heads, quantized layers; gemma3_text builds an

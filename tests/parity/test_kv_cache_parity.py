@@ -52,6 +52,11 @@ CASES = [
     ("mistral3_bf16", {"max_kv_size": 16}),
     ("smollm3_bf16", {"max_kv_size": 16}),  # smollm3.py has no make_cache: every layer rotates
     ("smollm3_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
+    # gemma4: sliding layers on RotatingKVCache, KV-shared layers reading an earlier layer's cache
+    ("gemma4_bf16", {}),
+    ("gemma4_q4_g64", {}),
+    ("gemma4_fp16_keqv", {}),
+    ("gemma4_multimodal", {}),
 ]
 CHUNKS = [1, 3, 5, 7, 40]
 
@@ -145,6 +150,8 @@ GREEDY_CASES = [
     ("ministral3_bf16", {}),
     ("ministral3_q4_g64", {}),
     ("smollm3_bf16", {"max_kv_size": 16}),
+    ("gemma4_bf16", {}),
+    ("gemma4_fp16_keqv", {}),
 ]
 
 

@@ -64,7 +64,7 @@ def parse_generated(stdout):
                                   # dense families on the decoder skeleton
                                   "mistral3_bf16", "mistral3_q4_g64", "ministral3_bf16", "ministral3_q4_g64",
                                   "smollm3_bf16", "smollm3_q4_g64",
-                                  ])
+                                  "gemma4_bf16", "gemma4_q4_g64", "gemma4_fp16_keqv", "gemma4_multimodal"])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name
     model, config = oracle.load(path)

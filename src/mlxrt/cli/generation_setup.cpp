@@ -1,5 +1,6 @@
 #include "mlxrt/cli/generation_setup.h"
 
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <set>
@@ -111,11 +112,51 @@ std::vector<generate::LogitsProcessor> make_cli_processors(const SamplingFlags& 
   return generate::make_logits_processors(p, vocab_size);
 }
 
+namespace {
+
+// ---- gemma4 (gemma4_text, gemma4, gemma4_unified) ----
+// The names gemma4.py's and gemma4_text.py's sanitize keep: a multimodal checkpoint's text model
+// under language_model. (its towers dropped), and no key/value projections for KV-shared layers.
+void gemma4_sanitized_names(const io::ModelConfig& config, io::WeightMap& weights) {
+  const auto& type = config.model_type();
+  const bool multimodal = type == "gemma4" || type == "gemma4_unified";
+  const auto& raw = config.raw();
+  const auto& text = multimodal ? (raw.contains("text_config") && raw["text_config"].is_object()
+                                       ? raw["text_config"] : nlohmann::json::object())
+                                : raw;
+  auto int_or = [&](const char* key, int fallback) {
+    return text.contains(key) && text[key].is_number_integer() ? text[key].get<int>() : fallback;
+  };
+  const int first_shared = int_or("num_hidden_layers", 35) - int_or("num_kv_shared_layers", 20);
+  io::WeightMap kept;
+  for (auto& [name, tensor] : weights) {
+    std::string k = name;
+    if (multimodal) {
+      if (k.rfind("model.", 0) == 0) {
+        k = k.substr(6);
+        if (k.rfind("language_model.", 0) == 0) k = "language_model.model." + k.substr(15);
+      }
+      if (k.rfind("language_model.", 0) != 0) continue;  // towers and anything else outside the text model
+    }
+    const auto at = k.find("layers.");
+    const bool kv_part = k.find(".self_attn.k_proj") != std::string::npos ||
+                         k.find(".self_attn.v_proj") != std::string::npos;
+    if (kv_part && at != std::string::npos && std::atoi(k.c_str() + at + 7) >= first_shared) continue;
+    kept.insert_or_assign(k, tensor);
+  }
+  weights = std::move(kept);
+}
+// ---- end gemma4 ----
+
+}  // namespace
+
 int model_construction_draws(const std::filesystem::path& model_dir) {
   const auto dir = io::resolve_model_dir(model_dir);
   auto weights = io::load_weights(dir);
   const auto config = io::ModelConfig::load(dir);
   const auto& model_type = config.model_type();
+  if (model_type == "gemma4_text" || model_type == "gemma4" || model_type == "gemma4_unified")
+    gemma4_sanitized_names(config, weights);
   // gemma3 and qwen3_5 build only their text model, under language_model. (sanitize drops the
   // vision tower).
   const bool qwen3_5 = model_type == "qwen3_5" || model_type == "qwen3_5_moe";

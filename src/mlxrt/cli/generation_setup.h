@@ -47,7 +47,8 @@ std::vector<generate::LogitsProcessor> make_cli_processors(const SamplingFlags& 
  * seed before loading, so the sampler's first key comes after these draws. Counted from the
  * checkpoint's tensors: a 2-D (or packed) `.weight` is one module, its `.scales` a quantized one,
  * its `.bias` one more draw. gemma3_text also builds an lm_head that a tied checkpoint lacks, and
- * gemma3 no vision tower. */
+ * gemma3 no vision tower; gemma4 counts only what its sanitize keeps (no towers, no key/value
+ * projections in KV-shared layers). */
 int model_construction_draws(const std::filesystem::path& model_dir);
 
 /** A model with its tokenizer and chat template, as mlx_lm's load() returns them. */

@@ -27,6 +27,11 @@ const char* const kArchitectureKeys[] = {
     "moe_intermediate_size", "mlp_only_layers", "norm_topk_prob", "num_local_experts",
     // SmolLM3: which layers rotate.
     "no_rope_layers", "no_rope_layer_interval",
+    // Gemma 4: global layers' head size and KV heads, KV sharing, per-layer inputs, shared K/V
+    // projections, the MLP width of shared layers, the logit cap, the MoE switch.
+    "global_head_dim", "num_global_key_value_heads", "num_kv_shared_layers", "hidden_size_per_layer_input",
+    "vocab_size_per_layer_input", "attention_k_eq_v", "use_double_wide_mlp", "final_logit_softcapping",
+    "enable_moe_block",
 };
 
 json normalise(const json& v) {

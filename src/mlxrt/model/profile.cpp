@@ -44,6 +44,7 @@ const Names<Capability> kCapabilities[] = {
     {Capability::mistral3_graph, "mistral3-graph"},
     {Capability::ministral3_graph, "ministral3-graph"},
     {Capability::smollm3_graph, "smollm3-graph"},
+    {Capability::gemma4_text_graph, "gemma4_text-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -61,7 +62,9 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::gpt_oss, "gpt_oss"},
                                 {Graph::mistral3, "mistral3"},
                                 {Graph::ministral3, "ministral3"},
-                                {Graph::smollm3, "smollm3"}};
+                                {Graph::smollm3, "smollm3"},
+
+                                {Graph::gemma4_text, "gemma4_text"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -156,7 +159,9 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::gpt_oss_graph,
                                                Capability::mistral3_graph,
                                                Capability::ministral3_graph,
-                                               Capability::smollm3_graph};
+                                               Capability::smollm3_graph,
+
+                                               Capability::gemma4_text_graph};
   return caps;
 }
 

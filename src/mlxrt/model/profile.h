@@ -34,6 +34,7 @@ enum class Capability {
   mistral3_graph,
   ministral3_graph,
   smollm3_graph,
+  gemma4_text_graph,
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -55,6 +56,7 @@ enum class Graph {
   mistral3,
   ministral3,
   smollm3,
+  gemma4_text,
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

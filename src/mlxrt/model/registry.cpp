@@ -32,6 +32,10 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::mistral3, "mistral3", Capability::mistral3_graph, {"mistral3"}, {"llava"}, mistral3::build},
       {Graph::ministral3, "ministral3", Capability::ministral3_graph, {"ministral3"}, {}, ministral3::build},
       {Graph::smollm3, "smollm3", Capability::smollm3_graph, {"smollm3"}, {}, smollm3::build},
+      // gemma4 (multimodal, and gemma4_unified, which mlx-lm remaps to it) runs its text model
+      // through gemma4_text.py.
+      {Graph::gemma4_text, "gemma4_text", Capability::gemma4_text_graph, {"gemma4_text", "gemma4", "gemma4_unified"},
+       {}, gemma4_text::build},
   };
   return registry;
 }

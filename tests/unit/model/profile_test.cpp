@@ -241,3 +241,30 @@ TEST(Fingerprint, CoversGemma3Keys) {
     EXPECT_NE(config_fingerprint(changed), fp) << key;
   }
 }
+
+TEST(Profile, Gemma4TextAndMultimodalGemma4RunTheGemma4TextGraph) {
+  for (const char* type : {"gemma4_text", "gemma4", "gemma4_unified"}) {
+    json config = qwen3_config();
+    config["model_type"] = type;
+    TempModel m(temp_root(std::string("g4") + type) / "a" / "b" / "m", config);
+    auto r = resolve_profile(m.load());
+    EXPECT_EQ(r.profile.id, "gemma4_text-dedicated") << type;
+    EXPECT_EQ(r.profile.execution.graph, Graph::gemma4_text) << type;
+    EXPECT_EQ(r.profile.execution.specialization, Specialization::dedicated) << type;
+  }
+}
+
+TEST(Fingerprint, CoversGemma4Keys) {
+  json base = {{"model_type", "gemma4_text"}, {"global_head_dim", 512}, {"num_global_key_value_heads", 4},
+               {"num_kv_shared_layers", 20}, {"hidden_size_per_layer_input", 256},
+               {"vocab_size_per_layer_input", 262144}, {"attention_k_eq_v", false}, {"use_double_wide_mlp", true},
+               {"final_logit_softcapping", 30.0}, {"enable_moe_block", false}};
+  const auto fp = config_fingerprint(base);
+  for (const char* key : {"global_head_dim", "num_global_key_value_heads", "num_kv_shared_layers",
+                          "hidden_size_per_layer_input", "vocab_size_per_layer_input", "attention_k_eq_v",
+                          "use_double_wide_mlp", "final_logit_softcapping", "enable_moe_block"}) {
+    json changed = base;
+    changed[key] = 3;
+    EXPECT_NE(config_fingerprint(changed), fp) << key;
+  }
+}

@@ -74,4 +74,10 @@ namespace smollm3 {
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
 
+namespace gemma4_text {
+/** gemma4_text, and gemma4 / gemma4_unified (a multimodal checkpoint's text model, as mlx-lm's
+ * gemma4.py runs it). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+
 }  // namespace mlxrt::model

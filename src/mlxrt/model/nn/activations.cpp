@@ -40,18 +40,33 @@ mx::array precise_swiglu(const mx::array& h, const mx::array& gate, const mx::ar
   return compiled({h, gate, x})[0];
 }
 
+namespace {
+
+// 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3))); each Python scalar takes x's dtype.
+mx::array gelu_approx_ops(const mx::array& x) {
+  auto c = [&](double v) { return mx::array(static_cast<float>(v), x.dtype()); };
+  auto inner = mx::add(x, mx::multiply(c(0.044715), mx::power(x, c(3))));
+  auto t = mx::tanh(mx::multiply(c(std::sqrt(2 / M_PI)), inner));
+  return mx::multiply(mx::multiply(c(0.5), x), mx::add(c(1), t));
+}
+
+}  // namespace
+
 mx::array gelu_approx(const mx::array& x) {
-  // 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3))); each Python scalar takes x's dtype.
   static const auto compiled = mx::compile(
-      [](const std::vector<mx::array>& in) -> std::vector<mx::array> {
-        const auto& x = in[0];
-        auto c = [&](double v) { return mx::array(static_cast<float>(v), x.dtype()); };
-        auto inner = mx::add(x, mx::multiply(c(0.044715), mx::power(x, c(3))));
-        auto t = mx::tanh(mx::multiply(c(std::sqrt(2 / M_PI)), inner));
-        return {mx::multiply(mx::multiply(c(0.5), x), mx::add(c(1), t))};
-      },
+      [](const std::vector<mx::array>& in) -> std::vector<mx::array> { return {gelu_approx_ops(in[0])}; },
       /*shapeless=*/true);
   return compiled({x})[0];
+}
+
+mx::array geglu(const mx::array& gate, const mx::array& x) {
+  // nn.gelu_approx is itself compiled; inside another compiled function it is inlined.
+  static const auto compiled = mx::compile(
+      [](const std::vector<mx::array>& in) -> std::vector<mx::array> {
+        return {mx::multiply(gelu_approx_ops(in[0]), in[1])};
+      },
+      /*shapeless=*/true);
+  return compiled({gate, x})[0];
 }
 
 }  // namespace mlxrt::model::nn

@@ -148,9 +148,20 @@ Rope Rope::initialize(int dims, double base, bool traditional, const json& scali
     double original = number(scaling, "original_max_position_embeddings", source);
     return su_scaled(dims, base, max_positions ? *max_positions : 131072, original, scaling["long_factor"],
                      number_or(scaling, "long_mscale", 0, source), source);
+  } else if (t == "proportional") {
+    // ProportionalRoPE (Gemma 4's global layers): the first int(dims * partial_rotary_factor)
+    // features rotate with factor * base ** (i / dims), the rest get infinite wavelengths (no rotation).
+    const int rotated = static_cast<int>(dims * number_or(scaling, "partial_rotary_factor", 1.0, source));
+    if (rotated > dims)
+      throw ConfigError(source + ": rope partial_rotary_factor rotates " + std::to_string(rotated) +
+                        " features, more than the head's " + std::to_string(dims));
+    const double factor = number_or(scaling, "factor", 1.0, source);
+    auto exponents = mx::divide(mx::arange(0, rotated, 2, mx::float32), f32(dims));
+    r.freqs_ = mx::concatenate({mx::multiply(f32(factor), mx::power(f32(base), exponents)),
+                                mx::full({(dims - rotated) / 2}, f32(INFINITY))});
   } else {
     throw UnsupportedError(source + ": unsupported RoPE type '" + t +
-                           "' (supported: default, linear, dynamic, llama3, yarn, longrope, mrope)");
+                           "' (supported: default, linear, dynamic, llama3, yarn, longrope, mrope, proportional)");
   }
   return r;
 }

@@ -1,6 +1,6 @@
 #pragma once
 /** Rotary position embeddings as mlx-lm's initialize_rope builds them (rope_utils.py): default,
- * linear, dynamic, llama3, yarn, longrope, mrope (for text positions a plain RoPE). Frequencies are
+ * linear, dynamic, llama3, yarn, longrope, mrope (for text positions a plain RoPE), proportional. Frequencies are
  * computed with MLX ops in float32, exactly as the reference computes them, so the rotated values
  * match bit for bit. */
 #include <optional>

@@ -51,14 +51,6 @@ std::optional<mx::array> WeightBinder::take_if_present(const std::string& name, 
   return take(name, shape);
 }
 
-void WeightBinder::rename(const std::string& from, const std::string& to) {
-  auto it = weights_.find(from);
-  if (it == weights_.end() || from == to) return;
-  mx::array a = it->second;
-  weights_.erase(it);
-  weights_.insert_or_assign(to, std::move(a));
-}
-
 void WeightBinder::replace(const std::string& name, mx::array value) { weights_.insert_or_assign(name, std::move(value)); }
 
 std::vector<std::string> WeightBinder::names() const {

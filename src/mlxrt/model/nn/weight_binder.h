@@ -33,12 +33,18 @@ class WeightBinder {
   const io::WeightMap& remaining() const { return weights_; }
   /** Drops a tensor mlx-lm's `sanitize` removes (e.g. a tied lm_head.weight). */
   void discard(const std::string& name) { weights_.erase(name); }
+  /** Renames a tensor, as a `sanitize` that rewrites key prefixes does (no-op when absent). */
+  void rename(const std::string& from, const std::string& to) {
+    auto node = weights_.extract(from);
+    if (!node.empty()) {
+      node.key() = to;
+      weights_.insert(std::move(node));
+    }
+  }
   /** Drops every tensor whose name contains `part` (e.g. precomputed "rotary_emb.inv_freq"). */
   void discard_containing(std::string_view part) {
     std::erase_if(weights_, [&](const auto& entry) { return entry.first.find(part) != std::string::npos; });
   }
-  /** Moves tensor `from` to the name `to` (a sanitize's key remapping); nothing when absent. */
-  void rename(const std::string& from, const std::string& to);
   /** Replaces a tensor's value (a sanitize's rewrite of a checkpoint layout, e.g. moveaxis). */
   void replace(const std::string& name, mx::array value);
   /** The names of the tensors not yet taken. */
