@@ -1,5 +1,5 @@
 // Tool-call formats: inference as in mlx_lm/tokenizer_utils.py's _infer_tool_parser, parsing as in
-// mlx_lm/tool_parsers/json_tools.py, formatting as mlx_lm.server's ToolCallFormatter (mlx-lm 0.32.2).
+// mlx_lm/tool_parsers/ (tool_parsers.cpp), formatting as mlx_lm.server's ToolCallFormatter (mlx-lm 0.32.2).
 #include "mlxrt/server/tool_calls.h"
 
 #include <cstdio>
@@ -7,19 +7,14 @@
 #include <stdexcept>
 
 #include "mlxrt/server/python_json.h"
+#include "mlxrt/server/python_values.h"
+#include "mlxrt/server/tool_parsers.h"
 
 namespace mlxrt::server {
 
 namespace {
 
 bool contains(const std::string& s, const char* needle) { return s.find(needle) != std::string::npos; }
-
-std::string strip(const std::string& s) {
-  const char* ws = " \t\n\r\f\v";
-  auto b = s.find_first_not_of(ws);
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(ws) - b + 1);
-}
 
 }  // namespace
 
@@ -48,18 +43,12 @@ std::optional<std::string> infer_tool_parser_type(const std::string& t, const nl
 }
 
 std::optional<ToolParser> make_tool_parser(const std::string& type) {
-  if (type == "json_tools") {
-    // Qwen/Hermes style: <tool_call>{"name": ..., "arguments": {...}}</tool_call>
-    return ToolParser{type, "<tool_call>", "</tool_call>",
-                      [](const std::string& text, const nlohmann::ordered_json&) {
-                        try {
-                          return nlohmann::ordered_json::parse(strip(text));
-                        } catch (const nlohmann::json::exception& e) {
-                          throw std::invalid_argument(e.what());
-                        }
-                      }};
-  }
-  return std::nullopt;
+  const tool_parsers::Format* format = tool_parsers::find_format(type);
+  if (!format) return std::nullopt;
+  return ToolParser{type, format->start, format->end,
+                    [format](const std::string& text, const nlohmann::ordered_json& tools) {
+                      return format->parse(py::to_u32(text), tools);  // py::Error is an invalid_argument
+                    }};
 }
 
 nlohmann::ordered_json ToolCallFormatter::operator()(const std::vector<std::string>& texts) {
@@ -74,13 +63,15 @@ nlohmann::ordered_json ToolCallFormatter::operator()(const std::vector<std::stri
     }
     if (!parsed.is_array()) parsed = nlohmann::ordered_json::array({parsed});
     for (auto& tc : parsed) {
-      if (!tc.is_object() || !tc.contains("name") || !tc.contains("arguments")) continue;
-      std::string id;
+      // Where mlx-lm's _format raises (not a dict, no "arguments", arguments json.dumps cannot
+      // write) mlx_lm.server drops the connection; the call is left out here.
+      if (!tc.is_object() || !tc.contains("arguments") || py::is_unserializable(tc["arguments"])) continue;
+      nlohmann::ordered_json id = nullptr;
       if (auto it = tc.find("id"); it != tc.end()) {
-        if (it->is_string()) id = it->get<std::string>();
-        tc.erase("id");
+        id = *it;
+        tc.erase(it);
       }
-      if (id.empty()) id = uuid4();
+      if (!py::truthy(id)) id = uuid4();  // tc.pop("id", None) or str(uuid.uuid4())
       tc["arguments"] = python_dumps(tc["arguments"], DumpOptions{.ensure_ascii = false});
       nlohmann::ordered_json out = nlohmann::ordered_json::object();
       out["function"] = tc;
