@@ -218,13 +218,15 @@ FIXTURES = {
     "qwen3_next_fp32": fx({**QWEN3_NEXT, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
                            "shared_expert_intermediate_size": 96, "mlp_only_layers": [3], "norm_topk_prob": True},
                           dtype="float32", seed=78),
+    # (every quantized Linear has at least two groups per row: MLX 0.32.4's CUDA quantized matmul reads
+    # garbage when a row is one group, bench/RESULTS.md)
     "qwen3_next_q4_g64": fx({**QWEN3_NEXT, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
-                             "shared_expert_intermediate_size": 64, "decoder_sparse_step": 2, "mlp_only_layers": []},
+                             "shared_expert_intermediate_size": 128, "decoder_sparse_step": 2, "mlp_only_layers": []},
                             quant={"bits": 4, "group_size": 64}, seed=76, cast_predicate=True),
     # qwen3_5_moe: experts on every layer
     "qwen3_5_moe_q4_g64": fx({"model_type": "qwen3_5_moe", "text_config": {
         **QWEN3_5_TEXT, "model_type": "qwen3_5_moe_text", "num_experts": 4, "num_experts_per_tok": 2,
-        "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64}},
+        "moe_intermediate_size": 64, "shared_expert_intermediate_size": 128}},
         quant={"bits": 4, "group_size": 64}, seed=77, cast_predicate=True),
     # mistral3 / ministral3: the text model of text_config under language_model. (llama.py's for a
     # "mistral" text model, ministral3.py's otherwise); ministral3 scales the rotated queries by
@@ -242,7 +244,9 @@ FIXTURES = {
     # proportional RoPE on a quarter of it; layers 4 and 5 are KV-shared (they attend over layer 3's and
     # layer 2's keys and values) with double-wide MLPs; per-layer input embeddings of 64 per layer
     "gemma4_bf16": fx(GEMMA4, seed=70, randomize=["layer_scalar"]),
-    "gemma4_q4_g64": fx(GEMMA4, quant={"bits": 4, "group_size": 64}, seed=71, randomize=["layer_scalar"]),
+    # per-layer inputs of 128: a quantized projection from 64 features is one group per row
+    "gemma4_q4_g64": fx({**GEMMA4, "hidden_size_per_layer_input": 128}, quant={"bits": 4, "group_size": 64}, seed=71,
+                        randomize=["layer_scalar"]),
     # the 26B/31B shape: keys are values on the global layers, one global KV head, no KV sharing and no
     # per-layer inputs; an untied head, no final softcap, proportional RoPE on half the head with a factor
     "gemma4_fp16_keqv": fx({**GEMMA4, "attention_k_eq_v": True, "num_global_key_value_heads": 1,
