@@ -135,6 +135,13 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
   const bool dropped_head = model_type != "gemma3_text" && model_type != "gemma3" && !moe_always_head && tied &&
                             weights.count("lm_head.weight");
   for (const auto& [name, tensor] : weights) {
+    // --- mixture of experts: gpt-oss's original layout, which sanitize splits: gate_up_proj_blocks
+    // becomes gate_proj and up_proj, down_proj_blocks down_proj, each a quantized switch layer.
+    if (model_type == "gpt_oss" && ends_with(name, "_proj_blocks")) {
+      draws += (name.find("gate_up_proj") != std::string::npos ? 2 : 1) * 2;
+      continue;
+    }
+    // --- end of the mixture-of-experts block
     if (!ends_with(name, ".weight") || tensor.ndim() < 2 || name.rfind(text_prefix, 0) != 0) continue;
     if (dropped_head && name == "lm_head.weight") continue;
     const auto prefix = name.substr(0, name.size() - 7);
