@@ -340,6 +340,8 @@ def build(name, recipe, out: Path):
         index_path.write_text(json.dumps(index, indent=4))
     if recipe.get("per_expert"):
         split_experts(tmp, **recipe["per_expert"])
+    if recipe.get("openai_experts"):
+        fuse_openai_experts(tmp)
     (tmp / "fixture.json").write_text(json.dumps(recipe, sort_keys=True))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
@@ -407,6 +409,42 @@ GPT_OSS = {**BASE, "model_type": "gpt_oss", "num_hidden_layers": 4, "num_local_e
 
 # MLX's CPU gather_mm runs float32 only: the bf16 models without quantized experts run on a GPU (on a
 # CPU mlx-lm and mlxrt stop with the same MLX error), their float32 twins everywhere.
+def fuse_openai_experts(tmp):
+    """gpt-oss experts as OpenAI's checkpoints hold them: gate and up rows interleaved in one
+    gate_up_proj, mxfp4 weights as uint8 blocks of 16 bytes (`_blocks`, `_scales`, `_bias`)."""
+    files = sorted(tmp.glob("model*.safetensors"))
+    for f in files:
+        arrays = mx.load(str(f))
+        out = {}
+        for k, v in arrays.items():
+            if ".mlp.experts." not in k:
+                out[k] = v
+                continue
+            head, proj, kind = k.rsplit(".", 2)
+            if proj == "up_proj":
+                continue
+            if kind == "weight":
+                v = v.view(mx.uint8)
+                v = v.reshape(*v.shape[:-1], v.shape[-1] // 16, 16)
+            if proj == "gate_proj":
+                up = arrays[f"{head}.up_proj.{kind}"]
+                if kind == "weight":
+                    up = up.view(mx.uint8)
+                    up = up.reshape(*up.shape[:-1], up.shape[-1] // 16, 16)
+                axis = v.ndim - 1 if kind == "bias" else v.ndim - 2 - (kind == "weight")
+                v = mx.stack([v, up], axis=axis + 1).reshape(
+                    *v.shape[:axis], 2 * v.shape[axis], *v.shape[axis + 1:])
+                proj = "gate_up_proj"
+            suffix = {"weight": "_blocks", "scales": "_scales", "bias": "_bias"}[kind]
+            out[f"{head}.{proj}{suffix}"] = v
+        mx.save_safetensors(str(f), out, metadata={"format": "mlx"})
+    index_path = tmp / "model.safetensors.index.json"
+    if index_path.exists():
+        index = json.loads(index_path.read_text())
+        index["weight_map"] = {k: f.name for f in files for k in mx.load(str(f))}
+        index_path.write_text(json.dumps(index, indent=4))
+
+
 MOE_FIXTURES = {
     # qwen3_moe: layers 0 and 2 sparse, layer 1 dense (mlp_only_layers); the router's gate 8-bit when
     # quantized (qwen3_moe.py's quant_predicate)
@@ -443,6 +481,9 @@ MOE_FIXTURES = {
     "gpt_oss_fp32": fx(GPT_OSS, dtype="float32", seed=111),
     "gpt_oss_q4_g64": fx(GPT_OSS, quant={"bits": 4, "group_size": 64}, seed=112),
     "gpt_oss_mxfp4": fx(GPT_OSS, quant={"mode": "mxfp4"}, seed=113),
+    # OpenAI's layout of gpt_oss_mxfp4's weights: gate_up_proj_blocks / _scales / _bias, gate and up rows
+    # interleaved
+    "gpt_oss_openai_mxfp4": fx(GPT_OSS, quant={"mode": "mxfp4"}, seed=113, openai_experts=True),
 }
 FIXTURES.update(MOE_FIXTURES)
 

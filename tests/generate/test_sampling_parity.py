@@ -62,7 +62,7 @@ def test_seeds_differ(tiny_model):
                                      "qwen3_moe_fp32", "qwen3_moe_q4_g64", "qwen3_moe_per_expert",
                                      "mixtral_fp32", "mixtral_per_expert_q4_ties", "qwen2_moe_q4_g64",
                                      "qwen2_moe_fp32_per_expert", "olmoe_fp32_norm_bias", "olmoe_q4_g64",
-                                     "gpt_oss_fp32", "gpt_oss_mxfp4",
+                                     "gpt_oss_fp32", "gpt_oss_mxfp4", "gpt_oss_openai_mxfp4",
                                      # dense families on the decoder skeleton
                                      "mistral3_bf16", "mistral3_q4_g64", "ministral3_bf16", "ministral3_q4_g64",
                                      "smollm3_bf16", "smollm3_q4_g64",

@@ -60,7 +60,7 @@ def parse_generated(stdout):
                                   "mixtral_fp32", "mixtral_q4_g64", "mixtral_per_expert_q4_ties",
                                   "qwen2_moe_fp32_per_expert", "qwen2_moe_q4_g64",
                                   "olmoe_fp32_norm_bias", "olmoe_q4_g64",
-                                  "gpt_oss_fp32", "gpt_oss_q4_g64", "gpt_oss_mxfp4",
+                                  "gpt_oss_fp32", "gpt_oss_q4_g64", "gpt_oss_mxfp4", "gpt_oss_openai_mxfp4",
                                   # dense families on the decoder skeleton
                                   "mistral3_bf16", "mistral3_q4_g64", "ministral3_bf16", "ministral3_q4_g64",
                                   "smollm3_bf16", "smollm3_q4_g64",

@@ -196,6 +196,13 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
       if (name.find("mtp.") != std::string::npos) continue;
       if (ends_with(name, ".A_log")) draws += 1;
     }
+    // --- mixture of experts: gpt-oss's original layout, which sanitize splits: gate_up_proj_blocks
+    // becomes gate_proj and up_proj, down_proj_blocks down_proj, each a quantized switch layer.
+    if (model_type == "gpt_oss" && ends_with(name, "_proj_blocks")) {
+      draws += (name.find("gate_up_proj") != std::string::npos ? 2 : 1) * 2;
+      continue;
+    }
+    // --- end of the mixture-of-experts block
     if (!ends_with(name, ".weight") || tensor.ndim() < 2) continue;
     if (dropped_head && name == head_name) continue;
     if (mistral3 && (name.find("vision_tower") != std::string::npos ||

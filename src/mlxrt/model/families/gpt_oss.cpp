@@ -1,7 +1,9 @@
 // Port of mlx_lm/models/gpt_oss.py (mlx-lm 0.32.2): attention sinks, alternating sliding-window and
 // full layers (RotatingKVCache / KVCache), experts with biases and the clamped swiglu_oai. The
 // checkpoints are read as mlx-community stores them (switch layers already split into gate_proj and
-// up_proj, experts mxfp4 with an 8-bit router, or any other MLX quantization).
+// up_proj, experts mxfp4 with an 8-bit router, or any other MLX quantization), and as OpenAI's
+// checkpoints store them (gate_up_proj_blocks / _scales / _bias, gate and up rows interleaved), which
+// sanitize splits as gpt_oss.py's does.
 #include "mlxrt/model/families/families.h"
 
 #include <algorithm>
@@ -143,6 +145,56 @@ struct TransformerBlock {
   }
 };
 
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+std::string replaced(std::string s, const std::string& from, const std::string& to) {
+  if (auto at = s.find(from); at != std::string::npos) s.replace(at, from.size(), to);
+  return s;
+}
+
+// v[..., start::2, :] (rows) or v[..., start::2] (last axis), made contiguous.
+mx::array every_second(const mx::array& v, int start, int axis) {
+  mx::Shape begin(v.ndim(), 0), end = v.shape(), strides(v.ndim(), 1);
+  const int a = axis < 0 ? axis + v.ndim() : axis;
+  begin[a] = start;
+  strides[a] = 2;
+  return mx::contiguous(mx::slice(v, begin, end, strides));
+}
+
+// gpt_oss.py's sanitize: the original layout's fused, interleaved expert tensors, split into the
+// switch layers' gate_proj / up_proj (mxfp4 blocks of uint8 viewed as uint32 words).
+void sanitize(WeightBinder& w) {
+  std::vector<std::string> names;
+  for (const auto& [k, v] : w.remaining()) {
+    if (contains(k, "gate_proj.weight")) return;  // already sanitized
+    names.push_back(k);
+  }
+  for (const auto& k : names) {
+    const bool bias = contains(k, "bias");
+    if ((contains(k, "gate_up_proj") || contains(k, "down_proj")) && !bias) {
+      auto v = *w.pop(k);
+      std::string key = k;
+      if (contains(key, "_blocks")) {
+        v = mx::flatten(mx::view(v, mx::uint32), -2, -1);
+        key = replaced(key, "_blocks", ".weight");
+      }
+      if (contains(key, "_scales")) key = replaced(key, "_scales", ".scales");
+      if (contains(k, "gate_up_proj")) {
+        w.put(replaced(key, "gate_up_proj", "gate_proj"), every_second(v, 0, -2));
+        w.put(replaced(key, "gate_up_proj", "up_proj"), every_second(v, 1, -2));
+      } else {
+        w.put(key, v);
+      }
+    } else if (contains(k, "gate_up_proj_bias")) {
+      auto v = *w.pop(k);
+      w.put(replaced(k, "gate_up_proj_bias", "gate_proj.bias"), every_second(v, 0, -1));
+      w.put(replaced(k, "gate_up_proj_bias", "up_proj.bias"), every_second(v, 1, -1));
+    } else if (contains(k, "down_proj_bias")) {
+      w.put(replaced(k, "down_proj_bias", "down_proj.bias"), *w.pop(k));
+    }
+  }
+}
+
 class Model final : public CausalLM {
  public:
   Model(ModelArgs args, WeightBinder& w)
@@ -193,7 +245,9 @@ class Model final : public CausalLM {
 }  // namespace
 
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights) {
-  return std::make_unique<Model>(ModelArgs::from_config(config), weights);
+  auto args = ModelArgs::from_config(config);
+  sanitize(weights);
+  return std::make_unique<Model>(std::move(args), weights);
 }
 
 }  // namespace mlxrt::model::gpt_oss

@@ -155,6 +155,7 @@ class Model final : public CausalLM {
     return caches;
   }
   std::vector<KvShape> kv_shapes() const override {
+    if (layers_.empty()) return {};
     const int head_dim = layers_.front().self_attn.head_dim;
     return std::vector<KvShape>(layers_.size(), {args_.num_key_value_heads, head_dim, head_dim});
   }

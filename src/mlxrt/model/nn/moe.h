@@ -77,8 +77,8 @@ struct SparseMoeOptions {
 class SparseMoe {
  public:
   /** Binds `path`.<gate_name>, `path`.<experts_name> and, with a shared expert, `path`.shared_expert
-   * and `path`.shared_expert_gate. Throws ConfigError (naming `source`) when top_k is not in
-   * 1..num_experts. */
+   * and `path`.shared_expert_gate. The family checks the counts first (check_expert_counts), naming
+   * its own config fields. */
   static SparseMoe load(WeightBinder& w, const std::string& path, const SparseMoeOptions& options);
   mx::array operator()(const mx::array& x) const;
 

@@ -98,6 +98,14 @@ bool WeightBinder::stack_experts(const std::string& experts, const std::string& 
   return stacked;
 }
 
+std::optional<mx::array> WeightBinder::pop(const std::string& name) {
+  auto it = weights_.find(name);
+  if (it == weights_.end()) return std::nullopt;
+  mx::array a = it->second;
+  weights_.erase(it);
+  return a;
+}
+
 std::optional<io::SavedQuantTensors> WeightBinder::saved_quant(const std::string& path) const {
   auto scales = weights_.find(path + ".scales");
   auto weight = weights_.find(path + ".weight");

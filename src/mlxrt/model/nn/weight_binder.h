@@ -74,6 +74,10 @@ class WeightBinder {
     auto it = weights_.find(from);
     if (it != weights_.end()) weights_.insert_or_assign(to, it->second);
   }
+  /** Takes tensor `name` out of the checkpoint for a family's sanitize to transform (nullopt when
+   * absent); put() stores what the sanitize made of it. */
+  std::optional<mx::array> pop(const std::string& name);
+  void put(const std::string& name, mx::array a) { weights_.insert_or_assign(name, std::move(a)); }
   /** The saved shapes of `path`.weight/.scales, when the module was saved quantized. */
   std::optional<io::SavedQuantTensors> saved_quant(const std::string& path) const;
   const io::ModelConfig& config() const { return config_; }
