@@ -56,6 +56,8 @@ MINISTRAL3_TEXT = {**_TEXT, "model_type": "ministral3", "num_hidden_layers": 3, 
                                        "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}}
 SMOLLM3 = {**BASE, "model_type": "smollm3", "num_hidden_layers": 4, "tie_word_embeddings": True}
 
+OLMO2 = {**BASE, "model_type": "olmo2", "tie_word_embeddings": False}
+
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
@@ -178,6 +180,10 @@ FIXTURES = {
     "smollm3_bf16": fx(SMOLLM3, seed=80),
     "smollm3_q4_g64": fx({**SMOLLM3, "no_rope_layers": [1, 0, 1, 0], "tie_word_embeddings": False},
                          quant={"bits": 4, "group_size": 64}, seed=81),
+    # olmo2: q/k RMSNorms over the whole projections, post-norms on the sublayers' outputs
+    "olmo2_bf16": fx(OLMO2, seed=90),
+    "olmo2_q4_g64": fx({**OLMO2, "attention_bias": True, "tie_word_embeddings": True},
+                       quant={"bits": 4, "group_size": 64}, seed=91),
 }
 
 

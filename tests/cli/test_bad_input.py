@@ -186,6 +186,7 @@ DENSE_CASES = {
                                                    ["config.json", "'no_rope_layers'", "4 integers"]),
     "smollm3 zero no_rope_layer_interval": ("smollm3_bf16", lambda c: c.update(no_rope_layer_interval=0),
                                             ["config.json", "'no_rope_layer_interval'"]),
+    "olmo2 without rms_norm_eps": ("olmo2_bf16", lambda c: c.pop("rms_norm_eps"), ["config.json", "'rms_norm_eps'"]),
 }
 
 

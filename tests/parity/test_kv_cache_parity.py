@@ -33,6 +33,8 @@ CASES = [
     ("mistral3_bf16", {"max_kv_size": 16}),
     ("smollm3_bf16", {"max_kv_size": 16}),  # smollm3.py has no make_cache: every layer rotates
     ("smollm3_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
+    ("olmo2_bf16", {"max_kv_size": 16}),
+    ("olmo2_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
 ]
 CHUNKS = [1, 3, 7, 40]
 

@@ -37,6 +37,7 @@ def parse_generated(stdout):
                                   # dense families on the decoder skeleton
                                   "mistral3_bf16", "mistral3_q4_g64", "ministral3_bf16", "ministral3_q4_g64",
                                   "smollm3_bf16", "smollm3_q4_g64",
+                                  "olmo2_bf16", "olmo2_q4_g64",
                                   ])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name

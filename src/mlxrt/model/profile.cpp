@@ -34,6 +34,7 @@ const Names<Capability> kCapabilities[] = {
     {Capability::mistral3_graph, "mistral3-graph"},
     {Capability::ministral3_graph, "ministral3-graph"},
     {Capability::smollm3_graph, "smollm3-graph"},
+    {Capability::olmo2_graph, "olmo2-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -44,7 +45,8 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::gemma3_text, "gemma3_text"}, {Graph::phi3, "phi3"},
                                 {Graph::mistral3, "mistral3"},
                                 {Graph::ministral3, "ministral3"},
-                                {Graph::smollm3, "smollm3"}};
+                                {Graph::smollm3, "smollm3"},
+                                {Graph::olmo2, "olmo2"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -123,7 +125,8 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::phi3_graph,
                                                Capability::mistral3_graph,
                                                Capability::ministral3_graph,
-                                               Capability::smollm3_graph};
+                                               Capability::smollm3_graph,
+                                               Capability::olmo2_graph};
   return caps;
 }
 

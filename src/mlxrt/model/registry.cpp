@@ -22,6 +22,7 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::mistral3, "mistral3", Capability::mistral3_graph, {"mistral3"}, {"llava"}, mistral3::build},
       {Graph::ministral3, "ministral3", Capability::ministral3_graph, {"ministral3"}, {}, ministral3::build},
       {Graph::smollm3, "smollm3", Capability::smollm3_graph, {"smollm3"}, {}, smollm3::build},
+      {Graph::olmo2, "olmo2", Capability::olmo2_graph, {"olmo2"}, {}, olmo2::build},
   };
   return registry;
 }

@@ -45,5 +45,9 @@ namespace smollm3 {
 /** smollm3: llama.py's model with NoPE layers (no_rope_layers, no_rope_layer_interval). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace olmo2 {
+/** olmo2: OLMo 2 (q/k norms over the whole projections, post-norms). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 }  // namespace mlxrt::model
