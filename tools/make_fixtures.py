@@ -58,6 +58,8 @@ SMOLLM3 = {**BASE, "model_type": "smollm3", "num_hidden_layers": 4, "tie_word_em
 
 OLMO2 = {**BASE, "model_type": "olmo2", "tie_word_embeddings": False}
 
+OLMO3 = {**BASE, "model_type": "olmo3", "num_hidden_layers": 4, "sliding_window": 6}
+
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
@@ -184,6 +186,12 @@ FIXTURES = {
     "olmo2_bf16": fx(OLMO2, seed=90),
     "olmo2_q4_g64": fx({**OLMO2, "attention_bias": True, "tie_word_embeddings": True},
                        quant={"bits": 4, "group_size": 64}, seed=91),
+    # olmo3: olmo2 with sliding layers (window 6; by default layers 0-2 slide, 3 is full)
+    "olmo3_bf16": fx(OLMO3, seed=92),
+    "olmo3_q4_g64": fx({**OLMO3, "tie_word_embeddings": True,
+                        "layer_types": ["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+                        "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}},
+                       quant={"bits": 4, "group_size": 64}, seed=93),
 }
 
 

@@ -35,6 +35,8 @@ CASES = [
     ("smollm3_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
     ("olmo2_bf16", {"max_kv_size": 16}),
     ("olmo2_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
+    ("olmo3_bf16", {}),
+    ("olmo3_q4_g64", {}),
 ]
 CHUNKS = [1, 3, 7, 40]
 
@@ -123,6 +125,7 @@ GREEDY_CASES = [
     ("ministral3_bf16", {}),
     ("ministral3_q4_g64", {}),
     ("smollm3_bf16", {"max_kv_size": 16}),
+    ("olmo3_bf16", {}),
 ]
 
 

@@ -38,6 +38,7 @@ def parse_generated(stdout):
                                   "mistral3_bf16", "mistral3_q4_g64", "ministral3_bf16", "ministral3_q4_g64",
                                   "smollm3_bf16", "smollm3_q4_g64",
                                   "olmo2_bf16", "olmo2_q4_g64",
+                                  "olmo3_bf16", "olmo3_q4_g64",
                                   ])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name

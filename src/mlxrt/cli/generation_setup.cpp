@@ -111,7 +111,17 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
   // Elsewhere a tied head is never built (tie_word_embeddings defaults to true in qwen2.py and
   // llama.py, to false in phi3.py), and sanitize drops a lm_head.weight the checkpoint still holds.
   const auto& raw = config.raw();
-  const bool tied_by_default = model_type != "phi3";
+  // -- dense families: the model_types whose ModelArgs default to an untied head, and those whose
+  // Model builds lm_head whatever tie_word_embeddings says (so no saved head is dropped).
+  static const std::set<std::string> untied_by_default = {
+      "phi3",
+      "olmo3",
+      // -- untied by default
+  };
+  static const std::set<std::string> head_always_built = {
+      // -- head always built
+  };
+  const bool tied_by_default = !untied_by_default.count(model_type);
   bool tied = raw.contains("tie_word_embeddings") ? raw["tie_word_embeddings"] == true : tied_by_default;
   std::string head_name = "lm_head.weight";
   // -- mistral3 (and llava): only the text model is built, under language_model.; its head is
@@ -123,8 +133,9 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
     head_name = weights.count("lm_head.weight") ? "lm_head.weight" : "language_model.lm_head.weight";
   }
   // -- end mistral3
-  const bool dropped_head =
-      model_type != "gemma3_text" && model_type != "gemma3" && tied && weights.count(head_name);
+  const bool dropped_head = model_type != "gemma3_text" && model_type != "gemma3" &&
+                            !head_always_built.count(model_type) && tied && weights.count(head_name);
+  // -- end dense families
   for (const auto& [name, tensor] : weights) {
     if (!ends_with(name, ".weight") || tensor.ndim() < 2 || name.rfind(text_prefix, 0) != 0) continue;
     if (dropped_head && name == head_name) continue;

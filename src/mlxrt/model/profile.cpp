@@ -35,6 +35,7 @@ const Names<Capability> kCapabilities[] = {
     {Capability::ministral3_graph, "ministral3-graph"},
     {Capability::smollm3_graph, "smollm3-graph"},
     {Capability::olmo2_graph, "olmo2-graph"},
+    {Capability::olmo3_graph, "olmo3-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -46,7 +47,8 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::mistral3, "mistral3"},
                                 {Graph::ministral3, "ministral3"},
                                 {Graph::smollm3, "smollm3"},
-                                {Graph::olmo2, "olmo2"}};
+                                {Graph::olmo2, "olmo2"},
+                                {Graph::olmo3, "olmo3"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -126,7 +128,8 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::mistral3_graph,
                                                Capability::ministral3_graph,
                                                Capability::smollm3_graph,
-                                               Capability::olmo2_graph};
+                                               Capability::olmo2_graph,
+                                               Capability::olmo3_graph};
   return caps;
 }
 

@@ -49,5 +49,9 @@ namespace olmo2 {
 /** olmo2: OLMo 2 (q/k norms over the whole projections, post-norms). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace olmo3 {
+/** olmo3: OLMo 3 (olmo2 with sliding-window layers). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 }  // namespace mlxrt::model
