@@ -60,6 +60,9 @@ OLMO2 = {**BASE, "model_type": "olmo2", "tie_word_embeddings": False}
 
 OLMO3 = {**BASE, "model_type": "olmo3", "num_hidden_layers": 4, "sliding_window": 6}
 
+GRANITE = {**BASE, "model_type": "granite", "logits_scaling": 8.0, "attention_multiplier": 0.015625,
+           "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_bias": False, "mlp_bias": False}
+
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
@@ -192,6 +195,11 @@ FIXTURES = {
                         "layer_types": ["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
                         "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}},
                        quant={"bits": 4, "group_size": 64}, seed=93),
+    # granite: the four multipliers; the 4-bit one through granite's quant_predicate (8-bit o_proj,
+    # down_proj, lm_head)
+    "granite_bf16": fx(GRANITE, seed=94),
+    "granite_q4_g64": fx({**GRANITE, "tie_word_embeddings": False, "attention_bias": True, "mlp_bias": True},
+                         quant={"bits": 4, "group_size": 64}, seed=95),
 }
 
 

@@ -189,6 +189,7 @@ DENSE_CASES = {
     "olmo2 without rms_norm_eps": ("olmo2_bf16", lambda c: c.pop("rms_norm_eps"), ["config.json", "'rms_norm_eps'"]),
     "olmo3 layer_types of the wrong length": ("olmo3_bf16", lambda c: c.update(layer_types=["full_attention"]), ["config.json", "'layer_types'", "4 strings"]),
     "olmo3 without sliding_window": ("olmo3_bf16", lambda c: c.pop("sliding_window"), ["config.json", "'sliding_window'"]),
+    "granite without logits_scaling": ("granite_bf16", lambda c: c.pop("logits_scaling"), ["config.json", "'logits_scaling'"]),
 }
 
 

@@ -37,6 +37,7 @@ CASES = [
     ("olmo2_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
     ("olmo3_bf16", {}),
     ("olmo3_q4_g64", {}),
+    ("granite_bf16", {"max_kv_size": 16}),
 ]
 CHUNKS = [1, 3, 7, 40]
 

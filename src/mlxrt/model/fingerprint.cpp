@@ -21,6 +21,8 @@ const char* const kArchitectureKeys[] = {
     "partial_rotary_factor", "original_max_position_embeddings",
     // SmolLM3: which layers rotate.
     "no_rope_layers", "no_rope_layer_interval",
+    // granite
+    "logits_scaling", "attention_multiplier", "embedding_multiplier", "residual_multiplier",
 };
 
 json normalise(const json& v) {

@@ -36,6 +36,7 @@ const Names<Capability> kCapabilities[] = {
     {Capability::smollm3_graph, "smollm3-graph"},
     {Capability::olmo2_graph, "olmo2-graph"},
     {Capability::olmo3_graph, "olmo3-graph"},
+    {Capability::granite_graph, "granite-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -48,7 +49,8 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::ministral3, "ministral3"},
                                 {Graph::smollm3, "smollm3"},
                                 {Graph::olmo2, "olmo2"},
-                                {Graph::olmo3, "olmo3"}};
+                                {Graph::olmo3, "olmo3"},
+                                {Graph::granite, "granite"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -129,7 +131,8 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::ministral3_graph,
                                                Capability::smollm3_graph,
                                                Capability::olmo2_graph,
-                                               Capability::olmo3_graph};
+                                               Capability::olmo3_graph,
+                                               Capability::granite_graph};
   return caps;
 }
 

@@ -17,7 +17,8 @@ enum class Capability {
   safetensors, autoregressive, qwen3_graph, llama_graph, qwen2_graph, gemma3_text_graph, phi3_graph,
   mistral3_graph, ministral3_graph, smollm3_graph,
   olmo2_graph,
-  olmo3_graph
+  olmo3_graph,
+  granite_graph
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -27,7 +28,8 @@ enum class Graph {
   qwen3, llama, qwen2, gemma3_text, phi3,
   mistral3, ministral3, smollm3,
   olmo2,
-  olmo3
+  olmo3,
+  granite
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

@@ -24,6 +24,7 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::smollm3, "smollm3", Capability::smollm3_graph, {"smollm3"}, {}, smollm3::build},
       {Graph::olmo2, "olmo2", Capability::olmo2_graph, {"olmo2"}, {}, olmo2::build},
       {Graph::olmo3, "olmo3", Capability::olmo3_graph, {"olmo3"}, {}, olmo3::build},
+      {Graph::granite, "granite", Capability::granite_graph, {"granite"}, {}, granite::build},
   };
   return registry;
 }

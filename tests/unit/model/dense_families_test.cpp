@@ -68,7 +68,8 @@ INSTANTIATE_TEST_SUITE_P(Skeleton, DenseFamily,
                          testing::Values(Family{"mistral3", "mistral3"}, Family{"ministral3", "ministral3"},
                                          Family{"smollm3", "smollm3"},
                                          Family{"olmo2", "olmo2"},
-                                         Family{"olmo3", "olmo3"}),
+                                         Family{"olmo3", "olmo3"},
+                                         Family{"granite", "granite"}),
                          [](const auto& info) { return info.param.model_type; });
 
 TEST(DenseFamilies, LlavaRunsAsMistral3) {

@@ -53,5 +53,9 @@ namespace olmo3 {
 /** olmo3: OLMo 3 (olmo2 with sliding-window layers). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace granite {
+/** granite: IBM Granite (embedding, residual, attention and logits multipliers). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 }  // namespace mlxrt::model
