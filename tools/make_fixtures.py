@@ -63,6 +63,8 @@ OLMO3 = {**BASE, "model_type": "olmo3", "num_hidden_layers": 4, "sliding_window"
 GRANITE = {**BASE, "model_type": "granite", "logits_scaling": 8.0, "attention_multiplier": 0.015625,
            "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_bias": False, "mlp_bias": False}
 
+MINICPM = {**BASE, "model_type": "minicpm", "dim_model_base": 32, "scale_depth": 1.4, "scale_emb": 12.0}
+
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
@@ -200,6 +202,9 @@ FIXTURES = {
     "granite_bf16": fx(GRANITE, seed=94),
     "granite_q4_g64": fx({**GRANITE, "tie_word_embeddings": False, "attention_bias": True, "mlp_bias": True},
                          quant={"bits": 4, "group_size": 64}, seed=95),
+    # minicpm: scale_emb, scale_depth / sqrt(layers), the head's input over hidden / dim_model_base
+    "minicpm_bf16": fx(MINICPM, seed=96),
+    "minicpm_q4_g64": fx(MINICPM, quant={"bits": 4, "group_size": 64}, seed=97),
 }
 
 

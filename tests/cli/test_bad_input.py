@@ -190,6 +190,8 @@ DENSE_CASES = {
     "olmo3 layer_types of the wrong length": ("olmo3_bf16", lambda c: c.update(layer_types=["full_attention"]), ["config.json", "'layer_types'", "4 strings"]),
     "olmo3 without sliding_window": ("olmo3_bf16", lambda c: c.pop("sliding_window"), ["config.json", "'sliding_window'"]),
     "granite without logits_scaling": ("granite_bf16", lambda c: c.pop("logits_scaling"), ["config.json", "'logits_scaling'"]),
+    "minicpm without scale_depth": ("minicpm_bf16", lambda c: c.pop("scale_depth"), ["config.json", "'scale_depth'"]),
+    "minicpm tied": ("minicpm_bf16", lambda c: c.update(tie_word_embeddings=True), ["config.json", "'tie_word_embeddings'"]),
 }
 
 

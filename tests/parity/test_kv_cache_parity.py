@@ -38,6 +38,7 @@ CASES = [
     ("olmo3_bf16", {}),
     ("olmo3_q4_g64", {}),
     ("granite_bf16", {"max_kv_size": 16}),
+    ("minicpm_bf16", {"max_kv_size": 16}),
 ]
 CHUNKS = [1, 3, 7, 40]
 

@@ -116,6 +116,7 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
   static const std::set<std::string> untied_by_default = {
       "phi3",
       "olmo3",
+      "minicpm",
       // -- untied by default
   };
   static const std::set<std::string> head_always_built = {
@@ -135,6 +136,8 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
   // -- end mistral3
   const bool dropped_head = model_type != "gemma3_text" && model_type != "gemma3" &&
                             !head_always_built.count(model_type) && tied && weights.count(head_name);
+  // minicpm: sanitize copies the embedding into a missing lm_head.weight; the head is built.
+  if (model_type == "minicpm" && !tied && !weights.count("lm_head.weight")) draws += 1;
   // -- end dense families
   for (const auto& [name, tensor] : weights) {
     if (!ends_with(name, ".weight") || tensor.ndim() < 2 || name.rfind(text_prefix, 0) != 0) continue;

@@ -23,6 +23,8 @@ const char* const kArchitectureKeys[] = {
     "no_rope_layers", "no_rope_layer_interval",
     // granite
     "logits_scaling", "attention_multiplier", "embedding_multiplier", "residual_multiplier",
+    // minicpm
+    "scale_emb", "scale_depth", "dim_model_base",
 };
 
 json normalise(const json& v) {

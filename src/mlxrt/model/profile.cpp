@@ -37,6 +37,7 @@ const Names<Capability> kCapabilities[] = {
     {Capability::olmo2_graph, "olmo2-graph"},
     {Capability::olmo3_graph, "olmo3-graph"},
     {Capability::granite_graph, "granite-graph"},
+    {Capability::minicpm_graph, "minicpm-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -50,7 +51,8 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::smollm3, "smollm3"},
                                 {Graph::olmo2, "olmo2"},
                                 {Graph::olmo3, "olmo3"},
-                                {Graph::granite, "granite"}};
+                                {Graph::granite, "granite"},
+                                {Graph::minicpm, "minicpm"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -132,7 +134,8 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::smollm3_graph,
                                                Capability::olmo2_graph,
                                                Capability::olmo3_graph,
-                                               Capability::granite_graph};
+                                               Capability::granite_graph,
+                                               Capability::minicpm_graph};
   return caps;
 }
 

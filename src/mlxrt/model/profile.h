@@ -18,7 +18,8 @@ enum class Capability {
   mistral3_graph, ministral3_graph, smollm3_graph,
   olmo2_graph,
   olmo3_graph,
-  granite_graph
+  granite_graph,
+  minicpm_graph
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -29,7 +30,8 @@ enum class Graph {
   mistral3, ministral3, smollm3,
   olmo2,
   olmo3,
-  granite
+  granite,
+  minicpm
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

@@ -25,6 +25,7 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::olmo2, "olmo2", Capability::olmo2_graph, {"olmo2"}, {}, olmo2::build},
       {Graph::olmo3, "olmo3", Capability::olmo3_graph, {"olmo3"}, {}, olmo3::build},
       {Graph::granite, "granite", Capability::granite_graph, {"granite"}, {}, granite::build},
+      {Graph::minicpm, "minicpm", Capability::minicpm_graph, {"minicpm"}, {}, minicpm::build},
   };
   return registry;
 }

@@ -69,7 +69,8 @@ INSTANTIATE_TEST_SUITE_P(Skeleton, DenseFamily,
                                          Family{"smollm3", "smollm3"},
                                          Family{"olmo2", "olmo2"},
                                          Family{"olmo3", "olmo3"},
-                                         Family{"granite", "granite"}),
+                                         Family{"granite", "granite"},
+                                         Family{"minicpm", "minicpm"}),
                          [](const auto& info) { return info.param.model_type; });
 
 TEST(DenseFamilies, LlavaRunsAsMistral3) {

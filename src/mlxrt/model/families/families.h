@@ -57,5 +57,9 @@ namespace granite {
 /** granite: IBM Granite (embedding, residual, attention and logits multipliers). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace minicpm {
+/** minicpm: MiniCPM (scale_emb, scale_depth, dim_model_base). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 }  // namespace mlxrt::model
