@@ -65,6 +65,9 @@ GRANITE = {**BASE, "model_type": "granite", "logits_scaling": 8.0, "attention_mu
 
 MINICPM = {**BASE, "model_type": "minicpm", "dim_model_base": 32, "scale_depth": 1.4, "scale_emb": 12.0}
 
+EXAONE4 = {**BASE, "model_type": "exaone4", "num_hidden_layers": 4, "head_dim": 32, "tie_word_embeddings": False,
+           "rope_scaling": None, "sliding_window": 6, "sliding_window_pattern": "LLLG"}
+
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
@@ -205,6 +208,13 @@ FIXTURES = {
     # minicpm: scale_emb, scale_depth / sqrt(layers), the head's input over hidden / dim_model_base
     "minicpm_bf16": fx(MINICPM, seed=96),
     "minicpm_q4_g64": fx(MINICPM, quant={"bits": 4, "group_size": 64}, seed=97),
+    # exaone4: "LLLG": layers 0-2 slide (window 6) with RoPE, layer 3 is global without RoPE
+    "exaone4_bf16": fx(EXAONE4, seed=98),
+    "exaone4_q4_g64": fx({**EXAONE4, "sliding_window_pattern": None, "sliding_window": None,
+                          "tie_word_embeddings": True, "rope_scaling": {
+                              "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 64}},
+                         quant={"bits": 4, "group_size": 64}, seed=99),
 }
 
 

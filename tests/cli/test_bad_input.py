@@ -192,6 +192,8 @@ DENSE_CASES = {
     "granite without logits_scaling": ("granite_bf16", lambda c: c.pop("logits_scaling"), ["config.json", "'logits_scaling'"]),
     "minicpm without scale_depth": ("minicpm_bf16", lambda c: c.pop("scale_depth"), ["config.json", "'scale_depth'"]),
     "minicpm tied": ("minicpm_bf16", lambda c: c.update(tie_word_embeddings=True), ["config.json", "'tie_word_embeddings'"]),
+    "exaone4 pattern without a global layer": ("exaone4_bf16", lambda c: c.update(sliding_window_pattern="LLL"), ["config.json", "'sliding_window_pattern'"]),
+    "exaone4 without rope_scaling": ("exaone4_bf16", lambda c: c.pop("rope_scaling"), ["config.json", "'rope_scaling'"]),
 }
 
 

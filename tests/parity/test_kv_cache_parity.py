@@ -39,6 +39,8 @@ CASES = [
     ("olmo3_q4_g64", {}),
     ("granite_bf16", {"max_kv_size": 16}),
     ("minicpm_bf16", {"max_kv_size": 16}),
+    ("exaone4_bf16", {}),
+    ("exaone4_q4_g64", {"max_kv_size": 16}),
 ]
 CHUNKS = [1, 3, 7, 40]
 
@@ -128,6 +130,7 @@ GREEDY_CASES = [
     ("ministral3_q4_g64", {}),
     ("smollm3_bf16", {"max_kv_size": 16}),
     ("olmo3_bf16", {}),
+    ("exaone4_bf16", {}),
 ]
 
 

@@ -41,6 +41,7 @@ def parse_generated(stdout):
                                   "olmo3_bf16", "olmo3_q4_g64",
                                   "granite_bf16", "granite_q4_g64",
                                   "minicpm_bf16", "minicpm_q4_g64",
+                                  "exaone4_bf16", "exaone4_q4_g64",
                                   ])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name

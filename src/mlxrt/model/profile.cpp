@@ -38,6 +38,7 @@ const Names<Capability> kCapabilities[] = {
     {Capability::olmo3_graph, "olmo3-graph"},
     {Capability::granite_graph, "granite-graph"},
     {Capability::minicpm_graph, "minicpm-graph"},
+    {Capability::exaone4_graph, "exaone4-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -52,7 +53,8 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::olmo2, "olmo2"},
                                 {Graph::olmo3, "olmo3"},
                                 {Graph::granite, "granite"},
-                                {Graph::minicpm, "minicpm"}};
+                                {Graph::minicpm, "minicpm"},
+                                {Graph::exaone4, "exaone4"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -135,7 +137,8 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::olmo2_graph,
                                                Capability::olmo3_graph,
                                                Capability::granite_graph,
-                                               Capability::minicpm_graph};
+                                               Capability::minicpm_graph,
+                                               Capability::exaone4_graph};
   return caps;
 }
 

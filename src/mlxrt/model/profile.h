@@ -19,7 +19,8 @@ enum class Capability {
   olmo2_graph,
   olmo3_graph,
   granite_graph,
-  minicpm_graph
+  minicpm_graph,
+  exaone4_graph
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -31,7 +32,8 @@ enum class Graph {
   olmo2,
   olmo3,
   granite,
-  minicpm
+  minicpm,
+  exaone4
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

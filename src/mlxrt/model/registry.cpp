@@ -26,6 +26,7 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::olmo3, "olmo3", Capability::olmo3_graph, {"olmo3"}, {}, olmo3::build},
       {Graph::granite, "granite", Capability::granite_graph, {"granite"}, {}, granite::build},
       {Graph::minicpm, "minicpm", Capability::minicpm_graph, {"minicpm"}, {}, minicpm::build},
+      {Graph::exaone4, "exaone4", Capability::exaone4_graph, {"exaone4"}, {}, exaone4::build},
   };
   return registry;
 }

@@ -70,7 +70,8 @@ INSTANTIATE_TEST_SUITE_P(Skeleton, DenseFamily,
                                          Family{"olmo2", "olmo2"},
                                          Family{"olmo3", "olmo3"},
                                          Family{"granite", "granite"},
-                                         Family{"minicpm", "minicpm"}),
+                                         Family{"minicpm", "minicpm"},
+                                         Family{"exaone4", "exaone4"}),
                          [](const auto& info) { return info.param.model_type; });
 
 TEST(DenseFamilies, LlavaRunsAsMistral3) {

@@ -61,5 +61,9 @@ namespace minicpm {
 /** minicpm: MiniCPM (scale_emb, scale_depth, dim_model_base). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace exaone4 {
+/** exaone4: EXAONE 4.0 (per-head q/k norms, post-norms, "LLLG" sliding pattern, NoPE global layers). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 }  // namespace mlxrt::model
