@@ -68,6 +68,8 @@ MINICPM = {**BASE, "model_type": "minicpm", "dim_model_base": 32, "scale_depth":
 EXAONE4 = {**BASE, "model_type": "exaone4", "num_hidden_layers": 4, "head_dim": 32, "tie_word_embeddings": False,
            "rope_scaling": None, "sliding_window": 6, "sliding_window_pattern": "LLLG"}
 
+GLM4 = {**BASE, "model_type": "glm4", "attention_bias": True, "head_dim": 32, "partial_rotary_factor": 0.5}
+
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
@@ -215,6 +217,10 @@ FIXTURES = {
                               "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                               "original_max_position_embeddings": 64}},
                          quant={"bits": 4, "group_size": 64}, seed=99),
+    # glm4: sandwich norms, q/k/v biases, fused gate_up_proj, RoPE over half of each head
+    "glm4_bf16": fx(GLM4, seed=100),
+    "glm4_q4_g64": fx({**GLM4, "attention_bias": False, "rope_traditional": False},
+                      quant={"bits": 4, "group_size": 64}, seed=101),
 }
 
 

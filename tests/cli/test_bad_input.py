@@ -194,6 +194,7 @@ DENSE_CASES = {
     "minicpm tied": ("minicpm_bf16", lambda c: c.update(tie_word_embeddings=True), ["config.json", "'tie_word_embeddings'"]),
     "exaone4 pattern without a global layer": ("exaone4_bf16", lambda c: c.update(sliding_window_pattern="LLL"), ["config.json", "'sliding_window_pattern'"]),
     "exaone4 without rope_scaling": ("exaone4_bf16", lambda c: c.pop("rope_scaling"), ["config.json", "'rope_scaling'"]),
+    "glm4 without partial_rotary_factor": ("glm4_bf16", lambda c: c.pop("partial_rotary_factor"), ["config.json", "'partial_rotary_factor'"]),
 }
 
 

@@ -62,6 +62,7 @@ def test_seeds_differ(tiny_model):
                                      "granite_bf16", "granite_q4_g64",
                                      "minicpm_bf16", "minicpm_q4_g64",
                                      "exaone4_bf16", "exaone4_q4_g64",
+                                     "glm4_bf16", "glm4_q4_g64",
                                      ])
 def test_seed_position_after_model_construction(fixture):
     """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first

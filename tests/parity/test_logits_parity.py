@@ -42,6 +42,7 @@ def parse_generated(stdout):
                                   "granite_bf16", "granite_q4_g64",
                                   "minicpm_bf16", "minicpm_q4_g64",
                                   "exaone4_bf16", "exaone4_q4_g64",
+                                  "glm4_bf16", "glm4_q4_g64",
                                   ])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name

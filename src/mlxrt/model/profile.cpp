@@ -39,6 +39,7 @@ const Names<Capability> kCapabilities[] = {
     {Capability::granite_graph, "granite-graph"},
     {Capability::minicpm_graph, "minicpm-graph"},
     {Capability::exaone4_graph, "exaone4-graph"},
+    {Capability::glm4_graph, "glm4-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -54,7 +55,8 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::olmo3, "olmo3"},
                                 {Graph::granite, "granite"},
                                 {Graph::minicpm, "minicpm"},
-                                {Graph::exaone4, "exaone4"}};
+                                {Graph::exaone4, "exaone4"},
+                                {Graph::glm4, "glm4"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -138,7 +140,8 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::olmo3_graph,
                                                Capability::granite_graph,
                                                Capability::minicpm_graph,
-                                               Capability::exaone4_graph};
+                                               Capability::exaone4_graph,
+                                               Capability::glm4_graph};
   return caps;
 }
 

@@ -20,7 +20,8 @@ enum class Capability {
   olmo3_graph,
   granite_graph,
   minicpm_graph,
-  exaone4_graph
+  exaone4_graph,
+  glm4_graph
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -33,7 +34,8 @@ enum class Graph {
   olmo3,
   granite,
   minicpm,
-  exaone4
+  exaone4,
+  glm4
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

@@ -27,6 +27,7 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::granite, "granite", Capability::granite_graph, {"granite"}, {}, granite::build},
       {Graph::minicpm, "minicpm", Capability::minicpm_graph, {"minicpm"}, {}, minicpm::build},
       {Graph::exaone4, "exaone4", Capability::exaone4_graph, {"exaone4"}, {}, exaone4::build},
+      {Graph::glm4, "glm4", Capability::glm4_graph, {"glm4"}, {}, glm4::build},
   };
   return registry;
 }

@@ -71,7 +71,8 @@ INSTANTIATE_TEST_SUITE_P(Skeleton, DenseFamily,
                                          Family{"olmo3", "olmo3"},
                                          Family{"granite", "granite"},
                                          Family{"minicpm", "minicpm"},
-                                         Family{"exaone4", "exaone4"}),
+                                         Family{"exaone4", "exaone4"},
+                                         Family{"glm4", "glm4"}),
                          [](const auto& info) { return info.param.model_type; });
 
 TEST(DenseFamilies, LlavaRunsAsMistral3) {

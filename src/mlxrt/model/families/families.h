@@ -65,5 +65,9 @@ namespace exaone4 {
 /** exaone4: EXAONE 4.0 (per-head q/k norms, post-norms, "LLLG" sliding pattern, NoPE global layers). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace glm4 {
+/** glm4: GLM-4 0414 (sandwich norms, fused gate_up_proj, partial traditional RoPE). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 }  // namespace mlxrt::model
