@@ -70,6 +70,8 @@ EXAONE4 = {**BASE, "model_type": "exaone4", "num_hidden_layers": 4, "head_dim": 
 
 GLM4 = {**BASE, "model_type": "glm4", "attention_bias": True, "head_dim": 32, "partial_rotary_factor": 0.5}
 
+ERNIE45 = {**BASE, "model_type": "ernie4_5", "head_dim": None, "use_bias": False, "tie_word_embeddings": True}
+
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
@@ -221,6 +223,10 @@ FIXTURES = {
     "glm4_bf16": fx(GLM4, seed=100),
     "glm4_q4_g64": fx({**GLM4, "attention_bias": False, "rope_traditional": False},
                       quant={"bits": 4, "group_size": 64}, seed=101),
+    # ernie4_5: traditional RoPE; use_bias on every projection in the 4-bit one
+    "ernie4_5_bf16": fx(ERNIE45, seed=102),
+    "ernie4_5_q4_g64": fx({**ERNIE45, "use_bias": True, "head_dim": 48, "tie_word_embeddings": False},
+                          quant={"bits": 4, "group_size": 64}, seed=103),
 }
 
 

@@ -63,6 +63,7 @@ def test_seeds_differ(tiny_model):
                                      "minicpm_bf16", "minicpm_q4_g64",
                                      "exaone4_bf16", "exaone4_q4_g64",
                                      "glm4_bf16", "glm4_q4_g64",
+                                     "ernie4_5_bf16", "ernie4_5_q4_g64",
                                      ])
 def test_seed_position_after_model_construction(fixture):
     """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first

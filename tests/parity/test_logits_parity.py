@@ -43,6 +43,7 @@ def parse_generated(stdout):
                                   "minicpm_bf16", "minicpm_q4_g64",
                                   "exaone4_bf16", "exaone4_q4_g64",
                                   "glm4_bf16", "glm4_q4_g64",
+                                  "ernie4_5_bf16", "ernie4_5_q4_g64",
                                   ])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name

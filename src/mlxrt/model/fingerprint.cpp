@@ -25,6 +25,8 @@ const char* const kArchitectureKeys[] = {
     "logits_scaling", "attention_multiplier", "embedding_multiplier", "residual_multiplier",
     // minicpm
     "scale_emb", "scale_depth", "dim_model_base",
+    // ernie4_5
+    "use_bias",
 };
 
 json normalise(const json& v) {

@@ -40,6 +40,7 @@ const Names<Capability> kCapabilities[] = {
     {Capability::minicpm_graph, "minicpm-graph"},
     {Capability::exaone4_graph, "exaone4-graph"},
     {Capability::glm4_graph, "glm4-graph"},
+    {Capability::ernie4_5_graph, "ernie4_5-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -56,7 +57,8 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::granite, "granite"},
                                 {Graph::minicpm, "minicpm"},
                                 {Graph::exaone4, "exaone4"},
-                                {Graph::glm4, "glm4"}};
+                                {Graph::glm4, "glm4"},
+                                {Graph::ernie4_5, "ernie4_5"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -141,7 +143,8 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::granite_graph,
                                                Capability::minicpm_graph,
                                                Capability::exaone4_graph,
-                                               Capability::glm4_graph};
+                                               Capability::glm4_graph,
+                                               Capability::ernie4_5_graph};
   return caps;
 }
 

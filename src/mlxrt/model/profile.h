@@ -21,7 +21,8 @@ enum class Capability {
   granite_graph,
   minicpm_graph,
   exaone4_graph,
-  glm4_graph
+  glm4_graph,
+  ernie4_5_graph
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -35,7 +36,8 @@ enum class Graph {
   granite,
   minicpm,
   exaone4,
-  glm4
+  glm4,
+  ernie4_5
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

@@ -28,6 +28,7 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::minicpm, "minicpm", Capability::minicpm_graph, {"minicpm"}, {}, minicpm::build},
       {Graph::exaone4, "exaone4", Capability::exaone4_graph, {"exaone4"}, {}, exaone4::build},
       {Graph::glm4, "glm4", Capability::glm4_graph, {"glm4"}, {}, glm4::build},
+      {Graph::ernie4_5, "ernie4_5", Capability::ernie4_5_graph, {"ernie4_5"}, {}, ernie4_5::build},
   };
   return registry;
 }

@@ -69,5 +69,9 @@ namespace glm4 {
 /** glm4: GLM-4 0414 (sandwich norms, fused gate_up_proj, partial traditional RoPE). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace ernie4_5 {
+/** ernie4_5: ERNIE 4.5 dense (use_bias everywhere, traditional RoPE). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 }  // namespace mlxrt::model
