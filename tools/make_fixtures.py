@@ -72,6 +72,8 @@ GLM4 = {**BASE, "model_type": "glm4", "attention_bias": True, "head_dim": 32, "p
 
 ERNIE45 = {**BASE, "model_type": "ernie4_5", "head_dim": None, "use_bias": False, "tie_word_embeddings": True}
 
+SEED_OSS = {**BASE, "model_type": "seed_oss", "head_dim": 32, "attention_bias": True, "tie_word_embeddings": False}
+
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
@@ -227,6 +229,11 @@ FIXTURES = {
     "ernie4_5_bf16": fx(ERNIE45, seed=102),
     "ernie4_5_q4_g64": fx({**ERNIE45, "use_bias": True, "head_dim": 48, "tie_word_embeddings": False},
                           quant={"bits": 4, "group_size": 64}, seed=103),
+    # seed_oss: q/k/v biases apart from o_proj's; the tied head multiplies by the embedding itself
+    "seed_oss_bf16": fx(SEED_OSS, seed=104),
+    "seed_oss_tied_fp16": fx({**SEED_OSS, "tie_word_embeddings": True}, dtype="float16", seed=105),
+    "seed_oss_q4_g64": fx({**SEED_OSS, "attention_out_bias": True, "mlp_bias": True},
+                          quant={"bits": 4, "group_size": 64}, seed=106),
 }
 
 

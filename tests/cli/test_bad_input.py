@@ -196,6 +196,7 @@ DENSE_CASES = {
     "exaone4 without rope_scaling": ("exaone4_bf16", lambda c: c.pop("rope_scaling"), ["config.json", "'rope_scaling'"]),
     "glm4 without partial_rotary_factor": ("glm4_bf16", lambda c: c.pop("partial_rotary_factor"), ["config.json", "'partial_rotary_factor'"]),
     "ernie4_5 without head_dim": ("ernie4_5_bf16", lambda c: c.pop("head_dim"), ["config.json", "'head_dim'"]),
+    "seed_oss without head_dim": ("seed_oss_bf16", lambda c: c.pop("head_dim"), ["config.json", "'head_dim'"]),
 }
 
 

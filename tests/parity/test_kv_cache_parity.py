@@ -44,6 +44,7 @@ CASES = [
     ("glm4_bf16", {"max_kv_size": 16}),
     ("glm4_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
     ("ernie4_5_bf16", {"max_kv_size": 16}),
+    ("seed_oss_bf16", {"max_kv_size": 16}),
 ]
 CHUNKS = [1, 3, 7, 40]
 

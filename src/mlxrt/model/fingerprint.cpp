@@ -27,6 +27,8 @@ const char* const kArchitectureKeys[] = {
     "scale_emb", "scale_depth", "dim_model_base",
     // ernie4_5
     "use_bias",
+    // seed_oss
+    "attention_out_bias",
 };
 
 json normalise(const json& v) {

@@ -22,7 +22,8 @@ enum class Capability {
   minicpm_graph,
   exaone4_graph,
   glm4_graph,
-  ernie4_5_graph
+  ernie4_5_graph,
+  seed_oss_graph
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -37,7 +38,8 @@ enum class Graph {
   minicpm,
   exaone4,
   glm4,
-  ernie4_5
+  ernie4_5,
+  seed_oss
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

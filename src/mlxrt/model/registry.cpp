@@ -29,6 +29,7 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::exaone4, "exaone4", Capability::exaone4_graph, {"exaone4"}, {}, exaone4::build},
       {Graph::glm4, "glm4", Capability::glm4_graph, {"glm4"}, {}, glm4::build},
       {Graph::ernie4_5, "ernie4_5", Capability::ernie4_5_graph, {"ernie4_5"}, {}, ernie4_5::build},
+      {Graph::seed_oss, "seed_oss", Capability::seed_oss_graph, {"seed_oss"}, {}, seed_oss::build},
   };
   return registry;
 }

@@ -73,7 +73,8 @@ INSTANTIATE_TEST_SUITE_P(Skeleton, DenseFamily,
                                          Family{"minicpm", "minicpm"},
                                          Family{"exaone4", "exaone4"},
                                          Family{"glm4", "glm4"},
-                                         Family{"ernie4_5", "ernie4_5"}),
+                                         Family{"ernie4_5", "ernie4_5"},
+                                         Family{"seed_oss", "seed_oss"}),
                          [](const auto& info) { return info.param.model_type; });
 
 TEST(DenseFamilies, LlavaRunsAsMistral3) {

@@ -73,5 +73,9 @@ namespace ernie4_5 {
 /** ernie4_5: ERNIE 4.5 dense (use_bias everywhere, traditional RoPE). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace seed_oss {
+/** seed_oss: Seed-OSS (separate q/k/v and o_proj biases). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 }  // namespace mlxrt::model
