@@ -74,6 +74,9 @@ ERNIE45 = {**BASE, "model_type": "ernie4_5", "head_dim": None, "use_bias": False
 
 SEED_OSS = {**BASE, "model_type": "seed_oss", "head_dim": 32, "attention_bias": True, "tie_word_embeddings": False}
 
+HUNYUAN = {**BASE, "model_type": "hunyuan_v1_dense", "use_qk_norm": True, "tie_word_embeddings": True,
+           "rope_scaling": {"alpha": 1000.0, "factor": 1.0, "type": "dynamic"}}
+
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
@@ -234,6 +237,11 @@ FIXTURES = {
     "seed_oss_tied_fp16": fx({**SEED_OSS, "tie_word_embeddings": True}, dtype="float16", seed=105),
     "seed_oss_q4_g64": fx({**SEED_OSS, "attention_out_bias": True, "mlp_bias": True},
                           quant={"bits": 4, "group_size": 64}, seed=106),
+    # hunyuan_v1_dense: DynamicNTKAlphaRoPE (alpha 1000), per-head q/k norms after RoPE
+    "hunyuan_v1_dense_bf16": fx(HUNYUAN, seed=107),
+    "hunyuan_v1_dense_q4_g64": fx({**HUNYUAN, "use_qk_norm": False, "attention_bias": True, "head_dim": 48,
+                                   "tie_word_embeddings": False, "rope_scaling": None},
+                                  quant={"bits": 4, "group_size": 64}, seed=108),
 }
 
 

@@ -197,6 +197,7 @@ DENSE_CASES = {
     "glm4 without partial_rotary_factor": ("glm4_bf16", lambda c: c.pop("partial_rotary_factor"), ["config.json", "'partial_rotary_factor'"]),
     "ernie4_5 without head_dim": ("ernie4_5_bf16", lambda c: c.pop("head_dim"), ["config.json", "'head_dim'"]),
     "seed_oss without head_dim": ("seed_oss_bf16", lambda c: c.pop("head_dim"), ["config.json", "'head_dim'"]),
+    "hunyuan_v1_dense rope_scaling without alpha": ("hunyuan_v1_dense_bf16", lambda c: c["rope_scaling"].pop("alpha"), ["config.json", "rope_scaling", "'alpha'"]),
 }
 
 

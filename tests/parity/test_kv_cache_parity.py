@@ -45,6 +45,8 @@ CASES = [
     ("glm4_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
     ("ernie4_5_bf16", {"max_kv_size": 16}),
     ("seed_oss_bf16", {"max_kv_size": 16}),
+    ("hunyuan_v1_dense_bf16", {"max_kv_size": 16}),
+    ("hunyuan_v1_dense_bf16", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
 ]
 CHUNKS = [1, 3, 7, 40]
 

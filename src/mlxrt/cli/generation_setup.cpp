@@ -117,6 +117,7 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
       "phi3",
       "olmo3",
       "minicpm",
+      "hunyuan_v1_dense",
       // -- untied by default
   };
   static const std::set<std::string> head_always_built = {

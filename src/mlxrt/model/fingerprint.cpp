@@ -29,6 +29,8 @@ const char* const kArchitectureKeys[] = {
     "use_bias",
     // seed_oss
     "attention_out_bias",
+    // hunyuan_v1_dense
+    "use_qk_norm",
 };
 
 json normalise(const json& v) {

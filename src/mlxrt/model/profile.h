@@ -23,7 +23,8 @@ enum class Capability {
   exaone4_graph,
   glm4_graph,
   ernie4_5_graph,
-  seed_oss_graph
+  seed_oss_graph,
+  hunyuan_v1_dense_graph
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -39,7 +40,8 @@ enum class Graph {
   exaone4,
   glm4,
   ernie4_5,
-  seed_oss
+  seed_oss,
+  hunyuan_v1_dense
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

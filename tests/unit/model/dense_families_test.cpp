@@ -74,7 +74,8 @@ INSTANTIATE_TEST_SUITE_P(Skeleton, DenseFamily,
                                          Family{"exaone4", "exaone4"},
                                          Family{"glm4", "glm4"},
                                          Family{"ernie4_5", "ernie4_5"},
-                                         Family{"seed_oss", "seed_oss"}),
+                                         Family{"seed_oss", "seed_oss"},
+                                         Family{"hunyuan_v1_dense", "hunyuan_v1_dense"}),
                          [](const auto& info) { return info.param.model_type; });
 
 TEST(DenseFamilies, LlavaRunsAsMistral3) {

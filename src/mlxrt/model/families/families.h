@@ -77,5 +77,9 @@ namespace seed_oss {
 /** seed_oss: Seed-OSS (separate q/k/v and o_proj biases). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace hunyuan_v1_dense {
+/** hunyuan_v1_dense: Hunyuan dense (alpha-scaled NTK RoPE, q/k norms after RoPE). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 }  // namespace mlxrt::model
