@@ -77,6 +77,8 @@ SEED_OSS = {**BASE, "model_type": "seed_oss", "head_dim": 32, "attention_bias": 
 HUNYUAN = {**BASE, "model_type": "hunyuan_v1_dense", "use_qk_norm": True, "tie_word_embeddings": True,
            "rope_scaling": {"alpha": 1000.0, "factor": 1.0, "type": "dynamic"}}
 
+INTERNLM3 = {**BASE, "model_type": "internlm3", "qkv_bias": True}
+
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
@@ -242,6 +244,11 @@ FIXTURES = {
     "hunyuan_v1_dense_q4_g64": fx({**HUNYUAN, "use_qk_norm": False, "attention_bias": True, "head_dim": 48,
                                    "tie_word_embeddings": False, "rope_scaling": None},
                                   quant={"bits": 4, "group_size": 64}, seed=108),
+    # internlm3: qkv_bias on q/k/v/o; MLP bias and dynamic NTK scaling in the 4-bit one
+    "internlm3_bf16": fx(INTERNLM3, seed=109),
+    "internlm3_q4_g64": fx({**INTERNLM3, "bias": True, "tie_word_embeddings": True, "max_position_embeddings": 16,
+                            "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
+                           quant={"bits": 4, "group_size": 64}, seed=110),
 }
 
 

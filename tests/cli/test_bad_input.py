@@ -198,6 +198,7 @@ DENSE_CASES = {
     "ernie4_5 without head_dim": ("ernie4_5_bf16", lambda c: c.pop("head_dim"), ["config.json", "'head_dim'"]),
     "seed_oss without head_dim": ("seed_oss_bf16", lambda c: c.pop("head_dim"), ["config.json", "'head_dim'"]),
     "hunyuan_v1_dense rope_scaling without alpha": ("hunyuan_v1_dense_bf16", lambda c: c["rope_scaling"].pop("alpha"), ["config.json", "rope_scaling", "'alpha'"]),
+    "internlm3 unsupported rope_type": ("internlm3_bf16", lambda c: c.update(rope_scaling={"rope_type": "yarn", "factor": 2.0}), ["config.json", "rope_scaling", "'linear' or 'dynamic'"]),
 }
 
 

@@ -46,6 +46,7 @@ def parse_generated(stdout):
                                   "ernie4_5_bf16", "ernie4_5_q4_g64",
                                   "seed_oss_bf16", "seed_oss_tied_fp16", "seed_oss_q4_g64",
                                   "hunyuan_v1_dense_bf16", "hunyuan_v1_dense_q4_g64",
+                                  "internlm3_bf16", "internlm3_q4_g64",
                                   ])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name

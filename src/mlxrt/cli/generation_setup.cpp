@@ -118,6 +118,7 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
       "olmo3",
       "minicpm",
       "hunyuan_v1_dense",
+      "internlm3",
       // -- untied by default
   };
   static const std::set<std::string> head_always_built = {

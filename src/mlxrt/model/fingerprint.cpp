@@ -31,6 +31,8 @@ const char* const kArchitectureKeys[] = {
     "attention_out_bias",
     // hunyuan_v1_dense
     "use_qk_norm",
+    // internlm3
+    "bias", "qkv_bias",
 };
 
 json normalise(const json& v) {

@@ -43,6 +43,7 @@ const Names<Capability> kCapabilities[] = {
     {Capability::ernie4_5_graph, "ernie4_5-graph"},
     {Capability::seed_oss_graph, "seed_oss-graph"},
     {Capability::hunyuan_v1_dense_graph, "hunyuan_v1_dense-graph"},
+    {Capability::internlm3_graph, "internlm3-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -62,7 +63,8 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::glm4, "glm4"},
                                 {Graph::ernie4_5, "ernie4_5"},
                                 {Graph::seed_oss, "seed_oss"},
-                                {Graph::hunyuan_v1_dense, "hunyuan_v1_dense"}};
+                                {Graph::hunyuan_v1_dense, "hunyuan_v1_dense"},
+                                {Graph::internlm3, "internlm3"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -150,7 +152,8 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::glm4_graph,
                                                Capability::ernie4_5_graph,
                                                Capability::seed_oss_graph,
-                                               Capability::hunyuan_v1_dense_graph};
+                                               Capability::hunyuan_v1_dense_graph,
+                                               Capability::internlm3_graph};
   return caps;
 }
 

@@ -24,7 +24,8 @@ enum class Capability {
   glm4_graph,
   ernie4_5_graph,
   seed_oss_graph,
-  hunyuan_v1_dense_graph
+  hunyuan_v1_dense_graph,
+  internlm3_graph
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -41,7 +42,8 @@ enum class Graph {
   glm4,
   ernie4_5,
   seed_oss,
-  hunyuan_v1_dense
+  hunyuan_v1_dense,
+  internlm3
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

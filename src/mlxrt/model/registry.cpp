@@ -31,6 +31,7 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::ernie4_5, "ernie4_5", Capability::ernie4_5_graph, {"ernie4_5"}, {}, ernie4_5::build},
       {Graph::seed_oss, "seed_oss", Capability::seed_oss_graph, {"seed_oss"}, {}, seed_oss::build},
       {Graph::hunyuan_v1_dense, "hunyuan_v1_dense", Capability::hunyuan_v1_dense_graph, {"hunyuan_v1_dense"}, {}, hunyuan_v1_dense::build},
+      {Graph::internlm3, "internlm3", Capability::internlm3_graph, {"internlm3"}, {}, internlm3::build},
   };
   return registry;
 }

@@ -75,7 +75,8 @@ INSTANTIATE_TEST_SUITE_P(Skeleton, DenseFamily,
                                          Family{"glm4", "glm4"},
                                          Family{"ernie4_5", "ernie4_5"},
                                          Family{"seed_oss", "seed_oss"},
-                                         Family{"hunyuan_v1_dense", "hunyuan_v1_dense"}),
+                                         Family{"hunyuan_v1_dense", "hunyuan_v1_dense"},
+                                         Family{"internlm3", "internlm3"}),
                          [](const auto& info) { return info.param.model_type; });
 
 TEST(DenseFamilies, LlavaRunsAsMistral3) {

@@ -81,5 +81,9 @@ namespace hunyuan_v1_dense {
 /** hunyuan_v1_dense: Hunyuan dense (alpha-scaled NTK RoPE, q/k norms after RoPE). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace internlm3 {
+/** internlm3: InternLM 3 (qkv_bias, MLP bias). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 }  // namespace mlxrt::model
