@@ -79,6 +79,8 @@ HUNYUAN = {**BASE, "model_type": "hunyuan_v1_dense", "use_qk_norm": True, "tie_w
 
 INTERNLM3 = {**BASE, "model_type": "internlm3", "qkv_bias": True}
 
+STARCODER2 = {**BASE, "model_type": "starcoder2", "norm_epsilon": 1e-5, "tie_word_embeddings": True}
+
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
@@ -249,6 +251,10 @@ FIXTURES = {
     "internlm3_q4_g64": fx({**INTERNLM3, "bias": True, "tie_word_embeddings": True, "max_position_embeddings": 16,
                             "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
                            quant={"bits": 4, "group_size": 64}, seed=110),
+    # starcoder2: LayerNorms with bias, biases everywhere, c_proj(gelu(c_fc(x)))
+    "starcoder2_bf16": fx(STARCODER2, seed=111),
+    "starcoder2_q4_g64": fx({**STARCODER2, "tie_word_embeddings": False}, quant={"bits": 4, "group_size": 64},
+                            seed=112),
 }
 
 

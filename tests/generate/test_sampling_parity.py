@@ -67,6 +67,7 @@ def test_seeds_differ(tiny_model):
                                      "seed_oss_bf16", "seed_oss_tied_fp16", "seed_oss_q4_g64",
                                      "hunyuan_v1_dense_bf16", "hunyuan_v1_dense_q4_g64",
                                      "internlm3_bf16", "internlm3_q4_g64",
+                                     "starcoder2_bf16", "starcoder2_q4_g64",
                                      ])
 def test_seed_position_after_model_construction(fixture):
     """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first

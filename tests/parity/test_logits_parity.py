@@ -47,6 +47,7 @@ def parse_generated(stdout):
                                   "seed_oss_bf16", "seed_oss_tied_fp16", "seed_oss_q4_g64",
                                   "hunyuan_v1_dense_bf16", "hunyuan_v1_dense_q4_g64",
                                   "internlm3_bf16", "internlm3_q4_g64",
+                                  "starcoder2_bf16", "starcoder2_q4_g64",
                                   ])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name

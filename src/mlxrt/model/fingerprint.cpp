@@ -33,6 +33,8 @@ const char* const kArchitectureKeys[] = {
     "use_qk_norm",
     // internlm3
     "bias", "qkv_bias",
+    // starcoder2
+    "norm_epsilon",
 };
 
 json normalise(const json& v) {

@@ -44,6 +44,7 @@ const Names<Capability> kCapabilities[] = {
     {Capability::seed_oss_graph, "seed_oss-graph"},
     {Capability::hunyuan_v1_dense_graph, "hunyuan_v1_dense-graph"},
     {Capability::internlm3_graph, "internlm3-graph"},
+    {Capability::starcoder2_graph, "starcoder2-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -64,7 +65,8 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::ernie4_5, "ernie4_5"},
                                 {Graph::seed_oss, "seed_oss"},
                                 {Graph::hunyuan_v1_dense, "hunyuan_v1_dense"},
-                                {Graph::internlm3, "internlm3"}};
+                                {Graph::internlm3, "internlm3"},
+                                {Graph::starcoder2, "starcoder2"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -153,7 +155,8 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::ernie4_5_graph,
                                                Capability::seed_oss_graph,
                                                Capability::hunyuan_v1_dense_graph,
-                                               Capability::internlm3_graph};
+                                               Capability::internlm3_graph,
+                                               Capability::starcoder2_graph};
   return caps;
 }
 

@@ -25,7 +25,8 @@ enum class Capability {
   ernie4_5_graph,
   seed_oss_graph,
   hunyuan_v1_dense_graph,
-  internlm3_graph
+  internlm3_graph,
+  starcoder2_graph
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -43,7 +44,8 @@ enum class Graph {
   ernie4_5,
   seed_oss,
   hunyuan_v1_dense,
-  internlm3
+  internlm3,
+  starcoder2
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

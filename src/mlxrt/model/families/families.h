@@ -85,5 +85,9 @@ namespace internlm3 {
 /** internlm3: InternLM 3 (qkv_bias, MLP bias). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace starcoder2 {
+/** starcoder2: StarCoder2 (LayerNorms, biases, gelu MLP). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 }  // namespace mlxrt::model
