@@ -81,6 +81,9 @@ INTERNLM3 = {**BASE, "model_type": "internlm3", "qkv_bias": True}
 
 STARCODER2 = {**BASE, "model_type": "starcoder2", "norm_epsilon": 1e-5, "tie_word_embeddings": True}
 
+STABLELM = {**BASE, "model_type": "stablelm", "use_qkv_bias": True, "partial_rotary_factor": 0.25,
+            "layer_norm_eps": 1e-5}
+
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
@@ -255,6 +258,11 @@ FIXTURES = {
     "starcoder2_bf16": fx(STARCODER2, seed=111),
     "starcoder2_q4_g64": fx({**STARCODER2, "tie_word_embeddings": False}, quant={"bits": 4, "group_size": 64},
                             seed=112),
+    # stablelm: LayerNorms, RoPE over a quarter of each head, float32 attention; the 4-bit one with
+    # the parallel residual and per-head q/k LayerNorms
+    "stablelm_bf16": fx(STABLELM, seed=113),
+    "stablelm_q4_g64": fx({**STABLELM, "use_parallel_residual": True, "qk_layernorm": True, "use_qkv_bias": False},
+                          quant={"bits": 4, "group_size": 64}, seed=114),
 }
 
 

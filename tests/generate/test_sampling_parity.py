@@ -68,6 +68,7 @@ def test_seeds_differ(tiny_model):
                                      "hunyuan_v1_dense_bf16", "hunyuan_v1_dense_q4_g64",
                                      "internlm3_bf16", "internlm3_q4_g64",
                                      "starcoder2_bf16", "starcoder2_q4_g64",
+                                     "stablelm_bf16", "stablelm_q4_g64",
                                      ])
 def test_seed_position_after_model_construction(fixture):
     """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first

@@ -49,6 +49,7 @@ CASES = [
     ("hunyuan_v1_dense_bf16", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
     ("internlm3_bf16", {"max_kv_size": 16}),
     ("starcoder2_bf16", {"max_kv_size": 16}),
+    ("stablelm_bf16", {"max_kv_size": 16}),
 ]
 CHUNKS = [1, 3, 7, 40]
 

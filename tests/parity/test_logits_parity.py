@@ -48,6 +48,7 @@ def parse_generated(stdout):
                                   "hunyuan_v1_dense_bf16", "hunyuan_v1_dense_q4_g64",
                                   "internlm3_bf16", "internlm3_q4_g64",
                                   "starcoder2_bf16", "starcoder2_q4_g64",
+                                  "stablelm_bf16", "stablelm_q4_g64",
                                   ])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name

@@ -35,6 +35,8 @@ const char* const kArchitectureKeys[] = {
     "bias", "qkv_bias",
     // starcoder2
     "norm_epsilon",
+    // stablelm
+    "use_qkv_bias", "layer_norm_eps", "use_parallel_residual", "qk_layernorm",
 };
 
 json normalise(const json& v) {

@@ -26,7 +26,8 @@ enum class Capability {
   seed_oss_graph,
   hunyuan_v1_dense_graph,
   internlm3_graph,
-  starcoder2_graph
+  starcoder2_graph,
+  stablelm_graph
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -45,7 +46,8 @@ enum class Graph {
   seed_oss,
   hunyuan_v1_dense,
   internlm3,
-  starcoder2
+  starcoder2,
+  stablelm
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

@@ -33,6 +33,7 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::hunyuan_v1_dense, "hunyuan_v1_dense", Capability::hunyuan_v1_dense_graph, {"hunyuan_v1_dense"}, {}, hunyuan_v1_dense::build},
       {Graph::internlm3, "internlm3", Capability::internlm3_graph, {"internlm3"}, {}, internlm3::build},
       {Graph::starcoder2, "starcoder2", Capability::starcoder2_graph, {"starcoder2"}, {}, starcoder2::build},
+      {Graph::stablelm, "stablelm", Capability::stablelm_graph, {"stablelm"}, {}, stablelm::build},
   };
   return registry;
 }

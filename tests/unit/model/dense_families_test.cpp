@@ -77,7 +77,8 @@ INSTANTIATE_TEST_SUITE_P(Skeleton, DenseFamily,
                                          Family{"seed_oss", "seed_oss"},
                                          Family{"hunyuan_v1_dense", "hunyuan_v1_dense"},
                                          Family{"internlm3", "internlm3"},
-                                         Family{"starcoder2", "starcoder2"}),
+                                         Family{"starcoder2", "starcoder2"},
+                                         Family{"stablelm", "stablelm"}),
                          [](const auto& info) { return info.param.model_type; });
 
 TEST(DenseFamilies, LlavaRunsAsMistral3) {

@@ -89,5 +89,9 @@ namespace starcoder2 {
 /** starcoder2: StarCoder2 (LayerNorms, biases, gelu MLP). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace stablelm {
+/** stablelm: StableLM 2 / 3B (LayerNorms, partial RoPE, float32 attention, parallel residual). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 }  // namespace mlxrt::model
