@@ -84,6 +84,10 @@ STARCODER2 = {**BASE, "model_type": "starcoder2", "norm_epsilon": 1e-5, "tie_wor
 STABLELM = {**BASE, "model_type": "stablelm", "use_qkv_bias": True, "partial_rotary_factor": 0.25,
             "layer_norm_eps": 1e-5}
 
+PHI = {"model_type": "phi", "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+       "num_hidden_layers": 2, "intermediate_size": 256, "vocab_size": 512, "max_position_embeddings": 4096,
+       "partial_rotary_factor": 0.4, "layer_norm_eps": 1e-5, "eos_token_id": 2, "bos_token_id": 1}
+
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
@@ -263,6 +267,9 @@ FIXTURES = {
     "stablelm_bf16": fx(STABLELM, seed=113),
     "stablelm_q4_g64": fx({**STABLELM, "use_parallel_residual": True, "qk_layernorm": True, "use_qkv_bias": False},
                           quant={"bits": 4, "group_size": 64}, seed=114),
+    # phi (Phi-2): one LayerNorm feeds attention and MLP, RoPE over int(0.4 * 32) = 12 dimensions
+    "phi_bf16": fx(PHI, seed=115),
+    "phi_q4_g64": fx({**PHI, "num_key_value_heads": 2}, quant={"bits": 4, "group_size": 64}, seed=116),
 }
 
 

@@ -50,6 +50,7 @@ CASES = [
     ("internlm3_bf16", {"max_kv_size": 16}),
     ("starcoder2_bf16", {"max_kv_size": 16}),
     ("stablelm_bf16", {"max_kv_size": 16}),
+    ("phi_bf16", {"max_kv_size": 16}),
 ]
 CHUNKS = [1, 3, 7, 40]
 

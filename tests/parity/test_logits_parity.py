@@ -49,6 +49,7 @@ def parse_generated(stdout):
                                   "internlm3_bf16", "internlm3_q4_g64",
                                   "starcoder2_bf16", "starcoder2_q4_g64",
                                   "stablelm_bf16", "stablelm_q4_g64",
+                                  "phi_bf16", "phi_q4_g64",
                                   ])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name

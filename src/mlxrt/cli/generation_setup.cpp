@@ -124,6 +124,7 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
   static const std::set<std::string> head_always_built = {
       "glm4",
       "stablelm",
+      "phi",
       // -- head always built
   };
   const bool tied_by_default = !untied_by_default.count(model_type);

@@ -46,6 +46,7 @@ const Names<Capability> kCapabilities[] = {
     {Capability::internlm3_graph, "internlm3-graph"},
     {Capability::starcoder2_graph, "starcoder2-graph"},
     {Capability::stablelm_graph, "stablelm-graph"},
+    {Capability::phi_graph, "phi-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -68,7 +69,8 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::hunyuan_v1_dense, "hunyuan_v1_dense"},
                                 {Graph::internlm3, "internlm3"},
                                 {Graph::starcoder2, "starcoder2"},
-                                {Graph::stablelm, "stablelm"}};
+                                {Graph::stablelm, "stablelm"},
+                                {Graph::phi, "phi"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -159,7 +161,8 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::hunyuan_v1_dense_graph,
                                                Capability::internlm3_graph,
                                                Capability::starcoder2_graph,
-                                               Capability::stablelm_graph};
+                                               Capability::stablelm_graph,
+                                               Capability::phi_graph};
   return caps;
 }
 

@@ -27,7 +27,8 @@ enum class Capability {
   hunyuan_v1_dense_graph,
   internlm3_graph,
   starcoder2_graph,
-  stablelm_graph
+  stablelm_graph,
+  phi_graph
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -47,7 +48,8 @@ enum class Graph {
   hunyuan_v1_dense,
   internlm3,
   starcoder2,
-  stablelm
+  stablelm,
+  phi
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

@@ -34,6 +34,7 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::internlm3, "internlm3", Capability::internlm3_graph, {"internlm3"}, {}, internlm3::build},
       {Graph::starcoder2, "starcoder2", Capability::starcoder2_graph, {"starcoder2"}, {}, starcoder2::build},
       {Graph::stablelm, "stablelm", Capability::stablelm_graph, {"stablelm"}, {}, stablelm::build},
+      {Graph::phi, "phi", Capability::phi_graph, {"phi"}, {}, phi::build},
   };
   return registry;
 }

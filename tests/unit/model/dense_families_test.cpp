@@ -78,7 +78,8 @@ INSTANTIATE_TEST_SUITE_P(Skeleton, DenseFamily,
                                          Family{"hunyuan_v1_dense", "hunyuan_v1_dense"},
                                          Family{"internlm3", "internlm3"},
                                          Family{"starcoder2", "starcoder2"},
-                                         Family{"stablelm", "stablelm"}),
+                                         Family{"stablelm", "stablelm"},
+                                         Family{"phi", "phi"}),
                          [](const auto& info) { return info.param.model_type; });
 
 TEST(DenseFamilies, LlavaRunsAsMistral3) {

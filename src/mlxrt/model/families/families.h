@@ -93,5 +93,9 @@ namespace stablelm {
 /** stablelm: StableLM 2 / 3B (LayerNorms, partial RoPE, float32 attention, parallel residual). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace phi {
+/** phi: Phi-2 / Phi-1.5 (parallel block, LayerNorms, gelu_approx MLP, float32 queries). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 }  // namespace mlxrt::model
