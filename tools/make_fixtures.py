@@ -88,6 +88,9 @@ PHI = {"model_type": "phi", "hidden_size": 128, "num_attention_heads": 4, "num_k
        "num_hidden_layers": 2, "intermediate_size": 256, "vocab_size": 512, "max_position_embeddings": 4096,
        "partial_rotary_factor": 0.4, "layer_norm_eps": 1e-5, "eos_token_id": 2, "bos_token_id": 1}
 
+HELIUM = {**BASE, "model_type": "helium", "attention_bias": False, "head_dim": 32, "mlp_bias": False,
+          "tie_word_embeddings": False}
+
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
@@ -270,6 +273,10 @@ FIXTURES = {
     # phi (Phi-2): one LayerNorm feeds attention and MLP, RoPE over int(0.4 * 32) = 12 dimensions
     "phi_bf16": fx(PHI, seed=115),
     "phi_q4_g64": fx({**PHI, "num_key_value_heads": 2}, quant={"bits": 4, "group_size": 64}, seed=116),
+    # helium: traditional RoPE; the tied 4-bit one still holds the lm_head Helium always builds
+    "helium_bf16": fx(HELIUM, seed=117),
+    "helium_q4_g64": fx({**HELIUM, "attention_bias": True, "mlp_bias": True, "tie_word_embeddings": True},
+                        quant={"bits": 4, "group_size": 64}, seed=118),
 }
 
 

@@ -202,6 +202,7 @@ DENSE_CASES = {
     "starcoder2 without num_key_value_heads": ("starcoder2_bf16", lambda c: c.pop("num_key_value_heads"), ["config.json", "'num_key_value_heads'"]),
     "stablelm without partial_rotary_factor": ("stablelm_bf16", lambda c: c.pop("partial_rotary_factor"), ["config.json", "'partial_rotary_factor'"]),
     "phi heads not dividing hidden_size": ("phi_bf16", lambda c: c.update(num_attention_heads=5), ["config.json", "hidden_size", "num_attention_heads"]),
+    "helium without attention_bias": ("helium_bf16", lambda c: c.pop("attention_bias"), ["config.json", "'attention_bias'"]),
 }
 
 

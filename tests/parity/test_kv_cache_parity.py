@@ -51,6 +51,7 @@ CASES = [
     ("starcoder2_bf16", {"max_kv_size": 16}),
     ("stablelm_bf16", {"max_kv_size": 16}),
     ("phi_bf16", {"max_kv_size": 16}),
+    ("helium_bf16", {"max_kv_size": 16}),
 ]
 CHUNKS = [1, 3, 7, 40]
 

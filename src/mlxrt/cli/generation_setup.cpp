@@ -125,6 +125,7 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
       "glm4",
       "stablelm",
       "phi",
+      "helium",
       // -- head always built
   };
   const bool tied_by_default = !untied_by_default.count(model_type);
@@ -143,6 +144,8 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
                             !head_always_built.count(model_type) && tied && weights.count(head_name);
   // minicpm: sanitize copies the embedding into a missing lm_head.weight; the head is built.
   if (model_type == "minicpm" && !tied && !weights.count("lm_head.weight")) draws += 1;
+  // helium builds nn.Linear lm_head twice when untied (the second replaces the first).
+  if (model_type == "helium" && !tied) draws += 1;
   // -- end dense families
   for (const auto& [name, tensor] : weights) {
     if (!ends_with(name, ".weight") || tensor.ndim() < 2 || name.rfind(text_prefix, 0) != 0) continue;

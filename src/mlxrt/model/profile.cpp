@@ -47,6 +47,7 @@ const Names<Capability> kCapabilities[] = {
     {Capability::starcoder2_graph, "starcoder2-graph"},
     {Capability::stablelm_graph, "stablelm-graph"},
     {Capability::phi_graph, "phi-graph"},
+    {Capability::helium_graph, "helium-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -70,7 +71,8 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::internlm3, "internlm3"},
                                 {Graph::starcoder2, "starcoder2"},
                                 {Graph::stablelm, "stablelm"},
-                                {Graph::phi, "phi"}};
+                                {Graph::phi, "phi"},
+                                {Graph::helium, "helium"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -162,7 +164,8 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::internlm3_graph,
                                                Capability::starcoder2_graph,
                                                Capability::stablelm_graph,
-                                               Capability::phi_graph};
+                                               Capability::phi_graph,
+                                               Capability::helium_graph};
   return caps;
 }
 

@@ -28,7 +28,8 @@ enum class Capability {
   internlm3_graph,
   starcoder2_graph,
   stablelm_graph,
-  phi_graph
+  phi_graph,
+  helium_graph
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -49,7 +50,8 @@ enum class Graph {
   internlm3,
   starcoder2,
   stablelm,
-  phi
+  phi,
+  helium
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

@@ -35,6 +35,7 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::starcoder2, "starcoder2", Capability::starcoder2_graph, {"starcoder2"}, {}, starcoder2::build},
       {Graph::stablelm, "stablelm", Capability::stablelm_graph, {"stablelm"}, {}, stablelm::build},
       {Graph::phi, "phi", Capability::phi_graph, {"phi"}, {}, phi::build},
+      {Graph::helium, "helium", Capability::helium_graph, {"helium"}, {}, helium::build},
   };
   return registry;
 }

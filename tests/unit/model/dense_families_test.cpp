@@ -79,7 +79,8 @@ INSTANTIATE_TEST_SUITE_P(Skeleton, DenseFamily,
                                          Family{"internlm3", "internlm3"},
                                          Family{"starcoder2", "starcoder2"},
                                          Family{"stablelm", "stablelm"},
-                                         Family{"phi", "phi"}),
+                                         Family{"phi", "phi"},
+                                         Family{"helium", "helium"}),
                          [](const auto& info) { return info.param.model_type; });
 
 TEST(DenseFamilies, LlavaRunsAsMistral3) {

@@ -97,5 +97,9 @@ namespace phi {
 /** phi: Phi-2 / Phi-1.5 (parallel block, LayerNorms, gelu_approx MLP, float32 queries). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace helium {
+/** helium: Kyutai Helium (traditional RoPE, q/k/v biases; lm_head always built). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 }  // namespace mlxrt::model
