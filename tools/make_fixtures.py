@@ -91,6 +91,11 @@ PHI = {"model_type": "phi", "hidden_size": 128, "num_attention_heads": 4, "num_k
 HELIUM = {**BASE, "model_type": "helium", "attention_bias": False, "head_dim": 32, "mlp_bias": False,
           "tie_word_embeddings": False}
 
+COHERE2 = {"model_type": "cohere2", "hidden_size": 128, "head_dim": 32, "num_hidden_layers": 4,
+           "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "rope_theta": 10000.0,
+           "vocab_size": 512, "layer_norm_eps": 1e-5, "logit_scale": 0.0625, "sliding_window": 6,
+           "sliding_window_pattern": 4, "eos_token_id": 2, "bos_token_id": 1}
+
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
@@ -277,6 +282,12 @@ FIXTURES = {
     "helium_bf16": fx(HELIUM, seed=117),
     "helium_q4_g64": fx({**HELIUM, "attention_bias": True, "mlp_bias": True, "tie_word_embeddings": True},
                         quant={"bits": 4, "group_size": 64}, seed=118),
+    # cohere2: parallel block, layers 0-2 slide (window 6) with RoPE, layer 3 global without;
+    # float16 attends in float32
+    "cohere2_bf16": fx(COHERE2, seed=119),
+    "cohere2_fp16": fx({**COHERE2, "layer_norm_bias": True, "attention_bias": True, "sliding_window_pattern": 2},
+                       dtype="float16", seed=120),
+    "cohere2_q4_g64": fx(COHERE2, quant={"bits": 4, "group_size": 64}, seed=121),
 }
 
 

@@ -203,6 +203,7 @@ DENSE_CASES = {
     "stablelm without partial_rotary_factor": ("stablelm_bf16", lambda c: c.pop("partial_rotary_factor"), ["config.json", "'partial_rotary_factor'"]),
     "phi heads not dividing hidden_size": ("phi_bf16", lambda c: c.update(num_attention_heads=5), ["config.json", "hidden_size", "num_attention_heads"]),
     "helium without attention_bias": ("helium_bf16", lambda c: c.pop("attention_bias"), ["config.json", "'attention_bias'"]),
+    "cohere2 zero sliding_window_pattern": ("cohere2_bf16", lambda c: c.update(sliding_window_pattern=0), ["config.json", "'sliding_window_pattern'"]),
 }
 
 

@@ -71,6 +71,7 @@ def test_seeds_differ(tiny_model):
                                      "stablelm_bf16", "stablelm_q4_g64",
                                      "phi_bf16", "phi_q4_g64",
                                      "helium_bf16", "helium_q4_g64",
+                                     "cohere2_bf16", "cohere2_fp16", "cohere2_q4_g64",
                                      ])
 def test_seed_position_after_model_construction(fixture):
     """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first

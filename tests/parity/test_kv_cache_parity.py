@@ -52,6 +52,9 @@ CASES = [
     ("stablelm_bf16", {"max_kv_size": 16}),
     ("phi_bf16", {"max_kv_size": 16}),
     ("helium_bf16", {"max_kv_size": 16}),
+    ("cohere2_bf16", {}),
+    ("cohere2_fp16", {}),
+    ("cohere2_q4_g64", {}),
 ]
 CHUNKS = [1, 3, 7, 40]
 
@@ -142,6 +145,8 @@ GREEDY_CASES = [
     ("smollm3_bf16", {"max_kv_size": 16}),
     ("olmo3_bf16", {}),
     ("exaone4_bf16", {}),
+    ("cohere2_bf16", {}),
+    ("cohere2_fp16", {}),
 ]
 
 

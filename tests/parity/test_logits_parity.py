@@ -51,6 +51,7 @@ def parse_generated(stdout):
                                   "stablelm_bf16", "stablelm_q4_g64",
                                   "phi_bf16", "phi_q4_g64",
                                   "helium_bf16", "helium_q4_g64",
+                                  "cohere2_bf16", "cohere2_fp16", "cohere2_q4_g64",
                                   ])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name

@@ -37,6 +37,8 @@ const char* const kArchitectureKeys[] = {
     "norm_epsilon",
     // stablelm
     "use_qkv_bias", "layer_norm_eps", "use_parallel_residual", "qk_layernorm",
+    // cohere2
+    "logit_scale", "layer_norm_bias",
 };
 
 json normalise(const json& v) {

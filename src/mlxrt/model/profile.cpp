@@ -48,6 +48,7 @@ const Names<Capability> kCapabilities[] = {
     {Capability::stablelm_graph, "stablelm-graph"},
     {Capability::phi_graph, "phi-graph"},
     {Capability::helium_graph, "helium-graph"},
+    {Capability::cohere2_graph, "cohere2-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -72,7 +73,8 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::starcoder2, "starcoder2"},
                                 {Graph::stablelm, "stablelm"},
                                 {Graph::phi, "phi"},
-                                {Graph::helium, "helium"}};
+                                {Graph::helium, "helium"},
+                                {Graph::cohere2, "cohere2"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -165,7 +167,8 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::starcoder2_graph,
                                                Capability::stablelm_graph,
                                                Capability::phi_graph,
-                                               Capability::helium_graph};
+                                               Capability::helium_graph,
+                                               Capability::cohere2_graph};
   return caps;
 }
 

@@ -29,7 +29,8 @@ enum class Capability {
   starcoder2_graph,
   stablelm_graph,
   phi_graph,
-  helium_graph
+  helium_graph,
+  cohere2_graph
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -51,7 +52,8 @@ enum class Graph {
   starcoder2,
   stablelm,
   phi,
-  helium
+  helium,
+  cohere2
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

@@ -36,6 +36,7 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::stablelm, "stablelm", Capability::stablelm_graph, {"stablelm"}, {}, stablelm::build},
       {Graph::phi, "phi", Capability::phi_graph, {"phi"}, {}, phi::build},
       {Graph::helium, "helium", Capability::helium_graph, {"helium"}, {}, helium::build},
+      {Graph::cohere2, "cohere2", Capability::cohere2_graph, {"cohere2"}, {}, cohere2::build},
   };
   return registry;
 }

@@ -80,7 +80,8 @@ INSTANTIATE_TEST_SUITE_P(Skeleton, DenseFamily,
                                          Family{"starcoder2", "starcoder2"},
                                          Family{"stablelm", "stablelm"},
                                          Family{"phi", "phi"},
-                                         Family{"helium", "helium"}),
+                                         Family{"helium", "helium"},
+                                         Family{"cohere2", "cohere2"}),
                          [](const auto& info) { return info.param.model_type; });
 
 TEST(DenseFamilies, LlavaRunsAsMistral3) {

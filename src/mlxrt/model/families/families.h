@@ -101,5 +101,9 @@ namespace helium {
 /** helium: Kyutai Helium (traditional RoPE, q/k/v biases; lm_head always built). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace cohere2 {
+/** cohere2: Command R7B / Command A (parallel block, sliding layers, NoPE global layers, logit_scale). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 }  // namespace mlxrt::model
