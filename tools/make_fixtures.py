@@ -56,6 +56,46 @@ MINISTRAL3_TEXT = {**_TEXT, "model_type": "ministral3", "num_hidden_layers": 3, 
                                        "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}}
 SMOLLM3 = {**BASE, "model_type": "smollm3", "num_hidden_layers": 4, "tie_word_embeddings": True}
 
+OLMO2 = {**BASE, "model_type": "olmo2", "tie_word_embeddings": False}
+
+OLMO3 = {**BASE, "model_type": "olmo3", "num_hidden_layers": 4, "sliding_window": 6}
+
+GRANITE = {**BASE, "model_type": "granite", "logits_scaling": 8.0, "attention_multiplier": 0.015625,
+           "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_bias": False, "mlp_bias": False}
+
+MINICPM = {**BASE, "model_type": "minicpm", "dim_model_base": 32, "scale_depth": 1.4, "scale_emb": 12.0}
+
+EXAONE4 = {**BASE, "model_type": "exaone4", "num_hidden_layers": 4, "head_dim": 32, "tie_word_embeddings": False,
+           "rope_scaling": None, "sliding_window": 6, "sliding_window_pattern": "LLLG"}
+
+GLM4 = {**BASE, "model_type": "glm4", "attention_bias": True, "head_dim": 32, "partial_rotary_factor": 0.5}
+
+ERNIE45 = {**BASE, "model_type": "ernie4_5", "head_dim": None, "use_bias": False, "tie_word_embeddings": True}
+
+SEED_OSS = {**BASE, "model_type": "seed_oss", "head_dim": 32, "attention_bias": True, "tie_word_embeddings": False}
+
+HUNYUAN = {**BASE, "model_type": "hunyuan_v1_dense", "use_qk_norm": True, "tie_word_embeddings": True,
+           "rope_scaling": {"alpha": 1000.0, "factor": 1.0, "type": "dynamic"}}
+
+INTERNLM3 = {**BASE, "model_type": "internlm3", "qkv_bias": True}
+
+STARCODER2 = {**BASE, "model_type": "starcoder2", "norm_epsilon": 1e-5, "tie_word_embeddings": True}
+
+STABLELM = {**BASE, "model_type": "stablelm", "use_qkv_bias": True, "partial_rotary_factor": 0.25,
+            "layer_norm_eps": 1e-5}
+
+PHI = {"model_type": "phi", "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+       "num_hidden_layers": 2, "intermediate_size": 256, "vocab_size": 512, "max_position_embeddings": 4096,
+       "partial_rotary_factor": 0.4, "layer_norm_eps": 1e-5, "eos_token_id": 2, "bos_token_id": 1}
+
+HELIUM = {**BASE, "model_type": "helium", "attention_bias": False, "head_dim": 32, "mlp_bias": False,
+          "tie_word_embeddings": False}
+
+COHERE2 = {"model_type": "cohere2", "hidden_size": 128, "head_dim": 32, "num_hidden_layers": 4,
+           "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "rope_theta": 10000.0,
+           "vocab_size": 512, "layer_norm_eps": 1e-5, "logit_scale": 0.0625, "sliding_window": 6,
+           "sliding_window_pattern": 4, "eos_token_id": 2, "bos_token_id": 1}
+
 
 # Qwen3.5's text model: 4 layers with full attention every 2nd (layers 1 and 3), gated delta nets on
 # layers 0 and 2 (2 key heads, 4 value heads, conv kernel 4). rope_parameters overrides the top-level
@@ -267,6 +307,76 @@ FIXTURES = {
                             extra_tensors={"vision_tower.encoder.patch_embedding.weight": [16, 3, 4, 4],
                                            "model.audio_tower.conv.weight": [16, 8],
                                            "model.embed_vision.embedding_projection.weight": [128, 16]}),
+    # olmo2: q/k RMSNorms over the whole projections, post-norms on the sublayers' outputs
+    "olmo2_bf16": fx(OLMO2, seed=90),
+    "olmo2_q4_g64": fx({**OLMO2, "attention_bias": True, "tie_word_embeddings": True},
+                       quant={"bits": 4, "group_size": 64}, seed=91),
+    # olmo3: olmo2 with sliding layers (window 6; by default layers 0-2 slide, 3 is full)
+    "olmo3_bf16": fx(OLMO3, seed=92),
+    "olmo3_q4_g64": fx({**OLMO3, "tie_word_embeddings": True,
+                        "layer_types": ["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+                        "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}},
+                       quant={"bits": 4, "group_size": 64}, seed=93),
+    # granite: the four multipliers; the 4-bit one through granite's quant_predicate (8-bit o_proj,
+    # down_proj, lm_head)
+    "granite_bf16": fx(GRANITE, seed=94),
+    "granite_q4_g64": fx({**GRANITE, "tie_word_embeddings": False, "attention_bias": True, "mlp_bias": True},
+                         quant={"bits": 4, "group_size": 64}, seed=95),
+    # minicpm: scale_emb, scale_depth / sqrt(layers), the head's input over hidden / dim_model_base
+    "minicpm_bf16": fx(MINICPM, seed=96),
+    "minicpm_q4_g64": fx(MINICPM, quant={"bits": 4, "group_size": 64}, seed=97),
+    # exaone4: "LLLG": layers 0-2 slide (window 6) with RoPE, layer 3 is global without RoPE
+    "exaone4_bf16": fx(EXAONE4, seed=98),
+    "exaone4_q4_g64": fx({**EXAONE4, "sliding_window_pattern": None, "sliding_window": None,
+                          "tie_word_embeddings": True, "rope_scaling": {
+                              "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 64}},
+                         quant={"bits": 4, "group_size": 64}, seed=99),
+    # glm4: sandwich norms, q/k/v biases, fused gate_up_proj, RoPE over half of each head
+    "glm4_bf16": fx(GLM4, seed=100),
+    "glm4_q4_g64": fx({**GLM4, "attention_bias": False, "rope_traditional": False},
+                      quant={"bits": 4, "group_size": 64}, seed=101),
+    # ernie4_5: traditional RoPE; use_bias on every projection in the 4-bit one
+    "ernie4_5_bf16": fx(ERNIE45, seed=102),
+    "ernie4_5_q4_g64": fx({**ERNIE45, "use_bias": True, "head_dim": 48, "tie_word_embeddings": False},
+                          quant={"bits": 4, "group_size": 64}, seed=103),
+    # seed_oss: q/k/v biases apart from o_proj's; the tied head multiplies by the embedding itself
+    "seed_oss_bf16": fx(SEED_OSS, seed=104),
+    "seed_oss_tied_fp16": fx({**SEED_OSS, "tie_word_embeddings": True}, dtype="float16", seed=105),
+    "seed_oss_q4_g64": fx({**SEED_OSS, "attention_out_bias": True, "mlp_bias": True},
+                          quant={"bits": 4, "group_size": 64}, seed=106),
+    # hunyuan_v1_dense: DynamicNTKAlphaRoPE (alpha 1000), per-head q/k norms after RoPE
+    "hunyuan_v1_dense_bf16": fx(HUNYUAN, seed=107),
+    "hunyuan_v1_dense_q4_g64": fx({**HUNYUAN, "use_qk_norm": False, "attention_bias": True, "head_dim": 48,
+                                   "tie_word_embeddings": False, "rope_scaling": None},
+                                  quant={"bits": 4, "group_size": 64}, seed=108),
+    # internlm3: qkv_bias on q/k/v/o; MLP bias and dynamic NTK scaling in the 4-bit one
+    "internlm3_bf16": fx(INTERNLM3, seed=109),
+    "internlm3_q4_g64": fx({**INTERNLM3, "bias": True, "tie_word_embeddings": True, "max_position_embeddings": 16,
+                            "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
+                           quant={"bits": 4, "group_size": 64}, seed=110),
+    # starcoder2: LayerNorms with bias, biases everywhere, c_proj(gelu(c_fc(x)))
+    "starcoder2_bf16": fx(STARCODER2, seed=111),
+    "starcoder2_q4_g64": fx({**STARCODER2, "tie_word_embeddings": False}, quant={"bits": 4, "group_size": 64},
+                            seed=112),
+    # stablelm: LayerNorms, RoPE over a quarter of each head, float32 attention; the 4-bit one with
+    # the parallel residual and per-head q/k LayerNorms
+    "stablelm_bf16": fx(STABLELM, seed=113),
+    "stablelm_q4_g64": fx({**STABLELM, "use_parallel_residual": True, "qk_layernorm": True, "use_qkv_bias": False},
+                          quant={"bits": 4, "group_size": 64}, seed=114),
+    # phi (Phi-2): one LayerNorm feeds attention and MLP, RoPE over int(0.4 * 32) = 12 dimensions
+    "phi_bf16": fx(PHI, seed=115),
+    "phi_q4_g64": fx({**PHI, "num_key_value_heads": 2}, quant={"bits": 4, "group_size": 64}, seed=116),
+    # helium: traditional RoPE; the tied 4-bit one still holds the lm_head Helium always builds
+    "helium_bf16": fx(HELIUM, seed=117),
+    "helium_q4_g64": fx({**HELIUM, "attention_bias": True, "mlp_bias": True, "tie_word_embeddings": True},
+                        quant={"bits": 4, "group_size": 64}, seed=118),
+    # cohere2: parallel block, layers 0-2 slide (window 6) with RoPE, layer 3 global without;
+    # float16 attends in float32
+    "cohere2_bf16": fx(COHERE2, seed=119),
+    "cohere2_fp16": fx({**COHERE2, "layer_norm_bias": True, "attention_bias": True, "sliding_window_pattern": 2},
+                       dtype="float16", seed=120),
+    "cohere2_q4_g64": fx(COHERE2, quant={"bits": 4, "group_size": 64}, seed=121),
 }
 
 

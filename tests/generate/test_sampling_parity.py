@@ -66,7 +66,23 @@ def test_seeds_differ(tiny_model):
                                      # dense families on the decoder skeleton
                                      "mistral3_bf16", "mistral3_q4_g64", "ministral3_bf16", "ministral3_q4_g64",
                                      "smollm3_bf16", "smollm3_q4_g64",
-                                     "gemma4_bf16", "gemma4_q4_g64", "gemma4_fp16_keqv", "gemma4_multimodal"])
+                                     "gemma4_bf16", "gemma4_q4_g64", "gemma4_fp16_keqv", "gemma4_multimodal",
+                                     "olmo2_bf16", "olmo2_q4_g64",
+                                     "olmo3_bf16", "olmo3_q4_g64",
+                                     "granite_bf16", "granite_q4_g64",
+                                     "minicpm_bf16", "minicpm_q4_g64",
+                                     "exaone4_bf16", "exaone4_q4_g64",
+                                     "glm4_bf16", "glm4_q4_g64",
+                                     "ernie4_5_bf16", "ernie4_5_q4_g64",
+                                     "seed_oss_bf16", "seed_oss_tied_fp16", "seed_oss_q4_g64",
+                                     "hunyuan_v1_dense_bf16", "hunyuan_v1_dense_q4_g64",
+                                     "internlm3_bf16", "internlm3_q4_g64",
+                                     "starcoder2_bf16", "starcoder2_q4_g64",
+                                     "stablelm_bf16", "stablelm_q4_g64",
+                                     "phi_bf16", "phi_q4_g64",
+                                     "helium_bf16", "helium_q4_g64",
+                                     "cohere2_bf16", "cohere2_fp16", "cohere2_q4_g64",
+                                     ])
 def test_seed_position_after_model_construction(fixture):
     """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first
     sampling key depends on the architecture (biases, untied heads, quantized layers; gemma3_text builds an

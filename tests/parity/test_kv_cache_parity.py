@@ -57,6 +57,28 @@ CASES = [
     ("gemma4_q4_g64", {}),
     ("gemma4_fp16_keqv", {}),
     ("gemma4_multimodal", {}),
+    ("olmo2_bf16", {"max_kv_size": 16}),
+    ("olmo2_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
+    ("olmo3_bf16", {}),
+    ("olmo3_q4_g64", {}),
+    ("granite_bf16", {"max_kv_size": 16}),
+    ("minicpm_bf16", {"max_kv_size": 16}),
+    ("exaone4_bf16", {}),
+    ("exaone4_q4_g64", {"max_kv_size": 16}),
+    ("glm4_bf16", {"max_kv_size": 16}),
+    ("glm4_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
+    ("ernie4_5_bf16", {"max_kv_size": 16}),
+    ("seed_oss_bf16", {"max_kv_size": 16}),
+    ("hunyuan_v1_dense_bf16", {"max_kv_size": 16}),
+    ("hunyuan_v1_dense_bf16", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
+    ("internlm3_bf16", {"max_kv_size": 16}),
+    ("starcoder2_bf16", {"max_kv_size": 16}),
+    ("stablelm_bf16", {"max_kv_size": 16}),
+    ("phi_bf16", {"max_kv_size": 16}),
+    ("helium_bf16", {"max_kv_size": 16}),
+    ("cohere2_bf16", {}),
+    ("cohere2_fp16", {}),
+    ("cohere2_q4_g64", {}),
 ]
 CHUNKS = [1, 3, 7, 40]
 # the hybrid families' conv keeps 3 inputs: chunks of 3 and 5 split its window differently
@@ -158,6 +180,10 @@ GREEDY_CASES = [
     ("smollm3_bf16", {"max_kv_size": 16}),
     ("gemma4_bf16", {}),
     ("gemma4_fp16_keqv", {}),
+    ("olmo3_bf16", {}),
+    ("exaone4_bf16", {}),
+    ("cohere2_bf16", {}),
+    ("cohere2_fp16", {}),
 ]
 
 

@@ -169,11 +169,26 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
   // Elsewhere a tied head is never built (tie_word_embeddings defaults to true in qwen2.py and
   // llama.py, to false in phi3.py), and sanitize drops a lm_head.weight the checkpoint still holds.
   const auto& raw = config.raw();
-  // --- mixture-of-experts families: mixtral.py's head is untied by default; qwen2_moe.py and
-  // gpt_oss.py always build lm_head and never drop a saved one.
-  const bool moe_always_head = model_type == "qwen2_moe" || model_type == "gpt_oss";
-  const bool tied_by_default = model_type != "phi3" && model_type != "mixtral";
-  // --- end of the mixture-of-experts block
+  // Model types whose ModelArgs default to an untied head, and those whose Model builds lm_head
+  // whatever tie_word_embeddings says (so no saved head is dropped): mixture of experts (mixtral;
+  // qwen2_moe, gpt_oss) and the dense families.
+  static const std::set<std::string> untied_by_default = {
+      "phi3",
+      "mixtral",
+      "olmo3",
+      "minicpm",
+      "hunyuan_v1_dense",
+      "internlm3",
+  };
+  static const std::set<std::string> head_always_built = {
+      "qwen2_moe",
+      "gpt_oss",
+      "glm4",
+      "stablelm",
+      "phi",
+      "helium",
+  };
+  const bool tied_by_default = !untied_by_default.count(model_type);
   bool tied = raw.contains("tie_word_embeddings") ? raw["tie_word_embeddings"] == true : tied_by_default;
   std::string head_name = "lm_head.weight";
   // -- mistral3 (and llava): only the text model is built, under language_model.; its head is
@@ -187,8 +202,12 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
   // -- end mistral3
   // The hybrid families' sanitize never drops a head of an MLX checkpoint (a tied one that holds
   // one is refused).
-  const bool dropped_head = !hybrid && model_type != "gemma3_text" && model_type != "gemma3" && !moe_always_head &&
-                            tied && weights.count(head_name);
+  const bool dropped_head = !hybrid && model_type != "gemma3_text" && model_type != "gemma3" &&
+                            !head_always_built.count(model_type) && tied && weights.count(head_name);
+  // minicpm: sanitize copies the embedding into a missing lm_head.weight; the head is built.
+  if (model_type == "minicpm" && !tied && !weights.count("lm_head.weight")) draws += 1;
+  // helium builds nn.Linear lm_head twice when untied (the second replaces the first).
+  if (model_type == "helium" && !tied) draws += 1;
   for (const auto& [name, tensor] : weights) {
     if (name.rfind(text_prefix, 0) != 0) continue;
     if (hybrid) {

@@ -32,6 +32,24 @@ const char* const kArchitectureKeys[] = {
     "global_head_dim", "num_global_key_value_heads", "num_kv_shared_layers", "hidden_size_per_layer_input",
     "vocab_size_per_layer_input", "attention_k_eq_v", "use_double_wide_mlp", "final_logit_softcapping",
     "enable_moe_block",
+    // granite
+    "logits_scaling", "attention_multiplier", "embedding_multiplier", "residual_multiplier",
+    // minicpm
+    "scale_emb", "scale_depth", "dim_model_base",
+    // ernie4_5
+    "use_bias",
+    // seed_oss
+    "attention_out_bias",
+    // hunyuan_v1_dense
+    "use_qk_norm",
+    // internlm3
+    "bias", "qkv_bias",
+    // starcoder2
+    "norm_epsilon",
+    // stablelm
+    "use_qkv_bias", "layer_norm_eps", "use_parallel_residual", "qk_layernorm",
+    // cohere2
+    "logit_scale", "layer_norm_bias",
 };
 
 json normalise(const json& v) {

@@ -45,6 +45,21 @@ const Names<Capability> kCapabilities[] = {
     {Capability::ministral3_graph, "ministral3-graph"},
     {Capability::smollm3_graph, "smollm3-graph"},
     {Capability::gemma4_text_graph, "gemma4_text-graph"},
+    {Capability::olmo2_graph, "olmo2-graph"},
+    {Capability::olmo3_graph, "olmo3-graph"},
+    {Capability::granite_graph, "granite-graph"},
+    {Capability::minicpm_graph, "minicpm-graph"},
+    {Capability::exaone4_graph, "exaone4-graph"},
+    {Capability::glm4_graph, "glm4-graph"},
+    {Capability::ernie4_5_graph, "ernie4_5-graph"},
+    {Capability::seed_oss_graph, "seed_oss-graph"},
+    {Capability::hunyuan_v1_dense_graph, "hunyuan_v1_dense-graph"},
+    {Capability::internlm3_graph, "internlm3-graph"},
+    {Capability::starcoder2_graph, "starcoder2-graph"},
+    {Capability::stablelm_graph, "stablelm-graph"},
+    {Capability::phi_graph, "phi-graph"},
+    {Capability::helium_graph, "helium-graph"},
+    {Capability::cohere2_graph, "cohere2-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -63,8 +78,22 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::mistral3, "mistral3"},
                                 {Graph::ministral3, "ministral3"},
                                 {Graph::smollm3, "smollm3"},
-
-                                {Graph::gemma4_text, "gemma4_text"}};
+                                {Graph::gemma4_text, "gemma4_text"},
+                                {Graph::olmo2, "olmo2"},
+                                {Graph::olmo3, "olmo3"},
+                                {Graph::granite, "granite"},
+                                {Graph::minicpm, "minicpm"},
+                                {Graph::exaone4, "exaone4"},
+                                {Graph::glm4, "glm4"},
+                                {Graph::ernie4_5, "ernie4_5"},
+                                {Graph::seed_oss, "seed_oss"},
+                                {Graph::hunyuan_v1_dense, "hunyuan_v1_dense"},
+                                {Graph::internlm3, "internlm3"},
+                                {Graph::starcoder2, "starcoder2"},
+                                {Graph::stablelm, "stablelm"},
+                                {Graph::phi, "phi"},
+                                {Graph::helium, "helium"},
+                                {Graph::cohere2, "cohere2"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -160,8 +189,22 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::mistral3_graph,
                                                Capability::ministral3_graph,
                                                Capability::smollm3_graph,
-
-                                               Capability::gemma4_text_graph};
+                                               Capability::gemma4_text_graph,
+                                               Capability::olmo2_graph,
+                                               Capability::olmo3_graph,
+                                               Capability::granite_graph,
+                                               Capability::minicpm_graph,
+                                               Capability::exaone4_graph,
+                                               Capability::glm4_graph,
+                                               Capability::ernie4_5_graph,
+                                               Capability::seed_oss_graph,
+                                               Capability::hunyuan_v1_dense_graph,
+                                               Capability::internlm3_graph,
+                                               Capability::starcoder2_graph,
+                                               Capability::stablelm_graph,
+                                               Capability::phi_graph,
+                                               Capability::helium_graph,
+                                               Capability::cohere2_graph};
   return caps;
 }
 

@@ -35,6 +35,21 @@ enum class Capability {
   ministral3_graph,
   smollm3_graph,
   gemma4_text_graph,
+  olmo2_graph,
+  olmo3_graph,
+  granite_graph,
+  minicpm_graph,
+  exaone4_graph,
+  glm4_graph,
+  ernie4_5_graph,
+  seed_oss_graph,
+  hunyuan_v1_dense_graph,
+  internlm3_graph,
+  starcoder2_graph,
+  stablelm_graph,
+  phi_graph,
+  helium_graph,
+  cohere2_graph,
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -57,6 +72,21 @@ enum class Graph {
   ministral3,
   smollm3,
   gemma4_text,
+  olmo2,
+  olmo3,
+  granite,
+  minicpm,
+  exaone4,
+  glm4,
+  ernie4_5,
+  seed_oss,
+  hunyuan_v1_dense,
+  internlm3,
+  starcoder2,
+  stablelm,
+  phi,
+  helium,
+  cohere2,
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

@@ -36,6 +36,21 @@ const std::vector<GraphEntry>& graph_registry() {
       // through gemma4_text.py.
       {Graph::gemma4_text, "gemma4_text", Capability::gemma4_text_graph, {"gemma4_text", "gemma4", "gemma4_unified"},
        {}, gemma4_text::build},
+      {Graph::olmo2, "olmo2", Capability::olmo2_graph, {"olmo2"}, {}, olmo2::build},
+      {Graph::olmo3, "olmo3", Capability::olmo3_graph, {"olmo3"}, {}, olmo3::build},
+      {Graph::granite, "granite", Capability::granite_graph, {"granite"}, {}, granite::build},
+      {Graph::minicpm, "minicpm", Capability::minicpm_graph, {"minicpm"}, {}, minicpm::build},
+      {Graph::exaone4, "exaone4", Capability::exaone4_graph, {"exaone4"}, {}, exaone4::build},
+      {Graph::glm4, "glm4", Capability::glm4_graph, {"glm4"}, {}, glm4::build},
+      {Graph::ernie4_5, "ernie4_5", Capability::ernie4_5_graph, {"ernie4_5"}, {}, ernie4_5::build},
+      {Graph::seed_oss, "seed_oss", Capability::seed_oss_graph, {"seed_oss"}, {}, seed_oss::build},
+      {Graph::hunyuan_v1_dense, "hunyuan_v1_dense", Capability::hunyuan_v1_dense_graph, {"hunyuan_v1_dense"}, {}, hunyuan_v1_dense::build},
+      {Graph::internlm3, "internlm3", Capability::internlm3_graph, {"internlm3"}, {}, internlm3::build},
+      {Graph::starcoder2, "starcoder2", Capability::starcoder2_graph, {"starcoder2"}, {}, starcoder2::build},
+      {Graph::stablelm, "stablelm", Capability::stablelm_graph, {"stablelm"}, {}, stablelm::build},
+      {Graph::phi, "phi", Capability::phi_graph, {"phi"}, {}, phi::build},
+      {Graph::helium, "helium", Capability::helium_graph, {"helium"}, {}, helium::build},
+      {Graph::cohere2, "cohere2", Capability::cohere2_graph, {"cohere2"}, {}, cohere2::build},
   };
   return registry;
 }

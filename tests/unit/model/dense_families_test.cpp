@@ -66,7 +66,22 @@ TEST_P(DenseFamily, ResolvesToItsOwnGraph) {
 
 INSTANTIATE_TEST_SUITE_P(Skeleton, DenseFamily,
                          testing::Values(Family{"mistral3", "mistral3"}, Family{"ministral3", "ministral3"},
-                                         Family{"smollm3", "smollm3"}),
+                                         Family{"smollm3", "smollm3"},
+                                         Family{"olmo2", "olmo2"},
+                                         Family{"olmo3", "olmo3"},
+                                         Family{"granite", "granite"},
+                                         Family{"minicpm", "minicpm"},
+                                         Family{"exaone4", "exaone4"},
+                                         Family{"glm4", "glm4"},
+                                         Family{"ernie4_5", "ernie4_5"},
+                                         Family{"seed_oss", "seed_oss"},
+                                         Family{"hunyuan_v1_dense", "hunyuan_v1_dense"},
+                                         Family{"internlm3", "internlm3"},
+                                         Family{"starcoder2", "starcoder2"},
+                                         Family{"stablelm", "stablelm"},
+                                         Family{"phi", "phi"},
+                                         Family{"helium", "helium"},
+                                         Family{"cohere2", "cohere2"}),
                          [](const auto& info) { return info.param.model_type; });
 
 TEST(DenseFamilies, LlavaRunsAsMistral3) {
@@ -124,4 +139,41 @@ TEST(DenseFamilies, Smollm3NoRopeLayersChangeTheLogits) {
   config["no_rope_layers"] = json::array({1});
   test::TinyCheckpoint bad("smollm3_bad", config, test::random_weights(llama_shapes(), 5));
   EXPECT_NE(test::load_error(bad.dir()).find("'no_rope_layers'"), std::string::npos);
+}
+
+TEST(DenseFamilies, FingerprintCoversTheDenseFamiliesKeys) {
+  json base = base_config("granite");
+  const auto fp = config_fingerprint(base);
+  for (const char* key : {"logits_scaling", "attention_multiplier", "embedding_multiplier", "residual_multiplier",
+                          "scale_emb", "scale_depth", "dim_model_base", "use_bias", "attention_out_bias",
+                          "use_qk_norm", "bias", "qkv_bias", "norm_epsilon", "use_qkv_bias", "layer_norm_eps",
+                          "use_parallel_residual", "qk_layernorm", "logit_scale", "layer_norm_bias",
+                          "sliding_window_pattern", "partial_rotary_factor"}) {
+    json changed = base;
+    changed[key] = 3;
+    EXPECT_NE(config_fingerprint(changed), fp) << key;
+  }
+}
+
+TEST(DenseFamilies, MinicpmCopiesTheEmbeddingIntoAMissingHead) {
+  json config = base_config("minicpm");
+  config.update({{"dim_model_base", 8}, {"scale_depth", 1.4}, {"scale_emb", 12.0}});
+  auto with_head = test::random_weights(llama_shapes(), 6);
+  with_head.insert_or_assign("lm_head.weight", with_head.at("model.embed_tokens.weight"));
+  test::TinyCheckpoint saved("minicpm_head", config, with_head);
+  auto without = test::random_weights(llama_shapes(), 6);
+  without.erase("lm_head.weight");
+  test::TinyCheckpoint copied("minicpm_nohead", config, without);
+  EXPECT_TRUE(mx::array_equal(test::logits_of(saved.dir()), test::logits_of(copied.dir())).item<bool>());
+}
+
+TEST(DenseFamilies, HeliumNeedsItsLmHeadEvenWhenTied) {
+  json config = base_config("helium");
+  config.update({{"attention_bias", false}, {"head_dim", 8}, {"mlp_bias", false}, {"tie_word_embeddings", true}});
+  test::TinyCheckpoint with_head("helium_head", config, test::random_weights(llama_shapes(), 7));
+  EXPECT_EQ(test::load_error(with_head.dir()), "");
+  auto shapes = llama_shapes();
+  shapes.erase("lm_head.weight");
+  test::TinyCheckpoint without("helium_nohead", config, test::random_weights(shapes, 7));
+  EXPECT_NE(test::load_error(without.dir()).find("lm_head.weight"), std::string::npos);
 }

@@ -73,6 +73,66 @@ namespace smollm3 {
 /** smollm3: llama.py's model with NoPE layers (no_rope_layers, no_rope_layer_interval). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace olmo2 {
+/** olmo2: OLMo 2 (q/k norms over the whole projections, post-norms). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace olmo3 {
+/** olmo3: OLMo 3 (olmo2 with sliding-window layers). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace granite {
+/** granite: IBM Granite (embedding, residual, attention and logits multipliers). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace minicpm {
+/** minicpm: MiniCPM (scale_emb, scale_depth, dim_model_base). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace exaone4 {
+/** exaone4: EXAONE 4.0 (per-head q/k norms, post-norms, "LLLG" sliding pattern, NoPE global layers). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace glm4 {
+/** glm4: GLM-4 0414 (sandwich norms, fused gate_up_proj, partial traditional RoPE). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace ernie4_5 {
+/** ernie4_5: ERNIE 4.5 dense (use_bias everywhere, traditional RoPE). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace seed_oss {
+/** seed_oss: Seed-OSS (separate q/k/v and o_proj biases). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace hunyuan_v1_dense {
+/** hunyuan_v1_dense: Hunyuan dense (alpha-scaled NTK RoPE, q/k norms after RoPE). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace internlm3 {
+/** internlm3: InternLM 3 (qkv_bias, MLP bias). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace starcoder2 {
+/** starcoder2: StarCoder2 (LayerNorms, biases, gelu MLP). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace stablelm {
+/** stablelm: StableLM 2 / 3B (LayerNorms, partial RoPE, float32 attention, parallel residual). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace phi {
+/** phi: Phi-2 / Phi-1.5 (parallel block, LayerNorms, gelu_approx MLP, float32 queries). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace helium {
+/** helium: Kyutai Helium (traditional RoPE, q/k/v biases; lm_head always built). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace cohere2 {
+/** cohere2: Command R7B / Command A (parallel block, sliding layers, NoPE global layers, logit_scale). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 namespace gemma4_text {
 /** gemma4_text, and gemma4 / gemma4_unified (a multimodal checkpoint's text model, as mlx-lm's

@@ -20,6 +20,18 @@ mx::array swiglu(const mx::array& gate, const mx::array& x) {
   return compiled({gate, x})[0];
 }
 
+mx::array gelu(const mx::array& x) {
+  static const auto compiled = mx::compile(
+      [](const std::vector<mx::array>& in) -> std::vector<mx::array> {
+        const auto& x = in[0];
+        auto c = [&](double v) { return mx::array(static_cast<float>(v), x.dtype()); };
+        auto cdf = mx::add(c(1), mx::erf(mx::divide(x, c(std::sqrt(2.0)))));
+        return {mx::divide(mx::multiply(x, cdf), c(2))};
+      },
+      /*shapeless=*/true);
+  return compiled({x})[0];
+}
+
 mx::array silu(const mx::array& x) {
   static const auto compiled = mx::compile(
       [](const std::vector<mx::array>& in) -> std::vector<mx::array> {

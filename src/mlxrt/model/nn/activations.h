@@ -8,6 +8,9 @@ namespace mlxrt::model::nn {
 /** silu(gate) * x, compiled shapeless as mlx-lm does: the fused kernel rounds like the reference. */
 mlx::core::array swiglu(const mlx::core::array& gate, const mlx::core::array& x);
 
+/** mlx.nn.gelu (the exact erf form, x * (1 + erf(x / sqrt(2))) / 2), compiled shapeless as mlx does. */
+mlx::core::array gelu(const mlx::core::array& x);
+
 /** mlx.nn.silu: x * sigmoid(x), compiled shapeless as mlx does. */
 mlx::core::array silu(const mlx::core::array& x);
 

@@ -192,6 +192,15 @@ Rope Rope::su_scaled(int dims, double base, double max_positions, double origina
   return r;
 }
 
+Rope Rope::with_freqs(int dims, bool traditional, mx::array freqs, const std::string& type) {
+  Rope r;
+  r.type_ = type;
+  r.dims_ = dims;
+  r.traditional_ = traditional;
+  r.freqs_ = std::move(freqs);
+  return r;
+}
+
 mx::array Rope::operator()(const mx::array& x, int offset) const {
   if (type_ == "dynamic") {
     double seq_len = std::max<double>(x.shape(-2) + offset, dynamic_max_positions_);

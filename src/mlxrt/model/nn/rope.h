@@ -27,6 +27,10 @@ class Rope {
   static Rope su_scaled(int dims, double base, double max_positions, double original_max_positions,
                         const nlohmann::json& long_factor, double long_mscale, const std::string& source);
 
+  /** fast::rope over precomputed `freqs` (scale 1), as a model builds one of its own
+   * (hunyuan_v1_dense's DynamicNTKAlphaRoPE); `type` names it. */
+  static Rope with_freqs(int dims, bool traditional, mx::array freqs, const std::string& type);
+
   mx::array operator()(const mx::array& x, int offset) const;
 
   /** The rope variant's name ("default", "linear", "llama3", ...), for profiles and logs. */
