@@ -54,7 +54,9 @@ def test_seeds_differ(tiny_model):
                                      "qwen2_bf16", "qwen2_q4_g64",
                                      "phi3_bf16", "phi3_q4_g64", "phi3_partial_su_fp16",
                                      "gemma3_bf16", "gemma3_q4_g64", "gemma3_fp16_untied", "gemma3_multimodal",
-                                     "gemma4_bf16", "gemma4_q4_g64", "gemma4_fp16_keqv", "gemma4_multimodal"])
+                                     "gemma4_bf16", "gemma4_q4_g64", "gemma4_fp16_keqv", "gemma4_multimodal",
+                                     "gemma2_bf16", "gemma2_q4_g64", "gemma2_fp16_mha",
+                                     "gemma_bf16", "gemma_q4_g64", "gemma_fp16_mqa"])
 def test_seed_position_after_model_construction(fixture):
     """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first
     sampling key depends on the architecture (biases, untied heads, quantized layers; gemma3_text builds an

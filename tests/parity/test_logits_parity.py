@@ -34,7 +34,9 @@ def parse_generated(stdout):
                                   "phi3_linear_partial",
                                   "llama_rope_dynamic", "mistral_bf16", "gemma3_bf16", "gemma3_q4_g64",
                                   "gemma3_fp16_untied", "gemma3_multimodal",
-                                  "gemma4_bf16", "gemma4_q4_g64", "gemma4_fp16_keqv", "gemma4_multimodal"])
+                                  "gemma4_bf16", "gemma4_q4_g64", "gemma4_fp16_keqv", "gemma4_multimodal",
+                                  "gemma2_bf16", "gemma2_q4_g64", "gemma2_fp16_mha",
+                                  "gemma_bf16", "gemma_q4_g64", "gemma_fp16_mqa"])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name
     model, config = oracle.load(path)

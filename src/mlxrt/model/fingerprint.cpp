@@ -24,6 +24,8 @@ const char* const kArchitectureKeys[] = {
     "global_head_dim", "num_global_key_value_heads", "num_kv_shared_layers", "hidden_size_per_layer_input",
     "vocab_size_per_layer_input", "attention_k_eq_v", "use_double_wide_mlp", "final_logit_softcapping",
     "enable_moe_block",
+    // Gemma 2: the attention logit cap.
+    "attn_logit_softcapping",
 };
 
 json normalise(const json& v) {

@@ -32,6 +32,8 @@ const Names<Capability> kCapabilities[] = {
     {Capability::gemma3_text_graph, "gemma3_text-graph"},
     {Capability::phi3_graph, "phi3-graph"},
     {Capability::gemma4_text_graph, "gemma4_text-graph"},
+    {Capability::gemma2_graph, "gemma2-graph"},
+    {Capability::gemma_graph, "gemma-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -40,7 +42,8 @@ const Names<Claim> kClaims[] = {{Claim::bit_exact, "bit-exact"}, {Claim::measure
 const Names<Loader> kLoaders[] = {{Loader::safetensors, "safetensors"}};
 const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}, {Graph::qwen2, "qwen2"},
                                 {Graph::gemma3_text, "gemma3_text"}, {Graph::phi3, "phi3"},
-                                {Graph::gemma4_text, "gemma4_text"}};
+                                {Graph::gemma4_text, "gemma4_text"},
+                                {Graph::gemma2, "gemma2"}, {Graph::gemma, "gemma"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -117,7 +120,8 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::qwen3_graph, Capability::llama_graph,
                                                Capability::qwen2_graph, Capability::gemma3_text_graph,
                                                Capability::phi3_graph,
-                                               Capability::gemma4_text_graph};
+                                               Capability::gemma4_text_graph,
+                                               Capability::gemma2_graph, Capability::gemma_graph};
   return caps;
 }
 

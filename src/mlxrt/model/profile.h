@@ -15,13 +15,15 @@ namespace mlxrt::model {
 
 enum class Capability {
   safetensors, autoregressive, qwen3_graph, llama_graph, qwen2_graph, gemma3_text_graph, phi3_graph,
-  gemma4_text_graph
+  gemma4_text_graph,
+  gemma2_graph,
+  gemma_graph
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
 enum class Claim { bit_exact, measured };
 enum class Loader { safetensors };
-enum class Graph { qwen3, llama, qwen2, gemma3_text, phi3, gemma4_text };
+enum class Graph { qwen3, llama, qwen2, gemma3_text, phi3, gemma4_text, gemma2, gemma };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };
 

@@ -22,6 +22,8 @@ const std::vector<GraphEntry>& graph_registry() {
       // through gemma4_text.py.
       {Graph::gemma4_text, "gemma4_text", Capability::gemma4_text_graph, {"gemma4_text", "gemma4", "gemma4_unified"},
        {}, gemma4_text::build},
+      {Graph::gemma2, "gemma2", Capability::gemma2_graph, {"gemma2"}, {}, gemma2::build},
+      {Graph::gemma, "gemma", Capability::gemma_graph, {"gemma"}, {}, gemma::build},
   };
   return registry;
 }

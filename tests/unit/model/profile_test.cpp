@@ -123,7 +123,7 @@ TEST(Profile, FamilyThenGenericThenRefusal) {
   } catch (const UnsupportedError& e) {
     std::string msg = e.what();
     EXPECT_NE(msg.find("unsupported model_type \"llava\" (mlx-lm remaps it to \"mistral3\")"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("supported: gemma3, gemma3_text, gemma4, gemma4_text, gemma4_unified, llama, "), std::string::npos) << msg;
+    EXPECT_NE(msg.find("supported: gemma, gemma2, gemma3, gemma3_text, gemma4, gemma4_text, gemma4_unified, llama, "), std::string::npos) << msg;
     EXPECT_NE(msg.find(", qwen3; generic: iquestcoder, mistral, xverse"), std::string::npos) << msg;
   }
 }
