@@ -119,6 +119,11 @@ GEMMA4 = {**{k: v for k, v in BASE.items() if k != "rope_theta"}, "model_type": 
           "sliding_window_pattern": 3, "num_kv_shared_layers": 2, "hidden_size_per_layer_input": 64,
           "vocab_size_per_layer_input": 512}
 
+# Gemma 2 / Gemma: head_dim 32 with query_pre_attn_scalar 48 (Gemma 2's scale is not head_dim's)
+GEMMA2 = {**BASE, "model_type": "gemma2", "head_dim": 32, "query_pre_attn_scalar": 48,
+          "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0}
+GEMMA = {**BASE, "model_type": "gemma", "head_dim": 32}
+
 
 def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
@@ -377,6 +382,17 @@ FIXTURES = {
     "cohere2_fp16": fx({**COHERE2, "layer_norm_bias": True, "attention_bias": True, "sliding_window_pattern": 2},
                        dtype="float16", seed=120),
     "cohere2_q4_g64": fx(COHERE2, quant={"bits": 4, "group_size": 64}, seed=121),
+    # gemma2: attention logits capped at 50 (tanh), final logits at 30, queries scaled by
+    # query_pre_attn_scalar ** -0.5, grouped queries (2 per KV head); the head is always tied
+    "gemma2_bf16": fx(GEMMA2, seed=80),
+    "gemma2_q4_g64": fx(GEMMA2, quant={"bits": 4, "group_size": 64}, seed=81),
+    # no grouping (4 KV heads), a tighter attention cap, traditional RoPE
+    "gemma2_fp16_mha": fx({**GEMMA2, "num_key_value_heads": 4, "attn_logit_softcapping": 20.0,
+                           "final_logit_softcapping": 15.0, "rope_traditional": True}, dtype="float16", seed=82),
+    # gemma: exact-gelu MLP, (1 + weight) norms, head_dim ** -0.5 scale, tied head
+    "gemma_bf16": fx(GEMMA, seed=85),
+    "gemma_q4_g64": fx(GEMMA, quant={"bits": 4, "group_size": 64}, seed=86),
+    "gemma_fp16_mqa": fx({**GEMMA, "num_key_value_heads": 1, "head_dim": 64}, dtype="float16", seed=87),
 }
 
 

@@ -411,3 +411,40 @@ def test_bad_gemma4_config(case, tmp_path):
     for text in expected:
         assert text in proc.stderr, f"{case}: {text!r} not in {proc.stderr!r}"
     assert not (tmp_path / "out.safetensors").exists()
+
+
+GEMMA2_CASES = {
+    "missing head_dim": ("gemma2_bf16", lambda c: c.pop("head_dim"), ["config.json", "missing required key 'head_dim'"]),
+    "missing rms_norm_eps": ("gemma_bf16", lambda c: c.pop("rms_norm_eps"),
+                             ["config.json", "missing required key 'rms_norm_eps'"]),
+    "heads not a multiple of the KV heads": ("gemma2_bf16", lambda c: c.update(num_key_value_heads=3),
+                                             ["config.json", "'num_attention_heads' (4)", "'num_key_value_heads' (3)"]),
+    "null attention softcap": ("gemma2_bf16", lambda c: c.update(attn_logit_softcapping=None),
+                               ["config.json", "'attn_logit_softcapping' must be a number"]),
+    "wrong field type": ("gemma_bf16", lambda c: c.update(rope_theta="fast"), ["config.json", "rope_theta"]),
+}
+
+
+@pytest.mark.parametrize("case", list(GEMMA2_CASES))
+def test_bad_gemma2_and_gemma_config(case, tmp_path):
+    """gemma2.py's and gemma.py's fields without defaults are required; configs on which gemma2's
+    grouped attention or its softcap fails in mlx-lm's graph are refused, naming the field."""
+    fixture, edit, expected = GEMMA2_CASES[case]
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
+                    "--only", fixture], check=True)
+    d = copy_model(FIXTURES / fixture, tmp_path / "m")
+    edit_config(d, edit)
+    proc = logits(d)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: "), proc.stderr
+    for text in expected:
+        assert text in proc.stderr, f"{case}: {text!r} not in {proc.stderr!r}"
+    assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_gemma2_refuses_a_quantized_kv_cache(tmp_path):
+    """mlx-lm's gemma2.py multiplies the quantized cache's tuples as arrays and fails; mlxrt says why."""
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
+                    "--only", "gemma2_bf16"], check=True)
+    proc = logits(FIXTURES / "gemma2_bf16", "--kv-bits", "8", "--kv-group-size", "32", "--quantized-kv-start", "0",
+                  "--chunk-size", "1")
+    assert proc.returncode == 1 and "--kv-bits" in proc.stderr and "gemma2" in proc.stderr, proc.stderr

@@ -82,7 +82,8 @@ def test_seeds_differ(tiny_model):
                                      "phi_bf16", "phi_q4_g64",
                                      "helium_bf16", "helium_q4_g64",
                                      "cohere2_bf16", "cohere2_fp16", "cohere2_q4_g64",
-                                     ])
+                                     "gemma2_bf16", "gemma2_q4_g64", "gemma2_fp16_mha",
+                                     "gemma_bf16", "gemma_q4_g64", "gemma_fp16_mqa"])
 def test_seed_position_after_model_construction(fixture):
     """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first
     sampling key depends on the architecture (biases, untied heads, quantized layers; gemma3_text builds an

@@ -79,6 +79,13 @@ CASES = [
     ("cohere2_bf16", {}),
     ("cohere2_fp16", {}),
     ("cohere2_q4_g64", {}),
+    # gemma2.py and gemma.py have no make_cache: max_kv_size rotates every layer; gemma2's written-out
+    # attention takes the cache's mask as an array
+    ("gemma2_bf16", {"max_kv_size": 16}),
+    ("gemma2_q4_g64", {}),
+    ("gemma2_fp16_mha", {"max_kv_size": 12}),
+    ("gemma_bf16", {"max_kv_size": 16}),
+    ("gemma_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
 ]
 CHUNKS = [1, 3, 7, 40]
 # the hybrid families' conv keeps 3 inputs: chunks of 3 and 5 split its window differently
@@ -184,6 +191,8 @@ GREEDY_CASES = [
     ("exaone4_bf16", {}),
     ("cohere2_bf16", {}),
     ("cohere2_fp16", {}),
+    ("gemma2_bf16", {"max_kv_size": 16}),
+    ("gemma_fp16_mqa", {"max_kv_size": 16}),
 ]
 
 

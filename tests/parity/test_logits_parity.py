@@ -80,7 +80,8 @@ def parse_generated(stdout):
                                   "phi_bf16", "phi_q4_g64",
                                   "helium_bf16", "helium_q4_g64",
                                   "cohere2_bf16", "cohere2_fp16", "cohere2_q4_g64",
-                                  ])
+                                  "gemma2_bf16", "gemma2_q4_g64", "gemma2_fp16_mha",
+                                  "gemma_bf16", "gemma_q4_g64", "gemma_fp16_mqa"])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name
     model, config = oracle.load(path)

@@ -50,6 +50,8 @@ const char* const kArchitectureKeys[] = {
     "use_qkv_bias", "layer_norm_eps", "use_parallel_residual", "qk_layernorm",
     // cohere2
     "logit_scale", "layer_norm_bias",
+    // Gemma 2: the attention logit cap.
+    "attn_logit_softcapping",
 };
 
 json normalise(const json& v) {

@@ -60,6 +60,8 @@ const Names<Capability> kCapabilities[] = {
     {Capability::phi_graph, "phi-graph"},
     {Capability::helium_graph, "helium-graph"},
     {Capability::cohere2_graph, "cohere2-graph"},
+    {Capability::gemma2_graph, "gemma2-graph"},
+    {Capability::gemma_graph, "gemma-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -93,7 +95,8 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::stablelm, "stablelm"},
                                 {Graph::phi, "phi"},
                                 {Graph::helium, "helium"},
-                                {Graph::cohere2, "cohere2"}};
+                                {Graph::cohere2, "cohere2",
+                                {Graph::gemma2, "gemma2"}, {Graph::gemma, "gemma"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -204,7 +207,8 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::stablelm_graph,
                                                Capability::phi_graph,
                                                Capability::helium_graph,
-                                               Capability::cohere2_graph};
+                                               Capability::cohere2_graph,
+                                               Capability::gemma2_graph, Capability::gemma_graph};
   return caps;
 }
 

@@ -50,6 +50,8 @@ enum class Capability {
   phi_graph,
   helium_graph,
   cohere2_graph,
+  gemma2_graph,
+  gemma_graph,
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -87,6 +89,8 @@ enum class Graph {
   phi,
   helium,
   cohere2,
+  gemma2,
+  gemma,
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

@@ -51,6 +51,8 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::phi, "phi", Capability::phi_graph, {"phi"}, {}, phi::build},
       {Graph::helium, "helium", Capability::helium_graph, {"helium"}, {}, helium::build},
       {Graph::cohere2, "cohere2", Capability::cohere2_graph, {"cohere2"}, {}, cohere2::build},
+      {Graph::gemma2, "gemma2", Capability::gemma2_graph, {"gemma2"}, {}, gemma2::build},
+      {Graph::gemma, "gemma", Capability::gemma_graph, {"gemma"}, {}, gemma::build},
   };
   return registry;
 }

@@ -140,4 +140,13 @@ namespace gemma4_text {
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
 
+namespace gemma2 {
+/** gemma2: attention logit softcapping, a final logit softcap, four (1 + weight) norms per block. */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+namespace gemma {
+/** gemma: Gemma 1 (exact-gelu MLP, (1 + weight) norms, tied head). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+
 }  // namespace mlxrt::model

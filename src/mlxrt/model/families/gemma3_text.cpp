@@ -12,9 +12,11 @@
 
 #include "mlxrt/cache/kv_cache.h"
 #include "mlxrt/cache/rotating_kv_cache.h"
+#include "mlxrt/model/families/gemma_common.h"
 #include "mlxrt/model/nn/activations.h"
 #include "mlxrt/model/nn/attention.h"
 #include "mlxrt/model/nn/linear.h"
+#include "mlxrt/model/nn/norm.h"
 #include "mlxrt/model/nn/rope.h"
 
 namespace mlxrt::model::gemma3_text {
@@ -70,20 +72,7 @@ struct ModelArgs {
   bool is_global(int layer) const { return layer % sliding_window_pattern == sliding_window_pattern - 1; }
 };
 
-// Gemma's RMSNorm scales by (1 + weight); the checkpoint stores the offset from one.
-class RMSNorm {
- public:
-  static RMSNorm load(WeightBinder& w, const std::string& path, int dims, float eps) {
-    auto weight = w.take(path + ".weight", {dims});
-    return RMSNorm(mx::add(mx::array(1.0f, weight.dtype()), weight), eps);
-  }
-  mx::array operator()(const mx::array& x) const { return mx::fast::rms_norm(x, scale_, eps_); }
-
- private:
-  RMSNorm(mx::array scale, float eps) : scale_(std::move(scale)), eps_(eps) {}
-  mx::array scale_;  // 1.0 + weight, the same op mlx-lm runs on every call
-  float eps_;
-};
+using RMSNorm = nn::GemmaRMSNorm;
 
 struct Attention {
   int n_heads, n_kv_heads, head_dim;
@@ -127,17 +116,6 @@ struct Attention {
   }
 };
 
-struct MLP {
-  nn::Linear gate_proj, down_proj, up_proj;
-  MLP(int dim, int hidden_dim, WeightBinder& w, const std::string& p)
-      : gate_proj(nn::Linear::load(w, p + ".gate_proj", dim, hidden_dim, false)),
-        down_proj(nn::Linear::load(w, p + ".down_proj", hidden_dim, dim, false)),
-        up_proj(nn::Linear::load(w, p + ".up_proj", dim, hidden_dim, false)) {}
-  mx::array operator()(const mx::array& x) const {
-    return down_proj(mx::multiply(nn::gelu_approx(gate_proj(x)), up_proj(x)));
-  }
-};
-
 // clip_residual, compiled shapeless as mlx-lm does: float16 sums are taken in float32 and clipped
 // to float16's range; other dtypes add plainly. The branch is taken at trace time, per dtype.
 mx::array clip_residual(const mx::array& x, const mx::array& y) {
@@ -155,12 +133,12 @@ mx::array clip_residual(const mx::array& x, const mx::array& y) {
 
 struct TransformerBlock {
   Attention self_attn;
-  MLP mlp;
+  gemma_common::GatedMLP mlp;
   RMSNorm input_layernorm, post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm;
 
   TransformerBlock(const ModelArgs& args, int layer_idx, WeightBinder& w, const std::string& p)
       : self_attn(args, layer_idx, w, p + ".self_attn"),
-        mlp(args.hidden_size, args.intermediate_size, w, p + ".mlp"),
+        mlp(args.hidden_size, args.intermediate_size, nn::gelu_approx, w, p + ".mlp"),
         input_layernorm(RMSNorm::load(w, p + ".input_layernorm", args.hidden_size, args.rms_norm_eps)),
         post_attention_layernorm(
             RMSNorm::load(w, p + ".post_attention_layernorm", args.hidden_size, args.rms_norm_eps)),

@@ -29,15 +29,14 @@ cache::CachedKV rope_and_update_cache(const Rope& rope, mx::array& queries, cons
   return cache->update_and_fetch(rope(keys, cache->offset()), values);
 }
 
-namespace {
-
-// mx.finfo(dtype).min as a scalar of that dtype (the float value is exact in each type).
 mx::array dtype_lowest(mx::Dtype dtype) {
   float v = std::numeric_limits<float>::lowest();
   if (dtype == mx::float16) v = static_cast<float>(mx::numeric_limits<mx::float16_t>::lowest());
   if (dtype == mx::bfloat16) v = static_cast<float>(mx::numeric_limits<mx::bfloat16_t>::lowest());
   return mx::array(v, dtype);
 }
+
+namespace {
 
 mx::array fused_attention(const mx::array& q, const cache::PlainKV& kv, float scale, const AttentionMask& mask,
                           const std::optional<mx::array>& sinks = std::nullopt) {

@@ -23,6 +23,9 @@ AttentionMask create_attention_mask(int n, const cache::Cache* cache,
 cache::CachedKV rope_and_update_cache(const Rope& rope, mx::array& queries, const mx::array& keys,
                                       const mx::array& values, cache::Cache* cache);
 
+/** mx.finfo(dtype).min as a scalar of that dtype (what a boolean mask fills masked scores with). */
+mx::array dtype_lowest(mx::Dtype dtype);
+
 /** mlx-lm's scaled_dot_product_attention: the fused kernel over plain keys/values, or
  * quantized_scaled_dot_product_attention over a quantized cache's tensors. */
 mx::array scaled_dot_product_attention(const mx::array& queries, const cache::CachedKV& kv, float scale,

@@ -1,0 +1,194 @@
+// Port of mlx_lm/models/gemma2.py (mlx-lm 0.32.2): attention written out with its logit
+// softcapping (scores = tanh(scores / cap) * cap before the softmax), a final logit softcap, and
+// four (1 + weight) norms per block. mlx-lm's gemma2.py has no sliding-window layers: every layer
+// attends over the whole cache.
+#include "mlxrt/model/families/families.h"
+
+#include <cmath>
+
+#include <mlx/ops.h>
+
+#include "mlxrt/cache/cache.h"
+#include "mlxrt/cache/kv_cache.h"
+#include "mlxrt/model/families/gemma_common.h"
+#include "mlxrt/model/nn/activations.h"
+#include "mlxrt/model/nn/attention.h"
+#include "mlxrt/model/nn/linear.h"
+#include "mlxrt/model/nn/norm.h"
+#include "mlxrt/model/nn/rope.h"
+
+namespace mlxrt::model::gemma2 {
+
+namespace {
+
+using nlohmann::json;
+using RMSNorm = nn::GemmaRMSNorm;
+
+// A field with a float default that the model divides by: null (None in the dataclass) fails in
+// mlx-lm's graph, so it is refused here.
+double number_field(const JsonFields& f, const std::string& key, double fallback) {
+  if (f.raw().contains(key) && f.raw()[key].is_null())
+    throw ConfigError(f.source() + ": '" + key + "' must be a number, got null");
+  return f.value_or<double>(key, fallback);
+}
+
+struct ModelArgs {
+  std::string model_type;
+  int hidden_size, num_hidden_layers, intermediate_size, num_attention_heads, head_dim;
+  float rms_norm_eps;
+  int vocab_size, num_key_value_heads;
+  double rope_theta = 10000;
+  bool rope_traditional = false;
+  double attn_logit_softcapping = 50.0, final_logit_softcapping = 30.0, query_pre_attn_scalar = 144.0;
+
+  static ModelArgs from_fields(const JsonFields& f) {
+    ModelArgs a;
+    a.model_type = f.required<std::string>("model_type");
+    a.hidden_size = f.required<int>("hidden_size");
+    a.num_hidden_layers = f.required<int>("num_hidden_layers");
+    a.intermediate_size = f.required<int>("intermediate_size");
+    a.num_attention_heads = f.required<int>("num_attention_heads");
+    a.head_dim = f.required<int>("head_dim");
+    a.rms_norm_eps = f.required<float>("rms_norm_eps");
+    a.vocab_size = f.required<int>("vocab_size");
+    a.num_key_value_heads = f.required<int>("num_key_value_heads");
+    a.rope_theta = f.value_or<double>("rope_theta", a.rope_theta);
+    a.rope_traditional = f.value_or<bool>("rope_traditional", a.rope_traditional);
+    a.attn_logit_softcapping = number_field(f, "attn_logit_softcapping", a.attn_logit_softcapping);
+    a.final_logit_softcapping = number_field(f, "final_logit_softcapping", a.final_logit_softcapping);
+    a.query_pre_attn_scalar = number_field(f, "query_pre_attn_scalar", a.query_pre_attn_scalar);
+    // The grouped reshape of the queries needs whole groups.
+    if (a.num_key_value_heads < 1 || a.num_attention_heads % a.num_key_value_heads != 0)
+      throw ConfigError(f.source() + ": 'num_attention_heads' (" + std::to_string(a.num_attention_heads) +
+                        ") must be a multiple of 'num_key_value_heads' (" + std::to_string(a.num_key_value_heads) +
+                        ")");
+    return a;
+  }
+};
+
+// A Python float scalar in an MLX op takes the array's dtype.
+mx::array scalar_like(double v, const mx::array& x) { return mx::array(static_cast<float>(v), x.dtype()); }
+
+struct Attention {
+  int n_heads, n_kv_heads, repeats, head_dim;
+  double scale, softcap;
+  nn::Linear q_proj, k_proj, v_proj, o_proj;
+  nn::Rope rope;
+
+  Attention(const ModelArgs& args, WeightBinder& w, const std::string& p)
+      : n_heads(args.num_attention_heads),
+        n_kv_heads(args.num_key_value_heads),
+        repeats(n_heads / n_kv_heads),
+        head_dim(args.head_dim),
+        scale(1.0 / std::pow(args.query_pre_attn_scalar, 0.5)),
+        softcap(args.attn_logit_softcapping),
+        q_proj(nn::Linear::load(w, p + ".q_proj", args.hidden_size, n_heads * head_dim, false)),
+        k_proj(nn::Linear::load(w, p + ".k_proj", args.hidden_size, n_kv_heads * head_dim, false)),
+        v_proj(nn::Linear::load(w, p + ".v_proj", args.hidden_size, n_kv_heads * head_dim, false)),
+        o_proj(nn::Linear::load(w, p + ".o_proj", n_heads * head_dim, args.hidden_size, false)),
+        rope(nn::Rope::initialize(head_dim, args.rope_theta, args.rope_traditional, json(), std::nullopt,
+                                  w.config().source())) {}
+
+  mx::array operator()(const mx::array& x, const nn::AttentionMask& mask, cache::Cache* cache) const {
+    const int B = x.shape(0), L = x.shape(1);
+    auto queries = mx::transpose(mx::reshape(q_proj(x), {B, L, n_heads, -1}), {0, 2, 1, 3});  // [B, H, L, D]
+    auto keys = mx::transpose(mx::reshape(k_proj(x), {B, L, n_kv_heads, -1}), {0, 2, 1, 3});
+    auto values = mx::transpose(mx::reshape(v_proj(x), {B, L, n_kv_heads, -1}), {0, 2, 1, 3});
+    auto kv = nn::rope_and_update_cache(rope, queries, keys, values, cache);
+    const auto* plain = std::get_if<cache::PlainKV>(&kv);
+    // mlx-lm multiplies the quantized cache's tuples as arrays and fails; refuse it clearly.
+    if (!plain)
+      throw UnsupportedError("gemma2 attention (logit softcapping) cannot read a quantized KV cache "
+                             "(--kv-bits); mlx-lm's gemma2.py has no quantized path");
+    auto k = plain->keys, v = plain->values;
+    queries = mx::multiply(queries, scalar_like(scale, queries));
+    if (repeats > 1) {
+      queries = mx::reshape(queries, {B, n_kv_heads, repeats, L, head_dim});
+      k = mx::expand_dims(k, 2);
+      v = mx::expand_dims(v, 2);
+    }
+    auto scores = mx::matmul(queries, mx::swapaxes(k, -1, -2));
+    scores = mx::tanh(mx::divide(scores, scalar_like(softcap, scores)));
+    scores = mx::multiply(scores, scalar_like(softcap, scores));
+    if (mask.mask) {
+      const auto& m = *mask.mask;
+      scores = m.dtype() == mx::bool_ ? mx::where(m, scores, nn::dtype_lowest(scores.dtype())) : mx::add(scores, m);
+    }
+    scores = mx::softmax(scores, -1, /*precise=*/true);
+    auto output = mx::matmul(scores, v);
+    if (repeats > 1) output = mx::reshape(output, {B, n_heads, L, head_dim});
+    return o_proj(mx::reshape(mx::transpose(output, {0, 2, 1, 3}), {B, L, -1}));
+  }
+};
+
+struct TransformerBlock {
+  Attention self_attn;
+  gemma_common::GatedMLP mlp;
+  RMSNorm input_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm, post_attention_layernorm;
+
+  TransformerBlock(const ModelArgs& args, WeightBinder& w, const std::string& p)
+      : self_attn(args, w, p + ".self_attn"),
+        mlp(args.hidden_size, args.intermediate_size, nn::gelu_approx, w, p + ".mlp"),
+        input_layernorm(RMSNorm::load(w, p + ".input_layernorm", args.hidden_size, args.rms_norm_eps)),
+        pre_feedforward_layernorm(
+            RMSNorm::load(w, p + ".pre_feedforward_layernorm", args.hidden_size, args.rms_norm_eps)),
+        post_feedforward_layernorm(
+            RMSNorm::load(w, p + ".post_feedforward_layernorm", args.hidden_size, args.rms_norm_eps)),
+        post_attention_layernorm(
+            RMSNorm::load(w, p + ".post_attention_layernorm", args.hidden_size, args.rms_norm_eps)) {}
+
+  mx::array operator()(const mx::array& x, const nn::AttentionMask& mask, cache::Cache* cache) const {
+    auto h = mx::add(x, post_attention_layernorm(self_attn(input_layernorm(x), mask, cache)));
+    return mx::add(h, post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))));
+  }
+};
+
+class Model final : public CausalLM {
+ public:
+  Model(ModelArgs args, WeightBinder& w)
+      : args_(std::move(args)),
+        embed_tokens_(nn::Embedding::load(w, "model.embed_tokens", args_.vocab_size, args_.hidden_size)),
+        norm_(RMSNorm::load(w, "model.norm", args_.hidden_size, args_.rms_norm_eps)) {
+    for (int i = 0; i < args_.num_hidden_layers; ++i)
+      layers_.emplace_back(args_, w, "model.layers." + std::to_string(i));
+  }
+
+  mx::array operator()(const mx::array& inputs, CacheList* cache) override {
+    auto h = gemma_common::scale_embeddings(embed_tokens_(inputs), args_.hidden_size);  // [B, L, hidden]
+    auto layer_cache = [&](size_t i) { return cache ? (*cache)[i].get() : nullptr; };
+    // create_attention_mask(h, cache[0], return_array=True): where the cache would answer "causal"
+    // (all its keys visible to the first query), the same mask as an array.
+    const int L = h.shape(1);
+    auto mask = nn::create_attention_mask(L, layer_cache(0));
+    if (mask.kind == nn::AttentionMask::Kind::causal)
+      mask = nn::AttentionMask::of(cache::create_causal_mask(L, layer_cache(0) ? layer_cache(0)->offset() : 0));
+    for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i](h, mask, layer_cache(i));
+    auto out = embed_tokens_.as_linear(norm_(h));
+    out = mx::tanh(mx::divide(out, scalar_like(args_.final_logit_softcapping, out)));
+    return mx::multiply(out, scalar_like(args_.final_logit_softcapping, out));
+  }
+
+  CacheList make_cache() const override {
+    CacheList caches;
+    for (size_t i = 0; i < layers_.size(); ++i) caches.push_back(std::make_unique<cache::KVCache>());
+    return caches;
+  }
+  std::vector<KvShape> kv_shapes() const override {
+    return std::vector<KvShape>(layers_.size(), {args_.num_key_value_heads, args_.head_dim, args_.head_dim});
+  }
+  int vocab_size() const override { return args_.vocab_size; }
+
+ private:
+  ModelArgs args_;
+  nn::Embedding embed_tokens_;
+  std::vector<TransformerBlock> layers_;
+  RMSNorm norm_;
+};
+
+}  // namespace
+
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights) {
+  return std::make_unique<Model>(ModelArgs::from_fields(config.fields()), weights);
+}
+
+}  // namespace mlxrt::model::gemma2
