@@ -338,7 +338,10 @@ class Lexer {
           for (size_t k = 0; ok && k < n; ++k) ok = s_[i + k] == static_cast<char32_t>(op[k]);
           if (!ok) continue;
           std::u32string t(op, op + n);
-          if (t == U"(" || t == U"[" || t == U"{") ++depth;
+          if (t == U"(" || t == U"[" || t == U"{") {
+            if (depth >= 200) syntax("too many nested parentheses");  // the tokenizer's MAXLEVEL
+            ++depth;
+          }
           if (t == U")" || t == U"]" || t == U"}") {
             if (depth == 0) syntax("unmatched bracket");
             --depth;
@@ -553,6 +556,20 @@ class Parser {
  private:
   std::vector<Token> t_;
   size_t p_ = 0;
+  // How deeply the nodes being built nest (brackets, unary operators, operator chains, trailers):
+  // Python gives up on such input too, and a bound keeps our recursion off the stack's end.
+  size_t depth_ = 0;
+  static constexpr size_t kMaxDepth = 1000;
+
+  struct Deeper {
+    size_t& depth;
+    size_t saved;
+    explicit Deeper(size_t& d) : depth(d), saved(d) {}
+    void step() {
+      if (++depth > kMaxDepth) fail(ErrorKind::Other, "maximum recursion depth exceeded during compilation");
+    }
+    ~Deeper() { depth = saved; }
+  };
 
   const Token& peek(size_t k = 0) const { return t_[std::min(p_ + k, t_.size() - 1)]; }
   bool is_op(const char32_t* op, size_t k = 0) const { return peek(k).kind == Tok::Op && peek(k).text == op; }
@@ -609,8 +626,10 @@ class Parser {
   }
 
   Node arith() {
+    Deeper guard(depth_);
     Node n = term();
     while (is_op(U"+") || is_op(U"-")) {
+      guard.step();
       std::u32string op = peek().text;
       ++p_;
       n = binary(std::move(n), op, term());
@@ -619,8 +638,10 @@ class Parser {
   }
 
   Node term() {
+    Deeper guard(depth_);
     Node n = factor();
     while (is_op(U"*") || is_op(U"/") || is_op(U"//") || is_op(U"%") || is_op(U"@")) {
+      guard.step();
       std::u32string op = peek().text;
       ++p_;
       n = binary(std::move(n), op, factor());
@@ -629,6 +650,8 @@ class Parser {
   }
 
   Node factor() {
+    Deeper guard(depth_);
+    guard.step();
     if (is_op(U"-") || is_op(U"+") || is_op(U"~")) {
       Node u;
       u.kind = Node::Unary;
@@ -646,8 +669,10 @@ class Parser {
   }
 
   Node primary() {
+    Deeper guard(depth_);
     Node n = atom();
     for (;;) {
+      guard.step();
       if (is_op(U".")) {
         ++p_;
         if (peek().kind != Tok::Name || is_keyword(peek().text)) syntax("invalid syntax");
