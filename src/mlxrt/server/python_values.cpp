@@ -538,8 +538,15 @@ struct Node {
   Json value;
   std::u32string id;  // Name id, Attribute attr, operator
   std::vector<Node> kids;  // elements; Dict: key, value pairs (a null key Other for **); Call: func first
-  std::vector<std::pair<std::optional<std::u32string>, Node>> keywords;
+  struct Keyword;
+  std::vector<Keyword> keywords;
   size_t positional = 0;  // Call: positional and * arguments
+};
+
+/** A call's keyword argument: its name (nullopt for **). */
+struct Node::Keyword {
+  std::optional<std::u32string> name;
+  Node value;
 };
 
 class Parser {
@@ -707,17 +714,17 @@ class Parser {
     while (!is_op(U")")) {
       if (is_op(U"**")) {
         ++p_;
-        c.keywords.emplace_back(std::nullopt, expr());
+        c.keywords.push_back(Node::Keyword{std::nullopt, expr()});
       } else if (is_op(U"*")) {
         ++p_;
-        if (!c.keywords.empty() && !c.keywords.back().first) syntax("iterable argument unpacking follows keyword argument unpacking");
+        if (!c.keywords.empty() && !c.keywords.back().name) syntax("iterable argument unpacking follows keyword argument unpacking");
         expr();
         ++c.positional;
       } else if (peek().kind == Tok::Name && is_op(U"=", 1)) {
         if (is_keyword(peek().text)) syntax("invalid syntax");
         std::u32string name = peek().text;
         p_ += 2;
-        c.keywords.emplace_back(name, expr());
+        c.keywords.push_back(Node::Keyword{name, expr()});
       } else {
         if (!c.keywords.empty()) syntax("positional argument follows keyword argument");
         c.kids.push_back(expr());
