@@ -16,6 +16,14 @@ at zero, so elsewhere the scripted tokens score exactly 0 and the random tokens 
 
 Usage: make_server_fixture.py --out DIR [--tokenizer-dir DIR] [--hidden 64 --layers 2]
 Writes DIR/server_qwen3 (kept when its recipe is unchanged). Nothing here is committed.
+
+The tool-call tests make one model per tool-call format: --name NAME --script TEXT writes TEXT (not
+necessarily one tool call) instead, --template-comment TEXT puts a Jinja comment holding TEXT in
+front of the chat template (what selects the format, as in the real models' templates), and
+--tokenizer-config JSON adds keys to tokenizer_config.json (e.g. tool_parser_type). A script whose
+plain tokenization repeats a token is written with some pieces merged into longer tokens, added to
+the fixture's BPE vocabulary (unreachable by merges, so prompts tokenize as before), until every
+token of the script is distinct.
 """
 import argparse
 import json
@@ -48,12 +56,86 @@ def pick_script(tok):
     sys.exit("no tool-call text with distinct tokens: extend TOOL_CALL_CANDIDATES")
 
 
-def build(out: Path, tokenizer_dir: Path, hidden: int, layers: int, seed: int):
+def unique_pieces(tok, text):
+    """Splits `text` into token strings that are all different and none of them the trigger, "\\n"
+    or the end token: its tokenization, with each repeated (or reserved) piece merged into the piece
+    after it (before it, at the end) until none repeats. Returns the pieces, in the byte-level
+    alphabet of the vocabulary."""
+    reserved = {TRIGGER, "\n", EOS}
+    pieces = [tok.convert_tokens_to_string([t]) for t in tok.convert_ids_to_tokens(
+        tok.encode(text, add_special_tokens=False))]
+    while True:
+        seen, bad = set(), None
+        for i, p in enumerate(pieces):
+            if p in seen or p in reserved:
+                bad = i
+                break
+            seen.add(p)
+        if bad is None:
+            break
+        if len(pieces) == 1:
+            sys.exit(f"the script {text!r} cannot be written with distinct tokens")
+        j = bad if bad + 1 < len(pieces) else bad - 1
+        pieces[j:j + 2] = [pieces[j] + pieces[j + 1]]
+    assert "".join(pieces) == text
+    return pieces
+
+
+def scripted_tokenizer(tokenizer_dir: Path, out: Path, text: str):
+    """Writes tokenizer.json with the pieces of `text` that are not tokens yet in the BPE vocabulary,
+    each in place of a rare token that no merge builds on (its own merge removed, so no merge makes
+    the new piece and prompts without that rare token tokenize as before; decoding reads it);
+    returns the token ids of `text`."""
+    from mlx_lm.tokenizer_utils import _byte_decoder
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    text, chain = pick_script(tok)
-    vocab = max(151936, len(tok))
+    to_char = {b: c for c, b in _byte_decoder().items()}
+    data = json.loads((tokenizer_dir / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    merges = [m.split(" ", 1) if isinstance(m, str) else list(m) for m in data["model"]["merges"]]
+    parts = {p for m in merges for p in m}
+    by_id = {i: t for t, i in vocab.items()}
+    victims = (i for i in sorted(by_id, reverse=True) if by_id[i] not in parts)
+    added = {t["content"]: t["id"] for t in data["added_tokens"]}
+    ids, replaced = [], set()
+    for piece in unique_pieces(tok, text):
+        if piece in added:
+            ids.append(added[piece])
+            continue
+        key = "".join(to_char[b] for b in piece.encode("utf-8"))
+        if key not in vocab:
+            victim = next(victims)
+            replaced.add(by_id[victim])
+            del vocab[by_id[victim]]
+            vocab[key] = victim
+        ids.append(vocab[key])
+    data["model"]["merges"] = [m for m in merges if "".join(m) not in replaced]
+    (out / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False))
+    check = AutoTokenizer.from_pretrained(out)
+    assert check.decode(ids) == text, (check.decode(ids), text)
+    return ids
+
+
+def build(out: Path, tokenizer_dir: Path, hidden: int, layers: int, seed: int, script=None,
+          template_comment=None, tokenizer_config=None):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    if script is None:
+        text, chain = pick_script(tok)
+    else:
+        text = script
+        chain = tok.encode(TRIGGER, add_special_tokens=False) + scripted_tokenizer(tokenizer_dir, tmp, script) + [
+            tok.convert_tokens_to_ids(EOS)]
+    vocab = max(151936, len(tok), max(chain) + 1)
+    k = len(chain)
+    assert len(set(chain)) == k
+    if script is not None:  # room for the script's reserved dimensions
+        hidden = max(hidden, 32 * ((2 * k + 2 + 31) // 32))
     config = {
         "model_type": "qwen3", "hidden_size": hidden, "num_hidden_layers": layers,
         "intermediate_size": 2 * hidden, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -61,8 +143,7 @@ def build(out: Path, tokenizer_dir: Path, hidden: int, layers: int, seed: int):
         "max_position_embeddings": 40960, "rope_theta": 1000000.0, "tie_word_embeddings": False,
         "eos_token_id": tok.convert_tokens_to_ids(EOS), "bos_token_id": None,
     }
-    k = len(chain)
-    assert k < hidden // 2, "the script needs fewer reserved dimensions than half the hidden size"
+    assert k < hidden // 2, "the script needs fewer reserved dimensions than half the hidden size: raise --hidden"
     mx.random.seed(seed)
     model_class, args_class = lm_utils._get_classes(config=config)
     model = model_class(args_class.from_dict(config))
@@ -91,36 +172,36 @@ def build(out: Path, tokenizer_dir: Path, hidden: int, layers: int, seed: int):
     mx.eval(model.parameters())
 
     # Several test processes may build it at once: each in its own directory, first rename wins.
-    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     lm_utils.save_model(tmp, model)
     lm_utils.save_config(config, config_path=tmp / "config.json")
     for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(tokenizer_dir / f, tmp / f)
+        if not (tmp / f).exists():
+            shutil.copy(tokenizer_dir / f, tmp / f)
+    if template_comment is not None or tokenizer_config:
+        tc = json.loads((tmp / "tokenizer_config.json").read_text())
+        if template_comment is not None:
+            tc["chat_template"] = "{#- " + template_comment + " -#}\n" + tc["chat_template"]
+        tc.update(tokenizer_config or {})
+        (tmp / "tokenizer_config.json").write_text(json.dumps(tc, indent=2, ensure_ascii=False))
     (tmp / "script.json").write_text(json.dumps({"trigger": TRIGGER, "tool_call": text, "chain": chain}))
     return tmp
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--tokenizer-dir", default=None)
-    ap.add_argument("--hidden", type=int, default=64)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--name", default="server_qwen3")
-    ap.add_argument("--seed", type=int, default=40)
-    args = ap.parse_args()
+def ensure(out_root, name="server_qwen3", tokenizer_dir=None, hidden=64, layers=2, seed=40, script=None,
+           template_comment=None, tokenizer_config=None):
+    """The fixture directory out_root/name, built unless it is there with the same recipe."""
     shared = Path(__file__).resolve().parents[1].parent / "shared"
-    tokenizer_dir = Path(args.tokenizer_dir) if args.tokenizer_dir else shared / "data" / "tokenizers" / "qwen3"
-    out = Path(args.out) / args.name
-    recipe = json.dumps({"hidden": args.hidden, "layers": args.layers, "seed": args.seed,
-                         "tokenizer": str(tokenizer_dir), "version": 2}, sort_keys=True)
+    tokenizer_dir = Path(tokenizer_dir) if tokenizer_dir else shared / "data" / "tokenizers" / "qwen3"
+    out = Path(out_root) / name
+    recipe = {"hidden": hidden, "layers": layers, "seed": seed, "tokenizer": str(tokenizer_dir), "version": 2}
+    if script is not None or template_comment is not None or tokenizer_config:
+        recipe.update(script=script, template_comment=template_comment, tokenizer_config=tokenizer_config)
+    recipe = json.dumps(recipe, sort_keys=True)
     stamp = out / "fixture.json"
     if stamp.exists() and stamp.read_text() == recipe:
-        print(out)
-        return
+        return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = build(out, tokenizer_dir, args.hidden, args.layers, args.seed)
+    tmp = build(out, tokenizer_dir, hidden, layers, seed, script, template_comment, tokenizer_config)
     (tmp / "fixture.json").write_text(recipe)
     if stamp.exists() and stamp.read_text() == recipe:  # another process finished first
         shutil.rmtree(tmp, ignore_errors=True)
@@ -132,7 +213,24 @@ def main():
             shutil.rmtree(tmp, ignore_errors=True)
             if not (stamp.exists() and stamp.read_text() == recipe):
                 raise
-    print(out)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tokenizer-dir", default=None)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--name", default="server_qwen3")
+    ap.add_argument("--seed", type=int, default=40)
+    ap.add_argument("--script", default=None)
+    ap.add_argument("--template-comment", default=None)
+    ap.add_argument("--tokenizer-config", default=None, help="JSON object of keys for tokenizer_config.json")
+    args = ap.parse_args()
+    extra = json.loads(args.tokenizer_config) if args.tokenizer_config else None
+    print(ensure(args.out, args.name, args.tokenizer_dir, args.hidden, args.layers, args.seed, args.script,
+                 args.template_comment, extra))
 
 
 if __name__ == "__main__":

@@ -338,7 +338,10 @@ class Lexer {
           for (size_t k = 0; ok && k < n; ++k) ok = s_[i + k] == static_cast<char32_t>(op[k]);
           if (!ok) continue;
           std::u32string t(op, op + n);
-          if (t == U"(" || t == U"[" || t == U"{") ++depth;
+          if (t == U"(" || t == U"[" || t == U"{") {
+            if (depth >= 200) syntax("too many nested parentheses");  // the tokenizer's MAXLEVEL
+            ++depth;
+          }
           if (t == U")" || t == U"]" || t == U"}") {
             if (depth == 0) syntax("unmatched bracket");
             --depth;
@@ -535,8 +538,15 @@ struct Node {
   Json value;
   std::u32string id;  // Name id, Attribute attr, operator
   std::vector<Node> kids;  // elements; Dict: key, value pairs (a null key Other for **); Call: func first
-  std::vector<std::pair<std::optional<std::u32string>, Node>> keywords;
+  struct Keyword;
+  std::vector<Keyword> keywords;
   size_t positional = 0;  // Call: positional and * arguments
+};
+
+/** A call's keyword argument: its name (nullopt for **). */
+struct Node::Keyword {
+  std::optional<std::u32string> name;
+  Node value;
 };
 
 class Parser {
@@ -553,6 +563,20 @@ class Parser {
  private:
   std::vector<Token> t_;
   size_t p_ = 0;
+  // How deeply the nodes being built nest (brackets, unary operators, operator chains, trailers):
+  // Python gives up on such input too, and a bound keeps our recursion off the stack's end.
+  size_t depth_ = 0;
+  static constexpr size_t kMaxDepth = 1000;
+
+  struct Deeper {
+    size_t& depth;
+    size_t saved;
+    explicit Deeper(size_t& d) : depth(d), saved(d) {}
+    void step() {
+      if (++depth > kMaxDepth) fail(ErrorKind::Other, "maximum recursion depth exceeded during compilation");
+    }
+    ~Deeper() { depth = saved; }
+  };
 
   const Token& peek(size_t k = 0) const { return t_[std::min(p_ + k, t_.size() - 1)]; }
   bool is_op(const char32_t* op, size_t k = 0) const { return peek(k).kind == Tok::Op && peek(k).text == op; }
@@ -609,8 +633,10 @@ class Parser {
   }
 
   Node arith() {
+    Deeper guard(depth_);
     Node n = term();
     while (is_op(U"+") || is_op(U"-")) {
+      guard.step();
       std::u32string op = peek().text;
       ++p_;
       n = binary(std::move(n), op, term());
@@ -619,8 +645,10 @@ class Parser {
   }
 
   Node term() {
+    Deeper guard(depth_);
     Node n = factor();
     while (is_op(U"*") || is_op(U"/") || is_op(U"//") || is_op(U"%") || is_op(U"@")) {
+      guard.step();
       std::u32string op = peek().text;
       ++p_;
       n = binary(std::move(n), op, factor());
@@ -629,6 +657,8 @@ class Parser {
   }
 
   Node factor() {
+    Deeper guard(depth_);
+    guard.step();
     if (is_op(U"-") || is_op(U"+") || is_op(U"~")) {
       Node u;
       u.kind = Node::Unary;
@@ -646,8 +676,10 @@ class Parser {
   }
 
   Node primary() {
+    Deeper guard(depth_);
     Node n = atom();
     for (;;) {
+      guard.step();
       if (is_op(U".")) {
         ++p_;
         if (peek().kind != Tok::Name || is_keyword(peek().text)) syntax("invalid syntax");
@@ -682,17 +714,17 @@ class Parser {
     while (!is_op(U")")) {
       if (is_op(U"**")) {
         ++p_;
-        c.keywords.emplace_back(std::nullopt, expr());
+        c.keywords.push_back(Node::Keyword{std::nullopt, expr()});
       } else if (is_op(U"*")) {
         ++p_;
-        if (!c.keywords.empty() && !c.keywords.back().first) syntax("iterable argument unpacking follows keyword argument unpacking");
+        if (!c.keywords.empty() && !c.keywords.back().name) syntax("iterable argument unpacking follows keyword argument unpacking");
         expr();
         ++c.positional;
       } else if (peek().kind == Tok::Name && is_op(U"=", 1)) {
         if (is_keyword(peek().text)) syntax("invalid syntax");
         std::u32string name = peek().text;
         p_ += 2;
-        c.keywords.emplace_back(name, expr());
+        c.keywords.push_back(Node::Keyword{name, expr()});
       } else {
         if (!c.keywords.empty()) syntax("positional argument follows keyword argument");
         c.kids.push_back(expr());

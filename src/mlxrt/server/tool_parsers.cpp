@@ -369,17 +369,19 @@ Json parse_mistral(const U& text, const Json&) {
 
 const U kGemmaQuote = U"<|\"|>";
 
-/** The balanced {...} group starting at i (strings in <|"|> are opaque); its end, or npos. */
-size_t gemma4_group(const U& s, size_t i, int depth = 0) {
-  if (i >= s.size() || s[i] != '{' || depth > 500) return npos;
-  ++i;
+/** The balanced {...} group starting at i (strings in <|"|> are opaque); its end, or npos. The
+ * regex's recursion (?2), kept as a depth count. */
+size_t gemma4_group(const U& s, size_t i) {
+  if (i >= s.size() || s[i] != '{') return npos;
+  size_t depth = 0;
   while (i < s.size()) {
     char32_t c = s[i];
-    if (c == '}') return i + 1;
     if (c == '{') {
-      size_t e = gemma4_group(s, i, depth + 1);
-      if (e == npos) return npos;
-      i = e;
+      ++depth;
+      ++i;
+    } else if (c == '}') {
+      ++i;
+      if (--depth == 0) return i;
     } else if (c == '<' && s.compare(i, kGemmaQuote.size(), kGemmaQuote) == 0) {
       size_t close = s.find(kGemmaQuote, i + kGemmaQuote.size());
       if (close == npos) return npos;

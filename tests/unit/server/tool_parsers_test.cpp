@@ -36,7 +36,30 @@ struct Case {
   const char* parser;
   std::string text;
   bool with_tools;
+  bool mutate = true;  // also every prefix and one-code-point deletion
 };
+
+std::string repeat(const std::string& s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+/** Deep nesting: Python's limits (the tokenizer's 200 brackets, json's recursion limit) and none
+ * of ours running off the stack. */
+std::vector<Case> deep_cases() {
+  return {
+      {"pythonic", "[f(x=" + repeat("[", 250) + repeat("]", 250) + ")]", false, false},
+      {"pythonic", "[f(x=" + repeat("[", 150) + repeat("]", 150) + ")]", false, false},
+      {"qwen3_coder",
+       "<function=get_weather><parameter=opts>" + repeat("[", 5000) + repeat("]", 5000) + "</parameter></function>",
+       true, false},
+      {"glm47", "f<arg_key>a</arg_key><arg_value>" + repeat("-", 3000) + "1</arg_value>", false, false},
+      {"glm47", "f<arg_key>a</arg_key><arg_value>" + repeat("(", 100000) + "</arg_value>", false, false},
+      {"pythonic", "[f(a=" + repeat("1+", 5000) + "1)]", false, false},
+      {"gemma4", "call:f{a:" + repeat("{b:", 3000) + "1" + repeat("}", 3000) + "}", false, false},
+  };
+}
 
 std::vector<Case> base_cases() {
   return {
@@ -216,6 +239,7 @@ std::vector<Case> base_cases() {
  * code point deleted. */
 std::vector<Case> all_cases() {
   std::vector<Case> out;
+  for (const Case& c : deep_cases()) out.push_back(c);
   for (const Case& c : base_cases()) {
     out.push_back(c);
     std::u32string t = py::to_u32(c.text);
