@@ -13,7 +13,7 @@ CTEST_ARGS ?=
 MLXRT_VENV ?= $(CURDIR)/.venv
 export MLXRT_VENV
 
-.PHONY: all build deps test demo clean
+.PHONY: all build deps test test-long demo clean
 all: build
 
 deps:
@@ -28,6 +28,10 @@ build: deps $(BUILD)/build.ninja
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# The longer sweeps that `make test` samples (every tool-call format served side by side).
+test-long: build
+	MLXRT_TOOL_FORMATS=all ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 demo: build
 	@tools/demo.sh $(BUILD)

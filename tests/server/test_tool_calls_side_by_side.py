@@ -7,6 +7,7 @@ same content, tool_calls (name, arguments text, model-given ids), finish_reason,
 Cut off at several lengths, and scripted malformed calls, must come back as mlx_lm.server returns
 them (never a server error)."""
 import http.client
+import os
 import re
 import sys
 
@@ -81,7 +82,13 @@ MALFORMED = {
                           '<|open|>tools<|sep|><|open|>call tool="get_weather"<|sep|><|open|>json<|sep|>[1]'
                           "<|close|>json<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"),
 }
-SCRIPTS = {**{k: (*v, True) for k, v in FORMATS.items()}, **{k: (*v, False) for k, v in MALFORMED.items()}}
+ALL_SCRIPTS = {**{k: (*v, True) for k, v in FORMATS.items()}, **{k: (*v, False) for k, v in MALFORMED.items()}}
+# Each script starts a pair of servers: `make test` takes the most used formats and three malformed
+# calls (tests/unit/server's parser tests cover every format against mlx-lm's parsers); `make test-long`
+# (MLXRT_TOOL_FORMATS=all) serves them all.
+QUICK = ["qwen3_coder", "mistral", "gemma4", "function_gemma", "pythonic", "glm47",
+         "qwen3_coder_bad_integer", "mistral_bad_json", "gemma4_bad_arguments"]
+SCRIPTS = ALL_SCRIPTS if os.environ.get("MLXRT_TOOL_FORMATS") == "all" else {k: ALL_SCRIPTS[k] for k in QUICK}
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 

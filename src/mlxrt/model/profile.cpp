@@ -95,7 +95,7 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::stablelm, "stablelm"},
                                 {Graph::phi, "phi"},
                                 {Graph::helium, "helium"},
-                                {Graph::cohere2, "cohere2",
+                                {Graph::cohere2, "cohere2"},
                                 {Graph::gemma2, "gemma2"}, {Graph::gemma, "gemma"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},

@@ -71,18 +71,6 @@ mx::array gelu_approx(const mx::array& x) {
   return compiled({x})[0];
 }
 
-mx::array gelu(const mx::array& x) {
-  // x * (1 + erf(x / sqrt(2))) / 2; each Python scalar takes x's dtype.
-  static const auto compiled = mx::compile(
-      [](const std::vector<mx::array>& in) -> std::vector<mx::array> {
-        const auto& x = in[0];
-        auto c = [&](double v) { return mx::array(static_cast<float>(v), x.dtype()); };
-        return {mx::divide(mx::multiply(x, mx::add(c(1), mx::erf(mx::divide(x, c(std::sqrt(2.0)))))), c(2))};
-      },
-      /*shapeless=*/true);
-  return compiled({x})[0];
-}
-
 mx::array geglu(const mx::array& gate, const mx::array& x) {
   // nn.gelu_approx is itself compiled; inside another compiled function it is inlined.
   static const auto compiled = mx::compile(

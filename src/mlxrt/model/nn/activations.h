@@ -21,8 +21,6 @@ mlx::core::array precise_swiglu(const mlx::core::array& h, const mlx::core::arra
 /** mlx.nn.gelu_approx (the tanh approximation), compiled shapeless as mlx does. */
 mlx::core::array gelu_approx(const mlx::core::array& x);
 
-/** mlx.nn.gelu (the erf form), compiled shapeless as mlx does. */
-mlx::core::array gelu(const mlx::core::array& x);
 
 /** gelu_approx(gate) * x in one shapeless compiled function, as gemma4_text.py's geglu: the
  * product is fused with the activation. */
