@@ -31,6 +31,20 @@ def logits(model_dir, *extra):
                            "--out", str(Path(model_dir).parent / "out.safetensors"), *extra],
                           capture_output=True, text=True)
 
+def fixture_copy(name, tmp_path):
+    """A fresh copy of one fixture of tools/make_fixtures.py (made first when missing)."""
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
+                    "--only", name], check=True)
+    return copy_model(FIXTURES / name, tmp_path / "m")
+
+
+def assert_refused(proc, case, expected):
+    """Exit 1 with an "error: " line holding every expected text."""
+    assert proc.returncode == 1 and proc.stderr.startswith("error: "), proc.stderr
+    for text in expected:
+        assert text in proc.stderr, f"{case}: {text!r} not in {proc.stderr!r}"
+
+
 
 def rewrite_header(path: Path, edit):
     data = path.read_bytes()
@@ -152,15 +166,10 @@ GEMMA3_CASES = {
 def test_bad_gemma3_config(case, tmp_path):
     """Configs on which mlx-lm's gemma3_text fails inside the graph (a modulo by zero, a cache index
     out of range) are refused up front, naming the fields."""
-    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
-                    "--only", "gemma3_bf16"], check=True)
-    d = copy_model(FIXTURES / "gemma3_bf16", tmp_path / "m")
+    d = fixture_copy("gemma3_bf16", tmp_path)
     edit, expected = GEMMA3_CASES[case]
     edit_config(d, edit)
-    proc = logits(d)
-    assert proc.returncode == 1 and proc.stderr.startswith("error: "), proc.stderr
-    for text in expected:
-        assert text in proc.stderr, f"{case}: {text!r} not in {proc.stderr!r}"
+    assert_refused(logits(d), case, expected)
 
 
 def _text_of(c):
@@ -211,14 +220,9 @@ HYBRID_CASES = {
 @pytest.mark.parametrize("case", list(HYBRID_CASES))
 def test_bad_hybrid_config(case, tmp_path):
     fixture, edit, expected = HYBRID_CASES[case]
-    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
-                    "--only", fixture], check=True)
-    d = copy_model(FIXTURES / fixture, tmp_path / "m")
+    d = fixture_copy(fixture, tmp_path)
     edit_config(d, edit)
-    proc = logits(d)
-    assert proc.returncode == 1 and proc.stderr.startswith("error: "), proc.stderr
-    for text in expected:
-        assert text in proc.stderr, f"{case}: {text!r} not in {proc.stderr!r}"
+    assert_refused(logits(d), case, expected)
 
 
 # Dense families on the decoder skeleton: (fixture, edit of config.json, texts the error must hold).
@@ -270,14 +274,9 @@ def test_bad_dense_config(case, tmp_path):
     """A missing required field or a per-layer list of the wrong length: refused before any weight is
     read, naming the file and the field."""
     fixture, edit, expected = DENSE_CASES[case]
-    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
-                    "--only", fixture], check=True)
-    d = copy_model(FIXTURES / fixture, tmp_path / "m")
+    d = fixture_copy(fixture, tmp_path)
     edit_config(d, edit)
-    proc = logits(d)
-    assert proc.returncode == 1 and proc.stderr.startswith("error: "), proc.stderr
-    for text in expected:
-        assert text in proc.stderr, f"{case}: {text!r} not in {proc.stderr!r}"
+    assert_refused(logits(d), case, expected)
 
 
 def _split_weights(d):
@@ -344,22 +343,15 @@ MOE_CASES = {
 @pytest.mark.parametrize("case", list(MOE_CASES))
 def test_bad_moe_model(case, tmp_path):
     fixture, breaker, expected = MOE_CASES[case]
-    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
-                    "--only", fixture], check=True)
-    d = copy_model(FIXTURES / fixture, tmp_path / "m")
+    d = fixture_copy(fixture, tmp_path)
     breaker(d)
-    proc = logits(d)
-    assert proc.returncode == 1 and proc.stderr.startswith("error: "), proc.stderr
-    for text in expected:
-        assert text in proc.stderr, f"{case}: {text!r} not in {proc.stderr!r}"
+    assert_refused(logits(d), case, expected)
     assert not (tmp_path / "out.safetensors").exists()
 
 
 def test_conv_weight_of_the_wrong_shape(tmp_path):
     """A conv1d weight whose kernel disagrees with linear_conv_kernel_dim is named with both shapes."""
-    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
-                    "--only", "qwen3_next_dense_bf16"], check=True)
-    d = copy_model(FIXTURES / "qwen3_next_dense_bf16", tmp_path / "m")
+    d = fixture_copy("qwen3_next_dense_bf16", tmp_path)
     w = dict(weights_of(d))
     name = "model.layers.0.linear_attn.conv1d.weight"
     w[name] = w[name][:, :3, :]
@@ -401,15 +393,10 @@ def test_bad_gemma4_config(case, tmp_path):
     with no layer to share from), or that it runs but mlxrt does not (the MoE block), are refused
     before any weight is read, naming the field. (gemma4_text's fields all have defaults: none is
     required.)"""
-    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
-                    "--only", "gemma4_bf16"], check=True)
-    d = copy_model(FIXTURES / "gemma4_bf16", tmp_path / "m")
+    d = fixture_copy("gemma4_bf16", tmp_path)
     edit, expected = GEMMA4_CASES[case]
     edit_config(d, edit)
-    proc = logits(d)
-    assert proc.returncode == 1 and proc.stderr.startswith("error: "), proc.stderr
-    for text in expected:
-        assert text in proc.stderr, f"{case}: {text!r} not in {proc.stderr!r}"
+    assert_refused(logits(d), case, expected)
     assert not (tmp_path / "out.safetensors").exists()
 
 
@@ -430,14 +417,9 @@ def test_bad_gemma2_and_gemma_config(case, tmp_path):
     """gemma2.py's and gemma.py's fields without defaults are required; configs on which gemma2's
     grouped attention or its softcap fails in mlx-lm's graph are refused, naming the field."""
     fixture, edit, expected = GEMMA2_CASES[case]
-    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
-                    "--only", fixture], check=True)
-    d = copy_model(FIXTURES / fixture, tmp_path / "m")
+    d = fixture_copy(fixture, tmp_path)
     edit_config(d, edit)
-    proc = logits(d)
-    assert proc.returncode == 1 and proc.stderr.startswith("error: "), proc.stderr
-    for text in expected:
-        assert text in proc.stderr, f"{case}: {text!r} not in {proc.stderr!r}"
+    assert_refused(logits(d), case, expected)
     assert not (tmp_path / "out.safetensors").exists()
 
 
