@@ -29,10 +29,26 @@ SHAPES = {
                    "rope_parameters": {"rope_type": "default", "mrope_section": [11, 11, 10],
                                        "mrope_interleaved": True, "rope_theta": 10000000,
                                        "partial_rotary_factor": 0.25}},
+    # Qwen3-30B-A3B (its published dims): 48 layers, 128 experts of 768, 8 routed per token
+    "qwen3-30b-a3b": {**QWEN3_COMMON, "model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48,
+                      "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+                      "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [],
+                      "norm_topk_prob": True, "num_attention_heads": 32, "num_key_value_heads": 4,
+                      "tie_word_embeddings": False},
+    # gpt-oss-20b (its published config): 24 layers alternating sliding (128) and full attention with
+    # sinks, 32 experts of 2880, 4 routed per token
+    "gpt-oss-20b": {"model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 24, "intermediate_size": 2880,
+                    "num_local_experts": 32, "num_experts_per_tok": 4, "num_attention_heads": 64,
+                    "num_key_value_heads": 8, "head_dim": 64, "sliding_window": 128, "vocab_size": 201088,
+                    "rms_norm_eps": 1e-5, "rope_theta": 150000, "max_position_embeddings": 131072,
+                    "tie_word_embeddings": False, "eos_token_id": 200002, "swiglu_limit": 7.0,
+                    "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                     "truncate": False, "original_max_position_embeddings": 4096},
+                    "layer_types": ["sliding_attention", "full_attention"] * 12},
     "tiny": {**QWEN3_COMMON, "hidden_size": 128, "num_hidden_layers": 2, "intermediate_size": 256,
              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "tie_word_embeddings": True},
 }
-QUANTS = ("bf16", "q4")
+QUANTS = ("bf16", "q4", "mxfp4")
 
 MAKE_MODEL = r"""
 import json, sys
@@ -46,6 +62,8 @@ model = model_class(args_class.from_dict(config))
 model.set_dtype(mx.bfloat16)
 if quant == "q4":
     model, config = utils.quantize_model(model, config, 64, 4)
+elif quant == "mxfp4":  # as mlx-community's gpt-oss checkpoints: mxfp4, the router at 8 bits (its predicate)
+    model, config = utils.quantize_model(model, config, None, None, mode="mxfp4")
 utils.save_model(out, model)
 utils.save_config(config, config_path=out / "config.json")
 """
@@ -89,6 +107,11 @@ def decode_bytes_per_token(model_dir: Path, context: float) -> tuple[float, floa
     config = json.loads((model_dir / "config.json").read_text())
     sizes = safetensors_sizes(model_dir)
     weights = sum(sizes.values())
+    # A mixture-of-experts step reads only the routed experts' share of the expert tensors.
+    experts = config.get("num_experts") or config.get("num_local_experts")
+    if experts:
+        share = config["num_experts_per_tok"] / experts
+        weights -= (1 - share) * sum(v for k, v in sizes.items() if ".switch_mlp." in k or ".mlp.experts." in k)
     if not config.get("tie_word_embeddings", False):
         weights -= sum(v for k, v in sizes.items() if "model.embed_tokens." in k)
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]

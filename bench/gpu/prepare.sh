@@ -46,6 +46,9 @@ done
 cp "$tokenizer/tokenizer.json" "$tokenizer/tokenizer_config.json" "$bundle/tokenizer/"
 
 cp "$binary" "$bundle/bin/mlxrt"
+# The CUDA kernels' tests (run by `run.sh kernels`), built beside the binary when there.
+kernel_tests="$(dirname "$binary")/mlxrt_cuda_kernel_tests"
+[ -x "$kernel_tests" ] && cp "$kernel_tests" "$bundle/bin/"
 # Shared libraries from outside the C runtime and MLX's wheels, which the target may not have.
 ldd "$binary" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
   case "$(basename "$lib")" in

@@ -3,8 +3,9 @@
 # with the CUDA wheel), times mlxrt against mlx-lm and profiles one decode step. Each stage logs to
 # OUT/<stage>.log; a short table comes last. How anyone re-measures: see bench/RESULTS.md.
 #
-# Usage: bench/gpu/run.sh [STAGE ...]   run in the order given (default: env install build bench checks
-#        profile parity; `checks` also compares logits on the models `bench` made)
+# Usage: bench/gpu/run.sh [STAGE ...]   run in the order given (default: env install build kernels bench
+#        checks profile parity; `checks` also compares logits on the models `bench` made; `kernels`
+#        runs the CUDA kernels' tests against the ops path they replace)
 # Environment (all optional):
 #   MLX_BACKEND      cpu | cuda-13 (default: cuda-13 when nvidia-smi sees a GPU)
 #   MLXRT_VENV       Python environment holding, or to receive, the MLX wheels (default .venv)
@@ -19,11 +20,13 @@
 #   BENCH_PROFILE_ARGS    profile_decode.py's options (default: --prompt 64 --steps 1 3)
 #   BENCH_PYTEST_TIMEOUT  seconds for tests/parity (default 1200)
 #   BENCH_PYTEST_JOBS     parallel pytest processes for tests/parity when pytest-xdist is there (default 8)
+#   BENCH_FIXTURES   fixture names to make (make_fixtures.py --only; default: all of them)
+#   BENCH_PYTEST_K   a pytest -k expression choosing the parity cases (default: all)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 source versions.env
-stages=${*:-env install build bench checks profile parity}
+stages=${*:-env install build kernels bench checks profile parity}
 out=${BENCH_OUT:-${OUT:-$root/build-gpu/bench-out}}
 work=${BENCH_WORK:-$root/build-gpu/work}
 mkdir -p "$out" "$work"
@@ -99,18 +102,28 @@ build() {
     # one it was linked with (the same C++ API); a wrapper gives it that and MLXRT_LIBS.
     local lib
     lib="$(site)/mlx/lib${MLXRT_LIBS:+:$(cd "$MLXRT_LIBS" && pwd)}"
-    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s "$@"\n' "$lib" "$(cd "$(dirname "$MLXRT_BIN")" && pwd)/$(basename "$MLXRT_BIN")" > "$work/mlxrt"
-    chmod +x "$work/mlxrt"
+    local exe
+    for exe in mlxrt mlxrt_cuda_kernel_tests; do
+      local from="$(cd "$(dirname "$MLXRT_BIN")" && pwd)/$exe"
+      [ "$exe" = mlxrt ] && from="$(cd "$(dirname "$MLXRT_BIN")" && pwd)/$(basename "$MLXRT_BIN")"
+      [ -x "$from" ] || continue
+      printf '#!/bin/sh\nLD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s "$@"\n' "$lib" "$from" > "$work/$exe"
+      chmod +x "$work/$exe"
+    done
     LD_LIBRARY_PATH=$lib ldd "$MLXRT_BIN"
   else
     cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLXRT_VENV="$MLXRT_VENV" \
-      && cmake --build build-gpu --target mlxrt && ln -sf "$root/build-gpu/mlxrt" "$work/mlxrt" || return 1
+      && cmake --build build-gpu --target mlxrt mlxrt_cuda_kernel_tests && ln -sf "$root/build-gpu/mlxrt" "$work/mlxrt" \
+      && ln -sf "$root/build-gpu/mlxrt_cuda_kernel_tests" "$work/mlxrt_cuda_kernel_tests" || return 1
     ldd build-gpu/mlxrt
   fi
   "$work/mlxrt" --help | head -3
 }
 
-fixtures() { py tools/make_fixtures.py --out "$work/fixtures"; }
+# The fused CUDA kernels against the ops path they replace, byte for byte (tests/gpu).
+kernels() { "$work/mlxrt_cuda_kernel_tests"; }
+
+fixtures() { py tools/make_fixtures.py --out "$work/fixtures" ${BENCH_FIXTURES:+--only $BENCH_FIXTURES}; }
 
 # The 128-token greedy runs, mlx-lm's own determinism, and logits on the benchmark models made
 # so far (all but the 8B ones, whose logits rows are large).
@@ -128,9 +141,9 @@ parity() {
   # compiling kernels on the host (NVRTC), and the kernel cache on disk is shared.
   local jobs=()
   py -c 'import xdist' 2>/dev/null && jobs=(-n "${BENCH_PYTEST_JOBS:-8}")
-  MLXRT_BIN="$work/mlxrt" MLXRT_FIXTURES="$work/fixtures" MLXRT_SOURCE_DIR="$root" \
+  MLXRT_BIN="$work/mlxrt" MLXRT_FIXTURES="$work/fixtures" MLXRT_SOURCE_DIR="$root" MLXRT_FIXTURE_NAMES="${BENCH_FIXTURES:-}" \
     timeout "${BENCH_PYTEST_TIMEOUT:-1200}" "$(python_bin)" -m pytest -v -rf --tb=short --durations=10 \
-    -p no:cacheprovider "${jobs[@]}" tests/parity
+    -p no:cacheprovider "${jobs[@]}" ${BENCH_PYTEST_K:+-k "$BENCH_PYTEST_K"} tests/parity
 }
 
 bench() {
@@ -153,14 +166,15 @@ for s in $stages; do
   case $s in
     env) stage env env_info ;;
     install|build) stage "$s" "${s/install/install_env}" || { echo "$s failed: stopping"; exit 1; } ;;
-    checks|parity|bench|profile) stage "$s" "$s" ;;
-    *) echo "unknown stage $s (env install build bench checks profile parity)"; exit 2 ;;
+    kernels|checks|parity|bench|profile) stage "$s" "$s" ;;
+    *) echo "unknown stage $s (env install build kernels bench checks profile parity)"; exit 2 ;;
   esac
 done
 
 echo
 echo "== summary ($out)"
 cat "$summary"
+grep -h -E '^\[  (PASSED|FAILED) ' "$out/kernels.log" 2>/dev/null
 grep -h -E '^FAILED|passed|failed' "$out/parity.log" 2>/dev/null | tail -12
 grep -h '^gpu_checks:' "$out/checks.log" 2>/dev/null
 [ -f "$out/profile.log" ] && tail -n 14 "$out/profile.log"

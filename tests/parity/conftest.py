@@ -1,3 +1,4 @@
+import fcntl
 import os
 import subprocess
 import sys
@@ -19,7 +20,14 @@ def fixture_names():
 
 @pytest.fixture(scope="session")
 def fixtures_dir():
-    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES)], check=True)
+    """Makes the fixtures not yet made: all of them, or those MLXRT_FIXTURE_NAMES lists (a run over a
+    subset). Parallel pytest processes take turns, so one fixture is never written by two at once."""
+    only = os.environ.get("MLXRT_FIXTURE_NAMES", "").split()
+    FIXTURES.mkdir(parents=True, exist_ok=True)
+    with open(FIXTURES / ".parity-tests.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
+                        *(["--only", *only] if only else [])], check=True)
     return FIXTURES
 
 

@@ -9,6 +9,7 @@
 #include <mlx/transforms.h>
 
 #include "mlxrt/model/nn/gated_delta.h"
+#include "mlxrt/model/nn/gated_delta_cuda.h"
 
 namespace mlxrt::model {
 namespace {
@@ -87,6 +88,18 @@ TEST(GatedDeltaReplay, RefusesAPrefixOutsideTheWindow) {
                std::invalid_argument);
   EXPECT_THROW(nn::gated_delta_replay_state(w.k, w.v, w.a, w.b, w.A_log, w.dt_bias, w.state, -1),
                std::invalid_argument);
+}
+
+TEST(FusedGatedDeltaKernels, AreNotUsedOffCuda) {
+  // The fused kernels exist for CUDA only (tests/gpu proves their bytes there): on the CPU the
+  // ops path runs, whatever the inputs.
+  auto w = random_window(4, mx::bfloat16, 5);
+  auto g = nn::compute_g(w.A_log, w.a, w.dt_bias);
+  auto beta = mx::sigmoid(w.b);
+  auto qr = mx::repeat(w.q, 2, -2), kr = mx::repeat(w.k, 2, -2);
+  EXPECT_FALSE(nn::fused_gated_delta_applies(w.q, w.k, w.v, g, beta, w.state));
+  EXPECT_FALSE(nn::fused_gated_delta_applies(qr, kr, w.v, g, beta, w.state));
+  EXPECT_FALSE(nn::fused_conv_silu_applies(mx::zeros({1, 5, 8}, mx::bfloat16), mx::zeros({8, 4, 1}, mx::bfloat16)));
 }
 
 }  // namespace

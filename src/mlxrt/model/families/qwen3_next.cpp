@@ -13,6 +13,7 @@
 #include "mlxrt/model/families/families.h"
 #include "mlxrt/model/nn/activations.h"
 #include "mlxrt/model/nn/gated_delta.h"
+#include "mlxrt/model/nn/gated_delta_cuda.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::model::qwen3_next {
@@ -135,7 +136,10 @@ mx::array GatedDeltaCore::operator()(const mx::array& mixed_qkv, const mx::array
     const int n_keep = conv_kernel_size - 1, length = conv_input.shape(1);
     cache->set(0, mx::contiguous(mx::slice(conv_input, {0, length - n_keep, 0}, {B, length, conv_dim})));
   }
-  auto conv_out = nn::silu(mx::conv1d(conv_input, conv1d_weight_, 1, 0, 1, conv_dim));
+  // On CUDA, 16-bit conv + SiLU is one launch with cuDNN's and the compiled SiLU's bytes.
+  auto conv_out = nn::fused_conv_silu_applies(conv_input, conv1d_weight_)
+                      ? nn::conv_silu_fused(conv_input, conv1d_weight_)
+                      : nn::silu(mx::conv1d(conv_input, conv1d_weight_, 1, 0, 1, conv_dim));
   auto parts = mx::split(conv_out, mx::Shape{key_dim, 2 * key_dim}, -1);
   auto q = mx::reshape(parts[0], {B, S, num_k_heads, head_k_dim});
   auto k = mx::reshape(parts[1], {B, S, num_k_heads, head_k_dim});

@@ -3,6 +3,8 @@
 // Apple GPUs (mx.metal.is_available()); on CPU and CUDA mlx-lm takes this path.
 #include "mlxrt/model/nn/gated_delta.h"
 
+#include "mlxrt/model/nn/gated_delta_cuda.h"
+
 #include <cmath>
 #include <stdexcept>
 
@@ -75,6 +77,8 @@ std::pair<mx::array, mx::array> gated_delta_ops(mx::array q, mx::array k, const 
   const int B = q.shape(0), T = q.shape(1), Hk = q.shape(2), Dk = q.shape(3);
   const int Hv = v.shape(-2), Dv = v.shape(-1);
   if (!state) state = mx::zeros({B, Hv, Dv, Dk}, mx::float32);
+  // On CUDA the whole loop is one launch with the same bytes (gated_delta_cuda.h).
+  if (fused_gated_delta_applies(q, k, v, g, beta, *state)) return gated_delta_fused(q, k, v, g, beta, *state);
   if (const int repeat_factor = Hv / Hk; repeat_factor > 1) {
     q = mx::repeat(q, repeat_factor, -2);
     k = mx::repeat(k, repeat_factor, -2);
@@ -119,6 +123,9 @@ mx::array gated_delta_replay_state(const mx::array& k, const mx::array& v, const
   auto kn = prefix(k), vn = prefix(v), an = prefix(a), bn = prefix(b);
   auto beta = mx::sigmoid(bn);
   auto g = compute_g(A_log, an, dt_bias);
+  // The step's q only reaches y, which nothing reads: any q of the right shape leaves the state alone.
+  if (auto q = mx::zeros(kn.shape(), k.dtype()); fused_gated_delta_applies(q, kn, vn, g, beta, s))
+    return gated_delta_fused(q, kn, vn, g, beta, s).second;
   if (const int repeat_factor = Hv / Hk; repeat_factor > 1) kn = mx::repeat(kn, repeat_factor, -2);
   // The step's q only reaches y, which nothing reads: any q of the right shape leaves the state alone.
   auto q = mx::zeros({B, Hv, Dk}, k.dtype());
