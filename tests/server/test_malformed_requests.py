@@ -87,6 +87,7 @@ JSON_CASES = [
     ("prompt a list", TEXT, {"prompt": ["a"]}, 400),
     ("prompt empty", TEXT, {"prompt": ""}, 400),
     ("deeply nested json", CHAT, "[" * 100000 + "]" * 100000, 400),
+    ("a number that overflows", CHAT, json.dumps(chat())[:-1] + ', "temperature": 1e999}', 400),
     ("unknown POST route", "/v1/unknown", chat(), 404),
     ("POST to /health", "/health", chat(), 404),
 ]
@@ -119,8 +120,8 @@ def raw_exchange(port, data, timeout=10):
     return int(head.split(b" ")[1]), head, body
 
 
-def request_bytes(method, path, body=b"", headers=None, content_length=True):
-    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", "Connection: close"]
+def request_bytes(method, path, body=b"", headers=None, content_length=True, host="127.0.0.1"):
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "Connection: close"]
     if content_length:
         lines.append(f"Content-Length: {len(body)}")
     lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
@@ -147,6 +148,14 @@ def http_cases():
         ("PUT", request_bytes("PUT", CHAT, ok), 501),
         ("DELETE", request_bytes("DELETE", "/v1/models", b""), 501),
         ("PATCH", request_bytes("PATCH", CHAT, ok), 501),
+        # A page on another site reaching the loopback server through DNS rebinding or a simple
+        # cross-site request (no preflight for these bodies).
+        ("Host of another site", request_bytes("POST", CHAT, ok, host="rebind.example:8080"), 403),
+        ("Host of another site (GET)", request_bytes("GET", "/v1/models", content_length=False,
+                                                     host="rebind.example"), 403),
+        ("text/plain body", request_bytes("POST", CHAT, ok, headers={"Content-Type": "text/plain"}), 415),
+        ("form body", request_bytes("POST", CHAT, ok,
+                                    headers={"Content-Type": "application/x-www-form-urlencoded"}), 415),
     ]
 
 
@@ -166,7 +175,7 @@ def check_error_body(body, status):
 
 
 def test_case_count():
-    assert len(JSON_CASES) + len(http_cases()) >= 40
+    assert len(JSON_CASES) + len(http_cases()) >= 45
 
 
 @pytest.mark.parametrize("name,path,body,expected", JSON_CASES, ids=[c[0] for c in JSON_CASES])

@@ -1,4 +1,5 @@
 #pragma once
+#include <memory>
 /** mlx-lm's ArraysCache (mlx_lm/models/cache.py): a fixed number of array slots a recurrent layer
  * keeps between calls (for the gated delta net: the causal convolution's last inputs and the
  * recurrent state). It is not a KV cache: update_and_fetch is refused, and it cannot be trimmed,
@@ -33,6 +34,8 @@ class ArraysCache final : public Cache {
   /** Replaces the contents (mlx-lm's from_state); `offset` is the positions they stand for. */
   void set_state(std::vector<std::optional<mx::array>> slots, int offset);
   const std::vector<std::optional<mx::array>>& slots() const { return slots_; }
+
+  std::unique_ptr<Cache> clone() const override { return std::make_unique<ArraysCache>(*this); }
 
  private:
   std::vector<std::optional<mx::array>> slots_;

@@ -59,6 +59,9 @@ class Cache {
   /** Drops the last `n` positions; returns how many were dropped. */
   virtual int trim(int n) { return 0; }
   virtual size_t nbytes() const = 0;
+  /** An independent copy (mlx-lm's copy.deepcopy of a cache): arrays are shared until either side
+   * writes, and MLX never writes in place into a buffer both hold. */
+  virtual std::unique_ptr<Cache> clone() const = 0;
 };
 
 using CacheList = std::vector<std::unique_ptr<Cache>>;

@@ -1,4 +1,5 @@
 #pragma once
+#include <memory>
 /** mlx-lm's KVCache (mlx_lm/models/cache.py): keys/values grown in steps of 256 positions,
  * written in place with slice updates, read back as the [0, offset) prefix. */
 #include <optional>
@@ -25,6 +26,8 @@ class KVCache final : public Cache {
   std::optional<PlainKV> buffers() const;
   /** Replaces the contents (mlx-lm's `state` setter, e.g. from a saved prompt cache). */
   void set_state(std::optional<mx::array> keys, std::optional<mx::array> values, int offset);
+
+  std::unique_ptr<Cache> clone() const override { return std::make_unique<KVCache>(*this); }
 
  private:
   std::optional<mx::array> keys_;

@@ -1,4 +1,5 @@
 #pragma once
+#include <memory>
 /** mlx-lm's QuantizedKVCache (mlx_lm/models/cache.py) and the generate-loop helper that converts
  * plain caches to it (maybe_quantize_kv_cache, mlx_lm/generate.py). Keys/values are stored as
  * mx.quantize triples (packed uint32, scales, biases) grown in steps of 256 positions; attention
@@ -37,6 +38,8 @@ class QuantizedKVCache final : public Cache {
   /** Replaces the whole state (mlx-lm's `state` setter, used by load_prompt_cache). */
   void set_state(std::optional<QuantizedTensor> keys, std::optional<QuantizedTensor> values, int offset,
                  int group_size, int bits);
+
+  std::unique_ptr<Cache> clone() const override { return std::make_unique<QuantizedKVCache>(*this); }
 
  private:
   QuantizedKV keys_and_values() const;

@@ -1,4 +1,5 @@
 #pragma once
+#include <memory>
 /** mlx-lm's RotatingKVCache (mlx_lm/models/cache.py): at most max_size positions, the first
  * `keep` of them never evicted. Single-token steps write in place into a ring buffer; multi-token
  * steps put the buffer back in temporal order and concatenate, keeping max_size + L - 1 positions
@@ -37,6 +38,8 @@ class RotatingKVCache final : public Cache {
   /** Replaces the whole state (mlx-lm's `state` setter, used by load_prompt_cache). */
   void set_state(std::optional<mx::array> keys, std::optional<mx::array> values, int offset, int keep, int max_size,
                  int idx);
+
+  std::unique_ptr<Cache> clone() const override { return std::make_unique<RotatingKVCache>(*this); }
 
  private:
   CachedKV update_in_place(const mx::array& keys, const mx::array& values);

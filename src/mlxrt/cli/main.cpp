@@ -12,6 +12,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("mlxrt 0.1.0"));
   mlxrt::cli::register_verbs(app);
+  // argparse (mlx-lm's command lines) takes the last of a repeated option; CLI11 refuses a repeated
+  // single-value option unless told to do the same. Options taking several values are left alone.
+  for (CLI::App* verb : app.get_subcommands([](CLI::App*) { return true; }))
+    for (CLI::Option* option : verb->get_options())
+      if (option->get_items_expected_max() == 1 && option->get_type_size() != 0)
+        option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -128,7 +128,7 @@ nlohmann::ordered_json parse_template_config(const std::string& text) {
   nlohmann::ordered_json kwargs;
   try {
     kwargs = nlohmann::ordered_json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw UsageError("--chat-template-config: not valid JSON (" + std::string(e.what()) + ")");
   }
   if (!kwargs.is_object()) throw UsageError("--chat-template-config: expected a JSON object");

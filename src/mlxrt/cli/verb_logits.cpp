@@ -43,6 +43,7 @@ model::CacheList initial_cache(const model::CausalLM& lm, const Args& a) {
 
 mx::array compute_logits(model::CausalLM& lm, const std::vector<int32_t>& ids, const Args& a) {
   const int total = static_cast<int>(ids.size());
+  model::check_token_ids(lm, ids);
   mx::array tokens(ids.data(), {1, total}, mx::int32);
   if (!a.uses_cache()) return mx::squeeze(lm(tokens, nullptr), 0);
   const int chunk = a.incremental ? 1 : a.chunk_size.value_or(total);

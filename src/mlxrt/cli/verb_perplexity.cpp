@@ -62,7 +62,7 @@ std::vector<std::string> load_texts(const Args& a) {
     nlohmann::json row;
     try {
       row = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
       throw UsageError(path.string() + ":" + std::to_string(n) + ": not valid JSON (" + e.what() + ")");
     }
     if (!row.is_object() || !row.contains("text") || !row["text"].is_string())

@@ -22,6 +22,8 @@ using nlohmann::ordered_json;
 ordered_json parse_json_text(const std::string& text, const std::string& what) {
   try {
     return ordered_json::parse(text);
+  } catch (const ordered_json::out_of_range& e) {  // a number that overflows
+    throw UsageError(what + ": invalid JSON: " + e.what());
   } catch (const ordered_json::parse_error& e) {
     std::size_t byte = e.byte == 0 ? 0 : e.byte - 1;
     int line = 1, column = 1;

@@ -23,6 +23,7 @@ TokenGenerator::TokenGenerator(model::CausalLM& model, const std::vector<int32_t
                                GenerateOptions options, model::CacheList* cache)
     : model_(model), options_(std::move(options)), y_(mx::array(0)), logprobs_(mx::array(0.0f)) {
   if (prompt_ids.empty()) throw UsageError("the prompt is empty: at least one token is needed");
+  model::check_token_ids(model, prompt_ids);
   if (options_.prefill_step_size <= 0) throw UsageError("--prefill-step-size must be positive");
   if (!options_.sampler) options_.sampler = greedy_sample;
   cache::validate_kv_quantization(options_.kv_bits, options_.kv_group_size, options_.quantized_kv_start);

@@ -156,7 +156,7 @@ std::vector<std::pair<int32_t, double>> parse_logit_bias(const std::string& json
   nlohmann::ordered_json doc;
   try {
     doc = nlohmann::ordered_json::parse(json_text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw UsageError(what + ": not valid JSON (" + std::string(e.what()) + ")");
   }
   return parse_logit_bias(doc, what);

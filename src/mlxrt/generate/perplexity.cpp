@@ -32,6 +32,12 @@ PerplexityResult eval_ppl(model::CausalLM& model, const mx::array& data, int bat
   if (data.ndim() != 2 || data.shape(1) < 2)
     throw UsageError("[eval_ppl] expected [rows, L] tokens with L >= 2");
   if (batch_size < 1) throw UsageError("--batch-size: must be positive");
+  // The embedding gather does not check its indices (model::check_token_ids says why).
+  const int lowest = mx::min(data).item<int32_t>(), highest = mx::max(data).item<int32_t>();
+  if (lowest < 0 || highest >= model.vocab_size())
+    throw UsageError("token id " + std::to_string(lowest < 0 ? lowest : highest) +
+                     " is outside the model's embedding table of " + std::to_string(model.vocab_size()) +
+                     " rows (does the tokenizer have ids the model lacks?)");
   const int rows = data.shape(0), length = data.shape(1);
   const int num_batches = (rows + batch_size - 1) / batch_size;
   std::vector<mx::array> all_losses;

@@ -6,15 +6,21 @@ namespace mlxrt::io {
 
 namespace {
 
+// A token id: a non-negative integer that fits int32 (a larger one would wrap to another token).
+int32_t eos_id(const json& e, const std::string& where) {
+  if (!e.is_number_integer()) throw ConfigError(where + ": eos_token_id must hold integers");
+  if (e.is_number_unsigned() ? e.get<unsigned long long>() > 2147483647ULL
+                             : (e.get<long long>() < 0 || e.get<long long>() > 2147483647LL))
+    throw ConfigError(where + ": eos_token_id " + e.dump() + " is not a token id (0..2147483647)");
+  return static_cast<int32_t>(e.get<long long>());
+}
+
 std::vector<int32_t> eos_list(const json& v, const std::string& where) {
   std::vector<int32_t> ids;
   if (v.is_number_integer()) {
-    ids.push_back(v.get<int32_t>());
+    ids.push_back(eos_id(v, where));
   } else if (v.is_array()) {
-    for (const auto& e : v) {
-      if (!e.is_number_integer()) throw ConfigError(where + ": eos_token_id must hold integers");
-      ids.push_back(e.get<int32_t>());
-    }
+    for (const auto& e : v) ids.push_back(eos_id(e, where));
   } else if (!v.is_null()) {
     throw ConfigError(where + ": eos_token_id must be an integer or a list of integers");
   }
@@ -47,7 +53,7 @@ ModelConfig ModelConfig::load(const fs::path& dir) {
       json g = json::parse(read_text_file(gen));
       if (g.is_object() && g.contains("eos_token_id") && truthy(g["eos_token_id"]))
         c.raw_["eos_token_id"] = g["eos_token_id"];
-    } catch (const json::parse_error&) {
+    } catch (const json::exception&) {
     }
   }
   if (c.raw_.contains("eos_token_id")) c.eos_token_ids_ = eos_list(c.raw_["eos_token_id"], c.source_);

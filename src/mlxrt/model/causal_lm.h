@@ -7,6 +7,7 @@
 #include <mlx/array.h>
 
 #include "mlxrt/cache/cache.h"
+#include "mlxrt/util/errors.h"
 
 namespace mlxrt::model {
 
@@ -37,5 +38,17 @@ class CausalLM {
   virtual std::vector<std::vector<mx::Shape>> array_state_shapes() const { return {}; }
   virtual int vocab_size() const = 0;
 };
+
+/** Token ids must index the model's embedding table: MLX's gather does not check its indices, so an
+ * id past the table would read outside it. UsageError names the first bad id, its position and the
+ * table's size (a tokenizer with more ids than the model has rows is the usual cause). */
+inline void check_token_ids(const CausalLM& model, const std::vector<int32_t>& ids) {
+  const int rows = model.vocab_size();
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= rows)
+      throw UsageError("token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+                       " is outside the model's embedding table of " + std::to_string(rows) +
+                       " rows (does the tokenizer have ids the model lacks?)");
+}
 
 }  // namespace mlxrt::model

@@ -96,7 +96,7 @@ void Generator::run(Job& job) {
     throw HttpError(400, e.what());
   }
 
-  auto hit = cache_.take(prompt);
+  auto hit = cache_.fetch(prompt);
   cache::CacheList kv = hit.cache.empty() ? model.make_cache() : std::move(hit.cache);
   job.push(StartedEvent{prompt.size(), hit.reused});
   std::vector<int32_t> rest(prompt.begin() + static_cast<long>(hit.reused), prompt.end());

@@ -1,5 +1,7 @@
 #include "mlxrt/server/http_front.h"
 
+#include "mlxrt/server/request_guards.h"
+
 #include <httplib.h>
 
 #include <algorithm>
@@ -77,7 +79,17 @@ void HttpFront::install_routes() {
       send_error(res, 431, "request headers are too large");
       return Handled::Handled;
     }
+    if (!host_allowed(options_.host, req.get_header_value("Host"))) {
+      send_error(res, 403, "Host '" + req.get_header_value("Host") + "' is not allowed: the server listens on " +
+                               options_.host + " and answers only requests addressed to it (DNS rebinding protection)");
+      return Handled::Handled;
+    }
     if (req.method != "POST") return Handled::Unhandled;
+    if (req.has_header("Content-Type") && !json_content_type(req.get_header_value("Content-Type"))) {
+      res.set_header("Connection", "close");
+      send_error(res, 415, "Content-Type must be application/json, got '" + req.get_header_value("Content-Type") + "'");
+      return Handled::Handled;
+    }
     // Checked before the body is read: a body of unknown or excessive size is never read.
     if (!req.has_header("Content-Length")) {
       res.set_header("Connection", "close");

@@ -24,7 +24,7 @@ size_t cache_nbytes(const cache::CacheList& cache) {
   return n;
 }
 
-PromptCache::Hit PromptCache::take(const std::vector<int32_t>& prompt) {
+PromptCache::Hit PromptCache::fetch(const std::vector<int32_t>& prompt) const {
   if (prompt.empty()) return {};
   auto best = entries_.end();
   size_t best_len = 0;
@@ -39,10 +39,10 @@ PromptCache::Hit PromptCache::take(const std::vector<int32_t>& prompt) {
     }
   }
   if (best == entries_.end()) return {};
-  Hit hit{std::move(best->cache), best_len};
-  nbytes_ -= best->nbytes;
-  size_t extra = best->tokens.size() - best_len;
-  entries_.erase(best);
+  Hit hit{{}, best_len};
+  hit.cache.reserve(best->cache.size());
+  for (const auto& c : best->cache) hit.cache.push_back(c->clone());
+  const size_t extra = best->tokens.size() - best_len;
   if (extra > 0)
     for (auto& c : hit.cache) c->trim(static_cast<int>(extra));
   return hit;

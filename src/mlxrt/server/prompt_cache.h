@@ -3,9 +3,9 @@
  * for the longest common token prefix with a new prompt, evicted least-recently-used beyond a
  * count and a byte budget (mlx_lm's LRUPromptCache policy).
  *
- * An entry is handed out by moving it (take), not copying: the request extends it and puts it
- * back under its longer key when done, so no memory is spent on copies. Not thread-safe: only the
- * generation thread uses it. */
+ * An entry is handed out as a copy and stays cached, as mlx-lm's fetch_nearest_cache deep-copies
+ * it: a later prompt sharing a longer prefix with that entry still finds it. The copy shares the
+ * entry's arrays until the request writes. Not thread-safe: only the generation thread uses it. */
 #include <cstddef>
 #include <cstdint>
 #include <list>
@@ -26,9 +26,9 @@ class PromptCache {
     size_t reused = 0;       // prompt tokens already in `cache`
   };
 
-  /** The entry sharing the longest prefix with `prompt`, trimmed to that prefix and removed from
-   * the cache. At least one prompt token is always left to process. */
-  Hit take(const std::vector<int32_t>& prompt);
+  /** A copy of the entry sharing the longest prefix with `prompt`, trimmed to that prefix; the
+   * entry itself stays. At least one prompt token is always left to process. */
+  Hit fetch(const std::vector<int32_t>& prompt) const;
 
   /** Stores `cache` holding the KV of exactly `tokens`. Entries whose key is a prefix of `tokens`
    * are dropped (the new one serves them), then the oldest ones until within the limits. */

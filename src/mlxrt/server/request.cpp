@@ -212,7 +212,7 @@ CompletionRequest parse_completion_request(std::string_view text, Endpoint endpo
   json body;
   try {
     body = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw HttpError(400, std::string("Invalid JSON in request body: ") + e.what());
   }
   if (!body.is_object()) throw HttpError(400, "Request should be a JSON dictionary");

@@ -20,7 +20,7 @@ ordered_json read_ordered(const fs::path& path) {
   std::string text = read_text_file(path);
   try {
     return ordered_json::parse(text);
-  } catch (const ordered_json::parse_error& e) {
+  } catch (const ordered_json::exception& e) {
     throw ConfigError(path.string() + ": invalid JSON: " + e.what());
   }
 }

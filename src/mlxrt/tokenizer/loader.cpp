@@ -129,7 +129,7 @@ Tokenizer Tokenizer::from_json_text(std::string_view text, const std::string& so
   detail::TokenizerJson parsed;
   try {
     parsed = detail::read_tokenizer_json(text, source);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw ConfigError(source + ": malformed JSON: " + e.what());
   }
   const json& doc = parsed.doc;

@@ -150,7 +150,7 @@ Tokenizer Tokenizer::from_dir(const fs::path& dir) {
     detail::TokenizerJson parsed;
     try {
       parsed = detail::read_tokenizer_json(read_text_file(path), path.string());
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       throw ConfigError(path.string() + ": invalid JSON (" + e.what() + ")");
     }
     doc = std::move(parsed.doc);

@@ -35,7 +35,7 @@ struct TokenizerJson {
 int32_t vocab_id(const nlohmann::json& value, const std::string& where, const std::string& token);
 std::pair<std::string, std::string> merge_entry(const nlohmann::json& entry, const std::string& at);
 
-/** Parses tokenizer.json text. Malformed JSON throws nlohmann's parse_error (callers word it); a
+/** Parses tokenizer.json text. Malformed JSON throws nlohmann's parse_error or out_of_range (a number that overflows) (callers word it); a
  * bad vocabulary id or merge entry throws ConfigError naming `source`, with the messages the
  * document path gives. */
 TokenizerJson read_tokenizer_json(std::string_view text, const std::string& source);

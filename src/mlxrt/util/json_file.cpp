@@ -19,7 +19,7 @@ json read_json_file(const std::filesystem::path& path) {
   std::string text = read_text_file(path);
   try {
     return json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw ConfigError(path.string() + ": invalid JSON (" + e.what() + ")");
   }
 }

@@ -1,6 +1,8 @@
 #pragma once
 /** Reading JSON files and typed fields with messages that name the file and the key. */
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -67,14 +69,47 @@ T JsonFields::convert(const std::string& key) const {
     if (!v.is_boolean()) return fail("a boolean");
     return v.get<bool>();
   } else if constexpr (std::is_integral_v<T>) {
-    if (v.is_number_integer()) return v.get<T>();
-    // Python configs sometimes write integral values as floats (e.g. 4096.0).
-    if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<long long>(v.get<double>())))
-      return static_cast<T>(v.get<double>());
+    // A value outside T's range is refused rather than wrapped (4294967424 read as an int would be 128).
+    auto out_of_range = [&]() -> T {
+      throw ConfigError(source_ + ": key '" + key + "' is " + v.dump() + ", outside the range " +
+                        std::to_string(std::numeric_limits<T>::min()) + ".." +
+                        std::to_string(std::numeric_limits<T>::max()));
+    };
+    if (v.is_number_unsigned()) {
+      const auto u = v.get<unsigned long long>();
+      if (u > static_cast<unsigned long long>(std::numeric_limits<T>::max())) return out_of_range();
+      return static_cast<T>(u);
+    }
+    if (v.is_number_integer()) {
+      const auto i = v.get<long long>();
+      if constexpr (std::is_unsigned_v<T>) {
+        if (i < 0) return out_of_range();
+        if (static_cast<unsigned long long>(i) > static_cast<unsigned long long>(std::numeric_limits<T>::max()))
+          return out_of_range();
+      } else {
+        if (i < static_cast<long long>(std::numeric_limits<T>::min()) ||
+            i > static_cast<long long>(std::numeric_limits<T>::max()))
+          return out_of_range();
+      }
+      return static_cast<T>(i);
+    }
+    // Python configs sometimes write integral values as floats (e.g. 4096.0). The range is checked
+    // before converting: casting a double outside it is undefined behaviour.
+    if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (!(d >= static_cast<double>(std::numeric_limits<T>::min()) &&
+            d < static_cast<double>(std::numeric_limits<T>::max()) + 1.0))
+        return out_of_range();
+      if (d != std::trunc(d)) return fail("an integer");
+      return static_cast<T>(d);
+    }
     return fail("an integer");
   } else if constexpr (std::is_floating_point_v<T>) {
     if (!v.is_number()) return fail("a number");
-    return v.get<T>();
+    const T value = v.get<T>();
+    if (!std::isfinite(value))
+      throw ConfigError(source_ + ": key '" + key + "' is " + v.dump() + ", which is not a finite number");
+    return value;
   } else if constexpr (std::is_same_v<T, std::string>) {
     if (!v.is_string()) return fail("a string");
     return v.get<std::string>();

@@ -9,6 +9,7 @@
 #include "mlxrt/server/prompt_cache.h"
 #include "mlxrt/server/python_json.h"
 #include "mlxrt/server/request.h"
+#include "mlxrt/server/request_guards.h"
 #include "mlxrt/server/stop_sequences.h"
 #include "mlxrt/server/text_state_machine.h"
 #include "mlxrt/server/tool_calls.h"
@@ -144,21 +145,44 @@ cache::CacheList filled_cache(int n) {
   return list;
 }
 
-TEST(PromptCache, LongestPrefixIsTakenAndTrimmed) {
+TEST(PromptCache, LongestPrefixIsCopiedAndTrimmed) {
   PromptCache pc(2, std::nullopt);
   pc.insert({1, 2, 3, 4, 5}, filled_cache(5));
   pc.insert({9, 9}, filled_cache(2));
-  auto hit = pc.take({1, 2, 3, 7});
+  auto hit = pc.fetch({1, 2, 3, 7});
   EXPECT_EQ(hit.reused, 3u);
   ASSERT_FALSE(hit.cache.empty());
   EXPECT_EQ(hit.cache.front()->offset(), 3);
-  EXPECT_EQ(pc.size(), 1u);
+  // The entry stays whole (mlx-lm deep-copies it): the same prompt finds all of it again.
+  EXPECT_EQ(pc.size(), 2u);
+  auto whole = pc.fetch({1, 2, 3, 4, 5, 6});
+  EXPECT_EQ(whole.reused, 5u);
+  EXPECT_EQ(whole.cache.front()->offset(), 5);
   // An identical prompt leaves its last token to compute.
   pc.insert({1, 2, 3, 7}, filled_cache(4));
-  auto again = pc.take({1, 2, 3, 7});
+  auto again = pc.fetch({1, 2, 3, 7});
   EXPECT_EQ(again.reused, 3u);
   EXPECT_EQ(again.cache.front()->offset(), 3);
-  EXPECT_EQ(pc.take({4, 4}).reused, 0u);
+  EXPECT_EQ(pc.fetch({4, 4}).reused, 0u);
+}
+
+TEST(PromptCache, ACopyExtendedByARequestLeavesTheEntryAlone) {
+  // Chat A, then B sharing A's first 3 tokens, then A again: the third finds A's entry whole
+  // (as mlx_lm.server reports it), not only the 3 tokens B's entry shares.
+  PromptCache pc(10, std::nullopt);
+  const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  pc.insert(a, filled_cache(12));
+  auto b = pc.fetch({1, 2, 3, 20, 21});
+  EXPECT_EQ(b.reused, 3u);
+  auto kv = mlx::core::ones({1, 1, 2, 4});
+  b.cache.front()->update_and_fetch(kv, kv);  // the request writes past the shared prefix
+  pc.insert({1, 2, 3, 20, 21}, std::move(b.cache));
+  auto third = pc.fetch(a);
+  EXPECT_EQ(third.reused, 11u);
+  EXPECT_EQ(third.cache.front()->offset(), 11);
+  auto keys = std::get<cache::PlainKV>(third.cache.front()->update_and_fetch(kv, kv)).keys;
+  // Position 3 still holds A's zeros, not B's ones.
+  EXPECT_EQ(mlx::core::sum(mlx::core::slice(keys, {0, 0, 3, 0}, {1, 1, 4, 4})).item<float>(), 0.0f);
 }
 
 TEST(PromptCache, EvictsOldestBeyondCountAndBytes) {
@@ -167,11 +191,38 @@ TEST(PromptCache, EvictsOldestBeyondCountAndBytes) {
   pc.insert({2}, filled_cache(1));
   pc.insert({3}, filled_cache(1));
   EXPECT_EQ(pc.size(), 2u);
-  EXPECT_EQ(pc.take({1, 0}).reused, 0u);
+  EXPECT_EQ(pc.fetch({1, 0}).reused, 0u);
   PromptCache tiny(10, size_t{1});
   tiny.insert({1, 2}, filled_cache(2));
   EXPECT_EQ(tiny.size(), 0u);
   EXPECT_EQ(tiny.nbytes(), 0u);
+}
+
+TEST(RequestGuards, LoopbackServerAnswersOnlyLoopbackHosts) {
+  for (const char* bound : {"127.0.0.1", "localhost", "::1", "[::1]"}) {
+    EXPECT_TRUE(host_allowed(bound, "127.0.0.1:8080")) << bound;
+    EXPECT_TRUE(host_allowed(bound, "localhost:8080")) << bound;
+    EXPECT_TRUE(host_allowed(bound, "LOCALHOST")) << bound;
+    EXPECT_TRUE(host_allowed(bound, "[::1]:8080")) << bound;
+    EXPECT_TRUE(host_allowed(bound, "")) << bound;  // HTTP/1.0 sends none
+    EXPECT_FALSE(host_allowed(bound, "evil.example:8080")) << bound;
+    EXPECT_FALSE(host_allowed(bound, "127.0.0.1.evil.example")) << bound;
+    EXPECT_FALSE(host_allowed(bound, "localhost.evil.example")) << bound;
+  }
+  // Bound to every interface or a named one, any Host reaches it (its users chose that).
+  EXPECT_TRUE(host_allowed("0.0.0.0", "evil.example"));
+  EXPECT_TRUE(host_allowed("my-box.lan", "my-box.lan:8080"));
+}
+
+TEST(RequestGuards, OnlyJsonBodies) {
+  EXPECT_TRUE(json_content_type("application/json"));
+  EXPECT_TRUE(json_content_type("Application/JSON; charset=utf-8"));
+  EXPECT_TRUE(json_content_type("application/vnd.api+json"));
+  EXPECT_TRUE(json_content_type(""));
+  EXPECT_FALSE(json_content_type("text/plain"));
+  EXPECT_FALSE(json_content_type("text/plain;charset=UTF-8"));
+  EXPECT_FALSE(json_content_type("application/x-www-form-urlencoded"));
+  EXPECT_FALSE(json_content_type("multipart/form-data; boundary=x"));
 }
 
 }  // namespace
