@@ -337,6 +337,19 @@ MOE_CASES = {
         "mixtral_per_expert_q4_ties", lambda d: _dequantize_expert(d, "model.layers.0.block_sparse_moe.experts.2.w3"),
         ["model.layers.0.block_sparse_moe.experts.2.w3.weight has shape (64, 128) and dtype bfloat16",
          "experts.0.w3.weight has shape (64, 16) and dtype uint32"]),
+    # phixtral
+    "phixtral top-k beyond its experts": (
+        "phixtral_q4_g64", lambda d: edit_config(d, lambda c: c.update(num_experts_per_tok=5)),
+        ["config.json", "'num_experts_per_tok' is 5", "'num_local_experts' (4)"]),
+    "phixtral heads not dividing model_dim": (
+        "phixtral_fp32", lambda d: edit_config(d, lambda c: c.update(num_heads=5)),
+        ["config.json", "model_dim", "num_heads"]),
+    "phixtral rotary_dim beyond the head": (
+        "phixtral_fp32", lambda d: edit_config(d, lambda c: c.update(rotary_dim=64)),
+        ["config.json", "rotary_dim", "32"]),
+    "phixtral one expert's bias missing": (
+        "phixtral_per_expert_q4", lambda d: _drop(d, "transformer.h.1.moe.mlp.3.fc2.bias"),
+        ["transformer.h.1.moe.mlp.3.fc2.bias is missing", "each of the 8 experts"]),
 }
 
 

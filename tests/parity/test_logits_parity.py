@@ -81,7 +81,8 @@ def parse_generated(stdout):
                                   "helium_bf16", "helium_q4_g64",
                                   "cohere2_bf16", "cohere2_fp16", "cohere2_q4_g64",
                                   "gemma2_bf16", "gemma2_q4_g64", "gemma2_fp16_mha",
-                                  "gemma_bf16", "gemma_q4_g64", "gemma_fp16_mqa"])
+                                  "gemma_bf16", "gemma_q4_g64", "gemma_fp16_mqa",
+                                  "phixtral_fp32", "phixtral_q4_g64", "phixtral_per_expert_q4"])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name
     model, config = oracle.load(path)
