@@ -449,7 +449,8 @@ def build(name, recipe, out: Path):
         predicate = mixed_predicate if quant.get("predicate") == "mixed" else None
         model, config = lm_utils.quantize_model(
             model, config, quant.get("group_size"), quant.get("bits"),
-            mode=quant.get("mode", "affine"), quant_predicate=predicate)
+            mode=quant.get("mode", "affine"), global_scale=quant.get("global_scale", False),
+            quant_predicate=predicate)
         if predicate is mixed_predicate:
             # OptiQ-style maps also name the layers they keep unquantized.
             for key in ("quantization", "quantization_config"):
@@ -623,6 +624,14 @@ MOE_FIXTURES = {
     "gpt_oss_openai_mxfp4": fx(GPT_OSS, quant={"mode": "mxfp4"}, seed=113, openai_experts=True),
 }
 FIXTURES.update(MOE_FIXTURES)
+FIXTURES.update({
+    # nvfp4 switch layers with one tensor scale per expert (quantize_model's global_scale: the config
+    # names each switch layer with "global_scale": true; .global_scale [experts] float32). MLX's CPU
+    # gather_qmm refuses a global scale, so on a CPU both sides stop with MLX's message.
+    "mixtral_nvfp4_global_scale": fx(MIXTRAL, quant={"mode": "nvfp4", "global_scale": True}, seed=133),
+    "phixtral_nvfp4_global_scale": fx({**PHIXTRAL, "num_local_experts": 4, "num_experts_per_tok": 2},
+                                      quant={"mode": "nvfp4", "global_scale": True}, seed=134),
+})
 
 
 def main():
