@@ -57,6 +57,9 @@ MINISTRAL3_TEXT = {**_TEXT, "model_type": "ministral3", "num_hidden_layers": 3, 
 SMOLLM3 = {**BASE, "model_type": "smollm3", "num_hidden_layers": 4, "tie_word_embeddings": True}
 
 OLMO2 = {**BASE, "model_type": "olmo2", "tie_word_embeddings": False}
+# phixtral: its own config names; RoPE over 16 of each head's 32 dimensions
+PHIXTRAL = {"model_type": "phixtral", "num_vocab": 512, "model_dim": 128, "num_heads": 4, "num_layers": 2,
+            "rotary_dim": 16, "num_local_experts": 8, "num_experts_per_tok": 6, "eos_token_id": 2, "bos_token_id": 1}
 
 OLMO3 = {**BASE, "model_type": "olmo3", "num_hidden_layers": 4, "sliding_window": 6}
 
@@ -393,6 +396,14 @@ FIXTURES = {
     "gemma_bf16": fx(GEMMA, seed=85),
     "gemma_q4_g64": fx(GEMMA, quant={"bits": 4, "group_size": 64}, seed=86),
     "gemma_fp16_mqa": fx({**GEMMA, "num_key_value_heads": 1, "head_dim": 64}, dtype="float16", seed=87),
+    # phixtral: Phi-2 parallel blocks with SwitchMLP experts (fc1, gelu_approx, fc2, biases); 8 experts,
+    # 6 per token so 12 prompt tokens take the sorted path; the 4-bit ones with phixtral's 4 experts,
+    # 2 per token, and 8/6 saved one by one (moe.mlp.N.fc1 / fc2, as the original checkpoints)
+    "phixtral_fp32": fx(PHIXTRAL, dtype="float32", seed=130),
+    "phixtral_q4_g64": fx({**PHIXTRAL, "num_local_experts": 4, "num_experts_per_tok": 2},
+                          quant={"bits": 4, "group_size": 64}, seed=131),
+    "phixtral_per_expert_q4": fx(PHIXTRAL, quant={"bits": 4, "group_size": 64}, seed=132,
+                                 per_expert={"stacked": "switch_mlp", "experts": "mlp"}),
 }
 
 
@@ -438,7 +449,8 @@ def build(name, recipe, out: Path):
         predicate = mixed_predicate if quant.get("predicate") == "mixed" else None
         model, config = lm_utils.quantize_model(
             model, config, quant.get("group_size"), quant.get("bits"),
-            mode=quant.get("mode", "affine"), quant_predicate=predicate)
+            mode=quant.get("mode", "affine"), global_scale=quant.get("global_scale", False),
+            quant_predicate=predicate)
         if predicate is mixed_predicate:
             # OptiQ-style maps also name the layers they keep unquantized.
             for key in ("quantization", "quantization_config"):
@@ -612,6 +624,14 @@ MOE_FIXTURES = {
     "gpt_oss_openai_mxfp4": fx(GPT_OSS, quant={"mode": "mxfp4"}, seed=113, openai_experts=True),
 }
 FIXTURES.update(MOE_FIXTURES)
+FIXTURES.update({
+    # nvfp4 switch layers with one tensor scale per expert (quantize_model's global_scale: the config
+    # names each switch layer with "global_scale": true; .global_scale [experts] float32). MLX's CPU
+    # gather_qmm refuses a global scale, so on a CPU both sides stop with MLX's message.
+    "mixtral_nvfp4_global_scale": fx(MIXTRAL, quant={"mode": "nvfp4", "global_scale": True}, seed=133),
+    "phixtral_nvfp4_global_scale": fx({**PHIXTRAL, "num_local_experts": 4, "num_experts_per_tok": 2},
+                                      quant={"mode": "nvfp4", "global_scale": True}, seed=134),
+})
 
 
 def main():

@@ -56,12 +56,12 @@ def pick_script(tok):
     sys.exit("no tool-call text with distinct tokens: extend TOOL_CALL_CANDIDATES")
 
 
-def unique_pieces(tok, text):
+def unique_pieces(tok, text, trigger=TRIGGER, eos=(EOS,)):
     """Splits `text` into token strings that are all different and none of them the trigger, "\\n"
-    or the end token: its tokenization, with each repeated (or reserved) piece merged into the piece
+    or an end token: its tokenization, with each repeated (or reserved) piece merged into the piece
     after it (before it, at the end) until none repeats. Returns the pieces, in the byte-level
     alphabet of the vocabulary."""
-    reserved = {TRIGGER, "\n", EOS}
+    reserved = {trigger, "\n", *eos}
     pieces = [tok.convert_tokens_to_string([t]) for t in tok.convert_ids_to_tokens(
         tok.encode(text, add_special_tokens=False))]
     while True:
@@ -81,7 +81,7 @@ def unique_pieces(tok, text):
     return pieces
 
 
-def scripted_tokenizer(tokenizer_dir: Path, out: Path, text: str):
+def scripted_tokenizer(tokenizer_dir: Path, out: Path, text: str, trigger=TRIGGER, eos=(EOS,)):
     """Writes tokenizer.json with the pieces of `text` that are not tokens yet in the BPE vocabulary,
     each in place of a rare token that no merge builds on (its own merge removed, so no merge makes
     the new piece and prompts without that rare token tokenize as before; decoding reads it);
@@ -99,7 +99,7 @@ def scripted_tokenizer(tokenizer_dir: Path, out: Path, text: str):
     victims = (i for i in sorted(by_id, reverse=True) if by_id[i] not in parts)
     added = {t["content"]: t["id"] for t in data["added_tokens"]}
     ids, replaced = [], set()
-    for piece in unique_pieces(tok, text):
+    for piece in unique_pieces(tok, text, trigger, eos):
         if piece in added:
             ids.append(added[piece])
             continue
@@ -117,20 +117,51 @@ def scripted_tokenizer(tokenizer_dir: Path, out: Path, text: str):
     return ids
 
 
+def with_special_tokens(tokenizer_dir: Path, out: Path, tokens, drop=()):
+    """A copy of the tokenizer in `out` with `tokens` added as special tokens (new ids after the
+    last one), as a model whose chat format uses its own control tokens has them, and the added
+    tokens `drop` renamed <|reserved_ID|> (so mlx-lm infers no format from them)."""
+    out.mkdir(parents=True)
+    data = json.loads((tokenizer_dir / "tokenizer.json").read_text())
+    config = json.loads((tokenizer_dir / "tokenizer_config.json").read_text())
+    next_id = 1 + max(max(data["model"]["vocab"].values()), *(t["id"] for t in data["added_tokens"]))
+    for t in data["added_tokens"]:  # dropped ones become reserved tokens (ids stay contiguous)
+        if t["content"] in drop:
+            t["content"] = f"<|reserved_{t['id']}|>"
+            config["added_tokens_decoder"][str(t["id"])]["content"] = t["content"]
+    for i, content in enumerate(tokens):
+        entry = {"id": next_id + i, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+                 "normalized": False, "special": True}
+        data["added_tokens"].append(entry)
+        config.setdefault("added_tokens_decoder", {})[str(entry["id"])] = {
+            k: v for k, v in entry.items() if k != "id"}
+    (out / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False))
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False))
+    return out
+
+
 def build(out: Path, tokenizer_dir: Path, hidden: int, layers: int, seed: int, script=None,
-          template_comment=None, tokenizer_config=None):
+          template_comment=None, tokenizer_config=None, model_type="qwen3", trigger=TRIGGER, eos=(EOS,),
+          special_tokens=(), drop_tokens=(), chat_template=None):
+    """`eos`: the end tokens of the model (its config's eos_token_id); the script ends with the
+    first. `model_type` qwen3 (bf16) or gpt_oss (float32: MLX's CPU gather_mm runs float32 only).
+    `special_tokens` / `drop_tokens`: added tokens to add to / remove from the tokenizer."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    if special_tokens or drop_tokens:
+        tokenizer_dir = with_special_tokens(tokenizer_dir, tmp / "base-tokenizer", special_tokens, drop_tokens)
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    eos_ids = [tok.convert_tokens_to_ids(e) for e in eos]
     if script is None:
         text, chain = pick_script(tok)
     else:
         text = script
-        chain = tok.encode(TRIGGER, add_special_tokens=False) + scripted_tokenizer(tokenizer_dir, tmp, script) + [
-            tok.convert_tokens_to_ids(EOS)]
+        trigger_ids = tok.encode(trigger, add_special_tokens=False)
+        assert len(trigger_ids) == 1, trigger_ids
+        chain = trigger_ids + scripted_tokenizer(tokenizer_dir, tmp, script, trigger, eos) + eos_ids[:1]
     vocab = max(151936, len(tok), max(chain) + 1)
     k = len(chain)
     assert len(set(chain)) == k
@@ -141,8 +172,13 @@ def build(out: Path, tokenizer_dir: Path, hidden: int, layers: int, seed: int, s
         "intermediate_size": 2 * hidden, "num_attention_heads": 4, "num_key_value_heads": 2,
         "head_dim": hidden // 4, "rms_norm_eps": 1e-6, "vocab_size": vocab,
         "max_position_embeddings": 40960, "rope_theta": 1000000.0, "tie_word_embeddings": False,
-        "eos_token_id": tok.convert_tokens_to_ids(EOS), "bos_token_id": None,
+        "eos_token_id": eos_ids[0] if len(eos_ids) == 1 else eos_ids, "bos_token_id": None,
     }
+    if model_type == "gpt_oss":
+        config.update(model_type="gpt_oss", num_local_experts=4, num_experts_per_tok=2, sliding_window=128,
+                      rope_theta=150000.0, rms_norm_eps=1e-5)
+    else:
+        assert model_type == "qwen3", model_type
     assert k < hidden // 2, "the script needs fewer reserved dimensions than half the hidden size: raise --hidden"
     mx.random.seed(seed)
     model_class, args_class = lm_utils._get_classes(config=config)
@@ -162,13 +198,16 @@ def build(out: Path, tokenizer_dir: Path, hidden: int, layers: int, seed: int, s
     updates = [("model.embed_tokens.weight", embed), ("lm_head.weight", head)]
     for name, w in params.items():
         if name.endswith("o_proj.weight") or name.endswith("down_proj.weight"):
-            w[:k, :] = 0.0
+            w[..., :k, :] = 0.0  # (stacked experts: each expert's rows)
+            updates.append((name, w))
+        elif name.endswith("o_proj.bias") or name.endswith("down_proj.bias"):
+            w[..., :k] = 0.0
             updates.append((name, w))
         elif name.endswith("norm.weight"):
             # Norm weights start at ones; randomise them (positive) so a wrong binding shows.
             updates.append((name, 1.0 + 0.1 * mx.random.normal(w.shape)))
     model.load_weights(updates, strict=False)
-    model.set_dtype(mx.bfloat16)
+    model.set_dtype(mx.float32 if model_type == "gpt_oss" else mx.bfloat16)
     mx.eval(model.parameters())
 
     # Several test processes may build it at once: each in its own directory, first rename wins.
@@ -177,18 +216,22 @@ def build(out: Path, tokenizer_dir: Path, hidden: int, layers: int, seed: int, s
     for f in ("tokenizer.json", "tokenizer_config.json"):
         if not (tmp / f).exists():
             shutil.copy(tokenizer_dir / f, tmp / f)
-    if template_comment is not None or tokenizer_config:
+    shutil.rmtree(tmp / "base-tokenizer", ignore_errors=True)
+    if template_comment is not None or tokenizer_config or chat_template is not None:
         tc = json.loads((tmp / "tokenizer_config.json").read_text())
+        if chat_template is not None:
+            tc["chat_template"] = chat_template
         if template_comment is not None:
             tc["chat_template"] = "{#- " + template_comment + " -#}\n" + tc["chat_template"]
         tc.update(tokenizer_config or {})
         (tmp / "tokenizer_config.json").write_text(json.dumps(tc, indent=2, ensure_ascii=False))
-    (tmp / "script.json").write_text(json.dumps({"trigger": TRIGGER, "tool_call": text, "chain": chain}))
+    (tmp / "script.json").write_text(json.dumps({"trigger": trigger, "tool_call": text, "chain": chain}))
     return tmp
 
 
 def ensure(out_root, name="server_qwen3", tokenizer_dir=None, hidden=64, layers=2, seed=40, script=None,
-           template_comment=None, tokenizer_config=None):
+           template_comment=None, tokenizer_config=None, **variant):
+    """`variant`: build's model_type, trigger, eos, special_tokens, drop_tokens and chat_template."""
     """The fixture directory out_root/name, built unless it is there with the same recipe."""
     shared = Path(__file__).resolve().parents[1].parent / "shared"
     tokenizer_dir = Path(tokenizer_dir) if tokenizer_dir else shared / "data" / "tokenizers" / "qwen3"
@@ -196,12 +239,14 @@ def ensure(out_root, name="server_qwen3", tokenizer_dir=None, hidden=64, layers=
     recipe = {"hidden": hidden, "layers": layers, "seed": seed, "tokenizer": str(tokenizer_dir), "version": 2}
     if script is not None or template_comment is not None or tokenizer_config:
         recipe.update(script=script, template_comment=template_comment, tokenizer_config=tokenizer_config)
+    if variant:
+        recipe.update(variant={k: list(v) if isinstance(v, tuple) else v for k, v in variant.items()})
     recipe = json.dumps(recipe, sort_keys=True)
     stamp = out / "fixture.json"
     if stamp.exists() and stamp.read_text() == recipe:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = build(out, tokenizer_dir, hidden, layers, seed, script, template_comment, tokenizer_config)
+    tmp = build(out, tokenizer_dir, hidden, layers, seed, script, template_comment, tokenizer_config, **variant)
     (tmp / "fixture.json").write_text(recipe)
     if stamp.exists() and stamp.read_text() == recipe:  # another process finished first
         shutil.rmtree(tmp, ignore_errors=True)

@@ -347,6 +347,30 @@ MOE_CASES = {
         "mixtral_per_expert_q4_ties", lambda d: _dequantize_expert(d, "model.layers.0.block_sparse_moe.experts.2.w3"),
         ["model.layers.0.block_sparse_moe.experts.2.w3.weight has shape (64, 128) and dtype bfloat16",
          "experts.0.w3.weight has shape (64, 16) and dtype uint32"]),
+    # phixtral
+    "phixtral top-k beyond its experts": (
+        "phixtral_q4_g64", lambda d: edit_config(d, lambda c: c.update(num_experts_per_tok=5)),
+        ["config.json", "'num_experts_per_tok' is 5", "'num_local_experts' (4)"]),
+    "phixtral heads not dividing model_dim": (
+        "phixtral_fp32", lambda d: edit_config(d, lambda c: c.update(num_heads=5)),
+        ["config.json", "model_dim", "num_heads"]),
+    "phixtral rotary_dim beyond the head": (
+        "phixtral_fp32", lambda d: edit_config(d, lambda c: c.update(rotary_dim=64)),
+        ["config.json", "rotary_dim", "32"]),
+    # nvfp4 tensor scales of switch layers
+    "global scale on affine experts": (
+        "mixtral_q4_g64", lambda d: edit_config(d, lambda c: c["quantization"].update({
+            "model.layers.0.block_sparse_moe.switch_mlp.up_proj":
+                {"group_size": 64, "bits": 4, "mode": "affine", "global_scale": True}})),
+        ["model.layers.0.block_sparse_moe.switch_mlp.up_proj has a global scale", "needs 'nvfp4' mode",
+         "got 'affine'"]),
+    "global scale tensor missing": (
+        "mixtral_nvfp4_global_scale",
+        lambda d: _drop(d, "model.layers.1.block_sparse_moe.switch_mlp.down_proj.global_scale"),
+        ["missing parameters: model.layers.1.block_sparse_moe.switch_mlp.down_proj.global_scale"]),
+    "phixtral one expert's bias missing": (
+        "phixtral_per_expert_q4", lambda d: _drop(d, "transformer.h.1.moe.mlp.3.fc2.bias"),
+        ["transformer.h.1.moe.mlp.3.fc2.bias is missing", "each of the 8 experts"]),
 }
 
 

@@ -83,7 +83,10 @@ def test_seeds_differ(tiny_model):
                                      "helium_bf16", "helium_q4_g64",
                                      "cohere2_bf16", "cohere2_fp16", "cohere2_q4_g64",
                                      "gemma2_bf16", "gemma2_q4_g64", "gemma2_fp16_mha",
-                                     "gemma_bf16", "gemma_q4_g64", "gemma_fp16_mqa"])
+                                     "gemma_bf16", "gemma_q4_g64", "gemma_fp16_mqa",
+                                     # phixtral: SwitchMLP layers (biases start at zeros), experts saved
+                                     # one by one (moe.mlp.N) drawing as one stacked layer
+                                     "phixtral_fp32", "phixtral_q4_g64", "phixtral_per_expert_q4"])
 def test_seed_position_after_model_construction(fixture):
     """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first
     sampling key depends on the architecture (biases, untied heads, quantized layers; gemma3_text builds an

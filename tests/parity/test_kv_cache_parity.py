@@ -75,6 +75,8 @@ CASES = [
     ("starcoder2_bf16", {"max_kv_size": 16}),
     ("stablelm_bf16", {"max_kv_size": 16}),
     ("phi_bf16", {"max_kv_size": 16}),
+    ("phixtral_fp32", {"max_kv_size": 16}),  # phixtral.py has no make_cache: a RotatingKVCache of 16
+    ("phixtral_per_expert_q4", {"max_kv_size": 12}),
     ("helium_bf16", {"max_kv_size": 16}),
     ("cohere2_bf16", {}),
     ("cohere2_fp16", {}),

@@ -222,6 +222,18 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
       continue;
     }
     // --- end of the mixture-of-experts block
+    // -- phixtral (and phi-msft): experts saved one by one (moe.mlp.N.fc1 / fc2), which sanitize
+    // stacks into one SwitchLinear each: one draw for its weight, one more when quantized (its bias
+    // starts at zeros).
+    if (model_type == "phixtral" || model_type == "phi-msft") {
+      if (const auto at = name.find(".moe.mlp."); at != std::string::npos) {
+        if (name.compare(at + 9, 2, "0.") != 0 || !ends_with(name, ".weight")) continue;
+        draws += 1;
+        if (weights.count(name.substr(0, name.size() - 7) + ".scales")) draws += 1;
+        continue;
+      }
+    }
+    // -- end phixtral
     if (!ends_with(name, ".weight") || tensor.ndim() < 2) continue;
     if (dropped_head && name == head_name) continue;
     if (mistral3 && (name.find("vision_tower") != std::string::npos ||

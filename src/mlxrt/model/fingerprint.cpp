@@ -52,6 +52,8 @@ const char* const kArchitectureKeys[] = {
     "logit_scale", "layer_norm_bias",
     // Gemma 2: the attention logit cap.
     "attn_logit_softcapping",
+    // phixtral
+    "num_vocab", "model_dim", "num_heads", "num_layers", "rotary_dim",
 };
 
 json normalise(const json& v) {

@@ -1,6 +1,6 @@
 // The mixture-of-experts families: their profiles, the config keys their fingerprint covers, the
 // routers' top-k spellings and the expert-count checks. Logits parity with mlx-lm is checked by
-// tests/parity on the qwen3_moe_*, mixtral_*, qwen2_moe_*, olmoe_* and gpt_oss_* fixtures.
+// tests/parity on the qwen3_moe_*, mixtral_*, qwen2_moe_*, olmoe_*, gpt_oss_* and phixtral_* fixtures.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,7 +23,8 @@ TEST(Moe, EachFamilyResolvesToItsGraph) {
                                                     {"mixtral", Graph::mixtral},
                                                     {"qwen2_moe", Graph::qwen2_moe},
                                                     {"olmoe", Graph::olmoe},
-                                                    {"gpt_oss", Graph::gpt_oss}};
+                                                    {"gpt_oss", Graph::gpt_oss},
+                                                    {"phixtral", Graph::phixtral}};
   for (const auto& [type, graph] : families) {
     EXPECT_TRUE(graph_accepts(graph, type)) << type;
     const auto& entry = graph_entry(graph);
@@ -44,6 +45,20 @@ TEST(Moe, EachFamilyResolvesToItsGraph) {
   // The dense graphs do not run MoE model_types.
   EXPECT_FALSE(graph_accepts(Graph::qwen3, "qwen3_moe"));
   EXPECT_FALSE(graph_accepts(Graph::llama, "mixtral"));
+  // mlx-lm runs phi-msft checkpoints through phixtral.py; Phi-2's graph does not run phixtral.
+  EXPECT_TRUE(graph_accepts(Graph::phixtral, "phi-msft"));
+  EXPECT_FALSE(graph_accepts(Graph::phi, "phixtral"));
+}
+
+TEST(Moe, FingerprintCoversPhixtralKeys) {
+  json base = {{"model_type", "phixtral"}, {"num_vocab", 512}, {"model_dim", 128}, {"num_heads", 4},
+               {"num_layers", 2}, {"rotary_dim", 16}, {"num_local_experts", 8}, {"num_experts_per_tok", 6}};
+  const auto fp = config_fingerprint(base);
+  for (const auto& [key, value] : base.items()) {
+    json changed = base;
+    changed[key] = key == "model_type" ? json("phi-msft") : json(3);
+    EXPECT_NE(config_fingerprint(changed), fp) << key;
+  }
 }
 
 TEST(Moe, FingerprintCoversTheExpertKeys) {

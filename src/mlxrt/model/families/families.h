@@ -55,6 +55,10 @@ namespace gpt_oss {
 /** gpt_oss: gpt-oss (attention sinks, alternating sliding/full layers, clamped SwiGLU experts). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace phixtral {
+/** phixtral (and phi-msft): Phi-2 experts in a parallel block, SwitchMLP (gelu_approx) experts. */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 // Dense families on the shared decoder skeleton (nn/decoder.h).
 namespace mistral3 {

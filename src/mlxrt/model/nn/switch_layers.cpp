@@ -6,6 +6,7 @@
 #include <mlx/ops.h>
 
 #include "mlxrt/model/nn/activations.h"
+#include "mlxrt/util/errors.h"
 
 namespace mlxrt::model::nn {
 
@@ -41,29 +42,52 @@ mx::array switch_apply(const mx::array& x_in, const mx::array& indices, Body bod
   return mx::squeeze(scatter_unsort(y, s.inv_order, indices.shape()), -2);
 }
 
+// Whether the quantized switch layer at `path` holds a global scale, as mlx-lm's load decides it:
+// the layer's entry in config.json's "quantization" map when it has one (its "global_scale" key is
+// what to_quantized receives), else whether the checkpoint saved `path`.global_scale.
+bool takes_global_scale(const WeightBinder& w, const std::string& path) {
+  const auto& raw = w.config().raw();
+  if (raw.contains("quantization") && raw["quantization"].is_object() && raw["quantization"].contains(path)) {
+    const auto& entry = raw["quantization"][path];
+    if (!entry.is_object() || !entry.contains("global_scale") || entry["global_scale"].is_null()) return false;
+    if (!entry["global_scale"].is_boolean())
+      throw ConfigError(w.config().source() + ": quantization." + path + ".global_scale must be true or false");
+    return entry["global_scale"].get<bool>();
+  }
+  return w.has(path + ".global_scale");
+}
+
 }  // namespace
 
 SwitchLinear SwitchLinear::load(WeightBinder& w, const std::string& path, int input_dims, int output_dims,
                                 int num_experts, bool bias) {
   std::optional<Quantized> q;
-  std::optional<mx::array> weight;
+  std::optional<mx::array> weight, global_scale;
   if (auto spec = w.config().quantization().for_module(path, input_dims, w.saved_quant(path))) {
     // mx.quantize packs `bits`-bit values into uint32 words; scales/biases hold one per group.
     weight = w.take(path + ".weight", {num_experts, output_dims, input_dims * spec->bits / 32});
     const mx::Shape groups{num_experts, output_dims, input_dims / spec->group_size};
     q = Quantized{w.take(path + ".scales", groups), std::nullopt, *spec};
-    if (spec->mode == "affine") q->biases = w.take(path + ".biases", groups);
+    if (takes_global_scale(w, path)) {
+      // _quantize_experts: one float32 scale per expert, no biases; nvfp4 only.
+      if (spec->mode != "nvfp4")
+        throw UnsupportedError(w.config().source() + ": " + path + " has a global scale, which needs 'nvfp4' mode, got '" +
+                               spec->mode + "'");
+      global_scale = w.take(path + ".global_scale", {num_experts});
+    } else if (spec->mode == "affine") {
+      q->biases = w.take(path + ".biases", groups);
+    }
   } else {
     weight = w.take(path + ".weight", {num_experts, output_dims, input_dims});
   }
   std::optional<mx::array> b;
   if (bias) b = w.take(path + ".bias", {num_experts, output_dims});
-  return SwitchLinear(std::move(*weight), std::move(b), std::move(q));
+  return SwitchLinear(std::move(*weight), std::move(b), std::move(q), std::move(global_scale));
 }
 
 mx::array SwitchLinear::operator()(const mx::array& x, const mx::array& indices, bool sorted_indices) const {
   mx::array y = q_ ? mx::gather_qmm(x, weight_, q_->scales, q_->biases, std::nullopt, indices, true,
-                                    q_->spec.group_size, q_->spec.bits, q_->spec.mode, std::nullopt,
+                                    q_->spec.group_size, q_->spec.bits, q_->spec.mode, global_scale_,
                                     sorted_indices)
                    : mx::gather_mm(x, mx::swapaxes(weight_, -1, -2), std::nullopt, indices, sorted_indices);
   if (bias_) y = mx::add(y, mx::expand_dims(mx::take(*bias_, indices, 0), -2));

@@ -19,7 +19,9 @@ namespace mx = mlx::core;
 inline constexpr int kSwitchSortThreshold = 64;
 
 /** SwitchLinear / QuantizedSwitchLinear: `path`.weight [num_experts, out, in] (packed when the
- * checkpoint's quantization map quantizes `path`), optional `path`.bias [num_experts, out]. */
+ * checkpoint's quantization map quantizes `path`), optional `path`.bias [num_experts, out]. An nvfp4
+ * layer may hold one tensor scale per expert, `path`.global_scale [num_experts] (mlx-lm's
+ * quantize_model(..., global_scale=True)), which gather_qmm applies. */
 class SwitchLinear {
  public:
   static SwitchLinear load(WeightBinder& w, const std::string& path, int input_dims, int output_dims,
@@ -30,13 +32,17 @@ class SwitchLinear {
 
   /** The quantization of this projection, if any (for checks across a block's projections). */
   const std::optional<Quantized>& quantized() const { return q_; }
+  /** The per-expert nvfp4 tensor scales, if the layer holds them. */
+  const std::optional<mx::array>& global_scale() const { return global_scale_; }
 
  private:
-  SwitchLinear(mx::array weight, std::optional<mx::array> bias, std::optional<Quantized> q)
-      : weight_(std::move(weight)), bias_(std::move(bias)), q_(std::move(q)) {}
+  SwitchLinear(mx::array weight, std::optional<mx::array> bias, std::optional<Quantized> q,
+               std::optional<mx::array> global_scale)
+      : weight_(std::move(weight)), bias_(std::move(bias)), q_(std::move(q)), global_scale_(std::move(global_scale)) {}
   mx::array weight_;
   std::optional<mx::array> bias_;
   std::optional<Quantized> q_;
+  std::optional<mx::array> global_scale_;
 };
 
 /** The activation between a SwitchGLU's projections. */
