@@ -1,7 +1,10 @@
 #include "mlxrt/cli/common.h"
 
 #include <charconv>
+#include <cmath>
+#include <iostream>
 
+#include "mlxrt/model/expert_loading.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::cli {
@@ -29,6 +32,24 @@ model::LoadOptions load_options(const std::string& profile_file) {
   model::LoadOptions options;
   if (!profile_file.empty()) options.artifact_profiles = model::load_profile_file(profile_file);
   return options;
+}
+
+std::optional<uint64_t> expert_memory_bytes(std::optional<double> gb) {
+  if (!gb) return std::nullopt;
+  if (!(std::isfinite(*gb) && *gb > 0 && *gb < 1e9))
+    throw UsageError("--expert-memory: expected a positive number of GB, got " + std::to_string(*gb));
+  return static_cast<uint64_t>(std::llround(*gb * 1e9));
+}
+
+model::LoadedModel load_cli_model(const std::string& model, const std::string& profile_file,
+                                  std::optional<double> expert_memory_gb,
+                                  std::shared_ptr<model::nn::ExpertStore>& experts) {
+  auto bytes = expert_memory_bytes(expert_memory_gb);
+  return model::load_model(model, load_options(profile_file), bytes, experts);
+}
+
+void print_expert_stats(const std::shared_ptr<model::nn::ExpertStore>& experts) {
+  if (experts) std::cerr << model::nn::format_expert_stats(experts->stats()) << std::endl;
 }
 
 }  // namespace mlxrt::cli

@@ -2,10 +2,13 @@
 /** Small helpers shared by the CLI verbs. */
 #include <cstdint>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "mlxrt/model/loader.h"
+#include "mlxrt/model/nn/expert_store.h"
 
 namespace mlxrt::cli {
 
@@ -14,5 +17,21 @@ std::vector<int32_t> parse_token_list(const std::string& text, const std::string
 
 /** LoadOptions from the common --profile-file flag (empty: none). */
 model::LoadOptions load_options(const std::string& profile_file);
+/** --expert-memory GB in bytes (unset: every expert resident). UsageError unless positive. */
+std::optional<uint64_t> expert_memory_bytes(std::optional<double> expert_memory_gb);
+
+/** load_model with the common --profile-file and --expert-memory flags; `experts` receives the
+ * streamed-experts store (null without --expert-memory). */
+model::LoadedModel load_cli_model(const std::string& model, const std::string& profile_file,
+                                  std::optional<double> expert_memory_gb,
+                                  std::shared_ptr<model::nn::ExpertStore>& experts);
+
+/** The --expert-memory help text, the same on every verb that takes it. */
+inline constexpr const char* kExpertMemoryHelp =
+    "Stream mixture-of-experts weights from disk, keeping at most this many GB of experts in memory "
+    "(an LRU cache over all layers); default: every expert resident";
+
+/** With streamed experts, prints the run's expert-cache line (hit rate, bytes read, resident) on stderr. */
+void print_expert_stats(const std::shared_ptr<model::nn::ExpertStore>& experts);
 
 }  // namespace mlxrt::cli

@@ -257,14 +257,17 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
   return draws;
 }
 
-Session load_session(const std::string& model, const std::string& profile_file) {
-  auto loaded = model::load_model(model, load_options(profile_file));
+Session load_session(const std::string& model, const std::string& profile_file,
+                     std::optional<double> expert_memory_gb) {
+  std::shared_ptr<model::nn::ExpertStore> experts;
+  auto loaded = load_cli_model(model, profile_file, expert_memory_gb, experts);
   auto dir = io::resolve_model_dir(model);
   auto tok = tokenizer::Tokenizer::from_dir(dir);
   auto chat_template = tmpl::load_chat_template(dir);
   auto special = tmpl::read_special_tokens(dir);
   auto eos = tok.eos_token_ids();
-  return Session{dir, std::move(loaded), std::move(tok), std::move(chat_template), std::move(special), std::move(eos)};
+  return Session{dir, std::move(loaded), std::move(tok), std::move(chat_template), std::move(special),
+                 std::move(eos), std::move(experts)};
 }
 
 void add_eos_token(Session& s, const std::string& token, const std::string& flag) {

@@ -14,6 +14,7 @@
 #include "mlxrt/generate/random_state.h"
 #include "mlxrt/generate/sampler.h"
 #include "mlxrt/model/loader.h"
+#include "mlxrt/model/nn/expert_store.h"
 #include "mlxrt/template/chat_template.h"
 #include "mlxrt/tokenizer/tokenizer.h"
 
@@ -59,9 +60,11 @@ struct Session {
   std::optional<tmpl::ChatTemplate> chat_template;
   nlohmann::ordered_json special_tokens;
   std::vector<int32_t> eos_token_ids;
+  std::shared_ptr<model::nn::ExpertStore> experts;  // streamed experts (--expert-memory), else null
 };
 
-Session load_session(const std::string& model, const std::string& profile_file);
+Session load_session(const std::string& model, const std::string& profile_file,
+                     std::optional<double> expert_memory_gb = std::nullopt);
 
 /** TokenizerWrapper.add_eos_token: an integer id, else the token's id (the unknown token's id
  * when it has none, as transformers does); UsageError naming `flag` when neither exists. */

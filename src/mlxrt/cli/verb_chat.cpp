@@ -5,6 +5,7 @@
 
 #include "mlxrt/cli/chat_ui.h"
 #include "mlxrt/cli/generation_setup.h"
+#include "mlxrt/cli/common.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/default_model.h"
 #include "mlxrt/convert/default_model.h"
@@ -22,6 +23,7 @@ struct ChatArgs {
   double temp = 0.0, top_p = 1.0, xtc_probability = 0.0, xtc_threshold = 0.1;
   uint64_t seed = 0;
   std::optional<int> max_kv_size;
+  std::optional<double> expert_memory;
   int prefill_step_size = 2048, max_tokens = 256;
 };
 
@@ -51,7 +53,7 @@ void run(const ChatArgs& a) {
   // mx.random.seed(args.seed) comes before the model is built.
   auto rng = std::make_shared<generate::RandomState>(a.seed);
   rng->skip(model_construction_draws(a.model));
-  auto session = load_session(a.model, a.profile_file);
+  auto session = load_session(a.model, a.profile_file, a.expert_memory);
   if (!session.chat_template) throw UsageError("--model: " + a.model + " has no chat template to chat with");
   params.xtc_special_tokens = xtc_special_tokens(session);
 
@@ -100,6 +102,8 @@ void run(const ChatArgs& a) {
         },
         &cache);
     ui.end_turn(last.generation_tokens, last.generation_tps, last.prompt_tps, last.peak_memory);
+    std::cout << std::flush;
+    print_expert_stats(session.experts);  // the run so far
   }
 }
 
@@ -120,6 +124,7 @@ void register_chat(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "PRNG seed")->capture_default_str();
   cmd->add_option("--max-kv-size", a->max_kv_size, "Set the maximum key-value cache size");
+  cmd->add_option("--expert-memory", a->expert_memory, kExpertMemoryHelp);
   cmd->add_option("--prefill-step-size", a->prefill_step_size, "Number of prompt tokens to process at a time")
       ->capture_default_str();
   cmd->add_option("--max-tokens,-m", a->max_tokens, "Maximum number of tokens to generate")->capture_default_str();

@@ -36,6 +36,7 @@ struct Args {
   std::optional<uint64_t> seed;
   bool ignore_chat_template = false, use_default_chat_template = false, trust_remote_code = false;
   std::optional<int> max_kv_size, kv_bits;
+  std::optional<double> expert_memory;
   int kv_group_size = 64, quantized_kv_start = 5000, prefill_step_size = 2048;
   SamplingFlags sampling;
 };
@@ -80,7 +81,8 @@ std::shared_ptr<generate::RandomState> make_rng(const Args& a) {
 void run_ids_only(const Args& a, generate::TextGenerationOptions options) {
   auto ids = parse_token_list(a.prompt_tokens, "--prompt-tokens");
   auto rng = make_rng(a);
-  auto loaded = model::load_model(a.model, load_options(a.profile_file));
+  std::shared_ptr<model::nn::ExpertStore> experts;
+  auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts);
   const int vocab = loaded.model->vocab_size();
   for (auto id : ids)
     if (id >= vocab)
@@ -121,6 +123,8 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options) {
   else
     std::cout << "No text generated for this prompt\n";
   write_logprobs(a.logprobs_file, rows);
+  std::cout << std::flush;
+  print_expert_stats(experts);
 }
 
 nlohmann::ordered_json parse_template_config(const std::string& text) {
@@ -220,7 +224,7 @@ void run(const Args& a) {
   if (!a.prompt_cache_file.empty()) prompt_cache = load_cache_file(a);
 
   auto rng = make_rng(a);
-  auto session = load_session(a.model, a.profile_file);
+  auto session = load_session(a.model, a.profile_file, a.expert_memory);
   for (const auto& t : a.extra_eos_token) add_eos_token(session, t, "--extra-eos-token");
   if (prompt_cache) model::check_prompt_cache(*session.loaded.model, *prompt_cache, a.prompt_cache_file);
   auto ids = prompt_ids(a, session, prompt_cache.has_value());
@@ -246,14 +250,17 @@ void run(const Args& a) {
   write_logprobs(a.logprobs_file, rows);
   if (!verbose) {
     std::cout << text << "\n";
+    print_expert_stats(session.experts);
     return;
   }
   std::cout << "\n==========\n";
   if (text.empty()) {
     std::cout << "No text generated for this prompt\n";
-    return;
+  } else {
+    print_footer(last);
   }
-  print_footer(last);
+  std::cout << std::flush;
+  print_expert_stats(session.experts);
 }
 
 /** mlx_lm.generate flags this engine cannot honour yet: accepted by the parser, refused by name. */
@@ -292,6 +299,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--verbose", a->verbose, "'True'/'T' to log verbose output, 'False'/'F' to print only the response")
       ->capture_default_str();
   cmd->add_option("--max-kv-size", a->max_kv_size, "Set the maximum key-value cache size");
+  cmd->add_option("--expert-memory", a->expert_memory, kExpertMemoryHelp);
   cmd->add_option("--prefill-step-size", a->prefill_step_size, "Number of prompt tokens to process at a time")
       ->capture_default_str();
   cmd->add_option("--prompt-cache-file", a->prompt_cache_file, "A file containing saved KV caches");

@@ -26,6 +26,7 @@ struct Args {
   std::string model, tokens, out, profile_file, prompt_cache_file;
   bool incremental = false;
   std::optional<int> chunk_size, max_kv_size, kv_bits;
+  std::optional<double> expert_memory;
   int kv_group_size = cache::kDefaultKvGroupSize;
   int quantized_kv_start = cache::kDefaultQuantizedKvStart;
 
@@ -64,7 +65,8 @@ void run(const Args& a) {
   if (a.chunk_size && *a.chunk_size < 1) throw UsageError("--chunk-size must be at least 1");
   if (a.max_kv_size && *a.max_kv_size < 1) throw UsageError("--max-kv-size must be at least 1");
   cache::validate_kv_quantization(a.kv_bits, a.kv_group_size, a.quantized_kv_start);
-  auto loaded = model::load_model(a.model, load_options(a.profile_file));
+  std::shared_ptr<model::nn::ExpertStore> experts;
+  auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts);
   for (auto id : ids)
     if (id >= loaded.model->vocab_size())
       throw UsageError("--tokens: id " + std::to_string(id) + " is outside the vocabulary (size " +
@@ -75,6 +77,7 @@ void run(const Args& a) {
   auto tmp = a.out + ".partial.safetensors";
   mx::save_safetensors(tmp, {{"logits", logits}});
   std::filesystem::rename(tmp, a.out);
+  print_expert_stats(experts);
 }
 
 }  // namespace
@@ -88,6 +91,7 @@ void register_logits(CLI::App& app) {
   cmd->add_flag("--incremental", a->incremental, "One token at a time through the KV cache");
   cmd->add_option("--chunk-size", a->chunk_size, "Tokens per model call through the KV cache");
   cmd->add_option("--max-kv-size", a->max_kv_size, "Rotating KV cache of this many positions (as mlx-lm)");
+  cmd->add_option("--expert-memory", a->expert_memory, kExpertMemoryHelp);
   cmd->add_option("--kv-bits", a->kv_bits, "Quantize the KV cache to this many bits");
   cmd->add_option("--kv-group-size", a->kv_group_size, "Group size of the KV cache quantization")
       ->capture_default_str();

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <thread>
 
+#include "mlxrt/cli/common.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/default_model.h"
 #include "mlxrt/server/logger.h"
@@ -22,6 +23,7 @@ struct Args {
   std::string chat_template_args = "{}", prompt_cache_bytes;
   bool trust_remote_code = false, pipeline = false;
   int kv_bits = 0;
+  std::optional<double> expert_memory;
 };
 
 /** mlx-lm's _parse_size: a byte count with an optional K/M/G/T suffix (powers of 1000). */
@@ -69,6 +71,7 @@ void run(Args& a) {
     if (a.kv_bits < 2 || a.kv_bits > 8) throw UsageError("--kv-bits: expected 2 to 8 bits");
     a.o.kv_bits = a.kv_bits;
   }
+  a.o.expert_memory_bytes = expert_memory_bytes(a.expert_memory);
 
   // SIGINT/SIGTERM are taken by one thread that stops the server, so every other thread
   // (HTTP workers, the generation thread) runs with them blocked.
@@ -126,6 +129,7 @@ void register_server(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--prompt-cache-bytes", a->prompt_cache_bytes, "Maximum size of the kept KV caches (e.g. 8G)");
   cmd->add_option("--kv-bits", a->kv_bits, "Bits for KV cache quantization (e.g. 4 or 8; default: none)");
+  cmd->add_option("--expert-memory", a->expert_memory, kExpertMemoryHelp);
   cmd->add_option("--kv-group-size", o.kv_group_size, "Group size for KV cache quantization")->capture_default_str();
   cmd->add_option("--quantized-kv-start", o.quantized_kv_start, "Token position to start KV cache quantization")
       ->capture_default_str();

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "mlxrt/io/model_dir.h"
+#include "mlxrt/model/expert_loading.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::server {
@@ -56,7 +57,9 @@ const tmpl::ChatTemplate& ModelSession::template_for(bool have_tools) const {
 ModelSession load_model_session(const ServerOptions& options, Logger& log) {
   if (options.model.empty()) throw UsageError("--model is required: the model directory to serve");
   auto dir = io::resolve_model_dir(options.model);
-  ModelSession s{dir, model::load_model(dir), tokenizer::Tokenizer::from_dir(dir), {}, {}, {}, {}, {}, {}, {}};
+  std::shared_ptr<model::nn::ExpertStore> experts;
+  ModelSession s{dir, model::load_model(dir, {}, options.expert_memory_bytes, experts), tokenizer::Tokenizer::from_dir(dir), {}, {}, {}, {}, {}, {}, {}};
+  s.experts = std::move(experts);
   s.templates = tmpl::read_model_chat_templates(dir);
   if (!options.chat_template.empty()) {
     // --chat-template replaces the model's template (mlx-lm passes it as tokenizer_config's).

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mlxrt/model/loader.h"
+#include "mlxrt/model/nn/expert_store.h"
 #include "mlxrt/server/logger.h"
 #include "mlxrt/server/options.h"
 #include "mlxrt/server/text_state_machine.h"
@@ -30,6 +32,7 @@ struct ModelSession {
   MarkerSet markers;
   std::vector<int32_t> think_start_tokens, think_end_tokens;
   std::optional<ToolParser> tool_parser;
+  std::shared_ptr<model::nn::ExpertStore> experts;  // streamed experts (--expert-memory), else null
 
   bool has_chat_template() const { return !templates.templates.empty(); }
   bool has_thinking() const { return markers.think.has_value(); }

@@ -2,6 +2,7 @@
 /** The server's settings: mlx_lm.server's flags (same names and defaults) plus the limits that
  * keep one client from exhausting the server. */
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +40,7 @@ struct ServerOptions {
   std::optional<int> kv_bits;  // quantize the KV cache past quantized_kv_start positions
   int kv_group_size = 64;
   int quantized_kv_start = 5000;
+  std::optional<uint64_t> expert_memory_bytes;  // --expert-memory: streamed experts (ours)
 
   // Limits (ours; mlx_lm.server has none).
   size_t max_body_bytes = 16u << 20;

@@ -1,5 +1,6 @@
 #include "mlxrt/server/server.h"
 
+#include "mlxrt/model/nn/expert_store.h"
 #include "mlxrt/server/generation.h"
 #include "mlxrt/server/http_front.h"
 #include "mlxrt/server/logger.h"
@@ -20,7 +21,13 @@ struct Server::Parts {
       : log(o.log_level),
         session(load_model_session(o, log)),
         generator(session, o, log),
-        scheduler([this](Job& job) { generator.run(job); }, static_cast<size_t>(std::max(1, o.max_queued_requests))),
+        scheduler(
+            [this](Job& job) {
+              generator.run(job);
+              // Streamed experts: the cache's totals so far, after each request.
+              if (session.experts) log.info(model::nn::format_expert_stats(session.experts->stats()));
+            },
+            static_cast<size_t>(std::max(1, o.max_queued_requests))),
         front(o, log, session, scheduler) {}
 };
 

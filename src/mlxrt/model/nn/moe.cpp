@@ -66,7 +66,7 @@ void check_expert_counts(int num_experts, int num_experts_per_tok, const std::st
 SparseMoe SparseMoe::load(WeightBinder& w, const std::string& path, const SparseMoeOptions& o) {
   auto gate = Linear::load(w, path + "." + o.gate_name, o.hidden_size, o.num_experts, o.gate_bias);
   auto experts = SwitchGLU::load(w, path + "." + o.experts_name, o.hidden_size, o.expert_hidden, o.num_experts,
-                                 o.expert_bias, o.activation);
+                                 o.expert_bias, o.activation, o.top_k);
   std::optional<GluMLP> shared;
   std::optional<Linear> shared_gate;
   if (o.shared_expert_hidden) {

@@ -59,30 +59,73 @@ bool takes_global_scale(const WeightBinder& w, const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// Binds one expert tensor: resident (evaluated with the model) or, with streamed experts, left
+// unread in the files and described for the store.
+mx::array take_expert_tensor(WeightBinder& w, const std::string& name, const mx::Shape& shape,
+                             std::vector<StreamedTensor>& streamed) {
+  auto a = w.take(name, shape);
+  auto* streaming = ExpertStreaming::current();
+  if (!streaming || a.shape() != shape) return a;  // a mis-shaped tensor: finish() reports it
+  mx::Shape expert_shape(shape.begin() + 1, shape.end());
+  const uint64_t per_expert = shape[0] > 0 ? a.nbytes() / static_cast<uint64_t>(shape[0]) : 0;
+  streamed.push_back(StreamedTensor{name, a.dtype(), expert_shape, per_expert, streaming->streamed_source(a, name)});
+  return a;
+}
+
+// Registers a block's streamed tensors (all its projections, in order) with the binder's store.
+int register_streamed(WeightBinder& w, std::initializer_list<const SwitchLinear*> projections, int num_experts,
+                      int top_k) {
+  std::vector<StreamedTensor> tensors;
+  for (const auto* p : projections) tensors.insert(tensors.end(), p->streamed().begin(), p->streamed().end());
+  return ExpertStreaming::current()->store()->add_block(std::move(tensors), num_experts, top_k);
+}
+
+}  // namespace
+
 SwitchLinear SwitchLinear::load(WeightBinder& w, const std::string& path, int input_dims, int output_dims,
                                 int num_experts, bool bias) {
   std::optional<Quantized> q;
   std::optional<mx::array> weight, global_scale;
+  std::vector<StreamedTensor> streamed;
   if (auto spec = w.config().quantization().for_module(path, input_dims, w.saved_quant(path))) {
     // mx.quantize packs `bits`-bit values into uint32 words; scales/biases hold one per group.
-    weight = w.take(path + ".weight", {num_experts, output_dims, input_dims * spec->bits / 32});
+    weight = take_expert_tensor(w, path + ".weight", {num_experts, output_dims, input_dims * spec->bits / 32}, streamed);
     const mx::Shape groups{num_experts, output_dims, input_dims / spec->group_size};
-    q = Quantized{w.take(path + ".scales", groups), std::nullopt, *spec};
+    q = Quantized{take_expert_tensor(w, path + ".scales", groups, streamed), std::nullopt, *spec};
     if (takes_global_scale(w, path)) {
       // _quantize_experts: one float32 scale per expert, no biases; nvfp4 only.
       if (spec->mode != "nvfp4")
         throw UnsupportedError(w.config().source() + ": " + path + " has a global scale, which needs 'nvfp4' mode, got '" +
                                spec->mode + "'");
+      if (ExpertStreaming::current())
+        throw UnsupportedError(w.config().source() + ": " + path +
+                               " holds nvfp4 experts with a global scale, which --expert-memory does not stream");
       global_scale = w.take(path + ".global_scale", {num_experts});
     } else if (spec->mode == "affine") {
-      q->biases = w.take(path + ".biases", groups);
+      q->biases = take_expert_tensor(w, path + ".biases", groups, streamed);
     }
   } else {
-    weight = w.take(path + ".weight", {num_experts, output_dims, input_dims});
+    weight = take_expert_tensor(w, path + ".weight", {num_experts, output_dims, input_dims}, streamed);
   }
   std::optional<mx::array> b;
-  if (bias) b = w.take(path + ".bias", {num_experts, output_dims});
-  return SwitchLinear(std::move(*weight), std::move(b), std::move(q), std::move(global_scale));
+  if (bias) b = take_expert_tensor(w, path + ".bias", {num_experts, output_dims}, streamed);
+  SwitchLinear out(std::move(*weight), std::move(b), std::move(q), std::move(global_scale));
+  out.streamed_ = std::move(streamed);
+  return out;
+}
+
+SwitchLinear SwitchLinear::with_experts(const std::vector<mx::array>& arrays, size_t& pos) const {
+  mx::array weight = arrays.at(pos++);
+  std::optional<Quantized> q = q_;
+  if (q) {
+    q->scales = arrays.at(pos++);
+    if (q->biases) q->biases = arrays.at(pos++);
+  }
+  std::optional<mx::array> b;
+  if (bias_) b = arrays.at(pos++);
+  return SwitchLinear(std::move(weight), std::move(b), std::move(q), std::nullopt);
 }
 
 mx::array SwitchLinear::operator()(const mx::array& x, const mx::array& indices, bool sorted_indices) const {
@@ -112,33 +155,64 @@ mx::array swiglu_oai(const mx::array& gate, const mx::array& x) {
 }
 
 SwitchGLU SwitchGLU::load(WeightBinder& w, const std::string& path, int input_dims, int hidden_dims,
-                          int num_experts, bool bias, SwitchActivation activation) {
+                          int num_experts, bool bias, SwitchActivation activation, int top_k) {
   auto gate = SwitchLinear::load(w, path + ".gate_proj", input_dims, hidden_dims, num_experts, bias);
   auto up = SwitchLinear::load(w, path + ".up_proj", input_dims, hidden_dims, num_experts, bias);
   auto down = SwitchLinear::load(w, path + ".down_proj", hidden_dims, input_dims, num_experts, bias);
-  return SwitchGLU(std::move(gate), std::move(up), std::move(down), activation);
+  SwitchGLU out(std::move(gate), std::move(up), std::move(down), activation);
+  if (auto* streaming = ExpertStreaming::current()) {
+    out.store_ = streaming->store();
+    out.block_ = register_streamed(w, {&out.gate_proj_, &out.up_proj_, &out.down_proj_}, num_experts, top_k);
+  }
+  return out;
+}
+
+mx::array SwitchGLU::apply(const mx::array& x, const mx::array& indices, const SwitchLinear& gate,
+                           const SwitchLinear& up, const SwitchLinear& down) const {
+  return switch_apply(x, indices, [&](const mx::array& h, const mx::array& idx, bool sorted) {
+    auto x_up = up(h, idx, sorted);
+    auto x_gate = gate(h, idx, sorted);
+    auto act = activation_ == SwitchActivation::swiglu_oai ? swiglu_oai(x_gate, x_up) : swiglu(x_gate, x_up);
+    return down(act, idx, sorted);
+  });
 }
 
 mx::array SwitchGLU::operator()(const mx::array& x, const mx::array& indices) const {
-  return switch_apply(x, indices, [&](const mx::array& h, const mx::array& idx, bool sorted) {
-    auto x_up = up_proj_(h, idx, sorted);
-    auto x_gate = gate_proj_(h, idx, sorted);
-    auto act = activation_ == SwitchActivation::swiglu_oai ? swiglu_oai(x_gate, x_up) : swiglu(x_gate, x_up);
-    return down_proj_(act, idx, sorted);
-  });
+  if (!store_) return apply(x, indices, gate_proj_, up_proj_, down_proj_);
+  auto sel = store_->select(block_, indices);
+  size_t pos = 0;
+  auto gate = gate_proj_.with_experts(sel.tensors, pos);
+  auto up = up_proj_.with_experts(sel.tensors, pos);
+  auto down = down_proj_.with_experts(sel.tensors, pos);
+  return apply(x, sel.indices, gate, up, down);
 }
 
 SwitchMLP SwitchMLP::load(WeightBinder& w, const std::string& path, int input_dims, int hidden_dims,
-                          int num_experts, bool bias) {
+                          int num_experts, bool bias, int top_k) {
   auto fc1 = SwitchLinear::load(w, path + ".fc1", input_dims, hidden_dims, num_experts, bias);
   auto fc2 = SwitchLinear::load(w, path + ".fc2", hidden_dims, input_dims, num_experts, bias);
-  return SwitchMLP(std::move(fc1), std::move(fc2));
+  SwitchMLP out(std::move(fc1), std::move(fc2));
+  if (auto* streaming = ExpertStreaming::current()) {
+    out.store_ = streaming->store();
+    out.block_ = register_streamed(w, {&out.fc1_, &out.fc2_}, num_experts, top_k);
+  }
+  return out;
+}
+
+mx::array SwitchMLP::apply(const mx::array& x, const mx::array& indices, const SwitchLinear& fc1,
+                           const SwitchLinear& fc2) const {
+  return switch_apply(x, indices, [&](const mx::array& h, const mx::array& idx, bool sorted) {
+    return fc2(gelu_approx(fc1(h, idx, sorted)), idx, sorted);
+  });
 }
 
 mx::array SwitchMLP::operator()(const mx::array& x, const mx::array& indices) const {
-  return switch_apply(x, indices, [&](const mx::array& h, const mx::array& idx, bool sorted) {
-    return fc2_(gelu_approx(fc1_(h, idx, sorted)), idx, sorted);
-  });
+  if (!store_) return apply(x, indices, fc1_, fc2_);
+  auto sel = store_->select(block_, indices);
+  size_t pos = 0;
+  auto fc1 = fc1_.with_experts(sel.tensors, pos);
+  auto fc2 = fc2_.with_experts(sel.tensors, pos);
+  return apply(x, sel.indices, fc1, fc2);
 }
 
 }  // namespace mlxrt::model::nn

@@ -3,11 +3,14 @@
  * [num_experts, out, in], applied per token to the experts its router picked with gather_mm /
  * gather_qmm. With many (token, expert) pairs, the pairs are sorted by expert first so that each
  * expert's weights are read once, then put back in token order, exactly as mlx-lm does. */
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <mlx/array.h>
 
+#include "mlxrt/model/nn/expert_store.h"
 #include "mlxrt/model/nn/linear.h"
 #include "mlxrt/model/nn/weight_binder.h"
 
@@ -35,6 +38,13 @@ class SwitchLinear {
   /** The per-expert nvfp4 tensor scales, if the layer holds them. */
   const std::optional<mx::array>& global_scale() const { return global_scale_; }
 
+  /** Streamed experts: the tensors this projection left in the weight files (weight, scales,
+   * biases, bias: those it has), empty when its experts are resident. */
+  const std::vector<StreamedTensor>& streamed() const { return streamed_; }
+  /** This projection over a compact stack of some experts: `arrays` from position `pos` on hold
+   * its tensors in streamed() order; `pos` is advanced past them. */
+  SwitchLinear with_experts(const std::vector<mx::array>& arrays, size_t& pos) const;
+
  private:
   SwitchLinear(mx::array weight, std::optional<mx::array> bias, std::optional<Quantized> q,
                std::optional<mx::array> global_scale)
@@ -43,6 +53,7 @@ class SwitchLinear {
   std::optional<mx::array> bias_;
   std::optional<Quantized> q_;
   std::optional<mx::array> global_scale_;
+  std::vector<StreamedTensor> streamed_;
 };
 
 /** The activation between a SwitchGLU's projections. */
@@ -54,9 +65,11 @@ enum class SwitchActivation {
 class SwitchGLU {
  public:
   /** Binds `path`.{gate_proj,up_proj,down_proj} (e.g. path "model.layers.0.mlp.switch_mlp"). */
+  /** With streamed experts (an active ExpertStreaming), `top_k` (experts per token) sets the
+   * smallest budget that can run this block. */
   static SwitchGLU load(WeightBinder& w, const std::string& path, int input_dims, int hidden_dims,
                         int num_experts, bool bias = false,
-                        SwitchActivation activation = SwitchActivation::swiglu);
+                        SwitchActivation activation = SwitchActivation::swiglu, int top_k = 0);
 
   /** x [..., D], indices [..., k] -> [..., k, D]: each token through each of its k experts. */
   mx::array operator()(const mx::array& x, const mx::array& indices) const;
@@ -64,20 +77,28 @@ class SwitchGLU {
  private:
   SwitchGLU(SwitchLinear gate, SwitchLinear up, SwitchLinear down, SwitchActivation activation)
       : gate_proj_(std::move(gate)), up_proj_(std::move(up)), down_proj_(std::move(down)), activation_(activation) {}
+  mx::array apply(const mx::array& x, const mx::array& indices, const SwitchLinear& gate, const SwitchLinear& up,
+                  const SwitchLinear& down) const;
   SwitchLinear gate_proj_, up_proj_, down_proj_;
   SwitchActivation activation_;
+  std::shared_ptr<ExpertStore> store_;  // streamed experts: the store and this block's id there
+  int block_ = -1;
 };
 
 /** SwitchMLP: fc1, GELU (approx="precise", i.e. gelu_approx), fc2. */
 class SwitchMLP {
  public:
   static SwitchMLP load(WeightBinder& w, const std::string& path, int input_dims, int hidden_dims,
-                        int num_experts, bool bias = false);
+                        int num_experts, bool bias = false, int top_k = 0);
   mx::array operator()(const mx::array& x, const mx::array& indices) const;
 
  private:
   SwitchMLP(SwitchLinear fc1, SwitchLinear fc2) : fc1_(std::move(fc1)), fc2_(std::move(fc2)) {}
+  mx::array apply(const mx::array& x, const mx::array& indices, const SwitchLinear& fc1,
+                  const SwitchLinear& fc2) const;
   SwitchLinear fc1_, fc2_;
+  std::shared_ptr<ExpertStore> store_;
+  int block_ = -1;
 };
 
 /** activations.py's swiglu_oai(gate, x) with its defaults alpha 1.702 and limit 7.0 (the only values
