@@ -613,6 +613,23 @@ MOE_FIXTURES = {
 }
 FIXTURES.update(MOE_FIXTURES)
 
+# gemma4 mixture of experts (enable_moe_block): a router over the residual stream (its scale and
+# per-expert scales randomised) and geglu experts beside each layer's dense MLP. The float32 one keeps
+# GEMMA4's KV sharing, per-layer inputs and double-wide MLPs, 6 of 16 experts per token (12 tokens take
+# switch_layers' sorted path); the 4-bit one is the 26B's shape (keys are values on the global layers,
+# no KV sharing or per-layer inputs), 4 of 8 experts of 128 (two groups per row), an 8-bit router
+# (gemma4_text's quant_predicate); the bf16 one stops on a CPU with MLX's gather_mm error on both sides.
+GEMMA4_MOE = {**GEMMA4, "enable_moe_block": True, "num_experts": 16, "top_k_experts": 6, "moe_intermediate_size": 64}
+GEMMA4_MOE_26B = {**GEMMA4, "attention_k_eq_v": True, "num_global_key_value_heads": 1, "num_kv_shared_layers": 0,
+                  "hidden_size_per_layer_input": 0, "enable_moe_block": True, "num_experts": 8, "top_k_experts": 4,
+                  "moe_intermediate_size": 128}
+_GEMMA4_MOE_ONES = ["layer_scalar", "scale", "per_expert_scale"]
+FIXTURES.update({
+    "gemma4_moe_fp32": fx(GEMMA4_MOE, dtype="float32", seed=74, randomize=_GEMMA4_MOE_ONES),
+    "gemma4_moe_q4_g64": fx(GEMMA4_MOE_26B, quant={"bits": 4, "group_size": 64}, seed=75, randomize=_GEMMA4_MOE_ONES),
+    "gemma4_moe_bf16": fx(GEMMA4_MOE_26B, seed=76, randomize=_GEMMA4_MOE_ONES),
+})
+
 
 def main():
     ap = argparse.ArgumentParser()

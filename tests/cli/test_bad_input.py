@@ -373,8 +373,17 @@ GEMMA4_CASES = {
                               ["config.json", "'num_kv_shared_layers' (6)", "less than 'num_hidden_layers' (6)"]),
     "a shared layer with nothing to share": (lambda c: c.update(layer_types=[SLIDING] * 4 + [FULL, FULL]),
                                              ["config.json", "layer 4 is KV-shared", "\"full_attention\""]),
-    "mixture-of-experts block": (lambda c: c.update(enable_moe_block=True, num_experts=4, top_k_experts=2),
-                                 ["config.json", "'enable_moe_block'", "not supported"]),
+    "more experts per token than experts": (
+        lambda c: c.update(enable_moe_block=True, num_experts=4, top_k_experts=5, moe_intermediate_size=64),
+        ["config.json", "'top_k_experts' is 5", "at most 'num_experts' (4)"]),
+    "MoE block without num_experts": (lambda c: c.update(enable_moe_block=True, top_k_experts=2, moe_intermediate_size=64),
+                                      ["config.json", "'num_experts' is missing or null", "'enable_moe_block'"]),
+    "MoE block with a null expert size": (
+        lambda c: c.update(enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=None),
+        ["config.json", "'moe_intermediate_size' is missing or null"]),
+    "MoE block with no experts per token": (
+        lambda c: c.update(enable_moe_block=True, num_experts=4, top_k_experts=0, moe_intermediate_size=64),
+        ["config.json", "'top_k_experts' must be a positive integer, got 0"]),
     "wrong field type": (lambda c: c.update(global_head_dim="wide"), ["config.json", "global_head_dim"]),
     "rope_parameters not an object": (lambda c: c.update(rope_parameters=[1, 2]),
                                       ["config.json", "'rope_parameters' must be an object"]),
@@ -390,9 +399,9 @@ GEMMA4_CASES = {
 @pytest.mark.parametrize("case", list(GEMMA4_CASES))
 def test_bad_gemma4_config(case, tmp_path):
     """Gemma 4 configs mlx-lm fails on inside the graph (an index past layer_types, a KV-shared layer
-    with no layer to share from), or that it runs but mlxrt does not (the MoE block), are refused
-    before any weight is read, naming the field. (gemma4_text's fields all have defaults: none is
-    required.)"""
+    with no layer to share from, an MoE block without its sizes or with more experts per token than
+    experts) are refused before any weight is read, naming the field. (gemma4_text's fields all have
+    defaults: none is required; the MoE block's become required once it is enabled.)"""
     d = fixture_copy("gemma4_bf16", tmp_path)
     edit, expected = GEMMA4_CASES[case]
     edit_config(d, edit)

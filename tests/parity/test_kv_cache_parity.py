@@ -57,6 +57,9 @@ CASES = [
     ("gemma4_q4_g64", {}),
     ("gemma4_fp16_keqv", {}),
     ("gemma4_multimodal", {}),
+    # gemma4's MoE block: 40 tokens at once take the sorted expert path, chunks of 1, 3 and 7 the other
+    ("gemma4_moe_fp32", {}),
+    ("gemma4_moe_q4_g64", {}),
     ("olmo2_bf16", {"max_kv_size": 16}),
     ("olmo2_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
     ("olmo3_bf16", {}),
@@ -187,6 +190,8 @@ GREEDY_CASES = [
     ("smollm3_bf16", {"max_kv_size": 16}),
     ("gemma4_bf16", {}),
     ("gemma4_fp16_keqv", {}),
+    ("gemma4_moe_fp32", {}),
+    ("gemma4_moe_q4_g64", {}),
     ("olmo3_bf16", {}),
     ("exaone4_bf16", {}),
     ("cohere2_bf16", {}),

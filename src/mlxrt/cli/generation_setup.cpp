@@ -116,7 +116,8 @@ namespace {
 
 // ---- gemma4 (gemma4_text, gemma4, gemma4_unified) ----
 // The names gemma4.py's and gemma4_text.py's sanitize keep: a multimodal checkpoint's text model
-// under language_model. (its towers dropped), and no key/value projections for KV-shared layers.
+// under language_model. (its towers dropped), no key/value projections for KV-shared layers, and
+// fused experts split into switch layers.
 void gemma4_sanitized_names(const io::ModelConfig& config, io::WeightMap& weights) {
   const auto& type = config.model_type();
   const bool multimodal = type == "gemma4" || type == "gemma4_unified";
@@ -142,6 +143,18 @@ void gemma4_sanitized_names(const io::ModelConfig& config, io::WeightMap& weight
     const bool kv_part = k.find(".self_attn.k_proj") != std::string::npos ||
                          k.find(".self_attn.v_proj") != std::string::npos;
     if (kv_part && at != std::string::npos && std::atoi(k.c_str() + at + 7) >= first_shared) continue;
+    // The MoE block's experts as Hugging Face stores them: gate_up_proj becomes the SwitchGLU's
+    // gate_proj and up_proj, down_proj its down_proj (three switch layers).
+    if (ends_with(k, ".experts.gate_up_proj")) {
+      const auto base = k.substr(0, k.size() - 13) + ".switch_glu.";
+      kept.insert_or_assign(base + "gate_proj.weight", tensor);
+      kept.insert_or_assign(base + "up_proj.weight", tensor);
+      continue;
+    }
+    if (ends_with(k, ".experts.down_proj")) {
+      kept.insert_or_assign(k.substr(0, k.size() - 10) + ".switch_glu.down_proj.weight", tensor);
+      continue;
+    }
     kept.insert_or_assign(k, tensor);
   }
   weights = std::move(kept);

@@ -31,7 +31,7 @@ const char* const kArchitectureKeys[] = {
     // projections, the MLP width of shared layers, the logit cap, the MoE switch.
     "global_head_dim", "num_global_key_value_heads", "num_kv_shared_layers", "hidden_size_per_layer_input",
     "vocab_size_per_layer_input", "attention_k_eq_v", "use_double_wide_mlp", "final_logit_softcapping",
-    "enable_moe_block",
+    "enable_moe_block", "top_k_experts",
     // granite
     "logits_scaling", "attention_multiplier", "embedding_multiplier", "residual_multiplier",
     // minicpm

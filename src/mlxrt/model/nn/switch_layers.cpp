@@ -99,7 +99,9 @@ mx::array SwitchGLU::operator()(const mx::array& x, const mx::array& indices) co
   return switch_apply(x, indices, [&](const mx::array& h, const mx::array& idx, bool sorted) {
     auto x_up = up_proj_(h, idx, sorted);
     auto x_gate = gate_proj_(h, idx, sorted);
-    auto act = activation_ == SwitchActivation::swiglu_oai ? swiglu_oai(x_gate, x_up) : swiglu(x_gate, x_up);
+    auto act = activation_ == SwitchActivation::swiglu_oai ? swiglu_oai(x_gate, x_up)
+               : activation_ == SwitchActivation::geglu    ? geglu(x_gate, x_up)
+                                                           : swiglu(x_gate, x_up);
     return down_proj_(act, idx, sorted);
   });
 }
