@@ -439,3 +439,48 @@ def test_gemma2_refuses_a_quantized_kv_cache(tmp_path):
     proc = logits(FIXTURES / "gemma2_bf16", "--kv-bits", "8", "--kv-group-size", "32", "--quantized-kv-start", "0",
                   "--chunk-size", "1")
     assert proc.returncode == 1 and "--kv-bits" in proc.stderr and "gemma2" in proc.stderr, proc.stderr
+
+
+def _gemma3n_text(fn):
+    return lambda c: fn(c["text_config"])
+
+
+GEMMA3N_CASES = {
+    "without text_config": (lambda c: c.pop("text_config"), ["config.json", "'text_config' must be an object"]),
+    "a required key missing": (_gemma3n_text(lambda t: t.pop("altup_num_inputs")),
+                               ["config.json: text_config", "missing required key 'altup_num_inputs'"]),
+    "a nullable key missing": (_gemma3n_text(lambda t: t.pop("final_logit_softcapping")),
+                               ["config.json: text_config", "missing required key 'final_logit_softcapping'"]),
+    "layer_types of the wrong length": (_gemma3n_text(lambda t: t.update(layer_types=[SLIDING, FULL])),
+                                        ["config.json: text_config", "'layer_types' lists 2 layers",
+                                         "'num_hidden_layers' is 6"]),
+    "unknown layer type": (_gemma3n_text(lambda t: t.update(layer_types=[SLIDING, "chunked_attention", FULL] * 2)),
+                           ["config.json: text_config", "'layer_types' entries", "\"chunked_attention\""]),
+    "activation_sparsity_pattern too short": (_gemma3n_text(lambda t: t.update(activation_sparsity_pattern=[0.9])),
+                                              ["config.json: text_config", "'activation_sparsity_pattern' lists 1"]),
+    "intermediate_size list too short": (_gemma3n_text(lambda t: t.update(intermediate_size=[256, 256])),
+                                         ["config.json: text_config", "'intermediate_size' lists 2 sizes"]),
+    "no full layer with a cache of its own": (
+        _gemma3n_text(lambda t: t.update(layer_types=[SLIDING] * 4 + [FULL, FULL])),
+        ["config.json: text_config", "'layer_types' has no \"full_attention\" layer among the first 4"]),
+    "active AltUp input out of range": (_gemma3n_text(lambda t: t.update(altup_active_idx=4)),
+                                        ["config.json: text_config", "'altup_active_idx' (4)", "'altup_num_inputs' (4)"]),
+    "heads not a multiple of the KV heads": (_gemma3n_text(lambda t: t.update(num_key_value_heads=3)),
+                                             ["config.json: text_config", "'num_attention_heads' (4)",
+                                              "'num_key_value_heads' (3)"]),
+    "every layer KV-shared": (_gemma3n_text(lambda t: t.update(num_kv_shared_layers=6)),
+                              ["config.json: text_config", "'num_kv_shared_layers' (6)"]),
+    "wrong field type": (_gemma3n_text(lambda t: t.update(laurel_rank="wide")), ["config.json: text_config", "laurel_rank"]),
+}
+
+
+@pytest.mark.parametrize("case", list(GEMMA3N_CASES))
+def test_bad_gemma3n_config(case, tmp_path):
+    """gemma3n's TextConfig has no defaults: a missing key is named (a null one only where the graph
+    tests for None); layer lists of the wrong length, and configs mlx-lm's constructor or graph fails
+    on, are refused before any weight is read, naming the field."""
+    d = fixture_copy("gemma3n_bf16", tmp_path)
+    edit, expected = GEMMA3N_CASES[case]
+    edit_config(d, edit)
+    assert_refused(logits(d), case, expected)
+    assert not (tmp_path / "out.safetensors").exists()

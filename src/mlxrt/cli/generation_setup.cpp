@@ -161,6 +161,17 @@ void gemma4_sanitized_names(const io::ModelConfig& config, io::WeightMap& weight
 }
 // ---- end gemma4 ----
 
+// ---- gemma3n ----
+// gemma3n.py's sanitize drops the towers under model. (vision, audio and their embedders).
+bool gemma3n_tower(const std::string& name) {
+  for (const char* tower : {"vision_tower", "audio_tower", "embed_audio", "embed_vision"}) {
+    const std::string key = std::string("model.") + tower;
+    if (name == key || name.rfind(key + ".", 0) == 0) return true;
+  }
+  return false;
+}
+// ---- end gemma3n ----
+
 }  // namespace
 
 int model_construction_draws(const std::filesystem::path& model_dir) {
@@ -223,6 +234,7 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
   if (model_type == "helium" && !tied) draws += 1;
   for (const auto& [name, tensor] : weights) {
     if (name.rfind(text_prefix, 0) != 0) continue;
+    if (model_type == "gemma3n" && gemma3n_tower(name)) continue;
     if (hybrid) {
       // The multi-token-prediction head is dropped by sanitize; each gated delta net draws its A.
       if (name.find("mtp.") != std::string::npos) continue;

@@ -52,6 +52,9 @@ const char* const kArchitectureKeys[] = {
     "logit_scale", "layer_norm_bias",
     // Gemma 2: the attention logit cap.
     "attn_logit_softcapping",
+    // Gemma 3n (its text_config's keys, named here too): AltUp, Laurel, activation sparsity.
+    "altup_num_inputs", "altup_coef_clip", "altup_correct_scale", "altup_active_idx", "laurel_rank",
+    "activation_sparsity_pattern",
 };
 
 json normalise(const json& v) {

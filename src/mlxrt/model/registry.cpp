@@ -53,6 +53,8 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::cohere2, "cohere2", Capability::cohere2_graph, {"cohere2"}, {}, cohere2::build},
       {Graph::gemma2, "gemma2", Capability::gemma2_graph, {"gemma2"}, {}, gemma2::build},
       {Graph::gemma, "gemma", Capability::gemma_graph, {"gemma"}, {}, gemma::build},
+      // gemma3n: the text model of a Gemma 3n checkpoint (mlx-lm loads no tower).
+      {Graph::gemma3n, "gemma3n", Capability::gemma3n_graph, {"gemma3n"}, {}, gemma3n::build},
   };
   return registry;
 }
