@@ -633,6 +633,58 @@ FIXTURES.update({
                                       quant={"mode": "nvfp4", "global_scale": True}, seed=134),
 })
 
+# gemma4 mixture of experts (enable_moe_block): a router over the residual stream (its scale and
+# per-expert scales randomised) and geglu experts beside each layer's dense MLP. The float32 one keeps
+# GEMMA4's KV sharing, per-layer inputs and double-wide MLPs, 6 of 16 experts per token (12 tokens take
+# switch_layers' sorted path); the 4-bit one is the 26B's shape (keys are values on the global layers,
+# no KV sharing or per-layer inputs), 4 of 8 experts of 128 (two groups per row), an 8-bit router
+# (gemma4_text's quant_predicate); the bf16 one stops on a CPU with MLX's gather_mm error on both sides.
+GEMMA4_MOE = {**GEMMA4, "enable_moe_block": True, "num_experts": 16, "top_k_experts": 6, "moe_intermediate_size": 64}
+GEMMA4_MOE_26B = {**GEMMA4, "attention_k_eq_v": True, "num_global_key_value_heads": 1, "num_kv_shared_layers": 0,
+                  "hidden_size_per_layer_input": 0, "enable_moe_block": True, "num_experts": 8, "top_k_experts": 4,
+                  "moe_intermediate_size": 128}
+_GEMMA4_MOE_ONES = ["layer_scalar", "scale", "per_expert_scale"]
+FIXTURES.update({
+    "gemma4_moe_fp32": fx(GEMMA4_MOE, dtype="float32", seed=74, randomize=_GEMMA4_MOE_ONES),
+    "gemma4_moe_q4_g64": fx(GEMMA4_MOE_26B, quant={"bits": 4, "group_size": 64}, seed=75, randomize=_GEMMA4_MOE_ONES),
+    "gemma4_moe_bf16": fx(GEMMA4_MOE_26B, seed=76, randomize=_GEMMA4_MOE_ONES),
+})
+
+# gemma3n: six layers (0 1 3 4 slide over 6 positions, 2 and 5 are global), the last two KV-shared (4 reads
+# layer 3's keys and values, 5 layer 2's); four AltUp inputs with clipped coefficients and the output scale
+# (zeros at init, randomised), Laurel rank 16, per-layer inputs of 64 from a per-layer vocabulary of 256
+# (ids past it read row 0), activation sparsity on layers 0 and 1, a final softcap
+_S, _F = "sliding_attention", "full_attention"
+GEMMA3N_TEXT = {"model_type": "gemma3n_text", "hidden_size": 128, "num_hidden_layers": 6, "intermediate_size": 256,
+                "num_attention_heads": 4, "head_dim": 32, "rms_norm_eps": 1e-6, "vocab_size": 512,
+                "num_key_value_heads": 2, "num_kv_shared_layers": 2, "vocab_size_per_layer_input": 256,
+                "sliding_window": 6, "max_position_embeddings": 4096, "rope_local_base_freq": 10000.0,
+                "rope_theta": 1000000.0, "final_logit_softcapping": 30.0, "layer_types": [_S, _S, _F, _S, _S, _F],
+                "activation_sparsity_pattern": [0.95, 0.95, 0.0, 0.0, 0.0, 0.0], "hidden_size_per_layer_input": 64,
+                "altup_num_inputs": 4, "altup_coef_clip": 0.3, "altup_correct_scale": True, "altup_active_idx": 0,
+                "laurel_rank": 16}
+GEMMA3N = {"model_type": "gemma3n", "text_config": GEMMA3N_TEXT, "eos_token_id": 2, "bos_token_id": 1}
+FIXTURES.update({
+    "gemma3n_bf16": fx(GEMMA3N, seed=130, randomize=["correct_output_scale"]),
+    # per-layer inputs and Laurel rank of 128: two quantization groups per row everywhere
+    "gemma3n_q4_g64": fx({**GEMMA3N, "text_config": {**GEMMA3N_TEXT, "hidden_size_per_layer_input": 128,
+                                                     "laurel_rank": 128}},
+                         quant={"bits": 4, "group_size": 64}, seed=131, randomize=["correct_output_scale"]),
+    # the other branches: two AltUp inputs with the second active, no clip, no output scale, no sparsity and no
+    # softcap; per-layer MLP widths; layers 3-5 KV-shared (4 reads the global layer 0); the whole vocabulary
+    # has per-layer inputs; vision and audio towers that sanitize drops
+    "gemma3n_fp32_variant": fx({**GEMMA3N, "text_config": {
+        **GEMMA3N_TEXT, "altup_num_inputs": 2, "altup_active_idx": 1, "altup_coef_clip": None,
+        "altup_correct_scale": False, "activation_sparsity_pattern": None, "final_logit_softcapping": None,
+        "intermediate_size": [256, 128, 256, 128, 256, 192], "num_kv_shared_layers": 3,
+        "layer_types": [_F, _S, _S, _S, _F, _S], "vocab_size_per_layer_input": 512}},
+        dtype="float32", seed=132, randomize=["correct_output_scale"],
+        extra_tensors={"model.vision_tower.timm_model.conv_stem.conv.weight": [16, 3, 3, 3],
+                       "model.audio_tower.subsample_conv_projection.input_proj_linear.weight": [16, 32],
+                       "model.embed_audio.embedding_projection.weight": [128, 16],
+                       "model.embed_vision.embedding.weight": [16, 128]}),
+})
+
 
 def main():
     ap = argparse.ArgumentParser()

@@ -407,8 +407,17 @@ GEMMA4_CASES = {
                               ["config.json", "'num_kv_shared_layers' (6)", "less than 'num_hidden_layers' (6)"]),
     "a shared layer with nothing to share": (lambda c: c.update(layer_types=[SLIDING] * 4 + [FULL, FULL]),
                                              ["config.json", "layer 4 is KV-shared", "\"full_attention\""]),
-    "mixture-of-experts block": (lambda c: c.update(enable_moe_block=True, num_experts=4, top_k_experts=2),
-                                 ["config.json", "'enable_moe_block'", "not supported"]),
+    "more experts per token than experts": (
+        lambda c: c.update(enable_moe_block=True, num_experts=4, top_k_experts=5, moe_intermediate_size=64),
+        ["config.json", "'top_k_experts' is 5", "at most 'num_experts' (4)"]),
+    "MoE block without num_experts": (lambda c: c.update(enable_moe_block=True, top_k_experts=2, moe_intermediate_size=64),
+                                      ["config.json", "'num_experts' is missing or null", "'enable_moe_block'"]),
+    "MoE block with a null expert size": (
+        lambda c: c.update(enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=None),
+        ["config.json", "'moe_intermediate_size' is missing or null"]),
+    "MoE block with no experts per token": (
+        lambda c: c.update(enable_moe_block=True, num_experts=4, top_k_experts=0, moe_intermediate_size=64),
+        ["config.json", "'top_k_experts' must be a positive integer, got 0"]),
     "wrong field type": (lambda c: c.update(global_head_dim="wide"), ["config.json", "global_head_dim"]),
     "rope_parameters not an object": (lambda c: c.update(rope_parameters=[1, 2]),
                                       ["config.json", "'rope_parameters' must be an object"]),
@@ -424,9 +433,9 @@ GEMMA4_CASES = {
 @pytest.mark.parametrize("case", list(GEMMA4_CASES))
 def test_bad_gemma4_config(case, tmp_path):
     """Gemma 4 configs mlx-lm fails on inside the graph (an index past layer_types, a KV-shared layer
-    with no layer to share from), or that it runs but mlxrt does not (the MoE block), are refused
-    before any weight is read, naming the field. (gemma4_text's fields all have defaults: none is
-    required.)"""
+    with no layer to share from, an MoE block without its sizes or with more experts per token than
+    experts) are refused before any weight is read, naming the field. (gemma4_text's fields all have
+    defaults: none is required; the MoE block's become required once it is enabled.)"""
     d = fixture_copy("gemma4_bf16", tmp_path)
     edit, expected = GEMMA4_CASES[case]
     edit_config(d, edit)
@@ -464,3 +473,48 @@ def test_gemma2_refuses_a_quantized_kv_cache(tmp_path):
     proc = logits(FIXTURES / "gemma2_bf16", "--kv-bits", "8", "--kv-group-size", "32", "--quantized-kv-start", "0",
                   "--chunk-size", "1")
     assert proc.returncode == 1 and "--kv-bits" in proc.stderr and "gemma2" in proc.stderr, proc.stderr
+
+
+def _gemma3n_text(fn):
+    return lambda c: fn(c["text_config"])
+
+
+GEMMA3N_CASES = {
+    "without text_config": (lambda c: c.pop("text_config"), ["config.json", "'text_config' must be an object"]),
+    "a required key missing": (_gemma3n_text(lambda t: t.pop("altup_num_inputs")),
+                               ["config.json: text_config", "missing required key 'altup_num_inputs'"]),
+    "a nullable key missing": (_gemma3n_text(lambda t: t.pop("final_logit_softcapping")),
+                               ["config.json: text_config", "missing required key 'final_logit_softcapping'"]),
+    "layer_types of the wrong length": (_gemma3n_text(lambda t: t.update(layer_types=[SLIDING, FULL])),
+                                        ["config.json: text_config", "'layer_types' lists 2 layers",
+                                         "'num_hidden_layers' is 6"]),
+    "unknown layer type": (_gemma3n_text(lambda t: t.update(layer_types=[SLIDING, "chunked_attention", FULL] * 2)),
+                           ["config.json: text_config", "'layer_types' entries", "\"chunked_attention\""]),
+    "activation_sparsity_pattern too short": (_gemma3n_text(lambda t: t.update(activation_sparsity_pattern=[0.9])),
+                                              ["config.json: text_config", "'activation_sparsity_pattern' lists 1"]),
+    "intermediate_size list too short": (_gemma3n_text(lambda t: t.update(intermediate_size=[256, 256])),
+                                         ["config.json: text_config", "'intermediate_size' lists 2 sizes"]),
+    "no full layer with a cache of its own": (
+        _gemma3n_text(lambda t: t.update(layer_types=[SLIDING] * 4 + [FULL, FULL])),
+        ["config.json: text_config", "'layer_types' has no \"full_attention\" layer among the first 4"]),
+    "active AltUp input out of range": (_gemma3n_text(lambda t: t.update(altup_active_idx=4)),
+                                        ["config.json: text_config", "'altup_active_idx' (4)", "'altup_num_inputs' (4)"]),
+    "heads not a multiple of the KV heads": (_gemma3n_text(lambda t: t.update(num_key_value_heads=3)),
+                                             ["config.json: text_config", "'num_attention_heads' (4)",
+                                              "'num_key_value_heads' (3)"]),
+    "every layer KV-shared": (_gemma3n_text(lambda t: t.update(num_kv_shared_layers=6)),
+                              ["config.json: text_config", "'num_kv_shared_layers' (6)"]),
+    "wrong field type": (_gemma3n_text(lambda t: t.update(laurel_rank="wide")), ["config.json: text_config", "laurel_rank"]),
+}
+
+
+@pytest.mark.parametrize("case", list(GEMMA3N_CASES))
+def test_bad_gemma3n_config(case, tmp_path):
+    """gemma3n's TextConfig has no defaults: a missing key is named (a null one only where the graph
+    tests for None); layer lists of the wrong length, and configs mlx-lm's constructor or graph fails
+    on, are refused before any weight is read, naming the field."""
+    d = fixture_copy("gemma3n_bf16", tmp_path)
+    edit, expected = GEMMA3N_CASES[case]
+    edit_config(d, edit)
+    assert_refused(logits(d), case, expected)
+    assert not (tmp_path / "out.safetensors").exists()

@@ -57,6 +57,14 @@ CASES = [
     ("gemma4_q4_g64", {}),
     ("gemma4_fp16_keqv", {}),
     ("gemma4_multimodal", {}),
+    # gemma4's MoE block: 40 tokens at once take the sorted expert path, chunks of 1, 3 and 7 the other
+    ("gemma4_moe_fp32", {}),
+    ("gemma4_moe_q4_g64", {}),
+    # gemma3n: sliding layers on RotatingKVCache, KV-shared layers reading the cache of the last
+    # earlier layer of their type (after it took this step's keys), one RoPE offset per forward
+    ("gemma3n_bf16", {}),
+    ("gemma3n_q4_g64", {}),
+    ("gemma3n_fp32_variant", {}),
     ("olmo2_bf16", {"max_kv_size": 16}),
     ("olmo2_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
     ("olmo3_bf16", {}),
@@ -189,6 +197,10 @@ GREEDY_CASES = [
     ("smollm3_bf16", {"max_kv_size": 16}),
     ("gemma4_bf16", {}),
     ("gemma4_fp16_keqv", {}),
+    ("gemma4_moe_fp32", {}),
+    ("gemma4_moe_q4_g64", {}),
+    ("gemma3n_bf16", {}),
+    ("gemma3n_fp32_variant", {}),
     ("olmo3_bf16", {}),
     ("exaone4_bf16", {}),
     ("cohere2_bf16", {}),

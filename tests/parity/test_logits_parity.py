@@ -67,6 +67,8 @@ def parse_generated(stdout):
                                   "mistral3_bf16", "mistral3_q4_g64", "ministral3_bf16", "ministral3_q4_g64",
                                   "smollm3_bf16", "smollm3_q4_g64",
                                   "gemma4_bf16", "gemma4_q4_g64", "gemma4_fp16_keqv", "gemma4_multimodal",
+                                  "gemma4_moe_fp32", "gemma4_moe_q4_g64",
+                                  "gemma3n_bf16", "gemma3n_q4_g64", "gemma3n_fp32_variant",
                                   "olmo2_bf16", "olmo2_q4_g64",
                                   "olmo3_bf16", "olmo3_q4_g64",
                                   "granite_bf16", "granite_q4_g64",

@@ -116,7 +116,8 @@ namespace {
 
 // ---- gemma4 (gemma4_text, gemma4, gemma4_unified) ----
 // The names gemma4.py's and gemma4_text.py's sanitize keep: a multimodal checkpoint's text model
-// under language_model. (its towers dropped), and no key/value projections for KV-shared layers.
+// under language_model. (its towers dropped), no key/value projections for KV-shared layers, and
+// fused experts split into switch layers.
 void gemma4_sanitized_names(const io::ModelConfig& config, io::WeightMap& weights) {
   const auto& type = config.model_type();
   const bool multimodal = type == "gemma4" || type == "gemma4_unified";
@@ -142,11 +143,34 @@ void gemma4_sanitized_names(const io::ModelConfig& config, io::WeightMap& weight
     const bool kv_part = k.find(".self_attn.k_proj") != std::string::npos ||
                          k.find(".self_attn.v_proj") != std::string::npos;
     if (kv_part && at != std::string::npos && std::atoi(k.c_str() + at + 7) >= first_shared) continue;
+    // The MoE block's experts as Hugging Face stores them: gate_up_proj becomes the SwitchGLU's
+    // gate_proj and up_proj, down_proj its down_proj (three switch layers).
+    if (ends_with(k, ".experts.gate_up_proj")) {
+      const auto base = k.substr(0, k.size() - 13) + ".switch_glu.";
+      kept.insert_or_assign(base + "gate_proj.weight", tensor);
+      kept.insert_or_assign(base + "up_proj.weight", tensor);
+      continue;
+    }
+    if (ends_with(k, ".experts.down_proj")) {
+      kept.insert_or_assign(k.substr(0, k.size() - 10) + ".switch_glu.down_proj.weight", tensor);
+      continue;
+    }
     kept.insert_or_assign(k, tensor);
   }
   weights = std::move(kept);
 }
 // ---- end gemma4 ----
+
+// ---- gemma3n ----
+// gemma3n.py's sanitize drops the towers under model. (vision, audio and their embedders).
+bool gemma3n_tower(const std::string& name) {
+  for (const char* tower : {"vision_tower", "audio_tower", "embed_audio", "embed_vision"}) {
+    const std::string key = std::string("model.") + tower;
+    if (name == key || name.rfind(key + ".", 0) == 0) return true;
+  }
+  return false;
+}
+// ---- end gemma3n ----
 
 }  // namespace
 
@@ -210,6 +234,7 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
   if (model_type == "helium" && !tied) draws += 1;
   for (const auto& [name, tensor] : weights) {
     if (name.rfind(text_prefix, 0) != 0) continue;
+    if (model_type == "gemma3n" && gemma3n_tower(name)) continue;
     if (hybrid) {
       // The multi-token-prediction head is dropped by sanitize; each gated delta net draws its A.
       if (name.find("mtp.") != std::string::npos) continue;

@@ -31,7 +31,7 @@ const char* const kArchitectureKeys[] = {
     // projections, the MLP width of shared layers, the logit cap, the MoE switch.
     "global_head_dim", "num_global_key_value_heads", "num_kv_shared_layers", "hidden_size_per_layer_input",
     "vocab_size_per_layer_input", "attention_k_eq_v", "use_double_wide_mlp", "final_logit_softcapping",
-    "enable_moe_block",
+    "enable_moe_block", "top_k_experts",
     // granite
     "logits_scaling", "attention_multiplier", "embedding_multiplier", "residual_multiplier",
     // minicpm
@@ -54,6 +54,9 @@ const char* const kArchitectureKeys[] = {
     "attn_logit_softcapping",
     // phixtral
     "num_vocab", "model_dim", "num_heads", "num_layers", "rotary_dim",
+    // Gemma 3n (its text_config's keys, named here too): AltUp, Laurel, activation sparsity.
+    "altup_num_inputs", "altup_coef_clip", "altup_correct_scale", "altup_active_idx", "laurel_rank",
+    "activation_sparsity_pattern",
 };
 
 json normalise(const json& v) {

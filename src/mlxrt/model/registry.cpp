@@ -55,6 +55,8 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::gemma, "gemma", Capability::gemma_graph, {"gemma"}, {}, gemma::build},
       // mlx-lm remaps phi-msft onto phixtral.py.
       {Graph::phixtral, "phixtral", Capability::phixtral_graph, {"phixtral"}, {"phi-msft"}, phixtral::build},
+      // gemma3n: the text model of a Gemma 3n checkpoint (mlx-lm loads no tower).
+      {Graph::gemma3n, "gemma3n", Capability::gemma3n_graph, {"gemma3n"}, {}, gemma3n::build},
   };
   return registry;
 }

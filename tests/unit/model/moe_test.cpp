@@ -64,7 +64,8 @@ TEST(Moe, FingerprintCoversPhixtralKeys) {
 TEST(Moe, FingerprintCoversTheExpertKeys) {
   json base = {{"model_type", "qwen3_moe"}, {"num_experts", 16}, {"num_experts_per_tok", 6},
                {"moe_intermediate_size", 64}, {"decoder_sparse_step", 1}, {"mlp_only_layers", json::array()},
-               {"norm_topk_prob", true}, {"num_local_experts", 8}, {"shared_expert_intermediate_size", 128}};
+               {"norm_topk_prob", true}, {"num_local_experts", 8}, {"shared_expert_intermediate_size", 128},
+               {"enable_moe_block", true}, {"top_k_experts", 2}};
   const auto fp = config_fingerprint(base);
   for (const auto& [key, value] : base.items()) {
     json changed = base;

@@ -153,4 +153,9 @@ namespace gemma {
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
 
+namespace gemma3n {
+/** gemma3n: Gemma 3n's text model (AltUp, Laurel blocks, per-layer inputs, activation sparsity, KV sharing). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
+
 }  // namespace mlxrt::model

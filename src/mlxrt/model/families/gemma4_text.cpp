@@ -14,11 +14,14 @@
 
 #include "mlxrt/cache/kv_cache.h"
 #include "mlxrt/cache/rotating_kv_cache.h"
+#include "mlxrt/model/families/gemma_common.h"
 #include "mlxrt/model/nn/activations.h"
 #include "mlxrt/model/nn/attention.h"
 #include "mlxrt/model/nn/linear.h"
+#include "mlxrt/model/nn/moe.h"
 #include "mlxrt/model/nn/norm.h"
 #include "mlxrt/model/nn/rope.h"
+#include "mlxrt/model/nn/switch_layers.h"
 
 namespace mlxrt::model::gemma4_text {
 
@@ -52,6 +55,8 @@ struct ModelArgs {
   bool attention_k_eq_v = false;
   std::optional<double> final_logit_softcapping = 30.0;
   bool use_double_wide_mlp = true, enable_moe_block = false;
+  // The MoE block's (Optional in the dataclass; required once enable_moe_block is set).
+  std::optional<int> num_experts, top_k_experts, moe_intermediate_size;
   std::vector<std::string> layer_types;
   bool tie_word_embeddings = true;
 
@@ -80,6 +85,9 @@ struct ModelArgs {
     a.final_logit_softcapping = nullable<double>(f, "final_logit_softcapping", a.final_logit_softcapping);
     a.use_double_wide_mlp = f.value_or<bool>("use_double_wide_mlp", a.use_double_wide_mlp);
     a.enable_moe_block = f.value_or<bool>("enable_moe_block", a.enable_moe_block);
+    a.num_experts = f.optional<int>("num_experts");
+    a.top_k_experts = f.optional<int>("top_k_experts");
+    a.moe_intermediate_size = f.optional<int>("moe_intermediate_size");
     a.tie_word_embeddings = f.value_or<bool>("tie_word_embeddings", a.tie_word_embeddings);
     a.rope_parameters_from(f);
     a.layer_types_from(f);
@@ -134,9 +142,7 @@ struct ModelArgs {
 
   // What mlx-lm would fail on inside the graph, or cannot run at all, refused before any weight is read.
   void check(const std::string& source) const {
-    if (enable_moe_block)
-      throw UnsupportedError(source + ": 'enable_moe_block' is set: Gemma 4's mixture-of-experts block is not "
-                             "supported yet (only the dense Gemma 4 models run)");
+    if (enable_moe_block) check_moe(source);
     if (num_hidden_layers < 1)
       throw ConfigError(source + ": 'num_hidden_layers' must be at least 1, got " + std::to_string(num_hidden_layers));
     if (num_kv_shared_layers < 0 || num_kv_shared_layers >= num_hidden_layers)
@@ -155,6 +161,21 @@ struct ModelArgs {
     if (final_logit_softcapping && *final_logit_softcapping <= 0)
       throw ConfigError(source + ": 'final_logit_softcapping' must be positive or null, got " +
                         std::to_string(*final_logit_softcapping));
+  }
+
+  // The sizes mlx-lm builds the router and experts with (None fails there, in nn.Linear or
+  // SwitchGLU), and the top-k its argpartition can take.
+  void check_moe(const std::string& source) const {
+    const std::string why = " (the mixture-of-experts block 'enable_moe_block' enables needs it)";
+    for (const auto& [key, value] : {std::pair{"num_experts", num_experts}, std::pair{"top_k_experts", top_k_experts},
+                                     std::pair{"moe_intermediate_size", moe_intermediate_size}}) {
+      if (!value) throw ConfigError(source + ": '" + key + "' is missing or null" + why);
+      if (*value < 1)
+        throw ConfigError(source + ": '" + key + "' must be a positive integer, got " + std::to_string(*value) + why);
+    }
+    if (*top_k_experts > *num_experts)
+      throw ConfigError(source + ": 'top_k_experts' is " + std::to_string(*top_k_experts) +
+                        ", but it must be at most 'num_experts' (" + std::to_string(*num_experts) + ")");
   }
 
   int first_kv_shared() const { return num_hidden_layers - num_kv_shared_layers; }
@@ -268,6 +289,58 @@ struct PerLayerInput {
   }
 };
 
+// Router: an RMSNorm scaled by scale * hidden_size ** -0.5, the expert scores, the top k of them
+// softmaxed and scaled per expert.
+struct Router {
+  int top_k;
+  float eps;
+  double root_size;
+  nn::Linear proj;
+  mx::array scale, per_expert_scale;
+
+  Router(const ModelArgs& args, WeightBinder& w, const std::string& p)
+      : top_k(*args.top_k_experts),
+        eps(args.rms_norm_eps),
+        root_size(std::pow(args.hidden_size, -0.5)),
+        proj(nn::Linear::load(w, p + ".proj", args.hidden_size, *args.num_experts, false)),
+        scale(w.take(p + ".scale", {args.hidden_size})),
+        per_expert_scale(w.take(p + ".per_expert_scale", {*args.num_experts})) {}
+
+  nn::Routing operator()(const mx::array& x) const {
+    auto normed = mx::fast::rms_norm(x, mx::multiply(scale, scalar_like(root_size, scale)), eps);
+    auto expert_scores = proj(normed);
+    auto indices = nn::top_k_indices(expert_scores, top_k, nn::TopK::partition_tail);
+    auto weights = mx::softmax(mx::take_along_axis(expert_scores, indices, -1), -1);
+    return {indices, mx::multiply(weights, mx::take(per_expert_scale, indices, 0))};
+  }
+};
+
+// The 26B model's sparse block beside the dense MLP: a router over the residual stream, experts
+// (a SwitchGLU with geglu) over its own pre-norm, each branch post-normed before they are summed.
+struct MoeBlock {
+  Router router;
+  nn::SwitchGLU experts;
+  nn::RMSNorm post_feedforward_layernorm_1, post_feedforward_layernorm_2, pre_feedforward_layernorm_2;
+
+  MoeBlock(const ModelArgs& args, WeightBinder& w, const std::string& p)
+      : router(args, w, p + ".router"),
+        experts(nn::SwitchGLU::load(w, p + ".experts.switch_glu", args.hidden_size, *args.moe_intermediate_size,
+                                    *args.num_experts, false, nn::SwitchActivation::geglu)),
+        post_feedforward_layernorm_1(
+            nn::RMSNorm::load(w, p + ".post_feedforward_layernorm_1", args.hidden_size, args.rms_norm_eps)),
+        post_feedforward_layernorm_2(
+            nn::RMSNorm::load(w, p + ".post_feedforward_layernorm_2", args.hidden_size, args.rms_norm_eps)),
+        pre_feedforward_layernorm_2(
+            nn::RMSNorm::load(w, p + ".pre_feedforward_layernorm_2", args.hidden_size, args.rms_norm_eps)) {}
+
+  // h1: the dense MLP's output (before its post-norm); h: the residual stream.
+  mx::array operator()(const mx::array& h1, const mx::array& h) const {
+    auto routing = router(h);
+    auto h2 = nn::combine_experts(experts(pre_feedforward_layernorm_2(h), routing.indices), routing.scores);
+    return mx::add(post_feedforward_layernorm_1(h1), post_feedforward_layernorm_2(h2));
+  }
+};
+
 int mlp_width(const ModelArgs& args, int idx) {
   const int first_shared = args.first_kv_shared();
   const bool is_kv_shared_layer = idx >= first_shared && first_shared > 0;
@@ -278,6 +351,7 @@ struct DecoderLayer {
   Attention self_attn;
   MLP mlp;
   nn::RMSNorm input_layernorm, post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm;
+  std::optional<MoeBlock> moe;
   std::optional<PerLayerInput> per_layer;
   mx::array layer_scalar;
 
@@ -292,28 +366,20 @@ struct DecoderLayer {
         post_feedforward_layernorm(
             nn::RMSNorm::load(w, p + ".post_feedforward_layernorm", args.hidden_size, args.rms_norm_eps)),
         layer_scalar(w.take(p + ".layer_scalar", {1})) {
+    if (args.enable_moe_block) moe.emplace(args, w, p);
     if (args.hidden_size_per_layer_input) per_layer.emplace(args, w, p);
   }
 
   mx::array operator()(const mx::array& x, const nn::AttentionMask& mask, cache::Cache* cache,
                        const std::optional<mx::array>& per_layer_input, SharedKV& shared) const {
     auto h = mx::add(x, post_attention_layernorm(self_attn(input_layernorm(x), mask, cache, shared)));
-    h = mx::add(h, post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))));
+    auto ff = mlp(pre_feedforward_layernorm(h));
+    if (moe) ff = (*moe)(ff, h);
+    h = mx::add(h, post_feedforward_layernorm(ff));
     if (per_layer && per_layer_input) h = (*per_layer)(h, *per_layer_input);
     return mx::multiply(h, layer_scalar);
   }
 };
-
-// logit_softcap, compiled shapeless as mlx-lm does; the cap is a constant of the compiled graph.
-std::function<std::vector<mx::array>(const std::vector<mx::array>&)> compiled_softcap(float cap) {
-  return mx::compile(
-      [cap](const std::vector<mx::array>& in) -> std::vector<mx::array> {
-        const auto& x = in[0];
-        auto c = mx::array(cap, x.dtype());
-        return {mx::multiply(mx::tanh(mx::divide(x, c)), c)};
-      },
-      /*shapeless=*/true);
-}
 
 class Model final : public CausalLM {
  public:
@@ -334,7 +400,8 @@ class Model final : public CausalLM {
     }
     if (!args_.tie_word_embeddings)
       lm_head_.emplace(nn::Linear::load(w, prefix + "lm_head", args_.hidden_size, args_.vocab_size, false));
-    if (args_.final_logit_softcapping) softcap_ = compiled_softcap(static_cast<float>(*args_.final_logit_softcapping));
+    if (args_.final_logit_softcapping)
+      softcap_ = gemma_common::compiled_softcap(static_cast<float>(*args_.final_logit_softcapping));
     // Each KV-shared layer reads the last unshared layer of its type.
     const int first_shared = args_.first_kv_shared();
     std::map<std::string, int> kvs_by_type;
@@ -427,6 +494,12 @@ class Model final : public CausalLM {
 
 bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
 
+std::string shape_text(const mx::Shape& shape) {
+  std::string out = "(";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + (shape.size() == 1 ? ",)" : ")");
+}
+
 // gemma4_text's sanitize: rotary tables and activation-range statistics are not parameters, and
 // KV-shared layers have no key/value projections of their own.
 void sanitize(WeightBinder& w, const ModelArgs& args) {
@@ -453,6 +526,30 @@ void sanitize(WeightBinder& w, const ModelArgs& args) {
     if (drop) dropped.push_back(name);
   }
   for (const auto& name : dropped) w.discard(name);
+  // The experts as Hugging Face stores them: one gate_up_proj [E, 2 * I, H], split in halves along
+  // -2 into the SwitchGLU's gate and up projections, and down_proj.
+  std::vector<std::string> fused;
+  for (const auto& [name, _] : w.remaining())
+    if (name.ends_with(".experts.gate_up_proj") || name.ends_with(".experts.down_proj")) fused.push_back(name);
+  for (const auto& name : fused) {
+    auto v = *w.pop(name);
+    if (name.ends_with(".down_proj")) {
+      w.put(name.substr(0, name.size() - 10) + ".switch_glu.down_proj.weight", v);
+      continue;
+    }
+    const std::string base = name.substr(0, name.size() - 13);
+    const int axis = static_cast<int>(v.ndim()) - 2;
+    if (axis < 0 || v.shape(axis) % 2)
+      throw WeightsError(name + " has shape " + shape_text(v.shape()) +
+                         ": its second-to-last axis must split into equal gate and up halves");
+    const int half = v.shape(axis) / 2;
+    mx::Shape start(v.ndim(), 0), stop = v.shape();
+    stop[axis] = half;
+    w.put(base + ".switch_glu.gate_proj.weight", mx::slice(v, start, stop));
+    start[axis] = half;
+    stop[axis] = 2 * half;
+    w.put(base + ".switch_glu.up_proj.weight", mx::slice(v, start, stop));
+  }
 }
 
 // gemma4.py's Model: the text model under language_model.

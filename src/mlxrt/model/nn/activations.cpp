@@ -81,4 +81,17 @@ mx::array geglu(const mx::array& gate, const mx::array& x) {
   return compiled({gate, x})[0];
 }
 
+mx::array gelu_topk(const mx::array& inputs, const mx::array& std_multiplier) {
+  static const auto compiled = mx::compile(
+      [](const std::vector<mx::array>& in) -> std::vector<mx::array> {
+        const auto& x = in[0];
+        auto inputs_mean = mx::mean(x, -1, /*keepdims=*/true);
+        auto inputs_std = mx::std(x, -1, /*keepdims=*/true);
+        auto cutoff_x = mx::add(inputs_mean, mx::multiply(inputs_std, mx::astype(in[1], inputs_std.dtype())));
+        return {gelu_approx_ops(mx::maximum(mx::array(0.0f, x.dtype()), mx::subtract(x, cutoff_x)))};
+      },
+      /*shapeless=*/true);
+  return compiled({inputs, std_multiplier})[0];
+}
+
 }  // namespace mlxrt::model::nn

@@ -26,4 +26,8 @@ mlx::core::array gelu_approx(const mlx::core::array& x);
  * product is fused with the activation. */
 mlx::core::array geglu(const mlx::core::array& gate, const mlx::core::array& x);
 
+/** gemma3n.py's gelu_topk(inputs, std_multiplier): gelu_approx(max(0, inputs - (mean + std *
+ * std_multiplier))) over the last axis, compiled shapeless as there (activation sparsity). */
+mlx::core::array gelu_topk(const mlx::core::array& inputs, const mlx::core::array& std_multiplier);
+
 }  // namespace mlxrt::model::nn

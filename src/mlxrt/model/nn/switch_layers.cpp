@@ -172,7 +172,9 @@ mx::array SwitchGLU::apply(const mx::array& x, const mx::array& indices, const S
   return switch_apply(x, indices, [&](const mx::array& h, const mx::array& idx, bool sorted) {
     auto x_up = up(h, idx, sorted);
     auto x_gate = gate(h, idx, sorted);
-    auto act = activation_ == SwitchActivation::swiglu_oai ? swiglu_oai(x_gate, x_up) : swiglu(x_gate, x_up);
+    auto act = activation_ == SwitchActivation::swiglu_oai ? swiglu_oai(x_gate, x_up)
+               : activation_ == SwitchActivation::geglu    ? geglu(x_gate, x_up)
+                                                           : swiglu(x_gate, x_up);
     return down(act, idx, sorted);
   });
 }

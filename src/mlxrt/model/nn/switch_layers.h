@@ -60,6 +60,7 @@ class SwitchLinear {
 enum class SwitchActivation {
   swiglu,      // silu(gate) * up (mlx-lm's compiled swiglu), the default
   swiglu_oai,  // gpt-oss: clamped gate and up, (up + 1) * gate * sigmoid(1.702 * gate)
+  geglu,       // gemma4_text: gelu_approx(gate) * up (its compiled geglu)
 };
 
 class SwitchGLU {
