@@ -613,6 +613,29 @@ MOE_FIXTURES = {
 }
 FIXTURES.update(MOE_FIXTURES)
 
+# --- lfm2 (short gated conv layers beside attention layers) -------------------------------------------
+# Four layers, attention on 1 and 3 (full_attn_idxs; the conv layer 0 comes first), conv_L_cache 3 as
+# LFM2 ships it. The MLP width goes through block_auto_adjust_ff_dim: int(2 * 400 / 3) = 266, times
+# 1.2 -> 319, rounded up to a multiple of 64 -> 320 (five groups of 64 per w2 row).
+LFM2 = {"model_type": "lfm2", "vocab_size": 512, "hidden_size": 128, "num_hidden_layers": 4,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096, "norm_eps": 1e-5,
+        "conv_bias": False, "conv_L_cache": 3, "block_dim": 128, "block_ff_dim": 400, "block_multiple_of": 64,
+        "block_ffn_dim_multiplier": 1.2, "block_auto_adjust_ff_dim": True, "full_attn_idxs": [1, 3],
+        "rope_theta": 1000000.0, "eos_token_id": 2, "bos_token_id": 1}
+LFM2_FIXTURES = {
+    "lfm2_bf16": fx(LFM2, seed=130),
+    "lfm2_q4_g64": fx(LFM2, quant={"bits": 4, "group_size": 64}, seed=131),
+    # layer_types with attention first (layer 0) and last; biases on the conv layers' projections and
+    # conv; intermediate_size without auto-adjusting; rope_theta from rope_parameters; conv_L_cache 4
+    "lfm2_fp32_layer_types": fx({**{k: v for k, v in LFM2.items() if k not in ("full_attn_idxs", "block_ff_dim")},
+                                 "layer_types": ["full_attention", "conv", "conv", "full_attention"],
+                                 "conv_bias": True, "conv_L_cache": 4, "intermediate_size": 192,
+                                 "block_auto_adjust_ff_dim": False,
+                                 "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}},
+                                dtype="float32", seed=132),
+}
+FIXTURES.update(LFM2_FIXTURES)
+
 
 def main():
     ap = argparse.ArgumentParser()

@@ -52,6 +52,9 @@ const char* const kArchitectureKeys[] = {
     "logit_scale", "layer_norm_bias",
     // Gemma 2: the attention logit cap.
     "attn_logit_softcapping",
+    // lfm2: the conv layers, which layers attend, the MLP width's recipe, the norms' eps.
+    "conv_bias", "conv_L_cache", "full_attn_idxs", "block_dim", "block_ff_dim", "block_multiple_of",
+    "block_ffn_dim_multiplier", "block_auto_adjust_ff_dim", "norm_eps",
 };
 
 json normalise(const json& v) {

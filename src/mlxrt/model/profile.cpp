@@ -62,6 +62,7 @@ const Names<Capability> kCapabilities[] = {
     {Capability::cohere2_graph, "cohere2-graph"},
     {Capability::gemma2_graph, "gemma2-graph"},
     {Capability::gemma_graph, "gemma-graph"},
+    {Capability::lfm2_graph, "lfm2-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -96,7 +97,8 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::phi, "phi"},
                                 {Graph::helium, "helium"},
                                 {Graph::cohere2, "cohere2"},
-                                {Graph::gemma2, "gemma2"}, {Graph::gemma, "gemma"}};
+                                {Graph::gemma2, "gemma2"}, {Graph::gemma, "gemma"},
+                                {Graph::lfm2, "lfm2"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -208,7 +210,8 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::phi_graph,
                                                Capability::helium_graph,
                                                Capability::cohere2_graph,
-                                               Capability::gemma2_graph, Capability::gemma_graph};
+                                               Capability::gemma2_graph, Capability::gemma_graph,
+                                               Capability::lfm2_graph};
   return caps;
 }
 

@@ -52,6 +52,7 @@ enum class Capability {
   cohere2_graph,
   gemma2_graph,
   gemma_graph,
+  lfm2_graph,
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -91,6 +92,7 @@ enum class Graph {
   cohere2,
   gemma2,
   gemma,
+  lfm2,
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

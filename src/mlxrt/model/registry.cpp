@@ -53,6 +53,8 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::cohere2, "cohere2", Capability::cohere2_graph, {"cohere2"}, {}, cohere2::build},
       {Graph::gemma2, "gemma2", Capability::gemma2_graph, {"gemma2"}, {}, gemma2::build},
       {Graph::gemma, "gemma", Capability::gemma_graph, {"gemma"}, {}, gemma::build},
+      {Graph::lfm2, "lfm2", Capability::lfm2_graph, {"lfm2"}, {}, lfm2::build,
+       {Capability::recurrent_state, Capability::hybrid_attention}},
   };
   return registry;
 }
