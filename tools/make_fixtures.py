@@ -637,6 +637,26 @@ LFM2_FIXTURES = {
 FIXTURES.update(LFM2_FIXTURES)
 
 
+# --- minicpm3 (multi-head latent attention with minicpm's scalings) ---------------------------------
+# q_lora_rank and kv_lora_rank 128 (q_b_proj / kv_b_proj rows of two groups of 64 when quantized); keys
+# of 32 + 16 (RoPE'd, shared by the heads), values of 128 / 4 = 32; SuScaledRoPE with long factors and
+# max 4096 over an original 32 (input scale sqrt(1 + ln 128 / ln 32)).
+MINICPM3 = {**BASE, "model_type": "minicpm3", "num_key_value_heads": 4, "dim_model_base": 32, "scale_depth": 1.4,
+            "scale_emb": 12.0, "q_lora_rank": 128, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16,
+            "kv_lora_rank": 128,
+            "rope_scaling": {"type": "longrope", "original_max_position_embeddings": 32,
+                             "long_factor": [1.0 + 0.5 * i for i in range(8)], "short_factor": [1.0] * 8}}
+MINICPM3_FIXTURES = {
+    "minicpm3_bf16": fx(MINICPM3, seed=140),
+    # tied head (no division of its input), biases on q_a_proj, kv_a_proj_with_mqa and o_proj
+    "minicpm3_q4_g64": fx({**MINICPM3, "tie_word_embeddings": True, "attention_bias": True},
+                          quant={"bits": 4, "group_size": 64}, seed=141),
+    # rope_scaling's defaults (original 4096 = max: input scale 1.0, long factor 1.0)
+    "minicpm3_fp16_defaults": fx({**MINICPM3, "rope_scaling": {"type": "longrope"}}, dtype="float16", seed=142),
+}
+FIXTURES.update(MINICPM3_FIXTURES)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)

@@ -289,6 +289,10 @@ DENSE_CASES = {
     "phi heads not dividing hidden_size": ("phi_bf16", lambda c: c.update(num_attention_heads=5), ["config.json", "hidden_size", "num_attention_heads"]),
     "helium without attention_bias": ("helium_bf16", lambda c: c.pop("attention_bias"), ["config.json", "'attention_bias'"]),
     "cohere2 zero sliding_window_pattern": ("cohere2_bf16", lambda c: c.update(sliding_window_pattern=0), ["config.json", "'sliding_window_pattern'"]),
+    "minicpm3 without kv_lora_rank": ("minicpm3_bf16", lambda c: c.pop("kv_lora_rank"), ["config.json", "'kv_lora_rank'"]),
+    "minicpm3 without num_key_value_heads": ("minicpm3_bf16", lambda c: c.pop("num_key_value_heads"), ["config.json", "'num_key_value_heads'"]),
+    "minicpm3 without rope_scaling": ("minicpm3_bf16", lambda c: c.pop("rope_scaling"), ["config.json", "'rope_scaling' must be an object"]),
+    "minicpm3 odd qk_rope_head_dim": ("minicpm3_bf16", lambda c: c.update(qk_rope_head_dim=15), ["config.json", "'qk_rope_head_dim' must be even"]),
 }
 
 

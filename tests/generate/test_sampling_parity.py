@@ -85,7 +85,9 @@ def test_seeds_differ(tiny_model):
                                      "gemma2_bf16", "gemma2_q4_g64", "gemma2_fp16_mha",
                                      "gemma_bf16", "gemma_q4_g64", "gemma_fp16_mqa",
                                      # lfm2: each Conv1d draws its weight (its bias starts at zeros)
-                                     "lfm2_bf16", "lfm2_q4_g64", "lfm2_fp32_layer_types"])
+                                     "lfm2_bf16", "lfm2_q4_g64", "lfm2_fp32_layer_types",
+                                     # minicpm3: untied by default
+                                     "minicpm3_bf16", "minicpm3_q4_g64", "minicpm3_fp16_defaults"])
 def test_seed_position_after_model_construction(fixture):
     """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first
     sampling key depends on the architecture (biases, untied heads, quantized layers; gemma3_text builds an

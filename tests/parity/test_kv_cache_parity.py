@@ -91,6 +91,10 @@ CASES = [
     ("lfm2_q4_g64", {"max_kv_size": 16}),
     ("lfm2_bf16", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
     ("lfm2_fp32_layer_types", {"kv_bits": 4, "kv_group_size": 32, "quantized_kv_start": 0}),
+    # minicpm3: keys of 48 (32 + 16 RoPE'd), values of 32; no make_cache, so max_kv_size rotates every layer
+    ("minicpm3_bf16", {"max_kv_size": 16}),
+    ("minicpm3_q4_g64", {"max_kv_size": 12}),  # (keys of 48 take no quantized KV cache: no group size divides it)
+    ("minicpm3_fp16_defaults", {}),
 ]
 CHUNKS = [1, 3, 7, 40]
 # the hybrid families' conv keeps 3 inputs: chunks of 3 and 5 split its window differently
@@ -200,6 +204,7 @@ GREEDY_CASES = [
     ("gemma_fp16_mqa", {"max_kv_size": 16}),
     ("lfm2_bf16", {}),
     ("lfm2_fp32_layer_types", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
+    ("minicpm3_bf16", {"max_kv_size": 16}),
 ]
 
 

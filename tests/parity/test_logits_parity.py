@@ -83,7 +83,9 @@ def parse_generated(stdout):
                                   "gemma2_bf16", "gemma2_q4_g64", "gemma2_fp16_mha",
                                   "gemma_bf16", "gemma_q4_g64", "gemma_fp16_mqa",
                                   # lfm2: short conv layers beside attention layers
-                                  "lfm2_bf16", "lfm2_q4_g64", "lfm2_fp32_layer_types"])
+                                  "lfm2_bf16", "lfm2_q4_g64", "lfm2_fp32_layer_types",
+                                  # minicpm3: multi-head latent attention
+                                  "minicpm3_bf16", "minicpm3_q4_g64", "minicpm3_fp16_defaults"])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name
     model, config = oracle.load(path)

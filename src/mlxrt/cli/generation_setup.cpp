@@ -179,6 +179,7 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
       "minicpm",
       "hunyuan_v1_dense",
       "internlm3",
+      "minicpm3",
   };
   static const std::set<std::string> head_always_built = {
       "qwen2_moe",

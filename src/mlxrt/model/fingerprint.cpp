@@ -55,6 +55,8 @@ const char* const kArchitectureKeys[] = {
     // lfm2: the conv layers, which layers attend, the MLP width's recipe, the norms' eps.
     "conv_bias", "conv_L_cache", "full_attn_idxs", "block_dim", "block_ff_dim", "block_multiple_of",
     "block_ffn_dim_multiplier", "block_auto_adjust_ff_dim", "norm_eps",
+    // minicpm3: the latent attention's ranks and head parts.
+    "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
 };
 
 json normalise(const json& v) {

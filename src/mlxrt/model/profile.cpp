@@ -63,6 +63,7 @@ const Names<Capability> kCapabilities[] = {
     {Capability::gemma2_graph, "gemma2-graph"},
     {Capability::gemma_graph, "gemma-graph"},
     {Capability::lfm2_graph, "lfm2-graph"},
+    {Capability::minicpm3_graph, "minicpm3-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -98,7 +99,8 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::helium, "helium"},
                                 {Graph::cohere2, "cohere2"},
                                 {Graph::gemma2, "gemma2"}, {Graph::gemma, "gemma"},
-                                {Graph::lfm2, "lfm2"}};
+                                {Graph::lfm2, "lfm2"},
+                                {Graph::minicpm3, "minicpm3"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -211,7 +213,8 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::helium_graph,
                                                Capability::cohere2_graph,
                                                Capability::gemma2_graph, Capability::gemma_graph,
-                                               Capability::lfm2_graph};
+                                               Capability::lfm2_graph,
+                                               Capability::minicpm3_graph};
   return caps;
 }
 

@@ -53,6 +53,7 @@ enum class Capability {
   gemma2_graph,
   gemma_graph,
   lfm2_graph,
+  minicpm3_graph,
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -93,6 +94,7 @@ enum class Graph {
   gemma2,
   gemma,
   lfm2,
+  minicpm3,
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

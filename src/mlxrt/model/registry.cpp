@@ -4,6 +4,7 @@
 #include <map>
 
 #include "mlxrt/model/families/families.h"
+#include "mlxrt/model/families/minicpm3.h"
 
 namespace mlxrt::model {
 
@@ -55,6 +56,7 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::gemma, "gemma", Capability::gemma_graph, {"gemma"}, {}, gemma::build},
       {Graph::lfm2, "lfm2", Capability::lfm2_graph, {"lfm2"}, {}, lfm2::build,
        {Capability::recurrent_state, Capability::hybrid_attention}},
+      {Graph::minicpm3, "minicpm3", Capability::minicpm3_graph, {"minicpm3"}, {}, minicpm3::build},
   };
   return registry;
 }
