@@ -685,6 +685,49 @@ FIXTURES.update({
                        "model.embed_vision.embedding.weight": [16, 128]}),
 })
 
+# --- lfm2 (short gated conv layers beside attention layers) -------------------------------------------
+# Four layers, attention on 1 and 3 (full_attn_idxs; the conv layer 0 comes first), conv_L_cache 3 as
+# LFM2 ships it. The MLP width goes through block_auto_adjust_ff_dim: int(2 * 400 / 3) = 266, times
+# 1.2 -> 319, rounded up to a multiple of 64 -> 320 (five groups of 64 per w2 row).
+LFM2 = {"model_type": "lfm2", "vocab_size": 512, "hidden_size": 128, "num_hidden_layers": 4,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096, "norm_eps": 1e-5,
+        "conv_bias": False, "conv_L_cache": 3, "block_dim": 128, "block_ff_dim": 400, "block_multiple_of": 64,
+        "block_ffn_dim_multiplier": 1.2, "block_auto_adjust_ff_dim": True, "full_attn_idxs": [1, 3],
+        "rope_theta": 1000000.0, "eos_token_id": 2, "bos_token_id": 1}
+LFM2_FIXTURES = {
+    "lfm2_bf16": fx(LFM2, seed=130),
+    "lfm2_q4_g64": fx(LFM2, quant={"bits": 4, "group_size": 64}, seed=131),
+    # layer_types with attention first (layer 0) and last; biases on the conv layers' projections and
+    # conv; intermediate_size without auto-adjusting; rope_theta from rope_parameters; conv_L_cache 4
+    "lfm2_fp32_layer_types": fx({**{k: v for k, v in LFM2.items() if k not in ("full_attn_idxs", "block_ff_dim")},
+                                 "layer_types": ["full_attention", "conv", "conv", "full_attention"],
+                                 "conv_bias": True, "conv_L_cache": 4, "intermediate_size": 192,
+                                 "block_auto_adjust_ff_dim": False,
+                                 "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}},
+                                dtype="float32", seed=132),
+}
+FIXTURES.update(LFM2_FIXTURES)
+
+
+# --- minicpm3 (multi-head latent attention with minicpm's scalings) ---------------------------------
+# q_lora_rank and kv_lora_rank 128 (q_b_proj / kv_b_proj rows of two groups of 64 when quantized); keys
+# of 32 + 16 (RoPE'd, shared by the heads), values of 128 / 4 = 32; SuScaledRoPE with long factors and
+# max 4096 over an original 32 (input scale sqrt(1 + ln 128 / ln 32)).
+MINICPM3 = {**BASE, "model_type": "minicpm3", "num_key_value_heads": 4, "dim_model_base": 32, "scale_depth": 1.4,
+            "scale_emb": 12.0, "q_lora_rank": 128, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16,
+            "kv_lora_rank": 128,
+            "rope_scaling": {"type": "longrope", "original_max_position_embeddings": 32,
+                             "long_factor": [1.0 + 0.5 * i for i in range(8)], "short_factor": [1.0] * 8}}
+MINICPM3_FIXTURES = {
+    "minicpm3_bf16": fx(MINICPM3, seed=140),
+    # tied head (no division of its input), biases on q_a_proj, kv_a_proj_with_mqa and o_proj
+    "minicpm3_q4_g64": fx({**MINICPM3, "tie_word_embeddings": True, "attention_bias": True},
+                          quant={"bits": 4, "group_size": 64}, seed=141),
+    # rope_scaling's defaults (original 4096 = max: input scale 1.0, long factor 1.0)
+    "minicpm3_fp16_defaults": fx({**MINICPM3, "rope_scaling": {"type": "longrope"}}, dtype="float16", seed=142),
+}
+FIXTURES.update(MINICPM3_FIXTURES)
+
 
 def main():
     ap = argparse.ArgumentParser()

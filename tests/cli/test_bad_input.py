@@ -224,6 +224,29 @@ HYBRID_CASES = {
     "qwen3_5 without linear_num_value_heads": (
         "qwen3_5_bf16", lambda c: _text_of(c).pop("linear_num_value_heads"),
         ["linear_attn.in_proj_z.weight: expected shape"]),
+    # lfm2: ModelArgs' required fields (present, though some may be null), the layer list's length
+    "lfm2 without conv_L_cache": (
+        "lfm2_bf16", lambda c: c.pop("conv_L_cache"), ["config.json", "missing required key 'conv_L_cache'"]),
+    "lfm2 without block_ffn_dim_multiplier": (
+        "lfm2_bf16", lambda c: c.pop("block_ffn_dim_multiplier"),
+        ["config.json", "missing required key 'block_ffn_dim_multiplier'"]),
+    "lfm2 without block_ff_dim or intermediate_size": (
+        "lfm2_bf16", lambda c: c.pop("block_ff_dim"), ["config.json", "'block_ff_dim' or 'intermediate_size'"]),
+    "lfm2 without full_attn_idxs or layer_types": (
+        "lfm2_bf16", lambda c: c.pop("full_attn_idxs"), ["config.json", "'full_attn_idxs'", "'layer_types'"]),
+    "lfm2 layer_types of the wrong length": (
+        "lfm2_fp32_layer_types", lambda c: c.update(layer_types=["full_attention", "conv"]),
+        ["config.json", "'layer_types' must list 4 strings", "got 2 entries"]),
+    "lfm2 layer_types entry unknown": (
+        "lfm2_fp32_layer_types", lambda c: c["layer_types"].__setitem__(2, "sliding_attention"),
+        ["config.json", "'layer_types' entry 2", "sliding_attention"]),
+    "lfm2 full_attn_idxs beyond the layers": (
+        "lfm2_bf16", lambda c: c.update(full_attn_idxs=[1, 4]),
+        ["config.json", "'full_attn_idxs' holds 4", "'num_hidden_layers' (4)"]),
+    "lfm2 no conv layer": (
+        "lfm2_bf16", lambda c: c.update(full_attn_idxs=[0, 1, 2, 3]), ["config.json", "at least one conv layer"]),
+    "lfm2 conv_L_cache 1": (
+        "lfm2_bf16", lambda c: c.update(conv_L_cache=1), ["config.json", "'conv_L_cache' must be at least 2"]),
 }
 
 
@@ -276,6 +299,10 @@ DENSE_CASES = {
     "phi heads not dividing hidden_size": ("phi_bf16", lambda c: c.update(num_attention_heads=5), ["config.json", "hidden_size", "num_attention_heads"]),
     "helium without attention_bias": ("helium_bf16", lambda c: c.pop("attention_bias"), ["config.json", "'attention_bias'"]),
     "cohere2 zero sliding_window_pattern": ("cohere2_bf16", lambda c: c.update(sliding_window_pattern=0), ["config.json", "'sliding_window_pattern'"]),
+    "minicpm3 without kv_lora_rank": ("minicpm3_bf16", lambda c: c.pop("kv_lora_rank"), ["config.json", "'kv_lora_rank'"]),
+    "minicpm3 without num_key_value_heads": ("minicpm3_bf16", lambda c: c.pop("num_key_value_heads"), ["config.json", "'num_key_value_heads'"]),
+    "minicpm3 without rope_scaling": ("minicpm3_bf16", lambda c: c.pop("rope_scaling"), ["config.json", "'rope_scaling' must be an object"]),
+    "minicpm3 odd qk_rope_head_dim": ("minicpm3_bf16", lambda c: c.update(qk_rope_head_dim=15), ["config.json", "'qk_rope_head_dim' must be even"]),
 }
 
 

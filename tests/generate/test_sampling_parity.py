@@ -89,7 +89,11 @@ def test_seeds_differ(tiny_model):
                                      "gemma_bf16", "gemma_q4_g64", "gemma_fp16_mqa",
                                      # phixtral: SwitchMLP layers (biases start at zeros), experts saved
                                      # one by one (moe.mlp.N) drawing as one stacked layer
-                                     "phixtral_fp32", "phixtral_q4_g64", "phixtral_per_expert_q4"])
+                                     "phixtral_fp32", "phixtral_q4_g64", "phixtral_per_expert_q4",
+                                     # lfm2: each Conv1d draws its weight (its bias starts at zeros)
+                                     "lfm2_bf16", "lfm2_q4_g64", "lfm2_fp32_layer_types",
+                                     # minicpm3: untied by default
+                                     "minicpm3_bf16", "minicpm3_q4_g64", "minicpm3_fp16_defaults"])
 def test_seed_position_after_model_construction(fixture):
     """mlx_lm.generate seeds before building the model, whose layers draw initial weights: the first
     sampling key depends on the architecture (biases, untied heads, quantized layers; gemma3_text builds an

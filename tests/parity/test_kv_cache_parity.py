@@ -96,6 +96,15 @@ CASES = [
     ("gemma2_fp16_mha", {"max_kv_size": 12}),
     ("gemma_bf16", {"max_kv_size": 16}),
     ("gemma_q4_g64", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
+    # lfm2: conv layers (ArraysCache, conv_L_cache 3 or 4) beside KVCache ones; lfm2.py defines make_cache
+    ("lfm2_bf16", {}),
+    ("lfm2_q4_g64", {"max_kv_size": 16}),
+    ("lfm2_bf16", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
+    ("lfm2_fp32_layer_types", {"kv_bits": 4, "kv_group_size": 32, "quantized_kv_start": 0}),
+    # minicpm3: keys of 48 (32 + 16 RoPE'd), values of 32; no make_cache, so max_kv_size rotates every layer
+    ("minicpm3_bf16", {"max_kv_size": 16}),
+    ("minicpm3_q4_g64", {"max_kv_size": 12}),  # (keys of 48 take no quantized KV cache: no group size divides it)
+    ("minicpm3_fp16_defaults", {}),
 ]
 CHUNKS = [1, 3, 7, 40]
 # the hybrid families' conv keeps 3 inputs: chunks of 3 and 5 split its window differently
@@ -103,7 +112,7 @@ HYBRID_CHUNKS = [1, 3, 5, 40]
 
 
 def chunks_for(name):
-    return HYBRID_CHUNKS if name.startswith(("qwen3_5", "qwen3_next")) else CHUNKS
+    return HYBRID_CHUNKS if name.startswith(("qwen3_5", "qwen3_next", "lfm2")) else CHUNKS
 
 
 def reference_or_refusal(compute):
@@ -207,6 +216,9 @@ GREEDY_CASES = [
     ("cohere2_fp16", {}),
     ("gemma2_bf16", {"max_kv_size": 16}),
     ("gemma_fp16_mqa", {"max_kv_size": 16}),
+    ("lfm2_bf16", {}),
+    ("lfm2_fp32_layer_types", {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 5}),
+    ("minicpm3_bf16", {"max_kv_size": 16}),
 ]
 
 

@@ -86,7 +86,11 @@ def parse_generated(stdout):
                                   "cohere2_bf16", "cohere2_fp16", "cohere2_q4_g64",
                                   "gemma2_bf16", "gemma2_q4_g64", "gemma2_fp16_mha",
                                   "gemma_bf16", "gemma_q4_g64", "gemma_fp16_mqa",
-                                  "phixtral_fp32", "phixtral_q4_g64", "phixtral_per_expert_q4"])
+                                  "phixtral_fp32", "phixtral_q4_g64", "phixtral_per_expert_q4",
+                                  # lfm2: short conv layers beside attention layers
+                                  "lfm2_bf16", "lfm2_q4_g64", "lfm2_fp32_layer_types",
+                                  # minicpm3: multi-head latent attention
+                                  "minicpm3_bf16", "minicpm3_q4_g64", "minicpm3_fp16_defaults"])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name
     model, config = oracle.load(path)
@@ -100,7 +104,8 @@ def test_greedy_tokens_equal(name, fixtures_dir):
 
 
 @pytest.mark.parametrize("name", ["qwen3_5_bf16", "qwen3_5_q4_g64", "qwen3_next_dense_bf16", "qwen3_next_fp32",
-                                  "qwen3_5_moe_q4_g64"])
+                                  "qwen3_5_moe_q4_g64",
+                                  "lfm2_bf16", "lfm2_fp32_layer_types"])
 @pytest.mark.parametrize("prefill_step_size", [3, 2048])
 def test_hybrid_greedy_128_tokens(name, prefill_step_size, fixtures_dir):
     """The recurrent state carried across 128 one-token steps (and a prefill in chunks that split the
@@ -112,3 +117,20 @@ def test_hybrid_greedy_128_tokens(name, prefill_step_size, fixtures_dir):
     proc = run_mlxrt("generate", "--model", path, "--prompt-tokens", ",".join(map(str, prompt)),
                      "--max-tokens", 128, "--prefill-step-size", prefill_step_size)
     assert parse_generated(proc.stdout) == ref
+
+
+def test_lfm2_hugging_face_conv_layout(fixtures_dir, tmp_path):
+    """conv.weight saved as Hugging Face saves it ([C, 1, K]): sanitize moves it to [C, K, 1] on load,
+    in both tools, and the logits stay byte-equal."""
+    import shutil
+    model_dir = tmp_path / "lfm2_hf_conv"
+    shutil.copytree(fixtures_dir / "lfm2_fp32_layer_types", model_dir)
+    weights = mx.load(str(model_dir / "model.safetensors"))
+    moved = {k: v.transpose(0, 2, 1) if k.endswith("conv.conv.weight") else v for k, v in weights.items()}
+    assert any(moved[k].shape != weights[k].shape for k in weights)
+    mx.save_safetensors(str(model_dir / "model.safetensors"), moved, metadata={"format": "mlx"})
+    model, _ = oracle.load(model_dir)
+    ref = oracle.incremental_logits(model, TOKENS)
+    out = tmp_path / "logits.safetensors"
+    run_mlxrt("logits", "--model", model_dir, "--tokens", ",".join(map(str, TOKENS)), "--out", out, "--incremental")
+    assert oracle.raw_bytes(mx.load(str(out))["logits"]) == oracle.raw_bytes(ref)

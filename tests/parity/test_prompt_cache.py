@@ -32,6 +32,11 @@ SCENARIOS = {
     "gemma4": ("gemma4_bf16", False, {}),  # caches for the 4 layers that are not KV-shared (of 6)
     "gemma4_moe": ("gemma4_moe_fp32", False, {}),  # the MoE block: the prompt takes the sorted expert path
     "gemma3n": ("gemma3n_bf16", False, {}),  # caches for the 4 layers that are not KV-shared (of 6)
+    # lfm2: conv state (ArraysCache of one slot) beside KVCache layers; a conv layer first, or attention
+    "lfm2": ("lfm2_bf16", False, {}),
+    "lfm2_attention_first": ("lfm2_fp32_layer_types", False, {}),
+    # minicpm3: keys and values of different head sizes (48 and 32), rotating
+    "mla_rotating": ("minicpm3_bf16", False, {"max_kv_size": 16}),
 }
 
 
@@ -56,7 +61,8 @@ def models(fixtures_dir, tmp_path_factory):
             for name, chat in {("qwen3_bf16", True), ("llama_swa", False), ("qwen3_mha_hd64", True),
                                ("qwen3_hd128", True), ("gemma3_bf16", False), ("qwen3_moe_q4_g64", True),
                                ("gpt_oss_mxfp4", False), ("gemma4_bf16", False),
-                               ("gemma4_moe_fp32", False), ("gemma3n_bf16", False)}}
+                               ("gemma4_moe_fp32", False), ("gemma3n_bf16", False), ("lfm2_bf16", False),
+                               ("lfm2_fp32_layer_types", False), ("minicpm3_bf16", False)}}
     # qwen3_5: transformers replaces the tokenizer's pipeline by Qwen3.5's; a byte-level one survives it
     for name in ("qwen3_5_bf16", "qwen3_5_hd256_gqa", "qwen3_5_moe_q4_g64"):
         made[name] = kv_oracle.model_with_byte_tokenizer(fixtures_dir / name, root / f"{name}_bytes")

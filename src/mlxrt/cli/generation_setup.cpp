@@ -203,6 +203,7 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
       "minicpm",
       "hunyuan_v1_dense",
       "internlm3",
+      "minicpm3",
   };
   static const std::set<std::string> head_always_built = {
       "qwen2_moe",
@@ -265,6 +266,12 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
                      name.find("multi_modal_projector") != std::string::npos))
       continue;
     const auto prefix = name.substr(0, name.size() - 7);
+    // --- lfm2: each ShortConv's nn.Conv1d draws its weight (never quantized); its bias starts at zeros.
+    if (model_type == "lfm2" && ends_with(name, ".conv.conv.weight")) {
+      draws += 1;
+      continue;
+    }
+    // --- end lfm2
     // --- mixture of experts: a switch layer (a stacked [experts, out, in] weight, or experts saved
     // one by one, "experts.N.", which sanitize stacks into one) draws once for its weight, once more
     // when quantized; its bias starts at zeros.

@@ -57,6 +57,11 @@ const char* const kArchitectureKeys[] = {
     // Gemma 3n (its text_config's keys, named here too): AltUp, Laurel, activation sparsity.
     "altup_num_inputs", "altup_coef_clip", "altup_correct_scale", "altup_active_idx", "laurel_rank",
     "activation_sparsity_pattern",
+    // lfm2: the conv layers, which layers attend, the MLP width's recipe, the norms' eps.
+    "conv_bias", "conv_L_cache", "full_attn_idxs", "block_dim", "block_ff_dim", "block_multiple_of",
+    "block_ffn_dim_multiplier", "block_auto_adjust_ff_dim", "norm_eps",
+    // minicpm3: the latent attention's ranks and head parts.
+    "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
 };
 
 json normalise(const json& v) {

@@ -64,6 +64,8 @@ const Names<Capability> kCapabilities[] = {
     {Capability::gemma_graph, "gemma-graph"},
     {Capability::phixtral_graph, "phixtral-graph"},
     {Capability::gemma3n_graph, "gemma3n-graph"},
+    {Capability::lfm2_graph, "lfm2-graph"},
+    {Capability::minicpm3_graph, "minicpm3-graph"},
 };
 const Names<FidelityTier> kTiers[] = {{FidelityTier::l1, "l1"}, {FidelityTier::l2, "l2"}, {FidelityTier::l3, "l3"}};
 const Names<Oracle> kOracles[] = {
@@ -100,7 +102,9 @@ const Names<Graph> kGraphs[] = {{Graph::qwen3, "qwen3"}, {Graph::llama, "llama"}
                                 {Graph::cohere2, "cohere2"},
                                 {Graph::gemma2, "gemma2"}, {Graph::gemma, "gemma"},
                                 {Graph::phixtral, "phixtral"},
-                                {Graph::gemma3n, "gemma3n"}};
+                                {Graph::gemma3n, "gemma3n"},
+                                {Graph::lfm2, "lfm2"},
+                                {Graph::minicpm3, "minicpm3"}};
 const Names<Loop> kLoops[] = {{Loop::autoregressive, "autoregressive"}};
 const Names<Specialization> kSpecs[] = {{Specialization::artifact, "artifact"},
                                         {Specialization::dedicated, "dedicated"},
@@ -214,7 +218,9 @@ const std::vector<Capability>& engine_capabilities() {
                                                Capability::cohere2_graph,
                                                Capability::gemma2_graph, Capability::gemma_graph,
                                                Capability::phixtral_graph,
-                                               Capability::gemma3n_graph};
+                                               Capability::gemma3n_graph,
+                                               Capability::lfm2_graph,
+                                               Capability::minicpm3_graph};
   return caps;
 }
 

@@ -54,6 +54,8 @@ enum class Capability {
   gemma_graph,
   phixtral_graph,
   gemma3n_graph,
+  lfm2_graph,
+  minicpm3_graph,
 };
 enum class FidelityTier { l1, l2, l3 };
 enum class Oracle { none, mlx_lm, mlx_whisper, mlx_optiq };
@@ -95,6 +97,8 @@ enum class Graph {
   gemma,
   phixtral,
   gemma3n,
+  lfm2,
+  minicpm3,
 };
 enum class Loop { autoregressive };
 enum class Specialization { artifact, dedicated, generic };

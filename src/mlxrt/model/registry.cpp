@@ -4,6 +4,7 @@
 #include <map>
 
 #include "mlxrt/model/families/families.h"
+#include "mlxrt/model/families/minicpm3.h"
 
 namespace mlxrt::model {
 
@@ -57,6 +58,9 @@ const std::vector<GraphEntry>& graph_registry() {
       {Graph::phixtral, "phixtral", Capability::phixtral_graph, {"phixtral"}, {"phi-msft"}, phixtral::build},
       // gemma3n: the text model of a Gemma 3n checkpoint (mlx-lm loads no tower).
       {Graph::gemma3n, "gemma3n", Capability::gemma3n_graph, {"gemma3n"}, {}, gemma3n::build},
+      {Graph::lfm2, "lfm2", Capability::lfm2_graph, {"lfm2"}, {}, lfm2::build,
+       {Capability::recurrent_state, Capability::hybrid_attention}},
+      {Graph::minicpm3, "minicpm3", Capability::minicpm3_graph, {"minicpm3"}, {}, minicpm3::build},
   };
   return registry;
 }

@@ -152,6 +152,10 @@ namespace gemma {
 /** gemma: Gemma 1 (exact-gelu MLP, (1 + weight) norms, tied head). */
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
 }
+namespace lfm2 {
+/** lfm2: LFM2 (short gated conv layers over an ArraysCache beside attention layers; families/lfm2.h). */
+std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights);
+}
 
 namespace gemma3n {
 /** gemma3n: Gemma 3n's text model (AltUp, Laurel blocks, per-layer inputs, activation sparsity, KV sharing). */
