@@ -68,7 +68,7 @@ def test_32_concurrent_streaming_clients(server):
 def open_stream(port, payload):
     data = json.dumps(payload).encode()
     s = socket.create_connection(("127.0.0.1", port), timeout=30)
-    s.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    s.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
               f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
     return s
 
