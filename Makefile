@@ -29,9 +29,10 @@ build: deps $(BUILD)/build.ninja
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
-# The longer sweeps that `make test` samples (every tool-call format served side by side).
+# The longer sweeps that `make test` samples: every tool-call format served side by side, and the
+# cases marked `long` (tools/long_tests.py): real-weight repeats, a second seed of each sampler.
 test-long: build
-	MLXRT_TOOL_FORMATS=all ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+	MLXRT_TEST_LONG=1 MLXRT_TOOL_FORMATS=all ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 demo: build
 	@tools/demo.sh $(BUILD)

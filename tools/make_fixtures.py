@@ -729,6 +729,33 @@ MINICPM3_FIXTURES = {
 FIXTURES.update(MINICPM3_FIXTURES)
 
 
+def ensure(out, names=None):
+    """Makes the fixtures named (all when None) that are missing or were made from another recipe.
+    Parallel test processes call this: each waits for the others' lock on `out`, so a fixture is
+    never written by two at once. Returns the names made."""
+    import fcntl
+
+    unknown = sorted(set(names or ()) - set(FIXTURES))
+    if unknown:
+        raise KeyError(f"no fixture named {', '.join(unknown)} in tools/make_fixtures.py")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    made = []
+    with open(out / ".fixtures.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for name, recipe in FIXTURES.items():
+            if names is not None and name not in names:
+                continue
+            target = out / name
+            stamp = target / "fixture.json"
+            if stamp.exists() and stamp.read_text() == json.dumps(recipe, sort_keys=True):
+                continue
+            build(name, recipe, target)
+            made.append(name)
+            print(f"made {name}", file=sys.stderr)
+    return made
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -738,17 +765,7 @@ def main():
     if args.list:
         print("\n".join(FIXTURES))
         return
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, recipe in FIXTURES.items():
-        if args.only and name not in args.only:
-            continue
-        target = out / name
-        stamp = target / "fixture.json"
-        if stamp.exists() and stamp.read_text() == json.dumps(recipe, sort_keys=True):
-            continue
-        build(name, recipe, target)
-        print(f"made {name}", file=sys.stderr)
+    ensure(args.out, args.only)
 
 
 if __name__ == "__main__":

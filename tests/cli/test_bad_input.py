@@ -12,12 +12,14 @@ import pytest
 ROOT = Path(os.environ.get("MLXRT_SOURCE_DIR", Path(__file__).resolve().parents[2]))
 BIN = os.environ.get("MLXRT_BIN", str(ROOT / "build" / "mlxrt"))
 FIXTURES = Path(os.environ.get("MLXRT_FIXTURES", ROOT / "build" / "fixtures"))
+sys.path.insert(0, str(ROOT / "tools"))
+from fixture_dirs import fixture_dir  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
-                    "--only", "qwen3_bf16", "qwen3_q4_g64"], check=True)
+    fixture_dir("qwen3_bf16")
+    fixture_dir("qwen3_q4_g64")
     return FIXTURES
 
 
@@ -33,9 +35,7 @@ def logits(model_dir, *extra):
 
 def fixture_copy(name, tmp_path):
     """A fresh copy of one fixture of tools/make_fixtures.py (made first when missing)."""
-    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
-                    "--only", name], check=True)
-    return copy_model(FIXTURES / name, tmp_path / "m")
+    return copy_model(fixture_dir(name), tmp_path / "m")
 
 
 def assert_refused(proc, case, expected):
@@ -495,9 +495,7 @@ def test_bad_gemma2_and_gemma_config(case, tmp_path):
 
 def test_gemma2_refuses_a_quantized_kv_cache(tmp_path):
     """mlx-lm's gemma2.py multiplies the quantized cache's tuples as arrays and fails; mlxrt says why."""
-    subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
-                    "--only", "gemma2_bf16"], check=True)
-    proc = logits(FIXTURES / "gemma2_bf16", "--kv-bits", "8", "--kv-group-size", "32", "--quantized-kv-start", "0",
+    proc = logits(fixture_dir("gemma2_bf16"), "--kv-bits", "8", "--kv-group-size", "32", "--quantized-kv-start", "0",
                   "--chunk-size", "1")
     assert proc.returncode == 1 and "--kv-bits" in proc.stderr and "gemma2" in proc.stderr, proc.stderr
 

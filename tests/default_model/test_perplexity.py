@@ -85,6 +85,7 @@ def random_smollm2(smollm2, tmp_path_factory):
     shutil.rmtree(out)
 
 
+@pytest.mark.long  # the L1 of the verb is test_rows_sampled_as_mlx_lm_samples_them
 def test_real_weights_far_below_random(smollm2, random_smollm2, paragraph_file, tmp_path):
     real = compare_with_mlx_lm(smollm2, "--text-file", paragraph_file, FLAGS, tmp_path)
     random = run_mlxrt("perplexity", "--model", random_smollm2, "--text-file", paragraph_file, *FLAGS).stdout

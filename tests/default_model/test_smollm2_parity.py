@@ -13,10 +13,11 @@ FOOTER = re.compile(r"Prompt: (\d+) tokens, [0-9.]+ tokens-per-sec\n"
                     r"Generation: (\d+) tokens, [0-9.]+ tokens-per-sec\n"
                     r"Peak memory: [0-9.]+ GB\n$")
 
+# The longer answers run in `make test-long`.
 PROMPTS = [
     "What is the capital of France?",
-    "Write a short poem about the sea.",
-    "List three uses of a paperclip, one per line.",
+    pytest.param("Write a short poem about the sea.", marks=pytest.mark.long),
+    pytest.param("List three uses of a paperclip, one per line.", marks=pytest.mark.long),
 ]
 
 

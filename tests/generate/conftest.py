@@ -11,6 +11,7 @@ import pytest
 
 ROOT = Path(os.environ.get("MLXRT_SOURCE_DIR", Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(ROOT / "tools"))
+from long_tests import pytest_collection_modifyitems, pytest_configure  # noqa: E402,F401
 
 BIN = os.environ.get("MLXRT_BIN", str(ROOT / "build" / "mlxrt"))
 FIXTURES = Path(os.environ.get("MLXRT_FIXTURES", ROOT / "build" / "fixtures"))
@@ -48,10 +49,8 @@ def fixture_lock():
 
 def make_fixture(name):
     """One fixture of tools/make_fixtures.py (kept when already made)."""
-    with fixture_lock():
-        subprocess.run([PY, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES), "--only", name],
-                       check=True)
-    return FIXTURES / name
+    from fixture_dirs import fixture_dir
+    return fixture_dir(name)
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("seed", [0, 12345])
+@pytest.mark.parametrize("seed", [0, pytest.param(12345, marks=pytest.mark.long)])
 @pytest.mark.parametrize("case", list(CASES))
 def test_tokens_and_logprobs_equal_mlx_lm(tiny_model, tmp_path, case, seed):
     sampler_args, processor_args, flags = CASES[case]
