@@ -3,6 +3,7 @@
 #include "mlxrt/server/generation.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include <mlx/ops.h>
 
@@ -53,10 +54,11 @@ std::vector<TopToken> top_tokens(const mx::array& logprobs, int n, const tokeniz
 
 }  // namespace
 
-Generator::Generator(ModelSession& session, const ServerOptions& options, Logger& log)
+Generator::Generator(ModelSession& session, const ServerOptions& options, Logger& log, ServerMetrics& metrics)
     : session_(session),
       options_(options),
       log_(log),
+      metrics_(metrics),
       cache_(static_cast<size_t>(std::max(0, options.prompt_cache_size)), options.prompt_cache_bytes),
       rng_(std::make_shared<generate::RandomState>()),
       newline_tokens_(session.tokenizer.encode("\n", true)) {}
@@ -99,6 +101,10 @@ void Generator::run(Job& job) {
   auto hit = cache_.fetch(prompt);
   cache::CacheList kv = hit.cache.empty() ? model.make_cache() : std::move(hit.cache);
   job.push(StartedEvent{prompt.size(), hit.reused});
+  using Seconds = std::chrono::duration<double>;
+  auto last_event = Job::Clock::now();
+  metrics_.job_started(prompt.size(), hit.reused, Seconds(last_event - job.queued_at()).count());
+  size_t generated = 0;
   std::vector<int32_t> rest(prompt.begin() + static_cast<long>(hit.reused), prompt.end());
   go.prompt_progress = [&job](int processed, int total) {
     if (job.should_stop()) throw Abandoned{};
@@ -133,6 +139,12 @@ void Generator::run(Job& job) {
       ev.top = top_tokens(step->logprobs, r.top_logprobs, session_.tokenizer);
       bool finished = ev.finish_reason.has_value();
       job.push(std::move(ev));
+      const auto now = Job::Clock::now();
+      if (generated++ == 0)
+        metrics_.first_token(Seconds(now - job.queued_at()).count());
+      else
+        metrics_.next_token(Seconds(now - last_event).count());
+      last_event = now;
       key.push_back(step->token);
       if (finished) break;
     }
@@ -145,6 +157,8 @@ void Generator::run(Job& job) {
     key.resize(static_cast<size_t>(offset));
     cache_.insert(std::move(key), std::move(kv));
   }
+  metrics_.job_finished(generated);
+  metrics_.prompt_cache_state(cache_.nbytes(), cache_.size());
   job.push(DoneEvent{});
 }
 

@@ -11,6 +11,7 @@
 #include "mlxrt/generate/random_state.h"
 #include "mlxrt/server/job.h"
 #include "mlxrt/server/logger.h"
+#include "mlxrt/server/metrics.h"
 #include "mlxrt/server/model_session.h"
 #include "mlxrt/server/prompt_cache.h"
 #include "mlxrt/server/stop_sequences.h"
@@ -19,7 +20,7 @@ namespace mlxrt::server {
 
 class Generator {
  public:
-  Generator(ModelSession& session, const ServerOptions& options, Logger& log);
+  Generator(ModelSession& session, const ServerOptions& options, Logger& log, ServerMetrics& metrics);
 
   /** Serves `job`: StartedEvent, ProgressEvents, TokenEvents (the last with a finish reason
    * unless stopped early), DoneEvent. HttpError(400) for parameters the sampler refuses. */
@@ -33,6 +34,7 @@ class Generator {
   ModelSession& session_;
   const ServerOptions& options_;
   Logger& log_;
+  ServerMetrics& metrics_;
   PromptCache cache_;
   std::shared_ptr<generate::RandomState> rng_;
   std::map<std::vector<std::string>, std::shared_ptr<const StopSequences>> stop_cache_;

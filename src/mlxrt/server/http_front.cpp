@@ -28,11 +28,13 @@ bool is_known_method(const std::string& m) { return m == "GET" || m == "POST" ||
 
 }  // namespace
 
-HttpFront::HttpFront(const ServerOptions& options, Logger& log, const ModelSession& session, Scheduler& scheduler)
+HttpFront::HttpFront(const ServerOptions& options, Logger& log, const ModelSession& session, Scheduler& scheduler,
+                     ServerMetrics& metrics)
     : options_(options),
       log_(log),
       session_(session),
       scheduler_(scheduler),
+      metrics_(metrics),
       fingerprint_(system_fingerprint()),
       http_(std::make_unique<httplib::Server>()) {
   const int threads = std::max(4, options.http_threads);
@@ -132,6 +134,9 @@ void HttpFront::install_routes() {
     res.status = ok ? 200 : 503;
     res.set_content(python_dumps({{"status", ok ? "ok" : "unavailable"}}), "application/json");
   });
+  http_->Get("/metrics", [this](const Request&, Response& res) {
+    res.set_content(metrics_.render({scheduler_.queued(), scheduler_.running()}), "text/plain; version=0.0.4");
+  });
   http_->Get(R"(/v1/models.*)", [this](const Request& req, Response& res) {
     std::optional<std::string> filter;
     if (req.path.rfind("/v1/models/", 0) == 0) filter = req.path.substr(11);
@@ -151,6 +156,10 @@ void HttpFront::install_routes() {
   http_->Delete(R"(.*)", unsupported);
 
   http_->set_post_routing_handler([this](const Request& req, Response& res) { set_cors(req, res); });
+  // Called once a request has been answered (a stream: once it has ended), with its final status.
+  http_->set_logger([this](const Request& req, const Response& res) {
+    metrics_.request_answered(req.method, req.path, res.status);
+  });
   http_->set_error_handler(httplib::Server::HandlerWithResponse([this](const Request& req, Response& res) {
     if (!is_known_method(req.method) && res.status == 404) res.status = 501;
     if (res.body.empty() && !res.is_chunked_content_provider_) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "mlxrt/server/logger.h"
+#include "mlxrt/server/metrics.h"
 #include "mlxrt/server/model_session.h"
 #include "mlxrt/server/options.h"
 #include "mlxrt/server/scheduler.h"
@@ -20,7 +21,8 @@ namespace mlxrt::server {
 
 class HttpFront {
  public:
-  HttpFront(const ServerOptions& options, Logger& log, const ModelSession& session, Scheduler& scheduler);
+  HttpFront(const ServerOptions& options, Logger& log, const ModelSession& session, Scheduler& scheduler,
+            ServerMetrics& metrics);
   ~HttpFront();
 
   /** Binds options.host:options.port (port 0: any free port); UsageError when it cannot. Returns
@@ -39,6 +41,7 @@ class HttpFront {
   Logger& log_;
   const ModelSession& session_;
   Scheduler& scheduler_;
+  ServerMetrics& metrics_;
   std::string fingerprint_;
   std::unique_ptr<httplib::Server> http_;
   int bound_port_ = 0;

@@ -57,7 +57,7 @@ class Job {
   using Clock = std::chrono::steady_clock;
 
   Job(CompletionRequest request, PreparedPrompt prompt, std::optional<Clock::time_point> deadline)
-      : request_(std::move(request)), prompt_(std::move(prompt)), deadline_(deadline) {}
+      : request_(std::move(request)), prompt_(std::move(prompt)), deadline_(deadline), queued_at_(Clock::now()) {}
 
   const CompletionRequest& request() const { return request_; }
   const PreparedPrompt& prompt() const { return prompt_; }
@@ -69,6 +69,8 @@ class Job {
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
   bool timed_out() const { return deadline_ && Clock::now() > *deadline_; }
+  /** When the job was made (just before it is queued): the start of its time to first token. */
+  Clock::time_point queued_at() const { return queued_at_; }
 
   /** A check that the client is still connected, valid until clear_probe(). */
   void set_probe(std::function<bool()> client_gone);
@@ -80,6 +82,7 @@ class Job {
   CompletionRequest request_;
   PreparedPrompt prompt_;
   std::optional<Clock::time_point> deadline_;
+  Clock::time_point queued_at_;
   std::atomic<bool> cancelled_{false};
 
   std::mutex mutex_;

@@ -32,6 +32,16 @@ void SerialScheduler::shutdown() {
   if (thread_.joinable()) thread_.join();
 }
 
+size_t SerialScheduler::queued() const {
+  std::lock_guard lock(mutex_);
+  return queue_.size();
+}
+
+size_t SerialScheduler::running() const {
+  std::lock_guard lock(mutex_);
+  return running_ ? 1 : 0;
+}
+
 void SerialScheduler::loop() {
   for (;;) {
     std::shared_ptr<Job> job;

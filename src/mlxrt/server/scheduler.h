@@ -23,6 +23,9 @@ class Scheduler {
   virtual bool healthy() const = 0;
   /** Stops taking jobs, cancels the queued and the running one, joins the thread. */
   virtual void shutdown() = 0;
+  /** Jobs waiting, and jobs on the model now (for /metrics). */
+  virtual size_t queued() const = 0;
+  virtual size_t running() const = 0;
 };
 
 class SerialScheduler final : public Scheduler {
@@ -35,13 +38,15 @@ class SerialScheduler final : public Scheduler {
   void submit(std::shared_ptr<Job> job) override;
   bool healthy() const override { return alive_; }
   void shutdown() override;
+  size_t queued() const override;
+  size_t running() const override;
 
  private:
   void loop();
 
   std::function<void(Job&)> run_;
   size_t max_queued_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::shared_ptr<Job> running_;  // the job on the model now (cancelled by shutdown)

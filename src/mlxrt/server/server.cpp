@@ -11,6 +11,7 @@ namespace mlxrt::server {
 
 struct Server::Parts {
   Logger log;
+  ServerMetrics metrics;
   ModelSession session;
   Generator generator;
   SerialScheduler scheduler;
@@ -20,7 +21,7 @@ struct Server::Parts {
   explicit Parts(const ServerOptions& o)
       : log(o.log_level),
         session(load_model_session(o, log)),
-        generator(session, o, log),
+        generator(session, o, log, metrics),
         scheduler(
             [this](Job& job) {
               generator.run(job);
@@ -28,7 +29,7 @@ struct Server::Parts {
               if (session.experts) log.info(model::nn::format_expert_stats(session.experts->stats()));
             },
             static_cast<size_t>(std::max(1, o.max_queued_requests))),
-        front(o, log, session, scheduler) {}
+        front(o, log, session, scheduler, metrics) {}
 };
 
 Server::Server(ServerOptions options) : options_(std::move(options)) {
