@@ -331,7 +331,8 @@ class AnthropicRenderer final : public TurnRenderer {
   }
 
   std::string stream_end(const TurnDelta& last, const TurnResult& r) override {
-    std::string out = stream_delta(last) + close();
+    std::string out = stream_delta(last);
+    out += close();
     json usage = usage_json(r);
     out += event("message_delta",
                  json{{"type", "message_delta"},
@@ -342,7 +343,8 @@ class AnthropicRenderer final : public TurnRenderer {
   }
 
   std::string stream_error(int status, const std::string& message) override {
-    return close() + event("error", anthropic_error_body(status, message));
+    std::string out = close();
+    return out + event("error", anthropic_error_body(status, message));
   }
 
   std::string stream_keepalive(int, int) override { return ping(); }
@@ -379,7 +381,7 @@ class AnthropicRenderer final : public TurnRenderer {
 /** The body, translated; errors in Anthropic's shape are the caller's. */
 CompletionRequest translate(const ApiContext& ctx, const std::string& text, bool count_only) {
   json body = parse_request_body(text);
-  return parse_completion_request(anthropic_to_chat(body, count_only), Endpoint::chat, ctx.options);
+  return parse_completion_body(anthropic_to_chat(body, count_only), Endpoint::chat, ctx.options);
 }
 
 bool body_too_large(const ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {

@@ -209,7 +209,7 @@ void parse_sampling(const json& body, const ServerOptions& d, CompletionRequest&
 }  // namespace
 
 CompletionRequest parse_completion_request(std::string_view text, Endpoint endpoint, const ServerOptions& d) {
-  return parse_completion_request(parse_request_body(text), endpoint, d);
+  return parse_completion_body(parse_request_body(text), endpoint, d);
 }
 
 nlohmann::ordered_json parse_request_body(std::string_view text) {
@@ -223,8 +223,8 @@ nlohmann::ordered_json parse_request_body(std::string_view text) {
   return body;
 }
 
-CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, Endpoint endpoint,
-                                           const ServerOptions& d) {
+CompletionRequest parse_completion_body(const nlohmann::ordered_json& body, Endpoint endpoint,
+                                        const ServerOptions& d) {
 
   CompletionRequest r;
   r.endpoint = endpoint;

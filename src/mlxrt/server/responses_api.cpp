@@ -268,7 +268,8 @@ class ResponsesRenderer final : public TurnRenderer {
 
   std::string stream_begin(const TurnResult&) override {
     json r = response(std::nullopt, "in_progress");
-    return event("response.created", {{"response", r}}) + event("response.in_progress", {{"response", r}});
+    std::string out = event("response.created", {{"response", r}});  // (sequence numbers: in this order)
+    return out + event("response.in_progress", {{"response", r}});
   }
 
   std::string stream_delta(const TurnDelta& d) override {
@@ -565,7 +566,7 @@ void ResponsesApi::handle(const ApiContext& ctx, const httplib::Request& req, ht
   try {
     body = parse_request_body(req.body);
     t = responses_to_chat(body, *store_);
-    request = parse_completion_request(t.chat, Endpoint::chat, ctx.options);
+    request = parse_completion_body(t.chat, Endpoint::chat, ctx.options);
   } catch (const HttpError& e) {
     ctx.log.debug(std::string("rejected request: ") + e.what());
     res.status = e.status();
