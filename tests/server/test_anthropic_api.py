@@ -208,6 +208,7 @@ BAD = [
     ("empty messages", {"messages": []}, "messages"),
     ("bad role", {"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
     ("content a number", {"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    ("content an empty list", {"messages": [{"role": "user", "content": []}]}, "messages[0].content"),
     ("tool_use input not an object", {"messages": [{"role": "assistant", "content": [
         {"type": "tool_use", "id": "t", "name": "f", "input": "x"}]}]}, "messages[0].content[0].input"),
     ("server tool", {"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0].type"),

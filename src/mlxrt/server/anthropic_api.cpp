@@ -61,6 +61,7 @@ void user_message(const json& content, const std::string& where, json& out) {
     return;
   }
   if (!content.is_array()) bad(where, "must be a string or a list of content blocks");
+  if (content.empty()) bad(where, "must not be empty");
   json parts = json::array();
   auto flush = [&] {
     if (!parts.empty()) out.push_back(json{{"role", "user"}, {"content", std::move(parts)}});
