@@ -25,7 +25,8 @@ void reply_error(httplib::Response& res, int status, const std::string& message,
   res.set_content(python_dumps(error_body(status, message, param)), "application/json");
 }
 
-/** The one model this server holds answers to "default_model" and to the name it was started with. */
+}  // namespace
+
 void check_model(const CompletionRequest& r, const ServerOptions& o, const ModelSession& s) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -36,6 +37,8 @@ void check_model(const CompletionRequest& r, const ServerOptions& o, const Model
   if (r.draft_model && *r.draft_model != "default_model")
     throw HttpError(400, "speculative decoding (draft_model) is not supported by this server", "draft_model");
 }
+
+namespace {
 
 /** Clears the job's connection probe when the request is over (the socket may be reused). */
 struct ProbeGuard {

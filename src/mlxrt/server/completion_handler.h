@@ -17,6 +17,10 @@ struct Response;
 
 namespace mlxrt::server {
 
+/** The one model this server holds answers to "default_model" and to the name it was started with;
+ * HttpError naming the field otherwise (shared by every API that generates). */
+void check_model(const CompletionRequest& request, const ServerOptions& options, const ModelSession& session);
+
 void handle_completion_request(const ServerOptions& options, Logger& log, const ModelSession& session,
                                Scheduler& scheduler, const std::string& fingerprint, const httplib::Request& req,
                                httplib::Response& res, Endpoint endpoint);

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <ctime>
 
+#include "mlxrt/server/anthropic_api.h"
 #include "mlxrt/server/http_error.h"
 #include "mlxrt/server/models_list.h"
 #include "mlxrt/server/python_json.h"
 #include "mlxrt/server/request.h"
 #include "mlxrt/server/responses.h"
+#include "mlxrt/server/responses_api.h"
 
 namespace mlxrt::server {
 
@@ -36,7 +38,8 @@ HttpFront::HttpFront(const ServerOptions& options, Logger& log, const ModelSessi
       scheduler_(scheduler),
       metrics_(metrics),
       fingerprint_(system_fingerprint()),
-      http_(std::make_unique<httplib::Server>()) {
+      http_(std::make_unique<httplib::Server>()),
+      responses_api_(std::make_unique<ResponsesApi>()) {
   const int threads = std::max(4, options.http_threads);
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   // Bodies a little over the limit are still read (then refused with 413 by the route), so that
@@ -127,6 +130,17 @@ void HttpFront::install_routes() {
   http_->Post("/v1/chat/completions", completion(Endpoint::chat));
   http_->Post("/chat/completions", completion(Endpoint::chat));
   http_->Post("/v1/completions", completion(Endpoint::text));
+  // The Anthropic Messages and OpenAI Responses APIs (their own body limits and error shapes).
+  auto api = [this](auto handler) {
+    return [this, handler](const Request& req, Response& res) {
+      handler(ApiContext{options_, log_, session_, scheduler_}, req, res);
+    };
+  };
+  http_->Post("/v1/messages", api(handle_anthropic_messages));
+  http_->Post("/v1/messages/count_tokens", api(handle_anthropic_count_tokens));
+  http_->Post("/v1/responses", api([this](const ApiContext& c, const Request& req, Response& res) {
+                responses_api_->handle(c, req, res);
+              }));
   http_->Post(R"(.*)", [this](const Request&, Response& res) { send_error(res, 404, "Not Found"); });
 
   http_->Get("/health", [this](const Request&, Response& res) {

@@ -19,6 +19,8 @@ struct Response;
 
 namespace mlxrt::server {
 
+class ResponsesApi;
+
 class HttpFront {
  public:
   HttpFront(const ServerOptions& options, Logger& log, const ModelSession& session, Scheduler& scheduler,
@@ -44,6 +46,7 @@ class HttpFront {
   ServerMetrics& metrics_;
   std::string fingerprint_;
   std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<ResponsesApi> responses_api_;  // /v1/responses and its store
   int bound_port_ = 0;
 };
 

@@ -209,6 +209,10 @@ void parse_sampling(const json& body, const ServerOptions& d, CompletionRequest&
 }  // namespace
 
 CompletionRequest parse_completion_request(std::string_view text, Endpoint endpoint, const ServerOptions& d) {
+  return parse_completion_body(parse_request_body(text), endpoint, d);
+}
+
+nlohmann::ordered_json parse_request_body(std::string_view text) {
   json body;
   try {
     body = json::parse(text.begin(), text.end());
@@ -216,6 +220,11 @@ CompletionRequest parse_completion_request(std::string_view text, Endpoint endpo
     throw HttpError(400, std::string("Invalid JSON in request body: ") + e.what());
   }
   if (!body.is_object()) throw HttpError(400, "Request should be a JSON dictionary");
+  return body;
+}
+
+CompletionRequest parse_completion_body(const nlohmann::ordered_json& body, Endpoint endpoint,
+                                        const ServerOptions& d) {
 
   CompletionRequest r;
   r.endpoint = endpoint;

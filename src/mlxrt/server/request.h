@@ -60,4 +60,11 @@ struct CompletionRequest {
 CompletionRequest parse_completion_request(std::string_view body, Endpoint endpoint,
                                            const ServerOptions& defaults);
 
+/** The same, from a body already parsed (the other APIs translate theirs into this shape). */
+CompletionRequest parse_completion_body(const nlohmann::ordered_json& body, Endpoint endpoint,
+                                        const ServerOptions& defaults);
+
+/** A request body as a JSON object; HttpError(400) when it is not valid JSON or not an object. */
+nlohmann::ordered_json parse_request_body(std::string_view body);
+
 }  // namespace mlxrt::server
