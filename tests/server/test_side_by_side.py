@@ -118,6 +118,24 @@ def test_same_stream(servers, model_dir, name, path, body):
     assert [key_shape(e) for e in b[:-1]] == [key_shape(e) for e in a[:-1]]
 
 
+@pytest.mark.parametrize("seed", [None, 3])
+def test_same_keepalive_comments(servers, model_dir, seed):
+    """The SSE comments a stream carries before its first chunk: mlx_lm.server's batched path
+    (no seed) reports prompt progress only after a chunk, its one-at-a-time path (a seed) from 0."""
+    ref, ours = servers
+    prompt = f"A prompt of its own for the keepalive comments, seed {seed}, " + "more words " * 20
+    body = {"model": str(model_dir), "prompt": prompt, "max_tokens": 3, "stream": True}
+    if seed is not None:
+        body["seed"] = seed
+
+    def comments(raw):
+        return [block for block in raw.decode().split("\n\n") if block.startswith(":")]
+
+    _, a = ref.stream(TEXT, body)
+    _, b = ours.stream(TEXT, body)
+    assert comments(b) == comments(a) and comments(a), (comments(a), comments(b))
+
+
 def test_models_list_keys(servers):
     ref, ours = servers
     _, _, a = ref.request("GET", "/v1/models")

@@ -106,8 +106,13 @@ void Generator::run(Job& job) {
   metrics_.job_started(prompt.size(), hit.reused, Seconds(last_event - job.queued_at()).count());
   size_t generated = 0;
   std::vector<int32_t> rest(prompt.begin() + static_cast<long>(hit.reused), prompt.end());
-  go.prompt_progress = [&job](int processed, int total) {
+  // mlx_lm.server serves a request alone (generate_step) when it has a seed or the server quantizes
+  // its KV cache, and otherwise in its BatchGenerator, whose prompt progress starts after the first
+  // chunk: there is no "0/N" report, so such streams do not start with ": keepalive 0/N".
+  const bool batch_path = !r.seed && !options_.kv_bits;
+  go.prompt_progress = [&job, batch_path](int processed, int total) {
     if (job.should_stop()) throw Abandoned{};
+    if (batch_path && processed == 0) return;
     job.push(ProgressEvent{processed, total});
   };
 
