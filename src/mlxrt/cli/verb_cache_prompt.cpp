@@ -47,10 +47,9 @@ std::vector<int32_t> encode_prompt(const Session& session, const std::string& pr
 }
 
 void run(const Args& a) {
-  if (!a.adapter_path.empty()) throw UnsupportedError("--adapter-path: adapters are not supported by this engine");
   if (a.max_kv_size && *a.max_kv_size < 1) throw UsageError("--max-kv-size must be at least 1");
   cache::validate_kv_quantization(a.kv_bits, a.kv_group_size, a.quantized_kv_start);
-  auto session = load_session(a.model, a.profile_file);
+  auto session = load_session(a.model, a.profile_file, std::nullopt, a.adapter_path);
   if (!a.eos_token.empty()) add_eos_token(session, a.eos_token, "--eos-token");
   std::string prompt = a.prompt;
   if (prompt == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
