@@ -9,6 +9,7 @@
 #include <mlx/random.h>
 #include <mlx/transforms.h>
 
+#include "mlxrt/cli/common.h"
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/default_model.h"

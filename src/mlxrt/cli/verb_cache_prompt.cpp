@@ -11,6 +11,7 @@
 
 #include "mlxrt/cache/prompt_cache.h"
 #include "mlxrt/cache/quantized_kv_cache.h"
+#include "mlxrt/cli/common.h"
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/generate/generate_step.h"
@@ -89,7 +90,7 @@ void register_cache_prompt(CLI::App& app) {
   auto* cmd = app.add_subcommand("cache_prompt", "Cache the state of a prompt to be reused with mlxrt generate");
   auto a = std::make_shared<Args>();
   cmd->add_option("--model", a->model, "The path to the local model directory")->capture_default_str();
-  cmd->add_option("--adapter-path", a->adapter_path, "Optional path for the trained adapter weights and config");
+  cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
   cmd->add_flag("--trust-remote-code", a->trust_remote_code, "Recorded in the cache metadata (no code is run)");
   cmd->add_option("--eos-token", a->eos_token, "End of sequence token for tokenizer");
   cmd->add_option("--max-kv-size", a->max_kv_size, "Set the maximum key-value cache size");

@@ -102,7 +102,7 @@ void register_server(CLI::App& app) {
   auto& o = a->o;
   cmd->add_option("--model", o.model,
                   "The path to the MLX model weights, tokenizer, and config (" + convert::default_model_help() + ")");
-  cmd->add_option("--adapter-path", a->adapter_path, "Optional path for the trained adapter weights and config");
+  cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
   cmd->add_option("--host", o.host, "Host for the HTTP server")->capture_default_str();
   cmd->add_option("--port", o.port, "Port for the HTTP server")->capture_default_str();
   cmd->add_option("--allowed-origins", a->allowed_origins, "Allowed origins, comma-separated")->capture_default_str();
