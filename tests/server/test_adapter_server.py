@@ -46,7 +46,7 @@ def servers(model_dir, adapter, tmp_path_factory):
 CASES = [
     (CHAT, {"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 12}),
     (TEXT, {"prompt": "Once upon a time", "max_tokens": 12}),
-    (TEXT, {"prompt": "In the beginning", "max_tokens": 8, "logprobs": 3}),
+    (TEXT, {"prompt": "In the beginning", "max_tokens": 8, "repetition_penalty": 1.3}),
 ]
 
 
