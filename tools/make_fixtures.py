@@ -480,6 +480,8 @@ def build(name, recipe, out: Path):
         split_experts(tmp, **recipe["per_expert"])
     if recipe.get("openai_experts"):
         fuse_openai_experts(tmp)
+    if recipe.get("adapter"):
+        train_adapter(model, config, tmp / "adapter", recipe["adapter"])
     (tmp / "fixture.json").write_text(json.dumps(recipe, sort_keys=True))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
@@ -727,6 +729,68 @@ MINICPM3_FIXTURES = {
     "minicpm3_fp16_defaults": fx({**MINICPM3, "rope_scaling": {"type": "longrope"}}, dtype="float16", seed=142),
 }
 FIXTURES.update(MINICPM3_FIXTURES)
+
+
+# --- LoRA / DoRA adapters (mlx_lm.lora's training on the fixture model) ---------------------------------
+class _TokenRows:
+    """A tokenized dataset as mlx_lm.lora's datasets hand it to CacheDataset: rows of token ids."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __getitem__(self, i):
+        return self.rows[i]
+
+    def __len__(self):
+        return len(self.rows)
+
+    def process(self, row):
+        return row, 0
+
+
+def train_adapter(model, config, out: Path, spec):
+    """Trains an adapter of the saved model (bf16 or quantized: QLoRA) for a few steps with mlx_lm.lora's
+    train_model (linear_to_lora_layers, Adam, the default loss) on random token rows, and saves it
+    as mlx_lm.lora does (adapter_config.json, adapters.safetensors). A large learning rate makes the
+    few steps move lora_b well away from its zero start."""
+    import contextlib
+    import io
+    import types
+
+    import numpy as np
+    from mlx_lm import lora as lm_lora
+
+    args = dict(lm_lora.CONFIG_DEFAULTS)
+    args.update({"model": "fixture", "train": True, "fine_tune_type": spec.get("type", "lora"),
+                 "num_layers": spec.get("num_layers", 16), "batch_size": 2, "iters": spec.get("iters", 3),
+                 "val_batches": 1, "learning_rate": spec.get("lr", 2e-2), "steps_per_report": 1000,
+                 "steps_per_eval": 1000, "save_every": 1000, "adapter_path": str(out), "seed": spec.get("seed", 0),
+                 "lora_parameters": {"rank": spec.get("rank", 8), "dropout": 0.0, "scale": spec.get("scale", 20.0),
+                                     **({"keys": spec["keys"]} if "keys" in spec else {})}})
+    rng = np.random.default_rng(spec.get("seed", 0))
+    vocab = config.get("vocab_size") or config["text_config"]["vocab_size"]
+    rows = _TokenRows([rng.integers(0, vocab, size=24).tolist() for _ in range(4)])
+    with contextlib.redirect_stdout(io.StringIO()):
+        lm_lora.train_model(types.SimpleNamespace(**args), model, rows, rows)
+
+
+# qwen3 and llama with adapters trained by mlx_lm.lora: LoRA on every layer (num_layers -1, default keys), DoRA on the
+# last two layers of a 4-bit base (QLoRA), LoRA on a 4-bit base with chosen keys, rank and scale; the
+# base models are the fixtures' own recipes (the adapter lies in <fixture>/adapter).
+LLAMA_FOR_ADAPTERS = {**BASE, "model_type": "llama", "num_hidden_layers": 3, "tie_word_embeddings": False}
+FIXTURES.update({
+    "qwen3_bf16_lora": fx(QWEN3, seed=150, adapter={"type": "lora", "num_layers": -1}),
+    "qwen3_q4_g64_dora": fx(QWEN3, quant={"bits": 4, "group_size": 64}, seed=151,
+                            adapter={"type": "dora", "num_layers": 2, "seed": 1}),
+    "llama_bf16_dora": fx(LLAMA_FOR_ADAPTERS, seed=152, adapter={"type": "dora", "num_layers": 2, "seed": 2}),
+    "llama_q4_g64_lora_keys": fx(LLAMA_FOR_ADAPTERS, quant={"bits": 4, "group_size": 64}, seed=153,
+                                 adapter={"type": "lora", "num_layers": 3, "rank": 4, "scale": 10.0, "seed": 3,
+                                          "keys": ["self_attn.q_proj", "self_attn.v_proj", "mlp.down_proj",
+                                                   "lm_head"]}),
+    # the tied embedding adapted too (LoRAEmbedding: its rows and the head through as_linear)
+    "qwen3_bf16_lora_embed": fx(QWEN3, seed=154, adapter={"type": "lora", "num_layers": 1, "seed": 4,
+                                                          "keys": ["model.embed_tokens", "mlp.up_proj"]}),
+})
 
 
 def ensure(out, names=None):

@@ -166,7 +166,9 @@ def test_bad_prompt_cache_files(saved, models, tmp_path):
         assert proc.stderr.startswith("error: ") and needle in proc.stderr, (case, proc.stderr)
 
 
-def test_cache_prompt_refuses_adapters(models, tmp_path):
+def test_cache_prompt_checks_its_adapter(models, tmp_path):
+    """--adapter-path loads an mlx_lm.lora adapter (tests/parity/test_adapters.py); a directory without
+    adapter_config.json is refused naming it."""
     proc = run_mlxrt("cache_prompt", "--model", models["qwen3_bf16"], "--prompt-cache-file", tmp_path / "x",
                      "--prompt", "hello", "--adapter-path", tmp_path, check=False)
-    assert proc.returncode == 1 and "--adapter-path" in proc.stderr
+    assert proc.returncode == 1 and "adapter_config.json" in proc.stderr, proc.stderr

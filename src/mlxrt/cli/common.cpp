@@ -34,6 +34,12 @@ model::LoadOptions load_options(const std::string& profile_file) {
   return options;
 }
 
+model::LoadOptions load_options(const std::string& profile_file, const std::string& adapter_path) {
+  auto options = load_options(profile_file);
+  options.adapter_path = adapter_path;
+  return options;
+}
+
 std::optional<uint64_t> expert_memory_bytes(std::optional<double> gb) {
   if (!gb) return std::nullopt;
   if (!(std::isfinite(*gb) && *gb > 0 && *gb < 1e9))
@@ -43,9 +49,10 @@ std::optional<uint64_t> expert_memory_bytes(std::optional<double> gb) {
 
 model::LoadedModel load_cli_model(const std::string& model, const std::string& profile_file,
                                   std::optional<double> expert_memory_gb,
-                                  std::shared_ptr<model::nn::ExpertStore>& experts) {
+                                  std::shared_ptr<model::nn::ExpertStore>& experts,
+                                  const std::string& adapter_path) {
   auto bytes = expert_memory_bytes(expert_memory_gb);
-  return model::load_model(model, load_options(profile_file), bytes, experts);
+  return model::load_model(model, load_options(profile_file, adapter_path), bytes, experts);
 }
 
 void print_expert_stats(const std::shared_ptr<model::nn::ExpertStore>& experts) {

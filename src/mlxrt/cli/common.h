@@ -17,6 +17,8 @@ std::vector<int32_t> parse_token_list(const std::string& text, const std::string
 
 /** LoadOptions from the common --profile-file flag (empty: none). */
 model::LoadOptions load_options(const std::string& profile_file);
+/** LoadOptions from --profile-file and --adapter-path (empty: none). */
+model::LoadOptions load_options(const std::string& profile_file, const std::string& adapter_path);
 /** --expert-memory GB in bytes (unset: every expert resident). UsageError unless positive. */
 std::optional<uint64_t> expert_memory_bytes(std::optional<double> expert_memory_gb);
 
@@ -24,7 +26,13 @@ std::optional<uint64_t> expert_memory_bytes(std::optional<double> expert_memory_
  * streamed-experts store (null without --expert-memory). */
 model::LoadedModel load_cli_model(const std::string& model, const std::string& profile_file,
                                   std::optional<double> expert_memory_gb,
-                                  std::shared_ptr<model::nn::ExpertStore>& experts);
+                                  std::shared_ptr<model::nn::ExpertStore>& experts,
+                                  const std::string& adapter_path = {});
+
+/** The --adapter-path help text, the same on every verb that takes it. */
+inline constexpr const char* kAdapterPathHelp =
+    "Optional path for the trained adapter weights and config (an mlx_lm.lora adapter directory: "
+    "adapter_config.json and adapters.safetensors)";
 
 /** The --expert-memory help text, the same on every verb that takes it. */
 inline constexpr const char* kExpertMemoryHelp =

@@ -52,6 +52,11 @@ std::vector<generate::LogitsProcessor> make_cli_processors(const SamplingFlags& 
  * projections in KV-shared layers). */
 int model_construction_draws(const std::filesystem::path& model_dir);
 
+/** The keys mlx-lm's load_adapters draws (linear_to_lora_layers builds each LoRA / DoRA layer with
+ * a base layer initialised at random and a random lora_a: two per adapted layer) for the adapter
+ * of `adapter_path` (none: 0). Reads the adapter's config and file header only. */
+int adapter_construction_draws(const std::string& adapter_path);
+
 /** A model with its tokenizer and chat template, as mlx_lm's load() returns them. */
 struct Session {
   std::filesystem::path dir;
@@ -64,7 +69,7 @@ struct Session {
 };
 
 Session load_session(const std::string& model, const std::string& profile_file,
-                     std::optional<double> expert_memory_gb = std::nullopt);
+                     std::optional<double> expert_memory_gb = std::nullopt, const std::string& adapter_path = {});
 
 /** TokenizerWrapper.add_eos_token: an integer id, else the token's id (the unknown token's id
  * when it has none, as transformers does); UsageError naming `flag` when neither exists. */

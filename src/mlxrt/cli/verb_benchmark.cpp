@@ -9,6 +9,7 @@
 #include <mlx/random.h>
 #include <mlx/transforms.h>
 
+#include "mlxrt/cli/common.h"
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/default_model.h"
@@ -22,7 +23,7 @@ namespace mx = mlx::core;
 namespace {
 
 struct BenchArgs {
-  std::string model, profile_file;
+  std::string model, profile_file, adapter_path;
   int prompt_tokens = 512, generation_tokens = 1024, batch_size = 1, num_trials = 5;
   int prefill_step_size = 2048, delay = 0;
   bool trust_remote_code = false;
@@ -39,8 +40,8 @@ void run(const BenchArgs& a) {
   if (a.delay < 0) throw UsageError("--delay: must be non-negative");
 
   generate::RandomState rng(0);
-  rng.skip(model_construction_draws(a.model));
-  auto session = load_session(a.model, a.profile_file);
+  rng.skip(model_construction_draws(a.model) + adapter_construction_draws(a.adapter_path));
+  auto session = load_session(a.model, a.profile_file, std::nullopt, a.adapter_path);
   const int vocab = session.loaded.model->vocab_size();
   auto prompts = mx::random::randint(mx::array(0), mx::array(vocab), {a.batch_size, a.prompt_tokens}, mx::int32,
                                      rng.next());
@@ -95,6 +96,7 @@ void register_benchmark(CLI::App& app) {
   cmd->add_flag("--trust-remote-code", a->trust_remote_code,
                 "Accepted for compatibility (no code from the model directory is ever run)");
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
+  cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
   cmd->add_flag_callback(
       "--pipeline", [] { throw UnsupportedError("--pipeline is not supported: this engine runs on one device"); },
       "Not supported: this engine runs on one device");

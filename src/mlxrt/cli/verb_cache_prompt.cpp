@@ -11,6 +11,7 @@
 
 #include "mlxrt/cache/prompt_cache.h"
 #include "mlxrt/cache/quantized_kv_cache.h"
+#include "mlxrt/cli/common.h"
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/generate/generate_step.h"
@@ -47,10 +48,9 @@ std::vector<int32_t> encode_prompt(const Session& session, const std::string& pr
 }
 
 void run(const Args& a) {
-  if (!a.adapter_path.empty()) throw UnsupportedError("--adapter-path: adapters are not supported by this engine");
   if (a.max_kv_size && *a.max_kv_size < 1) throw UsageError("--max-kv-size must be at least 1");
   cache::validate_kv_quantization(a.kv_bits, a.kv_group_size, a.quantized_kv_start);
-  auto session = load_session(a.model, a.profile_file);
+  auto session = load_session(a.model, a.profile_file, std::nullopt, a.adapter_path);
   if (!a.eos_token.empty()) add_eos_token(session, a.eos_token, "--eos-token");
   std::string prompt = a.prompt;
   if (prompt == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
@@ -90,7 +90,7 @@ void register_cache_prompt(CLI::App& app) {
   auto* cmd = app.add_subcommand("cache_prompt", "Cache the state of a prompt to be reused with mlxrt generate");
   auto a = std::make_shared<Args>();
   cmd->add_option("--model", a->model, "The path to the local model directory")->capture_default_str();
-  cmd->add_option("--adapter-path", a->adapter_path, "Optional path for the trained adapter weights and config");
+  cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
   cmd->add_flag("--trust-remote-code", a->trust_remote_code, "Recorded in the cache metadata (no code is run)");
   cmd->add_option("--eos-token", a->eos_token, "End of sequence token for tokenizer");
   cmd->add_option("--max-kv-size", a->max_kv_size, "Set the maximum key-value cache size");

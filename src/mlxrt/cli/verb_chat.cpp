@@ -18,7 +18,7 @@ namespace mlxrt::cli {
 namespace {
 
 struct ChatArgs {
-  std::string model, system_prompt, profile_file;
+  std::string model, system_prompt, profile_file, adapter_path;
   bool has_system_prompt = false, trust_remote_code = false;
   double temp = 0.0, top_p = 1.0, xtc_probability = 0.0, xtc_threshold = 0.1;
   uint64_t seed = 0;
@@ -52,8 +52,8 @@ void run(const ChatArgs& a) {
 
   // mx.random.seed(args.seed) comes before the model is built.
   auto rng = std::make_shared<generate::RandomState>(a.seed);
-  rng->skip(model_construction_draws(a.model));
-  auto session = load_session(a.model, a.profile_file, a.expert_memory);
+  rng->skip(model_construction_draws(a.model) + adapter_construction_draws(a.adapter_path));
+  auto session = load_session(a.model, a.profile_file, a.expert_memory, a.adapter_path);
   if (!session.chat_template) throw UsageError("--model: " + a.model + " has no chat template to chat with");
   params.xtc_special_tokens = xtc_special_tokens(session);
 
@@ -131,11 +131,7 @@ void register_chat(CLI::App& app) {
   cmd->add_option("--system-prompt", a->system_prompt, "System prompt to be used for the chat template")
       ->each([a](const std::string&) { a->has_system_prompt = true; });
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
-  cmd->add_option_function<std::string>(
-      "--adapter-path", [](const std::string&) {
-        throw UnsupportedError("--adapter-path is not supported: this engine has no LoRA adapters");
-      },
-      "Not supported: this engine has no LoRA adapters");
+  cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
   cmd->add_flag_callback(
       "--pipeline", [] { throw UnsupportedError("--pipeline is not supported: this engine runs on one device"); },
       "Not supported: this engine runs on one device");

@@ -31,7 +31,7 @@ struct Args {
   std::string model, prompt = "hello", prompt_tokens, system_prompt, chat_template_config, prompt_cache_file;
   std::optional<std::string> prefill_response;
   std::vector<std::string> extra_eos_token;
-  std::string profile_file, logprobs_file, verbose = "True";
+  std::string profile_file, logprobs_file, verbose = "True", adapter_path;
   int max_tokens = 100;  // DEFAULT_MAX_TOKENS
   std::optional<uint64_t> seed;
   bool ignore_chat_template = false, use_default_chat_template = false, trust_remote_code = false;
@@ -72,7 +72,7 @@ std::shared_ptr<generate::RandomState> make_rng(const Args& a) {
   auto rng = std::make_shared<generate::RandomState>();
   if (a.seed) {
     rng->seed(*a.seed);
-    rng->skip(model_construction_draws(a.model));
+    rng->skip(model_construction_draws(a.model) + adapter_construction_draws(a.adapter_path));
   }
   return rng;
 }
@@ -82,7 +82,7 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options) {
   auto ids = parse_token_list(a.prompt_tokens, "--prompt-tokens");
   auto rng = make_rng(a);
   std::shared_ptr<model::nn::ExpertStore> experts;
-  auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts);
+  auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts, a.adapter_path);
   const int vocab = loaded.model->vocab_size();
   for (auto id : ids)
     if (id >= vocab)
@@ -224,7 +224,7 @@ void run(const Args& a) {
   if (!a.prompt_cache_file.empty()) prompt_cache = load_cache_file(a);
 
   auto rng = make_rng(a);
-  auto session = load_session(a.model, a.profile_file, a.expert_memory);
+  auto session = load_session(a.model, a.profile_file, a.expert_memory, a.adapter_path);
   for (const auto& t : a.extra_eos_token) add_eos_token(session, t, "--extra-eos-token");
   if (prompt_cache) model::check_prompt_cache(*session.loaded.model, *prompt_cache, a.prompt_cache_file);
   auto ids = prompt_ids(a, session, prompt_cache.has_value());
@@ -311,7 +311,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--logprobs-file", a->logprobs_file,
                   "Write every generated token's logprobs [T, vocab] to this .safetensors file");
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
-  add_unsupported(cmd, "--adapter-path", "this engine has no LoRA adapters");
+  cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
   add_unsupported(cmd, "--image", "this engine runs text-only models");
   add_unsupported(cmd, "--draft-model", "this engine has no speculative decoding");
   add_unsupported(cmd, "--num-draft-tokens", "this engine has no speculative decoding");

@@ -23,7 +23,7 @@ namespace mx = mlx::core;
 namespace {
 
 struct Args {
-  std::string model, tokens, out, profile_file, prompt_cache_file;
+  std::string model, tokens, out, profile_file, prompt_cache_file, adapter_path;
   bool incremental = false;
   std::optional<int> chunk_size, max_kv_size, kv_bits;
   std::optional<double> expert_memory;
@@ -66,7 +66,7 @@ void run(const Args& a) {
   if (a.max_kv_size && *a.max_kv_size < 1) throw UsageError("--max-kv-size must be at least 1");
   cache::validate_kv_quantization(a.kv_bits, a.kv_group_size, a.quantized_kv_start);
   std::shared_ptr<model::nn::ExpertStore> experts;
-  auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts);
+  auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts, a.adapter_path);
   for (auto id : ids)
     if (id >= loaded.model->vocab_size())
       throw UsageError("--tokens: id " + std::to_string(id) + " is outside the vocabulary (size " +
@@ -99,6 +99,7 @@ void register_logits(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--prompt-cache-file", a->prompt_cache_file, "Start from this saved prompt cache");
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
+  cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
   cmd->callback([a] { run(*a); });
 }
 

@@ -54,7 +54,6 @@ std::vector<std::string> split_commas(const std::string& s) {
 }
 
 void run(Args& a) {
-  if (!a.adapter_path.empty()) throw UnsupportedError("--adapter-path: adapters are not supported yet");
   if (!a.draft_model.empty()) throw UnsupportedError("--draft-model: speculative decoding is not supported yet");
   a.o.allowed_origins = split_commas(a.allowed_origins);
   a.o.log_level = server::parse_log_level(a.log_level);
@@ -72,6 +71,7 @@ void run(Args& a) {
     a.o.kv_bits = a.kv_bits;
   }
   a.o.expert_memory_bytes = expert_memory_bytes(a.expert_memory);
+  a.o.adapter_path = a.adapter_path;
 
   // SIGINT/SIGTERM are taken by one thread that stops the server, so every other thread
   // (HTTP workers, the generation thread) runs with them blocked.
@@ -102,7 +102,7 @@ void register_server(CLI::App& app) {
   auto& o = a->o;
   cmd->add_option("--model", o.model,
                   "The path to the MLX model weights, tokenizer, and config (" + convert::default_model_help() + ")");
-  cmd->add_option("--adapter-path", a->adapter_path, "Optional path for the trained adapter weights and config");
+  cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
   cmd->add_option("--host", o.host, "Host for the HTTP server")->capture_default_str();
   cmd->add_option("--port", o.port, "Port for the HTTP server")->capture_default_str();
   cmd->add_option("--allowed-origins", a->allowed_origins, "Allowed origins, comma-separated")->capture_default_str();

@@ -47,10 +47,13 @@ LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& opt
   if (!expert_memory_bytes) return load_model(path, options);
   auto [config, profile] = resolve_model(path, options);
   assert_resolved_profile(config, profile);
+  auto adapter = load_adapter(options);
   auto weights = io::load_weights(config.dir());
+  if (adapter) prepare_adapter(*adapter, config, weights);
   experts = std::make_shared<nn::ExpertStore>(*expert_memory_bytes, io::find_weight_files(config.dir()));
   nn::ExpertStreaming streaming(experts, config.dir(), weights);
   WeightBinder binder(std::move(weights), config);
+  binder.set_adapter(adapter);
   std::unique_ptr<CausalLM> model;
   {
     nn::ExpertStreamingScope scope(&streaming);
@@ -62,6 +65,7 @@ LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& opt
   std::vector<mx::array> resident;
   for (const auto& a : binder.taken())
     if (!streaming.is_streamed(a)) resident.push_back(a);
+  if (adapter) resident.insert(resident.end(), adapter->taken().begin(), adapter->taken().end());
   if (!options.lazy) mx::eval(resident);
   return LoadedModel{std::move(config), std::move(profile), std::move(model)};
 }

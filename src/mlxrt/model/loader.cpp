@@ -10,6 +10,7 @@
 #include "mlxrt/io/weights.h"
 #include "mlxrt/model/nn/weight_binder.h"
 #include "mlxrt/model/registry.h"
+#include "mlxrt/util/errors.h"
 
 namespace mlxrt::model {
 
@@ -51,7 +52,44 @@ void check_layer_count(const io::ModelConfig& config, const io::WeightMap& weigh
                                                   "layers 0.." + std::to_string(held - 1)));
 }
 
+std::string shape_text(const mx::Shape& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
+
 }  // namespace
+
+std::shared_ptr<nn::Adapter> load_adapter(const LoadOptions& options) {
+  if (options.adapter_path.empty()) return nullptr;
+  return nn::Adapter::load(options.adapter_path);
+}
+
+void prepare_adapter(nn::Adapter& adapter, const io::ModelConfig& config, io::WeightMap& weights) {
+  // len(model.layers): the text model's num_hidden_layers (top level or under text_config).
+  const json& raw = config.raw();
+  const json* fields = &raw;
+  if (!raw.contains("num_hidden_layers") && raw.contains("text_config") && raw["text_config"].is_object())
+    fields = &raw["text_config"];
+  int layers = highest_layer_index(weights) + 1;
+  if (fields->contains("num_hidden_layers") && (*fields)["num_hidden_layers"].is_number_integer())
+    layers = (*fields)["num_hidden_layers"].get<int>();
+  adapter.set_layer_count(layers);
+  if (!adapter.full()) return;
+  // load_adapters of a full fine-tune: model.load_weights(adapter weights, strict=False), each an
+  // existing parameter of the same shape.
+  for (const auto& [name, tensor] : adapter.tensors()) {
+    auto it = weights.find(name);
+    if (it == weights.end())
+      throw WeightsError(adapter.weights_file().string() + ": " + name + " is not a parameter of the model in " +
+                         config.dir().string() + " (an adapter of another base model?)");
+    if (it->second.shape() != tensor.shape())
+      throw WeightsError(adapter.weights_file().string() + ": " + name + " has shape " + shape_text(tensor.shape()) +
+                         " but the model's parameter has shape " + shape_text(it->second.shape()) +
+                         " (an adapter of another base model?)");
+    it->second = tensor;
+  }
+}
 
 std::pair<io::ModelConfig, ResolvedProfile> resolve_model(const std::filesystem::path& path,
                                                           const LoadOptions& options) {
@@ -66,12 +104,18 @@ std::pair<io::ModelConfig, ResolvedProfile> resolve_model(const std::filesystem:
 LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& options) {
   auto [config, profile] = resolve_model(path, options);
   assert_resolved_profile(config, profile);
+  auto adapter = load_adapter(options);
   auto weights = io::load_weights(config.dir());
   check_layer_count(config, weights);
+  if (adapter) prepare_adapter(*adapter, config, weights);
   WeightBinder binder(std::move(weights), config);
+  binder.set_adapter(adapter);
   auto model = graph_entry(profile.profile.execution.graph).build(config, binder);
   binder.finish();
-  if (!options.lazy) mx::eval(binder.taken());
+  if (!options.lazy) {
+    mx::eval(binder.taken());
+    if (adapter) mx::eval(adapter->taken());
+  }
   return LoadedModel{std::move(config), std::move(profile), std::move(model)};
 }
 

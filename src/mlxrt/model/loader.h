@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "mlxrt/io/model_config.h"
+#include "mlxrt/io/weights.h"
 #include "mlxrt/model/causal_lm.h"
+#include "mlxrt/model/nn/lora.h"
 #include "mlxrt/model/profile.h"
 
 namespace mlxrt::model {
@@ -15,6 +17,7 @@ namespace mlxrt::model {
 struct LoadOptions {
   std::vector<ModelProfile> artifact_profiles;  // e.g. from --profile-file
   bool lazy = false;                            // leave weights unread until first use
+  std::filesystem::path adapter_path;           // an mlx_lm.lora adapter directory (empty: none)
 };
 
 struct LoadedModel {
@@ -28,5 +31,14 @@ std::pair<io::ModelConfig, ResolvedProfile> resolve_model(const std::filesystem:
                                                           const LoadOptions& options = {});
 
 LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& options = {});
+
+/** The adapter of options.adapter_path (null when none), its config and file header checked;
+ * read before any weight of the model is. */
+std::shared_ptr<nn::Adapter> load_adapter(const LoadOptions& options);
+
+/** Readies `adapter` for binding the model of `config` from `weights`: the model's layer count
+ * (the adapted layers are the last num_layers), and a full fine-tune's tensors in place of the
+ * base ones (WeightsError naming the tensor when the base has no such tensor or another shape). */
+void prepare_adapter(nn::Adapter& adapter, const io::ModelConfig& config, io::WeightMap& weights);
 
 }  // namespace mlxrt::model

@@ -33,7 +33,13 @@ void check_model(const CompletionRequest& r, const ServerOptions& o, const Model
   auto same_dir = [&](const std::string& name) { return fs::equivalent(name, s.dir, ec); };
   if (r.model != "default_model" && r.model != o.model && !same_dir(r.model))
     throw HttpError(404, "model '" + r.model + "' is not served here (this server holds '" + o.model + "')", "model");
-  if (r.adapter) throw HttpError(400, "adapters are not supported by this server", "adapters");
+  // The one adapter this server holds (--adapter-path) is the only one a request may name.
+  if (r.adapter && (o.adapter_path.empty() || !fs::equivalent(*r.adapter, o.adapter_path, ec)))
+    throw HttpError(400, "adapter '" + *r.adapter + "' is not served here (" +
+                             (o.adapter_path.empty() ? std::string("this server runs without an adapter")
+                                                     : "this server holds the adapter '" + o.adapter_path + "'") +
+                             "; switching adapters per request is not supported)",
+                    "adapters");
   if (r.draft_model && *r.draft_model != "default_model")
     throw HttpError(400, "speculative decoding (draft_model) is not supported by this server", "draft_model");
 }

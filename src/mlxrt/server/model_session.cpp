@@ -58,7 +58,9 @@ ModelSession load_model_session(const ServerOptions& options, Logger& log) {
   if (options.model.empty()) throw UsageError("--model is required: the model directory to serve");
   auto dir = io::resolve_model_dir(options.model);
   std::shared_ptr<model::nn::ExpertStore> experts;
-  ModelSession s{dir, model::load_model(dir, {}, options.expert_memory_bytes, experts), tokenizer::Tokenizer::from_dir(dir), {}, {}, {}, {}, {}, {}, {}};
+  model::LoadOptions load;
+  load.adapter_path = options.adapter_path;
+  ModelSession s{dir, model::load_model(dir, load, options.expert_memory_bytes, experts), tokenizer::Tokenizer::from_dir(dir), {}, {}, {}, {}, {}, {}, {}};
   s.experts = std::move(experts);
   s.templates = tmpl::read_model_chat_templates(dir);
   if (!options.chat_template.empty()) {

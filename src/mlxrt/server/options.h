@@ -41,6 +41,7 @@ struct ServerOptions {
   int kv_group_size = 64;
   int quantized_kv_start = 5000;
   std::optional<uint64_t> expert_memory_bytes;  // --expert-memory: streamed experts (ours)
+  std::string adapter_path;                     // --adapter-path: an mlx_lm.lora adapter on the model
 
   // Limits (ours; mlx_lm.server has none).
   size_t max_body_bytes = 16u << 20;

@@ -1,11 +1,13 @@
 #pragma once
 /** mlx.nn.Linear / QuantizedLinear and Embedding / QuantizedEmbedding, as mlx-lm uses them. */
+#include <memory>
 #include <optional>
 #include <string>
 
 #include <mlx/array.h>
 
 #include "mlxrt/io/quantization.h"
+#include "mlxrt/model/nn/lora.h"
 #include "mlxrt/model/nn/weight_binder.h"
 
 namespace mlxrt::model::nn {
@@ -22,7 +24,8 @@ struct Quantized {
 class Linear {
  public:
   /** Binds `path`.weight (and .bias, .scales, .biases) for a layer of `in_dims` -> `out_dims`,
-   * quantized when the checkpoint's quantization map says so. */
+   * quantized when the checkpoint's quantization map says so. With an adapter on the binder that
+   * adapts `path`, the layer is its LoRALinear / DoRALinear (the base layer plus the delta). */
   static Linear load(WeightBinder& w, const std::string& path, int in_dims, int out_dims, bool bias);
 
   mx::array operator()(const mx::array& x) const;
@@ -30,9 +33,12 @@ class Linear {
  private:
   Linear(mx::array weight, std::optional<mx::array> bias, std::optional<Quantized> q)
       : weight_(std::move(weight)), bias_(std::move(bias)), q_(std::move(q)) {}
+  mx::array base(const mx::array& x) const;
+  mx::array dequantized_weight() const;
   mx::array weight_;
   std::optional<mx::array> bias_;
   std::optional<Quantized> q_;
+  std::shared_ptr<const LoraDelta> lora_;  // an adapter's delta (mlx-lm's unfused LoRA layers)
 };
 
 class Embedding {
@@ -45,9 +51,12 @@ class Embedding {
   mx::array as_linear(const mx::array& x) const;
 
  private:
+  mx::array base(const mx::array& ids) const;
+  mx::array base_as_linear(const mx::array& x) const;
   Embedding(mx::array weight, std::optional<Quantized> q) : weight_(std::move(weight)), q_(std::move(q)) {}
   mx::array weight_;
   std::optional<Quantized> q_;
+  std::shared_ptr<const LoraDelta> lora_;  // an adapter's delta (LoRAEmbedding / DoRAEmbedding)
 };
 
 /** Binds the quantized tensors of `path` when the map quantizes it. Shared by Linear/Embedding. */

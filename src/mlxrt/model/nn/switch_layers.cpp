@@ -6,6 +6,7 @@
 #include <mlx/ops.h>
 
 #include "mlxrt/model/nn/activations.h"
+#include "mlxrt/model/nn/lora.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::model::nn {
@@ -86,6 +87,7 @@ int register_streamed(WeightBinder& w, std::initializer_list<const SwitchLinear*
 
 SwitchLinear SwitchLinear::load(WeightBinder& w, const std::string& path, int input_dims, int output_dims,
                                 int num_experts, bool bias) {
+  if (auto* adapter = w.adapter()) adapter->refuse(path, "the mixture-of-experts switch layer");
   std::optional<Quantized> q;
   std::optional<mx::array> weight, global_scale;
   std::vector<StreamedTensor> streamed;

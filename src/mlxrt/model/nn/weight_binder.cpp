@@ -6,6 +6,7 @@
 #include <mlx/ops.h>
 #include <mlx/utils.h>
 
+#include "mlxrt/model/nn/lora.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::model {
@@ -124,6 +125,7 @@ void WeightBinder::finish() {
   for (const auto& [name, _] : weights_) extra.push_back(name);
   if (!extra.empty()) msg << "\n  unexpected parameters: " << join_limited(extra);
   if (!msg.str().empty()) throw WeightsError(dir + ": weights do not match the model" + msg.str());
+  if (adapter_) adapter_->finish();
 }
 
 }  // namespace mlxrt::model

@@ -3,6 +3,7 @@
  * `load_weights` does: every parameter must be present with its exact shape, and every tensor
  * must be used. Problems are collected and reported together, listing the names. */
 #include <functional>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -16,6 +17,10 @@
 namespace mlxrt::model {
 
 namespace mx = mlx::core;
+
+namespace nn {
+class Adapter;
+}
 
 class WeightBinder {
  public:
@@ -85,8 +90,14 @@ class WeightBinder {
   /** Every tensor bound so far (to evaluate them once, as mlx-lm's non-lazy load does). */
   const std::vector<mx::array>& taken() const { return taken_; }
 
-  /** Throws WeightsError listing missing, mis-shaped and unexpected tensors, if any. */
+  /** Throws WeightsError listing missing, mis-shaped and unexpected tensors, if any; then the
+   * adapter's own check (its tensors that matched no layer). */
   void finish();
+
+  /** An adapter (--adapter-path) whose deltas Linear::load / Embedding::load attach to the layers
+   * it adapts, as mlx-lm's load_adapters wraps them. */
+  void set_adapter(std::shared_ptr<nn::Adapter> adapter) { adapter_ = std::move(adapter); }
+  nn::Adapter* adapter() const { return adapter_.get(); }
 
  private:
   io::WeightMap weights_;
@@ -94,6 +105,7 @@ class WeightBinder {
   std::vector<std::string> missing_;
   std::vector<std::string> misshaped_;
   std::vector<mx::array> taken_;
+  std::shared_ptr<nn::Adapter> adapter_;
 };
 
 }  // namespace mlxrt::model
