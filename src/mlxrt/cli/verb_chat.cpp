@@ -112,7 +112,7 @@ void run(const ChatArgs& a) {
 void register_chat(CLI::App& app) {
   auto* cmd = app.add_subcommand("chat", "Chat with an LLM (as mlx_lm.chat)");
   auto a = std::make_shared<ChatArgs>();
-  cmd->add_option("--model", a->model, "The path to the local model directory (" + convert::default_model_help() + ")");
+  cmd->add_option("--model", a->model, "The path to the local model directory or Hugging Face repo (from the local cache; " + convert::default_model_help() + ")");
   cmd->add_flag("--trust-remote-code", a->trust_remote_code,
                 "Accepted for compatibility (no code from the model directory is ever run)");
   cmd->add_option("--temp", a->temp, "Sampling temperature")->capture_default_str();

@@ -173,7 +173,7 @@ void run(const Args& a) {
 void register_perplexity(CLI::App& app) {
   auto* cmd = app.add_subcommand("perplexity", "Evaluate perplexity of MLX models (as mlx_lm.perplexity)");
   auto a = std::make_shared<Args>();
-  cmd->add_option("--model", a->model, "Path to the local model directory")->required();
+  cmd->add_option("--model", a->model, "Path to the local model directory or Hugging Face repo (from the local cache)")->required();
   cmd->add_flag("--trust-remote-code", a->trust_remote_code,
                 "Accepted for compatibility (no code from the model directory is ever run)");
   cmd->add_option("--batch-size", a->batch_size, "Batch size for evaluation")->capture_default_str();
