@@ -178,6 +178,11 @@ void ChatUI::after_input() const {
 
 void ChatUI::say_bye() const { out(styled(kMuted, "bye") + "\n"); }
 
+void ChatUI::say_interrupted(const std::string& label, const std::string& text) const {
+  out("  " + styled(kGood, label) + " " + styled(kMuted, text) + "\n");
+  std::fflush(stdout);
+}
+
 void ChatUI::say_reset() const { out("  " + styled(kGood, "reset") + " " + styled(kMuted, "context cleared") + "\n"); }
 
 void ChatUI::stream_text(const std::string& text) const {

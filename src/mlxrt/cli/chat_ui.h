@@ -25,6 +25,9 @@ class ChatUI {
   void after_input() const;
   void say_bye() const;
   void say_reset() const;
+  /** Ctrl-C (ours; mlx_lm.chat dies with a traceback): "  stopped  <what happens next>", after a
+   * cut answer or at the prompt. */
+  void say_interrupted(const std::string& label, const std::string& text) const;
   void stream_text(const std::string& text) const;
   /** Ends a turn: a newline, then the statistics line. */
   void end_turn(int generation_tokens, double generation_tps, double prompt_tps, double peak_memory) const;

@@ -2,10 +2,48 @@
 // inside the runtime are caught here and shown as one line on stderr with a non-zero exit.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/util/errors.h"
+
+namespace {
+
+/** mlx_lm/cli.py's subcommands (mlx-lm 0.32.2), in its order. */
+constexpr const char* kMlxLmVerbs[] = {"benchmark", "cache_prompt", "chat", "convert", "evaluate", "fuse",
+                                       "generate", "lora", "manage", "perplexity", "awq", "dwq",
+                                       "dynamic_quant", "gptq", "server", "upload", "share"};
+
+/** For a first word that names no verb: which verbs exist, and which of mlx-lm's are not provided. */
+std::string unknown_verb_message(CLI::App& app, const std::string& verb) {
+  std::vector<std::string> ours;
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) ours.push_back(sub->get_name());
+  std::sort(ours.begin(), ours.end());
+  auto provided = [&](const std::string& name) {
+    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+      if (sub->check_name(name)) return true;
+    return false;
+  };
+  std::vector<std::string> missing;
+  for (const char* v : kMlxLmVerbs)
+    if (!provided(v)) missing.push_back(v);
+  auto join = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out;
+  };
+  const bool from_mlx_lm = std::find(std::begin(kMlxLmVerbs), std::end(kMlxLmVerbs), verb) != std::end(kMlxLmVerbs);
+  std::string msg = from_mlx_lm ? "'" + verb + "' is an mlx-lm command that mlxrt does not provide (run it with mlx-lm: mlx_lm." + verb + ")\n"
+                                : "unknown command '" + verb + "'\n";
+  msg += "mlxrt commands: " + join(ours) + " (mlxrt COMMAND --help for each)\n";
+  if (!missing.empty()) msg += "mlx-lm commands not provided: " + join(missing) + "\n";
+  return msg;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"mlxrt: a native runtime for MLX language models"};
@@ -18,6 +56,15 @@ int main(int argc, char** argv) {
     for (CLI::Option* option : verb->get_options())
       if (option->get_items_expected_max() == 1 && option->get_type_size() != 0)
         option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  if (argc >= 2 && argv[1][0] != '-') {
+    const std::string verb = argv[1];
+    bool known = false;
+    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) known = known || sub->check_name(verb);
+    if (!known) {
+      std::cerr << "error: " << unknown_verb_message(app, verb);
+      return 1;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

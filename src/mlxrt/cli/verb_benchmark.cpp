@@ -85,7 +85,7 @@ void run(const BenchArgs& a) {
 void register_benchmark(CLI::App& app) {
   auto* cmd = app.add_subcommand("benchmark", "Benchmark prompt processing and generation (as mlx_lm.benchmark)");
   auto a = std::make_shared<BenchArgs>();
-  cmd->add_option("--model", a->model, "The path to the local model directory (" + convert::default_model_help() + ")");
+  cmd->add_option("--model", a->model, "The path to the local model directory or Hugging Face repo (from the local cache; " + convert::default_model_help() + ")");
   cmd->add_option("--prompt-tokens,-p", a->prompt_tokens, "Length of prompt")->capture_default_str();
   cmd->add_option("--generation-tokens,-g", a->generation_tokens, "Length of completion")->capture_default_str();
   cmd->add_option("--batch-size,-b", a->batch_size, "Batch size")->capture_default_str();

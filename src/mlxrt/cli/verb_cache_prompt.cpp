@@ -89,7 +89,7 @@ void run(const Args& a) {
 void register_cache_prompt(CLI::App& app) {
   auto* cmd = app.add_subcommand("cache_prompt", "Cache the state of a prompt to be reused with mlxrt generate");
   auto a = std::make_shared<Args>();
-  cmd->add_option("--model", a->model, "The path to the local model directory")->capture_default_str();
+  cmd->add_option("--model", a->model, "The path to the local model directory or Hugging Face repo (from the local cache)")->capture_default_str();
   cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
   cmd->add_flag("--trust-remote-code", a->trust_remote_code, "Recorded in the cache metadata (no code is run)");
   cmd->add_option("--eos-token", a->eos_token, "End of sequence token for tokenizer");

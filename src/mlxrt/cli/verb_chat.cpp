@@ -1,11 +1,13 @@
 // `mlxrt chat`: the REPL of mlx_lm.chat (mlx_lm/chat.py @ mlx-lm 0.32.2): the same flags and
 // defaults, the same screen, one KV cache kept across turns (each turn appends the newly rendered
 // messages to it), `q` quits, `r` resets the cache, `h` shows the commands.
+#include <cstdio>
 #include <iostream>
 
 #include "mlxrt/cli/chat_ui.h"
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/common.h"
+#include "mlxrt/cli/interrupt.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/default_model.h"
 #include "mlxrt/convert/default_model.h"
@@ -66,10 +68,27 @@ void run(const ChatArgs& a) {
 
   auto cache = model::make_prompt_cache(*session.loaded.model, a.max_kv_size);
   std::string query;
+  // Ctrl-C stops the answer being written (the conversation so far stays in the cache); at the
+  // prompt, a Ctrl-C right after another one quits.
+  InterruptGuard interrupts;
+  bool armed = false;
   while (true) {
     ui.before_input();
     bool got = static_cast<bool>(std::getline(std::cin, query));
     ui.after_input();
+    if (!got && interrupts.take()) {
+      std::cin.clear();
+      std::clearerr(stdin);
+      if (armed) {
+        ui.say_bye();
+        break;
+      }
+      armed = true;
+      ui.say_interrupted("ctrl-c", "press Ctrl-C again to quit, or type q");
+      continue;
+    }
+    interrupts.take();  // one that came while the line was being typed is not for the answer
+    armed = false;
     if (!got || query == "q") {  // end of input quits too
       ui.say_bye();
       break;
@@ -98,10 +117,13 @@ void run(const ChatArgs& a) {
         *session.loaded.model, session.tokenizer, ids, options,
         [&](const generate::GenerationResponse& r) {
           ui.stream_text(r.text);
-          return true;
+          if (interrupts.take()) armed = true;
+          return !armed;
         },
         &cache);
     ui.end_turn(last.generation_tokens, last.generation_tps, last.prompt_tps, last.peak_memory);
+    if (armed)
+      ui.say_interrupted("stopped", "answer cut short, the conversation is kept; Ctrl-C again at the prompt quits");
     std::cout << std::flush;
     print_expert_stats(session.experts);  // the run so far
   }
@@ -112,7 +134,7 @@ void run(const ChatArgs& a) {
 void register_chat(CLI::App& app) {
   auto* cmd = app.add_subcommand("chat", "Chat with an LLM (as mlx_lm.chat)");
   auto a = std::make_shared<ChatArgs>();
-  cmd->add_option("--model", a->model, "The path to the local model directory (" + convert::default_model_help() + ")");
+  cmd->add_option("--model", a->model, "The path to the local model directory or Hugging Face repo (from the local cache; " + convert::default_model_help() + ")");
   cmd->add_flag("--trust-remote-code", a->trust_remote_code,
                 "Accepted for compatibility (no code from the model directory is ever run)");
   cmd->add_option("--temp", a->temp, "Sampling temperature")->capture_default_str();

@@ -278,7 +278,7 @@ void add_unsupported(CLI::App* cmd, const std::string& name, const std::string& 
 void register_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Generate text with a model (as mlx_lm.generate)");
   auto a = std::make_shared<Args>();
-  cmd->add_option("--model", a->model, "The path to the local model directory (" + convert::default_model_help() + ")");
+  cmd->add_option("--model", a->model, "The path to the local model directory or Hugging Face repo (from the local cache; " + convert::default_model_help() + ")");
   cmd->add_flag("--trust-remote-code", a->trust_remote_code,
                 "Accepted for compatibility (no code from the model directory is ever run)");
   cmd->add_option("--extra-eos-token", a->extra_eos_token, "Add tokens in the list of eos tokens that stop generation.");

@@ -85,7 +85,7 @@ void run(const Args& a) {
 void register_logits(CLI::App& app) {
   auto* cmd = app.add_subcommand("logits", "Write the model's logits for a token sequence (parity interface)");
   auto a = std::make_shared<Args>();
-  cmd->add_option("--model,-m", a->model, "Model directory or HF cache snapshot")->required();
+  cmd->add_option("--model,-m", a->model, "Model directory, HF cache snapshot, or Hugging Face repo id (org/name[@revision]) in the local cache")->required();
   cmd->add_option("--tokens", a->tokens, "Comma-separated token ids")->required();
   cmd->add_option("--out", a->out, "Output .safetensors file (tensor 'logits' [T, vocab])")->required();
   cmd->add_flag("--incremental", a->incremental, "One token at a time through the KV cache");

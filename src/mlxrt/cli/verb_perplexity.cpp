@@ -18,6 +18,7 @@
 #include "mlxrt/cli/common.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/generate/perplexity.h"
+#include "mlxrt/io/hf_cache.h"
 #include "mlxrt/io/model_dir.h"
 #include "mlxrt/io/weights.h"
 #include "mlxrt/tokenizer/tokenizer.h"
@@ -50,10 +51,26 @@ std::vector<std::string> load_texts(const Args& a) {
   if (!a.text_file.empty()) return {read_file(a.text_file, "--text-file")};
   fs::path path = a.data_path;
   if (fs::is_directory(path)) path /= "train.jsonl";
-  if (!fs::is_regular_file(path))
+  if (!fs::is_regular_file(path)) {
+    bool dataset_id = false;
+    try {
+      dataset_id = !fs::exists(a.data_path) && a.data_path.find('@') == std::string::npos &&
+                   io::parse_hf_repo_ref(a.data_path, "--data-path").has_value();
+    } catch (const UsageError&) {
+    }
+    if (dataset_id)
+      throw UsageError(
+          "--data-path " + a.data_path + ": this looks like a Hugging Face dataset id" +
+          (a.data_path == "allenai/tulu-3-sft-mixture" ? " (mlx_lm.perplexity's default)" : "") +
+          ", and mlxrt reads local data only (it downloads no datasets). Accepted: --data-path FILE.jsonl "
+          "with one {\"text\": \"...\"} object per line; --data-path DIR holding train.jsonl in that format; "
+          "or --text-file FILE, a plain text file evaluated as one sample. To use a dataset with a \"text\" "
+          "column, export it first: python -c \"import datasets; datasets.load_dataset('" + a.data_path +
+          "', split='train').to_json('train.jsonl')\"");
     throw UsageError("--data-path: " + a.data_path +
                      " is not a local JSONL file or a folder holding train.jsonl (this engine downloads no "
                      "Hugging Face datasets; give a local file, or --text-file with plain text)");
+  }
   std::istringstream lines(read_file(path, "--data-path"));
   std::vector<std::string> texts;
   std::string line;
@@ -173,7 +190,7 @@ void run(const Args& a) {
 void register_perplexity(CLI::App& app) {
   auto* cmd = app.add_subcommand("perplexity", "Evaluate perplexity of MLX models (as mlx_lm.perplexity)");
   auto a = std::make_shared<Args>();
-  cmd->add_option("--model", a->model, "Path to the local model directory")->required();
+  cmd->add_option("--model", a->model, "Path to the local model directory or Hugging Face repo (from the local cache)")->required();
   cmd->add_flag("--trust-remote-code", a->trust_remote_code,
                 "Accepted for compatibility (no code from the model directory is ever run)");
   cmd->add_option("--batch-size", a->batch_size, "Batch size for evaluation")->capture_default_str();

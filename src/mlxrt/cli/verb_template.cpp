@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mlxrt/cli/verbs.h"
+#include "mlxrt/io/hf_cache.h"
 #include "mlxrt/template/chat_template.h"
 #include "mlxrt/util/errors.h"
 #include "mlxrt/util/json_file.h"
@@ -71,8 +72,9 @@ void run_template(const TemplateArgs& a) {
     opts.extra = parse_json_text(a.template_args, "--template-args");
     if (!opts.extra.is_object()) throw UsageError("--template-args: expected a JSON object, e.g. '{\"enable_thinking\": false}'");
   }
-  if (!fs::is_directory(a.model)) throw UsageError("--model: not a directory: " + a.model);
-  tmpl::ModelChatTemplates templates = tmpl::read_model_chat_templates(a.model);
+  const fs::path model_dir = io::resolve_path_or_hf_repo(a.model);
+  if (!fs::is_directory(model_dir)) throw UsageError("--model: not a directory: " + a.model);
+  tmpl::ModelChatTemplates templates = tmpl::read_model_chat_templates(model_dir);
   bool have_tools = !opts.tools.is_null();
   std::optional<tmpl::ChatTemplate> chat;
   if (!a.chat_template.empty() && !templates.templates.count(a.chat_template)) {
@@ -99,7 +101,7 @@ void run_template(const TemplateArgs& a) {
 void register_template(CLI::App& app) {
   auto* cmd = app.add_subcommand("template", "Render a model's chat template for a list of messages");
   auto a = std::make_shared<TemplateArgs>();
-  cmd->add_option("--model,-m", a->model, "Model directory (tokenizer_config.json / chat_template.jinja)")->required();
+  cmd->add_option("--model,-m", a->model, "Model directory (tokenizer_config.json / chat_template.jinja), or a Hugging Face repo id in the local cache")->required();
   cmd->add_option("--messages", a->messages, "JSON file: a list of messages (or an object with 'messages')")->required();
   cmd->add_option("--tools", a->tools, "JSON file: a list of tool schemas");
   cmd->add_flag("--add-generation-prompt", a->add_generation_prompt, "End with the assistant turn's header");

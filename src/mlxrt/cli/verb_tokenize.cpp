@@ -7,6 +7,7 @@
 
 #include "mlxrt/cli/common.h"
 #include "mlxrt/cli/verbs.h"
+#include "mlxrt/io/hf_cache.h"
 #include "mlxrt/tokenizer/tokenizer.h"
 #include "mlxrt/util/errors.h"
 #include "mlxrt/util/json_file.h"
@@ -24,7 +25,7 @@ struct TokenizeArgs {
 };
 
 void run_tokenize(const TokenizeArgs& a) {
-  tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_dir(a.model);
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_dir(io::resolve_path_or_hf_repo(a.model));
   std::string text = a.file.empty() ? a.text : read_text_file(a.file);
   std::vector<int32_t> ids = tok.encode(text, !a.no_add_special);
   if (a.json) {
@@ -45,7 +46,7 @@ struct DetokenizeArgs {
 };
 
 void run_detokenize(const DetokenizeArgs& a) {
-  tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_dir(a.model);
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_dir(io::resolve_path_or_hf_repo(a.model));
   std::vector<int32_t> ids = a.ids.empty() ? std::vector<int32_t>{} : parse_token_list(a.ids, "--ids");
   for (int32_t id : ids)
     if (id < 0 || static_cast<size_t>(id) >= tok.id_limit())
@@ -59,7 +60,7 @@ void run_detokenize(const DetokenizeArgs& a) {
 void register_tokenize(CLI::App& app) {
   auto args = std::make_shared<TokenizeArgs>();
   CLI::App* cmd = app.add_subcommand("tokenize", "Print the token ids of a text (as HF tokenizers encodes it)");
-  cmd->add_option("--model", args->model, "Directory holding tokenizer files")->required();
+  cmd->add_option("--model", args->model, "Directory holding tokenizer files, or a Hugging Face repo id (org/name[@revision]) in the local cache")->required();
   auto* text = cmd->add_option("--text", args->text, "Text to tokenize");
   auto* file = cmd->add_option("--file", args->file, "File whose bytes are tokenized");
   text->excludes(file);
@@ -74,7 +75,7 @@ void register_tokenize(CLI::App& app) {
 void register_detokenize(CLI::App& app) {
   auto args = std::make_shared<DetokenizeArgs>();
   CLI::App* cmd = app.add_subcommand("detokenize", "Print the text of token ids (as HF tokenizers decodes them)");
-  cmd->add_option("--model", args->model, "Directory holding tokenizer files")->required();
+  cmd->add_option("--model", args->model, "Directory holding tokenizer files, or a Hugging Face repo id (org/name[@revision]) in the local cache")->required();
   cmd->add_option("--ids", args->ids, "Comma-separated token ids")->required();
   cmd->add_flag("--skip-special", args->skip_special, "Leave special tokens out");
   cmd->callback([args] { run_detokenize(*args); });

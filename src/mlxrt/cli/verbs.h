@@ -16,6 +16,7 @@ void register_tokenize(CLI::App& app);
 void register_detokenize(CLI::App& app);
 void register_cache_prompt(CLI::App& app);
 void register_perplexity(CLI::App& app);
+void register_manage(CLI::App& app);
 
 inline void register_verbs(CLI::App& app) {
   register_profile(app);
@@ -30,6 +31,7 @@ inline void register_verbs(CLI::App& app) {
   register_detokenize(app);
   register_cache_prompt(app);
   register_perplexity(app);
+  register_manage(app);
 }
 
 }  // namespace mlxrt::cli

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <regex>
 
+#include "mlxrt/io/hf_cache.h"
 #include "mlxrt/util/errors.h"
 
 namespace fs = std::filesystem;
@@ -12,15 +13,19 @@ namespace mlxrt::io {
 
 fs::path resolve_model_dir(const fs::path& given) {
   if (given.empty()) throw UsageError("--model: no model path given");
-  if (!fs::exists(given)) throw ConfigError(given.string() + ": model directory does not exist");
-  if (!fs::is_directory(given)) throw ConfigError(given.string() + ": not a directory");
-  fs::path dir = given;
-  // An HF cache repo folder: follow refs/main to its snapshot, as huggingface_hub does.
+  // A local path wins; otherwise org/name[@revision] is looked up in the Hugging Face cache.
+  fs::path dir = resolve_path_or_hf_repo(given.string(), "--model");
+  if (!fs::is_directory(dir)) throw ConfigError(given.string() + ": not a directory");
+  // An HF cache repo folder given by path: follow refs/main to its snapshot, as huggingface_hub does.
   if (!fs::exists(dir / "config.json") && fs::exists(dir / "refs" / "main")) {
     std::ifstream ref(dir / "refs" / "main");
     std::string sha;
     std::getline(ref, sha);
-    if (!sha.empty() && fs::is_directory(dir / "snapshots" / sha)) dir = dir / "snapshots" / sha;
+    // Only a commit hash names a snapshot: anything else in refs/main could point outside snapshots/.
+    static const std::regex commit("[0-9a-f]{40}");
+    if (!std::regex_match(sha, commit))
+      throw ConfigError((dir / "refs" / "main").string() + ": expected a 40-character lowercase hex commit hash");
+    if (fs::is_directory(dir / "snapshots" / sha)) dir = dir / "snapshots" / sha;
   }
   if (!fs::exists(dir / "config.json"))
     throw ConfigError((dir / "config.json").string() + ": file not found (is this a model directory?)");

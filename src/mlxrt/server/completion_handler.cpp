@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "mlxrt/io/model_dir.h"
 #include "mlxrt/server/completion_assembler.h"
 #include "mlxrt/server/connection_probe.h"
 #include "mlxrt/server/http_error.h"
@@ -30,7 +31,14 @@ void reply_error(httplib::Response& res, int status, const std::string& message,
 void check_model(const CompletionRequest& r, const ServerOptions& o, const ModelSession& s) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  auto same_dir = [&](const std::string& name) { return fs::equivalent(name, s.dir, ec); };
+  // A path or an org/name[@revision] id of the local Hugging Face cache naming the served directory.
+  auto same_dir = [&](const std::string& name) {
+    try {
+      return fs::equivalent(io::resolve_model_dir(name), s.dir, ec);
+    } catch (const Error&) {
+      return false;
+    }
+  };
   if (r.model != "default_model" && r.model != o.model && !same_dir(r.model))
     throw HttpError(404, "model '" + r.model + "' is not served here (this server holds '" + o.model + "')", "model");
   // The one adapter this server holds (--adapter-path) is the only one a request may name.

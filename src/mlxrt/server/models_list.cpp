@@ -2,25 +2,17 @@
 // follows huggingface_hub's layout: <cache>/models--org--name/{refs/main, snapshots/<sha>/}.
 #include "mlxrt/server/models_list.h"
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
+
+#include "mlxrt/io/hf_cache.h"
 
 namespace mlxrt::server {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-fs::path hf_cache_dir() {
-  if (const char* v = std::getenv("HF_HUB_CACHE"); v && *v) return v;
-  if (const char* v = std::getenv("HUGGINGFACE_HUB_CACHE"); v && *v) return v;
-  if (const char* v = std::getenv("HF_HOME"); v && *v) return fs::path(v) / "hub";
-  if (const char* v = std::getenv("XDG_CACHE_HOME"); v && *v) return fs::path(v) / "huggingface" / "hub";
-  if (const char* v = std::getenv("HOME"); v && *v) return fs::path(v) / ".cache" / "huggingface" / "hub";
-  return {};
-}
 
 /** "models--org--name" with refs/main naming a snapshot that holds the files mlx-lm checks. */
 std::optional<std::string> mlx_repo_id(const fs::path& repo) {
@@ -46,7 +38,7 @@ nlohmann::ordered_json list_models(const std::string& served_model, const std::o
     return nlohmann::ordered_json{{"id", id}, {"object", "model"}, {"created", created}};
   };
   std::error_code ec;
-  fs::path cache = hf_cache_dir();
+  fs::path cache = io::hf_hub_cache_dir().path;
   if (!cache.empty() && fs::is_directory(cache, ec)) {
     for (const auto& e : fs::directory_iterator(cache, ec)) {
       auto id = mlx_repo_id(e.path());

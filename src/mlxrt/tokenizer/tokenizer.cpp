@@ -1,6 +1,11 @@
 // Encode and decode over the tokenizer.json pipeline (or SentencePiece), and the Tokenizer handle.
 #include "mlxrt/tokenizer/tokenizer.h"
 
+#include <cmath>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
 #include "mlxrt/tokenizer/tokenizer_impl.h"
 #include "mlxrt/tokenizer/utf8.h"
 
@@ -90,8 +95,38 @@ bool Tokenizer::Impl::is_special(int32_t id) const {
   return a && a->special;
 }
 
+namespace {
+
+/** transformers' model_max_length: tokenizer_config.json's "model_max_length" (or the old
+ * "max_len"); absent or null means no limit (VERY_LARGE_INTEGER). Its Python text for the warning. */
+std::optional<std::pair<double, std::string>> model_max_length(const nlohmann::json& raw) {
+  const nlohmann::json* v = nullptr;
+  if (raw.contains("model_max_length")) v = &raw["model_max_length"];
+  else if (raw.contains("max_len")) v = &raw["max_len"];
+  if (!v || !v->is_number()) return std::nullopt;
+  if (v->is_number_unsigned()) return std::make_pair(double(v->get<uint64_t>()), std::to_string(v->get<uint64_t>()));
+  if (v->is_number_integer()) return std::make_pair(double(v->get<int64_t>()), std::to_string(v->get<int64_t>()));
+  double d = v->get<double>();
+  // A float limit a prompt can exceed is integral and small: Python prints it as "8192.0".
+  if (!(std::abs(d) < 1e15) || d != std::floor(d)) return std::nullopt;
+  return std::make_pair(d, std::to_string(static_cast<int64_t>(d)) + ".0");
+}
+
+}  // namespace
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
-  return impl_->encode(text, add_special_tokens);
+  auto ids = impl_->encode(text, add_special_tokens);
+  // _eventual_warn_about_too_long_sequence (transformers 5): on stderr through its logger, once.
+  if (auto limit = model_max_length(impl_->config.raw);
+      limit && limit->first != 0 && double(ids.size()) > limit->first && !impl_->warned_too_long.exchange(true)) {
+    std::cout.flush();
+    std::cerr << "[transformers] Token indices sequence length is longer than the specified maximum sequence length "
+                 "for this model ("
+              << ids.size() << " > " << limit->second
+              << "). Running this sequence through the model will result in indexing errors\n"
+              << std::flush;
+  }
+  return ids;
 }
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   return impl_->decode(ids, skip_special_tokens);

@@ -1,6 +1,7 @@
 #pragma once
 /** The state behind a Tokenizer handle: the tokenizer.json pipeline or a SentencePiece model, and
  * the configuration read beside it. Internal to the tokenizer component. */
+#include <atomic>
 #include <memory>
 
 #include "mlxrt/tokenizer/added_vocabulary.h"
@@ -45,6 +46,9 @@ struct Tokenizer::Impl {
   bool add_eos_spm = false;
   /** Byte strings of every id as mlx-lm's SPM streaming detokenizer maps them. */
   std::vector<std::string> spm_token_bytes;
+  /** transformers' deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"]:
+   * the too-long warning is printed once per tokenizer. */
+  mutable std::atomic<bool> warned_too_long{false};
 
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
