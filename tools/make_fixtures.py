@@ -774,9 +774,10 @@ def train_adapter(model, config, out: Path, spec):
         lm_lora.train_model(types.SimpleNamespace(**args), model, rows, rows)
 
 
-# qwen3 and llama with adapters trained by mlx_lm.lora: LoRA on every layer (num_layers -1, default keys), DoRA on the
-# last two layers of a 4-bit base (QLoRA), LoRA on a 4-bit base with chosen keys, rank and scale; the
-# base models are the fixtures' own recipes (the adapter lies in <fixture>/adapter).
+# --- adapters (LoRA / DoRA): qwen3 and llama with adapters trained by mlx_lm.lora (the adapter lies in
+# <fixture>/adapter): LoRA on every layer (num_layers -1, default keys); DoRA on both layers of a 4-bit
+# base (QLoRA); DoRA on the last 2 of 3 llama layers; LoRA on a 4-bit llama with chosen keys (lm_head
+# among them), rank and scale; LoRA on qwen3's tied embedding.
 LLAMA_FOR_ADAPTERS = {**BASE, "model_type": "llama", "num_hidden_layers": 3, "tie_word_embeddings": False}
 FIXTURES.update({
     "qwen3_bf16_lora": fx(QWEN3, seed=150, adapter={"type": "lora", "num_layers": -1}),

@@ -165,3 +165,26 @@ def test_bad_adapter_directories(fixtures_dir, tmp_path, case):
     err = refused(fixtures_dir / "qwen3_bf16_lora", adapter, tmp_path)
     for w in want:
         assert w in err, (w, err)
+
+
+def test_full_fine_tune_adapter(fixtures_dir, tmp_path):
+    """fine_tune_type 'full': mlx_lm.lora saves the trained layers' tensors, which replace the base ones
+    (load_weights strict=False); logits byte-equal. A tensor of another shape is refused."""
+    import make_fixtures
+    from mlx_lm.utils import load_model
+
+    path = fixtures_dir / "qwen3_bf16_lora"
+    model, config = load_model(path)
+    adapter = tmp_path / "full"
+    make_fixtures.train_adapter(model, config, adapter, {"type": "full", "num_layers": 1, "seed": 3})
+    model, _ = oracle.load(path)
+    load_adapters(model, str(adapter))
+    ref = oracle.full_logits(model, TOKENS)
+    ours = logits_of(path, "--adapter-path", adapter, out=tmp_path / "full.safetensors")
+    assert oracle.raw_bytes(ours) == oracle.raw_bytes(ref)
+    assert oracle.raw_bytes(logits_of(path, out=tmp_path / "base.safetensors")) != oracle.raw_bytes(ref)
+    weights = mx.load(str(adapter / "adapters.safetensors"))
+    weights["model.layers.1.mlp.up_proj.weight"] = mx.zeros((64, 128), dtype=mx.bfloat16)
+    mx.save_safetensors(str(adapter / "adapters.safetensors"), weights)
+    err = refused(path, adapter, tmp_path)
+    assert "model.layers.1.mlp.up_proj.weight" in err and "(64, 128)" in err and "(256, 128)" in err, err

@@ -201,6 +201,7 @@ void Adapter::refuse(const std::string& path, const std::string& kind) const {
 }
 
 void Adapter::finish() const {
+  if (full()) return;  // a full fine-tune's tensors were checked against the base ones (prepare_adapter)
   std::ostringstream msg;
   std::vector<std::string> extra;
   for (const auto& [name, _] : tensors_) extra.push_back(name);
