@@ -730,6 +730,16 @@ MINICPM3_FIXTURES = {
 }
 FIXTURES.update(MINICPM3_FIXTURES)
 
+# --- speculative decoding: draft models ---------------------------------------------------------------
+# Quantized copies of qwen3_bf16 and llama_bf16 (the same recipe and seed, so the same weights before
+# quantizing): drafts that agree with their main model often, but not always.
+FIXTURES.update({
+    "qwen3_bf16_q8_draft": fx(QWEN3, quant={"bits": 8, "group_size": 64}, seed=0),
+    "llama_bf16_q4_draft": fx(LLAMA, quant={"bits": 4, "group_size": 64}, seed=20),
+    # qwen3_bf16's shapes over another vocabulary size (refused as a draft for it)
+    "qwen3_vocab640_draft": fx({**QWEN3, "vocab_size": 640}, seed=150),
+})
+
 
 # --- LoRA / DoRA adapters (mlx_lm.lora's training on the fixture model) ---------------------------------
 class _TokenRows:

@@ -1,11 +1,13 @@
 // `mlxrt generate`: mlx_lm.generate's command (mlx_lm/generate.py main() @ mlx-lm 0.32.2): the same
 // flags and defaults, the prompt rendered with the chat template as it does, text streamed as it
 // is generated, the same footer. Ours besides: --prompt-tokens (ids instead of text), the penalty
-// and --logit-bias flags, --logprobs-file, --profile-file.
+// and --logit-bias flags, --logprobs-file, --profile-file. With --draft-model, speculative decoding
+// as mlx-lm's speculative_generate_step does it (generate/speculative.h).
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
+#include <unordered_map>
 
 #include <mlx/io.h>
 #include <mlx/memory.h>
@@ -17,6 +19,7 @@
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/default_model.h"
+#include "mlxrt/generate/speculative.h"
 #include "mlxrt/generate/text_generation.h"
 #include "mlxrt/io/model_dir.h"
 #include "mlxrt/model/make_prompt_cache.h"
@@ -28,11 +31,12 @@ namespace mx = mlx::core;
 namespace {
 
 struct Args {
-  std::string model, prompt = "hello", prompt_tokens, system_prompt, chat_template_config, prompt_cache_file;
+  std::string model, draft_model, prompt = "hello", prompt_tokens, system_prompt, chat_template_config, prompt_cache_file;
   std::optional<std::string> prefill_response;
   std::vector<std::string> extra_eos_token;
   std::string profile_file, logprobs_file, verbose = "True", adapter_path;
   int max_tokens = 100;  // DEFAULT_MAX_TOKENS
+  int num_draft_tokens = 3;
   std::optional<uint64_t> seed;
   bool ignore_chat_template = false, use_default_chat_template = false, trust_remote_code = false;
   std::optional<int> max_kv_size, kv_bits;
@@ -52,12 +56,15 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   return s;
 }
 
-/** The logprobs of every generated token, [T, vocab] in the model's dtype, for parity checks. */
-void write_logprobs(const std::string& path, const std::vector<mx::array>& rows) {
+/** The logprobs of every generated token, [T, vocab] in the model's dtype, for parity checks; with
+ * a draft model also "from_draft" [T] (uint8: 1 for an accepted draft token). */
+void write_logprobs(const std::string& path, const std::vector<mx::array>& rows, const std::vector<uint8_t>* from_draft) {
   if (path.empty() || rows.empty()) return;
-  auto all = mx::stack(rows, 0);
+  std::unordered_map<std::string, mx::array> tensors{{"logprobs", mx::stack(rows, 0)}};
+  if (from_draft)
+    tensors.insert({"from_draft", mx::array(from_draft->data(), {static_cast<int>(from_draft->size())}, mx::uint8)});
   auto tmp = path + ".partial.safetensors";
-  mx::save_safetensors(tmp, {{"logprobs", all}});
+  mx::save_safetensors(tmp, tensors);
   std::filesystem::rename(tmp, path);
 }
 
@@ -67,14 +74,63 @@ void print_footer(const generate::GenerationResponse& r) {
   std::printf("Peak memory: %.3f GB\n", r.peak_memory);
 }
 
-/** The PRNG as mlx_lm.generate leaves it: seeded (when --seed is given) before the model is built. */
+/** The PRNG as mlx_lm.generate leaves it: seeded (when --seed is given) before the model is built,
+ * and the draft model (loaded after it) built before the sampler draws. */
 std::shared_ptr<generate::RandomState> make_rng(const Args& a) {
   auto rng = std::make_shared<generate::RandomState>();
   if (a.seed) {
     rng->seed(*a.seed);
     rng->skip(model_construction_draws(a.model) + adapter_construction_draws(a.adapter_path));
+    if (!a.draft_model.empty()) rng->skip(model_construction_draws(a.draft_model));
   }
   return rng;
+}
+
+/** --draft-model's checks that need no model: the flags it combines with, and its directory. */
+void check_draft_flags(const Args& a) {
+  if (a.draft_model.empty()) return;
+  if (a.num_draft_tokens < 1 || a.num_draft_tokens > generate::kMaxDraftTokens)
+    throw UsageError("--num-draft-tokens: must be between 1 and " + std::to_string(generate::kMaxDraftTokens) +
+                     " (got " + std::to_string(a.num_draft_tokens) + ")");
+  if (a.max_tokens < 0)
+    throw UsageError("--max-tokens: speculative decoding (--draft-model) needs a positive limit (got " +
+                     std::to_string(a.max_tokens) + ")");
+  if (!a.prompt_cache_file.empty())
+    throw UsageError("--prompt-cache-file: not supported with --draft-model (the file holds no draft model caches)");
+  try {
+    io::resolve_model_dir(a.draft_model);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--draft-model: ") + e.what());
+  }
+}
+
+/** The draft model, loaded after the main one as mlx_lm.generate loads it. */
+struct DraftModel {
+  model::LoadedModel loaded;
+  std::shared_ptr<model::nn::ExpertStore> experts;
+};
+
+std::optional<DraftModel> load_draft(const Args& a) {
+  if (a.draft_model.empty()) return std::nullopt;
+  DraftModel d;
+  d.loaded = load_cli_model(a.draft_model, a.profile_file, std::nullopt, d.experts);
+  return d;
+}
+
+/** mlx_lm.generate's "Draft model tokenizer does not match model tokenizer." check: the two
+ * tokenizers' vocabularies (without added tokens) have the same size. */
+void check_draft_tokenizer(const Args& a, const tokenizer::Tokenizer& main_tokenizer) {
+  auto dir = io::resolve_model_dir(a.draft_model);
+  std::optional<tokenizer::Tokenizer> draft;
+  try {
+    draft = tokenizer::Tokenizer::from_dir(dir);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--draft-model: its tokenizer could not be loaded: ") + e.what());
+  }
+  if (draft->base_vocab_size() != main_tokenizer.base_vocab_size())
+    throw UsageError("--draft-model: the draft model's tokenizer does not match the model's tokenizer (" +
+                     std::to_string(draft->base_vocab_size()) + " tokens in its vocabulary, the model's has " +
+                     std::to_string(main_tokenizer.base_vocab_size()) + ")");
 }
 
 /** --prompt-tokens without tokenizer files: the ids are printed instead of text. */
@@ -83,7 +139,13 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options) {
   auto rng = make_rng(a);
   std::shared_ptr<model::nn::ExpertStore> experts;
   auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts, a.adapter_path);
+  auto draft = load_draft(a);
   const int vocab = loaded.model->vocab_size();
+  // No tokenizer to compare: the two models' vocabularies must have the same size.
+  if (draft && draft->loaded.model->vocab_size() != vocab)
+    throw UsageError("--draft-model: the draft model's vocabulary (" + std::to_string(draft->loaded.model->vocab_size()) +
+                     " tokens) differs from the model's (" + std::to_string(vocab) + ")");
+  if (draft) generate::check_speculative_cache(*loaded.model);
   for (auto id : ids)
     if (id >= vocab)
       throw UsageError("--prompt-tokens: id " + std::to_string(id) + " is outside the vocabulary (size " +
@@ -96,13 +158,19 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options) {
   std::cout << "==========\n";
   auto tic = std::chrono::steady_clock::now();
   auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - tic).count(); };
-  generate::TokenGenerator gen(*loaded.model, ids, options);
+  std::optional<generate::TokenGenerator> plain;
+  std::optional<generate::SpeculativeTokenGenerator> speculative;
+  if (draft)
+    speculative.emplace(*loaded.model, *draft->loaded.model, ids, options, a.num_draft_tokens);
+  else
+    plain.emplace(*loaded.model, ids, options);
+  std::vector<uint8_t> from_draft;
   generate::GenerationResponse stats{"", 0, mx::array(0.0f)};
   stats.prompt_tokens = static_cast<int>(ids.size());
   std::vector<mx::array> rows;
   bool printed = false;
   for (int n = 0;; ++n) {
-    auto step = gen.next();
+    auto step = plain ? plain->next() : speculative->next();
     if (!step) break;
     if (n == 0) {
       stats.prompt_tps = ids.size() / since();
@@ -111,7 +179,10 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options) {
     stats.generation_tokens = n + 1;
     stats.generation_tps = (n + 1) / since();
     if (std::find(eos.begin(), eos.end(), step->token) != eos.end()) break;
-    if (!a.logprobs_file.empty()) rows.push_back(step->logprobs);
+    if (!a.logprobs_file.empty()) {
+      rows.push_back(step->logprobs);
+      from_draft.push_back(step->from_draft);
+    }
     std::cout << (printed ? " " : "") << step->token << std::flush;
     printed = true;
     if (n + 1 == a.max_tokens) break;
@@ -122,7 +193,7 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options) {
     print_footer(stats);
   else
     std::cout << "No text generated for this prompt\n";
-  write_logprobs(a.logprobs_file, rows);
+  write_logprobs(a.logprobs_file, rows, draft ? &from_draft : nullptr);
   std::cout << std::flush;
   print_expert_stats(experts);
 }
@@ -206,6 +277,7 @@ void run(const Args& a) {
   check_sampling_flags(a.sampling);  // before the model is loaded
   if (a.max_kv_size && *a.max_kv_size < 1) throw UsageError("--max-kv-size: must be positive");
   parse_template_config(a.chat_template_config);
+  check_draft_flags(a);
   const bool verbose = str2bool(a.verbose);
 
   generate::TextGenerationOptions options;
@@ -228,26 +300,37 @@ void run(const Args& a) {
   for (const auto& t : a.extra_eos_token) add_eos_token(session, t, "--extra-eos-token");
   if (prompt_cache) model::check_prompt_cache(*session.loaded.model, *prompt_cache, a.prompt_cache_file);
   auto ids = prompt_ids(a, session, prompt_cache.has_value());
+  if (!a.draft_model.empty()) check_draft_tokenizer(a, session.tokenizer);
+  auto draft = load_draft(a);
+  if (draft) generate::check_speculative_cache(*session.loaded.model);
 
   auto params = a.sampling.sampler;
   params.xtc_special_tokens = xtc_special_tokens(session);
   options.sampler = make_cli_sampler(params, rng);
   options.logits_processors = make_cli_processors(a.sampling, session.loaded.model->vocab_size());
   options.eos_token_ids = session.eos_token_ids;
+  if (draft) {
+    options.draft_model = draft->loaded.model.get();
+    options.num_draft_tokens = a.num_draft_tokens;
+  }
 
   if (verbose) std::cout << "==========\n";
   std::string text;
   std::vector<mx::array> rows;
+  std::vector<uint8_t> from_draft;
   auto last = generate::stream_generate(
       *session.loaded.model, session.tokenizer, ids, options,
       [&](const generate::GenerationResponse& r) {
         if (verbose) std::cout << r.text << std::flush;
         text += r.text;
-        if (!a.logprobs_file.empty() && r.finish_reason != generate::FinishReason::stop) rows.push_back(r.logprobs);
+        if (!a.logprobs_file.empty() && r.finish_reason != generate::FinishReason::stop) {
+          rows.push_back(r.logprobs);
+          from_draft.push_back(r.from_draft);
+        }
         return true;
       },
       prompt_cache ? &*prompt_cache : nullptr);
-  write_logprobs(a.logprobs_file, rows);
+  write_logprobs(a.logprobs_file, rows, draft ? &from_draft : nullptr);
   if (!verbose) {
     std::cout << text << "\n";
     print_expert_stats(session.experts);
@@ -313,8 +396,10 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
   cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
   add_unsupported(cmd, "--image", "this engine runs text-only models");
-  add_unsupported(cmd, "--draft-model", "this engine has no speculative decoding");
-  add_unsupported(cmd, "--num-draft-tokens", "this engine has no speculative decoding");
+  cmd->add_option("--draft-model", a->draft_model, "A model to be used for speculative decoding.");
+  cmd->add_option("--num-draft-tokens", a->num_draft_tokens,
+                  "Number of tokens to draft when using speculative decoding.")
+      ->capture_default_str();
   add_unsupported(cmd, "--quantize-activations", "this engine has no activation quantization", true);
   cmd->callback([a] {
     a->model = convert::resolve_model_flag(a->model);

@@ -9,6 +9,7 @@
 #include "mlxrt/cli/common.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/default_model.h"
+#include "mlxrt/generate/speculative.h"
 #include "mlxrt/server/logger.h"
 #include "mlxrt/server/server.h"
 #include "mlxrt/util/errors.h"
@@ -54,7 +55,10 @@ std::vector<std::string> split_commas(const std::string& s) {
 }
 
 void run(Args& a) {
-  if (!a.draft_model.empty()) throw UnsupportedError("--draft-model: speculative decoding is not supported yet");
+  a.o.draft_model = a.draft_model;
+  if (!a.draft_model.empty() && (a.o.num_draft_tokens < 0 || a.o.num_draft_tokens > generate::kMaxDraftTokens))
+    throw UsageError("--num-draft-tokens: must be between 0 and " + std::to_string(generate::kMaxDraftTokens) +
+                     " (got " + std::to_string(a.o.num_draft_tokens) + ")");
   a.o.allowed_origins = split_commas(a.allowed_origins);
   a.o.log_level = server::parse_log_level(a.log_level);
   try {

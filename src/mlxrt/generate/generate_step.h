@@ -41,6 +41,7 @@ struct GenerateOptions {
 struct GeneratedToken {
   int32_t token;
   mx::array logprobs;  // [vocab], log-softmax of the (processed) logits
+  bool from_draft = false;  // speculative decoding: an accepted draft token
 };
 
 class TokenGenerator {

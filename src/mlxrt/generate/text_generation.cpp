@@ -36,13 +36,22 @@ struct TextGenerator::State {
         stop(make_stop_sequences(tokenizer, eos, options.stop_words)),
         matcher(stop.matcher()),
         prompt_tokens(static_cast<int>(prompt_ids.size())),
-        tic(Clock::now()),
-        tokens(model, prompt_ids, static_cast<const GenerateOptions&>(options), cache) {}
+        tic(Clock::now()) {
+    // Prefill runs here, after the rest is set up.
+    const auto& step_options = static_cast<const GenerateOptions&>(options);
+    if (options.draft_model)
+      speculative.emplace(model, *options.draft_model, prompt_ids, step_options, options.num_draft_tokens, cache);
+    else
+      plain.emplace(model, prompt_ids, step_options, cache);
+  }
+
+  std::optional<GeneratedToken> next_token() { return plain ? plain->next() : speculative->next(); }
 
   bool is_eos(int32_t t) const { return std::find(eos.begin(), eos.end(), t) != eos.end(); }
 
   GenerationResponse chunk(std::string text, const GeneratedToken& t) const {
     GenerationResponse r{std::move(text), t.token, t.logprobs};
+    r.from_draft = t.from_draft;
     r.prompt_tokens = prompt_tokens;
     r.prompt_tps = prompt_tps;
     r.generation_tokens = n + 1;
@@ -59,7 +68,8 @@ struct TextGenerator::State {
   StopSequences::Matcher matcher;
   int prompt_tokens;
   Clock::time_point tic;
-  TokenGenerator tokens;  // last: prefill runs after the rest is set up
+  std::optional<TokenGenerator> plain;
+  std::optional<SpeculativeTokenGenerator> speculative;
   double prompt_tps = 0;
   int n = 0;
   bool finished = false;
@@ -78,12 +88,14 @@ TextGenerator::TextGenerator(model::CausalLM& model, tokenizer::Tokenizer tokeni
 TextGenerator::~TextGenerator() = default;
 TextGenerator::TextGenerator(TextGenerator&&) noexcept = default;
 
-model::CacheList& TextGenerator::cache() { return state_->tokens.cache(); }
+model::CacheList& TextGenerator::cache() {
+  return state_->plain ? state_->plain->cache() : state_->speculative->model_cache();
+}
 
 std::optional<GenerationResponse> TextGenerator::next() {
   auto& s = *state_;
   if (s.finished) return std::nullopt;
-  auto step = s.tokens.next();
+  auto step = s.next_token();
   if (step) {
     if (s.n == 0) {
       s.prompt_tps = s.prompt_tokens / seconds_since(s.tic);

@@ -22,6 +22,7 @@
 #include <mlx/array.h>
 
 #include "mlxrt/generate/generate_step.h"
+#include "mlxrt/generate/speculative.h"
 #include "mlxrt/generate/stop.h"
 #include "mlxrt/model/causal_lm.h"
 #include "mlxrt/tokenizer/tokenizer.h"
@@ -44,6 +45,7 @@ struct GenerationResponse {
   double generation_tps = 0;
   double peak_memory = 0;  // GB (mx::get_peak_memory() / 1e9)
   std::optional<FinishReason> finish_reason;
+  bool from_draft = false;  // speculative decoding: the token was drafted and accepted
 };
 
 /** generate_step's options (max_tokens: -1 no limit, 0 an error as in mlx-lm; sampler; logits
@@ -54,6 +56,12 @@ struct TextGenerationOptions : GenerateOptions {
   /** Stop words as the server takes them: generation ends ("stop") once the tokens one encodes to
    * (without special tokens) have been produced. */
   std::vector<std::string> stop_words;
+  /** Speculative decoding with this draft model (mlx-lm's draft_model; null: plain decoding). It
+   * must share the main model's vocabulary; max_kv_size is then ignored, as mlx-lm ignores it, and
+   * a caller's cache holds the main model's layer caches followed by the draft's. */
+  model::CausalLM* draft_model = nullptr;
+  /** Tokens drafted per step (mlx-lm's num_draft_tokens). */
+  int num_draft_tokens = 3;
 };
 
 /** The prompt ids stream_generate makes from a string: special tokens added unless the tokenizer
@@ -73,6 +81,7 @@ class TextGenerator {
   /** The next chunk; nullopt after the chunk that carries the finish reason. */
   std::optional<GenerationResponse> next();
 
+  /** The main model's layer caches. */
   model::CacheList& cache();
 
  private:

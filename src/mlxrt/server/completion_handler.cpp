@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "mlxrt/generate/speculative.h"
 #include "mlxrt/io/model_dir.h"
 #include "mlxrt/server/completion_assembler.h"
 #include "mlxrt/server/connection_probe.h"
@@ -48,8 +49,17 @@ void check_model(const CompletionRequest& r, const ServerOptions& o, const Model
                                                      : "this server holds the adapter '" + o.adapter_path + "'") +
                              "; switching adapters per request is not supported)",
                     "adapters");
-  if (r.draft_model && *r.draft_model != "default_model")
-    throw HttpError(400, "speculative decoding (draft_model) is not supported by this server", "draft_model");
+  // mlx-lm loads the draft model a request names; this server holds the one --draft-model names.
+  if (r.draft_model && *r.draft_model != "default_model" &&
+      (!s.draft_model || (*r.draft_model != o.draft_model && !fs::equivalent(*r.draft_model, o.draft_model, ec))))
+    throw HttpError(400,
+                    s.draft_model ? "draft model '" + *r.draft_model + "' is not served here (this server drafts with '" +
+                                        o.draft_model + "')"
+                                  : "speculative decoding needs a server started with --draft-model",
+                    "draft_model");
+  if (s.draft_model && (r.num_draft_tokens < 0 || r.num_draft_tokens > generate::kMaxDraftTokens))
+    throw HttpError(400, "num_draft_tokens must be between 0 and " + std::to_string(generate::kMaxDraftTokens),
+                    "num_draft_tokens");
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include "mlxrt/generate/generate_step.h"
 #include "mlxrt/generate/logits_processors.h"
 #include "mlxrt/generate/sampler.h"
+#include "mlxrt/generate/speculative.h"
 #include "mlxrt/server/http_error.h"
 
 namespace mlxrt::server {
@@ -99,17 +100,23 @@ void Generator::run(Job& job) {
   }
 
   auto hit = cache_.fetch(prompt);
-  cache::CacheList kv = hit.cache.empty() ? model.make_cache() : std::move(hit.cache);
+  const bool fresh = hit.cache.empty();
+  cache::CacheList kv = fresh ? model.make_cache() : std::move(hit.cache);
+  // With a draft model the cache holds the main model's layers, then the draft's (mlx-lm's
+  // `cache += make_prompt_cache(draft_model)`).
+  auto* draft = session_.draft_model.get();
+  if (draft && fresh)
+    for (auto& c : draft->make_cache()) kv.push_back(std::move(c));
   job.push(StartedEvent{prompt.size(), hit.reused});
   using Seconds = std::chrono::duration<double>;
   auto last_event = Job::Clock::now();
   metrics_.job_started(prompt.size(), hit.reused, Seconds(last_event - job.queued_at()).count());
   size_t generated = 0;
   std::vector<int32_t> rest(prompt.begin() + static_cast<long>(hit.reused), prompt.end());
-  // mlx_lm.server serves a request alone (generate_step) when it has a seed or the server quantizes
-  // its KV cache, and otherwise in its BatchGenerator, whose prompt progress starts after the first
+  // mlx_lm.server serves a request alone (generate_step) when it has a seed, the server quantizes
+  // its KV cache or drafts with a second model, and otherwise in its BatchGenerator, whose prompt progress starts after the first
   // chunk: there is no "0/N" report, so such streams do not start with ": keepalive 0/N".
-  const bool batch_path = !r.seed && !options_.kv_bits;
+  const bool batch_path = !r.seed && !options_.kv_bits && !draft;
   go.prompt_progress = [&job, batch_path](int processed, int total) {
     if (job.should_stop()) throw Abandoned{};
     if (batch_path && processed == 0) return;
@@ -118,13 +125,20 @@ void Generator::run(Job& job) {
 
   std::vector<int32_t> key = prompt;
   try {
-    generate::TokenGenerator gen(model, rest, go, &kv);
+    // mlx-lm's speculative path takes no progress callback.
+    if (draft) go.prompt_progress = nullptr;
+    std::optional<generate::TokenGenerator> plain;
+    std::optional<generate::SpeculativeTokenGenerator> speculative;
+    if (draft)
+      speculative.emplace(model, *draft, rest, go, r.num_draft_tokens, &kv);
+    else
+      plain.emplace(model, rest, go, &kv);
     auto detok = session_.tokenizer.streaming_detokenizer();
     auto matcher = StopSequences::matcher(stop_sequences(r.stop));
     const auto& eos = session_.eos_token_ids;
     for (int n = 0;; ++n) {
       if (job.should_stop()) break;
-      auto step = gen.next();
+      auto step = plain ? plain->next() : speculative->next();
       if (!step) break;
       TokenEvent ev{"", step->token, 0.0f, std::nullopt, {}};
       if (std::find(eos.begin(), eos.end(), step->token) != eos.end()) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "mlxrt/generate/speculative.h"
 #include "mlxrt/io/model_dir.h"
 #include "mlxrt/model/expert_loading.h"
 #include "mlxrt/util/errors.h"
@@ -43,6 +44,15 @@ void infer_tools(ModelSession& s, Logger& log) {
     log.warning("the model's tool-call format '" + *type + "' is not supported: tool calls stay in the text");
 }
 
+/** The --draft-model directory, an error naming the flag when it is not one. */
+std::filesystem::path draft_model_dir(const std::string& path) {
+  try {
+    return io::resolve_model_dir(path);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--draft-model: ") + e.what());
+  }
+}
+
 }  // namespace
 
 const tmpl::ChatTemplate& ModelSession::template_for(bool have_tools) const {
@@ -57,6 +67,8 @@ const tmpl::ChatTemplate& ModelSession::template_for(bool have_tools) const {
 ModelSession load_model_session(const ServerOptions& options, Logger& log) {
   if (options.model.empty()) throw UsageError("--model is required: the model directory to serve");
   auto dir = io::resolve_model_dir(options.model);
+  // Checked before the model is loaded.
+  const auto draft_dir = options.draft_model.empty() ? std::filesystem::path() : draft_model_dir(options.draft_model);
   std::shared_ptr<model::nn::ExpertStore> experts;
   model::LoadOptions load;
   load.adapter_path = options.adapter_path;
@@ -76,6 +88,14 @@ ModelSession load_model_session(const ServerOptions& options, Logger& log) {
       s.eos_token_ids.push_back(id);
   infer_thinking(s);
   infer_tools(s, log);
+  if (!options.draft_model.empty()) {
+    // mlx-lm refuses each request; a server that could serve none of them stops here.
+    generate::check_speculative_cache(*s.loaded.model);
+    std::shared_ptr<model::nn::ExpertStore> none;
+    s.draft_model = std::move(model::load_model(draft_dir, {}, std::nullopt, none).model);
+    if (tokenizer::Tokenizer::from_dir(draft_dir).base_vocab_size() != s.tokenizer.base_vocab_size())
+      log.warning("Draft model tokenizer does not match model tokenizer. Speculative decoding may not work as expected.");
+  }
   return s;
 }
 

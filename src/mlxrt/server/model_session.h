@@ -33,6 +33,8 @@ struct ModelSession {
   std::vector<int32_t> think_start_tokens, think_end_tokens;
   std::optional<ToolParser> tool_parser;
   std::shared_ptr<model::nn::ExpertStore> experts;  // streamed experts (--expert-memory), else null
+  /** --draft-model: the model that drafts for speculative decoding (null: none). */
+  std::unique_ptr<model::CausalLM> draft_model;
 
   bool has_chat_template() const { return !templates.templates.empty(); }
   bool has_thinking() const { return markers.think.has_value(); }
@@ -41,7 +43,9 @@ struct ModelSession {
   const tmpl::ChatTemplate& template_for(bool have_tools) const;
 };
 
-/** Loads the model named by options.model. Errors name the file or flag at fault. */
+/** Loads the model named by options.model, then the draft model (options.draft_model) as
+ * mlx_lm.server loads it: a tokenizer whose vocabulary differs from the model's is only warned
+ * about. Errors name the file or flag at fault. */
 ModelSession load_model_session(const ServerOptions& options, Logger& log);
 
 }  // namespace mlxrt::server

@@ -22,6 +22,7 @@ struct ServerOptions {
   std::string chat_template;  // a template string that replaces the model's (empty: the model's)
   bool use_default_chat_template = false;
   nlohmann::ordered_json chat_template_args = nlohmann::ordered_json::object();
+  std::string draft_model;  // --draft-model: speculative decoding with this model (empty: none)
   int num_draft_tokens = 3;
 
   // Request defaults.

@@ -94,6 +94,7 @@ void finish_impl(Tokenizer::Impl& impl, const json* decoder_spec) {
   impl.streaming = impl.spm ? StreamingKind::naive : pick_streaming(decoder_spec);
   if (impl.spm) {
     impl.vocab_size = impl.spm->size();
+    impl.base_vocab_size = impl.spm->size();
     impl.id_limit = impl.spm->size();
   } else {
     size_t limit = impl.model->id_limit(), extra = 0;
@@ -102,6 +103,7 @@ void finish_impl(Tokenizer::Impl& impl, const json* decoder_spec) {
       if (!impl.model->token_to_id(t.content)) ++extra;
     }
     impl.vocab_size = impl.model->size() + extra;
+    impl.base_vocab_size = impl.model->size();
     impl.id_limit = limit;
   }
   const TokenizerConfig& c = impl.config;

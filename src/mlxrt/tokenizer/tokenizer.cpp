@@ -134,6 +134,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const { return impl_->token_to_id(token); }
 std::string Tokenizer::id_to_token(int32_t id) const { return impl_->id_to_token(id); }
 size_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
+size_t Tokenizer::base_vocab_size() const { return impl_->base_vocab_size; }
 size_t Tokenizer::id_limit() const { return impl_->id_limit; }
 std::optional<int32_t> Tokenizer::bos_token_id() const { return impl_->bos_id; }
 std::vector<int32_t> Tokenizer::eos_token_ids() const { return impl_->eos_ids; }

@@ -67,6 +67,8 @@ class Tokenizer {
   std::string id_to_token(int32_t id) const;
   /** Distinct tokens including added ones (HF get_vocab_size(with_added_tokens=True)). */
   size_t vocab_size() const;
+  /** The vocabulary without added tokens (transformers' `tokenizer.vocab_size`). */
+  size_t base_vocab_size() const;
   /** One past the largest id in use (what a token map indexed by id needs). */
   size_t id_limit() const;
 

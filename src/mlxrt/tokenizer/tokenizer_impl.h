@@ -41,6 +41,7 @@ struct Tokenizer::Impl {
   std::optional<int32_t> bos_id;
   std::vector<int32_t> eos_ids;
   size_t vocab_size = 0;
+  size_t base_vocab_size = 0;  // without added tokens
   size_t id_limit = 0;
   bool add_bos_spm = true;  // SentencePiece path: add_bos_token / add_eos_token
   bool add_eos_spm = false;
