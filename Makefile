@@ -13,7 +13,7 @@ CTEST_ARGS ?=
 MLXRT_VENV ?= $(CURDIR)/.venv
 export MLXRT_VENV
 
-.PHONY: all build deps test test-long demo clean
+.PHONY: all build deps test test-long fuzz-long demo clean
 all: build
 
 deps:
@@ -33,6 +33,12 @@ test: build
 # cases marked `long` (tools/long_tests.py): real-weight repeats, a second seed of each sampler.
 test-long: build
 	MLXRT_TEST_LONG=1 MLXRT_TOOL_FORMATS=all ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# Every libFuzzer target under ASan+UBSan for FUZZ_SECONDS each (CTest runs them for 20 s), with
+# executions, coverage and findings printed per target (tools/fuzz_long.sh).
+FUZZ_SECONDS ?= 600
+fuzz-long: build
+	@tools/fuzz_long.sh $(BUILD) $(FUZZ_SECONDS)
 
 demo: build
 	@tools/demo.sh $(BUILD)

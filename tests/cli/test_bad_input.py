@@ -142,6 +142,24 @@ def test_bad_model(case, base, tmp_path):
     assert not (tmp_path / "out.safetensors").exists()
 
 
+def point_index_at(d, file):
+    index = json.loads((d / "model.safetensors.index.json").read_text())
+    index["weight_map"]["model.norm.weight"] = file
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+# An index entry outside the model folder gets one answer, whether or not that path exists, so the
+# error cannot be used to probe the file system.
+@pytest.mark.parametrize("target", ["../m/model.safetensors", "../absent.safetensors", "/etc/passwd",
+                                    "/absent/x.safetensors", "sub/../model.safetensors"])
+def test_index_entry_outside_the_folder(target, base, tmp_path):
+    d = copy_model(base / "qwen3_bf16", tmp_path / "m")
+    point_index_at(d, target)
+    proc = logits(d)
+    assert proc.returncode != 0
+    assert proc.stderr == (f"error: {d / 'model.safetensors.index.json'}: weight_map['model.norm.weight'] "
+                           "must name a file inside the model folder (a plain file name)\n"), proc.stderr
+
 @pytest.mark.parametrize("case", list(QUANT_CASES))
 def test_bad_quantization(case, base, tmp_path):
     d = copy_model(base / "qwen3_q4_g64", tmp_path / "m")

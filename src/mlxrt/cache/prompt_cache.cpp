@@ -15,6 +15,7 @@
 #include "mlxrt/cache/prompt_cache_reader.h"
 #include "mlxrt/cache/quantized_kv_cache.h"
 #include "mlxrt/cache/rotating_kv_cache.h"
+#include "mlxrt/util/durable_file.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::cache {
@@ -115,14 +116,18 @@ void save_prompt_cache(const std::filesystem::path& path, const CacheList& cache
   for (const auto& [key, value] : metadata) meta["0." + key] = value;
   for (size_t i = 0; i < cache.size(); ++i) meta["1." + std::to_string(i)] = cache_class_name(*cache[i]);
   meta["2.0"] = "";
+  // Written under ".NAME.partial-PID.safetensors" next to the target, synced, renamed into place and
+  // the directory synced: a reader never sees a half-written file, and a crash keeps the old one.
   const auto target = with_safetensors_suffix(path);
-  const auto partial = std::filesystem::path(target.string() + ".partial.safetensors");
-  mx::save_safetensors(partial.string(), w.arrays(), meta);
-  std::error_code ec;
-  std::filesystem::rename(partial, target, ec);
-  if (ec) {
+  const auto partial = util::partial_path(target, ".safetensors");
+  util::remove_stale_partials(partial.parent_path());
+  try {
+    mx::save_safetensors(partial.string(), w.arrays(), meta);
+    util::durable_rename(partial, target);
+  } catch (const std::exception& e) {
+    std::error_code ec;
     std::filesystem::remove(partial, ec);
-    throw ConfigError(target.string() + ": cannot write the prompt-cache file");
+    throw ConfigError(target.string() + ": cannot write the prompt-cache file (" + e.what() + ")");
   }
 }
 

@@ -163,6 +163,12 @@ std::unique_ptr<Cache> PromptCacheReader::rotating_kv_cache(const std::string& p
     fail("layer " + p + ": inconsistent rotating cache (keep " + std::to_string(keep) + ", max_size " +
          std::to_string(max_size) + ", idx " + std::to_string(idx) + ", offset " + std::to_string(offset) +
          ", stored length " + std::to_string(length) + ")");
+  // mlx-lm's buffer outgrows max_size only after a multi-token update, and then holds the tokens in
+  // order with idx at its end; a longer, wrapped buffer would fail inside MLX at the next update.
+  if (length > max_size && idx != length)
+    fail("layer " + p + ": rotating cache stored length " + std::to_string(length) + " exceeds max_size " +
+         std::to_string(max_size) + " (only an unwrapped buffer, idx " + std::to_string(length) +
+         ", may exceed it; idx is " + std::to_string(idx) + ")");
   auto c = std::make_unique<RotatingKVCache>(max_size, keep);
   c->set_state(std::move(keys), std::move(values), offset, keep, max_size, idx);
   return c;

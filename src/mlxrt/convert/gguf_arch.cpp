@@ -1,5 +1,6 @@
 #include "mlxrt/convert/gguf_arch.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -124,6 +125,14 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   auto eps = file.get_float(arch_key(arch, "attention.layer_norm_rms_epsilon"));
   if (!eps) throw ConfigError(file.source + ": missing required metadata '" +
                               arch_key(arch, "attention.layer_norm_rms_epsilon") + "'");
+  // JSON has no inf or NaN: a config.json holding them (as null) would no longer load.
+  if (!std::isfinite(static_cast<float>(*eps)) || *eps < 0)
+    throw ConfigError(file.source + ": metadata '" + arch_key(arch, "attention.layer_norm_rms_epsilon") + "' = " +
+                      std::to_string(*eps) + " is not a finite, non-negative number");
+  const double rope_base = file.get_float(arch_key(arch, "rope.freq_base")).value_or(10000.0);
+  if (!std::isfinite(static_cast<float>(rope_base)) || rope_base <= 0)
+    throw ConfigError(file.source + ": metadata '" + arch_key(arch, "rope.freq_base") + "' = " +
+                      std::to_string(rope_base) + " is not a finite, positive number");
   const auto* embed = file.find_tensor("token_embd.weight");
   if (!embed || embed->dims.size() != 2)
     throw WeightsError(file.source + ": missing the 2-D tensor 'token_embd.weight'");
@@ -143,12 +152,15 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["head_dim"] = head_dim;
   c["hidden_act"] = "silu";
   c["rms_norm_eps"] = shortest_float32(*eps);
-  c["rope_theta"] = shortest_float32(file.get_float(arch_key(arch, "rope.freq_base")).value_or(10000.0));
+  c["rope_theta"] = shortest_float32(rope_base);
   c["rope_scaling"] = nullptr;
   if (auto type = file.get_string(arch_key(arch, "rope.scaling.type")); type && *type != "none") {
     auto factor = file.get_float(arch_key(arch, "rope.scaling.factor"));
     if (*type != "linear" || !factor)
       throw UnsupportedError(file.source + ": RoPE scaling '" + *type + "' is not supported by the converter (supported: linear)");
+    if (!std::isfinite(static_cast<float>(*factor)) || *factor <= 0)
+      throw ConfigError(file.source + ": metadata '" + arch_key(arch, "rope.scaling.factor") + "' = " +
+                        std::to_string(*factor) + " is not a finite, positive number");
     c["rope_scaling"] = {{"type", "linear"}, {"factor", shortest_float32(*factor)}};
   }
   c["max_position_embeddings"] = opt_u("context_length").value_or(2048);

@@ -17,6 +17,7 @@
 #include "mlxrt/convert/gguf_tokenizer.h"
 #include "mlxrt/convert/mapped_file.h"
 #include "mlxrt/convert/progress.h"
+#include "mlxrt/util/durable_file.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::convert {
@@ -143,8 +144,11 @@ void write_json(const fs::path& path, const Json& value, const std::string& sour
   if (!f.flush()) throw ConfigError(path.string() + ": cannot write");
 }
 
-/** The output goes to a hidden sibling first; it is renamed into place when complete and removed
- * if anything fails, so a half-written checkpoint never looks like a finished one. */
+/** The output goes to a hidden sibling first (".NAME.partial-PID"); when complete, every file is
+ * synced to disk, the folder is renamed into place and the parent directory is synced, so a crash
+ * or kill never leaves a half-written checkpoint under the final name. It is removed if anything
+ * fails; the leftovers of a killed run (a partial folder whose process is gone) are removed at the
+ * next run into the same parent directory. */
 class StagingDir {
  public:
   explicit StagingDir(const fs::path& out) : out_(out.lexically_normal()) {
@@ -156,7 +160,8 @@ class StagingDir {
       throw UsageError("--out " + out_.string() + ": already exists and is not an empty directory");
     fs::path parent = out_.has_parent_path() ? out_.parent_path() : fs::path(".");
     fs::create_directories(parent, ec);
-    path_ = parent / ("." + out_.filename().string() + ".partial-" + std::to_string(::getpid()));
+    util::remove_stale_partials(parent);
+    path_ = util::partial_path(out_);
     fs::remove_all(path_, ec);
     if (!fs::create_directory(path_, ec))
       throw UsageError("--out " + out_.string() + ": cannot create a directory next to it (" + ec.message() + ")");
@@ -169,8 +174,11 @@ class StagingDir {
   void commit() {
     std::error_code ec;
     if (fs::is_directory(out_, ec)) fs::remove(out_, ec);  // the empty directory checked above
-    fs::rename(path_, out_, ec);
-    if (ec) throw UsageError("--out " + out_.string() + ": cannot move the result into place (" + ec.message() + ")");
+    try {
+      util::durable_rename(path_, out_);
+    } catch (const std::system_error& e) {
+      throw UsageError("--out " + out_.string() + ": cannot move the result into place (" + e.what() + ")");
+    }
     committed_ = true;
   }
 

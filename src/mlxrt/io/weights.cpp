@@ -29,6 +29,13 @@ void check_index(const fs::path& dir, const std::map<fs::path, SafetensorsHeader
     if (!it->is_string())
       throw WeightsError(index_path.string() + ": weight_map['" + it.key() + "'] must be a file name");
     std::string file = it->get<std::string>();
+    // Checked on the name alone, before any file-system call, so the answer says nothing about
+    // what exists outside the model folder. Weight files sit directly in the folder.
+    const fs::path name(file);
+    if (file.empty() || name.is_absolute() || name.has_parent_path() || file == "." || file == ".." ||
+        file.find('\\') != std::string::npos)
+      throw WeightsError(index_path.string() + ": weight_map['" + it.key() +
+                         "'] must name a file inside the model folder (a plain file name)");
     if (!fs::exists(dir / file))
       throw WeightsError(index_path.string() + ": tensor '" + it.key() + "' maps to missing file " + file);
     auto found = names_in_file.find(file);

@@ -17,6 +17,19 @@ using json = nlohmann::ordered_json;
   throw HttpError(400, field + " " + message, field);
 }
 
+// Python's json module stops near its recursion limit (1000) and mlx_lm.server then drops the
+// connection; here a deeper body is a 400, refused while parsing: copying, rendering or dumping a
+// JSON value recurses once per level, and a 16 MB body nested millions deep would overflow the stack.
+constexpr int kMaxJsonDepth = 1000;
+
+json parse_json_bounded(std::string_view text, const std::string& what, const std::string& param) {
+  return json::parse(text.begin(), text.end(), [&](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxJsonDepth)
+      throw HttpError(400, what + " nests deeper than " + std::to_string(kMaxJsonDepth) + " levels", param);
+    return true;
+  });
+}
+
 const json* field(const json& body, const char* name) {
   auto it = body.find(name);
   if (it == body.end() || it->is_null()) return nullptr;
@@ -144,7 +157,8 @@ json normalize_message(const json& message, size_t index) {
       auto args = fn->find("arguments");
       if (args == fn->end() || !args->is_string() || args->get_ref<const std::string&>().empty()) continue;
       try {
-        *args = json::parse(args->get<std::string>());
+        *args = parse_json_bounded(args->get_ref<const std::string&>(), where + ".tool_calls[].function.arguments",
+                                   where + ".tool_calls[].function.arguments");
       } catch (const json::exception&) {
         bad(where + ".tool_calls[].function.arguments", "is not valid JSON");
       }
@@ -215,7 +229,7 @@ CompletionRequest parse_completion_request(std::string_view text, Endpoint endpo
 nlohmann::ordered_json parse_request_body(std::string_view text) {
   json body;
   try {
-    body = json::parse(text.begin(), text.end());
+    body = parse_json_bounded(text, "the request body", "");
   } catch (const json::exception& e) {
     throw HttpError(400, std::string("Invalid JSON in request body: ") + e.what());
   }

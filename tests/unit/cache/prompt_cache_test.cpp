@@ -1,5 +1,9 @@
 // Trimming (what the server's prompt-cache reuse relies on) and the prompt-cache file round trip.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
 
 #include <gtest/gtest.h>
 #include <mlx/ops.h>
@@ -122,4 +126,73 @@ TEST(MaybeQuantizeKvCache, ConvertsPlainLayersFromTheStartOffset) {
 }
 
 }  // namespace
+}  // namespace mlxrt::cache
+
+namespace mlxrt::cache {
+namespace {
+
+std::filesystem::path scratch_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("mlxrt_cache_test_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+// A multi-token update leaves mlx-lm's rotating buffer longer than max_size (max_size + S - 1, in
+// temporal order, idx == length); such a file is valid and must keep loading and continuing.
+TEST(PromptCacheFile, RotatingBufferLongerThanMaxSizeInOrderStillLoads) {
+  CacheList cache;
+  cache.push_back(std::make_unique<RotatingKVCache>(8, 0));
+  feed(*cache[0], 11, 1);
+  const auto dir = scratch_dir("long_rotating");
+  save_prompt_cache(dir / "c.safetensors", cache, {});
+  auto [loaded, metadata] = load_prompt_cache(dir / "c.safetensors");
+  std::filesystem::remove_all(dir);
+  auto x = kv(1, 5);
+  auto a = std::get<PlainKV>(cache[0]->update_and_fetch(x, x));
+  auto b = std::get<PlainKV>(loaded[0]->update_and_fetch(x, x));
+  EXPECT_TRUE(same(a.keys, b.keys));
+}
+
+// A wrapped ring (idx inside the buffer) longer than max_size is nothing mlx-lm writes; it used to
+// fail later inside MLX with a broadcast error. It is refused naming the file and both sizes.
+TEST(PromptCacheFile, RotatingStoredLengthBeyondMaxSizeIsRefused) {
+  CacheList cache;
+  auto rotating = std::make_unique<RotatingKVCache>(8, 0);
+  rotating->set_state(kv(12, 1), kv(12, 2), 20, 0, 8, 3);
+  cache.push_back(std::move(rotating));
+  const auto dir = scratch_dir("bad_rotating");
+  save_prompt_cache(dir / "c.safetensors", cache, {});
+  std::string what;
+  try {
+    load_prompt_cache(dir / "c.safetensors");
+  } catch (const ConfigError& e) {
+    what = e.what();
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_NE(what.find("c.safetensors"), std::string::npos) << what;
+  EXPECT_NE(what.find("stored length 12 exceeds max_size 8"), std::string::npos) << what;
+}
+
+// The file appears whole or not at all: written under a partial name that is renamed into place;
+// the partials of writers that were killed are removed by the next save into that directory.
+TEST(PromptCacheFile, SaveIsAtomicAndCleansPartialsOfDeadWriters) {
+  const auto dir = scratch_dir("atomic");
+  pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  const auto stale = dir / (".c.safetensors.partial-" + std::to_string(child) + ".safetensors");
+  std::ofstream(stale) << "half written";
+  CacheList cache;
+  cache.push_back(std::make_unique<KVCache>());
+  feed(*cache[0], 3, 1);
+  save_prompt_cache(dir / "c", cache, {{"model", "m"}});
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(names, std::vector<std::string>{"c.safetensors"});
+}
+
 }  // namespace mlxrt::cache

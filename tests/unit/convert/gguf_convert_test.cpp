@@ -3,10 +3,12 @@
 #include "mlxrt/convert/gguf_convert.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include <mlx/mlx.h>
 
@@ -57,11 +59,11 @@ std::string q8_rows(int rows, int cols) {
 
 float q8_value(int r, int k) { return std::ldexp(1.0f, -(r % 4)) * static_cast<float>((r * 7 + k) % 200 - 100); }
 
-GgufBuilder tiny_llama() {
+GgufBuilder tiny_llama(float rms_eps = 1e-6f) {
   GgufBuilder b;
   b.str("general.architecture", "llama").u32("llama.embedding_length", kHidden).u32("llama.block_count", 1);
   b.u32("llama.feed_forward_length", 64).u32("llama.attention.head_count", kHeads);
-  b.f32("llama.attention.layer_norm_rms_epsilon", 1e-6f);
+  b.f32("llama.attention.layer_norm_rms_epsilon", rms_eps);
   b.str("tokenizer.ggml.model", "gpt2").str("tokenizer.ggml.pre", "gpt-2");
   b.strings("tokenizer.ggml.tokens", {"<s>", "a", "b", "ab"}).strings("tokenizer.ggml.merges", {"a b"});
   b.i32s("tokenizer.ggml.token_type", {3, 1, 1, 1});
@@ -147,4 +149,68 @@ TEST(GgufConvert, ShardsWhenAskedTo) {
   auto index = mlxrt::read_json_file(o.out / "model.safetensors.index.json");
   EXPECT_EQ(index["weight_map"]["model.norm.weight"].get<std::string>().rfind("model-0000", 0), 0u);
   EXPECT_EQ(index["weight_map"].size(), summary.tensors);
+}
+
+namespace {
+
+/** The id of a process that has exited (and been reaped): what a killed converter leaves behind. */
+pid_t dead_pid() {
+  pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  ::waitpid(pid, nullptr, 0);
+  return pid;
+}
+
+std::string convert_error(const std::string& gguf_bytes) {
+  TempDir tmp;
+  GgufConvertOptions o{write_file(tmp.path(), gguf_bytes), tmp.path() / "out", false};
+  try {
+    convert_gguf(o);
+  } catch (const mlxrt::ConfigError& e) {
+    EXPECT_FALSE(fs::exists(o.out));
+    return e.what();
+  }
+  return "converted";
+}
+
+}  // namespace
+
+// A killed run leaves ".NAME.partial-PID"; the next run into that directory removes the folders
+// of processes that are gone (whatever their NAME) and keeps those of running ones.
+TEST(GgufConvert, RemovesStalePartialsOfDeadProcesses) {
+  TempDir tmp;
+  const auto dead = std::to_string(dead_pid());
+  const fs::path stale_same = tmp.path() / (".out.partial-" + dead);
+  const fs::path stale_other = tmp.path() / (".older.partial-" + dead);
+  const fs::path live = tmp.path() / (".busy.partial-" + std::to_string(::getppid()));
+  const fs::path unrelated = tmp.path() / ".notes";
+  for (const auto& d : {stale_same, stale_other, live, unrelated}) {
+    fs::create_directories(d);
+    std::ofstream(d / "model.safetensors") << "half";
+  }
+  GgufConvertOptions o{write_file(tmp.path(), tiny_llama().build()), tmp.path() / "out", false};
+  convert_gguf(o);
+  EXPECT_TRUE(fs::exists(o.out / "config.json"));
+  EXPECT_FALSE(fs::exists(stale_same));
+  EXPECT_FALSE(fs::exists(stale_other));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(unrelated));
+  EXPECT_FALSE(fs::exists(tmp.path() / (".out.partial-" + std::to_string(::getpid()))));
+}
+
+// JSON has no inf/NaN: these used to be written as null (a config that no longer loads) or run.
+TEST(GgufConvert, NonFiniteNormEpsilonIsRefusedNamingTheKey) {
+  for (float eps : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(), -1.0f}) {
+    auto what = convert_error(tiny_llama(eps).build());
+    EXPECT_NE(what.find("'llama.attention.layer_norm_rms_epsilon'"), std::string::npos) << what;
+    EXPECT_NE(what.find("is not a finite, non-negative number"), std::string::npos) << what;
+  }
+}
+
+TEST(GgufConvert, NonFiniteRopeBaseIsRefusedNamingTheKey) {
+  for (float base : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), 0.0f}) {
+    auto what = convert_error(tiny_llama().f32("llama.rope.freq_base", base).build());
+    EXPECT_NE(what.find("'llama.rope.freq_base'"), std::string::npos) << what;
+    EXPECT_NE(what.find("is not a finite, positive number"), std::string::npos) << what;
+  }
 }

@@ -227,3 +227,32 @@ TEST(RequestGuards, OnlyJsonBodies) {
 
 }  // namespace
 }  // namespace mlxrt::server
+
+namespace mlxrt::server {
+
+// Found while writing fuzz_request (libFuzzer's short inputs cannot reach it): a body nested a
+// million levels deep (well under the 16 MB body limit) crashed the server through the stack (each
+// copy of a JSON value recurses per level). It is a 400 now, as is a tool call's argument text
+// nested that deep; 990 levels still parse.
+TEST(Request, DeeplyNestedBodiesAreRefusedWithA400) {
+  ServerOptions o;
+  auto nested = [](int depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  const std::string deep = nested(1000000);
+  for (const std::string& body :
+       {R"({"prompt": "p", "x": )" + deep + "}",
+        R"({"messages": [{"role": "user", "content": "c", "extra": )" + deep + "}]}",
+        R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": ")" +
+            nested(1000000) + R"("}}]}]})"}) {
+    try {
+      parse_completion_request(body, body.find("prompt") != std::string::npos ? Endpoint::text : Endpoint::chat, o);
+      ADD_FAILURE() << "accepted a body nested a million levels deep";
+    } catch (const HttpError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_NE(std::string(e.what()).find("nests deeper than 1000 levels"), std::string::npos) << e.what();
+    }
+  }
+  auto ok = parse_completion_request(R"({"prompt": "p", "x": )" + nested(990) + "}", Endpoint::text, o);
+  EXPECT_EQ(ok.prompt, "p");
+}
+
+}  // namespace mlxrt::server
