@@ -108,7 +108,9 @@ def test_rows_sampled_as_mlx_lm_samples_them(smollm2, tmp_path):
 
 def test_data_errors(smollm2, tmp_path):
     proc = run_mlxrt("perplexity", "--model", smollm2, check=False)  # the default, a Hugging Face dataset
-    assert proc.returncode == 1 and "--data-path: allenai/tulu-3-sft-mixture is not a local" in proc.stderr
+    assert proc.returncode == 1, proc.stderr
+    assert "--data-path allenai/tulu-3-sft-mixture: this looks like a Hugging Face dataset id" in proc.stderr
+    assert ".jsonl" in proc.stderr, proc.stderr  # the local formats it takes instead
     short = tmp_path / "short.txt"
     short.write_text("Too short.")
     proc = run_mlxrt("perplexity", "--model", smollm2, "--text-file", short, "--num-samples", -1, check=False)
