@@ -4,6 +4,7 @@
 
 #include <httplib.h>
 
+#include "mlxrt/server/api_fields.h"
 #include "mlxrt/server/http_error.h"
 #include "mlxrt/server/python_json.h"
 
@@ -12,17 +13,9 @@ namespace mlxrt::server {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-[[noreturn]] void bad(const std::string& field, const std::string& message) {
-  throw HttpError(400, field + ": " + message, field);
-}
-
-std::string at(const std::string& base, size_t i) { return base + "[" + std::to_string(i) + "]"; }
-
-const json* find(const json& obj, const char* key) {
-  auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
+using api_fields::at;
+using api_fields::bad;
+using api_fields::find;
 
 std::string block_type(const json& block, const std::string& where) {
   if (!block.is_object()) bad(where, "must be a content block object");

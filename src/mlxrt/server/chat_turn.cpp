@@ -115,16 +115,6 @@ void reply_api_error(httplib::Response& res, const TurnRenderer& renderer, int s
 
 namespace {
 
-struct ProbeGuard {
-  std::shared_ptr<Job> job;
-  ~ProbeGuard() {
-    if (job) {
-      job->cancel();
-      job->clear_probe();
-    }
-  }
-};
-
 /** Waits for the job's StartedEvent; false after writing the error reply. */
 bool await_start(Job& job, httplib::Response& res, const TurnRenderer& renderer, StartedEvent& started) {
   for (;;) {
@@ -232,11 +222,7 @@ void serve_turn(const ApiContext& ctx, const httplib::Request& req, httplib::Res
   try {
     check_model(request, ctx.options, ctx.session);
     PreparedPrompt prompt = build_prompt(request, ctx.session, ctx.options);
-    std::optional<Job::Clock::time_point> deadline;
-    if (ctx.options.request_timeout_s > 0)
-      deadline = Job::Clock::now() + std::chrono::duration_cast<Job::Clock::duration>(
-                                         std::chrono::duration<double>(ctx.options.request_timeout_s));
-    job = std::make_shared<Job>(request, std::move(prompt), deadline);
+    job = std::make_shared<Job>(request, std::move(prompt), Job::deadline_after(ctx.options.request_timeout_s));
   } catch (const HttpError& e) {
     ctx.log.debug(std::string("rejected request: ") + e.what());
     return reply_api_error(res, *renderer, e.status(), e.what(), e.param());

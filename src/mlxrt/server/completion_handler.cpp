@@ -64,17 +64,6 @@ void check_model(const CompletionRequest& r, const ServerOptions& o, const Model
 
 namespace {
 
-/** Clears the job's connection probe when the request is over (the socket may be reused). */
-struct ProbeGuard {
-  std::shared_ptr<Job> job;
-  ~ProbeGuard() {
-    if (job) {
-      job->cancel();
-      job->clear_probe();
-    }
-  }
-};
-
 /** Waits for the job's StartedEvent. Returns false after writing the error reply. */
 bool await_start(Job& job, httplib::Response& res, StartedEvent& started) {
   for (;;) {
@@ -190,11 +179,7 @@ void handle_completion_request(const ServerOptions& options, Logger& log, const 
     request = parse_completion_request(req.body, endpoint, options);
     check_model(request, options, session);
     PreparedPrompt prompt = build_prompt(request, session, options);
-    std::optional<Job::Clock::time_point> deadline;
-    if (options.request_timeout_s > 0)
-      deadline = Job::Clock::now() + std::chrono::duration_cast<Job::Clock::duration>(
-                                         std::chrono::duration<double>(options.request_timeout_s));
-    job = std::make_shared<Job>(request, std::move(prompt), deadline);
+    job = std::make_shared<Job>(request, std::move(prompt), Job::deadline_after(options.request_timeout_s));
   } catch (const HttpError& e) {
     log.debug(std::string("rejected request: ") + e.what());
     reply_error(res, e.status(), e.what(), e.param());

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -69,6 +70,11 @@ class Job {
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
   bool timed_out() const { return deadline_ && Clock::now() > *deadline_; }
+  /** The deadline of a job made now under a timeout of `seconds` (none for 0 or less). */
+  static std::optional<Clock::time_point> deadline_after(double seconds) {
+    if (seconds <= 0) return std::nullopt;
+    return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  }
   /** When the job was made (just before it is queued): the start of its time to first token. */
   Clock::time_point queued_at() const { return queued_at_; }
 
@@ -89,6 +95,18 @@ class Job {
   std::condition_variable cv_;
   std::deque<JobEvent> events_;
   std::function<bool()> client_gone_;
+};
+
+/** Ends a request's hold on its job: cancels it and clears its connection probe (the socket may be
+ * reused). A stream's releaser takes over by resetting `job`. */
+struct ProbeGuard {
+  std::shared_ptr<Job> job;
+  ~ProbeGuard() {
+    if (job) {
+      job->cancel();
+      job->clear_probe();
+    }
+  }
 };
 
 }  // namespace mlxrt::server
