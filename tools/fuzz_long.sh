@@ -15,10 +15,21 @@ if [ ${#targets[@]} -eq 0 ]; then
   for f in "$build"/fuzz/fuzz_*; do [ -x "$f" ] && [ -f "$f" ] && targets+=("$(basename "$f")"); done
 fi
 [ ${#targets[@]} -gt 0 ] || { echo "no fuzz targets in $build/fuzz (clang++ needed)" >&2; exit 2; }
+# The fuzzers of `make test` are built at -O0 (they run seconds there); long runs want executions per
+# second, so they get their own -O1 build next to it, configured like the first.
+fuzz_cache="$build/fuzz/CMakeCache.txt"
+[ -f "$fuzz_cache" ] || { echo "no fuzz build in $build/fuzz (clang++ needed)" >&2; exit 2; }
+cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$fuzz_cache"; }
+long_build="$build/fuzz-long"
+cmake -S "$root/tests/fuzz" -B "$long_build" -G Ninja -DCMAKE_BUILD_TYPE= -DMLXRT_FUZZ_OPT="-O1 -g" \
+  -DCMAKE_CXX_COMPILER="$(cache_value CMAKE_CXX_COMPILER)" -DMLXRT_SOURCE_DIR="$(cache_value MLXRT_SOURCE_DIR)" \
+  -DMLXRT_MLX_INCLUDE_DIR="$(cache_value MLXRT_MLX_INCLUDE_DIR)" \
+  -DMLXRT_MLX_LIBRARY_DIR="$(cache_value MLXRT_MLX_LIBRARY_DIR)" >/dev/null || exit 2
+cmake --build "$long_build" || exit 2
 status=0
 summary=()
 for t in "${targets[@]}"; do
-  bin="$build/fuzz/$t"
+  bin="$long_build/$t"
   work="$build/fuzz/long_$t"
   mkdir -p "$work/corpus"
   seeds=()

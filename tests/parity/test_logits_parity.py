@@ -103,10 +103,17 @@ def test_greedy_tokens_equal(name, fixtures_dir):
     assert "Prompt: 5 tokens" in proc.stdout and "Peak memory:" in proc.stdout
 
 
-@pytest.mark.parametrize("name", ["qwen3_5_bf16", "qwen3_5_q4_g64", "qwen3_next_dense_bf16", "qwen3_next_fp32",
-                                  "qwen3_5_moe_q4_g64",
-                                  "lfm2_bf16", "lfm2_fp32_layer_types"])
-@pytest.mark.parametrize("prefill_step_size", [3, 2048])
+HYBRID_NAMES = ["qwen3_5_bf16", "qwen3_5_q4_g64", "qwen3_next_dense_bf16", "qwen3_next_fp32", "qwen3_5_moe_q4_g64",
+                "lfm2_bf16", "lfm2_fp32_layer_types"]
+# Every hybrid in chunks of 3; the whole prompt in one step for one model of each recurrent layer kind
+# in `make test`, for all of them in `make test-long`.
+WHOLE_PROMPT_QUICK = {"qwen3_5_bf16", "lfm2_bf16"}
+
+
+@pytest.mark.parametrize("name,prefill_step_size",
+                         [(n, 3) for n in HYBRID_NAMES]
+                         + [pytest.param(n, 2048, marks=() if n in WHOLE_PROMPT_QUICK else pytest.mark.long)
+                            for n in HYBRID_NAMES])
 def test_hybrid_greedy_128_tokens(name, prefill_step_size, fixtures_dir):
     """The recurrent state carried across 128 one-token steps (and a prefill in chunks that split the
     conv window): the tokens of mlx-lm's generate_step."""
