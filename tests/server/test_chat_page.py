@@ -133,6 +133,7 @@ def test_page_is_served_from_the_binary(server):
     status, headers, raw = server.request("GET", "/")
     assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
     assert "default-src 'self'" in headers["Content-Security-Policy"]
+    assert raw == (SOURCE / "src/mlxrt/server/web/index.html").read_bytes()
     html = raw.decode()
     assets = re.findall(r'(?:src|href)="([^"]+)"', html)
     assert sorted(assets) == ["/ui/app.js", "/ui/markdown.js", "/ui/style.css", "data:,"]  # data:, no favicon
@@ -140,6 +141,7 @@ def test_page_is_served_from_the_binary(server):
         status, headers, body = server.request("GET", path)
         assert status == 200 and body, path
         assert headers["Content-Type"].startswith("text/css" if path.endswith(".css") else "text/javascript")
+        assert body == (SOURCE / "src/mlxrt/server/web" / path.removeprefix("/ui/")).read_bytes(), path
         # Nothing from elsewhere: no absolute URLs in what the page loads.
         assert not re.search(rb"""(["'(]|url\()\s*(https?:)?//""", body), path
     # Only addressed to this server (DNS rebinding protection), as the API.
@@ -176,7 +178,7 @@ def test_chat_in_the_browser(server, browser):
     seen = d.execute_script("return window.__seen")
     assert len(seen) >= 5, f"the answer did not stream: {len(seen)} states seen"
     stats = last_answer(d).find_element(By.CLASS_NAME, "stats").text
-    assert re.fullmatch(r"TTFT \d+ ms · [\d.]+ tokens/s · 24 tokens", stats), stats
+    assert re.fullmatch(r"TTFT \d+ ms · [\d.]+ tokens/s · 24 tokens · max tokens reached", stats), stats
     assert reply["usage"]["completion_tokens"] == 24
 
     # 2. A new conversation: reasoning folded, markdown and the code block rendered.
@@ -184,12 +186,17 @@ def test_chat_in_the_browser(server, browser):
     set_setting(d, "template-kwargs", '{"enable_thinking": false}')
     set_setting(d, "temperature", "0")
     set_setting(d, "max-tokens", "60")
+    set_setting(d, "top-p", "")  # an empty field: the server's default
     send(d, "Hello world in Python?")
     answer = answer_done(d)
-    reply = api_answer(server, d.execute_script("return window.__bodies")[-1])["choices"][0]["message"]
+    body = d.execute_script("return window.__bodies")[-1]
+    assert "top_p" not in body and body["chat_template_kwargs"] == {"enable_thinking": False}
+    reply = api_answer(server, body)["choices"][0]["message"]
     assert (reply["reasoning"], reply["content"]) == (REASONING, ANSWER)
     saved = stored(d)["conversations"][0]["messages"][1]
     assert (saved["reasoning"], saved["content"]) == (REASONING, ANSWER)
+    stats = answer.find_element(By.CLASS_NAME, "stats").text
+    assert re.fullmatch(r"TTFT \d+ ms · [\d.]+ tokens/s · \d+ tokens", stats), stats  # ended by the model
     details = answer.find_element(By.CSS_SELECTOR, "details.reasoning")
     assert details.is_displayed() and details.get_attribute("open") is None
     assert details.find_element(By.TAG_NAME, "summary").text == "Reasoning"

@@ -56,8 +56,11 @@ function requestBody(conversation) {
   for (const m of conversation.messages) {
     if (m.role === "user" || m.content) messages.push({ role: m.role, content: m.content });
   }
-  const body = { messages, stream: true, stream_options: { include_usage: true },
-                 temperature: Number(s.temperature), top_p: Number(s.top_p), max_tokens: parseInt(s.max_tokens, 10) };
+  const body = { messages, stream: true, stream_options: { include_usage: true } };
+  // An empty field leaves the server's default (its --temp, --top-p, --max-tokens flags).
+  if (s.temperature.trim()) body.temperature = Number(s.temperature);
+  if (s.top_p.trim()) body.top_p = Number(s.top_p);
+  if (s.max_tokens.trim()) body.max_tokens = parseInt(s.max_tokens, 10);
   if (s.seed.trim()) body.seed = parseInt(s.seed, 10);
   if (s.model) body.model = s.model;
   if (s.template_kwargs.trim()) body.chat_template_kwargs = JSON.parse(s.template_kwargs);
@@ -141,6 +144,7 @@ function updateAnswer(node, message) {
     if (tokens_per_s != null) parts.push(`${tokens_per_s.toFixed(1)} tokens/s`);
     parts.push(`${tokens} tokens`);
   }
+  if (message.truncated) parts.push("max tokens reached");
   if (message.stopped) parts.push("stopped");
   if (message.error) parts.push(`error: ${message.error}`);
   stats.textContent = parts.join(" · ");
@@ -219,6 +223,7 @@ async function send(text) {
     for await (const event of sseEvents(res.body)) {
       if (event.error) throw new Error(event.error.message);
       if (event.usage) usage = event.usage;
+      if (event.choices?.[0]?.finish_reason === "length") answer.truncated = true;
       const delta = event.choices?.[0]?.delta;
       const piece = delta?.content || "";
       const thought = delta?.reasoning || delta?.reasoning_content || "";
