@@ -32,7 +32,10 @@ function readSettings() {
 }
 
 function showSettings() {
-  for (const [key, id] of Object.entries(SETTINGS)) if (key in state.settings && key !== "model") $(id).value = state.settings[key];
+  // The model is chosen once /v1/models has listed them (loadModels).
+  for (const [key, id] of Object.entries(SETTINGS)) {
+    if (key in state.settings && key !== "model") $(id).value = state.settings[key];
+  }
 }
 
 async function loadModels() {
