@@ -145,6 +145,7 @@ def http_cases():
         ("one header line over 8 KiB", request_bytes("POST", CHAT, ok, headers={"X-Big": "v" * 20000}), 400),
         ("request URI over 8 KiB", request_bytes("GET", "/v1/models/" + "a" * 20000, content_length=False), 414),
         ("unknown GET route", request_bytes("GET", "/v2/whatever", content_length=False), 404),
+        ("GET / with --no-chat-page", request_bytes("GET", "/", content_length=False), 404),
         ("PUT", request_bytes("PUT", CHAT, ok), 501),
         ("DELETE", request_bytes("DELETE", "/v1/models", b""), 501),
         ("PATCH", request_bytes("PATCH", CHAT, ok), 501),
@@ -161,7 +162,7 @@ def http_cases():
 
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
-    running = start_mlxrt(model_dir, tmp_path_factory, extra=["--max-body-bytes", str(1 << 20)])
+    running = start_mlxrt(model_dir, tmp_path_factory, extra=["--max-body-bytes", str(1 << 20), "--no-chat-page"])
     yield running
     stop(running)
 

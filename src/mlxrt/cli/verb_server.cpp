@@ -22,7 +22,7 @@ struct Args {
   server::ServerOptions o;
   std::string adapter_path, draft_model, allowed_origins = "*", log_level = "INFO";
   std::string chat_template_args = "{}", prompt_cache_bytes;
-  bool trust_remote_code = false, pipeline = false;
+  bool trust_remote_code = false, pipeline = false, no_chat_page = false;
   int kv_bits = 0;
   std::optional<double> expert_memory;
 };
@@ -60,6 +60,7 @@ void run(Args& a) {
     throw UsageError("--num-draft-tokens: must be between 0 and " + std::to_string(generate::kMaxDraftTokens) +
                      " (got " + std::to_string(a.o.num_draft_tokens) + ")");
   a.o.allowed_origins = split_commas(a.allowed_origins);
+  a.o.chat_page = !a.no_chat_page;
   a.o.log_level = server::parse_log_level(a.log_level);
   try {
     a.o.chat_template_args = nlohmann::ordered_json::parse(a.chat_template_args);
@@ -142,6 +143,7 @@ void register_server(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest accepted request body")->capture_default_str();
   cmd->add_option("--http-threads", o.http_threads, "Connections served at once")->capture_default_str();
+  cmd->add_flag("--no-chat-page", a->no_chat_page, "Do not serve the chat page at / (404 there, as mlx_lm.server)");
   cmd->callback([a] {
     a->o.model = convert::resolve_model_flag(a->o.model);
     run(*a);

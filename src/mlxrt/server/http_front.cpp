@@ -14,6 +14,7 @@
 #include "mlxrt/server/request.h"
 #include "mlxrt/server/responses.h"
 #include "mlxrt/server/responses_api.h"
+#include "mlxrt/server/web_assets.h"
 
 namespace mlxrt::server {
 
@@ -157,6 +158,8 @@ void HttpFront::install_routes() {
     auto created = static_cast<int64_t>(std::time(nullptr));
     res.set_content(python_dumps(list_models(options_.model, filter, created)), "application/json");
   });
+  if (options_.chat_page)
+    http_->Get(R"(/|/ui/[^/]+)", [this](const Request& req, Response& res) { serve_page(req, res); });
   http_->Get(R"(.*)", [this](const Request&, Response& res) { send_error(res, 404, "Not Found"); });
   http_->Options(R"(.*)", [](const Request&, Response& res) {
     res.status = 204;
@@ -197,6 +200,21 @@ void HttpFront::install_routes() {
     log_.error("request failed: " + message);
     send_error(res, 500, message);
   });
+}
+
+void HttpFront::serve_page(const httplib::Request& req, httplib::Response& res) {
+  for (const WebAsset& asset : web_assets()) {
+    if (asset.path != req.path) continue;
+    res.set_content(asset.body.data(), asset.body.size(), std::string(asset.content_type));
+    // The page fetches nothing but this server's own files and API.
+    res.set_header("Content-Security-Policy",
+                   "default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+                   "frame-ancestors 'none'");
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.set_header("Cache-Control", "no-cache");
+    return;
+  }
+  send_error(res, 404, "Not Found");
 }
 
 int HttpFront::bind() {

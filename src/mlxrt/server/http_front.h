@@ -1,7 +1,7 @@
 #pragma once
 /** The HTTP side of the server (cpp-httplib): routes, request limits, CORS, error bodies, and the
  * completion endpoints, which parse and tokenize on the connection's thread, queue the job, and
- * write its events back as one JSON response or as server-sent events. */
+ * write its events back as one JSON response or as server-sent events; and the chat page at `/`. */
 #include <memory>
 #include <string>
 
@@ -38,6 +38,8 @@ class HttpFront {
   void install_routes();
   void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = {});
   void set_cors(const httplib::Request& req, httplib::Response& res) const;
+  /** The chat page's files (web_assets.h); 404 for a path that is none of them. */
+  void serve_page(const httplib::Request& req, httplib::Response& res);
 
   const ServerOptions& options_;
   Logger& log_;
