@@ -94,3 +94,22 @@ def test_unbatchable_model_is_refused(tmp_path):
     assert proc.returncode != 0
     assert "batched generation" in proc.stderr and "KVCache" in proc.stderr
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("doc,message", [
+    ("not json", "not valid JSON"),
+    ('{"requests": []}', "at least one request"),
+    ('{"requests": [{"max_tokens": 3}]}', 'requests[0]: expected an object with "prompt_tokens"'),
+    ('{"requests": [{"prompt_tokens": [1, 99999]}]}', "requests[0].prompt_tokens: ids must be integers in [0, "),
+    ('{"requests": [{"prompt_tokens": []}]}', "Sequence 0 has an empty prompt."),
+    ('{"requests": [{"prompt_tokens": [1], "max_tokens": 0}]}', "max_tokens must be > 0"),
+    ('{"requests": [{"prompt_tokens": [1], "sampler": {"temp": 1, "tmp": 2}}]}',
+     "requests[0].sampler: unknown make_sampler argument 'tmp'"),
+    ('{"requests": [{"prompt_tokens": [1], "sampler": {"top_p": 2}}]}', "top_p: has to be a float in the [0, 1]"),
+])
+def test_bad_requests_file_is_refused(tmp_path, doc, message):
+    path = tmp_path / "requests.json"
+    path.write_text(doc)
+    proc = run_mlxrt("batch-generate", "--model", make_fixture("qwen3_bf16"), "--requests", path, check=False)
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert message in proc.stderr, proc.stderr
