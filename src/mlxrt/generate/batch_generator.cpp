@@ -69,7 +69,7 @@ std::optional<std::string> batching_unsupported_reason(const model::CausalLM& mo
   try {
     auto probe = mx::zeros({1, 1}, mx::int32);
     const_cast<model::CausalLM&>(model)(probe, &batch);
-  } catch (const UnsupportedError& e) {
+  } catch (const std::exception& e) {
     return std::string(e.what());
   }
   return std::nullopt;

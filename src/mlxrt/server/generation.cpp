@@ -226,12 +226,18 @@ void Generator::batch_insert(const std::shared_ptr<Job>& job) {
   req.prompt.assign(prompt.begin() + static_cast<long>(hit.reused), prompt.end());
   req.all_tokens.assign(prompt.begin(), prompt.begin() + static_cast<long>(hit.reused));
   req.cache = std::move(hit.cache);
+  std::vector<generate::BatchRequest> one;
+  one.push_back(std::move(req));
+  int uid = 0;
+  try {
+    uid = batcher_->insert(std::move(one)).front();
+  } catch (const UsageError& e) {
+    job->push(ErrorEvent{400, e.what()});
+    return;
+  }
   job->push(StartedEvent{prompt.size(), hit.reused});
   const auto now = Job::Clock::now();
   metrics_.job_started(prompt.size(), hit.reused, std::chrono::duration<double>(now - job->queued_at()).count());
-  std::vector<generate::BatchRequest> one;
-  one.push_back(std::move(req));
-  const int uid = batcher_->insert(std::move(one)).front();
   batch_.emplace(uid, BatchJob{job, session_.tokenizer.streaming_detokenizer(), 0, now});
 }
 

@@ -172,15 +172,23 @@ void BatchingScheduler::loop() {
         }
         const bool batchable = hooks_.batchable(*job);
         if (open && batchable) {
-          hooks_.insert(job);
+          try {
+            hooks_.insert(job);
+          } catch (const std::exception& e) {
+            job->push(ErrorEvent{500, e.what()});
+          }
           batch_jobs_ = hooks_.jobs();
         } else if (!open) {
           if (!batchable) {
             run_alone(job);
           } else {
-            hooks_.open();
-            open = true;
-            unprocessed.push_back(std::move(job));
+            try {
+              hooks_.open();
+              open = true;
+              unprocessed.push_back(std::move(job));
+            } catch (const std::exception& e) {
+              job->push(ErrorEvent{500, e.what()});
+            }
           }
         } else {
           // The batch cannot take this job: let it drain, then serve the job.
