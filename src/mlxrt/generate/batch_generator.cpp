@@ -62,12 +62,14 @@ std::optional<std::string> batching_unsupported_reason(const model::CausalLM& mo
     if (!dynamic_cast<const cache::KVCache*>(c.get()))
       return std::string("this model's layers keep a cache other than a full-attention KVCache, which mlxrt does "
                          "not batch yet");
-  // Build (without evaluating) one batched step: a model whose attention reads a single position
-  // offset, or builds its mask from one, refuses here.
+  // Build (without evaluating) one batched step of three rows: a model whose attention reads a
+  // single position offset, builds its mask from one, or whose ops cannot take a batched mask
+  // (shapes are checked as the graph is built) refuses here.
   model::CacheList batch;
-  for (size_t i = 0; i < caches.size(); ++i) batch.push_back(std::make_unique<cache::BatchKVCache>(std::vector<int>{0}));
+  for (size_t i = 0; i < caches.size(); ++i)
+    batch.push_back(std::make_unique<cache::BatchKVCache>(std::vector<int>{0, 1, 0}));
   try {
-    auto probe = mx::zeros({1, 1}, mx::int32);
+    auto probe = mx::zeros({3, 2}, mx::int32);
     const_cast<model::CausalLM&>(model)(probe, &batch);
   } catch (const std::exception& e) {
     return std::string(e.what());
