@@ -11,6 +11,7 @@
 #include "mlxrt/generate/logits_processors.h"
 #include "mlxrt/generate/sampler.h"
 #include "mlxrt/generate/speculative.h"
+#include "mlxrt/model/nn/expert_store.h"
 #include "mlxrt/server/http_error.h"
 
 namespace mlxrt::server {
@@ -283,6 +284,8 @@ void Generator::batch_serve() {
         metrics_.prompt_cache_state(cache_.nbytes(), cache_.size());
         b.job->push(DoneEvent{});
         batch_.erase(it);
+        // Streamed experts: the cache's totals so far, after each request (as the one-at-a-time path logs).
+        if (session_.experts) log_.info(model::nn::format_expert_stats(session_.experts->stats()));
         continue;
       }
       if (b.job->should_stop()) to_remove.push_back(g.uid);
