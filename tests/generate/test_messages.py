@@ -72,7 +72,7 @@ def test_mlx_lm_verbs_not_provided_are_named(verb):
     proc = subprocess.run([BIN, verb, "--model", "x"], capture_output=True, text=True)
     assert proc.returncode == 1 and proc.stderr.startswith("error: "), proc.stderr
     assert f"'{verb}' is an mlx-lm command that mlxrt does not provide (run it with mlx-lm: mlx_lm.{verb})" in proc.stderr
-    assert "mlxrt commands: benchmark, cache_prompt, chat, convert, " in proc.stderr
+    assert "mlxrt commands: batch-generate, benchmark, cache_prompt, chat, convert, " in proc.stderr
     assert "manage" in proc.stderr.split("mlxrt commands:")[1].split("\n")[0]
     not_provided = proc.stderr.split("mlx-lm commands not provided: ")[1].split("\n")[0].split(", ")
     assert verb in not_provided and "generate" not in not_provided and "manage" not in not_provided

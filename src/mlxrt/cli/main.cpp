@@ -10,6 +10,11 @@
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/util/errors.h"
 
+namespace mlxrt::cli {
+/** `batch-generate` (verb_batch_generate.cpp). */
+void register_batch_generate(CLI::App& app);
+}  // namespace mlxrt::cli
+
 namespace {
 
 /** mlx_lm/cli.py's subcommands (mlx-lm 0.32.2), in its order. */
@@ -50,6 +55,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("mlxrt 0.1.0"));
   mlxrt::cli::register_verbs(app);
+  mlxrt::cli::register_batch_generate(app);
   // argparse (mlx-lm's command lines) takes the last of a repeated option; CLI11 refuses a repeated
   // single-value option unless told to do the same. Options taking several values are left alone.
   for (CLI::App* verb : app.get_subcommands([](CLI::App*) { return true; }))

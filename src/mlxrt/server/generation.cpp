@@ -11,6 +11,7 @@
 #include "mlxrt/generate/logits_processors.h"
 #include "mlxrt/generate/sampler.h"
 #include "mlxrt/generate/speculative.h"
+#include "mlxrt/model/nn/expert_store.h"
 #include "mlxrt/server/http_error.h"
 
 namespace mlxrt::server {
@@ -62,7 +63,12 @@ Generator::Generator(ModelSession& session, const ServerOptions& options, Logger
       metrics_(metrics),
       cache_(static_cast<size_t>(std::max(0, options.prompt_cache_size)), options.prompt_cache_bytes),
       rng_(std::make_shared<generate::RandomState>()),
-      newline_tokens_(session.tokenizer.encode("\n", true)) {}
+      newline_tokens_(session.tokenizer.encode("\n", true)) {
+  // mlx_lm.server: is_batchable = draft_model is None and every cache of make_prompt_cache merges.
+  unbatchable_ = session_.draft_model ? std::optional<std::string>("a draft model is set")
+                                      : generate::batching_unsupported_reason(*session_.loaded.model);
+  if (unbatchable_) log_.info("requests are served one at a time: " + *unbatchable_);
+}
 
 std::shared_ptr<const StopSequences> Generator::stop_sequences(const std::vector<std::string>& words) {
   auto it = stop_cache_.find(words);
@@ -179,6 +185,131 @@ void Generator::run(Job& job) {
   metrics_.job_finished(generated);
   metrics_.prompt_cache_state(cache_.nbytes(), cache_.size());
   job.push(DoneEvent{});
+}
+
+// --- continuous batching (mlx_lm.server's _generate batch path) ---
+
+bool Generator::batchable(const Job& job) const {
+  return !unbatchable_ && !job.request().seed && !options_.kv_bits;
+}
+
+void Generator::batch_open() {
+  generate::BatchGeneratorOptions o;
+  o.completion_batch_size = options_.decode_concurrency;
+  o.prefill_batch_size = options_.prompt_concurrency;
+  o.prefill_step_size = options_.prefill_step_size;
+  batcher_ = std::make_unique<generate::BatchGenerator>(*session_.loaded.model, o);
+}
+
+void Generator::batch_close() { batcher_.reset(); }
+
+void Generator::batch_insert(const std::shared_ptr<Job>& job) {
+  const CompletionRequest& r = job->request();
+  const std::vector<int32_t>& prompt = job->prompt().tokens;
+  auto& model = *session_.loaded.model;
+  generate::BatchRequest req;
+  try {
+    auto sp = sampler_params(r);
+    sp.xtc_special_tokens = newline_tokens_;
+    sp.xtc_special_tokens.insert(sp.xtc_special_tokens.end(), session_.eos_token_ids.begin(),
+                                 session_.eos_token_ids.end());
+    req.sampler = std::make_shared<const generate::Sampler>(generate::make_sampler(sp, rng_));
+    req.logits_processors = generate::make_logits_processors(processor_params(r), model.vocab_size());
+    model::check_token_ids(model, prompt);
+  } catch (const UsageError& e) {
+    job->push(ErrorEvent{400, e.what()});
+    return;
+  }
+  req.stop_sequences = generate::make_stop_sequences(session_.tokenizer, session_.eos_token_ids, r.stop);
+  req.max_tokens = r.max_tokens;
+
+  auto hit = cache_.fetch(prompt);
+  req.prompt.assign(prompt.begin() + static_cast<long>(hit.reused), prompt.end());
+  req.all_tokens.assign(prompt.begin(), prompt.begin() + static_cast<long>(hit.reused));
+  req.cache = std::move(hit.cache);
+  std::vector<generate::BatchRequest> one;
+  one.push_back(std::move(req));
+  int uid = 0;
+  try {
+    uid = batcher_->insert(std::move(one)).front();
+  } catch (const UsageError& e) {
+    job->push(ErrorEvent{400, e.what()});
+    return;
+  }
+  job->push(StartedEvent{prompt.size(), hit.reused});
+  const auto now = Job::Clock::now();
+  metrics_.job_started(prompt.size(), hit.reused, std::chrono::duration<double>(now - job->queued_at()).count());
+  batch_.emplace(uid, BatchJob{job, session_.tokenizer.streaming_detokenizer(), 0, now});
+}
+
+void Generator::batch_serve() {
+  using Seconds = std::chrono::duration<double>;
+  std::vector<int> to_remove;
+  const auto start = std::chrono::steady_clock::now();
+  while (Seconds(std::chrono::steady_clock::now() - start).count() <= 0.5) {
+    auto [prompt_responses, gen_responses] = batcher_->next();
+    if (prompt_responses.empty() && gen_responses.empty()) break;
+    for (const auto& p : prompt_responses) {
+      auto it = batch_.find(p.uid);
+      if (it == batch_.end()) continue;
+      it->second.job->push(ProgressEvent{p.processed, p.total});
+      if (it->second.job->should_stop()) to_remove.push_back(p.uid);
+    }
+    for (auto& g : gen_responses) {
+      auto it = batch_.find(g.uid);
+      if (it == batch_.end()) continue;
+      auto& b = it->second;
+      const CompletionRequest& r = b.job->request();
+      // Don't decode the final stop token
+      TokenEvent ev{"", g.token, 0.0f, g.finish_reason, {}};
+      if (g.finish_reason == std::optional<std::string>("stop")) {
+        b.detok.finalize();
+      } else {
+        b.detok.add_token(g.token);
+        if (g.finish_reason) b.detok.finalize();
+      }
+      ev.text = b.detok.take_segment();
+      if (r.logprobs) ev.logprob = mx::astype(mx::take(g.logprobs, g.token), mx::float32).item<float>();
+      ev.top = top_tokens(g.logprobs, r.top_logprobs, session_.tokenizer);
+      b.job->push(std::move(ev));
+      const auto now = Job::Clock::now();
+      if (b.generated++ == 0)
+        metrics_.first_token(Seconds(now - b.job->queued_at()).count());
+      else
+        metrics_.next_token(Seconds(now - b.last_event).count());
+      b.last_event = now;
+      if (g.finish_reason) {
+        cache_.insert(std::move(g.all_tokens), std::move(g.prompt_cache));
+        metrics_.job_finished(b.generated);
+        metrics_.prompt_cache_state(cache_.nbytes(), cache_.size());
+        b.job->push(DoneEvent{});
+        batch_.erase(it);
+        // Streamed experts: the cache's totals so far, after each request (as the one-at-a-time path logs).
+        if (session_.experts) log_.info(model::nn::format_expert_stats(session_.experts->stats()));
+        continue;
+      }
+      if (b.job->should_stop()) to_remove.push_back(g.uid);
+    }
+  }
+  if (!to_remove.empty()) {
+    batcher_->remove(to_remove);
+    for (int uid : to_remove) {
+      auto it = batch_.find(uid);
+      if (it == batch_.end()) continue;
+      metrics_.job_finished(it->second.generated);
+      it->second.job->push(DoneEvent{});
+      batch_.erase(it);
+    }
+  }
+}
+
+void Generator::batch_fail(int status, const std::string& message) {
+  for (auto& [uid, b] : batch_) {
+    metrics_.job_finished(b.generated);
+    b.job->push(ErrorEvent{status, message});
+  }
+  batch_.clear();
+  batcher_.reset();
 }
 
 }  // namespace mlxrt::server

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "mlxrt/generate/batch_generator.h"
 #include "mlxrt/generate/random_state.h"
 #include "mlxrt/server/job.h"
 #include "mlxrt/server/logger.h"
@@ -28,7 +29,33 @@ class Generator {
 
   const PromptCache& prompt_cache() const { return cache_; }
 
+  // --- continuous batching: mlx_lm.server's batch path (its _generate loop drives these) ---
+
+  /** mlx_lm.server's _is_batchable: the model batches (every cache merges, no draft model), the
+   * request has no seed and the server does not quantize its KV cache. */
+  bool batchable(const Job& job) const;
+  /** Makes the BatchGenerator (--decode-concurrency, --prompt-concurrency, --prefill-step-size). */
+  void batch_open();
+  /** Drops the BatchGenerator (no job may be in it). */
+  void batch_close();
+  /** Adds a job to the batch: its sampler, processors, stop sequences and prompt-cache hit; an
+   * ErrorEvent for parameters the sampler refuses. */
+  void batch_insert(const std::shared_ptr<Job>& job);
+  /** Jobs in the batch. */
+  size_t batch_jobs() const { return batch_.size(); }
+  /** BatchGenerator.next() calls for up to half a second (mlx_lm.server's TimeBudget), each
+   * job's progress and tokens pushed as they come; finished jobs go to the prompt cache. */
+  void batch_serve();
+  /** Ends every job in the batch with `status` and drops the generator. */
+  void batch_fail(int status, const std::string& message);
+
  private:
+  struct BatchJob {
+    std::shared_ptr<Job> job;
+    tokenizer::StreamingDetokenizer detok;
+    size_t generated = 0;
+    Job::Clock::time_point last_event;
+  };
   std::shared_ptr<const StopSequences> stop_sequences(const std::vector<std::string>& words);
 
   ModelSession& session_;
@@ -39,6 +66,9 @@ class Generator {
   std::shared_ptr<generate::RandomState> rng_;
   std::map<std::vector<std::string>, std::shared_ptr<const StopSequences>> stop_cache_;
   std::vector<int32_t> newline_tokens_;
+  std::optional<std::string> unbatchable_;  // why the model cannot batch (nullopt: it can)
+  std::unique_ptr<generate::BatchGenerator> batcher_;
+  std::map<int, BatchJob> batch_;
 };
 
 }  // namespace mlxrt::server

@@ -76,4 +76,155 @@ void SerialScheduler::loop() {
   alive_ = false;
 }
 
+// Port of the request loop of ResponseGenerator._generate (mlx_lm/server.py, mlx-lm 0.32.2).
+
+BatchingScheduler::BatchingScheduler(BatchHooks hooks, size_t max_queued)
+    : hooks_(std::move(hooks)), max_queued_(max_queued), thread_([this] { loop(); }) {}
+
+BatchingScheduler::~BatchingScheduler() { shutdown(); }
+
+void BatchingScheduler::submit(std::shared_ptr<Job> job) {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_ || !alive_) throw HttpError(503, "the generation thread is not running");
+    if (queue_.size() >= max_queued_) throw HttpError(503, "too many requests are waiting; retry later");
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+}
+
+void BatchingScheduler::shutdown() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    if (running_single_) running_single_->cancel();
+  }
+  cv_.notify_all();
+  std::lock_guard join_lock(join_mutex_);
+  if (thread_.joinable()) thread_.join();
+}
+
+size_t BatchingScheduler::queued() const {
+  std::lock_guard lock(mutex_);
+  return queue_.size();
+}
+
+size_t BatchingScheduler::running() const {
+  std::lock_guard lock(mutex_);
+  return (running_single_ ? 1 : 0) + batch_jobs_.load();
+}
+
+std::shared_ptr<Job> BatchingScheduler::next_job(std::optional<std::chrono::milliseconds> wait) {
+  std::unique_lock lock(mutex_);
+  auto ready = [&] { return stopping_ || !queue_.empty(); };
+  if (wait)
+    cv_.wait_for(lock, *wait, ready);
+  else
+    cv_.wait(lock, ready);
+  if (stopping_ || queue_.empty()) return nullptr;
+  auto job = std::move(queue_.front());
+  queue_.pop_front();
+  return job;
+}
+
+void BatchingScheduler::loop() {
+  bool open = false, drain = false;
+  std::vector<std::shared_ptr<Job>> unprocessed;  // taken from the queue, not yet placed
+  auto stopping = [&] {
+    std::lock_guard lock(mutex_);
+    return stopping_;
+  };
+  auto run_alone = [&](const std::shared_ptr<Job>& job) {
+    {
+      std::lock_guard lock(mutex_);
+      running_single_ = job;
+    }
+    try {
+      hooks_.run_single(*job);
+    } catch (const HttpError& e) {
+      job->push(ErrorEvent{e.status(), e.what()});
+    } catch (const std::exception& e) {
+      job->push(ErrorEvent{500, e.what()});
+    }
+    std::lock_guard lock(mutex_);
+    running_single_.reset();
+  };
+  try {
+    while (!stopping()) {
+      std::shared_ptr<Job> job;
+      if (!drain) {
+        if (!unprocessed.empty()) {
+          job = std::move(unprocessed.back());
+          unprocessed.pop_back();
+        } else {
+          // Poll while the batch has work; otherwise wait (a tenth of a second with a batch open).
+          std::optional<std::chrono::milliseconds> wait;
+          if (open) wait = std::chrono::milliseconds(hooks_.jobs() > 0 ? 0 : 100);
+          job = next_job(wait);
+        }
+      }
+      if (job) {
+        // A job whose client left (or whose time ran out) while it waited is not started.
+        if (job->should_stop()) {
+          job->push(ErrorEvent{job->timed_out() ? 504 : 499, job->timed_out() ? "request timed out in the queue"
+                                                                              : "client closed the request"});
+          continue;
+        }
+        const bool batchable = hooks_.batchable(*job);
+        if (open && batchable) {
+          try {
+            hooks_.insert(job);
+          } catch (const std::exception& e) {
+            job->push(ErrorEvent{500, e.what()});
+          }
+          batch_jobs_ = hooks_.jobs();
+        } else if (!open) {
+          if (!batchable) {
+            run_alone(job);
+          } else {
+            try {
+              hooks_.open();
+              open = true;
+              unprocessed.push_back(std::move(job));
+            } catch (const std::exception& e) {
+              job->push(ErrorEvent{500, e.what()});
+            }
+          }
+        } else {
+          // The batch cannot take this job: let it drain, then serve the job.
+          drain = true;
+          unprocessed.push_back(std::move(job));
+        }
+        continue;
+      }
+      if (!open) continue;
+      if (hooks_.jobs() == 0) {
+        if (drain) {
+          hooks_.close();
+          open = false;
+          drain = false;
+        }
+        continue;
+      }
+      try {
+        hooks_.serve();
+      } catch (const std::exception& e) {
+        hooks_.fail(500, e.what());
+        open = false;
+        drain = false;
+      }
+      batch_jobs_ = hooks_.jobs();
+    }
+  } catch (const std::exception&) {
+    // The loop itself failed; the jobs still held are answered below.
+  }
+  if (open) hooks_.fail(503, "the server is shutting down");
+  batch_jobs_ = 0;
+  for (auto& job : unprocessed) job->push(ErrorEvent{503, "the server is shutting down"});
+  std::lock_guard lock(mutex_);
+  for (auto& queued : queue_) queued->push(ErrorEvent{503, "the server is shutting down"});
+  queue_.clear();
+  alive_ = false;
+}
+
 }  // namespace mlxrt::server

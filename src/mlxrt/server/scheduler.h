@@ -3,11 +3,14 @@
  * one job at a time, in arrival order, on one generation thread (continuous batching can replace
  * it behind the same interface). */
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "mlxrt/server/job.h"
@@ -53,6 +56,49 @@ class SerialScheduler final : public Scheduler {
   bool stopping_ = false;
   std::atomic<bool> alive_{true};
   std::mutex join_mutex_;  // shutdown() may be called from several threads
+  std::thread thread_;
+};
+
+/** What the batching scheduler drives (the Generator's batch path and its serial one). */
+struct BatchHooks {
+  std::function<void(Job&)> run_single;                 // serves one job alone
+  std::function<bool(const Job&)> batchable;             // mlx_lm.server's _is_batchable
+  std::function<void()> open, close;                     // make / drop the BatchGenerator
+  std::function<void(const std::shared_ptr<Job>&)> insert;
+  std::function<size_t()> jobs;                          // jobs in the batch
+  std::function<void()> serve;                           // one time budget of steps
+  std::function<void(int, const std::string&)> fail;     // ends every batch job with an error
+};
+
+/** mlx_lm.server's _generate loop: batchable jobs join one BatchGenerator as they arrive and are
+ * decoded together, leaving at step boundaries; a job that cannot batch waits until the batch has
+ * drained, then runs alone (as does every job while no batch is open and the job cannot batch). */
+class BatchingScheduler final : public Scheduler {
+ public:
+  BatchingScheduler(BatchHooks hooks, size_t max_queued);
+  ~BatchingScheduler() override;
+
+  void submit(std::shared_ptr<Job> job) override;
+  bool healthy() const override { return alive_; }
+  void shutdown() override;
+  size_t queued() const override;
+  size_t running() const override;
+
+ private:
+  void loop();
+  /** A queued job, waiting at most `wait` (forever when nullopt); null when none or stopping. */
+  std::shared_ptr<Job> next_job(std::optional<std::chrono::milliseconds> wait);
+
+  BatchHooks hooks_;
+  size_t max_queued_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::shared_ptr<Job> running_single_;
+  std::atomic<size_t> batch_jobs_{0};
+  bool stopping_ = false;
+  std::atomic<bool> alive_{true};
+  std::mutex join_mutex_;
   std::thread thread_;
 };
 

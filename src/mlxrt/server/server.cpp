@@ -14,7 +14,7 @@ struct Server::Parts {
   ServerMetrics metrics;
   ModelSession session;
   Generator generator;
-  SerialScheduler scheduler;
+  BatchingScheduler scheduler;
   HttpFront front;
   int port = 0;
 
@@ -23,10 +23,19 @@ struct Server::Parts {
         session(load_model_session(o, log)),
         generator(session, o, log, metrics),
         scheduler(
-            [this](Job& job) {
-              generator.run(job);
-              // Streamed experts: the cache's totals so far, after each request.
-              if (session.experts) log.info(model::nn::format_expert_stats(session.experts->stats()));
+            BatchHooks{
+                [this](Job& job) {
+                  generator.run(job);
+                  // Streamed experts: the cache's totals so far, after each request.
+                  if (session.experts) log.info(model::nn::format_expert_stats(session.experts->stats()));
+                },
+                [this](const Job& job) { return generator.batchable(job); },
+                [this] { generator.batch_open(); },
+                [this] { generator.batch_close(); },
+                [this](const std::shared_ptr<Job>& job) { generator.batch_insert(job); },
+                [this] { return generator.batch_jobs(); },
+                [this] { generator.batch_serve(); },
+                [this](int status, const std::string& message) { generator.batch_fail(status, message); },
             },
             static_cast<size_t>(std::max(1, o.max_queued_requests))),
         front(o, log, session, scheduler, metrics) {}

@@ -2,12 +2,15 @@
 // quantized_scaled_dot_product_attention (mlx_lm/models/base.py, mlx-lm 0.32.2).
 #include "mlxrt/model/nn/attention.h"
 
+#include <algorithm>
 #include <limits>
+#include <vector>
 
 #include <mlx/fast.h>
 #include <mlx/ops.h>
 #include <mlx/types/limits.h>
 
+#include "mlxrt/cache/batch_kv_cache.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::model::nn {
@@ -19,11 +22,35 @@ AttentionMask create_attention_mask(int n, const cache::Cache* cache, std::optio
   return AttentionMask::causal();
 }
 
+namespace {
+
+/** RoPE with one offset per batch row (mx.fast.rope with an offset array): rows at the same offset
+ * are rotated together; RoPE is elementwise per position, so this is the same arithmetic. */
+mx::array rope_rows(const Rope& rope, const mx::array& x, const std::vector<int>& offsets) {
+  if (std::all_of(offsets.begin(), offsets.end(), [&](int o) { return o == offsets.front(); }))
+    return rope(x, offsets.front());
+  std::vector<mx::array> rows;
+  for (int b = 0; b < static_cast<int>(offsets.size()); ++b) {
+    mx::Shape lo(x.ndim(), 0), hi = x.shape();
+    lo[0] = b;
+    hi[0] = b + 1;
+    rows.push_back(rope(mx::slice(x, lo, hi), offsets[b]));
+  }
+  return mx::concatenate(rows, 0);
+}
+
+}  // namespace
+
 cache::CachedKV rope_and_update_cache(const Rope& rope, mx::array& queries, const mx::array& keys,
                                       const mx::array& values, cache::Cache* cache) {
   if (!cache) {
     queries = rope(queries, 0);
     return cache::PlainKV{rope(keys, 0), values};
+  }
+  if (const auto* batch = dynamic_cast<const cache::BatchKVCache*>(cache)) {
+    // mlx-lm passes the batched cache's offset array to RoPE: each row rotated at its own offset.
+    queries = rope_rows(rope, queries, batch->offsets());
+    return cache->update_and_fetch(rope_rows(rope, keys, batch->offsets()), values);
   }
   queries = rope(queries, cache->offset());
   return cache->update_and_fetch(rope(keys, cache->offset()), values);

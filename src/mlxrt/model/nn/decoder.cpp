@@ -131,7 +131,8 @@ mx::array Attention::attend(const mx::array& queries, const cache::CachedKV& kv,
 
 mx::array Attention::operator()(const mx::array& x, const AttentionMask& mask, cache::Cache* cache) const {
   auto heads = project(x);
-  const int offset = cache ? cache->offset() : 0;
+  // Only the paths that read one position offset ask the cache for it (a batched cache has one per row).
+  const int offset = cache && (o_.qk_norm_after_rope || o_.scale_queries) ? cache->offset() : 0;
   if (o_.qk_norm_after_rope) {
     auto queries = o_.rope ? (*o_.rope)(heads.queries, offset) : heads.queries;
     auto keys = o_.rope ? (*o_.rope)(heads.keys, offset) : heads.keys;

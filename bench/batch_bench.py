@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Continuous batching throughput: mlxrt server vs mlx_lm.server on the same model, in one run.
+For each client count (default 8 and 32), that many streaming clients send a completion at once;
+reported per program: aggregate generated tok/s (all tokens over the wall time of the round) and
+time to first token p50 / p99 over the clients, and the clients whose connection failed (errors;
+their tokens do not count). Ratios are mlxrt / mlx_lm (higher is better for
+tok/s, lower for TTFT). Each program gets a warm-up request first; --runs rounds per count, the
+median of the aggregate tok/s and the TTFTs of all rounds pooled.
+
+The model defaults to the server tests' tiny scripted qwen3 (real Qwen3 tokenizer); --model DIR
+for another model directory.
+
+Usage: bench/batch_bench.py [--model DIR] [--clients 8 32] [--gen-tokens 64] [--prompt-words 60] [--runs 2]
+"""
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from server_bench import BIN, ENV, PY, ROOT, Server, free_port, post
+
+
+def stream_one(port, prompt, n, out, i):
+    try:
+        stream_timed(port, prompt, n, out, i)
+    except OSError as e:  # counted as an error of the round
+        out[i] = e
+
+
+def stream_timed(port, prompt, n, out, i):
+    body = {"prompt": prompt, "max_tokens": n, "stream": True, "logit_bias": {"151645": -100}}
+    t0 = time.perf_counter()
+    conn = post(port, body)
+    resp = conn.getresponse()
+    first = None
+    tokens = 0
+    buf = b""
+    while True:
+        chunk = resp.read1(65536)
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n\n" in buf:
+            event, buf = buf.split(b"\n\n", 1)
+            if event.startswith(b"data: {"):
+                e = json.loads(event[6:])
+                if e.get("choices") and e["choices"][0].get("text"):
+                    first = first or time.perf_counter()
+                if e.get("choices"):
+                    tokens += 1
+    conn.close()
+    # Each event carries one token; the last one may be only the finish reason.
+    out[i] = ((first or time.perf_counter()) - t0, tokens)
+
+
+def round_of(port, prompt, n, clients):
+    out = {}
+    threads = [threading.Thread(target=stream_one, args=(port, f"{i}: {prompt}", n, out, i)) for i in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    ok = [v for v in out.values() if not isinstance(v, OSError)]
+    return sum(tok for _, tok in ok) / wall, [ttft for ttft, _ in ok], clients - len(ok)
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    k = min(len(xs) - 1, max(0, round(p / 100 * (len(xs) - 1))))
+    return xs[k]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model")
+    ap.add_argument("--clients", type=int, nargs="+", default=[8, 32])
+    ap.add_argument("--gen-tokens", type=int, default=64)
+    ap.add_argument("--prompt-words", type=int, default=60)
+    ap.add_argument("--runs", type=int, default=2)
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="batch-bench-"))
+    if args.model:
+        model = Path(args.model)
+    else:
+        out = subprocess.run([PY, str(ROOT / "tools" / "make_server_fixture.py"), "--out",
+                              str(ROOT / "build" / "fixtures")], check=True, capture_output=True, text=True, env=ENV)
+        model = Path(out.stdout.strip().splitlines()[-1])
+    prompt = " ".join(["the quick brown fox jumps over the lazy dog"] * (args.prompt_words // 9 + 1))
+    programs = {"mlx_lm": [PY, "-m", "mlx_lm", "server", "--model", str(model)],
+                "mlxrt": [BIN, "server", "--model", str(model)]}
+    results = {}
+    for name, cmd in programs.items():
+        port = free_port()
+        srv = Server(name, cmd + ["--host", "127.0.0.1", "--port", str(port)], port, work)
+        try:
+            round_of(port, prompt, 8, 2)  # warm-up
+            for c in args.clients:
+                tps, ttfts, errors = [], [], 0
+                for _ in range(args.runs):
+                    t, f, e = round_of(port, prompt, args.gen_tokens, c)
+                    tps.append(t)
+                    ttfts += f
+                    errors += e
+                results[(name, c)] = {"tok_s": statistics.median(tps), "ttft_p50": pct(ttfts, 50),
+                                      "ttft_p99": pct(ttfts, 99), "errors": errors}
+        finally:
+            srv.stop()
+    print(f"model: {model}  gen tokens: {args.gen_tokens}  prompt words: {args.prompt_words}  runs: {args.runs}")
+    print(f"{'clients':<9}{'metric':<11}{'mlx_lm':>10}{'mlxrt':>10}{'mlxrt/mlx_lm':>14}")
+    for c in args.clients:
+        for k in ("tok_s", "ttft_p50", "ttft_p99", "errors"):
+            a, b = results[("mlx_lm", c)][k], results[("mlxrt", c)][k]
+            ratio = f"{b / a:>14.2f}" if a else f"{'-':>14}"
+            print(f"{c:<9}{k:<11}{a:>10.3f}{b:>10.3f}{ratio}")
+    print(json.dumps({f"{n}@{c}": v for (n, c), v in results.items()}))
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

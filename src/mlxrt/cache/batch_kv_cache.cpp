@@ -1,0 +1,286 @@
+// Port of BatchKVCache and dynamic_roll in mlx_lm/models/cache.py and of create_causal_mask's
+// left_padding in mlx_lm/models/base.py (mlx-lm 0.32.2).
+#include "mlxrt/cache/batch_kv_cache.h"
+
+#include <algorithm>
+
+#include <mlx/ops.h>
+#include <mlx/transforms.h>
+
+#include "mlxrt/util/errors.h"
+
+namespace mlxrt::cache {
+
+namespace {
+
+mx::array int_array(const std::vector<int>& v) {
+  return mx::array(v.data(), {static_cast<int>(v.size())}, mx::int32);
+}
+
+// a[..., start:stop, :] of a [B, H, S, D] array
+mx::array positions(const mx::array& a, int start, int stop) {
+  mx::Shape lo(a.ndim(), 0), hi = a.shape();
+  lo[2] = start;
+  hi[2] = stop;
+  return mx::slice(a, lo, hi);
+}
+
+std::vector<int> to_ints(const mx::array& a) {
+  auto c = mx::astype(a, mx::int32);
+  mx::eval(c);
+  const int32_t* p = c.data<int32_t>();
+  return std::vector<int>(p, p + c.size());
+}
+
+}  // namespace
+
+mx::array create_causal_mask(int n, int offset, std::optional<int> window_size, const mx::array& left_padding) {
+  auto rinds = mx::arange(offset + n);
+  auto linds = offset ? mx::arange(offset, offset + n) : rinds;
+  linds = mx::expand_dims(linds, 1);
+  rinds = mx::expand_dims(rinds, 0);
+  auto mask = mx::greater_equal(linds, rinds);
+  if (window_size) mask = mx::logical_and(mask, mx::less(linds, mx::add(rinds, mx::array(*window_size))));
+  mask = mx::logical_and(mask, mx::less_equal(mx::expand_dims(left_padding, {1, 2, 3}), rinds));
+  return mask;
+}
+
+mx::array dynamic_roll(const mx::array& x, const mx::array& shifts, int axis) {
+  const int n = x.shape(axis);
+  // shifts[(...,) + (None,) * (x.ndim - axis)], mx.arange(n)[(...,) + (None,) * (x.ndim - axis - 1)]
+  auto s = shifts;
+  for (int i = 0; i < x.ndim() - axis; ++i) s = mx::expand_dims(s, -1);
+  auto ar = mx::arange(n);
+  for (int i = 0; i < x.ndim() - axis - 1; ++i) ar = mx::expand_dims(ar, -1);
+  auto idx = mx::remainder(mx::subtract(ar, s), mx::array(n));
+  return mx::take_along_axis(x, idx, axis);
+}
+
+BatchKVCache::BatchKVCache(const std::vector<int>& left_padding)
+    : left_padding_(int_array(left_padding)), offset_(mx::array(0)) {
+  std::vector<int> neg(left_padding.size());
+  std::transform(left_padding.begin(), left_padding.end(), neg.begin(), [](int l) { return -l; });
+  offset_ = int_array(neg);
+  host_offset_ = neg;
+}
+
+int BatchKVCache::offset() const {
+  throw UnsupportedError("this model's attention reads one position offset, which a batched KV cache (one offset "
+                         "per row) does not have: batched generation is not supported for it");
+}
+
+CachedKV BatchKVCache::update_and_fetch(const mx::array& keys, const mx::array& values) {
+  const int prev = idx_;
+  const int length = keys.shape(2);
+  if (!keys_ || prev + length > keys_->shape(2)) {
+    const int n_steps = (kStep + length - 1) / kStep;
+    mx::Shape k_shape = {keys.shape(0), keys.shape(1), n_steps * kStep, keys.shape(3)};
+    mx::Shape v_shape = {values.shape(0), values.shape(1), n_steps * kStep, values.shape(3)};
+    auto new_k = mx::zeros(k_shape, keys.dtype());
+    auto new_v = mx::zeros(v_shape, values.dtype());
+    if (keys_) {
+      if (prev % kStep != 0) {
+        keys_ = positions(*keys_, 0, prev);
+        values_ = positions(*values_, 0, prev);
+      }
+      keys_ = mx::concatenate({*keys_, new_k}, 2);
+      values_ = mx::concatenate({*values_, new_v}, 2);
+    } else {
+      keys_ = new_k;
+      values_ = new_v;
+    }
+  }
+  offset_ = mx::add(offset_, mx::array(length));
+  for (auto& o : host_offset_) o += length;
+  idx_ += length;
+  mx::Shape start = {0, 0, prev, 0};
+  mx::Shape k_stop = {keys_->shape(0), keys_->shape(1), idx_, keys_->shape(3)};
+  mx::Shape v_stop = {values_->shape(0), values_->shape(1), idx_, values_->shape(3)};
+  keys_ = mx::slice_update(*keys_, keys, start, k_stop);
+  values_ = mx::slice_update(*values_, values, start, v_stop);
+  return PlainKV{positions(*keys_, 0, idx_), positions(*values_, 0, idx_)};
+}
+
+void BatchKVCache::prepare(const std::optional<std::vector<int>>& left_padding,
+                           const std::optional<std::vector<int>>& right_padding) {
+  if (left_padding) {
+    if (keys_) throw UsageError("Left padding can only be added to an empty BatchKVCache");
+    auto lp = int_array(*left_padding);
+    left_padding_ = mx::add(left_padding_, lp);
+    offset_ = mx::subtract(offset_, lp);
+    for (size_t i = 0; i < host_offset_.size(); ++i) host_offset_[i] -= (*left_padding)[i];
+  }
+  if (right_padding && !right_padding->empty() &&
+      *std::max_element(right_padding->begin(), right_padding->end()) > 0) {
+    right_padding_ = int_array(*right_padding);
+    host_right_padding_ = *right_padding;
+  }
+}
+
+void BatchKVCache::finalize() {
+  if (!right_padding_) return;
+  auto padding = *right_padding_;
+  auto shifts = mx::expand_dims(padding, 1);
+  keys_ = dynamic_roll(*keys_, shifts, 2);
+  values_ = dynamic_roll(*values_, shifts, 2);
+  offset_ = mx::subtract(offset_, padding);
+  for (size_t i = 0; i < host_offset_.size(); ++i) host_offset_[i] -= host_right_padding_[i];
+  left_padding_ = mx::add(left_padding_, padding);
+  right_padding_.reset();
+}
+
+std::vector<mx::array> BatchKVCache::state() const {
+  std::vector<mx::array> s;
+  if (keys_) {
+    s.push_back(*keys_);
+    s.push_back(*values_);
+  }
+  s.push_back(offset_);
+  s.push_back(left_padding_);
+  return s;
+}
+
+int BatchKVCache::trim(int n) {
+  n = std::min(idx_, n);
+  idx_ -= n;
+  offset_ = mx::subtract(offset_, mx::array(n));
+  for (auto& o : host_offset_) o -= n;
+  return n;
+}
+
+AttentionMask BatchKVCache::make_mask(int n, std::optional<int> window_size) const {
+  return AttentionMask::of(create_causal_mask(n, idx_, window_size, left_padding_));
+}
+
+void BatchKVCache::filter(const std::vector<int>& batch_indices) {
+  auto indices = int_array(batch_indices);
+  if (keys_) {
+    keys_ = mx::take(*keys_, indices, 0);
+    values_ = mx::take(*values_, indices, 0);
+  }
+  offset_ = mx::take(offset_, indices, 0);
+  std::vector<int> kept;
+  for (int i : batch_indices) kept.push_back(host_offset_.at(i));
+  host_offset_ = std::move(kept);
+  left_padding_ = mx::take(left_padding_, indices, 0);
+  // Shift left to reduce padding
+  auto pads = to_ints(left_padding_);
+  const int min_left_pad = pads.empty() ? 0 : *std::min_element(pads.begin(), pads.end());
+  if (min_left_pad > 0) {
+    if (keys_) {
+      keys_ = positions(*keys_, min_left_pad, keys_->shape(2));
+      values_ = positions(*values_, min_left_pad, values_->shape(2));
+    }
+    idx_ -= min_left_pad;
+    left_padding_ = mx::subtract(left_padding_, mx::array(min_left_pad));
+  }
+}
+
+void BatchKVCache::extend(const BatchKVCache& other) {
+  if (!keys_ && !other.keys_) {
+    left_padding_ = mx::concatenate({left_padding_, other.left_padding_}, 0);
+    offset_ = mx::concatenate({offset_, other.offset_}, 0);
+    host_offset_.insert(host_offset_.end(), other.host_offset_.begin(), other.host_offset_.end());
+    return;
+  }
+  const int max_idx = std::max(idx_, other.idx_);
+  int L1 = 0, L2 = 0, H = 0, D = 0, M = 0;
+  if (keys_) {
+    H = keys_->shape(1);
+    L1 = keys_->shape(2);
+    D = keys_->shape(3);
+    M = values_->shape(3);
+  }
+  if (other.keys_) {
+    H = other.keys_->shape(1);
+    L2 = other.keys_->shape(2);
+    D = other.keys_->shape(3);
+    M = other.values_->shape(3);
+  }
+  const int max_size = std::max(L1, L2);
+  const auto dtype = (keys_ ? *keys_ : *other.keys_).dtype();
+  struct Padded {
+    mx::array k, v, offset, left_padding;
+  };
+  auto pad = [&](const BatchKVCache& c) {
+    mx::array k = c.keys_ ? *c.keys_ : mx::zeros({c.offset_.shape(0), H, 0, D}, dtype);
+    mx::array v = c.values_ ? *c.values_ : mx::zeros({c.offset_.shape(0), H, 0, M}, dtype);
+    const int left = max_idx - c.idx_;
+    int right = max_size - k.shape(2) - left;
+    if (right < 0) {
+      k = positions(k, 0, k.shape(2) + right);
+      v = positions(v, 0, v.shape(2) + right);
+      right = 0;
+    }
+    if (left != 0 || right != 0) {
+      std::vector<std::pair<int, int>> widths = {{0, 0}, {0, 0}, {left, right}, {0, 0}};
+      k = mx::pad(k, widths);
+      v = mx::pad(v, widths);
+    }
+    return Padded{k, v, c.offset_, mx::add(c.left_padding_, mx::array(left))};
+  };
+  auto a = pad(*this), b = pad(other);
+  keys_ = mx::concatenate({a.k, b.k}, 0);
+  values_ = mx::concatenate({a.v, b.v}, 0);
+  offset_ = mx::concatenate({a.offset, b.offset}, 0);
+  host_offset_.insert(host_offset_.end(), other.host_offset_.begin(), other.host_offset_.end());
+  left_padding_ = mx::concatenate({a.left_padding, b.left_padding}, 0);
+  idx_ = max_idx;
+}
+
+std::unique_ptr<KVCache> BatchKVCache::extract(int idx) const {
+  auto cache = std::make_unique<KVCache>();
+  const int padding = to_ints(left_padding_).at(idx);
+  auto rows = [&](const mx::array& a) {
+    mx::Shape lo = {idx, 0, padding, 0}, hi = a.shape();
+    hi[0] = idx + 1;
+    hi[2] = idx_;
+    return mx::contiguous(mx::slice(a, lo, hi));
+  };
+  if (!keys_) return cache;
+  auto k = rows(*keys_), v = rows(*values_);
+  const int offset = k.shape(2);
+  cache->set_state(k, v, offset);
+  return cache;
+}
+
+std::unique_ptr<BatchKVCache> BatchKVCache::merge(const std::vector<const KVCache*>& caches) {
+  std::vector<int> lengths;
+  for (const auto* c : caches) lengths.push_back(c->offset());
+  const int max_length = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+  if (max_length == 0) return std::make_unique<BatchKVCache>(std::vector<int>(caches.size(), 0));
+  std::vector<int> padding;
+  for (int l : lengths) padding.push_back(max_length - l);
+  const int B = static_cast<int>(caches.size());
+  int H = 0, Dk = 0, Dv = 0;
+  std::optional<mx::Dtype> dt;
+  for (const auto* c : caches) {
+    auto buf = c->buffers();
+    if (!buf) continue;
+    H = std::max(H, buf->keys.shape(1));
+    Dk = std::max(Dk, buf->keys.shape(3));
+    Dv = std::max(Dv, buf->values.shape(3));
+    if (!dt) dt = buf->keys.dtype();
+  }
+  auto keys = mx::zeros({B, H, max_length, Dk}, *dt);
+  auto values = mx::zeros({B, H, max_length, Dv}, *dt);
+  for (int i = 0; i < B; ++i) {
+    auto buf = caches[i]->buffers();
+    if (!buf) continue;
+    const int p = padding[i], off = caches[i]->offset();
+    keys = mx::slice_update(keys, positions(buf->keys, 0, off), mx::Shape{i, 0, p, 0}, mx::Shape{i + 1, H, p + off, Dk});
+    values = mx::slice_update(values, positions(buf->values, 0, off), mx::Shape{i, 0, p, 0},
+                              mx::Shape{i + 1, H, p + off, Dv});
+  }
+  auto cache = std::make_unique<BatchKVCache>(padding);
+  cache->keys_ = keys;
+  cache->values_ = values;
+  cache->offset_ = mx::add(cache->offset_, mx::array(max_length));
+  for (auto& o : cache->host_offset_) o += max_length;
+  cache->idx_ = max_length;
+  return cache;
+}
+
+size_t BatchKVCache::nbytes() const { return keys_ ? keys_->nbytes() + values_->nbytes() : 0; }
+
+}  // namespace mlxrt::cache

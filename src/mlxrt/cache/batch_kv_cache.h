@@ -1,0 +1,67 @@
+#pragma once
+/** mlx-lm's BatchKVCache (mlx_lm/models/cache.py): one KV cache for a batch of sequences of
+ * different lengths. Rows are left-padded; `left_padding` says how many leading positions of each
+ * row are padding and `offset` (one per row) is each row's RoPE position. Prefill of right-padded
+ * prompts goes through prepare(right_padding) / finalize(), which rolls the padding to the left. */
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "mlxrt/cache/cache.h"
+#include "mlxrt/cache/kv_cache.h"
+
+namespace mlxrt::cache {
+
+/** create_causal_mask(N, offset, window_size, left_padding=...) of mlx_lm/models/base.py: the
+ * boolean mask [B, 1, N, offset + N] for rows with `left_padding` [B] leading pad positions. */
+mx::array create_causal_mask(int n, int offset, std::optional<int> window_size, const mx::array& left_padding);
+
+/** mlx_lm's dynamic_roll(x, shifts, axis): each row of x rolled along `axis` by its own shift. */
+mx::array dynamic_roll(const mx::array& x, const mx::array& shifts, int axis);
+
+class BatchKVCache final : public Cache {
+ public:
+  static constexpr int kStep = 256;
+
+  explicit BatchKVCache(const std::vector<int>& left_padding);
+
+  CachedKV update_and_fetch(const mx::array& keys, const mx::array& values) override;
+  /** A batched cache has no single offset: UnsupportedError (a model that reads one cannot batch). */
+  int offset() const override;
+  /** Each row's offset (mlx-lm's `offset` array, kept on the host too: RoPE rotates each row at its own). */
+  const std::vector<int>& offsets() const { return host_offset_; }
+  bool empty() const override { return !keys_.has_value(); }
+  std::vector<mx::array> state() const override;
+  AttentionMask make_mask(int n, std::optional<int> window_size = std::nullopt) const override;
+  bool is_trimmable() const override { return true; }
+  int trim(int n) override;
+  size_t nbytes() const override;
+  std::unique_ptr<Cache> clone() const override { return std::make_unique<BatchKVCache>(*this); }
+
+  /** prepare(left_padding=..., right_padding=...): padding the next update adds (right padding is
+   * rolled to the left by finalize()). */
+  void prepare(const std::optional<std::vector<int>>& left_padding, const std::optional<std::vector<int>>& right_padding);
+  void finalize();
+  /** Keeps the rows `batch_indices` (in that order) and drops the padding columns all rows share. */
+  void filter(const std::vector<int>& batch_indices);
+  /** Appends the rows of `other`, right-justifying both at the longer one's index. */
+  void extend(const BatchKVCache& other);
+  /** Row `idx` without its padding, as a KVCache. */
+  std::unique_ptr<KVCache> extract(int idx) const;
+  /** The caches of single sequences (KVCaches, possibly empty) as one batch, left-padded. */
+  static std::unique_ptr<BatchKVCache> merge(const std::vector<const KVCache*>& caches);
+
+  int size() const { return idx_; }
+  int batch_size() const { return offset_.shape(0); }
+
+ private:
+  std::optional<mx::array> keys_, values_;
+  mx::array left_padding_;
+  mx::array offset_;
+  std::vector<int> host_offset_;  // offset_'s values
+  int idx_ = 0;
+  std::optional<mx::array> right_padding_;
+  std::vector<int> host_right_padding_;
+};
+
+}  // namespace mlxrt::cache

@@ -1,0 +1,210 @@
+// `mlxrt batch-generate --model DIR --requests FILE [--max-tokens N] [--seed S] [sampling flags]
+// [--completion-batch-size N] [--prefill-batch-size N] [--prefill-step-size N]` runs a set of
+// prompts as one batch, as mlx-lm's batch_generate / BatchGenerator does (port of batch_generate
+// in mlx_lm/generate.py, mlx-lm 0.32.2). FILE is JSON: {"requests": [{"prompt_tokens": [ids],
+// "max_tokens": N, "sampler": {make_sampler's arguments}, "logits_processors":
+// {make_logits_processors's arguments}}, ...]}; a request without "sampler" or
+// "logits_processors" takes the flags' (the generator's defaults). Prints one JSON line per
+// request, in order: {"tokens": [...], "logprobs": [...], "finish_reason": ...} (the stop token
+// left out, as batch_generate does), and the throughput on stderr.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include <mlx/ops.h>
+#include <mlx/transforms.h>
+#include <nlohmann/json.hpp>
+
+#include "mlxrt/cli/common.h"
+#include "mlxrt/cli/generation_setup.h"
+#include "mlxrt/cli/verbs.h"
+#include "mlxrt/generate/batch_generator.h"
+#include "mlxrt/util/errors.h"
+#include "mlxrt/util/json_file.h"
+
+namespace mlxrt::cli {
+
+namespace {
+
+struct BatchArgs {
+  std::string model;
+  std::string requests;
+  int max_tokens = 128;
+  std::optional<uint64_t> seed;
+  SamplingFlags sampling;
+  int completion_batch_size = 32;
+  int prefill_batch_size = 8;
+  int prefill_step_size = 2048;
+};
+
+using ojson = nlohmann::ordered_json;
+namespace mx = mlx::core;
+
+generate::SamplerParams sampler_params(const ojson& o, const std::string& where) {
+  generate::SamplerParams p;
+  if (!o.is_object()) throw UsageError(where + ": expected an object of make_sampler arguments");
+  for (auto it = o.begin(); it != o.end(); ++it) {
+    const auto& k = it.key();
+    const auto& v = it.value();
+    auto num = [&]() {
+      if (!v.is_number()) throw UsageError(where + "." + k + ": expected a number");
+      return v.get<double>();
+    };
+    auto integer = [&]() {
+      if (!v.is_number_integer()) throw UsageError(where + "." + k + ": expected an integer");
+      return v.get<int>();
+    };
+    if (k == "temp") p.temp = num();
+    else if (k == "top_p") p.top_p = num();
+    else if (k == "min_p") p.min_p = num();
+    else if (k == "min_tokens_to_keep") p.min_tokens_to_keep = integer();
+    else if (k == "top_k") p.top_k = integer();
+    else if (k == "xtc_probability") p.xtc_probability = num();
+    else if (k == "xtc_threshold") p.xtc_threshold = num();
+    else throw UsageError(where + ": unknown make_sampler argument '" + k + "'");
+  }
+  return p;
+}
+
+generate::LogitsProcessorParams processor_params(const ojson& o, const std::string& where) {
+  generate::LogitsProcessorParams p;
+  if (!o.is_object()) throw UsageError(where + ": expected an object of make_logits_processors arguments");
+  for (auto it = o.begin(); it != o.end(); ++it) {
+    const auto& k = it.key();
+    const auto& v = it.value();
+    auto num = [&]() {
+      if (!v.is_number()) throw UsageError(where + "." + k + ": expected a number");
+      return v.get<double>();
+    };
+    auto integer = [&]() {
+      if (!v.is_number_integer()) throw UsageError(where + "." + k + ": expected an integer");
+      return v.get<int>();
+    };
+    if (k == "repetition_penalty") p.repetition_penalty = num();
+    else if (k == "repetition_context_size") p.repetition_context_size = integer();
+    else if (k == "presence_penalty") p.presence_penalty = num();
+    else if (k == "presence_context_size") p.presence_context_size = integer();
+    else if (k == "frequency_penalty") p.frequency_penalty = num();
+    else if (k == "frequency_context_size") p.frequency_context_size = integer();
+    else if (k == "logit_bias") p.logit_bias = generate::parse_logit_bias(v, where + ".logit_bias");
+    else throw UsageError(where + ": unknown make_logits_processors argument '" + k + "'");
+  }
+  return p;
+}
+
+void run_batch_generate(const BatchArgs& a) {
+  check_sampling_flags(a.sampling);
+  ojson doc;
+  try {
+    doc = ojson::parse(read_text_file(a.requests));
+  } catch (const nlohmann::json::parse_error& e) {
+    throw UsageError("--requests " + a.requests + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!doc.is_object() || !doc.contains("requests") || !doc["requests"].is_array() || doc["requests"].empty())
+    throw UsageError("--requests " + a.requests + ": expected {\"requests\": [ ... ]} with at least one request");
+
+  std::shared_ptr<model::nn::ExpertStore> experts;
+  auto loaded = load_cli_model(a.model, "", std::nullopt, experts, "");
+  auto& model = *loaded.model;
+  const auto& eos = loaded.config.eos_token_ids();
+  const int vocab = model.vocab_size();
+  auto rng = std::make_shared<generate::RandomState>();
+  if (a.seed) {
+    rng->seed(*a.seed);
+    rng->skip(model_construction_draws(a.model));
+  }
+
+  generate::BatchGeneratorOptions options;
+  options.max_tokens = a.max_tokens;
+  for (int32_t id : eos) options.stop_tokens.push_back({id});
+  auto params = a.sampling.sampler;
+  params.xtc_special_tokens = eos;  // the config's eos ids (mlx-lm adds encode("\n") with a tokenizer)
+  if (params.temp != 0) options.sampler = std::make_shared<const generate::Sampler>(make_cli_sampler(params, rng));
+  options.completion_batch_size = a.completion_batch_size;
+  options.prefill_batch_size = a.prefill_batch_size;
+  options.prefill_step_size = a.prefill_step_size;
+  auto default_processors = make_cli_processors(a.sampling, vocab);
+
+  std::vector<generate::BatchRequest> requests;
+  int index = 0;
+  for (const auto& r : doc["requests"]) {
+    const std::string where = "--requests " + a.requests + ": requests[" + std::to_string(index++) + "]";
+    if (!r.is_object() || !r.contains("prompt_tokens") || !r["prompt_tokens"].is_array())
+      throw UsageError(where + ": expected an object with \"prompt_tokens\": [ids]");
+    generate::BatchRequest req;
+    for (const auto& id : r["prompt_tokens"]) {
+      if (!id.is_number_integer() || id.get<long long>() < 0 || id.get<long long>() >= vocab)
+        throw UsageError(where + ".prompt_tokens: ids must be integers in [0, " + std::to_string(vocab) + ")");
+      req.prompt.push_back(id.get<int32_t>());
+    }
+    if (r.contains("max_tokens")) {
+      if (!r["max_tokens"].is_number_integer()) throw UsageError(where + ".max_tokens: expected an integer");
+      req.max_tokens = r["max_tokens"].get<int>();
+    }
+    if (r.contains("sampler")) {
+      auto p = sampler_params(r["sampler"], where + ".sampler");
+      req.sampler = std::make_shared<const generate::Sampler>(generate::make_sampler(p, rng));
+    }
+    req.logits_processors = r.contains("logits_processors")
+                                ? generate::make_logits_processors(
+                                      processor_params(r["logits_processors"], where + ".logits_processors"), vocab)
+                                : default_processors;
+    requests.push_back(std::move(req));
+  }
+
+  generate::BatchGenerator gen(model, options);
+  auto uids = gen.insert(std::move(requests));
+  std::map<int, std::vector<int32_t>> tokens;
+  std::map<int, std::vector<double>> logprobs;
+  std::map<int, std::string> finish;
+  size_t generated = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (true) {
+    auto responses = gen.next_generated();
+    if (responses.empty()) break;
+    for (auto& r : responses) {
+      if (r.finish_reason) finish[r.uid] = *r.finish_reason;
+      if (r.finish_reason != std::optional<std::string>("stop")) {
+        tokens[r.uid].push_back(r.token);
+        auto lp = mx::astype(mx::take(r.logprobs, mx::array(r.token)), mx::float32);
+        mx::eval(lp);
+        logprobs[r.uid].push_back(static_cast<double>(lp.item<float>()));
+      }
+      ++generated;
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int uid : uids) {
+    ojson line = {{"tokens", tokens[uid]}, {"logprobs", logprobs[uid]}, {"finish_reason", finish[uid]}};
+    std::cout << line.dump() << "\n";
+  }
+  std::cout.flush();
+  std::fprintf(stderr, "[batch_generate] %zu sequences, %zu tokens in %.3f s, %.3f tokens-per-sec\n", uids.size(),
+               generated, seconds, seconds > 0 ? static_cast<double>(generated) / seconds : 0.0);
+}
+
+}  // namespace
+
+void register_batch_generate(CLI::App& app) {
+  auto a = std::make_shared<BatchArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "batch-generate", "Generate for several prompts as one batch (mlx-lm's batch_generate / BatchGenerator)");
+  cmd->add_option("--model", a->model, "The path to the local model directory or Hugging Face repo")->required();
+  cmd->add_option("--requests", a->requests,
+                  "JSON file {\"requests\": [{\"prompt_tokens\": [...], \"max_tokens\": N, \"sampler\": {...}, "
+                  "\"logits_processors\": {...}}, ...]}")
+      ->required();
+  cmd->add_option("--max-tokens,-m", a->max_tokens, "Default maximum number of tokens per request")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "PRNG seed");
+  add_sampling_flags(cmd, a->sampling, true, true);
+  cmd->add_option("--completion-batch-size", a->completion_batch_size, "Most sequences decoded together")
+      ->capture_default_str();
+  cmd->add_option("--prefill-batch-size", a->prefill_batch_size, "Most sequences prefilled together")
+      ->capture_default_str();
+  cmd->add_option("--prefill-step-size", a->prefill_step_size, "Number of prompt tokens to process at a time")
+      ->capture_default_str();
+  cmd->callback([a] { run_batch_generate(*a); });
+}
+
+}  // namespace mlxrt::cli

@@ -1,0 +1,450 @@
+// Port of BatchGenerator, PromptProcessingBatch and GenerationBatch in mlx_lm/generate.py
+// (mlx-lm 0.32.2).
+#include "mlxrt/generate/batch_generator.h"
+
+#include <algorithm>
+#include <set>
+
+#include <mlx/memory.h>
+#include <mlx/ops.h>
+#include <mlx/transforms.h>
+
+#include "mlxrt/cache/kv_cache.h"
+#include "mlxrt/util/errors.h"
+
+namespace mlxrt::generate {
+
+namespace {
+
+cache::BatchKVCache& batch_cache(const std::unique_ptr<cache::Cache>& c) {
+  return static_cast<cache::BatchKVCache&>(*c);
+}
+
+void eval_state(const model::CacheList& caches) {
+  std::vector<mx::array> state;
+  for (const auto& c : caches)
+    for (auto& a : c->state()) state.push_back(a);
+  mx::eval(state);
+}
+
+std::vector<int32_t> to_ints(const mx::array& a) {
+  auto c = mx::astype(a, mx::int32);
+  mx::eval(c);
+  const int32_t* p = c.data<int32_t>();
+  return std::vector<int32_t>(p, p + c.size());
+}
+
+mx::array int_array(const std::vector<int>& v) {
+  return mx::array(v.data(), {static_cast<int>(v.size())}, mx::int32);
+}
+
+// a[e : e + 1] of a [B, ...] array
+mx::array row(const mx::array& a, int e) {
+  mx::Shape lo(a.ndim(), 0), hi = a.shape();
+  lo[0] = e;
+  hi[0] = e + 1;
+  return mx::slice(a, lo, hi);
+}
+
+template <class T>
+std::vector<T> pick(std::vector<T>& v, const std::vector<int>& keep) {
+  std::vector<T> out;
+  out.reserve(keep.size());
+  for (int i : keep) out.push_back(std::move(v[i]));
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::string> batching_unsupported_reason(const model::CausalLM& model) {
+  auto caches = model.make_cache();
+  for (const auto& c : caches)
+    if (!dynamic_cast<const cache::KVCache*>(c.get()))
+      return std::string("this model's layers keep a cache other than a full-attention KVCache, which mlxrt does "
+                         "not batch yet");
+  // Build (without evaluating) one batched step of three rows: a model whose attention reads a
+  // single position offset, builds its mask from one, or whose ops cannot take a batched mask
+  // (shapes are checked as the graph is built) refuses here.
+  model::CacheList batch;
+  for (size_t i = 0; i < caches.size(); ++i)
+    batch.push_back(std::make_unique<cache::BatchKVCache>(std::vector<int>{0, 1, 0}));
+  try {
+    auto probe = mx::zeros({3, 2}, mx::int32);
+    const_cast<model::CausalLM&>(model)(probe, &batch);
+  } catch (const std::exception& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
+BatchGenerator::BatchGenerator(model::CausalLM& model, BatchGeneratorOptions options)
+    : model_(model), o_(std::move(options)), default_stop_(o_.stop_tokens) {
+  if (o_.prefill_step_size <= 0) throw UsageError("--prefill-step-size must be positive");
+  if (o_.prefill_batch_size <= 0) throw UsageError("--prompt-concurrency must be positive");
+  if (o_.completion_batch_size <= 0) throw UsageError("--decode-concurrency must be positive");
+  o_.completion_batch_size = std::max(o_.completion_batch_size, o_.prefill_batch_size);
+  fallback_ = o_.sampler ? o_.sampler : std::make_shared<const Sampler>(greedy_sample);
+  if (auto why = batching_unsupported_reason(model_)) throw UnsupportedError("batched generation: " + *why);
+}
+
+BatchGenerator::~BatchGenerator() {
+  try {
+    mx::synchronize();
+  } catch (...) {
+    // A failed step was reported to whoever evaluated it; nothing is left to wait for.
+  }
+}
+
+std::vector<int> BatchGenerator::insert(std::vector<BatchRequest> requests) {
+  std::deque<Pending> pending;
+  std::vector<int> uids;
+  int uid = uid_count_;
+  for (auto& r : requests) {
+    std::deque<std::vector<int32_t>> seq;
+    if (!r.prompt.empty()) seq.push_back(r.prompt);
+    if (seq.empty()) throw UsageError("Sequence " + std::to_string(uid) + " has an empty prompt.");
+    const int m = r.max_tokens.value_or(o_.max_tokens);
+    if (m <= 0) throw UsageError("Sequence " + std::to_string(uid) + "'s max_tokens must be > 0.");
+    model::check_token_ids(model_, r.prompt);
+    if (seq.back().size() != 1) {
+      std::vector<int32_t> last = {seq.back().back()};
+      seq.back().pop_back();
+      seq.push_back(last);
+    }
+    model::CacheList c = r.cache.empty() ? model_.make_cache() : std::move(r.cache);
+    for (const auto& layer : c)
+      if (!dynamic_cast<const cache::KVCache*>(layer.get()))
+        throw UnsupportedError("batched generation: a prompt cache of another kind than KVCache cannot join a batch");
+    Row row{std::move(r.all_tokens), r.sampler, std::move(r.logits_processors),
+            r.stop_sequences ? *r.stop_sequences : default_stop_, m};
+    pending.push_back(Pending{uid, std::move(seq), std::move(row), std::move(c)});
+    uids.push_back(uid++);
+  }
+  for (auto& p : pending) unprocessed_.push_back(std::move(p));
+  uid_count_ = uid;
+  return uids;
+}
+
+size_t BatchGenerator::size() const { return unprocessed_.size() + prompt_.uids.size() + gen_.uids.size(); }
+
+BatchGenerator::PromptBatch BatchGenerator::make_batch(int n) {
+  PromptBatch b;
+  std::vector<model::CacheList> caches;
+  for (int k = 0; k < n; ++k) {
+    Pending p = std::move(unprocessed_.front());
+    unprocessed_.pop_front();
+    int total = 0;
+    for (const auto& s : p.segments) total += static_cast<int>(s.size());
+    b.uids.push_back(p.uid);
+    b.rows.push_back(std::move(p.row));
+    caches.push_back(std::move(p.cache));
+    processing_.push_back(Processing{std::move(p.segments), 0, total});
+  }
+  // _merge_caches
+  if (!caches.empty()) {
+    for (size_t layer = 0; layer < caches[0].size(); ++layer) {
+      std::vector<const cache::KVCache*> parts;
+      for (const auto& c : caches) parts.push_back(static_cast<const cache::KVCache*>(c[layer].get()));
+      b.cache.push_back(cache::BatchKVCache::merge(parts));
+    }
+  }
+  return b;
+}
+
+void BatchGenerator::prompt(PromptBatch& batch, const std::vector<std::vector<int32_t>>& tokens) {
+  if (batch.uids.size() != tokens.size()) throw UsageError("The batch length doesn't match the number of inputs");
+  if (tokens.empty()) return;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    batch.rows[i].tokens.insert(batch.rows[i].tokens.end(), tokens[i].begin(), tokens[i].end());
+  std::vector<int> lengths, padding;
+  for (const auto& t : tokens) lengths.push_back(static_cast<int>(t.size()));
+  const int max_length = *std::max_element(lengths.begin(), lengths.end());
+  for (int l : lengths) padding.push_back(max_length - l);
+  const int max_padding = *std::max_element(padding.begin(), padding.end());
+  const int B = static_cast<int>(tokens.size());
+  std::vector<int32_t> flat;
+  flat.reserve(static_cast<size_t>(B) * max_length);
+  for (const auto& t : tokens) {
+    flat.insert(flat.end(), t.begin(), t.end());
+    flat.insert(flat.end(), static_cast<size_t>(max_length) - t.size(), 0);
+  }
+  mx::array input(flat.data(), {B, max_length}, mx::int32);
+  if (max_padding > 0)
+    for (auto& c : batch.cache) batch_cache(c).prepare(std::nullopt, padding);
+  while (input.shape(1) > 0) {
+    const int n = std::min(o_.prefill_step_size, input.shape(1));
+    model_(mx::slice(input, {0, 0}, {B, n}), &batch.cache);
+    eval_state(batch.cache);
+    mx::clear_cache();
+    input = mx::slice(input, {0, n}, {B, input.shape(1)});
+  }
+  if (max_padding > 0) {
+    for (auto& c : batch.cache) batch_cache(c).finalize();
+    eval_state(batch.cache);
+    mx::clear_cache();
+  }
+}
+
+void BatchGenerator::filter_prompt(PromptBatch& b, const std::vector<int>& keep) {
+  b.uids = pick(b.uids, keep);
+  if (keep.empty()) {
+    b.cache.clear();
+  } else {
+    for (auto& c : b.cache) batch_cache(c).filter(keep);
+  }
+  b.rows = pick(b.rows, keep);
+}
+
+BatchGenerator::GenBatch BatchGenerator::start_generation(PromptBatch batch, const std::vector<int32_t>& last_inputs) {
+  GenBatch g;
+  g.uids = std::move(batch.uids);
+  g.cache = std::move(batch.cache);
+  g.rows = std::move(batch.rows);
+  g.next_tokens = mx::array(last_inputs.data(), {static_cast<int>(last_inputs.size())}, mx::int32);
+  for (const auto& r : g.rows) {
+    g.token_context.push_back(mx::array(r.tokens.data(), {static_cast<int>(r.tokens.size())}, mx::int32));
+    g.num_tokens.push_back(0);
+    g.matchers.push_back(r.stop.matcher());
+  }
+  if (!g.uids.empty()) step(g);
+  return g;
+}
+
+std::pair<std::vector<int32_t>, std::vector<mx::array>> BatchGenerator::step(GenBatch& g) {
+  auto inputs = *g.next_tokens;
+  auto current_logprobs = std::move(g.next_logprobs);
+  const int B = static_cast<int>(g.uids.size());
+
+  auto logits = model_(mx::expand_dims(inputs, 1), &g.cache);
+  const int L = logits.shape(1);
+  logits = mx::squeeze(mx::slice(logits, {0, L - 1, 0}, {B, L, logits.shape(2)}), 1);
+
+  std::vector<mx::array> token_context;
+  bool any_processors = false;
+  for (const auto& r : g.rows) any_processors = any_processors || !r.processors.empty();
+  if (any_processors) {
+    std::vector<mx::array> processed;
+    for (int e = 0; e < B; ++e) {
+      auto sample_logits = row(logits, e);
+      const auto& processors = g.rows[e].processors;
+      if (!processors.empty()) {
+        auto context = mx::concatenate({*g.token_context[e], mx::astype(row(inputs, e), mx::int32)}, 0);
+        g.token_context[e] = context;
+        token_context.push_back(context);
+        for (const auto& processor : processors) sample_logits = processor(context, sample_logits);
+      }
+      processed.push_back(sample_logits);
+    }
+    logits = mx::concatenate(processed, 0);
+  }
+
+  auto logprobs = mx::subtract(logits, mx::logsumexp(logits, -1, true));
+
+  std::vector<const Sampler*> samplers;
+  for (const auto& r : g.rows) samplers.push_back(r.sampler ? r.sampler.get() : fallback_.get());
+  const bool shared = std::all_of(samplers.begin(), samplers.end(), [&](const Sampler* s) { return s == samplers[0]; });
+  mx::array sampled = mx::array(0);
+  if (shared) {
+    sampled = (*samplers[0])(logprobs);
+  } else {
+    std::vector<mx::array> parts;
+    for (int e = 0; e < B; ++e) parts.push_back((*samplers[e])(row(logprobs, e)));
+    sampled = mx::concatenate(parts, 0);
+  }
+
+  g.next_tokens = sampled;
+  g.next_logprobs.clear();
+  for (int e = 0; e < B; ++e) g.next_logprobs.push_back(mx::squeeze(row(logprobs, e), 0));
+  std::vector<mx::array> pending = {sampled};
+  pending.insert(pending.end(), g.next_logprobs.begin(), g.next_logprobs.end());
+  pending.insert(pending.end(), token_context.begin(), token_context.end());
+  mx::async_eval(pending);
+
+  std::vector<mx::array> now = {inputs};
+  now.insert(now.end(), current_logprobs.begin(), current_logprobs.end());
+  mx::eval(now);
+  auto tokens = to_ints(inputs);
+  for (int e = 0; e < B; ++e) g.rows[e].tokens.push_back(tokens[e]);
+  return {tokens, current_logprobs};
+}
+
+model::CacheList BatchGenerator::extract(const model::CacheList& caches, int idx) const {
+  model::CacheList out;
+  for (const auto& c : caches) out.push_back(batch_cache(c).extract(idx));
+  return out;
+}
+
+void BatchGenerator::filter_gen(const std::vector<int>& keep) {
+  auto& g = gen_;
+  g.uids = pick(g.uids, keep);
+  if (keep.empty()) {
+    g.cache.clear();
+  } else {
+    for (auto& c : g.cache) batch_cache(c).filter(keep);
+  }
+  g.rows = pick(g.rows, keep);
+  if (keep.empty())
+    g.next_tokens.reset();
+  else
+    g.next_tokens = mx::take(*g.next_tokens, int_array(keep), 0);
+  g.next_logprobs = pick(g.next_logprobs, keep);
+  g.token_context = pick(g.token_context, keep);
+  g.num_tokens = pick(g.num_tokens, keep);
+  g.matchers = pick(g.matchers, keep);
+}
+
+void BatchGenerator::extend_gen(GenBatch other) {
+  auto& g = gen_;
+  g.uids.insert(g.uids.end(), other.uids.begin(), other.uids.end());
+  if (g.cache.empty()) {
+    g.cache = std::move(other.cache);
+  } else if (!other.cache.empty()) {
+    for (size_t i = 0; i < g.cache.size(); ++i) batch_cache(g.cache[i]).extend(batch_cache(other.cache[i]));
+  }
+  for (auto& r : other.rows) g.rows.push_back(std::move(r));
+  if (!g.next_tokens)
+    g.next_tokens = other.next_tokens;
+  else if (other.next_tokens)
+    g.next_tokens = mx::concatenate({*g.next_tokens, *other.next_tokens}, 0);
+  for (auto& a : other.next_logprobs) g.next_logprobs.push_back(a);
+  for (auto& a : other.token_context) g.token_context.push_back(a);
+  for (int n : other.num_tokens) g.num_tokens.push_back(n);
+  for (auto& m : other.matchers) g.matchers.push_back(m);
+}
+
+std::vector<GenerationResponse> BatchGenerator::gen_next() {
+  auto& g = gen_;
+  if (g.uids.empty()) return {};
+  auto [tokens, logprobs] = step(g);
+  std::vector<int> keep;
+  std::vector<GenerationResponse> responses;
+  for (size_t i = 0; i < g.uids.size(); ++i) {
+    std::optional<std::string> finish_reason;
+    g.num_tokens[i] += 1;
+    if (g.num_tokens[i] >= g.rows[i].max_tokens) finish_reason = "length";
+    if (g.matchers[i].advance(tokens[i])) finish_reason = "stop";
+    GenerationResponse r{g.uids[i], tokens[i], logprobs[i], finish_reason, {}, {}};
+    if (finish_reason) {
+      r.prompt_cache = extract(g.cache, static_cast<int>(i));
+      r.all_tokens = g.rows[i].tokens;
+    } else {
+      keep.push_back(static_cast<int>(i));
+    }
+    responses.push_back(std::move(r));
+  }
+  if (keep.size() < g.uids.size()) filter_gen(keep);
+  return responses;
+}
+
+std::pair<std::vector<PromptResponse>, std::vector<GenerationResponse>> BatchGenerator::next() {
+  std::vector<GenerationResponse> generation_responses;
+  std::vector<PromptResponse> prompt_responses;
+
+  // Generate tokens first
+  if (!gen_.uids.empty()) {
+    generation_responses = gen_next();
+    generation_steps_ += 1;
+    if (generation_steps_ % 512 == 0) mx::clear_cache();
+  }
+
+  // Exit early because we already have our hands full with decoding
+  if (static_cast<int>(gen_.uids.size()) >= o_.completion_batch_size)
+    return {std::move(prompt_responses), std::move(generation_responses)};
+
+  // Check if we have sequences and add them to the prompt batch
+  const int n = std::min({o_.prefill_batch_size - static_cast<int>(prompt_.uids.size()),
+                          o_.completion_batch_size - static_cast<int>(gen_.uids.size()),
+                          static_cast<int>(unprocessed_.size())});
+  if (n > 0) {
+    PromptBatch added = make_batch(n);
+    prompt_.uids.insert(prompt_.uids.end(), added.uids.begin(), added.uids.end());
+    if (prompt_.cache.empty()) {
+      prompt_.cache = std::move(added.cache);
+    } else if (!added.cache.empty()) {
+      for (size_t i = 0; i < prompt_.cache.size(); ++i) batch_cache(prompt_.cache[i]).extend(batch_cache(added.cache[i]));
+    }
+    for (auto& r : added.rows) prompt_.rows.push_back(std::move(r));
+  }
+
+  // Split the prompt sequences to the ones moving to generation and the rest
+  std::vector<int> keep, split;
+  for (size_t i = 0; i < processing_.size(); ++i) {
+    const auto& segments = processing_[i].segments;
+    if (segments.size() == 1 && segments[0].size() == 1)
+      split.push_back(static_cast<int>(i));
+    else
+      keep.push_back(static_cast<int>(i));
+  }
+
+  // Actually split off part of the prompt batch and start generation
+  if (!split.empty()) {
+    std::vector<int32_t> last_inputs;
+    std::vector<int> totals;
+    for (int i : split) {
+      last_inputs.push_back(processing_[i].segments[0][0]);
+      totals.push_back(processing_[i].total);
+    }
+    processing_ = pick(processing_, keep);
+    PromptBatch moving;
+    moving.uids = prompt_.uids;
+    for (const auto& c : prompt_.cache) moving.cache.push_back(c->clone());
+    moving.rows = prompt_.rows;
+    filter_prompt(prompt_, keep);
+    filter_prompt(moving, split);
+    GenBatch started = start_generation(std::move(moving), last_inputs);
+    for (size_t i = 0; i < totals.size(); ++i)
+      prompt_responses.push_back(PromptResponse{started.uids[i], totals[i], totals[i], true, true});
+    extend_gen(std::move(started));
+  }
+
+  // Extract the next prompts input
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t i = 0; i < processing_.size(); ++i) {
+    auto& seq = processing_[i];
+    PromptResponse response{prompt_.uids[i], 0, 0, false, false};
+    auto& first = seq.segments.front();
+    const int take = std::min(static_cast<int>(first.size()), o_.prefill_step_size);
+    prompts.emplace_back(first.begin(), first.begin() + take);
+    first.erase(first.begin(), first.begin() + take);
+    if (first.empty()) {
+      seq.segments.pop_front();
+      response.end_of_segment = true;
+    }
+    seq.processed += take;
+    response.processed = seq.processed;
+    response.total = seq.total;
+    prompt_responses.push_back(response);
+  }
+
+  // Process the prompts
+  prompt(prompt_, prompts);
+  return {std::move(prompt_responses), std::move(generation_responses)};
+}
+
+std::vector<GenerationResponse> BatchGenerator::next_generated() {
+  while (true) {
+    auto [prompt_responses, generation_responses] = next();
+    if (generation_responses.empty() && !prompt_responses.empty()) continue;
+    return std::move(generation_responses);
+  }
+}
+
+void BatchGenerator::remove(const std::vector<int>& uids) {
+  std::set<int> drop(uids.begin(), uids.end());
+  std::deque<Pending> left;
+  for (auto& p : unprocessed_)
+    if (!drop.count(p.uid)) left.push_back(std::move(p));
+  unprocessed_ = std::move(left);
+  std::vector<int> keep_prompt, keep_gen;
+  for (size_t i = 0; i < prompt_.uids.size(); ++i)
+    if (!drop.count(prompt_.uids[i])) keep_prompt.push_back(static_cast<int>(i));
+  for (size_t i = 0; i < gen_.uids.size(); ++i)
+    if (!drop.count(gen_.uids[i])) keep_gen.push_back(static_cast<int>(i));
+  if (keep_prompt.size() < prompt_.uids.size()) {
+    filter_prompt(prompt_, keep_prompt);
+    processing_ = pick(processing_, keep_prompt);
+  }
+  if (keep_gen.size() < gen_.uids.size()) filter_gen(keep_gen);
+}
+
+}  // namespace mlxrt::generate

@@ -1,0 +1,143 @@
+#pragma once
+/** mlx-lm's continuous batching (BatchGenerator, PromptProcessingBatch and GenerationBatch in
+ * mlx_lm/generate.py @ mlx-lm 0.32.2): sequences are inserted at any time, prefilled together
+ * (right-padded, then rolled into a left-padded BatchKVCache), and decoded together one token per
+ * row per step; rows leave when they stop or reach max_tokens, new rows join between steps. Each
+ * row has its own sampler, logits processors, stop sequences and max_tokens. */
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <mlx/array.h>
+
+#include "mlxrt/cache/batch_kv_cache.h"
+#include "mlxrt/generate/generate_step.h"
+#include "mlxrt/generate/stop.h"
+#include "mlxrt/model/causal_lm.h"
+
+namespace mlxrt::generate {
+
+/** A row's sampler. Rows that hold the same object are sampled in one call over their logprobs
+ * (mlx-lm's `all(s is samplers[0] ...)`); otherwise each row is sampled on its own, in row order. */
+using SharedSampler = std::shared_ptr<const Sampler>;
+
+/** Whether `model`'s caches can be merged into a batch (mlx_lm.server's is_batchable: every cache
+ * of make_prompt_cache has `merge`); nullopt when they can, else why not. mlxrt batches the
+ * full-attention KVCache layers. */
+std::optional<std::string> batching_unsupported_reason(const model::CausalLM& model);
+
+struct BatchGeneratorOptions {
+  int max_tokens = 128;
+  std::vector<std::vector<int32_t>> stop_tokens;  // the default stop sequences
+  SharedSampler sampler;                          // the fallback; null: greedy
+  int completion_batch_size = 32;
+  int prefill_batch_size = 8;
+  int prefill_step_size = 2048;
+};
+
+/** One sequence to insert. Empty optionals take the generator's defaults. */
+struct BatchRequest {
+  std::vector<int32_t> prompt;
+  std::optional<int> max_tokens;
+  /** The sequence's cache so far (a prompt-cache hit): KVCaches, one per layer, or empty for a
+   * fresh one. `all_tokens` are the tokens it holds. */
+  model::CacheList cache;
+  std::vector<int32_t> all_tokens;
+  SharedSampler sampler;
+  std::vector<LogitsProcessor> logits_processors;
+  std::optional<StopSequences> stop_sequences;
+};
+
+struct PromptResponse {
+  int uid;
+  int processed, total;
+  bool end_of_segment, end_of_prompt;
+};
+
+struct GenerationResponse {
+  int uid;
+  int32_t token;
+  mx::array logprobs;                  // [vocab]
+  std::optional<std::string> finish_reason;  // "stop" / "length" on the row's last token
+  model::CacheList prompt_cache;       // on the last token: the row's cache (KVCaches)
+  std::vector<int32_t> all_tokens;     // on the last token: the tokens its cache holds
+};
+
+class BatchGenerator {
+ public:
+  BatchGenerator(model::CausalLM& model, BatchGeneratorOptions options);
+  ~BatchGenerator();
+
+  /** Queues sequences; returns their uids (consecutive, from 0). UsageError on an empty prompt or
+   * max_tokens <= 0. */
+  std::vector<int> insert(std::vector<BatchRequest> requests);
+  /** One step: decodes one token for every generating row, then moves finished prompts into the
+   * generation batch and prefills the next chunk of the rest. */
+  std::pair<std::vector<PromptResponse>, std::vector<GenerationResponse>> next();
+  /** next() until it yields generated tokens (empty once nothing is left). */
+  std::vector<GenerationResponse> next_generated();
+  /** Drops the rows of `uids` wherever they are (queued, prefilling or generating). */
+  void remove(const std::vector<int>& uids);
+  /** Rows queued, prefilling or generating. */
+  size_t size() const;
+  size_t generating() const { return gen_.uids.size(); }
+
+ private:
+  struct Row {
+    std::vector<int32_t> tokens;  // what the cache holds
+    SharedSampler sampler;
+    std::vector<LogitsProcessor> processors;
+    StopSequences stop;
+    int max_tokens;
+  };
+  struct Pending {
+    int uid;
+    std::deque<std::vector<int32_t>> segments;
+    Row row;
+    model::CacheList cache;
+  };
+  struct Processing {
+    std::deque<std::vector<int32_t>> segments;
+    int processed, total;
+  };
+  struct PromptBatch {
+    std::vector<int> uids;
+    model::CacheList cache;  // BatchKVCaches, one per layer (empty with no rows)
+    std::vector<Row> rows;
+  };
+  struct GenBatch {
+    std::vector<int> uids;
+    model::CacheList cache;  // BatchKVCaches, one per layer (empty with no rows)
+    std::vector<Row> rows;
+    std::optional<mx::array> next_tokens;
+    std::vector<mx::array> next_logprobs;
+    std::vector<std::optional<mx::array>> token_context;
+    std::vector<int> num_tokens;
+    std::vector<StopSequences::Matcher> matchers;
+  };
+
+  PromptBatch make_batch(int n);
+  void prompt(PromptBatch& batch, const std::vector<std::vector<int32_t>>& tokens);
+  GenBatch start_generation(PromptBatch batch, const std::vector<int32_t>& last_inputs);
+  std::pair<std::vector<int32_t>, std::vector<mx::array>> step(GenBatch& g);
+  std::vector<GenerationResponse> gen_next();
+  static void filter_prompt(PromptBatch& b, const std::vector<int>& keep);
+  void filter_gen(const std::vector<int>& keep);
+  void extend_gen(GenBatch other);
+  model::CacheList extract(const model::CacheList& cache, int idx) const;
+
+  model::CausalLM& model_;
+  BatchGeneratorOptions o_;
+  SharedSampler fallback_;
+  StopSequences default_stop_;
+  int uid_count_ = 0;
+  std::deque<Pending> unprocessed_;
+  std::vector<Processing> processing_;
+  PromptBatch prompt_;
+  GenBatch gen_;
+  long generation_steps_ = 0;
+};
+
+}  // namespace mlxrt::generate

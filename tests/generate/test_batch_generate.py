@@ -1,0 +1,124 @@
+"""Batched generation parity: `mlxrt batch-generate` against mlx-lm's BatchGenerator (driven as
+batch_generate drives it) for one set of prompts of different lengths and settings submitted
+together. Each request's tokens and the logprobs of its sampled tokens equal mlx-lm's exactly."""
+import json
+
+import pytest
+from conftest import make_fixture, run_mlxrt
+from batch_oracle import batch_tokens
+
+EOS = 2  # the fixtures' eos_token_id
+
+# Four prompts of different lengths (one of a single token) and budgets.
+GREEDY = [
+    {"prompt_tokens": [1, 5, 9, 200, 33, 17, 8, 91, 140, 7, 64], "max_tokens": 24},
+    {"prompt_tokens": [1, 44], "max_tokens": 9},
+    {"prompt_tokens": [3], "max_tokens": 17},
+    {"prompt_tokens": [1, 300, 301, 302, 11, 12], "max_tokens": 30},
+]
+
+# Per-request samplers and processors: each row sampled on its own (distinct samplers), with the
+# generator's greedy fallback for the row without one.
+MIXED = [
+    {"prompt_tokens": [1, 5, 9, 200, 33, 17, 8, 91, 140, 7, 64], "max_tokens": 24,
+     "sampler": {"temp": 0.8, "top_p": 0.9}},
+    {"prompt_tokens": [1, 44], "max_tokens": 20, "sampler": {"temp": 1.0, "top_k": 20},
+     "logits_processors": {"repetition_penalty": 1.3}},
+    {"prompt_tokens": [3], "max_tokens": 17},
+    {"prompt_tokens": [1, 300, 301, 302, 11, 12], "max_tokens": 30, "sampler": {"temp": 0.7, "min_p": 0.05},
+     "logits_processors": {"logit_bias": {"5": 2.5}, "presence_penalty": 0.5}},
+]
+
+
+def ours(model, requests, tmp_path, *flags):
+    path = tmp_path / "requests.json"
+    path.write_text(json.dumps({"requests": requests}))
+    out = run_mlxrt("batch-generate", "--model", model, "--requests", path, *flags).stdout
+    rows = [json.loads(line) for line in out.splitlines()]
+    return [(r["tokens"], r["logprobs"], r["finish_reason"]) for r in rows]
+
+
+def oracle_requests(requests):
+    """The CLI takes logit_bias keys as strings (as OpenAI sends them); make_logits_processors ints."""
+    out = []
+    for r in requests:
+        r = json.loads(json.dumps(r))
+        lp = r.get("logits_processors", {})
+        if "logit_bias" in lp:
+            lp["logit_bias"] = {int(k): v for k, v in lp["logit_bias"].items()}
+        out.append(r)
+    return out
+
+
+# Other families whose layers all keep a KVCache batch too (checked as long cases).
+MORE = ["phi3_bf16", "mistral3_bf16", "smollm3_bf16", "olmo2_bf16", "granite_bf16", "glm4_bf16", "gemma_bf16",
+        "starcoder2_bf16", "qwen3_moe_fp32", "mixtral_fp32"]
+
+
+@pytest.mark.parametrize("fixture", ["qwen3_bf16", "llama_bf16", "qwen2_bf16"]
+                         + [pytest.param(f, marks=pytest.mark.long) for f in MORE])
+def test_greedy_batch_equals_mlx_lm(fixture, tmp_path):
+    model = make_fixture(fixture)
+    want = batch_tokens(model, GREEDY, [EOS])
+    got = ours(model, GREEDY, tmp_path)
+    assert got == want
+    assert all(t for t, _, _ in got)
+
+
+@pytest.mark.parametrize("fixture", ["qwen3_bf16", "llama_bf16"])
+def test_seeded_batch_equals_mlx_lm(fixture, tmp_path):
+    """One shared sampler (the --temp flag): one categorical draw over the whole batch per step."""
+    model = make_fixture(fixture)
+    want = batch_tokens(model, GREEDY, [EOS], seed=7, sampler_args={"temp": 1.0, "top_p": 0.95})
+    got = ours(model, GREEDY, tmp_path, "--seed", 7, "--temp", 1.0, "--top-p", 0.95)
+    assert got == want
+
+
+def test_per_request_settings_equal_mlx_lm(tmp_path):
+    model = make_fixture("qwen3_bf16")
+    want = batch_tokens(model, oracle_requests(MIXED), [EOS], seed=3)
+    got = ours(model, MIXED, tmp_path, "--seed", 3)
+    assert got == want
+
+
+def test_small_batches_and_chunked_prefill_equal_mlx_lm(tmp_path):
+    """Fewer rows than requests at once: rows join as others leave, prompts prefilled in chunks."""
+    model = make_fixture("qwen3_bf16")
+    args = dict(completion_batch_size=2, prefill_batch_size=2, prefill_step_size=4)
+    want = batch_tokens(model, GREEDY, [EOS], **args)
+    got = ours(model, GREEDY, tmp_path, "--completion-batch-size", 2, "--prefill-batch-size", 2,
+               "--prefill-step-size", 4)
+    assert got == want
+
+
+@pytest.mark.parametrize("fixture", [
+    "gemma3_bf16",  # sliding-window layers keep a RotatingKVCache, which mlxrt does not batch
+    pytest.param("ministral3_bf16", marks=pytest.mark.long),  # scales queries by one position offset
+    pytest.param("gemma2_bf16", marks=pytest.mark.long),  # its attention cannot take a batched mask
+])
+def test_unbatchable_model_is_refused(fixture, tmp_path):
+    model = make_fixture(fixture)
+    path = tmp_path / "requests.json"
+    path.write_text(json.dumps({"requests": GREEDY[:1]}))
+    proc = run_mlxrt("batch-generate", "--model", model, "--requests", path, check=False)
+    assert proc.returncode != 0
+    assert proc.stderr.startswith("error: batched generation: ") and proc.stdout == ""
+
+
+@pytest.mark.parametrize("doc,message", [
+    ("not json", "not valid JSON"),
+    ('{"requests": []}', "at least one request"),
+    ('{"requests": [{"max_tokens": 3}]}', 'requests[0]: expected an object with "prompt_tokens"'),
+    ('{"requests": [{"prompt_tokens": [1, 99999]}]}', "requests[0].prompt_tokens: ids must be integers in [0, "),
+    ('{"requests": [{"prompt_tokens": []}]}', "Sequence 0 has an empty prompt."),
+    ('{"requests": [{"prompt_tokens": [1], "max_tokens": 0}]}', "max_tokens must be > 0"),
+    ('{"requests": [{"prompt_tokens": [1], "sampler": {"temp": 1, "tmp": 2}}]}',
+     "requests[0].sampler: unknown make_sampler argument 'tmp'"),
+    ('{"requests": [{"prompt_tokens": [1], "sampler": {"top_p": 2}}]}', "top_p: has to be a float in the [0, 1]"),
+])
+def test_bad_requests_file_is_refused(tmp_path, doc, message):
+    path = tmp_path / "requests.json"
+    path.write_text(doc)
+    proc = run_mlxrt("batch-generate", "--model", make_fixture("qwen3_bf16"), "--requests", path, check=False)
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert message in proc.stderr, proc.stderr

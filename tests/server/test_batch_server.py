@@ -1,0 +1,138 @@
+"""Continuous batching in the server: concurrent requests to mlxrt server and to mlx_lm.server (one
+start each) give each request the same tokens, text, logprobs and finish reasons, streamed or not,
+with per-request stop words, budgets and logprob settings; the requests are on the model together
+(the batch grows past one); a request that cannot batch (a seed) waits for the batch to drain and
+is served alone.
+
+Which requests share a step depends on arrival timing, in mlx_lm.server as in ours. On this CPU
+fixture a row's arithmetic does not depend on what it is batched with (tokens and logprobs of
+`mlxrt batch-generate` for a batch equal each prompt's solo run, and equal mlx-lm's BatchGenerator:
+tests/generate/test_batch_generate.py), so the per-request results are comparable whatever the
+composition each server happened to form."""
+import http.client
+import json
+import threading
+import time
+
+import pytest
+
+from conftest import start_mlx_lm, start_mlxrt, stop
+
+TEXT = "/v1/completions"
+CHAT = "/v1/chat/completions"
+
+
+@pytest.fixture(scope="module")
+def servers(model_dir, tmp_path_factory):
+    ref = start_mlx_lm(model_dir, tmp_path_factory)
+    try:
+        ours = start_mlxrt(model_dir, tmp_path_factory)
+    except Exception:
+        stop(ref)
+        raise
+    yield ref, ours
+    stop(ours)
+    stop(ref)
+
+
+def requests_for(model_dir):
+    words = "the quick brown fox jumps over the lazy dog "
+    bodies = [
+        (TEXT, {"prompt": "Once upon a time", "max_tokens": 24, "logprobs": True, "top_logprobs": 3}),
+        (TEXT, {"prompt": words * 6, "max_tokens": 9}),
+        (CHAT, {"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 30, "logprobs": True,
+                "top_logprobs": 2}),
+        (TEXT, {"prompt": "In the beginning " + words, "max_tokens": 40, "repetition_penalty": 1.3}),
+        (CHAT, {"messages": [{"role": "user", "content": "Stop early"}], "max_tokens": 20,
+                "logit_bias": {"151645": 100}}),
+        (TEXT, {"prompt": "A", "max_tokens": 16, "stop": [" the", "."]}),
+    ]
+    return [(path, {"model": str(model_dir), **b}) for path, b in bodies]
+
+
+def post(port, path, body, timeout=120):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def comparable(path, raw, stream):
+    """What must match: per choice the text/content, finish reason and logprobs; usage counts."""
+    if stream:
+        events = [json.loads(b[6:]) for b in raw.decode().split("\n\n") if b.startswith("data: {")]
+        out = []
+        for e in events:
+            for c in e["choices"]:
+                out.append((c.get("text", c.get("delta", {}).get("content")), c["finish_reason"], c.get("logprobs")))
+            if e.get("usage"):
+                out.append(("usage", e["usage"]["prompt_tokens"], e["usage"]["completion_tokens"]))
+        return out
+    r = json.loads(raw)
+    c = r["choices"][0]
+    text = c["text"] if path == TEXT else c["message"]["content"]
+    return text, c["finish_reason"], c.get("logprobs"), r["usage"]["prompt_tokens"], r["usage"]["completion_tokens"]
+
+
+def concurrent(server, reqs, stream, peak=None):
+    out, errors = {}, []
+
+    def one(i, path, body):
+        try:
+            b = {**body, "stream": True, "stream_options": {"include_usage": True}} if stream else body
+            status, raw = post(server.port, path, b)
+            assert status == 200, raw
+            out[i] = comparable(path, raw, stream)
+        except Exception as e:  # reported below
+            errors.append((i, repr(e)))
+
+    threads = [threading.Thread(target=one, args=(i, p, b)) for i, (p, b) in enumerate(reqs)]
+    for t in threads:
+        t.start()
+    if peak is not None:
+        while any(t.is_alive() for t in threads):
+            status, raw = post_metrics(server.port)
+            for line in raw.decode().splitlines():
+                if line.startswith("mlxrt_batch_size "):
+                    peak.append(float(line.split()[1]))
+            time.sleep(0.005)
+    for t in threads:
+        t.join(timeout=180)
+    assert not errors, errors
+    return [out[i] for i in range(len(reqs))]
+
+
+def post_metrics(port):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", "/metrics")
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_concurrent_requests_equal_mlx_lm_server(servers, model_dir, stream):
+    ref, ours = servers
+    reqs = requests_for(model_dir)
+    peak = []
+    got = concurrent(ours, reqs, stream, peak=peak)
+    want = concurrent(ref, reqs, stream)
+    assert got == want
+    assert max(peak) > 1  # the requests were on the model together
+
+
+def test_unbatchable_request_waits_for_the_batch(servers, model_dir):
+    """A seeded request arriving while a batch runs is served alone after it, as mlx_lm.server
+    drains its batch first; both answers are whole."""
+    ref, ours = servers
+    reqs = requests_for(model_dir)[:3]
+    seeded = (TEXT, {"model": str(model_dir), "prompt": "Seeded", "max_tokens": 12, "seed": 5, "temperature": 0.0})
+    got = concurrent(ours, reqs + [seeded], stream=False)
+    want = concurrent(ref, reqs + [seeded], stream=False)
+    assert got == want
+    assert got[-1][4] == 12
