@@ -24,6 +24,7 @@ struct Server::Parts {
         generator(session, o, log, metrics),
         scheduler(
             [this](Job& job) {
+              if (job.task()) return job.task()(job);
               generator.run(job);
               // Streamed experts: the cache's totals so far, after each request.
               if (session.experts) log.info(model::nn::format_expert_stats(session.experts->stats()));
