@@ -25,6 +25,7 @@ struct Args {
   bool trust_remote_code = false, pipeline = false, no_chat_page = false;
   int kv_bits = 0;
   std::optional<double> expert_memory;
+  std::vector<std::string> adapters;
 };
 
 /** mlx-lm's _parse_size: a byte count with an optional K/M/G/T suffix (powers of 1000). */
@@ -77,6 +78,12 @@ void run(Args& a) {
   }
   a.o.expert_memory_bytes = expert_memory_bytes(a.expert_memory);
   a.o.adapter_path = a.adapter_path;
+  for (const auto& spec : a.adapters) {
+    const auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+      throw UsageError("--adapters: expected NAME=DIR, got '" + spec + "'");
+    a.o.adapters.emplace_back(spec.substr(0, eq), spec.substr(eq + 1));
+  }
 
   // SIGINT/SIGTERM are taken by one thread that stops the server, so every other thread
   // (HTTP workers, the generation thread) runs with them blocked.
@@ -108,6 +115,9 @@ void register_server(CLI::App& app) {
   cmd->add_option("--model", o.model,
                   "The path to the MLX model weights, tokenizer, and config (" + convert::default_model_help() + ")");
   cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
+  cmd->add_option("--adapters", a->adapters,
+                  "Adapters preloaded beside the model, as NAME=DIR (mlx_lm.lora adapter directories); a request "
+                  "picks one by its 'adapters' field or a model name MODEL@NAME");
   cmd->add_option("--host", o.host, "Host for the HTTP server")->capture_default_str();
   cmd->add_option("--port", o.port, "Port for the HTTP server")->capture_default_str();
   cmd->add_option("--allowed-origins", a->allowed_origins, "Allowed origins, comma-separated")->capture_default_str();

@@ -17,6 +17,7 @@ void register_detokenize(CLI::App& app);
 void register_cache_prompt(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_manage(CLI::App& app);
+void register_embed(CLI::App& app);
 
 inline void register_verbs(CLI::App& app) {
   register_profile(app);
@@ -32,6 +33,7 @@ inline void register_verbs(CLI::App& app) {
   register_cache_prompt(app);
   register_perplexity(app);
   register_manage(app);
+  register_embed(app);
 }
 
 }  // namespace mlxrt::cli

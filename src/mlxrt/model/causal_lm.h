@@ -37,7 +37,16 @@ class CausalLM {
    * empty for layers without one (and for families that do not say). */
   virtual std::vector<std::vector<mx::Shape>> array_state_shapes() const { return {}; }
   virtual int vocab_size() const = 0;
+  /** mlx-lm's model.model(inputs, cache): the hidden states the head reads (after the final norm),
+   * [B, L, hidden]. The same graph operator() runs up to its head; for embeddings. */
+  virtual mx::array hidden_states(const mx::array& inputs, CacheList* cache);
+  /** True when the family implements hidden_states. */
+  virtual bool has_hidden_states() const { return false; }
 };
+
+inline mx::array CausalLM::hidden_states(const mx::array&, CacheList*) {
+  throw UnsupportedError("this model family does not expose its hidden states (embeddings need them)");
+}
 
 /** Token ids must index the model's embedding table: MLX's gather does not check its indices, so an
  * id past the table would read outside it. UsageError names the first bad id, its position and the

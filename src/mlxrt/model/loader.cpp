@@ -119,4 +119,48 @@ LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& opt
   return LoadedModel{std::move(config), std::move(profile), std::move(model)};
 }
 
+AdaptedModels load_model_with_adapters(const std::filesystem::path& path, const LoadOptions& options,
+                                       const std::vector<std::pair<std::string, std::filesystem::path>>& adapters) {
+  auto resolved = resolve_model(path, options);
+  const io::ModelConfig& config = resolved.first;
+  const ResolvedProfile& profile = resolved.second;
+  assert_resolved_profile(config, profile);
+  auto base_adapter = load_adapter(options);
+  std::vector<std::shared_ptr<nn::Adapter>> loaded;
+  for (const auto& [name, dir] : adapters) {
+    try {
+      loaded.push_back(nn::Adapter::load(dir));
+    } catch (const Error& e) {
+      throw ConfigError("adapter '" + name + "': " + e.what());
+    }
+  }
+  const auto weights = io::load_weights(config.dir());
+  check_layer_count(config, weights);
+  std::vector<mx::array> resident;
+  // One model bound to a shallow copy of the tensor map: the arrays (and the data they will hold)
+  // are shared between the models.
+  auto build = [&](const std::shared_ptr<nn::Adapter>& adapter) {
+    io::WeightMap copy = weights;
+    if (adapter) prepare_adapter(*adapter, config, copy);
+    WeightBinder binder(std::move(copy), config);
+    binder.set_adapter(adapter);
+    auto model = graph_entry(profile.profile.execution.graph).build(config, binder);
+    binder.finish();
+    resident.insert(resident.end(), binder.taken().begin(), binder.taken().end());
+    if (adapter) resident.insert(resident.end(), adapter->taken().begin(), adapter->taken().end());
+    return model;
+  };
+  AdaptedModels out{LoadedModel{config, profile, build(base_adapter)}, {}};
+  for (size_t i = 0; i < adapters.size(); ++i) {
+    try {
+      out.adapted.emplace_back(adapters[i].first, build(loaded[i]));
+    } catch (const Error& e) {
+      throw WeightsError("adapter '" + adapters[i].first + "' (" + adapters[i].second.string() +
+                         ") does not fit the model in " + config.dir().string() + ": " + e.what());
+    }
+  }
+  if (!options.lazy) mx::eval(resident);
+  return out;
+}
+
 }  // namespace mlxrt::model

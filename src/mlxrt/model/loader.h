@@ -32,6 +32,20 @@ std::pair<io::ModelConfig, ResolvedProfile> resolve_model(const std::filesystem:
 
 LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& options = {});
 
+/** A model and, beside it, the same model with each named adapter applied: every model is bound
+ * to the same base tensors (each read once; tensors a family's sanitize rewrites, such as stacked
+ * experts, are made per model). */
+struct AdaptedModels {
+  LoadedModel base;  // with options.adapter_path's adapter when given
+  std::vector<std::pair<std::string, std::unique_ptr<CausalLM>>> adapted;  // in the order given
+};
+
+/** load_model plus one model per (name, adapter directory). Every adapter's config and file header
+ * are checked before any weight is read; an adapter made for another base model (tensors of other
+ * shapes, or for modules the model lacks) is a WeightsError naming the adapter. */
+AdaptedModels load_model_with_adapters(const std::filesystem::path& path, const LoadOptions& options,
+                                       const std::vector<std::pair<std::string, std::filesystem::path>>& adapters);
+
 /** The adapter of options.adapter_path (null when none), its config and file header checked;
  * read before any weight of the model is. */
 std::shared_ptr<nn::Adapter> load_adapter(const LoadOptions& options);

@@ -29,26 +29,73 @@ void reply_error(httplib::Response& res, int status, const std::string& message,
 
 }  // namespace
 
+namespace {
+
+/** The request's model field names the served model: "default_model", the --model value, or a
+ * path or org/name[@revision] id of the local Hugging Face cache naming the served directory. */
+bool names_served_model(const std::string& name, const ServerOptions& o, const ModelSession& s) {
+  namespace fs = std::filesystem;
+  if (name == "default_model" || name == o.model) return true;
+  std::error_code ec;
+  try {
+    return fs::equivalent(io::resolve_model_dir(name), s.dir, ec);
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+std::string adapter_names(const ModelSession& s) {
+  std::string out;
+  for (const auto& [name, _] : s.adapter_models) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+/** The adapter that `model` selects as "<served model>@<adapter name>" ("" when it selects none). */
+std::string adapter_in_model_name(const std::string& model, const ServerOptions& o, const ModelSession& s) {
+  const auto at = model.rfind('@');
+  if (at == std::string::npos || s.adapter_models.count(model.substr(at + 1)) == 0) return {};
+  return names_served_model(model.substr(0, at), o, s) ? model.substr(at + 1) : std::string();
+}
+
+}  // namespace
+
+std::string requested_adapter(const CompletionRequest& r, const ServerOptions& o, const ModelSession& s) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string by_model = adapter_in_model_name(r.model, o, s);
+  if (!r.adapter) return by_model;
+  std::optional<std::string> by_field;
+  if (s.adapter_models.count(*r.adapter)) by_field = *r.adapter;
+  for (const auto& [name, dir] : s.adapter_dirs)
+    if (!by_field && fs::equivalent(*r.adapter, dir, ec)) by_field = name;
+  // The --adapter-path adapter is the plain model's own.
+  if (!by_field && !o.adapter_path.empty() && fs::equivalent(*r.adapter, o.adapter_path, ec)) by_field = "";
+  if (!by_field) {
+    std::string held = o.adapter_path.empty() ? std::string() : "'" + o.adapter_path + "' (--adapter-path)";
+    if (!s.adapter_models.empty()) held += (held.empty() ? "" : " and ") + adapter_names(s) + " (--adapters)";
+    throw HttpError(400, "adapter '" + *r.adapter + "' is not served here (" +
+                             (held.empty() ? std::string("this server runs without adapters; start it with "
+                                                         "--adapters name=DIR to choose one per request")
+                                           : "this server holds " + held) + ")",
+                    "adapters");
+  }
+  if (!by_model.empty() && *by_field != by_model)
+    throw HttpError(400, "adapters names '" + *r.adapter + "' but model names the adapter '" + by_model + "'",
+                    "adapters");
+  return *by_field;
+}
+
 void check_model(const CompletionRequest& r, const ServerOptions& o, const ModelSession& s) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  // A path or an org/name[@revision] id of the local Hugging Face cache naming the served directory.
-  auto same_dir = [&](const std::string& name) {
-    try {
-      return fs::equivalent(io::resolve_model_dir(name), s.dir, ec);
-    } catch (const Error&) {
-      return false;
-    }
-  };
-  if (r.model != "default_model" && r.model != o.model && !same_dir(r.model))
+  if (adapter_in_model_name(r.model, o, s).empty() && !names_served_model(r.model, o, s)) {
+    const auto at = r.model.rfind('@');
+    if (at != std::string::npos && !s.adapter_models.empty() && names_served_model(r.model.substr(0, at), o, s))
+      throw HttpError(404, "model '" + r.model + "' is not served here: no adapter named '" + r.model.substr(at + 1) +
+                               "' (adapters: " + adapter_names(s) + ")", "model");
     throw HttpError(404, "model '" + r.model + "' is not served here (this server holds '" + o.model + "')", "model");
-  // The one adapter this server holds (--adapter-path) is the only one a request may name.
-  if (r.adapter && (o.adapter_path.empty() || !fs::equivalent(*r.adapter, o.adapter_path, ec)))
-    throw HttpError(400, "adapter '" + *r.adapter + "' is not served here (" +
-                             (o.adapter_path.empty() ? std::string("this server runs without an adapter")
-                                                     : "this server holds the adapter '" + o.adapter_path + "'") +
-                             "; switching adapters per request is not supported)",
-                    "adapters");
+  }
+  requested_adapter(r, o, s);
   // mlx-lm loads the draft model a request names; this server holds the one --draft-model names.
   if (r.draft_model && *r.draft_model != "default_model" &&
       (!s.draft_model || (*r.draft_model != o.draft_model && !fs::equivalent(*r.draft_model, o.draft_model, ec))))

@@ -21,6 +21,13 @@ namespace mlxrt::server {
  * HttpError naming the field otherwise (shared by every API that generates). */
 void check_model(const CompletionRequest& request, const ServerOptions& options, const ModelSession& session);
 
+/** The adapter a request runs with: a --adapters name chosen by its `adapters` field (a name or an
+ * adapter directory) or by a model name "<model>@<adapter>"; "" for the plain model (which carries
+ * --adapter-path's adapter, if any). HttpError(400) naming `adapters` for an adapter not served or
+ * two fields that disagree. */
+std::string requested_adapter(const CompletionRequest& request, const ServerOptions& options,
+                              const ModelSession& session);
+
 void handle_completion_request(const ServerOptions& options, Logger& log, const ModelSession& session,
                                Scheduler& scheduler, const std::string& fingerprint, const httplib::Request& req,
                                httplib::Response& res, Endpoint endpoint);

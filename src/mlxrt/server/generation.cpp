@@ -12,6 +12,7 @@
 #include "mlxrt/generate/sampler.h"
 #include "mlxrt/generate/speculative.h"
 #include "mlxrt/model/nn/expert_store.h"
+#include "mlxrt/server/completion_handler.h"
 #include "mlxrt/server/http_error.h"
 
 namespace mlxrt::server {
@@ -85,7 +86,9 @@ std::shared_ptr<const StopSequences> Generator::stop_sequences(const std::vector
 void Generator::run(Job& job) {
   const CompletionRequest& r = job.request();
   const std::vector<int32_t>& prompt = job.prompt().tokens;
-  auto& model = *session_.loaded.model;
+  // --adapters: the request's adapter picks the model, and keys the prompt cache.
+  const std::string adapter = requested_adapter(r, options_, session_);
+  auto& model = session_.model_for(adapter);
 
   if (r.seed) rng_->seed(static_cast<uint64_t>(*r.seed));
   generate::GenerateOptions go;
@@ -105,7 +108,7 @@ void Generator::run(Job& job) {
     throw HttpError(400, e.what());
   }
 
-  auto hit = cache_.fetch(prompt);
+  auto hit = cache_.fetch(prompt, adapter);
   const bool fresh = hit.cache.empty();
   cache::CacheList kv = fresh ? model.make_cache() : std::move(hit.cache);
   // With a draft model the cache holds the main model's layers, then the draft's (mlx-lm's
@@ -180,7 +183,7 @@ void Generator::run(Job& job) {
   const int offset = kv.empty() ? 0 : kv.front()->offset();
   if (offset > 0 && static_cast<size_t>(offset) <= key.size()) {
     key.resize(static_cast<size_t>(offset));
-    cache_.insert(std::move(key), std::move(kv));
+    cache_.insert(std::move(key), std::move(kv), adapter);
   }
   metrics_.job_finished(generated);
   metrics_.prompt_cache_state(cache_.nbytes(), cache_.size());
@@ -190,7 +193,14 @@ void Generator::run(Job& job) {
 // --- continuous batching (mlx_lm.server's _generate batch path) ---
 
 bool Generator::batchable(const Job& job) const {
-  return !unbatchable_ && !job.request().seed && !options_.kv_bits;
+  if (unbatchable_ || job.task() || job.request().seed || options_.kv_bits) return false;
+  // The batch runs the base model: a request for one of --adapters runs alone on its own weights
+  // (and one naming an unknown adapter gets its error there).
+  try {
+    return requested_adapter(job.request(), options_, session_).empty();
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 void Generator::batch_open() {

@@ -8,6 +8,7 @@
 #include <ctime>
 
 #include "mlxrt/server/anthropic_api.h"
+#include "mlxrt/server/embeddings_api.h"
 #include "mlxrt/server/http_error.h"
 #include "mlxrt/server/models_list.h"
 #include "mlxrt/server/python_json.h"
@@ -40,7 +41,8 @@ HttpFront::HttpFront(const ServerOptions& options, Logger& log, const ModelSessi
       metrics_(metrics),
       fingerprint_(system_fingerprint()),
       http_(std::make_unique<httplib::Server>()),
-      responses_api_(std::make_unique<ResponsesApi>()) {
+      responses_api_(std::make_unique<ResponsesApi>()),
+      embeddings_api_(std::make_unique<EmbeddingsApi>(session)) {
   const int threads = std::max(4, options.http_threads);
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   // Bodies a little over the limit are still read (then refused with 413 by the route), so that
@@ -142,6 +144,11 @@ void HttpFront::install_routes() {
   http_->Post("/v1/responses", api([this](const ApiContext& c, const Request& req, Response& res) {
                 responses_api_->handle(c, req, res);
               }));
+  auto embeddings = api([this](const ApiContext& c, const Request& req, Response& res) {
+    embeddings_api_->handle(c, req, res);
+  });
+  http_->Post("/v1/embeddings", embeddings);
+  http_->Post("/embeddings", embeddings);
   http_->Post(R"(.*)", [this](const Request&, Response& res) { send_error(res, 404, "Not Found"); });
 
   http_->Get("/health", [this](const Request&, Response& res) {

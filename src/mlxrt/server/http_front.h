@@ -20,6 +20,7 @@ struct Response;
 namespace mlxrt::server {
 
 class ResponsesApi;
+class EmbeddingsApi;
 
 class HttpFront {
  public:
@@ -49,6 +50,7 @@ class HttpFront {
   std::string fingerprint_;
   std::unique_ptr<httplib::Server> http_;
   std::unique_ptr<ResponsesApi> responses_api_;  // /v1/responses and its store
+  std::unique_ptr<EmbeddingsApi> embeddings_api_;  // /v1/embeddings
   int bound_port_ = 0;
 };
 

@@ -59,6 +59,12 @@ class Job {
 
   Job(CompletionRequest request, PreparedPrompt prompt, std::optional<Clock::time_point> deadline)
       : request_(std::move(request)), prompt_(std::move(prompt)), deadline_(deadline), queued_at_(Clock::now()) {}
+  /** A job that runs `task` on the generation thread instead of generating (embeddings); the task
+   * pushes its own DoneEvent or ErrorEvent. */
+  Job(std::function<void(Job&)> task, std::optional<Clock::time_point> deadline)
+      : deadline_(deadline), queued_at_(Clock::now()), task_(std::move(task)) {}
+
+  const std::function<void(Job&)>& task() const { return task_; }
 
   const CompletionRequest& request() const { return request_; }
   const PreparedPrompt& prompt() const { return prompt_; }
@@ -89,6 +95,7 @@ class Job {
   PreparedPrompt prompt_;
   std::optional<Clock::time_point> deadline_;
   Clock::time_point queued_at_;
+  std::function<void(Job&)> task_;
   std::atomic<bool> cancelled_{false};
 
   std::mutex mutex_;

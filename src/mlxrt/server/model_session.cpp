@@ -64,6 +64,30 @@ const tmpl::ChatTemplate& ModelSession::template_for(bool have_tools) const {
   return it->second;
 }
 
+model::CausalLM& ModelSession::model_for(const std::string& adapter) const {
+  if (adapter.empty()) return *loaded.model;
+  auto it = adapter_models.find(adapter);
+  if (it == adapter_models.end()) throw UsageError("adapter '" + adapter + "' is not served here");
+  return *it->second;
+}
+
+namespace {
+
+/** The --adapters pairs, checked: names are unique, non-empty and hold no '@' or '/'. */
+std::vector<std::pair<std::string, std::filesystem::path>> adapter_list(const ServerOptions& options) {
+  std::vector<std::pair<std::string, std::filesystem::path>> out;
+  for (const auto& [name, dir] : options.adapters) {
+    if (name.empty() || name.find_first_of("@/") != std::string::npos || name == "default_model")
+      throw UsageError("--adapters: '" + name + "' is not a usable adapter name (non-empty, without '@' or '/')");
+    for (const auto& [other, _] : out)
+      if (other == name) throw UsageError("--adapters: the name '" + name + "' is given twice");
+    out.emplace_back(name, dir);
+  }
+  return out;
+}
+
+}  // namespace
+
 ModelSession load_model_session(const ServerOptions& options, Logger& log) {
   if (options.model.empty()) throw UsageError("--model is required: the model directory to serve");
   auto dir = io::resolve_model_dir(options.model);
@@ -72,7 +96,19 @@ ModelSession load_model_session(const ServerOptions& options, Logger& log) {
   std::shared_ptr<model::nn::ExpertStore> experts;
   model::LoadOptions load;
   load.adapter_path = options.adapter_path;
-  ModelSession s{dir, model::load_model(dir, load, options.expert_memory_bytes, experts), tokenizer::Tokenizer::from_dir(dir), {}, {}, {}, {}, {}, {}, {}};
+  const auto adapters = adapter_list(options);
+  if (!adapters.empty() && options.expert_memory_bytes)
+    throw UsageError("--adapters cannot be combined with --expert-memory");
+  std::vector<std::pair<std::string, std::unique_ptr<model::CausalLM>>> adapted;
+  auto base = [&] {
+    if (adapters.empty()) return model::load_model(dir, load, options.expert_memory_bytes, experts);
+    auto models = model::load_model_with_adapters(dir, load, adapters);
+    adapted = std::move(models.adapted);
+    return std::move(models.base);
+  }();
+  ModelSession s{dir, std::move(base), tokenizer::Tokenizer::from_dir(dir), {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+  for (auto& [name, m] : adapted) s.adapter_models.emplace(name, std::move(m));
+  for (const auto& [name, adapter_dir] : adapters) s.adapter_dirs.emplace(name, adapter_dir);
   s.experts = std::move(experts);
   s.templates = tmpl::read_model_chat_templates(dir);
   if (!options.chat_template.empty()) {

@@ -35,12 +35,18 @@ struct ModelSession {
   std::shared_ptr<model::nn::ExpertStore> experts;  // streamed experts (--expert-memory), else null
   /** --draft-model: the model that drafts for speculative decoding (null: none). */
   std::unique_ptr<model::CausalLM> draft_model;
+  /** --adapters: the model with each named adapter applied (sharing the base tensors), and the
+   * adapters' directories. */
+  std::map<std::string, std::unique_ptr<model::CausalLM>> adapter_models;
+  std::map<std::string, std::filesystem::path> adapter_dirs;
 
   bool has_chat_template() const { return !templates.templates.empty(); }
   bool has_thinking() const { return markers.think.has_value(); }
   /** The template transformers would use for this request (tool_use when tools are given and the
    * model has one). Requires has_chat_template(). */
   const tmpl::ChatTemplate& template_for(bool have_tools) const;
+  /** The model a request runs on: the plain one for "", else the adapter's. */
+  model::CausalLM& model_for(const std::string& adapter) const;
 };
 
 /** Loads the model named by options.model, then the draft model (options.draft_model) as

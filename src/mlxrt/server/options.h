@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +44,8 @@ struct ServerOptions {
   int quantized_kv_start = 5000;
   std::optional<uint64_t> expert_memory_bytes;  // --expert-memory: streamed experts (ours)
   std::string adapter_path;                     // --adapter-path: an mlx_lm.lora adapter on the model
+  /** --adapters name=DIR ...: adapters preloaded beside the model, chosen per request (ours). */
+  std::vector<std::pair<std::string, std::string>> adapters;
 
   // Limits (ours; mlx_lm.server has none).
   size_t max_body_bytes = 16u << 20;

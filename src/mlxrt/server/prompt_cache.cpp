@@ -24,11 +24,12 @@ size_t cache_nbytes(const cache::CacheList& cache) {
   return n;
 }
 
-PromptCache::Hit PromptCache::fetch(const std::vector<int32_t>& prompt) const {
+PromptCache::Hit PromptCache::fetch(const std::vector<int32_t>& prompt, const std::string& model_key) const {
   if (prompt.empty()) return {};
   auto best = entries_.end();
   size_t best_len = 0;
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->model_key != model_key) continue;
     size_t lcp = common_prefix(it->tokens, prompt);
     // The entry must end exactly at the shared prefix unless its cache can be trimmed back to it.
     size_t usable = std::min(lcp, prompt.size() - 1);
@@ -48,10 +49,10 @@ PromptCache::Hit PromptCache::fetch(const std::vector<int32_t>& prompt) const {
   return hit;
 }
 
-void PromptCache::insert(std::vector<int32_t> tokens, cache::CacheList cache) {
+void PromptCache::insert(std::vector<int32_t> tokens, cache::CacheList cache, const std::string& model_key) {
   if (max_entries_ == 0 || tokens.empty() || cache.empty()) return;
   for (auto it = entries_.begin(); it != entries_.end();) {
-    bool same_or_prefix = it->tokens.size() <= tokens.size() &&
+    bool same_or_prefix = it->model_key == model_key && it->tokens.size() <= tokens.size() &&
                           std::equal(it->tokens.begin(), it->tokens.end(), tokens.begin());
     if (same_or_prefix && (it->tokens.size() == tokens.size() || trimmable(cache))) {
       nbytes_ -= it->nbytes;
@@ -61,7 +62,7 @@ void PromptCache::insert(std::vector<int32_t> tokens, cache::CacheList cache) {
     }
   }
   size_t bytes = cache_nbytes(cache);
-  entries_.push_back(Entry{std::move(tokens), std::move(cache), bytes});
+  entries_.push_back(Entry{model_key, std::move(tokens), std::move(cache), bytes});
   nbytes_ += bytes;
   evict();
 }

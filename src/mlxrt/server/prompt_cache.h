@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <list>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "mlxrt/cache/cache.h"
@@ -27,18 +28,21 @@ class PromptCache {
   };
 
   /** A copy of the entry sharing the longest prefix with `prompt`, trimmed to that prefix; the
-   * entry itself stays. At least one prompt token is always left to process. */
-  Hit fetch(const std::vector<int32_t>& prompt) const;
+   * entry itself stays. At least one prompt token is always left to process. Only entries stored
+   * under the same `model_key` (the adapter the KV was computed with; "" for the plain model) are
+   * reused, as mlx-lm keys its cache by (model, adapter, draft model). */
+  Hit fetch(const std::vector<int32_t>& prompt, const std::string& model_key = {}) const;
 
   /** Stores `cache` holding the KV of exactly `tokens`. Entries whose key is a prefix of `tokens`
    * are dropped (the new one serves them), then the oldest ones until within the limits. */
-  void insert(std::vector<int32_t> tokens, cache::CacheList cache);
+  void insert(std::vector<int32_t> tokens, cache::CacheList cache, const std::string& model_key = {});
 
   size_t size() const { return entries_.size(); }
   size_t nbytes() const { return nbytes_; }
 
  private:
   struct Entry {
+    std::string model_key;
     std::vector<int32_t> tokens;
     cache::CacheList cache;
     size_t nbytes;

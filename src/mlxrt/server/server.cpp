@@ -25,6 +25,7 @@ struct Server::Parts {
         scheduler(
             BatchHooks{
                 [this](Job& job) {
+                  if (job.task()) return job.task()(job);
                   generator.run(job);
                   // Streamed experts: the cache's totals so far, after each request.
                   if (session.experts) log.info(model::nn::format_expert_stats(session.experts->stats()));

@@ -198,6 +198,20 @@ TEST(PromptCache, EvictsOldestBeyondCountAndBytes) {
   EXPECT_EQ(tiny.nbytes(), 0u);
 }
 
+TEST(PromptCache, EntriesAreKeyedByAdapter) {
+  // One adapter's KV is never reused for another (nor for the plain model), and storing the same
+  // tokens under another adapter keeps both entries.
+  PromptCache pc(10, std::nullopt);
+  pc.insert({1, 2, 3, 4}, filled_cache(4), "alpha");
+  EXPECT_EQ(pc.fetch({1, 2, 3, 4, 5}, "beta").reused, 0u);
+  EXPECT_EQ(pc.fetch({1, 2, 3, 4, 5}).reused, 0u);
+  EXPECT_EQ(pc.fetch({1, 2, 3, 4, 5}, "alpha").reused, 4u);
+  pc.insert({1, 2, 3, 4}, filled_cache(4), "beta");
+  EXPECT_EQ(pc.size(), 2u);
+  EXPECT_EQ(pc.fetch({1, 2, 3, 4, 5}, "beta").reused, 4u);
+  EXPECT_EQ(pc.fetch({1, 2, 3, 4, 5}, "alpha").reused, 4u);
+}
+
 TEST(RequestGuards, LoopbackServerAnswersOnlyLoopbackHosts) {
   for (const char* bound : {"127.0.0.1", "localhost", "::1", "[::1]"}) {
     EXPECT_TRUE(host_allowed(bound, "127.0.0.1:8080")) << bound;

@@ -104,12 +104,19 @@ class Model final : public CausalLM {
   }
 
   mx::array operator()(const mx::array& inputs, CacheList* cache) override {
+    auto out = hidden_states(inputs, cache);
+    return embed_tokens_.as_linear(out);
+  }
+
+  /** model.model(...): the final norm's output, what the head reads. */
+  mx::array hidden_states(const mx::array& inputs, CacheList* cache) override {
     auto h = gemma_common::scale_embeddings(embed_tokens_(inputs), args_.hidden_size);  // [B, L, hidden]
     auto layer_cache = [&](size_t i) { return cache ? (*cache)[i].get() : nullptr; };
     auto mask = nn::create_attention_mask(h.shape(1), layer_cache(0));
     for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i](h, mask, layer_cache(i));
-    return embed_tokens_.as_linear(norm_(h));
+    return norm_(h);
   }
+  bool has_hidden_states() const override { return true; }
 
   CacheList make_cache() const override {
     CacheList caches;

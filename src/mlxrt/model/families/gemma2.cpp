@@ -154,6 +154,14 @@ class Model final : public CausalLM {
   }
 
   mx::array operator()(const mx::array& inputs, CacheList* cache) override {
+    auto out = hidden_states(inputs, cache);
+    out = embed_tokens_.as_linear(out);
+    out = mx::tanh(mx::divide(out, scalar_like(args_.final_logit_softcapping, out)));
+    return mx::multiply(out, scalar_like(args_.final_logit_softcapping, out));
+  }
+
+  /** model.model(...): the final norm's output, what the head reads. */
+  mx::array hidden_states(const mx::array& inputs, CacheList* cache) override {
     auto h = gemma_common::scale_embeddings(embed_tokens_(inputs), args_.hidden_size);  // [B, L, hidden]
     auto layer_cache = [&](size_t i) { return cache ? (*cache)[i].get() : nullptr; };
     // create_attention_mask(h, cache[0], return_array=True): where the cache would answer "causal"
@@ -163,10 +171,9 @@ class Model final : public CausalLM {
     if (mask.kind == nn::AttentionMask::Kind::causal)
       mask = nn::AttentionMask::of(cache::create_causal_mask(L, layer_cache(0) ? layer_cache(0)->offset() : 0));
     for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i](h, mask, layer_cache(i));
-    auto out = embed_tokens_.as_linear(norm_(h));
-    out = mx::tanh(mx::divide(out, scalar_like(args_.final_logit_softcapping, out)));
-    return mx::multiply(out, scalar_like(args_.final_logit_softcapping, out));
+    return norm_(h);
   }
+  bool has_hidden_states() const override { return true; }
 
   CacheList make_cache() const override {
     CacheList caches;

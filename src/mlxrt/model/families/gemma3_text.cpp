@@ -171,6 +171,12 @@ class Model final : public CausalLM {
   }
 
   mx::array operator()(const mx::array& inputs, CacheList* cache) override {
+    auto out = hidden_states(inputs, cache);
+    return lm_head_ ? (*lm_head_)(out) : embed_tokens_.as_linear(out);
+  }
+
+  /** model.model(...): the final norm's output, what the head reads. */
+  mx::array hidden_states(const mx::array& inputs, CacheList* cache) override {
     auto h = embed_tokens_(inputs);  // [B, L, hidden]
     // The scale is rounded to bfloat16 first, whatever the model's dtype.
     const auto embed_scale = static_cast<float>(std::pow(static_cast<double>(args_.hidden_size), 0.5));
@@ -182,9 +188,9 @@ class Model final : public CausalLM {
     if (pattern > 1) sliding_window_mask = nn::create_attention_mask(h.shape(1), layer_cache(0), args_.sliding_window);
     for (size_t i = 0; i < layers_.size(); ++i)
       h = layers_[i](h, args_.is_global(static_cast<int>(i)) ? global_mask : sliding_window_mask, layer_cache(i));
-    auto out = norm_(h);
-    return lm_head_ ? (*lm_head_)(out) : embed_tokens_.as_linear(out);
+    return norm_(h);
   }
+  bool has_hidden_states() const override { return true; }
 
   CacheList make_cache() const override {
     CacheList caches;

@@ -208,13 +208,20 @@ class Model final : public CausalLM {
   }
 
   mx::array operator()(const mx::array& inputs, CacheList* cache) override {
+    auto out = hidden_states(inputs, cache);
+    return lm_head_(out);
+  }
+
+  /** model.model(...): the final norm's output, what the head reads. */
+  mx::array hidden_states(const mx::array& inputs, CacheList* cache) override {
     auto x = embed_tokens_(inputs);
     auto layer_cache = [&](size_t i) { return cache ? (*cache)[i].get() : nullptr; };
     auto full_mask = nn::create_attention_mask(x.shape(1), layer_cache(ga_idx_));
     auto swa_mask = nn::create_attention_mask(x.shape(1), layer_cache(swa_idx_), args_.sliding_window);
     for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i](x, args_.sliding[i] ? swa_mask : full_mask, layer_cache(i));
-    return lm_head_(norm_(x));
+    return norm_(x);
   }
+  bool has_hidden_states() const override { return true; }
 
   CacheList make_cache() const override {
     CacheList caches;

@@ -230,11 +230,15 @@ Model::Model(Args args, WeightBinder& w, const FeedForwardFactory& feed_forward)
 }
 
 mx::array Model::operator()(const mx::array& inputs, CacheList* cache) {
+  return embed_tokens_.as_linear(hidden_states(inputs, cache));
+}
+
+mx::array Model::hidden_states(const mx::array& inputs, CacheList* cache) {
   auto h = embed_tokens_(inputs);
   auto layer_cache = [&](size_t i) { return cache ? (*cache)[i].get() : nullptr; };
   auto attn_mask = nn::create_attention_mask(h.shape(1), layer_cache(fa_idx_));
   for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i](h, attn_mask, layer_cache(i));
-  return embed_tokens_.as_linear(embedding_norm_(h));
+  return embedding_norm_(h);
 }
 
 CacheList Model::make_cache() const {

@@ -189,16 +189,22 @@ class Model final : public CausalLM {
   }
 
   mx::array operator()(const mx::array& inputs, CacheList* cache) override {
+    auto out = hidden_states(inputs, cache);
+    if (!lm_head_) return embed_tokens_.as_linear(out);
+    const auto divisor = static_cast<float>(static_cast<double>(args_.hidden_size) / args_.dim_model_base);
+    return (*lm_head_)(mx::divide(out, mx::array(divisor, out.dtype())));
+  }
+
+  /** model.model(...): the final norm's output, what the head reads. */
+  mx::array hidden_states(const mx::array& inputs, CacheList* cache) override {
     auto h = embed_tokens_(inputs);
     h = mx::multiply(h, mx::array(static_cast<float>(args_.scale_emb), h.dtype()));
     auto layer_cache = [&](size_t i) { return cache ? (*cache)[i].get() : nullptr; };
     auto mask = nn::create_attention_mask(h.shape(1), layer_cache(0));
     for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i](h, mask, layer_cache(i));
-    auto out = norm_(h);
-    if (!lm_head_) return embed_tokens_.as_linear(out);
-    const auto divisor = static_cast<float>(static_cast<double>(args_.hidden_size) / args_.dim_model_base);
-    return (*lm_head_)(mx::divide(out, mx::array(divisor, out.dtype())));
+    return norm_(h);
   }
+  bool has_hidden_states() const override { return true; }
 
   CacheList make_cache() const override {
     CacheList caches;

@@ -135,12 +135,18 @@ class Model final : public CausalLM {
   }
 
   mx::array operator()(const mx::array& inputs, CacheList* cache) override {
+    auto out = hidden_states(inputs, cache);
+    return lm_head_ ? (*lm_head_)(out) : embed_tokens_->as_linear(out);
+  }
+
+  /** model.model(...): the final norm's output, what the head reads. */
+  mx::array hidden_states(const mx::array& inputs, CacheList* cache) override {
     auto h = (*embed_tokens_)(inputs);
     auto mask = nn::create_attention_mask(h.shape(1), cache ? (*cache)[0].get() : nullptr);
     for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i](h, mask, cache ? (*cache)[i].get() : nullptr);
-    auto out = (*norm_)(h);
-    return lm_head_ ? (*lm_head_)(out) : embed_tokens_->as_linear(out);
+    return (*norm_)(h);
   }
+  bool has_hidden_states() const override { return true; }
 
   CacheList make_cache() const override {
     CacheList caches;

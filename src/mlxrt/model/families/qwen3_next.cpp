@@ -212,6 +212,11 @@ HybridModel::HybridModel(Args args, WeightBinder& w, const std::string& prefix,
 }
 
 mx::array HybridModel::operator()(const mx::array& inputs, CacheList* cache) {
+  auto out = hidden_states(inputs, cache);
+  return lm_head_ ? (*lm_head_)(out) : embed_tokens_.as_linear(out);
+}
+
+mx::array HybridModel::hidden_states(const mx::array& inputs, CacheList* cache) {
   auto h = embed_tokens_(inputs);
   auto layer_cache = [&](size_t i) { return cache ? (*cache)[i].get() : nullptr; };
   auto fa_mask = nn::create_attention_mask(h.shape(1), layer_cache(static_cast<size_t>(fa_idx_)));
@@ -219,8 +224,7 @@ mx::array HybridModel::operator()(const mx::array& inputs, CacheList* cache) {
   auto ssm_mask = layer_cache(static_cast<size_t>(ssm_idx_)) ? layer_cache(static_cast<size_t>(ssm_idx_))->make_mask(h.shape(1))
                                                               : nn::AttentionMask{};
   for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i](h, layers_[i].is_linear ? ssm_mask : fa_mask, layer_cache(i));
-  auto out = norm_(h);
-  return lm_head_ ? (*lm_head_)(out) : embed_tokens_.as_linear(out);
+  return norm_(h);
 }
 
 CacheList HybridModel::make_cache() const {

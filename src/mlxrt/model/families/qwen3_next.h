@@ -134,6 +134,9 @@ class HybridModel final : public CausalLM {
               SparseLayers sparse);
 
   mx::array operator()(const mx::array& inputs, CacheList* cache) override;
+  /** model.model(...): the final norm's output, what the head reads. */
+  mx::array hidden_states(const mx::array& inputs, CacheList* cache) override;
+  bool has_hidden_states() const override { return true; }
   CacheList make_cache() const override;
   bool defines_make_cache() const override { return true; }
   std::vector<KvShape> kv_shapes() const override;

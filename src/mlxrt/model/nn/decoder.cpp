@@ -250,6 +250,10 @@ Decoder::Decoder(DecoderOptions options, WeightBinder& w)
 }
 
 mx::array Decoder::operator()(const mx::array& inputs, CacheList* cache) {
+  return head(hidden_states(inputs, cache));
+}
+
+mx::array Decoder::hidden_states(const mx::array& inputs, CacheList* cache) {
   auto h = embed(inputs);
   auto layer_cache = [&](size_t i) { return cache ? (*cache)[i].get() : nullptr; };
   auto fa_mask = create_attention_mask(h.shape(1), layer_cache(fa_idx_));
@@ -257,7 +261,7 @@ mx::array Decoder::operator()(const mx::array& inputs, CacheList* cache) {
   if (swa_idx_) swa_mask = create_attention_mask(h.shape(1), layer_cache(*swa_idx_), o_.sliding_window);
   for (size_t i = 0; i < layers_.size(); ++i)
     h = layers_[i](h, layers_[i].use_sliding() ? *swa_mask : fa_mask, layer_cache(i));
-  return head(norm_(h));
+  return norm_(h);
 }
 
 mx::array Decoder::head(const mx::array& h) const { return project_to_vocab(h); }

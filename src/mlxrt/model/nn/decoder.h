@@ -201,6 +201,9 @@ class Decoder : public CausalLM {
   Decoder(DecoderOptions options, WeightBinder& w);
 
   mx::array operator()(const mx::array& inputs, CacheList* cache) override;
+  /** The final norm's output: what `model.model(...)` returns in mlx-lm. */
+  mx::array hidden_states(const mx::array& inputs, CacheList* cache) override;
+  bool has_hidden_states() const override { return true; }
   CacheList make_cache() const override;
   bool defines_make_cache() const override { return o_.defines_make_cache; }
   std::vector<KvShape> kv_shapes() const override;
