@@ -59,9 +59,13 @@ RUNS = [
     ("qwen3_other_init", "greedy", "mixed"), ("qwen3_other_init", "temp_draft5", "none"),
     ("qwen3_itself", "greedy", "all"),
 ]
+# A second pair on the same sampler repeats what the first proves: `make test-long` runs them.
+LONG_RUNS = {("llama_q4_copy", "top_p"), ("qwen3_other_init", "temp_draft5")}
 
 
-@pytest.mark.parametrize("pair,case,drafts", RUNS, ids=[f"{p}-{c}" for p, c, _ in RUNS])
+@pytest.mark.parametrize("pair,case,drafts",
+                         [pytest.param(p, c, d, marks=pytest.mark.long if (p, c) in LONG_RUNS else ())
+                          for p, c, d in RUNS], ids=[f"{p}-{c}" for p, c, _ in RUNS])
 def test_tokens_equal_mlx_lm(pair, case, drafts, tmp_path):
     main, draft = (make_fixture(name) for name in PAIRS[pair])
     sampler_args, processor_args, flags, num_draft, max_tokens, prefill = CASES[case]

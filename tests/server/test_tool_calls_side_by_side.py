@@ -83,10 +83,10 @@ MALFORMED = {
                           "<|close|>json<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"),
 }
 ALL_SCRIPTS = {**{k: (*v, True) for k, v in FORMATS.items()}, **{k: (*v, False) for k, v in MALFORMED.items()}}
-# Each script starts a pair of servers: `make test` takes the most used formats and three malformed
-# calls (tests/unit/server's parser tests cover every format against mlx-lm's parsers); `make test-long`
+# Each script starts a pair of servers: `make test` takes three of the most used formats and a malformed
+# call (tests/unit/server's parser tests cover every format against mlx-lm's parsers); `make test-long`
 # (MLXRT_TOOL_FORMATS=all) serves them all.
-QUICK = ["qwen3_coder", "mistral", "gemma4", "pythonic", "glm47", "mistral_bad_json"]
+QUICK = ["qwen3_coder", "mistral", "gemma4", "mistral_bad_json"]
 SCRIPTS = ALL_SCRIPTS if os.environ.get("MLXRT_TOOL_FORMATS") == "all" else {k: ALL_SCRIPTS[k] for k in QUICK}
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
