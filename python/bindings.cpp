@@ -1,7 +1,8 @@
 // mlxrt._core: the C++ core as Python objects, for the package `mlxrt` (python/mlxrt/__init__.py
 // builds mlx-lm 0.32.2's Python API on them). Arrays cross as mlx.core.array objects: this module
 // links the mlx wheel's libmlx and is built with the nanobind ABI of the wheel's own module, so an
-// mx::array returned here is the wheel's array type, shared without a copy.
+// mx::array returned here is the wheel's array type, shared without a copy (the module joins the
+// wheel's nanobind domain, "mlx": cmake/python_package.cmake).
 #include <chrono>
 #include <memory>
 #include <optional>
