@@ -26,7 +26,7 @@ find_package(nanobind ${NANOBIND_VERSION} EXACT CONFIG REQUIRED)
 
 # The two CLI sources the bindings reuse: how the CLI loads a session, counts mlx-lm's construction
 # draws and renders chat templates.
-nanobind_add_module(mlxrt_python NB_STATIC NOMINSIZE NB_DOMAIN mlx
+nanobind_add_module(mlxrt_python NB_STATIC NOMINSIZE NOSTRIP NB_DOMAIN mlx
   python/bindings.cpp src/mlxrt/cli/generation_setup.cpp src/mlxrt/cli/common.cpp)
 target_link_libraries(mlxrt_python PRIVATE mlxrt_generate mlxrt_template CLI11::CLI11)
 set_target_properties(mlxrt_python PROPERTIES

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 
 #include <mlx/array.h>
 #include <mlx/ops.h>
+#include <mlx/random.h>
 #include <mlx/transforms.h>
 
 #include "mlxrt/cli/generation_setup.h"
@@ -34,12 +36,33 @@ using namespace mlxrt;
 
 namespace {
 
-/** mx.random.state: the one-key list that mlx's Python random ops (and mlx-lm's samplers) draw from. */
-nb::list random_state() { return nb::borrow<nb::list>(nb::module_::import_("mlx.core").attr("random").attr("state")); }
+/** mx.random.state: the one-key sequence (indexable, state[0] the key) that mlx's Python random ops
+ * (and mlx-lm's compiled samplers) draw from. */
+nb::object random_state() { return nb::module_::import_("mlx.core").attr("random").attr("state"); }
 
 mx::array global_key() { return nb::cast<mx::array>(random_state()[0]); }
 
-void set_global_key(const mx::array& key) { random_state()[0] = nb::cast(key); }
+/** Moves mx.random.state on by `draws` keys, as that many random ops without a key would (the state
+ * can be read from Python but not assigned: each mx.random.uniform() call takes exactly one key). */
+void advance_global_key(int draws) {
+  auto random = nb::module_::import_("mlx.core").attr("random");
+  auto uniform = random.attr("uniform");
+  auto eval = nb::module_::import_("mlx.core").attr("eval");
+  for (int i = 0; i < draws; ++i) {
+    uniform();
+    // A long lazy chain of splits would be evaluated recursively later: cut it now and then.
+    if (i % 256 == 255) eval(random.attr("state")[0]);
+  }
+}
+
+/** How many keys were drawn to get from `before` to `after` (each draw keeps split(key).first). */
+int draws_between(mx::array before, const mx::array& after) {
+  for (int n = 0; n <= 8; ++n) {
+    if (mx::array_equal(before, after).item<bool>()) return n;
+    before = mx::random::split(before).first;
+  }
+  throw std::logic_error("sampler: the PRNG key did not advance by whole draws");
+}
 
 /** A loaded model with its tokenizer (what load() returns, as one shared session). */
 using SessionPtr = std::shared_ptr<cli::Session>;
@@ -72,9 +95,10 @@ struct Sampler {
   std::shared_ptr<generate::RandomState> rng;  // null: greedy
   mx::array operator()(const mx::array& logprobs) const {
     if (!rng) return fn(logprobs);
-    rng->set_key(global_key());
+    const auto before = global_key();
+    rng->set_key(before);
     auto out = fn(logprobs);
-    set_global_key(rng->key());
+    advance_global_key(draws_between(before, rng->key()));
     return out;
   }
 };
@@ -270,12 +294,7 @@ NB_MODULE(_core, m) {
         // loading the checkpoint: those draws move mx.random.state, and seeded sampling after
         // load() starts where they leave it.
         const int draws = cli::model_construction_draws(session->dir) + cli::adapter_construction_draws(adapter_path);
-        if (draws > 0) {
-          generate::RandomState rng;
-          rng.set_key(global_key());
-          rng.skip(draws);
-          set_global_key(rng.key());
-        }
+        advance_global_key(draws);
         return nb::make_tuple(Model{session}, Tokenizer{session});
       },
       "path"_a, "adapter_path"_a = "");
