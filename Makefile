@@ -25,6 +25,8 @@ $(BUILD)/build.ninja: | deps
 
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
+	@# The Python package mlxrt, importable from the environment as built (an editable install).
+	@"$(MLXRT_VENV)/bin/python3" -c 'import sys, sysconfig; open(sysconfig.get_paths()["purelib"] + "/mlxrt-build.pth", "w").write(sys.argv[1] + "\n")' "$(abspath $(BUILD))/python"
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)

