@@ -8,6 +8,7 @@
 #include <mlx/ops.h>
 
 #include "mlxrt/generate/generate_step.h"
+#include "mlxrt/generate/grammar_constraint.h"
 #include "mlxrt/generate/logits_processors.h"
 #include "mlxrt/generate/sampler.h"
 #include "mlxrt/generate/speculative.h"
@@ -97,6 +98,22 @@ void Generator::run(Job& job) {
     go.logits_processors = generate::make_logits_processors(processor_params(r), model.vocab_size());
   } catch (const UsageError& e) {
     throw HttpError(400, e.what());
+  }
+  if (r.response_format != "text") {
+    if (session_.draft_model)
+      throw HttpError(400, "response_format: structured output cannot be combined with the server's draft model",
+                      "response_format");
+    // The token table is built once, on the first structured request.
+    if (!grammar_)
+      grammar_ = std::make_unique<generate::GrammarEngine>(session_.tokenizer, model.vocab_size(), session_.eos_token_ids);
+    try {
+      go.logits_processors.push_back(generate::constraint_processor(
+          r.response_format == "json_object"
+              ? grammar_->json_object()
+              : grammar_->json_schema(r.json_schema, r.json_schema_strict, "response_format.json_schema.schema")));
+    } catch (const UsageError& e) {
+      throw HttpError(400, e.what(), "response_format");
+    }
   }
 
   auto hit = cache_.fetch(prompt);

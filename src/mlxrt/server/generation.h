@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "mlxrt/generate/grammar_constraint.h"
 #include "mlxrt/generate/random_state.h"
 #include "mlxrt/server/job.h"
 #include "mlxrt/server/logger.h"
@@ -39,6 +40,7 @@ class Generator {
   std::shared_ptr<generate::RandomState> rng_;
   std::map<std::vector<std::string>, std::shared_ptr<const StopSequences>> stop_cache_;
   std::vector<int32_t> newline_tokens_;
+  std::unique_ptr<generate::GrammarEngine> grammar_;  // structured output, made on first use
 };
 
 }  // namespace mlxrt::server

@@ -1,0 +1,281 @@
+#include "mlxrt/generate/grammar_constraint.h"
+
+#include <algorithm>
+#include <limits>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include <mlx/ops.h>
+#include <mlx/transforms.h>
+#include <nlohmann/json.hpp>
+#include <xgrammar/xgrammar.h>
+
+#include "mlxrt/tokenizer/token_bytes.h"
+#include "mlxrt/util/errors.h"
+
+namespace mlxrt::generate {
+
+namespace {
+
+using json = nlohmann::ordered_json;  // key order is the order properties are generated in
+
+// Keywords of JSON Schema that xgrammar's converter reads but does not enforce (it only logs them,
+// or drops them in some combinations): a schema using them could be "satisfied" by output that
+// does not validate, so it is refused instead.
+const std::set<std::string>& unenforced_keywords() {
+  static const std::set<std::string> k = {
+      "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
+      "uniqueItems", "contains", "minContains", "maxContains", "$dynamicRef", "$recursiveRef",
+      "contentSchema"};
+  return k;
+}
+
+// The string formats the engine turns into a pattern (JSONFormatToRegexPattern in xgrammar 0.2.8).
+const std::set<std::string>& known_formats() {
+  static const std::set<std::string> k = {
+      "email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid", "uri",
+      "uri-reference", "uri-template", "json-pointer", "relative-json-pointer"};
+  return k;
+}
+
+std::string pointer_token(const std::string& key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
+  }
+  return out;
+}
+
+// Depth-first over every subschema; returns the first problem.
+std::string check_schema(const json& s, const std::string& at) {
+  if (!s.is_object()) return "";
+  const std::string where = at.empty() ? "/" : at;
+  for (const auto& [key, value] : s.items())
+    if (unenforced_keywords().count(key)) return "keyword \"" + key + "\" at " + where;
+  if (auto f = s.find("format"); f != s.end() && f->is_string() && !known_formats().count(f->get<std::string>()))
+    return "keyword \"format\" with the value \"" + f->get<std::string>() + "\" at " + where;
+  const bool generated_string = s.contains("pattern") || s.contains("format");
+  if (generated_string && (s.contains("minLength") || s.contains("maxLength")))
+    return std::string("keyword \"") + (s.contains("minLength") ? "minLength" : "maxLength") + "\" beside \"" +
+           (s.contains("pattern") ? "pattern" : "format") + "\" at " + where;
+  if (auto m = s.find("multipleOf"); m != s.end()) {
+    const auto t = s.find("type");
+    if (!(t != s.end() && t->is_string() && *t == "integer" && m->is_number_integer()))
+      return "keyword \"multipleOf\" (enforced only for integers by an integer) at " + where;
+  }
+  // Subschemas: maps of schemas, lists of schemas, single schemas.
+  for (const char* k : {"properties", "patternProperties", "$defs", "definitions"}) {
+    if (auto it = s.find(k); it != s.end() && it->is_object())
+      for (const auto& [name, sub] : it->items()) {
+        auto p = check_schema(sub, at + "/" + k + "/" + pointer_token(name));
+        if (!p.empty()) return p;
+      }
+  }
+  for (const char* k : {"anyOf", "oneOf", "allOf", "prefixItems"}) {
+    if (auto it = s.find(k); it != s.end() && it->is_array())
+      for (size_t i = 0; i < it->size(); ++i) {
+        auto p = check_schema((*it)[i], at + "/" + k + "/" + std::to_string(i));
+        if (!p.empty()) return p;
+      }
+  }
+  for (const char* k : {"items", "additionalProperties", "propertyNames", "unevaluatedProperties",
+                        "unevaluatedItems", "additionalItems"}) {
+    if (auto it = s.find(k); it != s.end()) {
+      if (it->is_array()) {  // draft-04 tuple items
+        for (size_t i = 0; i < it->size(); ++i) {
+          auto p = check_schema((*it)[i], at + "/" + k + "/" + std::to_string(i));
+          if (!p.empty()) return p;
+        }
+      } else {
+        auto p = check_schema(*it, at + "/" + k);
+        if (!p.empty()) return p;
+      }
+    }
+  }
+  return "";
+}
+
+// Calls f on every subschema of s (s included), where check_schema looks.
+template <class F>
+void for_each_subschema(json& s, const F& f) {
+  if (!s.is_object()) return;
+  f(s);
+  for (const char* k : {"properties", "patternProperties", "$defs", "definitions"})
+    if (auto it = s.find(k); it != s.end() && it->is_object())
+      for (auto& [name, sub] : it->items()) for_each_subschema(sub, f);
+  for (const char* k : {"anyOf", "oneOf", "allOf", "prefixItems", "items", "additionalProperties", "propertyNames",
+                        "unevaluatedProperties", "unevaluatedItems", "additionalItems"}) {
+    if (auto it = s.find(k); it != s.end()) {
+      if (it->is_array())
+        for (auto& sub : *it) for_each_subschema(sub, f);
+      else
+        for_each_subschema(*it, f);
+    }
+  }
+}
+
+// xgrammar 0.2.8's pattern for "ipv4" admits leading zeros ("01.2.3.4"), which the format (RFC
+// 2673's dotted-quad) does not: such strings are replaced by the format's own pattern.
+void replace_loose_formats(json& schema) {
+  static const std::string octet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+  for_each_subschema(schema, [](json& s) {
+    if (auto f = s.find("format"); f != s.end() && *f == "ipv4") {
+      s.erase("format");
+      s["pattern"] = "^(" + octet + "\\.){3}" + octet + "$";
+    }
+  });
+}
+
+// xgrammar's messages start with a log prefix "[hh:mm:ss] file.cc:line: ": keep what follows.
+std::string engine_message(const std::exception& e) {
+  static const std::regex prefix(R"(^\[[0-9:]+\] [^ ]+:[0-9]+: )");
+  return std::regex_replace(std::string(e.what()), prefix, "");
+}
+
+}  // namespace
+
+std::string unsupported_schema_keyword(const std::string& schema_text) {
+  json s = json::parse(schema_text, nullptr, false);
+  if (s.is_discarded()) return "";
+  return check_schema(s, "");
+}
+
+struct GrammarEngine::Impl {
+  int vocab_size;
+  xgrammar::TokenizerInfo info;
+  xgrammar::GrammarCompiler compiler;
+  // For each token id: which 32-bit word of the bitmask holds its bit, and which bit.
+  mx::array word_index, bit_index;
+
+  Impl(std::vector<std::string> vocab, int n, std::vector<int32_t> stops)
+      : vocab_size(n),
+        info(vocab, xgrammar::VocabType::RAW, n, stops),
+        // Compiling a grammar precomputes its token masks, spread over a few threads.
+        compiler(info, static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)),
+                 /*cache_enabled=*/true),
+        word_index(mx::right_shift(mx::arange(n, mx::int32), mx::array(5, mx::int32))),
+        bit_index(mx::bitwise_and(mx::arange(n, mx::int32), mx::array(31, mx::int32))) {
+    mx::eval({word_index, bit_index});
+  }
+};
+
+struct TokenConstraint::State {
+  std::shared_ptr<GrammarEngine::Impl> engine;
+  xgrammar::GrammarMatcher matcher;
+  std::vector<int32_t> bitmask;
+  int64_t shape[1];
+  DLTensor tensor{};
+
+  State(std::shared_ptr<GrammarEngine::Impl> e, const xgrammar::CompiledGrammar& g)
+      : engine(std::move(e)), matcher(g), bitmask(xgrammar::GetBitmaskSize(engine->vocab_size)) {
+    shape[0] = static_cast<int64_t>(bitmask.size());
+    tensor.data = bitmask.data();
+    tensor.device = DLDevice{kDLCPU, 0};
+    tensor.ndim = 1;
+    tensor.dtype = xgrammar::GetBitmaskDLType();
+    tensor.shape = shape;
+  }
+};
+
+GrammarEngine::GrammarEngine(const tokenizer::Tokenizer& tokenizer, int vocab_size, std::vector<int32_t> stop_tokens) {
+  if (vocab_size <= 0) throw UsageError("the model's vocabulary is empty");
+  const int n = std::min<int>(vocab_size, static_cast<int>(tokenizer.id_limit()));
+  std::vector<std::string> vocab(static_cast<size_t>(n));
+  for (int id = 0; id < n; ++id) vocab[static_cast<size_t>(id)] = tokenizer::token_bytes(tokenizer, id);
+  std::vector<int32_t> stops;
+  for (int32_t id : stop_tokens)
+    if (id >= 0 && id < vocab_size) stops.push_back(id);
+  impl_ = std::make_shared<Impl>(std::move(vocab), vocab_size, std::move(stops));
+}
+
+GrammarEngine::~GrammarEngine() = default;
+
+int GrammarEngine::vocab_size() const { return impl_->vocab_size; }
+
+namespace {
+
+std::shared_ptr<TokenConstraint> constraint_for(const std::shared_ptr<GrammarEngine::Impl>& impl,
+                                                const xgrammar::CompiledGrammar& grammar) {
+  return std::make_shared<TokenConstraint>(std::make_shared<TokenConstraint::State>(impl, grammar));
+}
+
+}  // namespace
+
+std::shared_ptr<TokenConstraint> GrammarEngine::json_schema(const std::string& schema_text, bool strict,
+                                                            const std::string& what) {
+  json s = json::parse(schema_text, nullptr, false);
+  if (s.is_discarded()) throw UsageError(what + ": not valid JSON");
+  if (!s.is_object() && !s.is_boolean()) throw UsageError(what + ": a JSON schema is an object (or true/false)");
+  if (auto problem = check_schema(s, ""); !problem.empty())
+    throw UsageError(what + ": " + problem + " is not supported by constrained decoding");
+  replace_loose_formats(s);
+  try {
+    return constraint_for(impl_, impl_->compiler.CompileJSONSchema(s.dump(), /*any_whitespace=*/false,
+                                                                   std::nullopt, std::nullopt, strict));
+  } catch (const std::exception& e) {
+    throw UsageError(what + ": " + engine_message(e));
+  }
+}
+
+std::shared_ptr<TokenConstraint> GrammarEngine::json_object() {
+  return constraint_for(impl_, impl_->compiler.CompileJSONSchema(R"({"type": "object"})", /*any_whitespace=*/false,
+                                                                 std::nullopt, std::nullopt, /*strict_mode=*/false));
+}
+
+std::shared_ptr<TokenConstraint> GrammarEngine::gbnf(const std::string& grammar_text, const std::string& what) {
+  try {
+    return constraint_for(impl_, impl_->compiler.CompileGrammar(grammar_text, "root"));
+  } catch (const std::exception& e) {
+    throw UsageError(what + ": " + engine_message(e));
+  }
+}
+
+LogitsProcessor constraint_processor(std::shared_ptr<TokenConstraint> constraint) {
+  auto first = std::make_shared<bool>(true);
+  return [constraint = std::move(constraint), first](const mx::array& tokens, const mx::array& logits) {
+    mx::async_eval(logits);
+    if (!*first) {
+      auto last = mx::slice(tokens, {tokens.shape(0) - 1}, {tokens.shape(0)});
+      constraint->accept(last.item<int32_t>());
+    }
+    *first = false;
+    return constraint->mask(logits);
+  };
+}
+
+TokenConstraint::TokenConstraint(std::shared_ptr<State> state) : state_(std::move(state)) {}
+TokenConstraint::~TokenConstraint() = default;
+
+bool TokenConstraint::ended() const { return state_->matcher.IsTerminated(); }
+
+void TokenConstraint::accept(int32_t token) {
+  if (state_->matcher.IsTerminated()) return;
+  if (!state_->matcher.AcceptToken(token))
+    throw std::runtime_error("constrained decoding: the sampler chose token " + std::to_string(token) +
+                             ", which the grammar does not allow");
+}
+
+mx::array TokenConstraint::mask(const mx::array& logits) {
+  auto& s = *state_;
+  if (s.matcher.IsTerminated()) return logits;
+  s.matcher.FillNextTokenBitmask(&s.tensor);
+  const auto& e = *s.engine;
+  mx::array words(s.bitmask.data(), {static_cast<int>(s.bitmask.size())}, mx::int32);
+  auto bits = mx::right_shift(mx::take(words, e.word_index), e.bit_index);
+  auto allowed = mx::not_equal(mx::bitwise_and(bits, mx::array(1, mx::int32)), mx::array(0, mx::int32));
+  const int width = logits.shape(-1);
+  if (width != e.vocab_size) {
+    // The model's logits are wider than the engine's table (or narrower): ids past it never appear.
+    if (width < e.vocab_size) {
+      allowed = mx::slice(allowed, {0}, {width});
+    } else {
+      allowed = mx::concatenate({allowed, mx::zeros({width - e.vocab_size}, mx::bool_)});
+    }
+  }
+  return mx::where(allowed, logits, mx::array(-std::numeric_limits<float>::infinity(), logits.dtype()));
+}
+
+}  // namespace mlxrt::generate
