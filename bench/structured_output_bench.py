@@ -5,6 +5,9 @@ vocabulary, so the mask work is the real one) and on the generated ~0.6B qwen3-s
 generate_bench.py (4-bit). Temperature 1 with a seed; medians of --runs runs. Overhead = 1 -
 constrained tok/s / plain tok/s (the target is at most 10%).
 
+Then the host and device cost of the masking itself, isolated from the model, on the tiny model's
+vocabulary: bench/grammar_mask_bench.cpp (compiled here against build/'s static libraries).
+
 Usage: bench/structured_output_bench.py [--runs 3] [--gen-tokens 128] [--models tiny q4]
 """
 import argparse
@@ -42,6 +45,26 @@ def decode_rate(model, gen_tokens, seed, extra):
     return int(m.group(1)), float(m.group(2))
 
 
+def mask_bench(model, schema):
+    build = ROOT / "build"
+    exe = build / "grammar_mask_bench"
+    src = ROOT / "bench" / "grammar_mask_bench.cpp"
+    if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
+        sp = next(line.split("=", 1)[1] for line in (build / "CMakeCache.txt").read_text().splitlines()
+                  if line.startswith("MLXRT_XGRAMMAR_SITE_PACKAGES:"))
+        mlx = subprocess.run([str(generate_bench.PY), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+        subprocess.run(["cmake", "--build", str(build), "--target", "mlxrt_generate"], check=True)
+        subprocess.run(["c++", "-std=c++20", "-O2", f"-I{ROOT / 'src'}", f"-I{mlx}/mlx/include", str(src), "-o", str(exe),
+                        str(build / "libmlxrt_generate.a"), str(build / "libmlxrt_tokenizer.a"),
+                        str(build / "libmlxrt_util.a"), f"-L{mlx}/mlx/lib", "-lmlx", f"-L{sp}/xgrammar",
+                        "-l:libxgrammar_bindings.so", f"-L{sp}/tvm_ffi/lib", "-ltvm_ffi", "-lpcre2-8", "-lutf8proc",
+                        "-lsentencepiece", "-lfmt", "-Wl,--disable-new-dtags",
+                        f"-Wl,-rpath,{mlx}/mlx/lib:{sp}/xgrammar:{sp}/tvm_ffi/lib"], check=True)
+    out = subprocess.run([str(exe), str(model), str(schema), "300"], check=True, capture_output=True, text=True)
+    print("mask (tiny vocabulary):", out.stdout.strip(), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
@@ -62,6 +85,7 @@ def main():
             p, c = statistics.median(plain), statistics.median(constrained)
             print(f"{name}: plain {p:.1f} tok/s, constrained {c:.1f} tok/s ({statistics.median(lengths)} tokens), "
                   f"overhead {100 * (1 - c / p):.1f}%", flush=True)
+        mask_bench(tiny_model(), schema)
 
 
 if __name__ == "__main__":

@@ -147,25 +147,20 @@ struct GrammarEngine::Impl {
   int vocab_size;
   xgrammar::TokenizerInfo info;
   xgrammar::GrammarCompiler compiler;
-  // For each token id: which 32-bit word of the bitmask holds its bit, and which bit.
-  mx::array word_index, bit_index;
 
   Impl(std::vector<std::string> vocab, int n, std::vector<int32_t> stops)
       : vocab_size(n),
         info(vocab, xgrammar::VocabType::RAW, n, stops),
         // Compiling a grammar precomputes its token masks, spread over a few threads.
         compiler(info, static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)),
-                 /*cache_enabled=*/true),
-        word_index(mx::right_shift(mx::arange(n, mx::int32), mx::array(5, mx::int32))),
-        bit_index(mx::bitwise_and(mx::arange(n, mx::int32), mx::array(31, mx::int32))) {
-    mx::eval({word_index, bit_index});
-  }
+                 /*cache_enabled=*/true) {}
 };
 
 struct TokenConstraint::State {
   std::shared_ptr<GrammarEngine::Impl> engine;
   xgrammar::GrammarMatcher matcher;
   std::vector<int32_t> bitmask;
+  std::vector<uint8_t> allowed;  // the bitmask expanded to one byte per logit
   int64_t shape[1];
   DLTensor tensor{};
 
@@ -262,19 +257,13 @@ mx::array TokenConstraint::mask(const mx::array& logits) {
   auto& s = *state_;
   if (s.matcher.IsTerminated()) return logits;
   s.matcher.FillNextTokenBitmask(&s.tensor);
-  const auto& e = *s.engine;
-  mx::array words(s.bitmask.data(), {static_cast<int>(s.bitmask.size())}, mx::int32);
-  auto bits = mx::right_shift(mx::take(words, e.word_index), e.bit_index);
-  auto allowed = mx::not_equal(mx::bitwise_and(bits, mx::array(1, mx::int32)), mx::array(0, mx::int32));
+  // Expanded here (one pass over the vocabulary) so the device does a single select.
   const int width = logits.shape(-1);
-  if (width != e.vocab_size) {
-    // The model's logits are wider than the engine's table (or narrower): ids past it never appear.
-    if (width < e.vocab_size) {
-      allowed = mx::slice(allowed, {0}, {width});
-    } else {
-      allowed = mx::concatenate({allowed, mx::zeros({width - e.vocab_size}, mx::bool_)});
-    }
-  }
+  s.allowed.assign(static_cast<size_t>(width), false);
+  const int n = std::min(width, s.engine->vocab_size);
+  for (int id = 0; id < n; ++id)
+    s.allowed[static_cast<size_t>(id)] = (static_cast<uint32_t>(s.bitmask[static_cast<size_t>(id) >> 5]) >> (id & 31)) & 1u;
+  mx::array allowed(reinterpret_cast<const bool*>(s.allowed.data()), {width}, mx::bool_);
   return mx::where(allowed, logits, mx::array(-std::numeric_limits<float>::infinity(), logits.dtype()));
 }
 
