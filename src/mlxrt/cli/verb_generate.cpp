@@ -21,6 +21,7 @@
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/default_model.h"
 #include "mlxrt/generate/grammar_constraint.h"
+#include "mlxrt/generate/json_schema_check.h"
 #include "mlxrt/generate/speculative.h"
 #include "mlxrt/generate/text_generation.h"
 #include "mlxrt/io/model_dir.h"

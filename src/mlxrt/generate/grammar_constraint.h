@@ -75,8 +75,4 @@ class GrammarEngine {
   std::shared_ptr<Impl> impl_;
 };
 
-/** The first JSON-schema keyword in `schema` that the engine would silently not enforce, as
- * "keyword \"K\" at /json/pointer", or "" when every keyword is enforced. */
-std::string unsupported_schema_keyword(const std::string& schema_text);
-
 }  // namespace mlxrt::generate

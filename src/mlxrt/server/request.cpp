@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "mlxrt/generate/grammar_constraint.h"
+#include "mlxrt/generate/json_schema_check.h"
 #include "mlxrt/server/http_error.h"
 
 namespace mlxrt::server {
