@@ -35,6 +35,10 @@ pip_download --no-deps "mlx==$MLX_VERSION" "mlx-cuda-13==$MLX_VERSION" "mlx-lm==
 # (install-python-env.sh says why) for the target's NVRTC release.
 pip_download "$(grep -E '^openai==' "$root/tools/requirements-test.txt")"
 pip_download --no-deps "nvidia-cuda-crt==${TARGET_NVRTC:-13.0}.*"
+# The structured-output engine's library and runtime, and its source archive for the headers.
+pip_download --no-deps "xgrammar==$XGRAMMAR_VERSION" "apache-tvm-ffi==$TVM_FFI_VERSION"
+[ -f "$bundle/wheels/xgrammar-$XGRAMMAR_VERSION.tar.gz" ] || \
+  python3 -m pip download -q --no-deps --no-binary xgrammar -d "$bundle/wheels" "xgrammar==$XGRAMMAR_VERSION"
 for w in "$download"/*.whl; do
   case "$(basename "$w")" in
     mlx_cuda_13-*) [ -f "$bundle/wheels/$(basename "$w")" ] || \

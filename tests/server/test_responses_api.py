@@ -172,7 +172,7 @@ BAD = [
     ("web search tool", {"tools": [{"type": "web_search"}]}, "tools[0].type"),
     ("tool_choice of an unknown function", {"tools": [WEATHER], "tool_choice": {"type": "function", "name": "x"}},
      "tool_choice.name"),
-    ("json schema format", {"text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}},
+    ("unknown text format", {"text": {"format": {"type": "grammar", "grammar": "root ::= \"x\""}}},
      "text.format.type"),
     ("max_output_tokens zero", {"max_output_tokens": 0}, "max_output_tokens"),
     ("instructions a list", {"instructions": ["x"]}, "instructions"),

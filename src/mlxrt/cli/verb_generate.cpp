@@ -5,6 +5,7 @@
 // as mlx-lm's speculative_generate_step does it (generate/speculative.h).
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <unordered_map>
@@ -19,6 +20,8 @@
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/default_model.h"
+#include "mlxrt/generate/grammar_constraint.h"
+#include "mlxrt/generate/json_schema_check.h"
 #include "mlxrt/generate/speculative.h"
 #include "mlxrt/generate/text_generation.h"
 #include "mlxrt/io/model_dir.h"
@@ -35,6 +38,7 @@ struct Args {
   std::optional<std::string> prefill_response;
   std::vector<std::string> extra_eos_token;
   std::string profile_file, logprobs_file, verbose = "True", adapter_path;
+  std::string json_schema, grammar;  // structured output: a JSON schema file, a GBNF file
   int max_tokens = 100;  // DEFAULT_MAX_TOKENS
   int num_draft_tokens = 3;
   std::optional<uint64_t> seed;
@@ -269,6 +273,27 @@ bool has_tokenizer_files(const std::string& model) {
          std::filesystem::exists(dir / "vocab.json");
 }
 
+/** --json-schema / --grammar: the file's text, read before any model is loaded. */
+std::optional<std::pair<std::string, std::string>> read_constraint_file(const Args& a) {
+  if (!a.json_schema.empty() && !a.grammar.empty())
+    throw UsageError("--json-schema and --grammar: give one of them");
+  const std::string& path = a.json_schema.empty() ? a.grammar : a.json_schema;
+  if (path.empty()) return std::nullopt;
+  const std::string flag = a.json_schema.empty() ? "--grammar" : "--json-schema";
+  if (!a.draft_model.empty()) throw UsageError(flag + ": cannot be combined with --draft-model");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(flag + ": cannot read " + path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!a.json_schema.empty()) {
+    auto problem = generate::unsupported_schema_keyword(text);
+    if (nlohmann::json::parse(text, nullptr, false).is_discarded())
+      throw UsageError(flag + " " + path + ": not valid JSON");
+    if (!problem.empty())
+      throw UsageError(flag + " " + path + ": " + problem + " is not supported by constrained decoding");
+  }
+  return std::make_pair(flag + " " + path, text);
+}
+
 void run(const Args& a) {
   if (a.max_tokens == 0) throw UsageError("--max-tokens: must be non-zero (use -1 for no limit)");
   if (a.max_tokens < -1) throw UsageError("--max-tokens: must be -1 (no limit) or positive");
@@ -278,6 +303,7 @@ void run(const Args& a) {
   if (a.max_kv_size && *a.max_kv_size < 1) throw UsageError("--max-kv-size: must be positive");
   parse_template_config(a.chat_template_config);
   check_draft_flags(a);
+  const auto constraint_file = read_constraint_file(a);
   const bool verbose = str2bool(a.verbose);
 
   generate::TextGenerationOptions options;
@@ -290,6 +316,9 @@ void run(const Args& a) {
 
   if (!a.prompt_tokens.empty() && !has_tokenizer_files(a.model)) {
     if (!a.prompt_cache_file.empty()) throw UsageError("--prompt-cache-file: needs a model with a tokenizer");
+    if (constraint_file)
+      throw UsageError(constraint_file->first.substr(0, constraint_file->first.find(' ')) +
+                       ": needs a model with a tokenizer (the grammar is matched against token text)");
     return run_ids_only(a, std::move(options));
   }
   std::optional<cache::CacheList> prompt_cache;
@@ -309,6 +338,12 @@ void run(const Args& a) {
   options.sampler = make_cli_sampler(params, rng);
   options.logits_processors = make_cli_processors(a.sampling, session.loaded.model->vocab_size());
   options.eos_token_ids = session.eos_token_ids;
+  if (constraint_file) {
+    generate::GrammarEngine engine(session.tokenizer, session.loaded.model->vocab_size(), session.eos_token_ids);
+    options.logits_processors.push_back(generate::constraint_processor(
+        a.json_schema.empty() ? engine.gbnf(constraint_file->second, constraint_file->first)
+                              : engine.json_schema(constraint_file->second, /*strict=*/true, constraint_file->first)));
+  }
   if (draft) {
     options.draft_model = draft->loaded.model.get();
     options.num_draft_tokens = a.num_draft_tokens;
@@ -395,6 +430,9 @@ void register_generate(CLI::App& app) {
                   "Write every generated token's logprobs [T, vocab] to this .safetensors file");
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
   cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
+  cmd->add_option("--json-schema", a->json_schema,
+                  "Constrain the output to JSON valid against this JSON schema file (strict: no properties it does not name)");
+  cmd->add_option("--grammar", a->grammar, "Constrain the output to this GBNF grammar file (start rule `root`)");
   add_unsupported(cmd, "--image", "this engine runs text-only models");
   cmd->add_option("--draft-model", a->draft_model, "A model to be used for speculative decoding.");
   cmd->add_option("--num-draft-tokens", a->num_draft_tokens,

@@ -1,6 +1,7 @@
 // `mlxrt tokenize --model DIR (--text T | --file F) [--json] [--no-add-special]` prints the ids HF's
 // Tokenizer.encode gives (space separated, or {"ids", "pieces"} with --json);
-// `mlxrt detokenize --model DIR --ids 1,2,3 [--skip-special]` prints Tokenizer.decode of the ids.
+// `mlxrt detokenize --model DIR --ids 1,2,3 [--skip-special]` prints Tokenizer.decode of the ids;
+// with --token-bytes, a JSON list of each id's raw bytes in hex (what constrained decoding matches).
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -8,6 +9,7 @@
 #include "mlxrt/cli/common.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/io/hf_cache.h"
+#include "mlxrt/tokenizer/token_bytes.h"
 #include "mlxrt/tokenizer/tokenizer.h"
 #include "mlxrt/util/errors.h"
 #include "mlxrt/util/json_file.h"
@@ -43,6 +45,7 @@ struct DetokenizeArgs {
   std::string model;
   std::string ids;
   bool skip_special = false;
+  bool token_bytes = false;
 };
 
 void run_detokenize(const DetokenizeArgs& a) {
@@ -52,6 +55,20 @@ void run_detokenize(const DetokenizeArgs& a) {
     if (id < 0 || static_cast<size_t>(id) >= tok.id_limit())
       throw UsageError("--ids: token id " + std::to_string(id) + " is outside the vocabulary (0.." +
                        std::to_string(tok.id_limit() - 1) + ")");
+  if (a.token_bytes) {
+    nlohmann::json out = nlohmann::json::array();
+    static const char* kHex = "0123456789abcdef";
+    for (int32_t id : ids) {
+      std::string hex;
+      for (unsigned char c : tokenizer::token_bytes(tok, id)) {
+        hex += kHex[c >> 4];
+        hex += kHex[c & 15];
+      }
+      out.push_back(hex);
+    }
+    std::cout << out.dump() << "\n";
+    return;
+  }
   std::cout << tok.decode(ids, a.skip_special) << "\n";
 }
 
@@ -78,6 +95,8 @@ void register_detokenize(CLI::App& app) {
   cmd->add_option("--model", args->model, "Directory holding tokenizer files, or a Hugging Face repo id (org/name[@revision]) in the local cache")->required();
   cmd->add_option("--ids", args->ids, "Comma-separated token ids")->required();
   cmd->add_flag("--skip-special", args->skip_special, "Leave special tokens out");
+  cmd->add_flag("--token-bytes", args->token_bytes,
+                "Print each id's raw bytes (hex, a JSON list) as constrained decoding matches them");
   cmd->callback([args] { run_detokenize(*args); });
 }
 

@@ -8,6 +8,7 @@
 #include <mlx/ops.h>
 
 #include "mlxrt/generate/generate_step.h"
+#include "mlxrt/generate/grammar_constraint.h"
 #include "mlxrt/generate/logits_processors.h"
 #include "mlxrt/generate/sampler.h"
 #include "mlxrt/generate/speculative.h"
@@ -107,6 +108,22 @@ void Generator::run(Job& job) {
   } catch (const UsageError& e) {
     throw HttpError(400, e.what());
   }
+  if (r.response_format != "text") {
+    if (session_.draft_model)
+      throw HttpError(400, "response_format: structured output cannot be combined with the server's draft model",
+                      "response_format");
+    // The token table is built once, on the first structured request.
+    if (!grammar_)
+      grammar_ = std::make_unique<generate::GrammarEngine>(session_.tokenizer, model.vocab_size(), session_.eos_token_ids);
+    try {
+      go.logits_processors.push_back(generate::constraint_processor(
+          r.response_format == "json_object"
+              ? grammar_->json_object()
+              : grammar_->json_schema(r.json_schema, r.json_schema_strict, "response_format.json_schema.schema")));
+    } catch (const UsageError& e) {
+      throw HttpError(400, e.what(), "response_format");
+    }
+  }
 
   auto hit = cache_.fetch(prompt, adapter);
   const bool fresh = hit.cache.empty();
@@ -194,6 +211,8 @@ void Generator::run(Job& job) {
 
 bool Generator::batchable(const Job& job) const {
   if (unbatchable_ || job.task() || job.request().seed || options_.kv_bits) return false;
+  // Structured output masks each step with the request's own grammar state: it runs alone.
+  if (job.request().response_format != "text") return false;
   // The batch runs the base model: a request for one of --adapters runs alone on its own weights
   // (and one naming an unknown adapter gets its error there).
   try {

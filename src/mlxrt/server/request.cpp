@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "mlxrt/generate/json_schema_check.h"
 #include "mlxrt/server/http_error.h"
 
 namespace mlxrt::server {
@@ -188,6 +189,39 @@ void parse_chat(const json& body, CompletionRequest& r) {
   }
 }
 
+}  // namespace
+
+void parse_response_format(const nlohmann::ordered_json& v, const std::string& where, CompletionRequest& r) {
+  if (!v.is_object()) bad(where, "must be an object");
+  auto type = v.find("type");
+  if (type == v.end() || !type->is_string()) bad(where + ".type", "must be \"text\", \"json_object\" or \"json_schema\"");
+  const std::string t = type->get<std::string>();
+  if (t != "text" && t != "json_object" && t != "json_schema")
+    bad(where + ".type", "must be \"text\", \"json_object\" or \"json_schema\" (got \"" + t + "\")");
+  r.response_format = t;
+  if (t != "json_schema") return;
+  // OpenAI's chat shape nests the schema in "json_schema"; the Responses API's text.format has
+  // its fields beside "type".
+  const json* spec = &v;
+  if (auto js = v.find("json_schema"); js != v.end()) {
+    if (!js->is_object()) bad(where + ".json_schema", "must be an object");
+    spec = &*js;
+  }
+  const std::string at = spec == &v ? where : where + ".json_schema";
+  auto schema = spec->find("schema");
+  if (schema == spec->end()) bad(at + ".schema", "is required for type \"json_schema\"");
+  if (!schema->is_object() && !schema->is_boolean()) bad(at + ".schema", "must be a JSON schema object");
+  if (auto strict = spec->find("strict"); strict != spec->end() && !strict->is_null()) {
+    if (!strict->is_boolean()) bad(at + ".strict", "must be a boolean");
+    r.json_schema_strict = strict->get<bool>();
+  }
+  r.json_schema = schema->dump();
+  auto problem = generate::unsupported_schema_keyword(r.json_schema);
+  if (!problem.empty()) bad(at + ".schema", "uses " + problem + ", which constrained decoding does not support");
+}
+
+namespace {
+
 void parse_sampling(const json& body, const ServerOptions& d, CompletionRequest& r) {
   if (const json* v = field(body, "max_completion_tokens")) {
     int64_t n = as_int(*v, "max_completion_tokens");
@@ -218,6 +252,7 @@ void parse_sampling(const json& body, const ServerOptions& d, CompletionRequest&
   }
   if (const json* v = field(body, "seed")) r.seed = as_int(*v, "seed");
   if (const json* v = field(body, "logit_bias")) r.logit_bias = parse_logit_bias(*v);
+  if (const json* v = field(body, "response_format")) parse_response_format(*v, "response_format", r);
 }
 
 }  // namespace

@@ -46,6 +46,11 @@ struct CompletionRequest {
   std::optional<int64_t> seed;
   nlohmann::ordered_json chat_template_kwargs;  // null or an object
   std::vector<std::string> stop;
+  /** response_format: "text" (unconstrained), "json_object" or "json_schema" (json_schema holds
+   * the schema's JSON text, json_schema_strict its "strict"). */
+  std::string response_format = "text";
+  std::string json_schema;
+  bool json_schema_strict = false;
 
   // chat
   nlohmann::ordered_json messages;      // a list of message objects
@@ -63,6 +68,11 @@ CompletionRequest parse_completion_request(std::string_view body, Endpoint endpo
 /** The same, from a body already parsed (the other APIs translate theirs into this shape). */
 CompletionRequest parse_completion_body(const nlohmann::ordered_json& body, Endpoint endpoint,
                                         const ServerOptions& defaults);
+
+/** response_format (or the Responses API's text.format, `where` naming it) into r; HttpError(400)
+ * naming the field when malformed or when the schema uses a keyword constrained decoding does not
+ * enforce. */
+void parse_response_format(const nlohmann::ordered_json& v, const std::string& where, CompletionRequest& r);
 
 /** A request body as a JSON object; HttpError(400) when it is not valid JSON or not an object. */
 nlohmann::ordered_json parse_request_body(std::string_view body);

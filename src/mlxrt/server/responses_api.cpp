@@ -210,16 +210,19 @@ json template_kwargs(const json& body) {
   return kwargs;
 }
 
-void check_text_format(const json& body) {
+/** text.format: null, or the format object (text, json_object, json_schema with its fields beside
+ * "type"), which the chat request takes as its response_format. */
+const json* text_format(const json& body) {
   const json* text = find(body, "text");
-  if (!text) return;
+  if (!text) return nullptr;
   if (!text->is_object()) bad("text", "must be an object");
   const json* format = find(*text, "format");
-  if (!format) return;
+  if (!format) return nullptr;
   if (!format->is_object()) bad("text.format", "must be an object");
   const json* type = find(*format, "type");
-  if (!type || *type != "text")
-    bad("text.format.type", "only 'text' is supported by this endpoint, got " + (type ? python_dumps(*type) : "none"));
+  if (!type || (*type != "text" && *type != "json_object" && *type != "json_schema"))
+    bad("text.format.type", "must be 'text', 'json_object' or 'json_schema', got " + (type ? python_dumps(*type) : "none"));
+  return format;
 }
 
 json usage_json(const TurnResult& r) {
@@ -502,7 +505,7 @@ ResponsesTranslation responses_to_chat(const json& body, const ResponseStore& st
   if (const json* b = find(body, "background"); b && *b != false)
     bad("background", "background responses are not supported by this server");
   if (const json* s = find(body, "store"); s && !s->is_boolean()) bad("store", "must be a boolean");
-  check_text_format(body);
+  const json* format = text_format(body);
 
   json messages = json::array();
   if (const json* prev = find(body, "previous_response_id")) {
@@ -540,6 +543,7 @@ ResponsesTranslation responses_to_chat(const json& body, const ResponseStore& st
   }
   for (const char* key : {"stream", "temperature", "top_p", "top_k", "min_p", "seed"})
     if (const json* v = find(body, key)) chat[key] = *v;
+  if (format) chat["response_format"] = *format;
   if (json kwargs = template_kwargs(body); !kwargs.empty()) chat["chat_template_kwargs"] = std::move(kwargs);
   return t;
 }

@@ -145,7 +145,7 @@ TEST(ResponsesToChat, RefusesWhatItCannotServe) {
             "input[0].content[0].type");
   EXPECT_EQ(rejected_field(with(R"({"input": [{"type": "item_reference", "id": "x"}]})")), "input[0].type");
   EXPECT_EQ(rejected_field(with(R"({"tools": [{"type": "file_search"}]})")), "tools[0].type");
-  EXPECT_EQ(rejected_field(with(R"({"text": {"format": {"type": "json_object"}}})")), "text.format.type");
+  EXPECT_EQ(rejected_field(with(R"({"text": {"format": {"type": "grammar"}}})")), "text.format.type");
   EXPECT_EQ(rejected_field(with(R"({"tool_choice": "sometimes"})")), "tool_choice");
   EXPECT_EQ(rejected_field(with(R"({"max_output_tokens": 1.5})")), "max_output_tokens");
   EXPECT_EQ(rejected_field(with(R"({"previous_response_id": "nope"})")), "previous_response_id");
