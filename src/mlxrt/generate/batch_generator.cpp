@@ -312,18 +312,18 @@ void BatchGenerator::extend_gen(GenBatch other) {
   for (auto& m : other.matchers) g.matchers.push_back(m);
 }
 
-std::vector<GenerationResponse> BatchGenerator::gen_next() {
+std::vector<BatchGenerationResponse> BatchGenerator::gen_next() {
   auto& g = gen_;
   if (g.uids.empty()) return {};
   auto [tokens, logprobs] = step(g);
   std::vector<int> keep;
-  std::vector<GenerationResponse> responses;
+  std::vector<BatchGenerationResponse> responses;
   for (size_t i = 0; i < g.uids.size(); ++i) {
     std::optional<std::string> finish_reason;
     g.num_tokens[i] += 1;
     if (g.num_tokens[i] >= g.rows[i].max_tokens) finish_reason = "length";
     if (g.matchers[i].advance(tokens[i])) finish_reason = "stop";
-    GenerationResponse r{g.uids[i], tokens[i], logprobs[i], finish_reason, {}, {}};
+    BatchGenerationResponse r{g.uids[i], tokens[i], logprobs[i], finish_reason, {}, {}};
     if (finish_reason) {
       r.prompt_cache = extract(g.cache, static_cast<int>(i));
       r.all_tokens = g.rows[i].tokens;
@@ -336,9 +336,9 @@ std::vector<GenerationResponse> BatchGenerator::gen_next() {
   return responses;
 }
 
-std::pair<std::vector<PromptResponse>, std::vector<GenerationResponse>> BatchGenerator::next() {
-  std::vector<GenerationResponse> generation_responses;
-  std::vector<PromptResponse> prompt_responses;
+std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>> BatchGenerator::next() {
+  std::vector<BatchGenerationResponse> generation_responses;
+  std::vector<BatchPromptResponse> prompt_responses;
 
   // Generate tokens first
   if (!gen_.uids.empty()) {
@@ -393,7 +393,7 @@ std::pair<std::vector<PromptResponse>, std::vector<GenerationResponse>> BatchGen
     filter_prompt(moving, split);
     GenBatch started = start_generation(std::move(moving), last_inputs);
     for (size_t i = 0; i < totals.size(); ++i)
-      prompt_responses.push_back(PromptResponse{started.uids[i], totals[i], totals[i], true, true});
+      prompt_responses.push_back(BatchPromptResponse{started.uids[i], totals[i], totals[i], true, true});
     extend_gen(std::move(started));
   }
 
@@ -401,7 +401,7 @@ std::pair<std::vector<PromptResponse>, std::vector<GenerationResponse>> BatchGen
   std::vector<std::vector<int32_t>> prompts;
   for (size_t i = 0; i < processing_.size(); ++i) {
     auto& seq = processing_[i];
-    PromptResponse response{prompt_.uids[i], 0, 0, false, false};
+    BatchPromptResponse response{prompt_.uids[i], 0, 0, false, false};
     auto& first = seq.segments.front();
     const int take = std::min(static_cast<int>(first.size()), o_.prefill_step_size);
     prompts.emplace_back(first.begin(), first.begin() + take);
@@ -421,7 +421,7 @@ std::pair<std::vector<PromptResponse>, std::vector<GenerationResponse>> BatchGen
   return {std::move(prompt_responses), std::move(generation_responses)};
 }
 
-std::vector<GenerationResponse> BatchGenerator::next_generated() {
+std::vector<BatchGenerationResponse> BatchGenerator::next_generated() {
   while (true) {
     auto [prompt_responses, generation_responses] = next();
     if (generation_responses.empty() && !prompt_responses.empty()) continue;

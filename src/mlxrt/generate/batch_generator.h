@@ -50,13 +50,13 @@ struct BatchRequest {
   std::optional<StopSequences> stop_sequences;
 };
 
-struct PromptResponse {
+struct BatchPromptResponse {
   int uid;
   int processed, total;
   bool end_of_segment, end_of_prompt;
 };
 
-struct GenerationResponse {
+struct BatchGenerationResponse {
   int uid;
   int32_t token;
   mx::array logprobs;                  // [vocab]
@@ -75,9 +75,9 @@ class BatchGenerator {
   std::vector<int> insert(std::vector<BatchRequest> requests);
   /** One step: decodes one token for every generating row, then moves finished prompts into the
    * generation batch and prefills the next chunk of the rest. */
-  std::pair<std::vector<PromptResponse>, std::vector<GenerationResponse>> next();
+  std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>> next();
   /** next() until it yields generated tokens (empty once nothing is left). */
-  std::vector<GenerationResponse> next_generated();
+  std::vector<BatchGenerationResponse> next_generated();
   /** Drops the rows of `uids` wherever they are (queued, prefilling or generating). */
   void remove(const std::vector<int>& uids);
   /** Rows queued, prefilling or generating. */
@@ -122,7 +122,7 @@ class BatchGenerator {
   void prompt(PromptBatch& batch, const std::vector<std::vector<int32_t>>& tokens);
   GenBatch start_generation(PromptBatch batch, const std::vector<int32_t>& last_inputs);
   std::pair<std::vector<int32_t>, std::vector<mx::array>> step(GenBatch& g);
-  std::vector<GenerationResponse> gen_next();
+  std::vector<BatchGenerationResponse> gen_next();
   static void filter_prompt(PromptBatch& b, const std::vector<int>& keep);
   void filter_gen(const std::vector<int>& keep);
   void extend_gen(GenBatch other);
