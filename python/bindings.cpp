@@ -4,6 +4,7 @@
 // mx::array returned here is the wheel's array type, shared without a copy (the module joins the
 // wheel's nanobind domain, "mlx": cmake/python_package.cmake).
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -17,11 +18,13 @@
 #include <nanobind/stl/vector.h>
 
 #include <mlx/array.h>
+#include <mlx/memory.h>
 #include <mlx/ops.h>
 #include <mlx/random.h>
 #include <mlx/transforms.h>
 
 #include "mlxrt/cli/generation_setup.h"
+#include "mlxrt/generate/batch_generator.h"
 #include "mlxrt/generate/logits_processors.h"
 #include "mlxrt/generate/random_state.h"
 #include "mlxrt/generate/sampler.h"
@@ -116,6 +119,28 @@ std::vector<int32_t> to_ids(const mx::array& a) {
   return std::vector<int32_t>(p, p + flat.size());
 }
 
+/** A sampler argument: one of ours (make_sampler's), any Python callable, or None (empty: greedy). */
+generate::Sampler to_sampler(nb::object sampler) {
+  if (sampler.is_none()) return {};
+  if (nb::isinstance<Sampler>(sampler)) return [s = nb::cast<Sampler*>(sampler)](const mx::array& x) { return (*s)(x); };
+  return [sampler](const mx::array& x) { return nb::cast<mx::array>(sampler(x)); };
+}
+
+/** A logits_processors argument: ours (make_logits_processors') or Python callables, or None. */
+std::vector<generate::LogitsProcessor> to_processors(nb::object processors) {
+  std::vector<generate::LogitsProcessor> out;
+  if (processors.is_none()) return out;
+  for (nb::handle p : processors) {
+    if (nb::isinstance<LogitsProcessor>(p)) {
+      out.push_back(nb::cast<LogitsProcessor*>(p)->fn);
+    } else {
+      nb::object fn = nb::borrow(p);
+      out.push_back([fn](const mx::array& t, const mx::array& l) { return nb::cast<mx::array>(fn(t, l)); });
+    }
+  }
+  return out;
+}
+
 /** stream_generate as a Python iterator of tuples (python/mlxrt wraps them in GenerationResponse). */
 struct Generator {
   SessionPtr session;
@@ -148,24 +173,8 @@ Generator make_generator(const Model& m, const std::vector<int32_t>& prompt, int
   o.eos_token_ids = eos_token_ids;
   // The generator runs on the caller's thread with the GIL held: Python callables are called
   // directly (ours through their C++ function).
-  if (!sampler.is_none()) {
-    if (nb::isinstance<Sampler>(sampler)) {
-      o.sampler = [s = nb::cast<Sampler*>(sampler)](const mx::array& x) { return (*s)(x); };
-    } else {
-      o.sampler = [sampler](const mx::array& x) { return nb::cast<mx::array>(sampler(x)); };
-    }
-  }
-  if (!processors.is_none()) {
-    for (nb::handle p : processors) {
-      if (nb::isinstance<LogitsProcessor>(p)) {
-        o.logits_processors.push_back(nb::cast<LogitsProcessor*>(p)->fn);
-      } else {
-        nb::object fn = nb::borrow(p);
-        o.logits_processors.push_back(
-            [fn](const mx::array& t, const mx::array& l) { return nb::cast<mx::array>(fn(t, l)); });
-      }
-    }
-  }
+  o.sampler = to_sampler(sampler);
+  o.logits_processors = to_processors(processors);
   if (!progress.is_none()) o.prompt_progress = [progress](int done, int total) { progress(done, total); };
   if (draft_model) {
     o.draft_model = &draft_model->lm();
@@ -179,6 +188,63 @@ Generator make_generator(const Model& m, const std::vector<int32_t>& prompt, int
   g.gen = std::make_unique<generate::TextGenerator>(m.lm(), m.session->tokenizer, prompt, std::move(o),
                                                      cache ? &cache->layers : nullptr);
   return g;
+}
+
+/** mlx-lm's batch_generate on the C++ BatchGenerator: every prompt with the one sampler and list of
+ * logits processors given (BatchGenerator's `sampler` and `logits_processors`), stopping at the
+ * tokenizer's eos ids. Returns, in prompt order, each prompt's tokens and the log-probability of each
+ * (batch_generate drops a row's final stop token), then the prompt and generation token counts, the
+ * seconds spent in steps that processed prompts and in all steps, and the peak memory in GB. */
+nb::tuple batch_generate_tokens(const Model& m, const std::vector<std::vector<int32_t>>& prompts,
+                                const std::vector<int>& max_tokens, nb::object sampler, nb::object processors,
+                                const std::vector<int32_t>& eos_token_ids, int completion_batch_size,
+                                int prefill_batch_size, int prefill_step_size) {
+  if (auto why = generate::batching_unsupported_reason(m.lm())) throw UnsupportedError("batch_generate: " + *why);
+  if (max_tokens.size() != prompts.size())
+    throw UsageError("batch_generate: max_tokens has " + std::to_string(max_tokens.size()) + " entries for " +
+                     std::to_string(prompts.size()) + " prompts");
+  generate::BatchGeneratorOptions o;
+  o.completion_batch_size = completion_batch_size;
+  o.prefill_batch_size = prefill_batch_size;
+  o.prefill_step_size = prefill_step_size;
+  for (int32_t id : eos_token_ids) o.stop_tokens.push_back({id});
+  if (auto fn = to_sampler(sampler)) o.sampler = std::make_shared<const generate::Sampler>(std::move(fn));
+  const auto procs = to_processors(processors);
+  std::vector<generate::BatchRequest> requests;
+  size_t prompt_tokens = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    model::check_token_ids(m.lm(), prompts[i]);
+    generate::BatchRequest r;
+    r.prompt = prompts[i];
+    r.max_tokens = max_tokens[i];
+    r.logits_processors = procs;
+    requests.push_back(std::move(r));
+    prompt_tokens += prompts[i].size();
+  }
+  generate::BatchGenerator gen(m.lm(), o);
+  const auto uids = gen.insert(std::move(requests));
+  std::map<int, size_t> row_of;
+  for (size_t i = 0; i < uids.size(); ++i) row_of[uids[i]] = i;
+  std::vector<std::vector<int32_t>> tokens(prompts.size());
+  std::vector<std::vector<double>> logprobs(prompts.size());
+  size_t generated = 0;
+  double prompt_seconds = 0, all_seconds = 0;
+  while (gen.size() > 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto [prompt_steps, responses] = gen.next();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    all_seconds += dt;
+    if (!prompt_steps.empty()) prompt_seconds += dt;
+    for (auto& r : responses) {
+      ++generated;
+      if (r.finish_reason && *r.finish_reason == "stop") continue;
+      const size_t row = row_of.at(r.uid);
+      tokens[row].push_back(r.token);
+      logprobs[row].push_back(mx::astype(mx::take(r.logprobs, r.token), mx::float32).item<float>());
+    }
+  }
+  return nb::make_tuple(tokens, logprobs, prompt_tokens, generated, prompt_seconds, all_seconds,
+                        static_cast<double>(mx::get_peak_memory()) / 1e9);
 }
 
 }  // namespace
@@ -333,6 +399,10 @@ NB_MODULE(_core, m) {
       },
       "logit_bias"_a, "repetition_penalty"_a, "repetition_context_size"_a, "presence_penalty"_a,
       "presence_context_size"_a, "frequency_penalty"_a, "frequency_context_size"_a);
+
+  m.def("batch_generate_tokens", &batch_generate_tokens, "model"_a, "prompts"_a, "max_tokens"_a, "sampler"_a.none(),
+        "logits_processors"_a.none(), "eos_token_ids"_a, "completion_batch_size"_a, "prefill_batch_size"_a,
+        "prefill_step_size"_a);
 
   m.def("stream_generate", &make_generator, "model"_a, "prompt"_a, "max_tokens"_a, "sampler"_a.none(),
         "logits_processors"_a.none(), "eos_token_ids"_a, "max_kv_size"_a.none(), "prompt_cache"_a.none(),

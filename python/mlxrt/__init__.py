@@ -473,10 +473,99 @@ def generate(
     return text
 
 
-def batch_generate(*args, **kwargs):
-    """mlx_lm.batch_generate needs batched decoding with left-padded prompts, whose outputs differ
-    from one-prompt-at-a-time decoding; mlxrt's core decodes one sequence at a time."""
-    raise _not_provided("batch_generate (batched decoding)")
+@dataclass
+class BatchStats:
+    """What :func:`batch_generate` did (mlx-lm's BatchStats fields that batch_generate reports)."""
+
+    prompt_tokens: int = 0
+    prompt_time: float = 0.0
+    generation_tokens: int = 0
+    wall_time: float = 0.0
+    peak_memory: float = 0.0
+
+    @property
+    def prompt_tps(self) -> float:
+        return self.prompt_tokens / self.prompt_time if self.prompt_time > 0 else 0.0
+
+    @property
+    def generation_time(self) -> float:
+        return max(0.0, self.wall_time - self.prompt_time)
+
+    @property
+    def generation_tps(self) -> float:
+        t = self.generation_time
+        return self.generation_tokens / t if t > 0 else 0.0
+
+
+@dataclass
+class BatchResponse:
+    """The output of :func:`batch_generate` (mlx-lm's fields)."""
+
+    texts: List[str]
+    stats: BatchStats
+    caches: Optional[List[Any]] = None
+    token_ids: Optional[List[List[int]]] = None
+    logprobs: Optional[List[List[float]]] = None
+
+
+_BATCH_GENERATOR_ARGS = {"sampler", "logits_processors", "completion_batch_size", "prefill_batch_size",
+                         "prefill_step_size", "max_kv_size", "stream"}
+
+
+def batch_generate(
+    model: Model,
+    tokenizer: TokenizerWrapper,
+    prompts: List[List[int]],
+    prompt_caches: Optional[List[List[Any]]] = None,
+    max_tokens: Union[int, List[int]] = 128,
+    verbose: bool = False,
+    return_prompt_caches: bool = False,
+    return_token_ids: bool = False,
+    return_logprobs: bool = False,
+    **kwargs,
+) -> BatchResponse:
+    """mlx_lm.batch_generate: the prompts decoded together by mlxrt's BatchGenerator (left-padded,
+    rows leaving as they finish), each row's tokens equal to mlx-lm's for the same batch; ``kwargs``
+    are BatchGenerator's (``sampler``, ``logits_processors``, ``completion_batch_size``,
+    ``prefill_batch_size``, ``prefill_step_size``)."""
+    unknown = sorted(set(kwargs) - _BATCH_GENERATOR_ARGS)
+    if unknown:
+        raise TypeError(f"batch_generate: unexpected keyword argument {unknown[0]!r}")
+    if prompt_caches is not None:
+        raise _not_provided("batch_generate(prompt_caches=...)")
+    if return_prompt_caches:
+        raise _not_provided("batch_generate(return_prompt_caches=True)")
+    if kwargs.get("max_kv_size") is not None:
+        raise _not_provided("batch_generate(max_kv_size=...)")
+    _reject("stream", kwargs.get("stream"))
+    if not isinstance(model, Model):
+        raise TypeError("batch_generate: model must come from mlxrt.load")
+    if not isinstance(tokenizer, TokenizerWrapper):
+        raise TypeError("batch_generate: tokenizer must come from mlxrt.load")
+    prompts = [[int(t) for t in p] for p in prompts]
+    if isinstance(max_tokens, int):
+        max_tokens = [max_tokens] * len(prompts)
+    prefill_batch_size = int(kwargs.get("prefill_batch_size", 8))
+    # BatchGenerator: completion_batch_size = max(completion_batch_size, prefill_batch_size)
+    completion_batch_size = max(int(kwargs.get("completion_batch_size", 32)), prefill_batch_size)
+    if verbose:
+        print(f"[batch_generate] Finished processing 0/{len(prompts)} ...", end="\r")
+    tokens, logprobs, prompt_tokens, generated, prompt_time, wall_time, peak = _core.batch_generate_tokens(
+        model._core, prompts, [int(m) for m in max_tokens], kwargs.get("sampler"), kwargs.get("logits_processors"),
+        sorted(tokenizer.eos_token_ids), completion_batch_size, prefill_batch_size,
+        int(kwargs.get("prefill_step_size", 2048)),
+    )
+    stats = BatchStats(prompt_tokens=prompt_tokens, prompt_time=prompt_time, generation_tokens=generated,
+                       wall_time=wall_time, peak_memory=peak)
+    texts = [tokenizer.decode(t) for t in tokens]
+    if verbose:
+        print(f"[batch_generate] Finished processing {len(prompts)}/{len(prompts)}")
+        print(f"[batch_generate] Prompt: {stats.prompt_tokens} tokens, {stats.prompt_tps:.3f} tokens-per-sec")
+        print(f"[batch_generate] Generation: {stats.generation_tokens} tokens, "
+              f"{stats.generation_tps:.3f} tokens-per-sec")
+        print(f"[batch_generate] Peak memory: {stats.peak_memory:.3f} GB")
+    return BatchResponse(texts, stats, None, tokens if return_token_ids else None,
+                         logprobs if return_logprobs else None)
 
 
 def convert(*args, **kwargs):

@@ -177,7 +177,42 @@ def generate(
     prompt_progress_callback: Optional[Callable[[int, int], None]] = None,
     num_draft_tokens: int = 3,
 ) -> Optional[str]: ...
-def batch_generate(*args: Any, **kwargs: Any) -> Any:
-    """Not provided: raises NotImplementedError."""
+class BatchStats:
+    prompt_tokens: int
+    prompt_time: float
+    generation_tokens: int
+    wall_time: float
+    peak_memory: float
+    @property
+    def prompt_tps(self) -> float: ...
+    @property
+    def generation_time(self) -> float: ...
+    @property
+    def generation_tps(self) -> float: ...
+
+class BatchResponse:
+    texts: List[str]
+    stats: BatchStats
+    caches: Optional[List[Any]]
+    token_ids: Optional[List[List[int]]]
+    logprobs: Optional[List[List[float]]]
+
+def batch_generate(
+    model: Model,
+    tokenizer: TokenizerWrapper,
+    prompts: List[List[int]],
+    prompt_caches: None = None,
+    max_tokens: Union[int, List[int]] = 128,
+    verbose: bool = False,
+    return_prompt_caches: bool = False,
+    return_token_ids: bool = False,
+    return_logprobs: bool = False,
+    *,
+    sampler: Optional[Sampler] = None,
+    logits_processors: Optional[List[LogitsProcessor]] = None,
+    completion_batch_size: int = 32,
+    prefill_batch_size: int = 8,
+    prefill_step_size: int = 2048,
+) -> BatchResponse: ...
 def convert(*args: Any, **kwargs: Any) -> Any:
     """Not provided: raises NotImplementedError."""

@@ -168,10 +168,37 @@ def test_tokenizer_equals_mlx_lm(loaded):
     assert detok.text == "streamed text, 日本"
 
 
+BATCH_PROMPTS = ["Tell me a story about the sea.", "Hi", "Write a list of three fruits and their colors", "Why?"]
+
+
+def test_batch_generate_equals_mlx_lm(loaded):
+    """Four prompts of different lengths and budgets, two prefilled at a time into a batch of three
+    (rows join as others leave): greedy, then a seeded sampler with logits processors, each row's
+    text, tokens and log-probabilities equal to mlx-lm's batch_generate."""
+    (ref_model, ref_tok), (model, tok) = loaded
+    prompts = [ref_tok.encode(p) for p in BATCH_PROMPTS]
+    common = dict(max_tokens=[24, 9, 31, 16], return_token_ids=True, return_logprobs=True,
+                  prefill_batch_size=2, completion_batch_size=3)
+    runs = [(lambda pkg, sampler, procs: {}, None),
+            (lambda pkg, sampler, procs: dict(sampler=sampler(temp=0.9, top_p=0.95, top_k=40),
+                                              logits_processors=procs(logit_bias={13: 1.5}, repetition_penalty=1.2)),
+             5)]
+    for make_kwargs, seed in runs:
+        got = []
+        for package, m, t, sampler, procs in ((mlx_lm, ref_model, ref_tok, mlx_lm_sampler, mlx_lm_processors),
+                                              (mlxrt, model, tok, make_sampler, make_logits_processors)):
+            if seed is not None:
+                mx.random.seed(seed)
+            r = package.batch_generate(m, t, prompts, **common, **make_kwargs(package, sampler, procs))
+            got.append((r.texts, r.token_ids, r.logprobs))
+        assert got[1] == got[0]
+        assert all(got[0][1]) and len(got[0][1][2]) > 9
+
+
 def test_what_is_not_provided_says_so(loaded):
     _, (model, tok) = loaded
-    with pytest.raises(NotImplementedError, match="batch_generate"):
-        mlxrt.batch_generate(model, tok, [[1, 2, 3]])
+    with pytest.raises(NotImplementedError, match="batch_generate.prompt_caches"):
+        mlxrt.batch_generate(model, tok, [[1, 2, 3]], prompt_caches=[[]])
     with pytest.raises(NotImplementedError, match="model.layers"):
         model.layers
     with pytest.raises(NotImplementedError, match="tokenizer.batch_decode"):
