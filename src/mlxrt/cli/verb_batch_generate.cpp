@@ -41,27 +41,35 @@ struct BatchArgs {
 using ojson = nlohmann::ordered_json;
 namespace mx = mlx::core;
 
+/** A typed read of one field of a requests-file object; errors name `where.key`. */
+struct FieldReader {
+  const std::string& where;
+  const std::string& key;
+  const ojson& value;
+  double number() const {
+    if (!value.is_number()) throw UsageError(where + "." + key + ": expected a number");
+    return value.get<double>();
+  }
+  int integer() const {
+    if (!value.is_number_integer()) throw UsageError(where + "." + key + ": expected an integer");
+    return value.get<int>();
+  }
+};
+
 generate::SamplerParams sampler_params(const ojson& o, const std::string& where) {
   generate::SamplerParams p;
   if (!o.is_object()) throw UsageError(where + ": expected an object of make_sampler arguments");
   for (auto it = o.begin(); it != o.end(); ++it) {
     const auto& k = it.key();
     const auto& v = it.value();
-    auto num = [&]() {
-      if (!v.is_number()) throw UsageError(where + "." + k + ": expected a number");
-      return v.get<double>();
-    };
-    auto integer = [&]() {
-      if (!v.is_number_integer()) throw UsageError(where + "." + k + ": expected an integer");
-      return v.get<int>();
-    };
-    if (k == "temp") p.temp = num();
-    else if (k == "top_p") p.top_p = num();
-    else if (k == "min_p") p.min_p = num();
-    else if (k == "min_tokens_to_keep") p.min_tokens_to_keep = integer();
-    else if (k == "top_k") p.top_k = integer();
-    else if (k == "xtc_probability") p.xtc_probability = num();
-    else if (k == "xtc_threshold") p.xtc_threshold = num();
+    const FieldReader f{where, k, v};
+    if (k == "temp") p.temp = f.number();
+    else if (k == "top_p") p.top_p = f.number();
+    else if (k == "min_p") p.min_p = f.number();
+    else if (k == "min_tokens_to_keep") p.min_tokens_to_keep = f.integer();
+    else if (k == "top_k") p.top_k = f.integer();
+    else if (k == "xtc_probability") p.xtc_probability = f.number();
+    else if (k == "xtc_threshold") p.xtc_threshold = f.number();
     else throw UsageError(where + ": unknown make_sampler argument '" + k + "'");
   }
   return p;
@@ -73,20 +81,13 @@ generate::LogitsProcessorParams processor_params(const ojson& o, const std::stri
   for (auto it = o.begin(); it != o.end(); ++it) {
     const auto& k = it.key();
     const auto& v = it.value();
-    auto num = [&]() {
-      if (!v.is_number()) throw UsageError(where + "." + k + ": expected a number");
-      return v.get<double>();
-    };
-    auto integer = [&]() {
-      if (!v.is_number_integer()) throw UsageError(where + "." + k + ": expected an integer");
-      return v.get<int>();
-    };
-    if (k == "repetition_penalty") p.repetition_penalty = num();
-    else if (k == "repetition_context_size") p.repetition_context_size = integer();
-    else if (k == "presence_penalty") p.presence_penalty = num();
-    else if (k == "presence_context_size") p.presence_context_size = integer();
-    else if (k == "frequency_penalty") p.frequency_penalty = num();
-    else if (k == "frequency_context_size") p.frequency_context_size = integer();
+    const FieldReader f{where, k, v};
+    if (k == "repetition_penalty") p.repetition_penalty = f.number();
+    else if (k == "repetition_context_size") p.repetition_context_size = f.integer();
+    else if (k == "presence_penalty") p.presence_penalty = f.number();
+    else if (k == "presence_context_size") p.presence_context_size = f.integer();
+    else if (k == "frequency_penalty") p.frequency_penalty = f.number();
+    else if (k == "frequency_context_size") p.frequency_context_size = f.integer();
     else if (k == "logit_bias") p.logit_bias = generate::parse_logit_bias(v, where + ".logit_bias");
     else throw UsageError(where + ": unknown make_logits_processors argument '" + k + "'");
   }
