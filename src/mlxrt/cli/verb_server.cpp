@@ -72,6 +72,7 @@ void run(Args& a) {
   if (!a.prompt_cache_bytes.empty()) a.o.prompt_cache_bytes = parse_size(a.prompt_cache_bytes);
   if (a.o.prefill_step_size <= 0) throw UsageError("--prefill-step-size: must be positive");
   if (a.o.max_tokens < 1) throw UsageError("--max-tokens: must be at least 1");
+  if (a.o.max_models < 1) throw UsageError("--max-models: must be at least 1 (got " + std::to_string(a.o.max_models) + ")");
   if (a.kv_bits != 0) {
     if (a.kv_bits < 2 || a.kv_bits > 8) throw UsageError("--kv-bits: expected 2 to 8 bits");
     a.o.kv_bits = a.kv_bits;
@@ -118,6 +119,10 @@ void register_server(CLI::App& app) {
   cmd->add_option("--adapters", a->adapters,
                   "Adapters preloaded beside the model, as NAME=DIR (mlx_lm.lora adapter directories); a request "
                   "picks one by its 'adapters' field or a model name MODEL@NAME");
+  cmd->add_option("--max-models", o.max_models,
+                  "Models held in memory at once; a request's 'model' (a model directory or a Hugging Face cache "
+                  "id org/name) is loaded when not held, replacing the least recently used")
+      ->capture_default_str();
   cmd->add_option("--host", o.host, "Host for the HTTP server")->capture_default_str();
   cmd->add_option("--port", o.port, "Port for the HTTP server")->capture_default_str();
   cmd->add_option("--allowed-origins", a->allowed_origins, "Allowed origins, comma-separated")->capture_default_str();

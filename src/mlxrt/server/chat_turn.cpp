@@ -219,10 +219,14 @@ void serve_stream(std::shared_ptr<Job> job, std::shared_ptr<ChatTurn> turn, std:
 void serve_turn(const ApiContext& ctx, const httplib::Request& req, httplib::Response& res, CompletionRequest request,
                 std::shared_ptr<TurnRenderer> renderer) {
   std::shared_ptr<Job> job;
+  std::shared_ptr<ModelSession> held;
   try {
-    check_model(request, ctx.options, ctx.session);
-    PreparedPrompt prompt = build_prompt(request, ctx.session, ctx.options);
-    job = std::make_shared<Job>(request, std::move(prompt), Job::deadline_after(ctx.options.request_timeout_s));
+    const auto deadline = Job::deadline_after(ctx.options.request_timeout_s);
+    held = ctx.models.acquire(request.model, ctx.scheduler, deadline);
+    check_model(request, ctx.options, *held);
+    PreparedPrompt prompt = build_prompt(request, *held, ctx.options);
+    job = std::make_shared<Job>(request, std::move(prompt), deadline);
+    job->set_session(held);
   } catch (const HttpError& e) {
     ctx.log.debug(std::string("rejected request: ") + e.what());
     return reply_api_error(res, *renderer, e.status(), e.what(), e.param());
@@ -241,7 +245,8 @@ void serve_turn(const ApiContext& ctx, const httplib::Request& req, httplib::Res
   StartedEvent started{};
   if (!await_start(*job, res, *renderer, started)) return;
 
-  auto turn = std::make_shared<ChatTurn>(request, ctx.session, job->prompt().initial_state);
+  // The turn reads the job's model, which the job holds as long as the turn lives.
+  auto turn = std::make_shared<ChatTurn>(request, *held, job->prompt().initial_state);
   turn->result().prompt_tokens = started.prompt_tokens;
   turn->result().cached_tokens = started.cached_tokens;
   if (request.stream) {
@@ -253,8 +258,9 @@ void serve_turn(const ApiContext& ctx, const httplib::Request& req, httplib::Res
 }
 
 size_t count_prompt_tokens(const ApiContext& ctx, const CompletionRequest& request) {
-  check_model(request, ctx.options, ctx.session);
-  return build_prompt(request, ctx.session, ctx.options).tokens.size();
+  auto held = ctx.models.acquire(request.model, ctx.scheduler, Job::deadline_after(ctx.options.request_timeout_s));
+  check_model(request, ctx.options, *held);
+  return build_prompt(request, *held, ctx.options).tokens.size();
 }
 
 }  // namespace mlxrt::server

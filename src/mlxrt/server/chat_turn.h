@@ -15,6 +15,7 @@
 
 #include "mlxrt/server/completion_assembler.h"
 #include "mlxrt/server/logger.h"
+#include "mlxrt/server/model_pool.h"
 #include "mlxrt/server/model_session.h"
 #include "mlxrt/server/options.h"
 #include "mlxrt/server/request.h"
@@ -101,7 +102,7 @@ class TurnRenderer {
 struct ApiContext {
   const ServerOptions& options;
   Logger& log;
-  const ModelSession& session;
+  ModelPool& models;  // the model a request names is acquired from here
   Scheduler& scheduler;
 };
 

@@ -36,6 +36,9 @@ namespace {
 bool names_served_model(const std::string& name, const ServerOptions& o, const ModelSession& s) {
   namespace fs = std::filesystem;
   if (name == "default_model" || name == o.model) return true;
+  // The name /v1/models lists it by: its cache id, else its directory's name.
+  if (auto fp = io::external_artifact_fingerprint(s.dir); fp && fp->rfind("hf:" + name + "@", 0) == 0) return true;
+  if (name == std::filesystem::weakly_canonical(s.dir).filename().string()) return true;
   std::error_code ec;
   try {
     return fs::equivalent(io::resolve_model_dir(name), s.dir, ec);
@@ -62,6 +65,13 @@ std::string adapter_in_model_name(const std::string& model, const ServerOptions&
 std::string requested_adapter(const CompletionRequest& r, const ServerOptions& o, const ModelSession& s) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (!s.startup) {
+    // A model loaded by request runs as mlx_lm.server loads it: without an adapter.
+    if (r.adapter)
+      throw HttpError(400, "adapter '" + *r.adapter + "' is not served with model '" + r.model +
+                               "': adapters apply to the model the server was started with", "adapters");
+    return {};
+  }
   const std::string by_model = adapter_in_model_name(r.model, o, s);
   if (!r.adapter) return by_model;
   std::optional<std::string> by_field;
@@ -88,7 +98,7 @@ std::string requested_adapter(const CompletionRequest& r, const ServerOptions& o
 void check_model(const CompletionRequest& r, const ServerOptions& o, const ModelSession& s) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (adapter_in_model_name(r.model, o, s).empty() && !names_served_model(r.model, o, s)) {
+  if (s.startup && adapter_in_model_name(r.model, o, s).empty() && !names_served_model(r.model, o, s)) {
     const auto at = r.model.rfind('@');
     if (at != std::string::npos && !s.adapter_models.empty() && names_served_model(r.model.substr(0, at), o, s))
       throw HttpError(404, "model '" + r.model + "' is not served here: no adapter named '" + r.model.substr(at + 1) +
@@ -217,16 +227,20 @@ void serve_stream(std::shared_ptr<Job> job, std::shared_ptr<CompletionAssembler>
 
 }  // namespace
 
-void handle_completion_request(const ServerOptions& options, Logger& log, const ModelSession& session,
+void handle_completion_request(const ServerOptions& options, Logger& log, ModelPool& models,
                                Scheduler& scheduler, const std::string& fingerprint, const httplib::Request& req,
                                httplib::Response& res, Endpoint endpoint) {
   std::shared_ptr<Job> job;
+  std::shared_ptr<ModelSession> held;
   CompletionRequest request;
   try {
     request = parse_completion_request(req.body, endpoint, options);
-    check_model(request, options, session);
-    PreparedPrompt prompt = build_prompt(request, session, options);
-    job = std::make_shared<Job>(request, std::move(prompt), Job::deadline_after(options.request_timeout_s));
+    const auto deadline = Job::deadline_after(options.request_timeout_s);
+    held = models.acquire(request.model, scheduler, deadline);
+    check_model(request, options, *held);
+    PreparedPrompt prompt = build_prompt(request, *held, options);
+    job = std::make_shared<Job>(request, std::move(prompt), deadline);
+    job->set_session(held);
   } catch (const HttpError& e) {
     log.debug(std::string("rejected request: ") + e.what());
     reply_error(res, e.status(), e.what(), e.param());
@@ -250,8 +264,8 @@ void handle_completion_request(const ServerOptions& options, Logger& log, const 
 
   auto meta = make_response_meta(endpoint, request.stream, request.model, fingerprint);
   auto assembler = std::make_shared<CompletionAssembler>(
-      meta, request, make_text_state_machine(session.markers, request.stop), job->prompt().initial_state,
-      session.tool_parser ? &*session.tool_parser : nullptr);
+      meta, request, make_text_state_machine(held->markers, request.stop), job->prompt().initial_state,
+      held->tool_parser ? &*held->tool_parser : nullptr);
   if (request.stream) {
     serve_stream(job, assembler, started, res);
     guard.job.reset();  // the stream's releaser takes over

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "mlxrt/server/logger.h"
+#include "mlxrt/server/model_pool.h"
 #include "mlxrt/server/model_session.h"
 #include "mlxrt/server/options.h"
 #include "mlxrt/server/request.h"
@@ -17,8 +18,10 @@ struct Response;
 
 namespace mlxrt::server {
 
-/** The one model this server holds answers to "default_model" and to the name it was started with;
- * HttpError naming the field otherwise (shared by every API that generates). */
+/** The request fits `session`, the model its `model` field was resolved to (ModelPool::acquire):
+ * for the start-up model, an adapter it holds; for a model loaded by request, no adapter; a draft
+ * model only where the server drafts. HttpError naming the field otherwise (shared by every API
+ * that generates). */
 void check_model(const CompletionRequest& request, const ServerOptions& options, const ModelSession& session);
 
 /** The adapter a request runs with: a --adapters name chosen by its `adapters` field (a name or an
@@ -28,7 +31,7 @@ void check_model(const CompletionRequest& request, const ServerOptions& options,
 std::string requested_adapter(const CompletionRequest& request, const ServerOptions& options,
                               const ModelSession& session);
 
-void handle_completion_request(const ServerOptions& options, Logger& log, const ModelSession& session,
+void handle_completion_request(const ServerOptions& options, Logger& log, ModelPool& models,
                                Scheduler& scheduler, const std::string& fingerprint, const httplib::Request& req,
                                httplib::Response& res, Endpoint endpoint);
 

@@ -125,14 +125,6 @@ void await_done(Job& job) {
 
 }  // namespace
 
-EmbeddingsApi::EmbeddingsApi(const ModelSession& session) {
-  try {
-    config_ = generate::read_embedding_config(session.dir);
-  } catch (const Error& e) {
-    config_error_ = e.what();
-  }
-}
-
 void EmbeddingsApi::handle(const ApiContext& ctx, const httplib::Request& req, httplib::Response& res) const {
   auto reply_error = [&res](int status, const std::string& message, const std::string& param = {}) {
     res.status = status;
@@ -141,24 +133,37 @@ void EmbeddingsApi::handle(const ApiContext& ctx, const httplib::Request& req, h
   try {
     if (req.body.size() > ctx.options.max_body_bytes)
       throw HttpError(413, "request body is larger than " + std::to_string(ctx.options.max_body_bytes) + " bytes");
-    EmbeddingRequest r = parse(req.body, ctx.session);
+    // The model first (its tokenizer reads the inputs): the body's "model" when it is a string.
+    const auto deadline = Job::deadline_after(ctx.options.request_timeout_s);
+    std::string named = "default_model";
+    if (auto* m = api_fields::find(parse_request_body(req.body), "model"); m && m->is_string()) named = m->get<std::string>();
+    std::shared_ptr<ModelSession> held = ctx.models.acquire(named, ctx.scheduler, deadline);
+    EmbeddingRequest r = parse(req.body, *held);
     CompletionRequest as_completion;
     as_completion.model = r.model;
     as_completion.adapter = r.adapter;
-    check_model(as_completion, ctx.options, ctx.session);
-    model::CausalLM& model = ctx.session.model_for(requested_adapter(as_completion, ctx.options, ctx.session));
-    if (!config_) throw HttpError(400, "this model cannot serve embeddings: " + config_error_, "model");
-    if (!ctx.session.loaded.model->has_hidden_states())
-      throw HttpError(400, "this model cannot serve embeddings: the " + ctx.session.loaded.config.model_type() +
+    check_model(as_completion, ctx.options, *held);
+    model::CausalLM& model = held->model_for(requested_adapter(as_completion, ctx.options, *held));
+    // The model's sentence-transformers config; one that cannot be used is this request's error
+    // (chat and completions are not affected).
+    std::optional<generate::EmbeddingConfig> config_read;
+    try {
+      config_read = generate::read_embedding_config(held->dir);
+    } catch (const Error& e) {
+      throw HttpError(400, std::string("this model cannot serve embeddings: ") + e.what(), "model");
+    }
+    if (!held->loaded.model->has_hidden_states())
+      throw HttpError(400, "this model cannot serve embeddings: the " + held->loaded.config.model_type() +
                                " family does not expose its hidden states here", "model");
-    if (r.dimensions && config_->width && *r.dimensions > *config_->width)
+    if (r.dimensions && config_read->width && *r.dimensions > *config_read->width)
       throw HttpError(400, "dimensions is " + std::to_string(*r.dimensions) + " but the model's embeddings have " +
-                               std::to_string(*config_->width), "dimensions");
+                               std::to_string(*config_read->width), "dimensions");
 
     auto outcome = std::make_shared<Outcome>();
-    const generate::EmbeddingConfig config = *config_;
+    const generate::EmbeddingConfig config = *config_read;
+    // The task holds the model (`held`) while it runs, whatever the pool does meanwhile.
     auto job = std::make_shared<Job>(
-        [outcome, inputs = r.inputs, config, dims = r.dimensions, &model](Job& j) {
+        [outcome, inputs = r.inputs, config, dims = r.dimensions, &model, held](Job& j) {
           try {
             for (const auto& ids : inputs) {
               if (j.should_stop()) break;
@@ -169,7 +174,7 @@ void EmbeddingsApi::handle(const ApiContext& ctx, const httplib::Request& req, h
           }
           j.push(DoneEvent{});
         },
-        Job::deadline_after(ctx.options.request_timeout_s));
+        deadline);
     ProbeGuard guard{job};
     ctx.scheduler.submit(job);
     await_done(*job);

@@ -19,15 +19,7 @@ namespace mlxrt::server {
 
 class EmbeddingsApi {
  public:
-  /** Reads the served model's sentence-transformers config; a config that cannot be used is kept
-   * as the error every embeddings request gets (chat and completions are not affected). */
-  explicit EmbeddingsApi(const ModelSession& session);
-
   void handle(const ApiContext& ctx, const httplib::Request& req, httplib::Response& res) const;
-
- private:
-  std::optional<generate::EmbeddingConfig> config_;
-  std::string config_error_;
 };
 
 }  // namespace mlxrt::server

@@ -58,17 +58,23 @@ std::vector<TopToken> top_tokens(const mx::array& logprobs, int n, const tokeniz
 
 }  // namespace
 
-Generator::Generator(ModelSession& session, const ServerOptions& options, Logger& log, ServerMetrics& metrics)
-    : session_(session),
-      options_(options),
+Generator::Generator(std::shared_ptr<ModelSession> session, const ServerOptions& options, Logger& log,
+                     ServerMetrics& metrics)
+    : options_(options),
       log_(log),
       metrics_(metrics),
       cache_(static_cast<size_t>(std::max(0, options.prompt_cache_size)), options.prompt_cache_bytes),
-      rng_(std::make_shared<generate::RandomState>()),
-      newline_tokens_(session.tokenizer.encode("\n", true)) {
-  // mlx_lm.server: is_batchable = draft_model is None and every cache of make_prompt_cache merges.
-  unbatchable_ = session_.draft_model ? std::optional<std::string>("a draft model is set")
-                                      : generate::batching_unsupported_reason(*session_.loaded.model);
+      rng_(std::make_shared<generate::RandomState>()) {
+  use(session);
+}
+
+void Generator::use(const std::shared_ptr<ModelSession>& session) {
+  if (!session || session == session_) return;
+  session_ = session;
+  stop_cache_.clear();
+  grammar_.reset();
+  newline_tokens_ = session_->tokenizer.encode("\n", true);
+  unbatchable_ = session_->unbatchable;
   if (unbatchable_) log_.info("requests are served one at a time: " + *unbatchable_);
 }
 
@@ -76,8 +82,8 @@ std::shared_ptr<const StopSequences> Generator::stop_sequences(const std::vector
   auto it = stop_cache_.find(words);
   if (it != stop_cache_.end()) return it->second;
   std::vector<std::vector<int32_t>> seqs;
-  for (int32_t id : session_.eos_token_ids) seqs.push_back({id});
-  for (const auto& w : words) seqs.push_back(session_.tokenizer.encode(w, false));
+  for (int32_t id : session_->eos_token_ids) seqs.push_back({id});
+  for (const auto& w : words) seqs.push_back(session_->tokenizer.encode(w, false));
   if (stop_cache_.size() > 100) stop_cache_.clear();  // as mlx-lm bounds its state-machine cache
   auto made = std::make_shared<const StopSequences>(seqs);
   stop_cache_.emplace(words, made);
@@ -85,11 +91,12 @@ std::shared_ptr<const StopSequences> Generator::stop_sequences(const std::vector
 }
 
 void Generator::run(Job& job) {
+  use(job.session());
   const CompletionRequest& r = job.request();
   const std::vector<int32_t>& prompt = job.prompt().tokens;
   // --adapters: the request's adapter picks the model, and keys the prompt cache.
-  const std::string adapter = requested_adapter(r, options_, session_);
-  auto& model = session_.model_for(adapter);
+  const std::string adapter = requested_adapter(r, options_, *session_);
+  auto& model = session_->model_for(adapter);
 
   if (r.seed) rng_->seed(static_cast<uint64_t>(*r.seed));
   generate::GenerateOptions go;
@@ -101,20 +108,20 @@ void Generator::run(Job& job) {
   try {
     auto sp = sampler_params(r);
     sp.xtc_special_tokens = newline_tokens_;
-    sp.xtc_special_tokens.insert(sp.xtc_special_tokens.end(), session_.eos_token_ids.begin(),
-                                 session_.eos_token_ids.end());
+    sp.xtc_special_tokens.insert(sp.xtc_special_tokens.end(), session_->eos_token_ids.begin(),
+                                 session_->eos_token_ids.end());
     go.sampler = generate::make_sampler(sp, rng_);
     go.logits_processors = generate::make_logits_processors(processor_params(r), model.vocab_size());
   } catch (const UsageError& e) {
     throw HttpError(400, e.what());
   }
   if (r.response_format != "text") {
-    if (session_.draft_model)
+    if (session_->draft_model)
       throw HttpError(400, "response_format: structured output cannot be combined with the server's draft model",
                       "response_format");
     // The token table is built once, on the first structured request.
     if (!grammar_)
-      grammar_ = std::make_unique<generate::GrammarEngine>(session_.tokenizer, model.vocab_size(), session_.eos_token_ids);
+      grammar_ = std::make_unique<generate::GrammarEngine>(session_->tokenizer, model.vocab_size(), session_->eos_token_ids);
     try {
       go.logits_processors.push_back(generate::constraint_processor(
           r.response_format == "json_object"
@@ -125,12 +132,12 @@ void Generator::run(Job& job) {
     }
   }
 
-  auto hit = cache_.fetch(prompt, adapter);
+  auto hit = cache_.fetch(prompt, cache_key(adapter));
   const bool fresh = hit.cache.empty();
   cache::CacheList kv = fresh ? model.make_cache() : std::move(hit.cache);
   // With a draft model the cache holds the main model's layers, then the draft's (mlx-lm's
   // `cache += make_prompt_cache(draft_model)`).
-  auto* draft = session_.draft_model.get();
+  auto* draft = session_->draft_model.get();
   if (draft && fresh)
     for (auto& c : draft->make_cache()) kv.push_back(std::move(c));
   job.push(StartedEvent{prompt.size(), hit.reused});
@@ -159,9 +166,9 @@ void Generator::run(Job& job) {
       speculative.emplace(model, *draft, rest, go, r.num_draft_tokens, &kv);
     else
       plain.emplace(model, rest, go, &kv);
-    auto detok = session_.tokenizer.streaming_detokenizer();
+    auto detok = session_->tokenizer.streaming_detokenizer();
     auto matcher = StopSequences::matcher(stop_sequences(r.stop));
-    const auto& eos = session_.eos_token_ids;
+    const auto& eos = session_->eos_token_ids;
     for (int n = 0;; ++n) {
       if (job.should_stop()) break;
       auto step = plain ? plain->next() : speculative->next();
@@ -181,7 +188,7 @@ void Generator::run(Job& job) {
       if (matcher.advance(step->token)) ev.finish_reason = "stop";
       // item<float>() reads the raw element: convert first (the logprobs are in the model's dtype).
       if (r.logprobs) ev.logprob = mx::astype(mx::take(step->logprobs, step->token), mx::float32).item<float>();
-      ev.top = top_tokens(step->logprobs, r.top_logprobs, session_.tokenizer);
+      ev.top = top_tokens(step->logprobs, r.top_logprobs, session_->tokenizer);
       bool finished = ev.finish_reason.has_value();
       job.push(std::move(ev));
       const auto now = Job::Clock::now();
@@ -200,7 +207,7 @@ void Generator::run(Job& job) {
   const int offset = kv.empty() ? 0 : kv.front()->offset();
   if (offset > 0 && static_cast<size_t>(offset) <= key.size()) {
     key.resize(static_cast<size_t>(offset));
-    cache_.insert(std::move(key), std::move(kv), adapter);
+    cache_.insert(std::move(key), std::move(kv), cache_key(adapter));
   }
   metrics_.job_finished(generated);
   metrics_.prompt_cache_state(cache_.nbytes(), cache_.size());
@@ -210,24 +217,29 @@ void Generator::run(Job& job) {
 // --- continuous batching (mlx_lm.server's _generate batch path) ---
 
 bool Generator::batchable(const Job& job) const {
-  if (unbatchable_ || job.task() || job.request().seed || options_.kv_bits) return false;
+  if (job.task()) return false;
+  const ModelSession& session = session_of(job);
+  if (session.unbatchable || job.request().seed || options_.kv_bits) return false;
   // Structured output masks each step with the request's own grammar state: it runs alone.
   if (job.request().response_format != "text") return false;
   // The batch runs the base model: a request for one of --adapters runs alone on its own weights
   // (and one naming an unknown adapter gets its error there).
   try {
-    return requested_adapter(job.request(), options_, session_).empty();
+    return requested_adapter(job.request(), options_, session).empty();
   } catch (const std::exception&) {
     return false;
   }
 }
 
-void Generator::batch_open() {
+bool Generator::batch_joinable(const Job& job) const { return !job.session() || job.session() == session_; }
+
+void Generator::batch_open(const Job& job) {
+  use(job.session());
   generate::BatchGeneratorOptions o;
   o.completion_batch_size = options_.decode_concurrency;
   o.prefill_batch_size = options_.prompt_concurrency;
   o.prefill_step_size = options_.prefill_step_size;
-  batcher_ = std::make_unique<generate::BatchGenerator>(*session_.loaded.model, o);
+  batcher_ = std::make_unique<generate::BatchGenerator>(*session_->loaded.model, o);
 }
 
 void Generator::batch_close() { batcher_.reset(); }
@@ -235,13 +247,13 @@ void Generator::batch_close() { batcher_.reset(); }
 void Generator::batch_insert(const std::shared_ptr<Job>& job) {
   const CompletionRequest& r = job->request();
   const std::vector<int32_t>& prompt = job->prompt().tokens;
-  auto& model = *session_.loaded.model;
+  auto& model = *session_->loaded.model;
   generate::BatchRequest req;
   try {
     auto sp = sampler_params(r);
     sp.xtc_special_tokens = newline_tokens_;
-    sp.xtc_special_tokens.insert(sp.xtc_special_tokens.end(), session_.eos_token_ids.begin(),
-                                 session_.eos_token_ids.end());
+    sp.xtc_special_tokens.insert(sp.xtc_special_tokens.end(), session_->eos_token_ids.begin(),
+                                 session_->eos_token_ids.end());
     req.sampler = std::make_shared<const generate::Sampler>(generate::make_sampler(sp, rng_));
     req.logits_processors = generate::make_logits_processors(processor_params(r), model.vocab_size());
     model::check_token_ids(model, prompt);
@@ -249,10 +261,10 @@ void Generator::batch_insert(const std::shared_ptr<Job>& job) {
     job->push(ErrorEvent{400, e.what()});
     return;
   }
-  req.stop_sequences = generate::make_stop_sequences(session_.tokenizer, session_.eos_token_ids, r.stop);
+  req.stop_sequences = generate::make_stop_sequences(session_->tokenizer, session_->eos_token_ids, r.stop);
   req.max_tokens = r.max_tokens;
 
-  auto hit = cache_.fetch(prompt);
+  auto hit = cache_.fetch(prompt, cache_key(""));
   req.prompt.assign(prompt.begin() + static_cast<long>(hit.reused), prompt.end());
   req.all_tokens.assign(prompt.begin(), prompt.begin() + static_cast<long>(hit.reused));
   req.cache = std::move(hit.cache);
@@ -268,7 +280,7 @@ void Generator::batch_insert(const std::shared_ptr<Job>& job) {
   job->push(StartedEvent{prompt.size(), hit.reused});
   const auto now = Job::Clock::now();
   metrics_.job_started(prompt.size(), hit.reused, std::chrono::duration<double>(now - job->queued_at()).count());
-  batch_.emplace(uid, BatchJob{job, session_.tokenizer.streaming_detokenizer(), 0, now});
+  batch_.emplace(uid, BatchJob{job, session_->tokenizer.streaming_detokenizer(), 0, now});
 }
 
 void Generator::batch_serve() {
@@ -299,7 +311,7 @@ void Generator::batch_serve() {
       }
       ev.text = b.detok.take_segment();
       if (r.logprobs) ev.logprob = mx::astype(mx::take(g.logprobs, g.token), mx::float32).item<float>();
-      ev.top = top_tokens(g.logprobs, r.top_logprobs, session_.tokenizer);
+      ev.top = top_tokens(g.logprobs, r.top_logprobs, session_->tokenizer);
       b.job->push(std::move(ev));
       const auto now = Job::Clock::now();
       if (b.generated++ == 0)
@@ -308,13 +320,13 @@ void Generator::batch_serve() {
         metrics_.next_token(Seconds(now - b.last_event).count());
       b.last_event = now;
       if (g.finish_reason) {
-        cache_.insert(std::move(g.all_tokens), std::move(g.prompt_cache));
+        cache_.insert(std::move(g.all_tokens), std::move(g.prompt_cache), cache_key(""));
         metrics_.job_finished(b.generated);
         metrics_.prompt_cache_state(cache_.nbytes(), cache_.size());
         b.job->push(DoneEvent{});
         batch_.erase(it);
         // Streamed experts: the cache's totals so far, after each request (as the one-at-a-time path logs).
-        if (session_.experts) log_.info(model::nn::format_expert_stats(session_.experts->stats()));
+        if (session_->experts) log_.info(model::nn::format_expert_stats(session_->experts->stats()));
         continue;
       }
       if (b.job->should_stop()) to_remove.push_back(g.uid);

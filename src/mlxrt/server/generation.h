@@ -22,7 +22,8 @@ namespace mlxrt::server {
 
 class Generator {
  public:
-  Generator(ModelSession& session, const ServerOptions& options, Logger& log, ServerMetrics& metrics);
+  /** `session`: the model jobs without a model of their own run on (the start-up model). */
+  Generator(std::shared_ptr<ModelSession> session, const ServerOptions& options, Logger& log, ServerMetrics& metrics);
 
   /** Serves `job`: StartedEvent, ProgressEvents, TokenEvents (the last with a finish reason
    * unless stopped early), DoneEvent. HttpError(400) for parameters the sampler refuses. */
@@ -35,8 +36,11 @@ class Generator {
   /** mlx_lm.server's _is_batchable: the model batches (every cache merges, no draft model), the
    * request has no seed and the server does not quantize its KV cache. */
   bool batchable(const Job& job) const;
-  /** Makes the BatchGenerator (--decode-concurrency, --prompt-concurrency, --prefill-step-size). */
-  void batch_open();
+  /** Makes the BatchGenerator for `job`'s model (--decode-concurrency, --prompt-concurrency,
+   * --prefill-step-size). */
+  void batch_open(const Job& job);
+  /** `job` runs on the model of the open batch (only such jobs join it). */
+  bool batch_joinable(const Job& job) const;
   /** Drops the BatchGenerator (no job may be in it). */
   void batch_close();
   /** Adds a job to the batch: its sampler, processors, stop sequences and prompt-cache hit; an
@@ -58,8 +62,14 @@ class Generator {
     Job::Clock::time_point last_event;
   };
   std::shared_ptr<const StopSequences> stop_sequences(const std::vector<std::string>& words);
+  /** Makes `session` (a job's model; null: keep the current one) the model of what follows,
+   * dropping what was derived from the previous one (stop sequences, grammar token table). */
+  void use(const std::shared_ptr<ModelSession>& session);
+  const ModelSession& session_of(const Job& job) const { return job.session() ? *job.session() : *session_; }
+  /** The prompt cache's key: the model, then the adapter (mlx-lm keys by model, adapter, draft). */
+  std::string cache_key(const std::string& adapter) const { return session_->key + '\n' + adapter; }
 
-  ModelSession& session_;
+  std::shared_ptr<ModelSession> session_;
   const ServerOptions& options_;
   Logger& log_;
   ServerMetrics& metrics_;

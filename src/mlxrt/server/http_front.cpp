@@ -19,7 +19,7 @@
 
 namespace mlxrt::server {
 
-void handle_completion_request(const ServerOptions& options, Logger& log, const ModelSession& session,
+void handle_completion_request(const ServerOptions& options, Logger& log, ModelPool& models,
                                Scheduler& scheduler, const std::string& fingerprint, const httplib::Request& req,
                                httplib::Response& res, Endpoint endpoint);
 
@@ -32,17 +32,17 @@ bool is_known_method(const std::string& m) { return m == "GET" || m == "POST" ||
 
 }  // namespace
 
-HttpFront::HttpFront(const ServerOptions& options, Logger& log, const ModelSession& session, Scheduler& scheduler,
+HttpFront::HttpFront(const ServerOptions& options, Logger& log, ModelPool& models, Scheduler& scheduler,
                      ServerMetrics& metrics)
     : options_(options),
       log_(log),
-      session_(session),
+      models_(models),
       scheduler_(scheduler),
       metrics_(metrics),
       fingerprint_(system_fingerprint()),
       http_(std::make_unique<httplib::Server>()),
       responses_api_(std::make_unique<ResponsesApi>()),
-      embeddings_api_(std::make_unique<EmbeddingsApi>(session)) {
+      embeddings_api_(std::make_unique<EmbeddingsApi>()) {
   const int threads = std::max(4, options.http_threads);
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   // Bodies a little over the limit are still read (then refused with 413 by the route), so that
@@ -127,7 +127,7 @@ void HttpFront::install_routes() {
         send_error(res, 413, "request body is larger than " + std::to_string(options_.max_body_bytes) + " bytes");
         return;
       }
-      handle_completion_request(options_, log_, session_, scheduler_, fingerprint_, req, res, e);
+      handle_completion_request(options_, log_, models_, scheduler_, fingerprint_, req, res, e);
     };
   };
   http_->Post("/v1/chat/completions", completion(Endpoint::chat));
@@ -136,7 +136,7 @@ void HttpFront::install_routes() {
   // The Anthropic Messages and OpenAI Responses APIs (their own body limits and error shapes).
   auto api = [this](auto handler) {
     return [this, handler](const Request& req, Response& res) {
-      handler(ApiContext{options_, log_, session_, scheduler_}, req, res);
+      handler(ApiContext{options_, log_, models_, scheduler_}, req, res);
     };
   };
   http_->Post("/v1/messages", api(handle_anthropic_messages));
@@ -163,7 +163,8 @@ void HttpFront::install_routes() {
     std::optional<std::string> filter;
     if (req.path.rfind("/v1/models/", 0) == 0) filter = req.path.substr(11);
     auto created = static_cast<int64_t>(std::time(nullptr));
-    res.set_content(python_dumps(list_models(options_.model, filter, created)), "application/json");
+    res.set_content(python_dumps(list_models(models_.startup_id(), models_.startup_repo_id(), filter, created)),
+                    "application/json");
   });
   if (options_.chat_page)
     http_->Get(R"(/|/ui/[^/]+)", [this](const Request& req, Response& res) { serve_page(req, res); });

@@ -7,7 +7,7 @@
 
 #include "mlxrt/server/logger.h"
 #include "mlxrt/server/metrics.h"
-#include "mlxrt/server/model_session.h"
+#include "mlxrt/server/model_pool.h"
 #include "mlxrt/server/options.h"
 #include "mlxrt/server/scheduler.h"
 
@@ -24,7 +24,7 @@ class EmbeddingsApi;
 
 class HttpFront {
  public:
-  HttpFront(const ServerOptions& options, Logger& log, const ModelSession& session, Scheduler& scheduler,
+  HttpFront(const ServerOptions& options, Logger& log, ModelPool& models, Scheduler& scheduler,
             ServerMetrics& metrics);
   ~HttpFront();
 
@@ -44,7 +44,7 @@ class HttpFront {
 
   const ServerOptions& options_;
   Logger& log_;
-  const ModelSession& session_;
+  ModelPool& models_;
   Scheduler& scheduler_;
   ServerMetrics& metrics_;
   std::string fingerprint_;

@@ -19,6 +19,8 @@
 
 namespace mlxrt::server {
 
+struct ModelSession;
+
 /** A tokenized prompt and the text state it starts in ("normal", or "reasoning" when the prompt
  * leaves a think block open). */
 struct PreparedPrompt {
@@ -67,6 +69,10 @@ class Job {
   const std::function<void(Job&)>& task() const { return task_; }
 
   const CompletionRequest& request() const { return request_; }
+  /** The model the job runs on, held until the job is gone (a model evicted from the server's
+   * pool meanwhile stays alive for it); null: the generator's current model. */
+  const std::shared_ptr<ModelSession>& session() const { return session_; }
+  void set_session(std::shared_ptr<ModelSession> session) { session_ = std::move(session); }
   const PreparedPrompt& prompt() const { return prompt_; }
 
   void push(JobEvent event);
@@ -96,6 +102,7 @@ class Job {
   std::optional<Clock::time_point> deadline_;
   Clock::time_point queued_at_;
   std::function<void(Job&)> task_;
+  std::shared_ptr<ModelSession> session_;
   std::atomic<bool> cancelled_{false};
 
   std::mutex mutex_;

@@ -112,6 +112,12 @@ void ServerMetrics::prompt_cache_state(size_t bytes, size_t entries) {
   prompt_cache_entries_ = entries;
 }
 
+void ServerMetrics::model_loaded(size_t resident) {
+  std::lock_guard lock(mutex_);
+  ++model_loads_;
+  models_resident_ = resident;
+}
+
 std::string ServerMetrics::render(const MetricsGauges& g) const {
   std::lock_guard lock(mutex_);
   std::string out;
@@ -128,6 +134,7 @@ std::string ServerMetrics::render(const MetricsGauges& g) const {
   counter(out, "mlxrt_prompt_cached_tokens_total", "Prompt tokens supplied by the prompt cache.", cached_tokens_);
   counter(out, "mlxrt_prompt_cache_hits_total", "Requests that reused a prompt-cache entry.", prompt_cache_hits_);
   counter(out, "mlxrt_generation_tokens_total", "Tokens generated.", generated_tokens_);
+  counter(out, "mlxrt_model_loads_total", "Models loaded, the start-up model included.", model_loads_);
   header(out, "mlxrt_time_to_first_token_seconds", "histogram", "From the request being queued to its first token.");
   out += ttft_.render("mlxrt_time_to_first_token_seconds");
   header(out, "mlxrt_inter_token_latency_seconds", "histogram", "Between consecutive tokens of one request.");
@@ -138,6 +145,7 @@ std::string ServerMetrics::render(const MetricsGauges& g) const {
   gauge(out, "mlxrt_batch_size", "Requests on the model now.", g.running_requests);
   gauge(out, "mlxrt_kv_cache_bytes", "Bytes of KV cache held by the prompt cache.", kv_cache_bytes_);
   gauge(out, "mlxrt_prompt_cache_entries", "Entries in the prompt cache.", prompt_cache_entries_);
+  gauge(out, "mlxrt_models_resident", "Models held in memory (--max-models at most).", models_resident_);
   return out;
 }
 

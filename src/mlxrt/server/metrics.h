@@ -53,6 +53,8 @@ class ServerMetrics {
   void job_finished(size_t generated_tokens);
   /** The prompt cache after a job (published by the generation thread, which owns the cache). */
   void prompt_cache_state(size_t bytes, size_t entries);
+  /** A model was loaded (the start-up one included); `resident` models are held now. */
+  void model_loaded(size_t resident);
 
   std::string render(const MetricsGauges& gauges) const;
 
@@ -62,6 +64,8 @@ class ServerMetrics {
   unsigned long long prompt_tokens_ = 0, cached_tokens_ = 0, generated_tokens_ = 0;
   unsigned long long jobs_started_ = 0, jobs_finished_ = 0, prompt_cache_hits_ = 0;
   size_t kv_cache_bytes_ = 0, prompt_cache_entries_ = 0;
+  unsigned long long model_loads_ = 0;
+  size_t models_resident_ = 0;
   Histogram ttft_, inter_token_, queue_wait_;
 };
 

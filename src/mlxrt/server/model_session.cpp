@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "mlxrt/generate/batch_generator.h"
 #include "mlxrt/generate/speculative.h"
 #include "mlxrt/io/model_dir.h"
 #include "mlxrt/model/expert_loading.h"
@@ -106,7 +107,8 @@ ModelSession load_model_session(const ServerOptions& options, Logger& log) {
     adapted = std::move(models.adapted);
     return std::move(models.base);
   }();
-  ModelSession s{dir, std::move(base), tokenizer::Tokenizer::from_dir(dir), {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+  ModelSession s{dir, std::move(base), tokenizer::Tokenizer::from_dir(dir), {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {},
+                 {}, true, {}};
   for (auto& [name, m] : adapted) s.adapter_models.emplace(name, std::move(m));
   for (const auto& [name, adapter_dir] : adapters) s.adapter_dirs.emplace(name, adapter_dir);
   s.experts = std::move(experts);
@@ -132,6 +134,9 @@ ModelSession load_model_session(const ServerOptions& options, Logger& log) {
     if (tokenizer::Tokenizer::from_dir(draft_dir).base_vocab_size() != s.tokenizer.base_vocab_size())
       log.warning("Draft model tokenizer does not match model tokenizer. Speculative decoding may not work as expected.");
   }
+  // mlx_lm.server: is_batchable = draft_model is None and every cache of make_prompt_cache merges.
+  s.unbatchable = s.draft_model ? std::optional<std::string>("a draft model is set")
+                                : generate::batching_unsupported_reason(*s.loaded.model);
   return s;
 }
 

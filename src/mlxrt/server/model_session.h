@@ -39,6 +39,15 @@ struct ModelSession {
    * adapters' directories. */
   std::map<std::string, std::unique_ptr<model::CausalLM>> adapter_models;
   std::map<std::string, std::filesystem::path> adapter_dirs;
+  /** Why the model cannot batch (mlx_lm.server's is_batchable: a draft model, or a cache that does
+   * not merge); nullopt when it can. */
+  std::optional<std::string> unbatchable;
+  /** The model the server was started with (--model, with its adapters and draft model), as
+   * opposed to one loaded because a request named it. */
+  bool startup = true;
+  /** What the server's model pool and prompt cache know this model by ("" for the start-up model,
+   * else its resolved directory). */
+  std::string key;
 
   bool has_chat_template() const { return !templates.templates.empty(); }
   bool has_thinking() const { return markers.think.has_value(); }

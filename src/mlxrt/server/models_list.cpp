@@ -7,6 +7,8 @@
 #include <system_error>
 
 #include "mlxrt/io/hf_cache.h"
+#include "mlxrt/io/model_config.h"
+#include "mlxrt/model/profile.h"
 
 namespace mlxrt::server {
 
@@ -24,6 +26,12 @@ std::optional<std::string> mlx_repo_id(const fs::path& repo) {
   std::error_code ec;
   for (const char* f : {"config.json", "model.safetensors.index.json", "tokenizer_config.json"})
     if (!fs::exists(repo / "snapshots" / sha / f, ec)) return std::nullopt;
+  // Only what this server can load: a config it reads, of a model_type it runs.
+  try {
+    model::resolve_profile(io::ModelConfig::load(repo / "snapshots" / sha));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
   std::string id = name.substr(8);
   for (size_t p; (p = id.find("--")) != std::string::npos;) id.replace(p, 2, "/");
   return id;
@@ -31,8 +39,8 @@ std::optional<std::string> mlx_repo_id(const fs::path& repo) {
 
 }  // namespace
 
-nlohmann::ordered_json list_models(const std::string& served_model, const std::optional<std::string>& filter,
-                                   int64_t created) {
+nlohmann::ordered_json list_models(const std::string& startup_id, const std::optional<std::string>& startup_repo_id,
+                                   const std::optional<std::string>& filter, int64_t created) {
   auto data = nlohmann::ordered_json::array();
   auto entry = [&](const std::string& id) {
     return nlohmann::ordered_json{{"id", id}, {"object", "model"}, {"created", created}};
@@ -42,13 +50,12 @@ nlohmann::ordered_json list_models(const std::string& served_model, const std::o
   if (!cache.empty() && fs::is_directory(cache, ec)) {
     for (const auto& e : fs::directory_iterator(cache, ec)) {
       auto id = mlx_repo_id(e.path());
-      if (id && (!filter || *filter == *id)) data.push_back(entry(*id));
+      if (id && (!filter || *filter == *id) && id != startup_repo_id) data.push_back(entry(*id));
     }
   }
-  if (!served_model.empty() && fs::exists(served_model, ec)) {
-    auto resolved = fs::canonical(served_model, ec);
-    if (!ec) data.push_back(entry(resolved.string()));
-  }
+  // mlx_lm.server appends the --model directory (by its absolute path) when it is a local path.
+  // Here the start-up model always comes last (a cache model too: the chat page picks the last).
+  if (!startup_id.empty() && (!filter || *filter == startup_id)) data.push_back(entry(startup_id));
   return nlohmann::ordered_json{{"object", "list"}, {"data", std::move(data)}};
 }
 

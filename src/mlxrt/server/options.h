@@ -46,6 +46,8 @@ struct ServerOptions {
   std::string adapter_path;                     // --adapter-path: an mlx_lm.lora adapter on the model
   /** --adapters name=DIR ...: adapters preloaded beside the model, chosen per request (ours). */
   std::vector<std::pair<std::string, std::string>> adapters;
+  /** --max-models: models held at once, loaded as requests name them (ours; mlx_lm.server holds 1). */
+  int max_models = 1;
 
   // Limits (ours; mlx_lm.server has none).
   size_t max_body_bytes = 16u << 20;

@@ -171,7 +171,8 @@ void BatchingScheduler::loop() {
           continue;
         }
         const bool batchable = hooks_.batchable(*job);
-        if (open && batchable) {
+        // Only jobs of one model share a batch; another model's job waits for the batch to drain.
+        if (open && batchable && (!hooks_.joinable || hooks_.joinable(*job))) {
           try {
             hooks_.insert(job);
           } catch (const std::exception& e) {
@@ -183,7 +184,7 @@ void BatchingScheduler::loop() {
             run_alone(job);
           } else {
             try {
-              hooks_.open();
+              hooks_.open(*job);
               open = true;
               unprocessed.push_back(std::move(job));
             } catch (const std::exception& e) {

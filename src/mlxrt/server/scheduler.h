@@ -63,11 +63,13 @@ class SerialScheduler final : public Scheduler {
 struct BatchHooks {
   std::function<void(Job&)> run_single;                 // serves one job alone
   std::function<bool(const Job&)> batchable;             // mlx_lm.server's _is_batchable
-  std::function<void()> open, close;                     // make / drop the BatchGenerator
+  std::function<void(const Job&)> open;                  // make the BatchGenerator for the job's model
+  std::function<void()> close;                           // drop the BatchGenerator
   std::function<void(const std::shared_ptr<Job>&)> insert;
   std::function<size_t()> jobs;                          // jobs in the batch
   std::function<void()> serve;                           // one time budget of steps
   std::function<void(int, const std::string&)> fail;     // ends every batch job with an error
+  std::function<bool(const Job&)> joinable;              // the job runs on the open batch's model
 };
 
 /** mlx_lm.server's _generate loop: batchable jobs join one BatchGenerator as they arrive and are

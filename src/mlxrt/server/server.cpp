@@ -4,6 +4,7 @@
 #include "mlxrt/server/generation.h"
 #include "mlxrt/server/http_front.h"
 #include "mlxrt/server/logger.h"
+#include "mlxrt/server/model_pool.h"
 #include "mlxrt/server/model_session.h"
 #include "mlxrt/server/scheduler.h"
 
@@ -12,7 +13,7 @@ namespace mlxrt::server {
 struct Server::Parts {
   Logger log;
   ServerMetrics metrics;
-  ModelSession session;
+  ModelPool models;  // before the scheduler: its load jobs run on the generation thread
   Generator generator;
   BatchingScheduler scheduler;
   HttpFront front;
@@ -20,26 +21,28 @@ struct Server::Parts {
 
   explicit Parts(const ServerOptions& o)
       : log(o.log_level),
-        session(load_model_session(o, log)),
-        generator(session, o, log, metrics),
+        models(o, log, metrics),
+        generator(models.startup(), o, log, metrics),
         scheduler(
             BatchHooks{
                 [this](Job& job) {
                   if (job.task()) return job.task()(job);
                   generator.run(job);
                   // Streamed experts: the cache's totals so far, after each request.
-                  if (session.experts) log.info(model::nn::format_expert_stats(session.experts->stats()));
+                  if (job.session() && job.session()->experts)
+                    log.info(model::nn::format_expert_stats(job.session()->experts->stats()));
                 },
                 [this](const Job& job) { return generator.batchable(job); },
-                [this] { generator.batch_open(); },
+                [this](const Job& job) { generator.batch_open(job); },
                 [this] { generator.batch_close(); },
                 [this](const std::shared_ptr<Job>& job) { generator.batch_insert(job); },
                 [this] { return generator.batch_jobs(); },
                 [this] { generator.batch_serve(); },
                 [this](int status, const std::string& message) { generator.batch_fail(status, message); },
+                [this](const Job& job) { return generator.batch_joinable(job); },
             },
             static_cast<size_t>(std::max(1, o.max_queued_requests))),
-        front(o, log, session, scheduler, metrics) {}
+        front(o, log, models, scheduler, metrics) {}
 };
 
 Server::Server(ServerOptions options) : options_(std::move(options)) {

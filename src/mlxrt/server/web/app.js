@@ -44,8 +44,8 @@ async function loadModels() {
     const res = await fetch("/v1/models");
     const ids = (await res.json()).data.map((m) => m.id);
     select.replaceChildren(...ids.map((id) => new Option(id, id)));
-    // The remembered model if it is still listed, else the served directory (a path) or the first.
-    const pick = ids.find((id) => id === state.settings.model) || ids.find((id) => id.startsWith("/")) || ids[0];
+    // The remembered model if it is still listed, else the server's start-up model (listed last).
+    const pick = ids.find((id) => id === state.settings.model) || ids[ids.length - 1];
     if (pick) select.value = pick;
   } catch (e) {
     select.replaceChildren(new Option("(models unavailable)", ""));
