@@ -136,7 +136,8 @@ void EmbeddingsApi::handle(const ApiContext& ctx, const httplib::Request& req, h
     // The model first (its tokenizer reads the inputs): the body's "model" when it is a string.
     const auto deadline = Job::deadline_after(ctx.options.request_timeout_s);
     std::string named = "default_model";
-    if (auto* m = api_fields::find(parse_request_body(req.body), "model"); m && m->is_string()) named = m->get<std::string>();
+    const ordered_json body = parse_request_body(req.body);
+    if (auto* m = api_fields::find(body, "model"); m && m->is_string()) named = m->get<std::string>();
     std::shared_ptr<ModelSession> held = ctx.models.acquire(named, ctx.scheduler, deadline);
     EmbeddingRequest r = parse(req.body, *held);
     CompletionRequest as_completion;
