@@ -51,6 +51,18 @@ TEST(ServerMetrics, CountsRequestsJobsAndTokens) {
   EXPECT_TRUE(has_line(text, "# TYPE mlxrt_time_to_first_token_seconds histogram"));
 }
 
+TEST(ServerMetrics, ModelLoadsCountAndResidentFollowsTheLast) {
+  ServerMetrics m;
+  EXPECT_TRUE(has_line(m.render({}), "mlxrt_model_loads_total 0"));
+  m.model_loaded(1);
+  m.model_loaded(2);
+  m.model_loaded(2);
+  std::string text = m.render({});
+  EXPECT_TRUE(has_line(text, "mlxrt_model_loads_total 3")) << text;
+  EXPECT_TRUE(has_line(text, "mlxrt_models_resident 2")) << text;
+  EXPECT_TRUE(has_line(text, "# TYPE mlxrt_models_resident gauge")) << text;
+}
+
 TEST(ServerMetrics, ClientChosenPathsAndMethodsShareOneLabel) {
   ServerMetrics m;
   m.request_answered("POST", "/no/such/path/1", 404);
