@@ -168,7 +168,9 @@ def test_cached_tokens_reported_on_shared_prefix(client, model_name):
 
 def test_models_and_health(client, model_name, mlxrt_server):
     ids = [m.id for m in client.models.list().data]
-    assert str(__import__("pathlib").Path(model_name).resolve()) in ids
+    # The served directory is listed by its name (mlx_lm.server shows its absolute path), last.
+    assert ids[-1] == __import__("pathlib").Path(model_name).resolve().name and "/" not in ids[-1]
+    assert client.chat.completions.create(model=ids[-1], max_tokens=1, messages=[{"role": "user", "content": "hi"}])
     status, _, body = mlxrt_server.request("GET", "/health")
     assert status == 200 and body == b'{"status": "ok"}'
 
