@@ -66,3 +66,21 @@ for dt in (mx.float32, mx.bfloat16, mx.float16):
         batched = mx.fast.scaled_dot_product_attention(q, Ks, Vs, scale=D**-0.5, mask=None)
         solos = [mx.fast.scaled_dot_product_attention(q[i : i + 1], ks[0], vs[0], scale=D**-0.5, mask=None) for i in range(B)]
         report(f"sdpa same unpadded keys, B rows vs 1 {dt} L={lens[0]}", batched, solos)
+
+# Prefill shapes: rows of a [B, L, K] matmul against [1, L, K], and a chunk of L queries at offset
+# T - L under a boolean causal mask (what a batch passes) against mask="causal" (what a solo run does).
+for dt in (mx.float32, mx.bfloat16):
+    for K, N in ((64, 192), (1024, 3072)):
+        w = (mx.random.normal((N, K)) * 0.02).astype(dt)
+        for B, L in ((2, 16), (3, 13)):
+            x = mx.random.normal((B, L, K)).astype(dt)
+            report(f"matmul prefill rows {dt} [{B},{L},{K}]x[{K},{N}]", x @ w.T, [x[i : i + 1] @ w.T for i in range(B)])
+    H, Hk, D = 8, 2, 64
+    for T, L in ((48, 16), (128, 16), (45, 13)):
+        q = mx.random.normal((1, H, L, D)).astype(dt)
+        k = mx.random.normal((1, Hk, T, D)).astype(dt)
+        v = mx.random.normal((1, Hk, T, D)).astype(dt)
+        mask = (mx.arange(T - L, T)[:, None] >= mx.arange(T)[None])[None, None]
+        a = mx.fast.scaled_dot_product_attention(q, k, v, scale=D**-0.5, mask=mask)
+        b = mx.fast.scaled_dot_product_attention(q, k, v, scale=D**-0.5, mask="causal")
+        report(f"sdpa prefill chunk boolean causal mask vs 'causal' {dt} T={T} L={L}", a, [b])
