@@ -6,7 +6,9 @@
 // {make_logits_processors's arguments}}, ...]}; a request without "sampler" or
 // "logits_processors" takes the flags' (the generator's defaults). Prints one JSON line per
 // request, in order: {"tokens": [...], "logprobs": [...], "finish_reason": ...} (the stop token
-// left out, as batch_generate does), and the throughput on stderr.
+// left out, as batch_generate does), and the throughput on stderr. With --batch-invariant (ours)
+// each row equals its solo `mlxrt generate` run (tokens and logprobs), and a request may carry
+// "seed": N, its sampler then drawing as `mlxrt generate --seed N` does.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -36,6 +38,7 @@ struct BatchArgs {
   int completion_batch_size = 32;
   int prefill_batch_size = 8;
   int prefill_step_size = 2048;
+  bool batch_invariant = false;
 };
 
 using ojson = nlohmann::ordered_json;
@@ -125,6 +128,7 @@ void run_batch_generate(const BatchArgs& a) {
   options.completion_batch_size = a.completion_batch_size;
   options.prefill_batch_size = a.prefill_batch_size;
   options.prefill_step_size = a.prefill_step_size;
+  options.batch_invariant = a.batch_invariant;
   auto default_processors = make_cli_processors(a.sampling, vocab);
 
   std::vector<generate::BatchRequest> requests;
@@ -143,9 +147,24 @@ void run_batch_generate(const BatchArgs& a) {
       if (!r["max_tokens"].is_number_integer()) throw UsageError(where + ".max_tokens: expected an integer");
       req.max_tokens = r["max_tokens"].get<int>();
     }
+    // A request's own "seed" (--batch-invariant only) gives its sampler its own PRNG, seeded as
+    // `mlxrt generate --seed` seeds it (after the model constructor's draws), so its draws are the
+    // solo run's. mlx-lm's batch has no such field: its rows draw from one shared PRNG.
+    auto row_rng = rng;
+    if (r.contains("seed")) {
+      if (!a.batch_invariant)
+        throw UsageError(where + ".seed: a per-request seed needs --batch-invariant (mlx-lm's batch draws every "
+                         "row from one PRNG)");
+      if (!r["seed"].is_number_unsigned()) throw UsageError(where + ".seed: expected a non-negative integer");
+      row_rng = std::make_shared<generate::RandomState>();
+      row_rng->seed(r["seed"].get<uint64_t>());
+      row_rng->skip(model_construction_draws(a.model));
+    }
     if (r.contains("sampler")) {
       auto p = sampler_params(r["sampler"], where + ".sampler");
-      req.sampler = std::make_shared<const generate::Sampler>(generate::make_sampler(p, rng));
+      req.sampler = std::make_shared<const generate::Sampler>(generate::make_sampler(p, row_rng));
+    } else if (row_rng != rng && params.temp != 0) {
+      req.sampler = std::make_shared<const generate::Sampler>(make_cli_sampler(params, row_rng));
     }
     req.logits_processors = r.contains("logits_processors")
                                 ? generate::make_logits_processors(
@@ -205,6 +224,9 @@ void register_batch_generate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--prefill-step-size", a->prefill_step_size, "Number of prompt tokens to process at a time")
       ->capture_default_str();
+  cmd->add_flag("--batch-invariant", a->batch_invariant,
+                "Each request's tokens and logprobs equal its solo `generate` run whatever it is batched with "
+                "(each row runs its own forward); a request may then carry its own \"seed\"");
   cmd->callback([a] { run_batch_generate(*a); });
 }
 

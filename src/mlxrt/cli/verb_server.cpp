@@ -145,6 +145,9 @@ void register_server(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--prefill-step-size", o.prefill_step_size, "Step size for prefill processing")
       ->capture_default_str();
+  cmd->add_flag("--batch-invariant", o.batch_invariant,
+                "Each batched request's tokens and logprobs equal the same request served alone (each row runs "
+                "its own forward)");
   cmd->add_option("--prompt-cache-size", o.prompt_cache_size, "Maximum number of distinct KV caches kept")
       ->capture_default_str();
   cmd->add_option("--prompt-cache-bytes", a->prompt_cache_bytes, "Maximum size of the kept KV caches (e.g. 8G)");

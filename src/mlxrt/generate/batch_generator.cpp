@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <stdexcept>
 
 #include <mlx/memory.h>
 #include <mlx/ops.h>
@@ -125,7 +126,9 @@ std::vector<int> BatchGenerator::insert(std::vector<BatchRequest> requests) {
   return uids;
 }
 
-size_t BatchGenerator::size() const { return unprocessed_.size() + prompt_.uids.size() + gen_.uids.size(); }
+size_t BatchGenerator::size() const {
+  return unprocessed_.size() + prompt_.uids.size() + gen_.uids.size() + solo_.size();
+}
 
 BatchGenerator::PromptBatch BatchGenerator::make_batch(int n) {
   PromptBatch b;
@@ -337,6 +340,7 @@ std::vector<BatchGenerationResponse> BatchGenerator::gen_next() {
 }
 
 std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>> BatchGenerator::next() {
+  if (o_.batch_invariant) return solo_next();
   std::vector<BatchGenerationResponse> generation_responses;
   std::vector<BatchPromptResponse> prompt_responses;
 
@@ -445,6 +449,74 @@ void BatchGenerator::remove(const std::vector<int>& uids) {
     processing_ = pick(processing_, keep_prompt);
   }
   if (keep_gen.size() < gen_.uids.size()) filter_gen(keep_gen);
+  std::erase_if(solo_, [&](const std::unique_ptr<SoloRow>& s) { return drop.count(s->uid) > 0; });
+}
+
+// --- batch-invariant mode (ours) ---
+//
+// Why each row runs its own forward: a row of a batched step is byte-equal to the row run alone
+// only where every op of the step gives a row of a B-row call the bytes of a 1-row call, and the
+// batched step also differs from the solo one in its inputs (left-padded keys under a mask in
+// place of the row's own keys, prompts prefilled in other chunks). Which ops keep rows apart
+// depends on the backend (bench/batch_invariant/ops_probe.py measures it: MLX's CPU matmuls,
+// quantized matmuls, RMSNorm, RoPE with per-row offsets and masked SDPA over padded keys do; an
+// M-row CUDA matmul does not), so the one construction exact on every backend is the solo
+// computation itself: each row is a TokenGenerator over its own cache, which is what
+// `mlxrt generate` runs. A step still serves every row: all rows' next steps are dispatched
+// (async) before the previous tokens are read, so the device is never idle between rows.
+
+std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>> BatchGenerator::solo_next() {
+  std::vector<BatchGenerationResponse> generation_responses;
+  std::vector<BatchPromptResponse> prompt_responses;
+
+  if (!solo_.empty()) {
+    std::vector<std::unique_ptr<SoloRow>> keep;
+    for (auto& s : solo_) {
+      auto t = s->gen->next();  // never empty: the row leaves at max_tokens
+      if (!t) throw std::logic_error("batch-invariant row " + std::to_string(s->uid) + " ended before max_tokens");
+      s->num_tokens += 1;
+      s->row.tokens.push_back(t->token);
+      std::optional<std::string> finish_reason;
+      if (s->num_tokens >= s->row.max_tokens) finish_reason = "length";
+      if (s->matcher.advance(t->token)) finish_reason = "stop";
+      BatchGenerationResponse r{s->uid, t->token, t->logprobs, finish_reason, {}, {}};
+      if (finish_reason) {
+        s->gen.reset();  // waits for the step it dispatched ahead (it wrote the last token's keys)
+        r.prompt_cache = std::move(s->cache);
+        r.all_tokens = s->row.tokens;
+      } else {
+        keep.push_back(std::move(s));
+      }
+      generation_responses.push_back(std::move(r));
+    }
+    solo_ = std::move(keep);
+    generation_steps_ += 1;
+    if (generation_steps_ % 512 == 0) mx::clear_cache();
+  }
+
+  // New rows join between steps: each prefilled alone (the solo run's chunks), its first step
+  // dispatched, its first token read at the next step.
+  const int n = std::min({o_.prefill_batch_size, o_.completion_batch_size - static_cast<int>(solo_.size()),
+                          static_cast<int>(unprocessed_.size())});
+  for (int k = 0; k < n; ++k) {
+    Pending p = std::move(unprocessed_.front());
+    unprocessed_.pop_front();
+    std::vector<int32_t> prompt;
+    for (const auto& seg : p.segments) prompt.insert(prompt.end(), seg.begin(), seg.end());
+    auto matcher = p.row.stop.matcher();
+    auto s = std::make_unique<SoloRow>(SoloRow{p.uid, std::move(p.row), std::move(p.cache), nullptr, matcher, 0});
+    s->row.tokens.insert(s->row.tokens.end(), prompt.begin(), prompt.end());
+    GenerateOptions go;
+    go.max_tokens = s->row.max_tokens;
+    go.prefill_step_size = o_.prefill_step_size;
+    go.sampler = s->row.sampler ? *s->row.sampler : *fallback_;
+    go.logits_processors = s->row.processors;
+    s->gen = std::make_unique<TokenGenerator>(model_, prompt, std::move(go), &s->cache);
+    const int total = static_cast<int>(prompt.size());
+    prompt_responses.push_back(BatchPromptResponse{s->uid, total, total, true, true});
+    solo_.push_back(std::move(s));
+  }
+  return {std::move(prompt_responses), std::move(generation_responses)};
 }
 
 }  // namespace mlxrt::generate

@@ -35,6 +35,13 @@ struct BatchGeneratorOptions {
   int completion_batch_size = 32;
   int prefill_batch_size = 8;
   int prefill_step_size = 2048;
+  /** --batch-invariant (ours, not mlx-lm's): each row is computed as its solo run would be (a
+   * TokenGenerator over its own unpadded cache: the same prefill chunks of prefill_step_size, the
+   * same one-row decode step, its own sampler and logits processors), so its tokens and logprobs
+   * are byte-equal to `mlxrt generate` of that request whatever else is in the batch, on every
+   * backend. Rows are still scheduled together (joining and leaving between steps, each step
+   * dispatching every row's next token before reading any), but each row's forward is its own. */
+  bool batch_invariant = false;
 };
 
 /** One sequence to insert. Empty optionals take the generator's defaults. */
@@ -82,7 +89,7 @@ class BatchGenerator {
   void remove(const std::vector<int>& uids);
   /** Rows queued, prefilling or generating. */
   size_t size() const;
-  size_t generating() const { return gen_.uids.size(); }
+  size_t generating() const { return gen_.uids.size() + solo_.size(); }
 
  private:
   struct Row {
@@ -118,6 +125,18 @@ class BatchGenerator {
     std::vector<StopSequences::Matcher> matchers;
   };
 
+  /** A row of the batch-invariant mode: its own cache and solo generator. */
+  struct SoloRow {
+    int uid;
+    Row row;
+    model::CacheList cache;
+    std::unique_ptr<TokenGenerator> gen;  // holds &cache: SoloRows do not move
+    StopSequences::Matcher matcher;
+    int num_tokens = 0;
+  };
+  /** next() of the batch-invariant mode. */
+  std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>> solo_next();
+
   PromptBatch make_batch(int n);
   void prompt(PromptBatch& batch, const std::vector<std::vector<int32_t>>& tokens);
   GenBatch start_generation(PromptBatch batch, const std::vector<int32_t>& last_inputs);
@@ -138,6 +157,7 @@ class BatchGenerator {
   PromptBatch prompt_;
   GenBatch gen_;
   long generation_steps_ = 0;
+  std::vector<std::unique_ptr<SoloRow>> solo_;  // batch-invariant mode: the generating rows
 };
 
 }  // namespace mlxrt::generate

@@ -239,6 +239,7 @@ void Generator::batch_open(const Job& job) {
   o.completion_batch_size = options_.decode_concurrency;
   o.prefill_batch_size = options_.prompt_concurrency;
   o.prefill_step_size = options_.prefill_step_size;
+  o.batch_invariant = options_.batch_invariant;
   batcher_ = std::make_unique<generate::BatchGenerator>(*session_->loaded.model, o);
 }
 

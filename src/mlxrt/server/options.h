@@ -37,6 +37,7 @@ struct ServerOptions {
   int decode_concurrency = 32;
   int prompt_concurrency = 8;
   int prefill_step_size = 2048;
+  bool batch_invariant = false;  // --batch-invariant: each batched request equals its solo run
   int prompt_cache_size = 10;
   std::optional<size_t> prompt_cache_bytes;
   std::optional<int> kv_bits;  // quantize the KV cache past quantized_kv_start positions
