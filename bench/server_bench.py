@@ -26,7 +26,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PY = str(ROOT / ".venv" / "bin" / "python")
+# The Python environment holding mlx-lm (MLXRT_VENV, as the Makefile and bench/gpu/run.sh name it).
+_VENV = Path(os.environ.get("MLXRT_VENV", ROOT / ".venv"))
+PY = str(_VENV / "bin" / "python") if (_VENV / "bin" / "python").exists() else str(_VENV / "bin" / "python3")
 BIN = os.environ.get("MLXRT_BIN", str(ROOT / "build" / "mlxrt"))
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
 

@@ -35,19 +35,21 @@ pip_download --no-deps "mlx==$MLX_VERSION" "mlx-cuda-13==$MLX_VERSION" "mlx-lm==
 # (install-python-env.sh says why) for the target's NVRTC release.
 pip_download "$(grep -E '^openai==' "$root/tools/requirements-test.txt")"
 pip_download --no-deps "nvidia-cuda-crt==${TARGET_NVRTC:-13.0}.*"
-# The structured-output engine's library and runtime, and its source archive for the headers.
-pip_download --no-deps "xgrammar==$XGRAMMAR_VERSION" "apache-tvm-ffi==$TVM_FFI_VERSION"
-[ -f "$bundle/wheels/xgrammar-$XGRAMMAR_VERSION.tar.gz" ] || \
-  python3 -m pip download -q --no-deps --no-binary xgrammar -d "$bundle/wheels" "xgrammar==$XGRAMMAR_VERSION"
+# The structured-output engine's libraries travel in lib/ beside the binary (found by ldd below).
 for w in "$download"/*.whl; do
   case "$(basename "$w")" in
+    # What no GPU stage uses (the browser driver, the Anthropic client, schema validation, the
+    # Python package's build tools, the engine's Python side): the bundle must stay under 64 MB.
+    selenium-*|anthropic-*|jsonschema-*|nanobind-*|xgrammar-*|apache_tvm_ffi-*) ;;
     mlx_cuda_13-*) [ -f "$bundle/wheels/$(basename "$w")" ] || \
                      python3 "$root/tools/setup/slim_cuda_wheel.py" "$w" "$bundle/wheels" --keep-sm ${KEEP_SM:-90} ;;
     *) cp "$w" "$bundle/wheels/" ;;
   esac
 done
 
-cp "$tokenizer/tokenizer.json" "$tokenizer/tokenizer_config.json" "$bundle/tokenizer/"
+# tokenizer.json compressed (11 MB -> 1.4 MB); run.sh unpacks it.
+xz -9 -c "$tokenizer/tokenizer.json" > "$bundle/tokenizer/tokenizer.json.xz"
+cp "$tokenizer/tokenizer_config.json" "$bundle/tokenizer/"
 
 cp "$binary" "$bundle/bin/mlxrt"
 # The CUDA kernels' tests (run by `run.sh kernels`), built beside the binary when there.

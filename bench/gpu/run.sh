@@ -5,7 +5,9 @@
 #
 # Usage: bench/gpu/run.sh [STAGE ...]   run in the order given (default: env install build kernels bench
 #        checks profile parity; `checks` also compares logits on the models `bench` made; `kernels`
-#        runs the CUDA kernels' tests against the ops path they replace)
+#        runs the CUDA kernels' tests against the ops path they replace; `batching`, not in the
+#        default list, runs bench/batch_bench.py: mlxrt server vs mlx_lm.server under concurrent
+#        streaming clients on the benchmark models)
 # Environment (all optional):
 #   MLX_BACKEND      cpu | cuda-13 (default: cuda-13 when nvidia-smi sees a GPU)
 #   MLXRT_VENV       Python environment holding, or to receive, the MLX wheels (default .venv)
@@ -22,6 +24,8 @@
 #   BENCH_PYTEST_JOBS     parallel pytest processes for tests/parity when pytest-xdist is there (default 8)
 #   BENCH_FIXTURES   fixture names to make (make_fixtures.py --only; default: all of them)
 #   BENCH_PYTEST_K   a pytest -k expression choosing the parity cases (default: all)
+#   BENCH_BATCH_MODELS  benchmark models (shape-quant) for `batching` (default: qwen3-0.6b-bf16 qwen3-8b-bf16)
+#   BENCH_BATCH_ARGS    batch_bench.py's options (default: --clients 8 32 --gen-tokens 128 --runs 2)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -33,6 +37,13 @@ mkdir -p "$out" "$work"
 backend=${MLX_BACKEND:-$(nvidia-smi -L >/dev/null 2>&1 && echo cuda-13 || echo cpu)}
 export MLXRT_VENV=${MLXRT_VENV:-$root/.venv}
 tokenizer=${BENCH_TOKENIZER:-$root/../shared/data/tokenizers/qwen3}
+# A bundle's tokenizer.json comes compressed (prepare.sh): unpacked once beside the work folder.
+if [ ! -f "$tokenizer/tokenizer.json" ] && [ -f "$tokenizer/tokenizer.json.xz" ]; then
+  mkdir -p "$work/tokenizer"
+  xz -dc "$tokenizer/tokenizer.json.xz" > "$work/tokenizer/tokenizer.json" || exit 1
+  cp "$tokenizer/tokenizer_config.json" "$work/tokenizer/"
+  tokenizer=$work/tokenizer
+fi
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 python_bin() { if [ -x "$MLXRT_VENV/bin/python" ]; then echo "$MLXRT_VENV/bin/python"; else echo "$MLXRT_VENV/bin/python3"; fi; }
 py() { "$(python_bin)" "$@"; }
@@ -162,12 +173,26 @@ print(next((1e3 / x['mlxrt']['gen_tps'] for x in r['runs'] if x['model'] == '$(b
     ${BENCH_PROFILE_ARGS:---prompt 64 --steps 1 3}
 }
 
+# Continuous batching: aggregate tok/s and TTFT under 8 and 32 streaming clients, both servers on
+# the same benchmark model (made here on first use, as `bench` makes it).
+batching() {
+  local m shape quant path
+  for m in ${BENCH_BATCH_MODELS:-qwen3-0.6b-bf16 qwen3-8b-bf16}; do
+    shape=${m%-*} quant=${m##*-}
+    path=$(py -c "import sys; sys.path.insert(0, 'bench/gpu'); from pathlib import Path; import models
+print(models.ensure_model(Path(sys.executable), Path('$work/models'), '$shape', '$quant', Path('$tokenizer')))") || return 1
+    echo "== $m"
+    # shellcheck disable=SC2086  # BENCH_BATCH_ARGS is a list of options
+    MLXRT_BIN="$work/mlxrt" py bench/batch_bench.py --model "$path" ${BENCH_BATCH_ARGS:---clients 8 32 --gen-tokens 128 --runs 2} || return 1
+  done
+}
+
 for s in $stages; do
   case $s in
     env) stage env env_info ;;
     install|build) stage "$s" "${s/install/install_env}" || { echo "$s failed: stopping"; exit 1; } ;;
-    kernels|checks|parity|bench|profile) stage "$s" "$s" ;;
-    *) echo "unknown stage $s (env install build kernels bench checks profile parity)"; exit 2 ;;
+    kernels|checks|parity|bench|profile|batching) stage "$s" "$s" ;;
+    *) echo "unknown stage $s (env install build kernels bench checks profile parity batching)"; exit 2 ;;
   esac
 done
 
@@ -179,3 +204,4 @@ grep -h -E '^FAILED|passed|failed' "$out/parity.log" 2>/dev/null | tail -12
 grep -h '^gpu_checks:' "$out/checks.log" 2>/dev/null
 [ -f "$out/profile.log" ] && tail -n 14 "$out/profile.log"
 [ -f "$out/table.txt" ] && cat "$out/table.txt"
+grep -h -E '^(== |clients|[0-9]+ +(tok_s|ttft|errors))' "$out/batching.log" 2>/dev/null

@@ -20,7 +20,7 @@
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/default_model.h"
-#include "mlxrt/generate/grammar_constraint.h"
+#include "mlxrt/structured/grammar_constraint.h"
 #include "mlxrt/generate/json_schema_check.h"
 #include "mlxrt/generate/speculative.h"
 #include "mlxrt/generate/text_generation.h"
@@ -339,8 +339,8 @@ void run(const Args& a) {
   options.logits_processors = make_cli_processors(a.sampling, session.loaded.model->vocab_size());
   options.eos_token_ids = session.eos_token_ids;
   if (constraint_file) {
-    generate::GrammarEngine engine(session.tokenizer, session.loaded.model->vocab_size(), session.eos_token_ids);
-    options.logits_processors.push_back(generate::constraint_processor(
+    structured::GrammarEngine engine(session.tokenizer, session.loaded.model->vocab_size(), session.eos_token_ids);
+    options.logits_processors.push_back(structured::constraint_processor(
         a.json_schema.empty() ? engine.gbnf(constraint_file->second, constraint_file->first)
                               : engine.json_schema(constraint_file->second, /*strict=*/true, constraint_file->first)));
   }

@@ -8,7 +8,7 @@
 #include <mlx/ops.h>
 
 #include "mlxrt/generate/generate_step.h"
-#include "mlxrt/generate/grammar_constraint.h"
+#include "mlxrt/structured/grammar_constraint.h"
 #include "mlxrt/generate/logits_processors.h"
 #include "mlxrt/generate/sampler.h"
 #include "mlxrt/generate/speculative.h"
@@ -121,9 +121,9 @@ void Generator::run(Job& job) {
                       "response_format");
     // The token table is built once, on the first structured request.
     if (!grammar_)
-      grammar_ = std::make_unique<generate::GrammarEngine>(session_->tokenizer, model.vocab_size(), session_->eos_token_ids);
+      grammar_ = std::make_unique<structured::GrammarEngine>(session_->tokenizer, model.vocab_size(), session_->eos_token_ids);
     try {
-      go.logits_processors.push_back(generate::constraint_processor(
+      go.logits_processors.push_back(structured::constraint_processor(
           r.response_format == "json_object"
               ? grammar_->json_object()
               : grammar_->json_schema(r.json_schema, r.json_schema_strict, "response_format.json_schema.schema")));

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "mlxrt/generate/batch_generator.h"
-#include "mlxrt/generate/grammar_constraint.h"
+#include "mlxrt/structured/grammar_constraint.h"
 #include "mlxrt/generate/random_state.h"
 #include "mlxrt/server/job.h"
 #include "mlxrt/server/logger.h"
@@ -80,7 +80,7 @@ class Generator {
   std::optional<std::string> unbatchable_;  // why the model cannot batch (nullopt: it can)
   std::unique_ptr<generate::BatchGenerator> batcher_;
   std::map<int, BatchJob> batch_;
-  std::unique_ptr<generate::GrammarEngine> grammar_;  // structured output, made on first use
+  std::unique_ptr<structured::GrammarEngine> grammar_;  // structured output, made on first use
 };
 
 }  // namespace mlxrt::server

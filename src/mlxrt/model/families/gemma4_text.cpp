@@ -527,7 +527,9 @@ void sanitize(WeightBinder& w, const ModelArgs& args) {
   }
   for (const auto& name : dropped) w.discard(name);
   // The experts as Hugging Face stores them: one gate_up_proj [E, 2 * I, H], split in halves along
-  // -2 into the SwitchGLU's gate and up projections, and down_proj.
+  // -2 into the SwitchGLU's gate and up projections, and down_proj. Each half is made contiguous as
+  // sanitize does (map(mx.contiguous, mx.split(...))): a strided view takes another gather_mm path on
+  // the GPU, with other bytes.
   std::vector<std::string> fused;
   for (const auto& [name, _] : w.remaining())
     if (name.ends_with(".experts.gate_up_proj") || name.ends_with(".experts.down_proj")) fused.push_back(name);
@@ -545,10 +547,10 @@ void sanitize(WeightBinder& w, const ModelArgs& args) {
     const int half = v.shape(axis) / 2;
     mx::Shape start(v.ndim(), 0), stop = v.shape();
     stop[axis] = half;
-    w.put(base + ".switch_glu.gate_proj.weight", mx::slice(v, start, stop));
+    w.put(base + ".switch_glu.gate_proj.weight", mx::contiguous(mx::slice(v, start, stop)));
     start[axis] = half;
     stop[axis] = 2 * half;
-    w.put(base + ".switch_glu.up_proj.weight", mx::slice(v, start, stop));
+    w.put(base + ".switch_glu.up_proj.weight", mx::contiguous(mx::slice(v, start, stop)));
   }
 }
 

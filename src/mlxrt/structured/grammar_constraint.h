@@ -18,7 +18,7 @@
 #include "mlxrt/generate/generate_step.h"
 #include "mlxrt/tokenizer/tokenizer.h"
 
-namespace mlxrt::generate {
+namespace mlxrt::structured {
 
 namespace mx = mlx::core;
 
@@ -45,7 +45,7 @@ class TokenConstraint {
 /** The constraint as TokenGenerator's last logits processor: from the second call on, the newest
  * token of the history is the one sampled last, and the grammar accepts it before masking. The
  * device computes the step's logits while the host waits for that token and computes the mask. */
-LogitsProcessor constraint_processor(std::shared_ptr<TokenConstraint> constraint);
+generate::LogitsProcessor constraint_processor(std::shared_ptr<TokenConstraint> constraint);
 
 /** Compiles constraints for one tokenizer and model vocabulary (the token table is built once, and
  * compiled grammars are cached by the engine). */
@@ -75,4 +75,4 @@ class GrammarEngine {
   std::shared_ptr<Impl> impl_;
 };
 
-}  // namespace mlxrt::generate
+}  // namespace mlxrt::structured

@@ -1,4 +1,4 @@
-#include "mlxrt/generate/grammar_constraint.h"
+#include "mlxrt/structured/grammar_constraint.h"
 
 #include <algorithm>
 #include <limits>
@@ -15,7 +15,7 @@
 #include "mlxrt/tokenizer/token_bytes.h"
 #include "mlxrt/util/errors.h"
 
-namespace mlxrt::generate {
+namespace mlxrt::structured {
 
 namespace {
 
@@ -122,7 +122,7 @@ std::shared_ptr<TokenConstraint> GrammarEngine::json_schema(const std::string& s
   json s = json::parse(schema_text, nullptr, false);
   if (s.is_discarded()) throw UsageError(what + ": not valid JSON");
   if (!s.is_object() && !s.is_boolean()) throw UsageError(what + ": a JSON schema is an object (or true/false)");
-  if (auto problem = unsupported_schema_keyword(s); !problem.empty())
+  if (auto problem = generate::unsupported_schema_keyword(s); !problem.empty())
     throw UsageError(what + ": " + problem + " is not supported by constrained decoding");
   replace_loose_formats(s);
   try {
@@ -146,7 +146,7 @@ std::shared_ptr<TokenConstraint> GrammarEngine::gbnf(const std::string& grammar_
   }
 }
 
-LogitsProcessor constraint_processor(std::shared_ptr<TokenConstraint> constraint) {
+generate::LogitsProcessor constraint_processor(std::shared_ptr<TokenConstraint> constraint) {
   auto first = std::make_shared<bool>(true);
   return [constraint = std::move(constraint), first](const mx::array& tokens, const mx::array& logits) {
     mx::async_eval(logits);
@@ -185,4 +185,4 @@ mx::array TokenConstraint::mask(const mx::array& logits) {
   return mx::where(allowed, logits, mx::array(-std::numeric_limits<float>::infinity(), logits.dtype()));
 }
 
-}  // namespace mlxrt::generate
+}  // namespace mlxrt::structured
