@@ -54,6 +54,10 @@ class ServerMetrics {
   /** The prompt cache after a job (published by the generation thread, which owns the cache). */
   void prompt_cache_state(size_t bytes, size_t entries);
 
+  /** Memory admission's state: the weights, the KV bytes reserved by admitted requests, the budget,
+   * and how many requests have had to wait for memory so far. */
+  void memory_state(size_t weights_bytes, size_t admitted_kv_bytes, size_t budget_bytes, size_t waits);
+
   std::string render(const MetricsGauges& gauges) const;
 
  private:
@@ -62,6 +66,7 @@ class ServerMetrics {
   unsigned long long prompt_tokens_ = 0, cached_tokens_ = 0, generated_tokens_ = 0;
   unsigned long long jobs_started_ = 0, jobs_finished_ = 0, prompt_cache_hits_ = 0;
   size_t kv_cache_bytes_ = 0, prompt_cache_entries_ = 0;
+  size_t memory_weights_bytes_ = 0, admitted_kv_bytes_ = 0, memory_budget_bytes_ = 0, memory_waits_ = 0;
   Histogram ttft_, inter_token_, queue_wait_;
 };
 
