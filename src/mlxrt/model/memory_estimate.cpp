@@ -355,8 +355,9 @@ MemoryEstimate estimate_memory(const ModelMemoryGeometry& geometry, const RunSha
   // The largest transient of one prefill step of L tokens (batch B, activation item size s):
   //   hidden  = 4 B L hidden s                 residual stream, normed input, attention output, sum
   //   qkv     = 2 B L (Hq Dk + Hkv (Dk + Dv)) s projections and their RoPE'd / transposed copies
-  //   scores  = 2 B Hq L Lkv s                 scores and softmax, only where attention is not fused
-  //                                            (MLX's CPU backend composes it from matmul + softmax)
+  //   scores  = B Hq L Lkv s + L Lkv           only where attention is not fused (MLX's CPU backend
+  //                                            composes it from matmul, a causal mask of booleans and
+  //                                            a softmax that reuses the scores' buffer)
   //   mlp     = 3 B L I s                      gate, up and their product (I: MLP size, or
   //                                            experts-per-token x expert size for MoE)
   //   logits  = B V (s + 8)                    the last position's logits and float32 log-probs:
@@ -379,7 +380,8 @@ MemoryEstimate estimate_memory(const ModelMemoryGeometry& geometry, const RunSha
   const bool fused = mx::default_device() == mx::Device::gpu;
   const size_t hidden = 4 * B * L * geometry.hidden_size * s;
   const size_t qkv = 2 * B * L * (static_cast<size_t>(geometry.n_heads) * dk + static_cast<size_t>(hkv) * (dk + dv)) * s;
-  const size_t scores = fused ? 0 : 2 * B * geometry.n_heads * L * static_cast<size_t>(lkv) * s;
+  const size_t scores =
+      fused ? 0 : B * geometry.n_heads * L * static_cast<size_t>(lkv) * s + L * static_cast<size_t>(lkv);
   const size_t mlp = 3 * B * L * static_cast<size_t>(geometry.intermediate_size) * s;
   const size_t logits = B * static_cast<size_t>(geometry.vocab_size) * (s + 8);
   e.activations_bytes = hidden + std::max(qkv + scores, mlp) + logits;
