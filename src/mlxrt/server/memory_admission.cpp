@@ -6,6 +6,7 @@
 #include <mlx/memory.h>
 
 #include "mlxrt/server/http_error.h"
+#include "mlxrt/server/logger.h"
 #include "mlxrt/server/metrics.h"
 #include "mlxrt/server/model_session.h"
 #include "mlxrt/server/options.h"
@@ -103,8 +104,20 @@ void MemoryAdmission::publish() const {
 }
 
 std::shared_ptr<MemoryAdmission> make_memory_admission(const ModelSession& session, const ServerOptions& options,
-                                                       ServerMetrics& metrics) {
-  auto geometry = std::make_shared<model::ModelMemoryGeometry>(model::memory_geometry(session.loaded, std::nullopt));
+                                                       ServerMetrics& metrics, Logger& log) {
+  // The geometry of a second, lazily bound copy of the model (no weight is read): the served one
+  // may stream its experts, whose store a forward would touch.
+  std::shared_ptr<model::ModelMemoryGeometry> geometry;
+  try {
+    model::LoadOptions lazy;
+    lazy.lazy = true;
+    geometry = std::make_shared<model::ModelMemoryGeometry>(
+        model::memory_geometry(model::load_model(session.dir, lazy), std::nullopt));
+  } catch (const Error& e) {
+    if (options.max_memory_gb) throw UsageError(std::string("--max-memory: ") + e.what());
+    log.warning(std::string("memory admission is off: ") + e.what());
+    return nullptr;
+  }
   size_t budget = 0;
   if (options.max_memory_gb) {
     if (*options.max_memory_gb <= 0) throw UsageError("--max-memory must be positive");

@@ -16,6 +16,7 @@
 
 namespace mlxrt::server {
 
+class Logger;
 class ServerMetrics;
 struct ModelSession;
 struct ServerOptions;
@@ -53,8 +54,9 @@ class MemoryAdmission {
 
 /** The admission of a loaded session: the model's cache geometry, its weights' bytes, and the
  * budget (options.max_memory_gb, else the device's memory as `mlxrt fit` sees it, less the
- * backend's headroom). UsageError for a budget below the weights. */
+ * backend's headroom). UsageError for a budget below the weights. A model whose memory cannot be
+ * estimated is an error with --max-memory; without it admission is off (null, with a warning). */
 std::shared_ptr<MemoryAdmission> make_memory_admission(const ModelSession& session, const ServerOptions& options,
-                                                       ServerMetrics& metrics);
+                                                       ServerMetrics& metrics, Logger& log);
 
 }  // namespace mlxrt::server
