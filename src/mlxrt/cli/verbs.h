@@ -18,6 +18,7 @@ void register_cache_prompt(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_manage(CLI::App& app);
 void register_embed(CLI::App& app);
+void register_fit(CLI::App& app);
 
 inline void register_verbs(CLI::App& app) {
   register_profile(app);
@@ -34,6 +35,7 @@ inline void register_verbs(CLI::App& app) {
   register_perplexity(app);
   register_manage(app);
   register_embed(app);
+  register_fit(app);
 }
 
 }  // namespace mlxrt::cli

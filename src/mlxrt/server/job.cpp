@@ -3,6 +3,7 @@
 namespace mlxrt::server {
 
 void Job::push(JobEvent event) {
+  if (std::holds_alternative<DoneEvent>(event) || std::holds_alternative<ErrorEvent>(event)) finished_ = true;
   {
     std::lock_guard lock(mutex_);
     events_.push_back(std::move(event));

@@ -79,6 +79,9 @@ class Job {
   /** The next event, waiting at most `wait`; nullopt on timeout. */
   std::optional<JobEvent> pop(std::chrono::milliseconds wait);
 
+  /** A DoneEvent or ErrorEvent has been pushed: the job no longer runs on the model. */
+  bool finished() const { return finished_; }
+
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
   bool timed_out() const { return deadline_ && Clock::now() > *deadline_; }
@@ -104,6 +107,7 @@ class Job {
   std::function<void(Job&)> task_;
   std::shared_ptr<ModelSession> session_;
   std::atomic<bool> cancelled_{false};
+  std::atomic<bool> finished_{false};
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -118,6 +118,14 @@ void ServerMetrics::model_loaded(size_t resident) {
   models_resident_ = resident;
 }
 
+void ServerMetrics::memory_state(size_t weights_bytes, size_t admitted_kv_bytes, size_t budget_bytes, size_t waits) {
+  std::lock_guard lock(mutex_);
+  memory_waits_ = waits;
+  memory_weights_bytes_ = weights_bytes;
+  admitted_kv_bytes_ = admitted_kv_bytes;
+  memory_budget_bytes_ = budget_bytes;
+}
+
 std::string ServerMetrics::render(const MetricsGauges& g) const {
   std::lock_guard lock(mutex_);
   std::string out;
@@ -146,6 +154,12 @@ std::string ServerMetrics::render(const MetricsGauges& g) const {
   gauge(out, "mlxrt_kv_cache_bytes", "Bytes of KV cache held by the prompt cache.", kv_cache_bytes_);
   gauge(out, "mlxrt_prompt_cache_entries", "Entries in the prompt cache.", prompt_cache_entries_);
   gauge(out, "mlxrt_models_resident", "Models held in memory (--max-models at most).", models_resident_);
+  counter(out, "mlxrt_memory_waits_total", "Requests that waited for memory before reaching the model.",
+          memory_waits_);
+  gauge(out, "mlxrt_memory_budget_bytes", "Memory admission: the budget (--max-memory).", memory_budget_bytes_);
+  gauge(out, "mlxrt_memory_weights_bytes", "Memory admission: the model's weights.", memory_weights_bytes_);
+  gauge(out, "mlxrt_admitted_kv_bytes", "Memory admission: KV cache bytes reserved by the requests on the model.",
+        admitted_kv_bytes_);
   return out;
 }
 

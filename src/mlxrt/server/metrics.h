@@ -56,6 +56,10 @@ class ServerMetrics {
   /** A model was loaded (the start-up one included); `resident` models are held now. */
   void model_loaded(size_t resident);
 
+  /** Memory admission's state: the weights, the KV bytes reserved by admitted requests, the budget,
+   * and how many requests have had to wait for memory so far. */
+  void memory_state(size_t weights_bytes, size_t admitted_kv_bytes, size_t budget_bytes, size_t waits);
+
   std::string render(const MetricsGauges& gauges) const;
 
  private:
@@ -66,6 +70,7 @@ class ServerMetrics {
   size_t kv_cache_bytes_ = 0, prompt_cache_entries_ = 0;
   unsigned long long model_loads_ = 0;
   size_t models_resident_ = 0;
+  size_t memory_weights_bytes_ = 0, admitted_kv_bytes_ = 0, memory_budget_bytes_ = 0, memory_waits_ = 0;
   Histogram ttft_, inter_token_, queue_wait_;
 };
 

@@ -83,9 +83,15 @@ BatchingScheduler::BatchingScheduler(BatchHooks hooks, size_t max_queued)
 
 BatchingScheduler::~BatchingScheduler() { shutdown(); }
 
+void BatchingScheduler::set_admission(std::shared_ptr<MemoryAdmission> admission) {
+  std::lock_guard lock(mutex_);
+  admission_ = std::move(admission);
+}
+
 void BatchingScheduler::submit(std::shared_ptr<Job> job) {
   {
     std::lock_guard lock(mutex_);
+    if (admission_) admission_->check(*job);
     if (stopping_ || !alive_) throw HttpError(503, "the generation thread is not running");
     if (queue_.size() >= max_queued_) throw HttpError(503, "too many requests are waiting; retry later");
     queue_.push_back(std::move(job));
@@ -106,7 +112,7 @@ void BatchingScheduler::shutdown() {
 
 size_t BatchingScheduler::queued() const {
   std::lock_guard lock(mutex_);
-  return queue_.size();
+  return queue_.size() + waiting_memory_.size();
 }
 
 size_t BatchingScheduler::running() const {
@@ -146,13 +152,29 @@ void BatchingScheduler::loop() {
     } catch (const std::exception& e) {
       job->push(ErrorEvent{500, e.what()});
     }
+    if (admission_) admission_->release(*job);
     std::lock_guard lock(mutex_);
     running_single_.reset();
+  };
+  // Memory admission: the first waiting job that fits now (its client still there), else null.
+  auto admitted_waiting = [&]() -> std::shared_ptr<Job> {
+    if (!admission_) return nullptr;
+    admission_->release_finished();
+    std::lock_guard lock(mutex_);
+    for (auto it = waiting_memory_.begin(); it != waiting_memory_.end(); ++it) {
+      if ((*it)->should_stop() || admission_->try_admit(*it)) {
+        auto job = std::move(*it);
+        waiting_memory_.erase(it);
+        return job;
+      }
+    }
+    return nullptr;
   };
   try {
     while (!stopping()) {
       std::shared_ptr<Job> job;
-      if (!drain) {
+      if (!drain) job = admitted_waiting();
+      if (!drain && !job) {
         if (!unprocessed.empty()) {
           job = std::move(unprocessed.back());
           unprocessed.pop_back();
@@ -160,7 +182,15 @@ void BatchingScheduler::loop() {
           // Poll while the batch has work; otherwise wait (a tenth of a second with a batch open).
           std::optional<std::chrono::milliseconds> wait;
           if (open) wait = std::chrono::milliseconds(hooks_.jobs() > 0 ? 0 : 100);
+          if (!waiting_memory_.empty()) wait = std::chrono::milliseconds(wait ? 0 : 100);
           job = next_job(wait);
+          // A job that does not fit beside the running ones waits for their memory.
+          if (job && !job->should_stop() && admission_ && !admission_->try_admit(job)) {
+            admission_->note_wait();
+            std::lock_guard lock(mutex_);
+            waiting_memory_.push_back(std::move(job));
+            job.reset();
+          }
         }
       }
       if (job) {
@@ -215,6 +245,7 @@ void BatchingScheduler::loop() {
         drain = false;
       }
       batch_jobs_ = hooks_.jobs();
+      if (admission_) admission_->release_finished();
     }
   } catch (const std::exception&) {
     // The loop itself failed; the jobs still held are answered below.
@@ -225,6 +256,8 @@ void BatchingScheduler::loop() {
   std::lock_guard lock(mutex_);
   for (auto& queued : queue_) queued->push(ErrorEvent{503, "the server is shutting down"});
   queue_.clear();
+  for (auto& waiting : waiting_memory_) waiting->push(ErrorEvent{503, "the server is shutting down"});
+  waiting_memory_.clear();
   alive_ = false;
 }
 

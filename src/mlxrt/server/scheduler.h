@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "mlxrt/server/job.h"
+#include "mlxrt/server/memory_admission.h"
 
 namespace mlxrt::server {
 
@@ -80,6 +81,10 @@ class BatchingScheduler final : public Scheduler {
   BatchingScheduler(BatchHooks hooks, size_t max_queued);
   ~BatchingScheduler() override;
 
+  /** Memory admission (null: none): submit refuses a job that could never fit with 503, and a
+   * job that does not fit beside the running ones waits until they free their KV cache. */
+  void set_admission(std::shared_ptr<MemoryAdmission> admission);
+
   void submit(std::shared_ptr<Job> job) override;
   bool healthy() const override { return alive_; }
   void shutdown() override;
@@ -96,6 +101,8 @@ class BatchingScheduler final : public Scheduler {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
+  std::shared_ptr<MemoryAdmission> admission_;
+  std::deque<std::shared_ptr<Job>> waiting_memory_;  // taken from the queue, waiting for memory
   std::shared_ptr<Job> running_single_;
   std::atomic<size_t> batch_jobs_{0};
   bool stopping_ = false;

@@ -5,6 +5,7 @@
 #include "mlxrt/server/http_front.h"
 #include "mlxrt/server/logger.h"
 #include "mlxrt/server/model_pool.h"
+#include "mlxrt/server/memory_admission.h"
 #include "mlxrt/server/model_session.h"
 #include "mlxrt/server/scheduler.h"
 
@@ -47,6 +48,7 @@ struct Server::Parts {
 
 Server::Server(ServerOptions options) : options_(std::move(options)) {
   parts_ = std::make_unique<Parts>(options_);
+  parts_->scheduler.set_admission(make_memory_admission(parts_->session, options_, parts_->metrics, parts_->log));
   parts_->port = parts_->front.bind();
 }
 
