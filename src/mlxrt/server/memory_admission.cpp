@@ -138,8 +138,11 @@ std::shared_ptr<MemoryAdmission> make_memory_admission(const ModelSession& sessi
   if (auto it = session.loaded.config.raw().find("max_position_embeddings");
       it != session.loaded.config.raw().end() && it->is_number_integer() && it->get<int>() > 0)
     context = it->get<int>();
-  auto kv_bytes = [geometry, context, kv_bits = options.kv_bits, group = options.kv_group_size,
+  // The geometry is the start-up model's: a request on a model loaded by request (--max-models,
+  // another directory) reserves nothing, since its geometry is not this one.
+  auto kv_bytes = [geometry, context, dir = session.dir, kv_bits = options.kv_bits, group = options.kv_group_size,
                    start = options.quantized_kv_start, step = options.prefill_step_size](const Job& job) -> size_t {
+    if (job.session() && job.session()->dir != dir) return 0;
     const long prompt = std::max<long>(1, static_cast<long>(job.prompt().tokens.size()));
     long positions = prompt + std::max(0, job.request().max_tokens);
     if (context) positions = std::min<long>(positions, std::max<long>(*context, prompt));

@@ -48,7 +48,7 @@ struct Server::Parts {
 
 Server::Server(ServerOptions options) : options_(std::move(options)) {
   parts_ = std::make_unique<Parts>(options_);
-  parts_->scheduler.set_admission(make_memory_admission(parts_->session, options_, parts_->metrics, parts_->log));
+  parts_->scheduler.set_admission(make_memory_admission(*parts_->models.startup(), options_, parts_->metrics, parts_->log));
   parts_->port = parts_->front.bind();
 }
 
