@@ -17,7 +17,7 @@
 #include <mlx/transforms.h>
 #include <nlohmann/json.hpp>
 
-#include "mlxrt/generate/grammar_constraint.h"
+#include "mlxrt/structured/grammar_constraint.h"
 
 namespace mx = mlx::core;
 using clock_type = std::chrono::steady_clock;
@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   const std::vector<int32_t> eos = tok.eos_token_ids();
 
   auto t0 = clock_type::now();
-  mlxrt::generate::GrammarEngine engine(tok, vocab, eos);
+  mlxrt::structured::GrammarEngine engine(tok, vocab, eos);
   const double build_s = since(t0);
   t0 = clock_type::now();
   auto constraint = engine.json_schema(schema.str(), true, "schema");

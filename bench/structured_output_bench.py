@@ -54,9 +54,11 @@ def mask_bench(model, schema):
                   if line.startswith("MLXRT_XGRAMMAR_SITE_PACKAGES:"))
         mlx = subprocess.run([str(generate_bench.PY), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              check=True, capture_output=True, text=True).stdout.strip()
-        subprocess.run(["cmake", "--build", str(build), "--target", "mlxrt_generate"], check=True)
+        subprocess.run(["cmake", "--build", str(build), "--target", "mlxrt_structured"], check=True)
         subprocess.run(["c++", "-std=c++20", "-O2", f"-I{ROOT / 'src'}", f"-I{mlx}/mlx/include", str(src), "-o", str(exe),
-                        str(build / "libmlxrt_generate.a"), str(build / "libmlxrt_tokenizer.a"),
+                        str(build / "libmlxrt_structured.a"), str(build / "libmlxrt_generate.a"),
+                        str(build / "libmlxrt_model.a"), str(build / "libmlxrt_cache.a"), str(build / "libmlxrt_io.a"),
+                        str(build / "libmlxrt_tokenizer.a"),
                         str(build / "libmlxrt_util.a"), f"-L{mlx}/mlx/lib", "-lmlx", f"-L{sp}/xgrammar",
                         "-l:libxgrammar_bindings.so", f"-L{sp}/tvm_ffi/lib", "-ltvm_ffi", "-lpcre2-8", "-lutf8proc",
                         "-lsentencepiece", "-lfmt", "-Wl,--disable-new-dtags",
