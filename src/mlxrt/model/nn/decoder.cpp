@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include <mlx/fast.h>
 #include <mlx/ops.h>
@@ -146,34 +147,35 @@ mx::array Attention::operator()(const mx::array& x, const AttentionMask& mask, c
   return attend(heads.queries, kv, mask);
 }
 
-Mlp::Mlp(const MlpOptions& options, WeightBinder& w, const std::string& path)
-    : o_(options),
-      gate_proj_(o_.kind != MlpOptions::Kind::swiglu
-                     ? std::nullopt
-                     : std::optional(Linear::load(w, path + "." + o_.gate_proj, o_.dims, o_.hidden, o_.bias))),
-      up_proj_(),
-      gate_up_proj_(o_.kind != MlpOptions::Kind::fused_swiglu
-                        ? std::nullopt
-                        : std::optional(Linear::load(w, path + "." + o_.gate_up_proj, o_.dims, 2 * o_.hidden,
-                                                     o_.bias))),
-      down_proj_(Linear::load(w, path + "." + o_.down_proj, o_.hidden, o_.dims, o_.bias)) {
+Mlp::Mlp(const MlpOptions& options, WeightBinder& w, const std::string& path) : o_(options) {
+  using Kind = MlpOptions::Kind;
+  if (o_.kind == Kind::custom) {
+    if (!o_.custom) throw std::logic_error("MlpOptions::Kind::custom without a custom feed-forward");
+    custom_ = o_.custom(w, path);
+    return;
+  }
   // llama.py declares gate_proj, down_proj, up_proj in that order.
-  if (o_.kind != MlpOptions::Kind::fused_swiglu)
-    up_proj_.emplace(Linear::load(w, path + "." + o_.up_proj, o_.dims, o_.hidden, o_.bias));
+  if (o_.kind == Kind::swiglu) gate_proj_.emplace(Linear::load(w, path + "." + o_.gate_proj, o_.dims, o_.hidden, o_.bias));
+  if (o_.kind == Kind::fused_swiglu)
+    gate_up_proj_.emplace(Linear::load(w, path + "." + o_.gate_up_proj, o_.dims, 2 * o_.hidden, o_.bias));
+  down_proj_.emplace(Linear::load(w, path + "." + o_.down_proj, o_.hidden, o_.dims, o_.bias));
+  if (o_.kind != Kind::fused_swiglu) up_proj_.emplace(Linear::load(w, path + "." + o_.up_proj, o_.dims, o_.hidden, o_.bias));
 }
 
 mx::array Mlp::operator()(const mx::array& x) const {
   switch (o_.kind) {
     case MlpOptions::Kind::swiglu:
-      return down_proj_(swiglu((*gate_proj_)(x), (*up_proj_)(x)));
+      return (*down_proj_)(swiglu((*gate_proj_)(x), (*up_proj_)(x)));
     case MlpOptions::Kind::fused_swiglu: {
       auto halves = mx::split((*gate_up_proj_)(x), 2, -1);  // gate, x
-      return down_proj_(swiglu(halves[0], halves[1]));
+      return (*down_proj_)(swiglu(halves[0], halves[1]));
     }
+    case MlpOptions::Kind::custom:
+      return custom_(x);
     case MlpOptions::Kind::plain:
       break;
   }
-  return down_proj_(o_.activation((*up_proj_)(x)));
+  return (*down_proj_)(o_.activation((*up_proj_)(x)));
 }
 
 namespace {

@@ -108,11 +108,16 @@ struct MlpOptions {
     swiglu,        // down(swiglu(gate(x), up(x))), swiglu compiled as mlx-lm's activations.swiglu
     fused_swiglu,  // one gate_up_proj split in halves, gate first (phi3)
     plain,         // down(activation(up(x)))
+    custom,        // the family's own feed-forward at the MLP's path (a sparse MoE block)
   };
+  /** A feed-forward as a function of the normed hidden state. */
+  using FeedForward = std::function<mx::array(const mx::array&)>;
   Kind kind = Kind::swiglu;
   int dims = 0, hidden = 0;
   bool bias = false;
   std::function<mx::array(const mx::array&)> activation;  // Kind::plain only
+  /** Kind::custom: binds the family's block at `path` (the layer's MLP module) and returns it. */
+  std::function<FeedForward(WeightBinder& w, const std::string& path)> custom;
   std::string gate_proj = "gate_proj", up_proj = "up_proj", down_proj = "down_proj";
   std::string gate_up_proj = "gate_up_proj";
 };
@@ -124,8 +129,8 @@ class Mlp {
 
  private:
   MlpOptions o_;
-  std::optional<Linear> gate_proj_, up_proj_, gate_up_proj_;
-  Linear down_proj_;
+  std::optional<Linear> gate_proj_, up_proj_, gate_up_proj_, down_proj_;
+  MlpOptions::FeedForward custom_;
 };
 
 /** One transformer block. The norms are named by their weight path; an empty name is a norm the

@@ -88,4 +88,14 @@ mx::array SparseMoe::operator()(const mx::array& x_in) const {
   return out;
 }
 
+MlpOptions sparse_moe_mlp(const SparseMoeOptions& options) {
+  MlpOptions mlp;
+  mlp.kind = MlpOptions::Kind::custom;
+  mlp.dims = options.hidden_size;
+  mlp.custom = [options](WeightBinder& w, const std::string& path) -> MlpOptions::FeedForward {
+    return [block = SparseMoe::load(w, path, options)](const mx::array& x) { return block(x); };
+  };
+  return mlp;
+}
+
 }  // namespace mlxrt::model::nn

@@ -9,6 +9,7 @@
 
 #include <mlx/array.h>
 
+#include "mlxrt/model/nn/decoder.h"
 #include "mlxrt/model/nn/linear.h"
 #include "mlxrt/model/nn/switch_layers.h"
 #include "mlxrt/model/nn/weight_binder.h"
@@ -93,6 +94,9 @@ class SparseMoe {
   std::optional<GluMLP> shared_;
   std::optional<Linear> shared_gate_;
 };
+
+/** The decoder skeleton's MLP slot filled with a SparseMoe bound at the layer's MLP path. */
+MlpOptions sparse_moe_mlp(const SparseMoeOptions& options);
 
 /** Checks the expert counts of a config: ConfigError naming the fields and `source` unless
  * 1 <= num_experts_per_tok <= num_experts. */
