@@ -284,11 +284,16 @@ void Generator::batch_insert(const std::shared_ptr<Job>& job) {
   batch_.emplace(uid, BatchJob{job, session_->tokenizer.streaming_detokenizer(), 0, now});
 }
 
-void Generator::batch_serve() {
+void Generator::batch_serve(const std::function<bool()>& arrived) {
   using Seconds = std::chrono::duration<double>;
   std::vector<int> to_remove;
   const auto start = std::chrono::steady_clock::now();
-  while (Seconds(std::chrono::steady_clock::now() - start).count() <= 0.5) {
+  // mlx_lm.server steps for up to half a second before it looks at its queue again, so a request
+  // that comes in just after the batch started waits that long for its prefill (8 clients at once:
+  // 0.5 s to first token, as long as a whole short answer). Here the budget also ends, after at
+  // least one step, when a request is waiting: it joins the batch at the next step.
+  for (bool first = true; Seconds(std::chrono::steady_clock::now() - start).count() <= 0.5; first = false) {
+    if (!first && arrived && arrived()) break;
     auto [prompt_responses, gen_responses] = batcher_->next();
     if (prompt_responses.empty() && gen_responses.empty()) break;
     for (const auto& p : prompt_responses) {

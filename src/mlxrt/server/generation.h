@@ -3,6 +3,7 @@
  * with stream_generate inlined), with the prompt cache, sampler, logits processors, stop
  * sequences and streaming detokenizer, checking the job's stop conditions before every step.
  * Used only from the generation thread. */
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -49,8 +50,9 @@ class Generator {
   /** Jobs in the batch. */
   size_t batch_jobs() const { return batch_.size(); }
   /** BatchGenerator.next() calls for up to half a second (mlx_lm.server's TimeBudget), each
-   * job's progress and tokens pushed as they come; finished jobs go to the prompt cache. */
-  void batch_serve();
+   * job's progress and tokens pushed as they come; finished jobs go to the prompt cache. The
+   * budget ends early, after a step, once `arrived()` says a request is waiting to join. */
+  void batch_serve(const std::function<bool()>& arrived);
   /** Ends every job in the batch with `status` and drops the generator. */
   void batch_fail(int status, const std::string& message);
 

@@ -238,7 +238,10 @@ void BatchingScheduler::loop() {
         continue;
       }
       try {
-        hooks_.serve();
+        hooks_.serve([this] {
+          std::lock_guard lock(mutex_);
+          return !queue_.empty();
+        });
       } catch (const std::exception& e) {
         hooks_.fail(500, e.what());
         open = false;

@@ -68,7 +68,10 @@ struct BatchHooks {
   std::function<void()> close;                           // drop the BatchGenerator
   std::function<void(const std::shared_ptr<Job>&)> insert;
   std::function<size_t()> jobs;                          // jobs in the batch
-  std::function<void()> serve;                           // one time budget of steps
+  /** One time budget of steps (mlx_lm.server's TimeBudget); it ends early, after a step, once
+   * `arrived()` says a job waits in the queue, so that a new request joins at the next step
+   * instead of waiting out the budget. */
+  std::function<void(const std::function<bool()>& arrived)> serve;
   std::function<void(int, const std::string&)> fail;     // ends every batch job with an error
   std::function<bool(const Job&)> joinable;              // the job runs on the open batch's model
 };

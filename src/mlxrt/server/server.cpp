@@ -38,7 +38,7 @@ struct Server::Parts {
                 [this] { generator.batch_close(); },
                 [this](const std::shared_ptr<Job>& job) { generator.batch_insert(job); },
                 [this] { return generator.batch_jobs(); },
-                [this] { generator.batch_serve(); },
+                [this](const std::function<bool()>& arrived) { generator.batch_serve(arrived); },
                 [this](int status, const std::string& message) { generator.batch_fail(status, message); },
                 [this](const Job& job) { return generator.batch_joinable(job); },
             },
