@@ -81,6 +81,26 @@ def test_per_request_settings_equal_mlx_lm(tmp_path):
     assert got == want
 
 
+# Greedy rows, each with its own sampler and processors as a server's requests have them: rows
+# sharing one logit bias get one column add and one argmax over the batch; a row whose bias
+# differs puts the batch back on mlx-lm's per-row path for that step. Keys naming one id ("17",
+# "017") are one entry with the last bias, as mlx_lm.server's int(k) keys make them.
+BIAS = {"2": -100.0, "17": 3.5}
+SHARED_BIAS = [dict(r, sampler={"temp": 0.0}, logits_processors={"logit_bias": BIAS}) for r in GREEDY]
+
+
+@pytest.mark.parametrize("requests", [
+    SHARED_BIAS,
+    SHARED_BIAS[:-1] + [dict(SHARED_BIAS[-1], logits_processors={"logit_bias": {"17": 3.5}})],
+    SHARED_BIAS[:-1] + [dict(SHARED_BIAS[-1], logits_processors={"logit_bias": {"17": 1.0, "017": 2.5}})],
+], ids=["shared", "one-differs", "one-id-twice"])
+def test_greedy_rows_with_a_logit_bias_equal_mlx_lm(requests, tmp_path):
+    model = make_fixture("qwen3_bf16")
+    want = batch_tokens(model, oracle_requests(requests), [EOS])
+    got = ours(model, requests, tmp_path)
+    assert got == want
+
+
 def test_small_batches_and_chunked_prefill_equal_mlx_lm(tmp_path):
     """Fewer rows than requests at once: rows join as others leave, prompts prefilled in chunks."""
     model = make_fixture("qwen3_bf16")

@@ -99,7 +99,7 @@ generate::Sampler make_cli_sampler(const generate::SamplerParams& params,
   return generate::make_sampler(params, std::move(rng));
 }
 
-std::vector<generate::LogitsProcessor> make_cli_processors(const SamplingFlags& f, std::optional<int> vocab_size) {
+generate::LogitsProcessorParams cli_processor_params(const SamplingFlags& f) {
   generate::LogitsProcessorParams p;
   if (!f.logit_bias.empty()) p.logit_bias = generate::parse_logit_bias(f.logit_bias, "--logit-bias");
   p.repetition_penalty = f.repetition_penalty;
@@ -108,6 +108,11 @@ std::vector<generate::LogitsProcessor> make_cli_processors(const SamplingFlags& 
   p.presence_context_size = f.presence_context_size;
   p.frequency_penalty = f.frequency_penalty;
   p.frequency_context_size = f.frequency_context_size;
+  return p;
+}
+
+std::vector<generate::LogitsProcessor> make_cli_processors(const SamplingFlags& f, std::optional<int> vocab_size) {
+  const auto p = cli_processor_params(f);
   if (auto problem = generate::check_logits_processor_params(p, vocab_size)) fail(*problem);
   return generate::make_logits_processors(p, vocab_size);
 }

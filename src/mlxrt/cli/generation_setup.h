@@ -39,6 +39,9 @@ void check_sampling_flags(const SamplingFlags& flags);
 /** make_sampler with a bad value reported under its flag name. */
 generate::Sampler make_cli_sampler(const generate::SamplerParams& params, std::shared_ptr<generate::RandomState> rng);
 
+/** The logits processors' parameters the flags give (--logit-bias parsed, nothing checked). */
+generate::LogitsProcessorParams cli_processor_params(const SamplingFlags& flags);
+
 /** make_logits_processors from the flags, ids checked against the vocabulary. */
 std::vector<generate::LogitsProcessor> make_cli_processors(const SamplingFlags& flags, std::optional<int> vocab_size);
 

@@ -130,6 +130,7 @@ void run_batch_generate(const BatchArgs& a) {
   options.prefill_step_size = a.prefill_step_size;
   options.batch_invariant = a.batch_invariant;
   auto default_processors = make_cli_processors(a.sampling, vocab);
+  const auto default_bias_only = generate::logit_bias_only(cli_processor_params(a.sampling));
 
   std::vector<generate::BatchRequest> requests;
   int index = 0;
@@ -163,13 +164,18 @@ void run_batch_generate(const BatchArgs& a) {
     if (r.contains("sampler")) {
       auto p = sampler_params(r["sampler"], where + ".sampler");
       req.sampler = std::make_shared<const generate::Sampler>(generate::make_sampler(p, row_rng));
+      req.greedy_sampler = p.temp == 0;
     } else if (row_rng != rng && params.temp != 0) {
       req.sampler = std::make_shared<const generate::Sampler>(make_cli_sampler(params, row_rng));
     }
-    req.logits_processors = r.contains("logits_processors")
-                                ? generate::make_logits_processors(
-                                      processor_params(r["logits_processors"], where + ".logits_processors"), vocab)
-                                : default_processors;
+    if (r.contains("logits_processors")) {
+      const auto p = processor_params(r["logits_processors"], where + ".logits_processors");
+      req.logits_processors = generate::make_logits_processors(p, vocab);
+      req.logit_bias_only = generate::logit_bias_only(p);
+    } else {
+      req.logits_processors = default_processors;
+      req.logit_bias_only = default_bias_only;
+    }
     requests.push_back(std::move(req));
   }
 

@@ -35,6 +35,13 @@ std::vector<int32_t> to_ints(const mx::array& a) {
   return std::vector<int32_t>(p, p + c.size());
 }
 
+bool distinct_ids(const std::vector<std::pair<int32_t, double>>& bias) {
+  std::set<int32_t> ids;
+  for (const auto& [id, value] : bias)
+    if (!ids.insert(id).second) return false;
+  return true;
+}
+
 mx::array int_array(const std::vector<int>& v) {
   return mx::array(v.data(), {static_cast<int>(v.size())}, mx::int32);
 }
@@ -116,8 +123,11 @@ std::vector<int> BatchGenerator::insert(std::vector<BatchRequest> requests) {
     for (const auto& layer : c)
       if (!dynamic_cast<const cache::KVCache*>(layer.get()))
         throw UnsupportedError("batched generation: a prompt cache of another kind than KVCache cannot join a batch");
+    // A bias naming an id twice adds twice, in an order a batched add need not keep: per row.
+    if (r.logit_bias_only && !distinct_ids(*r.logit_bias_only)) r.logit_bias_only.reset();
     Row row{std::move(r.all_tokens), r.sampler, std::move(r.logits_processors),
-            r.stop_sequences ? *r.stop_sequences : default_stop_, m};
+            r.stop_sequences ? *r.stop_sequences : default_stop_, m,
+            r.sampler ? r.greedy_sampler : !o_.sampler, std::move(r.logit_bias_only)};
     pending.push_back(Pending{uid, std::move(seq), std::move(row), std::move(c)});
     uids.push_back(uid++);
   }
@@ -213,6 +223,44 @@ BatchGenerator::GenBatch BatchGenerator::start_generation(PromptBatch batch, con
   return g;
 }
 
+mx::array BatchGenerator::process_logits(GenBatch& g, const mx::array& inputs, mx::array logits,
+                                         std::vector<mx::array>& token_context) const {
+  const int B = static_cast<int>(g.uids.size());
+  bool any_processors = false;
+  for (const auto& r : g.rows) any_processors = any_processors || !r.processors.empty();
+  if (!any_processors) return logits;
+  // Every row adds the same bias columns and nothing else: one add over the batch (what each row's
+  // own processor would add to its row). The bias reads no token context, so none is kept.
+  const auto& bias = g.rows.front().logit_bias_only;
+  if (bias && std::all_of(g.rows.begin(), g.rows.end(), [&](const Row& r) { return r.logit_bias_only == bias; }))
+    return g.rows.front().processors.front()(mx::array(0), logits);
+  std::vector<mx::array> processed;
+  for (int e = 0; e < B; ++e) {
+    auto sample_logits = row(logits, e);
+    const auto& processors = g.rows[e].processors;
+    if (!processors.empty()) {
+      auto context = mx::concatenate({*g.token_context[e], mx::astype(row(inputs, e), mx::int32)}, 0);
+      g.token_context[e] = context;
+      token_context.push_back(context);
+      for (const auto& processor : processors) sample_logits = processor(context, sample_logits);
+    }
+    processed.push_back(sample_logits);
+  }
+  return mx::concatenate(processed, 0);
+}
+
+mx::array BatchGenerator::sample(const GenBatch& g, const mx::array& logprobs) const {
+  std::vector<const Sampler*> samplers;
+  for (const auto& r : g.rows) samplers.push_back(r.sampler ? r.sampler.get() : fallback_.get());
+  const bool shared = std::all_of(samplers.begin(), samplers.end(), [&](const Sampler* s) { return s == samplers[0]; });
+  if (shared) return (*samplers[0])(logprobs);
+  // Rows that all take the argmax: one argmax over the batch picks what each row's own would.
+  if (std::all_of(g.rows.begin(), g.rows.end(), [](const Row& r) { return r.greedy; })) return greedy_sample(logprobs);
+  std::vector<mx::array> parts;
+  for (int e = 0; e < static_cast<int>(g.uids.size()); ++e) parts.push_back((*samplers[e])(row(logprobs, e)));
+  return mx::concatenate(parts, 0);
+}
+
 std::pair<std::vector<int32_t>, std::vector<mx::array>> BatchGenerator::step(GenBatch& g) {
   auto inputs = *g.next_tokens;
   auto current_logprobs = std::move(g.next_logprobs);
@@ -223,37 +271,10 @@ std::pair<std::vector<int32_t>, std::vector<mx::array>> BatchGenerator::step(Gen
   logits = mx::squeeze(mx::slice(logits, {0, L - 1, 0}, {B, L, logits.shape(2)}), 1);
 
   std::vector<mx::array> token_context;
-  bool any_processors = false;
-  for (const auto& r : g.rows) any_processors = any_processors || !r.processors.empty();
-  if (any_processors) {
-    std::vector<mx::array> processed;
-    for (int e = 0; e < B; ++e) {
-      auto sample_logits = row(logits, e);
-      const auto& processors = g.rows[e].processors;
-      if (!processors.empty()) {
-        auto context = mx::concatenate({*g.token_context[e], mx::astype(row(inputs, e), mx::int32)}, 0);
-        g.token_context[e] = context;
-        token_context.push_back(context);
-        for (const auto& processor : processors) sample_logits = processor(context, sample_logits);
-      }
-      processed.push_back(sample_logits);
-    }
-    logits = mx::concatenate(processed, 0);
-  }
+  logits = process_logits(g, inputs, logits, token_context);
 
   auto logprobs = mx::subtract(logits, mx::logsumexp(logits, -1, true));
-
-  std::vector<const Sampler*> samplers;
-  for (const auto& r : g.rows) samplers.push_back(r.sampler ? r.sampler.get() : fallback_.get());
-  const bool shared = std::all_of(samplers.begin(), samplers.end(), [&](const Sampler* s) { return s == samplers[0]; });
-  mx::array sampled = mx::array(0);
-  if (shared) {
-    sampled = (*samplers[0])(logprobs);
-  } else {
-    std::vector<mx::array> parts;
-    for (int e = 0; e < B; ++e) parts.push_back((*samplers[e])(row(logprobs, e)));
-    sampled = mx::concatenate(parts, 0);
-  }
+  auto sampled = sample(g, logprobs);
 
   g.next_tokens = sampled;
   g.next_logprobs.clear();

@@ -55,6 +55,13 @@ struct BatchRequest {
   SharedSampler sampler;
   std::vector<LogitsProcessor> logits_processors;
   std::optional<StopSequences> stop_sequences;
+  /** What lets rows share one op per step instead of one each (the same bytes: these ops work
+   * row by row). greedy_sampler: `sampler` is mlx-lm's greedy argmax (temp 0), so rows that all
+   * sample greedily take one argmax over the batch. logit_bias_only: `logits_processors` is what
+   * make_logits_processors makes from this logit bias alone, so rows that all carry the same bias
+   * (each id once) get one column add over the batch. */
+  bool greedy_sampler = false;
+  std::optional<std::vector<std::pair<int32_t, double>>> logit_bias_only;
 };
 
 struct BatchPromptResponse {
@@ -98,6 +105,8 @@ class BatchGenerator {
     std::vector<LogitsProcessor> processors;
     StopSequences stop;
     int max_tokens;
+    bool greedy = false;  // samples with the greedy argmax (its own or the fallback)
+    std::optional<std::vector<std::pair<int32_t, double>>> logit_bias_only;
   };
   struct Pending {
     int uid;
@@ -141,6 +150,11 @@ class BatchGenerator {
   void prompt(PromptBatch& batch, const std::vector<std::vector<int32_t>>& tokens);
   GenBatch start_generation(PromptBatch batch, const std::vector<int32_t>& last_inputs);
   std::pair<std::vector<int32_t>, std::vector<mx::array>> step(GenBatch& g);
+  /** The step's logits processors and samplers: one op over the batch where every row would run
+   * the same row-wise one, else one per row as mlx-lm runs them. */
+  mx::array process_logits(GenBatch& g, const mx::array& inputs, mx::array logits,
+                           std::vector<mx::array>& token_context) const;
+  mx::array sample(const GenBatch& g, const mx::array& logprobs) const;
   std::vector<BatchGenerationResponse> gen_next();
   static void filter_prompt(PromptBatch& b, const std::vector<int>& keep);
   void filter_gen(const std::vector<int>& keep);

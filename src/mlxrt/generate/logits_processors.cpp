@@ -4,6 +4,7 @@
 // and presence penalties (duplicates count once).
 #include "mlxrt/generate/logits_processors.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <sstream>
@@ -106,6 +107,14 @@ std::optional<ParamProblem> check_logits_processor_params(const LogitsProcessorP
   return std::nullopt;
 }
 
+std::optional<std::vector<std::pair<int32_t, double>>> logit_bias_only(const LogitsProcessorParams& params) {
+  auto wanted = [](const std::optional<double>& p) { return p && *p != 0; };
+  if (params.logit_bias.empty() || wanted(params.repetition_penalty) || wanted(params.presence_penalty) ||
+      wanted(params.frequency_penalty))
+    return std::nullopt;
+  return params.logit_bias;
+}
+
 std::vector<LogitsProcessor> make_logits_processors(const LogitsProcessorParams& params,
                                                     std::optional<int> vocab_size) {
   if (auto problem = check_logits_processor_params(params, vocab_size))
@@ -147,7 +156,13 @@ std::vector<std::pair<int32_t, double>> parse_logit_bias(const nlohmann::ordered
       throw UsageError(what + ": key \"" + key + "\" is not a token id (a non-negative integer)");
     if (!value.is_number())
       throw UsageError(what + ": the bias for token " + key + " is not a number: " + value.dump());
-    out.emplace_back(static_cast<int32_t>(id), value.get<double>());
+    // mlx_lm.server's {int(k): float(v) for k, v in ...}: keys naming one id ("17", "017") are one
+    // entry, at the first one's place, with the last one's bias.
+    auto same = std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == id; });
+    if (same != out.end())
+      same->second = value.get<double>();
+    else
+      out.emplace_back(static_cast<int32_t>(id), value.get<double>());
   }
   return out;
 }

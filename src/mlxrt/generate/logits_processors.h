@@ -37,8 +37,13 @@ std::optional<ParamProblem> check_logits_processor_params(const LogitsProcessorP
 std::vector<LogitsProcessor> make_logits_processors(const LogitsProcessorParams& params,
                                                     std::optional<int> vocab_size = std::nullopt);
 
+/** The logit bias when it is all make_logits_processors makes of `params` (no penalty wanted), so
+ * that a batch can tell rows it may bias with one add; nullopt otherwise. */
+std::optional<std::vector<std::pair<int32_t, double>>> logit_bias_only(const LogitsProcessorParams& params);
+
 /** A logit-bias object {"<id>": bias, ...} (JSON text, keys as decimal strings as OpenAI sends them,
- * or integers) -> pairs in document order. UsageError naming `what` on malformed input. */
+ * or integers) -> pairs in document order, keys naming one id ("17", "017") merged as a Python dict
+ * merges them (the first place, the last bias). UsageError naming `what` on malformed input. */
 std::vector<std::pair<int32_t, double>> parse_logit_bias(const std::string& json_text, const std::string& what);
 std::vector<std::pair<int32_t, double>> parse_logit_bias(const nlohmann::ordered_json& object, const std::string& what);
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include <mlx/ops.h>
 
@@ -256,7 +257,10 @@ void Generator::batch_insert(const std::shared_ptr<Job>& job) {
     sp.xtc_special_tokens.insert(sp.xtc_special_tokens.end(), session_->eos_token_ids.begin(),
                                  session_->eos_token_ids.end());
     req.sampler = std::make_shared<const generate::Sampler>(generate::make_sampler(sp, rng_));
-    req.logits_processors = generate::make_logits_processors(processor_params(r), model.vocab_size());
+    req.greedy_sampler = sp.temp == 0;
+    const auto processors = processor_params(r);
+    req.logits_processors = generate::make_logits_processors(processors, model.vocab_size());
+    req.logit_bias_only = generate::logit_bias_only(processors);
     model::check_token_ids(model, prompt);
   } catch (const UsageError& e) {
     job->push(ErrorEvent{400, e.what()});
@@ -292,10 +296,20 @@ void Generator::batch_serve(const std::function<bool()>& arrived) {
   // that comes in just after the batch started waits that long for its prefill (8 clients at once:
   // 0.5 s to first token, as long as a whole short answer). Here the budget also ends, after at
   // least one step, when a request is waiting: it joins the batch at the next step.
+  // Where a budget's time went, for --log-level DEBUG: in the batch generator, or in handing its
+  // tokens to the requests.
+  Seconds in_next{0}, in_events{0};
+  int steps = 0;
+  size_t tokens = 0;
   for (bool first = true; Seconds(std::chrono::steady_clock::now() - start).count() <= 0.5; first = false) {
     if (!first && arrived && arrived()) break;
+    const auto before_next = std::chrono::steady_clock::now();
     auto [prompt_responses, gen_responses] = batcher_->next();
+    const auto after_next = std::chrono::steady_clock::now();
+    in_next += after_next - before_next;
     if (prompt_responses.empty() && gen_responses.empty()) break;
+    ++steps;
+    tokens += gen_responses.size();
     for (const auto& p : prompt_responses) {
       auto it = batch_.find(p.uid);
       if (it == batch_.end()) continue;
@@ -337,6 +351,13 @@ void Generator::batch_serve(const std::function<bool()>& arrived) {
       }
       if (b.job->should_stop()) to_remove.push_back(g.uid);
     }
+    in_events += std::chrono::steady_clock::now() - after_next;
+  }
+  if (steps > 0 && log_.enabled(LogLevel::debug)) {
+    char line[160];
+    std::snprintf(line, sizeof(line), "batch: %d steps, %zu tokens, %.2f ms/step in the generator, %.2f ms/step handing out tokens",
+                  steps, tokens, 1e3 * in_next.count() / steps, 1e3 * in_events.count() / steps);
+    log_.debug(line);
   }
   if (!to_remove.empty()) {
     batcher_->remove(to_remove);
