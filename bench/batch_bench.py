@@ -4,13 +4,15 @@ For each client count (default 8 and 32), that many streaming clients send a com
 reported per program: aggregate generated tok/s (all tokens over the wall time of the round) and
 time to first token p50 / p99 over the clients, and the clients whose connection failed (errors;
 their tokens do not count). Ratios are mlxrt / mlx_lm (higher is better for
-tok/s, lower for TTFT). Each program gets a warm-up request first; --runs rounds per count, the
-median of the aggregate tok/s and the TTFTs of all rounds pooled.
+tok/s, lower for TTFT). Each program gets a warm-up request first, then its solo TTFT (one client)
+and, per count, a short unmeasured round at that count and --runs measured rounds: the median of
+the aggregate tok/s and the TTFTs of all rounds pooled; p99/solo is TTFT p99 over the solo TTFT.
 
 The model defaults to the server tests' tiny scripted qwen3 (real Qwen3 tokenizer); --model DIR
 for another model directory.
 
 Usage: bench/batch_bench.py [--model DIR] [--clients 8 32] [--gen-tokens 64] [--prompt-words 60] [--runs 2]
+                            [--mlxrt-args "--log-level DEBUG"] [--log-dir DIR]
 """
 import argparse
 import json
@@ -84,9 +86,12 @@ def main():
     ap.add_argument("--gen-tokens", type=int, default=64)
     ap.add_argument("--prompt-words", type=int, default=60)
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--mlxrt-args", default="", help="more options for `mlxrt server` (e.g. --log-level DEBUG)")
+    ap.add_argument("--log-dir", help="keep both servers' logs here (default: a temporary folder, removed)")
     args = ap.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="batch-bench-"))
+    work = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="batch-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
     if args.model:
         model = Path(args.model)
     else:
@@ -95,14 +100,22 @@ def main():
         model = Path(out.stdout.strip().splitlines()[-1])
     prompt = " ".join(["the quick brown fox jumps over the lazy dog"] * (args.prompt_words // 9 + 1))
     programs = {"mlx_lm": [PY, "-m", "mlx_lm", "server", "--model", str(model)],
-                "mlxrt": [BIN, "server", "--model", str(model)]}
+                "mlxrt": [BIN, "server", "--model", str(model), *args.mlxrt_args.split()]}
     results = {}
     for name, cmd in programs.items():
         port = free_port()
         srv = Server(name, cmd + ["--host", "127.0.0.1", "--port", str(port)], port, work)
         try:
             round_of(port, prompt, 8, 2)  # warm-up
+            # Solo time to first token: the issue's bound for TTFT p99 under load is twice this.
+            solo = []
+            for _ in range(max(3, args.runs)):
+                solo += round_of(port, prompt, 8, 1)[1]
+            results[(name, 1)] = {"ttft_p50": pct(solo, 50)}
             for c in args.clients:
+                # A short round at this client count first: a GPU backend compiles kernels for each
+                # new batch shape, which would otherwise land in the first measured round's TTFTs.
+                round_of(port, prompt, 8, c)
                 tps, ttfts, errors = [], [], 0
                 for _ in range(args.runs):
                     t, f, e = round_of(port, prompt, args.gen_tokens, c)
@@ -115,13 +128,20 @@ def main():
             srv.stop()
     print(f"model: {model}  gen tokens: {args.gen_tokens}  prompt words: {args.prompt_words}  runs: {args.runs}")
     print(f"{'clients':<9}{'metric':<11}{'mlx_lm':>10}{'mlxrt':>10}{'mlxrt/mlx_lm':>14}")
+    a, b = results[("mlx_lm", 1)]["ttft_p50"], results[("mlxrt", 1)]["ttft_p50"]
+    print(f"{1:<9}{'ttft_solo':<11}{a:>10.3f}{b:>10.3f}{b / a:>14.2f}")
     for c in args.clients:
         for k in ("tok_s", "ttft_p50", "ttft_p99", "errors"):
             a, b = results[("mlx_lm", c)][k], results[("mlxrt", c)][k]
             ratio = f"{b / a:>14.2f}" if a else f"{'-':>14}"
             print(f"{c:<9}{k:<11}{a:>10.3f}{b:>10.3f}{ratio}")
+        # The issue's latency bound: TTFT p99 under load over the same program's solo TTFT.
+        a = results[("mlx_lm", c)]["ttft_p99"] / results[("mlx_lm", 1)]["ttft_p50"]
+        b = results[("mlxrt", c)]["ttft_p99"] / results[("mlxrt", 1)]["ttft_p50"]
+        print(f"{c:<9}{'p99/solo':<11}{a:>10.2f}{b:>10.2f}{'-':>14}")
     print(json.dumps({f"{n}@{c}": v for (n, c), v in results.items()}))
-    shutil.rmtree(work, ignore_errors=True)
+    if not args.log_dir:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
