@@ -55,7 +55,9 @@ MORE = ["phi3_bf16", "mistral3_bf16", "smollm3_bf16", "olmo2_bf16", "granite_bf1
         "starcoder2_bf16", "qwen3_moe_fp32", "mixtral_fp32"]
 
 
-@pytest.mark.parametrize("fixture", ["qwen3_bf16", "llama_bf16", "qwen2_bf16"]
+# RoPE takes the batch's offset array as mlx-lm's does (one op), over precomputed frequencies
+# (phi3_longrope) too.
+@pytest.mark.parametrize("fixture", ["qwen3_bf16", "llama_bf16", "qwen2_bf16", "phi3_longrope"]
                          + [pytest.param(f, marks=pytest.mark.long) for f in MORE])
 def test_greedy_batch_equals_mlx_lm(fixture, tmp_path):
     model = make_fixture(fixture)

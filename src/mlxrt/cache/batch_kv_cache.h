@@ -30,6 +30,8 @@ class BatchKVCache final : public Cache {
   int offset() const override;
   /** Each row's offset (mlx-lm's `offset` array, kept on the host too: RoPE rotates each row at its own). */
   const std::vector<int>& offsets() const { return host_offset_; }
+  /** The same offsets as the [B] int32 array mlx-lm's BatchKVCache.offset is (what its RoPE takes). */
+  const mx::array& offset_array() const { return offset_; }
   bool empty() const override { return !keys_.has_value(); }
   std::vector<mx::array> state() const override;
   AttentionMask make_mask(int n, std::optional<int> window_size = std::nullopt) const override;

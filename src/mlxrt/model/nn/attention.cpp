@@ -48,7 +48,13 @@ cache::CachedKV rope_and_update_cache(const Rope& rope, mx::array& queries, cons
     return cache::PlainKV{rope(keys, 0), values};
   }
   if (const auto* batch = dynamic_cast<const cache::BatchKVCache*>(cache)) {
-    // mlx-lm passes the batched cache's offset array to RoPE: each row rotated at its own offset.
+    // mlx-lm passes the batched cache's offset array to RoPE: each row rotated at its own offset,
+    // in one op (a row at a time is the same arithmetic, but two ops per row and layer: on a GPU
+    // that was most of a batched decode step).
+    if (rope.takes_offset_array()) {
+      queries = rope(queries, batch->offset_array());
+      return cache->update_and_fetch(rope(keys, batch->offset_array()), values);
+    }
     queries = rope_rows(rope, queries, batch->offsets());
     return cache->update_and_fetch(rope_rows(rope, keys, batch->offsets()), values);
   }

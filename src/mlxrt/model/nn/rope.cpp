@@ -2,6 +2,7 @@
 #include "mlxrt/model/nn/rope.h"
 
 #include <cmath>
+#include <stdexcept>
 
 #include <mlx/fast.h>
 #include <mlx/ops.h>
@@ -209,6 +210,15 @@ mx::array Rope::operator()(const mx::array& x, int offset) const {
                                            static_cast<double>(dims_) / (dims_ - 2));
     return mx::fast::rope(x, dims_, traditional_, static_cast<float>(base), 1.0f, offset);
   }
+  if (freqs_) {
+    mx::array in = input_scale_ ? scale_features(x, dims_, *input_scale_) : x;
+    return mx::fast::rope(in, dims_, traditional_, std::nullopt, scale_, offset, *freqs_);
+  }
+  return mx::fast::rope(x, dims_, traditional_, base_, scale_, offset);
+}
+
+mx::array Rope::operator()(const mx::array& x, const mx::array& offset) const {
+  if (!takes_offset_array()) throw std::logic_error("a dynamic NTK RoPE takes one offset, not one per row");
   if (freqs_) {
     mx::array in = input_scale_ ? scale_features(x, dims_, *input_scale_) : x;
     return mx::fast::rope(in, dims_, traditional_, std::nullopt, scale_, offset, *freqs_);

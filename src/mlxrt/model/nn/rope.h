@@ -32,6 +32,11 @@ class Rope {
   static Rope with_freqs(int dims, bool traditional, mx::array freqs, const std::string& type);
 
   mx::array operator()(const mx::array& x, int offset) const;
+  /** One offset per batch row ([B] int32), as mlx-lm passes a BatchKVCache's offset to its RoPE
+   * module. Not for "dynamic", whose base depends on one sequence length (see takes_offset_array). */
+  mx::array operator()(const mx::array& x, const mx::array& offset) const;
+  /** Whether operator()(x, offset array) applies: every variant but dynamic NTK. */
+  bool takes_offset_array() const { return type_ != "dynamic"; }
 
   /** The rope variant's name ("default", "linear", "llama3", ...), for profiles and logs. */
   const std::string& type() const { return type_; }
