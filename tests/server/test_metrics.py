@@ -77,6 +77,11 @@ def test_counters_follow_the_requests(mlxrt_server, client, model_dir):
     assert after[itl] - before.get(itl, 0) == (6 - 1) + (5 - 1)
     assert after[("mlxrt_kv_cache_bytes", ())] > 0 and after[("mlxrt_prompt_cache_entries", ())] >= 1
     assert after[("mlxrt_queue_depth", ())] == 0 and after[("mlxrt_batch_size", ())] == 0
+    # MLX's allocator: the weights and the prompt cache are live arrays; its peak is at least that.
+    weights_and_cache = after[("mlxrt_mlx_active_memory_bytes", ())]
+    assert weights_and_cache >= after[("mlxrt_kv_cache_bytes", ())] > 0
+    assert after[("mlxrt_mlx_peak_memory_bytes", ())] >= weights_and_cache
+    assert after[("mlxrt_mlx_cache_memory_bytes", ())] >= 0
 
 
 def test_buckets_are_cumulative(mlxrt_server):

@@ -4,7 +4,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include <mlx/memory.h>
+
 namespace mlxrt::server {
+
+namespace mx = mlx::core;
 
 namespace {
 
@@ -160,6 +164,12 @@ std::string ServerMetrics::render(const MetricsGauges& g) const {
   gauge(out, "mlxrt_memory_weights_bytes", "Memory admission: the model's weights.", memory_weights_bytes_);
   gauge(out, "mlxrt_admitted_kv_bytes", "Memory admission: KV cache bytes reserved by the requests on the model.",
         admitted_kv_bytes_);
+  // MLX's allocator, read at scrape time: what arrays hold now, and the freed buffers it keeps for
+  // reuse (what a growing resident size with a flat active size is).
+  gauge(out, "mlxrt_mlx_active_memory_bytes", "Bytes held by live MLX arrays.", mx::get_active_memory());
+  gauge(out, "mlxrt_mlx_cache_memory_bytes", "Bytes of freed buffers MLX's allocator keeps for reuse.",
+        mx::get_cache_memory());
+  gauge(out, "mlxrt_mlx_peak_memory_bytes", "The most bytes MLX arrays have held at once.", mx::get_peak_memory());
   return out;
 }
 
