@@ -18,13 +18,12 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from server_bench import BIN, ENV, PY, ROOT, Server, free_port, post
+from server_bench import BIN, PY, Server, free_port, post, tiny_server_model
 
 
 def stream_one(port, prompt, n, out, i):
@@ -92,12 +91,7 @@ def main():
 
     work = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="batch-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    if args.model:
-        model = Path(args.model)
-    else:
-        out = subprocess.run([PY, str(ROOT / "tools" / "make_server_fixture.py"), "--out",
-                              str(ROOT / "build" / "fixtures")], check=True, capture_output=True, text=True, env=ENV)
-        model = Path(out.stdout.strip().splitlines()[-1])
+    model = Path(args.model) if args.model else tiny_server_model()
     prompt = " ".join(["the quick brown fox jumps over the lazy dog"] * (args.prompt_words // 9 + 1))
     programs = {"mlx_lm": [PY, "-m", "mlx_lm", "server", "--model", str(model)],
                 "mlxrt": [BIN, "server", "--model", str(model), *args.mlxrt_args.split()]}

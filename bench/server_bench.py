@@ -39,6 +39,13 @@ def free_port():
         return s.getsockname()[1]
 
 
+def tiny_server_model():
+    """The server tests' tiny scripted qwen3 (real Qwen3 tokenizer), made under build/fixtures once."""
+    out = subprocess.run([PY, str(ROOT / "tools" / "make_server_fixture.py"), "--out", str(ROOT / "build" / "fixtures")],
+                         check=True, capture_output=True, text=True, env=ENV)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
 def post(port, body, timeout=600):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})

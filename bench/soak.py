@@ -23,15 +23,15 @@ import argparse
 import http.client
 import json
 import random
+import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from server_bench import BIN, ENV, PY, ROOT, Server, free_port
+from server_bench import BIN, Server, free_port, tiny_server_model
 
 PROMPTS = ["the quick brown fox", "tell me about the sea", "one two three four five six",
            "a longer prompt " * 12, "hello"]
@@ -213,12 +213,7 @@ def main():
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="soak-"))
-    if args.model:
-        model = Path(args.model)
-    else:
-        out = subprocess.run([PY, str(ROOT / "tools" / "make_server_fixture.py"), "--out",
-                              str(ROOT / "build" / "fixtures")], check=True, capture_output=True, text=True, env=ENV)
-        model = Path(out.stdout.strip().splitlines()[-1])
+    model = Path(args.model) if args.model else tiny_server_model()
     port = free_port()
     srv = Server("mlxrt", [BIN, "server", "--model", str(model), "--host", "127.0.0.1", "--port", str(port)],
                  port, work)
@@ -263,6 +258,8 @@ def main():
         print("error:", e, file=sys.stderr)
     if args.json:
         Path(args.json).write_text(json.dumps(summary) + "\n")
+    if not tally.errors:
+        shutil.rmtree(work, ignore_errors=True)  # the server's log stays when something failed
     return 0 if not tally.errors and health == 200 and alive else 1
 
 
