@@ -8,7 +8,7 @@ constrained tok/s / plain tok/s (the target is at most 10%).
 Then the host and device cost of the masking itself, isolated from the model, on the tiny model's
 vocabulary: bench/grammar_mask_bench.cpp (compiled here against build/'s static libraries).
 
-Usage: bench/structured_output_bench.py [--runs 3] [--gen-tokens 128] [--models tiny q4]
+Usage: bench/structured_output_bench.py [--runs 3] [--gen-tokens 128] [--models tiny q4 DIR...] [--no-mask-bench]
 """
 import argparse
 import json
@@ -71,13 +71,19 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--gen-tokens", type=int, default=128)
-    ap.add_argument("--models", nargs="+", default=["tiny", "q4"])
+    ap.add_argument("--models", nargs="+", default=["tiny", "q4"],
+                    help="tiny, q4 (made here) or model directories")
+    ap.add_argument("--no-mask-bench", dest="mask_bench", action="store_false",
+                    help="skip the masking-alone timing (it compiles against build/)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         schema = Path(tmp) / "schema.json"
         schema.write_text(json.dumps(SCHEMA))
         for name in args.models:
-            model = tiny_model() if name == "tiny" else generate_bench.ensure_model(name)
+            if Path(name).is_dir():
+                model = Path(name)  # a model directory made elsewhere (the GPU benchmark's models)
+            else:
+                model = tiny_model() if name == "tiny" else generate_bench.ensure_model(name)
             plain, constrained, lengths = [], [], []
             for run in range(args.runs):
                 plain.append(decode_rate(model, args.gen_tokens, run, [])[1])
@@ -87,7 +93,8 @@ def main():
             p, c = statistics.median(plain), statistics.median(constrained)
             print(f"{name}: plain {p:.1f} tok/s, constrained {c:.1f} tok/s ({statistics.median(lengths)} tokens), "
                   f"overhead {100 * (1 - c / p):.1f}%", flush=True)
-        mask_bench(tiny_model(), schema)
+        if args.mask_bench:
+            mask_bench(tiny_model(), schema)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
 #        checks profile parity; `checks` also compares logits on the models `bench` made; `kernels`
 #        runs the CUDA kernels' tests against the ops path they replace; `batching`, not in the
 #        default list, runs bench/batch_bench.py: mlxrt server vs mlx_lm.server under concurrent
-#        streaming clients on the benchmark models)
+#        streaming clients on the benchmark models; `batchgen` the batch generator alone,
+#        bench/batch_generate_bench.py)
 # Environment (all optional):
 #   MLX_BACKEND      cpu | cuda-13 (default: cuda-13 when nvidia-smi sees a GPU)
 #   MLXRT_VENV       Python environment holding, or to receive, the MLX wheels (default .venv)
@@ -26,6 +27,7 @@
 #   BENCH_PYTEST_K   a pytest -k expression choosing the parity cases (default: all)
 #   BENCH_BATCH_MODELS  benchmark models (shape-quant) for `batching` (default: qwen3-0.6b-bf16 qwen3-8b-bf16)
 #   BENCH_BATCH_ARGS    batch_bench.py's options (default: --clients 8 32 --gen-tokens 128 --runs 2)
+#   BENCH_BATCHGEN_ARGS batch_generate_bench.py's options (default: --batch 8 --gen-tokens 256)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -187,12 +189,27 @@ print(models.ensure_model(Path(sys.executable), Path('$work/models'), '$shape', 
   done
 }
 
+# The batch generator alone, no server: `mlxrt batch-generate` against mlx-lm's BatchGenerator,
+# per-step times over the generation (bench/batch_generate_bench.py).
+batchgen() {
+  local m shape quant path
+  for m in ${BENCH_BATCH_MODELS:-qwen3-0.6b-bf16 qwen3-8b-bf16}; do
+    shape=${m%-*} quant=${m##*-}
+    path=$(py -c "import sys; sys.path.insert(0, 'bench/gpu'); from pathlib import Path; import models
+print(models.ensure_model(Path(sys.executable), Path('$work/models'), '$shape', '$quant', Path('$tokenizer')))") || return 1
+    echo "== $m"
+    # shellcheck disable=SC2086  # BENCH_BATCHGEN_ARGS is a list of options
+    py bench/batch_generate_bench.py --model "$path" --mlxrt "$work/mlxrt" --log-dir "$work/batchgen-$m" \
+      ${BENCH_BATCHGEN_ARGS:---batch 8 --gen-tokens 256} || return 1
+  done
+}
+
 for s in $stages; do
   case $s in
     env) stage env env_info ;;
     install|build) stage "$s" "${s/install/install_env}" || { echo "$s failed: stopping"; exit 1; } ;;
-    kernels|checks|parity|bench|profile|batching) stage "$s" "$s" ;;
-    *) echo "unknown stage $s (env install build kernels bench checks profile parity batching)"; exit 2 ;;
+    kernels|checks|parity|bench|profile|batching|batchgen) stage "$s" "$s" ;;
+    *) echo "unknown stage $s (env install build kernels bench checks profile parity batching batchgen)"; exit 2 ;;
   esac
 done
 
@@ -205,3 +222,4 @@ grep -h '^gpu_checks:' "$out/checks.log" 2>/dev/null
 [ -f "$out/profile.log" ] && tail -n 14 "$out/profile.log"
 [ -f "$out/table.txt" ] && cat "$out/table.txt"
 grep -h -E '^(== |clients|[0-9]+ +(tok_s|ttft|errors))' "$out/batching.log" 2>/dev/null
+grep -h -E '^(== |model |\||decode tok)' "$out/batchgen.log" 2>/dev/null

@@ -113,6 +113,21 @@ def test_small_batches_and_chunked_prefill_equal_mlx_lm(tmp_path):
     assert got == want
 
 
+def test_step_log_and_graph_leave_the_tokens_alone(tmp_path):
+    """--step-log writes a line per step (the rows it answered, its milliseconds); --step-graph the
+    op graph of one decode step as DOT. Neither changes what is generated."""
+    model = make_fixture("qwen3_bf16")
+    steps, graph = tmp_path / "steps.txt", tmp_path / "step.dot"
+    got = ours(model, GREEDY, tmp_path, "--step-log", steps, "--step-graph", graph)
+    assert got == batch_tokens(model, GREEDY, [EOS])
+    lines = [line.split() for line in steps.read_text().splitlines()]
+    assert len(lines) >= max(len(t) + (f == "stop") for t, _, f in got)
+    assert sum(int(rows) for rows, _ in lines) == sum(len(t) + (f == "stop") for t, _, f in got)
+    assert all(float(ms) >= 0 for _, ms in lines)
+    dot = graph.read_text()
+    assert dot.startswith("digraph") and 'label ="Matmul"' in dot
+
+
 @pytest.mark.parametrize("fixture", [
     "gemma3_bf16",  # sliding-window layers keep a RotatingKVCache, which mlxrt does not batch
     pytest.param("ministral3_bf16", marks=pytest.mark.long),  # scales queries by one position offset

@@ -8,12 +8,17 @@
 // request, in order: {"tokens": [...], "logprobs": [...], "finish_reason": ...} (the stop token
 // left out, as batch_generate does), and the throughput on stderr. With --batch-invariant (ours)
 // each row equals its solo `mlxrt generate` run (tokens and logprobs), and a request may carry
-// "seed": N, its sampler then drawing as `mlxrt generate --seed N` does.
+// "seed": N, its sampler then drawing as `mlxrt generate --seed N` does. --step-log FILE (ours)
+// records each step's wall time, --step-graph FILE one step's op graph, for
+// bench/batch_generate_bench.py.
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 
+#include <mlx/graph_utils.h>
 #include <mlx/ops.h>
 #include <mlx/transforms.h>
 #include <nlohmann/json.hpp>
@@ -39,6 +44,8 @@ struct BatchArgs {
   int prefill_batch_size = 8;
   int prefill_step_size = 2048;
   bool batch_invariant = false;
+  std::string step_log;
+  std::string step_graph;
 };
 
 using ojson = nlohmann::ordered_json;
@@ -179,26 +186,56 @@ void run_batch_generate(const BatchArgs& a) {
     requests.push_back(std::move(req));
   }
 
+  // --step-graph: the op graph of the fourth decode step (past the first steps' special cases), as DOT.
+  if (!a.step_graph.empty()) {
+    options.inspect_step = [path = a.step_graph, n = 0](const std::vector<mx::array>& outputs) mutable {
+      if (++n != 4) return;
+      std::ofstream out(path);
+      if (!out) throw UsageError("--step-graph " + path + ": cannot open for writing");
+      mx::export_to_dot(out, outputs);
+    };
+  }
   generate::BatchGenerator gen(model, options);
   auto uids = gen.insert(std::move(requests));
   std::map<int, std::vector<int32_t>> tokens;
   std::map<int, std::vector<double>> logprobs;
   std::map<int, std::string> finish;
   size_t generated = 0;
+  // The sampled tokens' logprobs are read one step late: evaluating them at once would wait for the
+  // step the generator has already queued behind them, and the host would stop running ahead.
+  std::vector<std::pair<int, mx::array>> pending;
+  auto read_pending = [&] {
+    for (auto& [uid, lp] : pending) logprobs[uid].push_back(static_cast<double>(lp.item<float>()));
+    pending.clear();
+  };
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_log(nullptr, std::fclose);
+  if (!a.step_log.empty()) {
+    step_log.reset(std::fopen(a.step_log.c_str(), "w"));
+    if (!step_log) throw UsageError("--step-log " + a.step_log + ": cannot open for writing");
+  }
   const auto start = std::chrono::steady_clock::now();
+  auto last = start;
   while (true) {
     auto responses = gen.next_generated();
+    read_pending();
     if (responses.empty()) break;
+    if (step_log) {
+      const auto now = std::chrono::steady_clock::now();
+      std::fprintf(step_log.get(), "%zu %.3f\n", responses.size(),
+                   std::chrono::duration<double, std::milli>(now - last).count());
+      last = now;
+    }
+    std::vector<mx::array> queued;
     for (auto& r : responses) {
       if (r.finish_reason) finish[r.uid] = *r.finish_reason;
       if (r.finish_reason != std::optional<std::string>("stop")) {
         tokens[r.uid].push_back(r.token);
-        auto lp = mx::astype(mx::take(r.logprobs, mx::array(r.token)), mx::float32);
-        mx::eval(lp);
-        logprobs[r.uid].push_back(static_cast<double>(lp.item<float>()));
+        pending.emplace_back(r.uid, mx::astype(mx::take(r.logprobs, mx::array(r.token)), mx::float32));
+        queued.push_back(pending.back().second);
       }
       ++generated;
     }
+    mx::async_eval(queued);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (int uid : uids) {
@@ -233,6 +270,9 @@ void register_batch_generate(CLI::App& app) {
   cmd->add_flag("--batch-invariant", a->batch_invariant,
                 "Each request's tokens and logprobs equal its solo `generate` run whatever it is batched with "
                 "(each row runs its own forward); a request may then carry its own \"seed\"");
+  cmd->add_option("--step-log", a->step_log,
+                  "Write one line per decode step to this file: the rows it answered and its wall time in ms");
+  cmd->add_option("--step-graph", a->step_graph, "Write the op graph of one batched decode step to this file (DOT)");
   cmd->callback([a] { run_batch_generate(*a); });
 }
 

@@ -282,6 +282,7 @@ std::pair<std::vector<int32_t>, std::vector<mx::array>> BatchGenerator::step(Gen
   std::vector<mx::array> pending = {sampled};
   pending.insert(pending.end(), g.next_logprobs.begin(), g.next_logprobs.end());
   pending.insert(pending.end(), token_context.begin(), token_context.end());
+  if (o_.inspect_step) o_.inspect_step(pending);
   mx::async_eval(pending);
 
   std::vector<mx::array> now = {inputs};

@@ -5,6 +5,7 @@
  * row per step; rows leave when they stop or reach max_tokens, new rows join between steps. Each
  * row has its own sampler, logits processors, stop sequences and max_tokens. */
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +43,9 @@ struct BatchGeneratorOptions {
    * backend. Rows are still scheduled together (joining and leaving between steps, each step
    * dispatching every row's next token before reading any), but each row's forward is its own. */
   bool batch_invariant = false;
+  /** Called with each batched decode step's outputs before they are dispatched (tools: the op
+   * graph of one step, `mlxrt batch-generate --step-graph`). */
+  std::function<void(const std::vector<mx::array>&)> inspect_step;
 };
 
 /** One sequence to insert. Empty optionals take the generator's defaults. */
