@@ -50,14 +50,18 @@ def oracle_requests(requests):
     return out
 
 
-# Other families whose layers all keep a KVCache batch too (checked as long cases).
+# Other families whose layers all keep a KVCache batch too (checked as long cases), and families
+# with sliding-window layers, whose RotatingKVCaches batch as BatchRotatingKVCaches (window 6 in the
+# fixtures: the rows' rings wrap within these budgets).
 MORE = ["phi3_bf16", "mistral3_bf16", "smollm3_bf16", "olmo2_bf16", "granite_bf16", "glm4_bf16", "gemma_bf16",
-        "starcoder2_bf16", "qwen3_moe_fp32", "mixtral_fp32"]
+        "starcoder2_bf16", "qwen3_moe_fp32", "mixtral_fp32",
+        "olmo3_bf16", "cohere2_bf16", "exaone4_bf16", "gemma3_fp16_untied", "gpt_oss_fp32"]
 
 
 # RoPE takes the batch's offset array as mlx-lm's does (one op), over precomputed frequencies
 # (phi3_longrope) too.
-@pytest.mark.parametrize("fixture", ["qwen3_bf16", "llama_bf16", "qwen2_bf16", "phi3_longrope"]
+@pytest.mark.parametrize("fixture", ["qwen3_bf16", "llama_bf16", "qwen2_bf16", "phi3_longrope", "gemma3_bf16",
+                                     "llama_swa"]
                          + [pytest.param(f, marks=pytest.mark.long) for f in MORE])
 def test_greedy_batch_equals_mlx_lm(fixture, tmp_path):
     model = make_fixture(fixture)
@@ -103,9 +107,12 @@ def test_greedy_rows_with_a_logit_bias_equal_mlx_lm(requests, tmp_path):
     assert got == want
 
 
-def test_small_batches_and_chunked_prefill_equal_mlx_lm(tmp_path):
-    """Fewer rows than requests at once: rows join as others leave, prompts prefilled in chunks."""
-    model = make_fixture("qwen3_bf16")
+@pytest.mark.parametrize("fixture", ["qwen3_bf16", "gemma3_bf16"])
+def test_small_batches_and_chunked_prefill_equal_mlx_lm(fixture, tmp_path):
+    """Fewer rows than requests at once: rows join as others leave, prompts prefilled in chunks
+    (gemma3: rotating caches extended and filtered, rolled in temporal order when the rows' rings
+    are at different places)."""
+    model = make_fixture(fixture)
     args = dict(completion_batch_size=2, prefill_batch_size=2, prefill_step_size=4)
     want = batch_tokens(model, GREEDY, [EOS], **args)
     got = ours(model, GREEDY, tmp_path, "--completion-batch-size", 2, "--prefill-batch-size", 2,
@@ -129,7 +136,7 @@ def test_step_log_and_graph_leave_the_tokens_alone(tmp_path):
 
 
 @pytest.mark.parametrize("fixture", [
-    "gemma3_bf16",  # sliding-window layers keep a RotatingKVCache, which mlxrt does not batch
+    "lfm2_bf16",  # its convolution layers keep an ArraysCache, which mlxrt does not batch
     pytest.param("ministral3_bf16", marks=pytest.mark.long),  # scales queries by one position offset
     pytest.param("gemma2_bf16", marks=pytest.mark.long),  # its attention cannot take a batched mask
 ])

@@ -64,11 +64,6 @@ BatchKVCache::BatchKVCache(const std::vector<int>& left_padding)
   host_offset_ = neg;
 }
 
-int BatchKVCache::offset() const {
-  throw UnsupportedError("this model's attention reads one position offset, which a batched KV cache (one offset "
-                         "per row) does not have: batched generation is not supported for it");
-}
-
 CachedKV BatchKVCache::update_and_fetch(const mx::array& keys, const mx::array& values) {
   const int prev = idx_;
   const int length = keys.shape(2);
@@ -101,7 +96,7 @@ CachedKV BatchKVCache::update_and_fetch(const mx::array& keys, const mx::array& 
   return PlainKV{positions(*keys_, 0, idx_), positions(*values_, 0, idx_)};
 }
 
-void BatchKVCache::prepare(const std::optional<std::vector<int>>& left_padding,
+void BatchKVCache::prepare(const std::optional<std::vector<int>>& left_padding, const std::vector<int>& /*lengths*/,
                            const std::optional<std::vector<int>>& right_padding) {
   if (left_padding) {
     if (keys_) throw UsageError("Left padding can only be added to an empty BatchKVCache");
@@ -176,7 +171,10 @@ void BatchKVCache::filter(const std::vector<int>& batch_indices) {
   }
 }
 
-void BatchKVCache::extend(const BatchKVCache& other) {
+void BatchKVCache::extend(BatchCache& other_base) {
+  const auto* other_ptr = dynamic_cast<const BatchKVCache*>(&other_base);
+  if (!other_ptr) throw std::logic_error("BatchKVCache::extend: the other cache is of another kind");
+  const auto& other = *other_ptr;
   if (!keys_ && !other.keys_) {
     left_padding_ = mx::concatenate({left_padding_, other.left_padding_}, 0);
     offset_ = mx::concatenate({offset_, other.offset_}, 0);
@@ -228,7 +226,7 @@ void BatchKVCache::extend(const BatchKVCache& other) {
   idx_ = max_idx;
 }
 
-std::unique_ptr<KVCache> BatchKVCache::extract(int idx) const {
+std::unique_ptr<Cache> BatchKVCache::extract(int idx) const {
   auto cache = std::make_unique<KVCache>();
   const int padding = to_ints(left_padding_).at(idx);
   auto rows = [&](const mx::array& a) {

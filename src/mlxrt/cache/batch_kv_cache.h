@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-#include "mlxrt/cache/cache.h"
+#include "mlxrt/cache/batch_cache.h"
 #include "mlxrt/cache/kv_cache.h"
 
 namespace mlxrt::cache {
@@ -19,19 +19,16 @@ mx::array create_causal_mask(int n, int offset, std::optional<int> window_size, 
 /** mlx_lm's dynamic_roll(x, shifts, axis): each row of x rolled along `axis` by its own shift. */
 mx::array dynamic_roll(const mx::array& x, const mx::array& shifts, int axis);
 
-class BatchKVCache final : public Cache {
+class BatchKVCache final : public BatchCache {
  public:
   static constexpr int kStep = 256;
 
   explicit BatchKVCache(const std::vector<int>& left_padding);
 
   CachedKV update_and_fetch(const mx::array& keys, const mx::array& values) override;
-  /** A batched cache has no single offset: UnsupportedError (a model that reads one cannot batch). */
-  int offset() const override;
-  /** Each row's offset (mlx-lm's `offset` array, kept on the host too: RoPE rotates each row at its own). */
-  const std::vector<int>& offsets() const { return host_offset_; }
-  /** The same offsets as the [B] int32 array mlx-lm's BatchKVCache.offset is (what its RoPE takes). */
-  const mx::array& offset_array() const { return offset_; }
+  /** Each row's offset, kept on the host too. */
+  std::vector<int> offsets() const override { return host_offset_; }
+  const mx::array& offset_array() const override { return offset_; }
   bool empty() const override { return !keys_.has_value(); }
   std::vector<mx::array> state() const override;
   AttentionMask make_mask(int n, std::optional<int> window_size = std::nullopt) const override;
@@ -40,21 +37,21 @@ class BatchKVCache final : public Cache {
   size_t nbytes() const override;
   std::unique_ptr<Cache> clone() const override { return std::make_unique<BatchKVCache>(*this); }
 
-  /** prepare(left_padding=..., right_padding=...): padding the next update adds (right padding is
-   * rolled to the left by finalize()). */
-  void prepare(const std::optional<std::vector<int>>& left_padding, const std::optional<std::vector<int>>& right_padding);
-  void finalize();
+  /** prepare(left_padding=..., right_padding=...) (BatchKVCache takes no use of `lengths`). */
+  void prepare(const std::optional<std::vector<int>>& left_padding, const std::vector<int>& lengths,
+               const std::optional<std::vector<int>>& right_padding) override;
+  void finalize() override;
   /** Keeps the rows `batch_indices` (in that order) and drops the padding columns all rows share. */
-  void filter(const std::vector<int>& batch_indices);
+  void filter(const std::vector<int>& batch_indices) override;
   /** Appends the rows of `other`, right-justifying both at the longer one's index. */
-  void extend(const BatchKVCache& other);
+  void extend(BatchCache& other) override;
   /** Row `idx` without its padding, as a KVCache. */
-  std::unique_ptr<KVCache> extract(int idx) const;
+  std::unique_ptr<Cache> extract(int idx) const override;
+  int batch_size() const override { return offset_.shape(0); }
   /** The caches of single sequences (KVCaches, possibly empty) as one batch, left-padded. */
   static std::unique_ptr<BatchKVCache> merge(const std::vector<const KVCache*>& caches);
 
   int size() const { return idx_; }
-  int batch_size() const { return offset_.shape(0); }
 
  private:
   std::optional<mx::array> keys_, values_;

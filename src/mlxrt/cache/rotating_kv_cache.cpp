@@ -111,6 +111,11 @@ PlainKV RotatingKVCache::keys_and_values() const {
   return {*keys_, *values_};
 }
 
+std::optional<PlainKV> RotatingKVCache::in_temporal_order() const {
+  if (!keys_) return std::nullopt;
+  return PlainKV{temporal_order(*keys_), temporal_order(*values_)};
+}
+
 std::optional<PlainKV> RotatingKVCache::buffers() const {
   if (!keys_) return std::nullopt;
   return PlainKV{*keys_, *values_};

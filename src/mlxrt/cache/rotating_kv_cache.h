@@ -33,6 +33,8 @@ class RotatingKVCache final : public Cache {
   int keep() const { return keep_; }
   /** The next write position in the buffer (mlx-lm's `_idx`). */
   int idx() const { return idx_; }
+  /** The stored keys and values in temporal order (mlx-lm's `_temporal_order`); nullopt while empty. */
+  std::optional<PlainKV> in_temporal_order() const;
   /** The stored buffers as they are (not in temporal order); nullopt while empty. */
   std::optional<PlainKV> buffers() const;
   /** Replaces the whole state (mlx-lm's `state` setter, used by load_prompt_cache). */

@@ -17,8 +17,8 @@ namespace mlxrt::generate {
 
 namespace {
 
-cache::BatchKVCache& batch_cache(const std::unique_ptr<cache::Cache>& c) {
-  return static_cast<cache::BatchKVCache&>(*c);
+cache::BatchCache& batch_cache(const std::unique_ptr<cache::Cache>& c) {
+  return static_cast<cache::BatchCache&>(*c);
 }
 
 void eval_state(const model::CacheList& caches) {
@@ -67,15 +67,14 @@ std::vector<T> pick(std::vector<T>& v, const std::vector<int>& keep) {
 std::optional<std::string> batching_unsupported_reason(const model::CausalLM& model) {
   auto caches = model.make_cache();
   for (const auto& c : caches)
-    if (!dynamic_cast<const cache::KVCache*>(c.get()))
-      return std::string("this model's layers keep a cache other than a full-attention KVCache, which mlxrt does "
-                         "not batch yet");
+    if (!cache::BatchCache::batches(*c))
+      return std::string("this model's layers keep a cache other than a KVCache or RotatingKVCache, which mlxrt "
+                         "does not batch yet");
   // Build (without evaluating) one batched step of three rows: a model whose attention reads a
   // single position offset, builds its mask from one, or whose ops cannot take a batched mask
   // (shapes are checked as the graph is built) refuses here.
   model::CacheList batch;
-  for (size_t i = 0; i < caches.size(); ++i)
-    batch.push_back(std::make_unique<cache::BatchKVCache>(std::vector<int>{0, 1, 0}));
+  for (const auto& c : caches) batch.push_back(cache::BatchCache::empty_like(*c, {0, 1, 0}));
   try {
     auto probe = mx::zeros({3, 2}, mx::int32);
     const_cast<model::CausalLM&>(model)(probe, &batch);
@@ -121,8 +120,9 @@ std::vector<int> BatchGenerator::insert(std::vector<BatchRequest> requests) {
     }
     model::CacheList c = r.cache.empty() ? model_.make_cache() : std::move(r.cache);
     for (const auto& layer : c)
-      if (!dynamic_cast<const cache::KVCache*>(layer.get()))
-        throw UnsupportedError("batched generation: a prompt cache of another kind than KVCache cannot join a batch");
+      if (!cache::BatchCache::batches(*layer))
+        throw UnsupportedError("batched generation: a prompt cache of another kind than KVCache or RotatingKVCache "
+                               "cannot join a batch");
     // A bias naming an id twice adds twice, in an order a batched add need not keep: per row.
     if (r.logit_bias_only && !distinct_ids(*r.logit_bias_only)) r.logit_bias_only.reset();
     Row row{std::move(r.all_tokens), r.sampler, std::move(r.logits_processors),
@@ -156,9 +156,9 @@ BatchGenerator::PromptBatch BatchGenerator::make_batch(int n) {
   // _merge_caches
   if (!caches.empty()) {
     for (size_t layer = 0; layer < caches[0].size(); ++layer) {
-      std::vector<const cache::KVCache*> parts;
-      for (const auto& c : caches) parts.push_back(static_cast<const cache::KVCache*>(c[layer].get()));
-      b.cache.push_back(cache::BatchKVCache::merge(parts));
+      std::vector<const cache::Cache*> parts;
+      for (const auto& c : caches) parts.push_back(c[layer].get());
+      b.cache.push_back(cache::BatchCache::merge(parts));
     }
   }
   return b;
@@ -183,7 +183,7 @@ void BatchGenerator::prompt(PromptBatch& batch, const std::vector<std::vector<in
   }
   mx::array input(flat.data(), {B, max_length}, mx::int32);
   if (max_padding > 0)
-    for (auto& c : batch.cache) batch_cache(c).prepare(std::nullopt, padding);
+    for (auto& c : batch.cache) batch_cache(c).prepare(std::nullopt, lengths, padding);
   while (input.shape(1) > 0) {
     const int n = std::min(o_.prefill_step_size, input.shape(1));
     model_(mx::slice(input, {0, 0}, {B, n}), &batch.cache);

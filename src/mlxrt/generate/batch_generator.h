@@ -13,7 +13,7 @@
 
 #include <mlx/array.h>
 
-#include "mlxrt/cache/batch_kv_cache.h"
+#include "mlxrt/cache/batch_cache.h"
 #include "mlxrt/generate/generate_step.h"
 #include "mlxrt/generate/stop.h"
 #include "mlxrt/model/causal_lm.h"
@@ -124,12 +124,12 @@ class BatchGenerator {
   };
   struct PromptBatch {
     std::vector<int> uids;
-    model::CacheList cache;  // BatchKVCaches, one per layer (empty with no rows)
+    model::CacheList cache;  // BatchKVCaches / BatchRotatingKVCaches, one per layer (empty with no rows)
     std::vector<Row> rows;
   };
   struct GenBatch {
     std::vector<int> uids;
-    model::CacheList cache;  // BatchKVCaches, one per layer (empty with no rows)
+    model::CacheList cache;  // BatchKVCaches / BatchRotatingKVCaches, one per layer (empty with no rows)
     std::vector<Row> rows;
     std::optional<mx::array> next_tokens;
     std::vector<mx::array> next_logprobs;

@@ -10,6 +10,7 @@
 #include <mlx/ops.h>
 #include <mlx/types/limits.h>
 
+#include "mlxrt/cache/batch_cache.h"
 #include "mlxrt/cache/batch_kv_cache.h"
 #include "mlxrt/util/errors.h"
 
@@ -47,7 +48,7 @@ cache::CachedKV rope_and_update_cache(const Rope& rope, mx::array& queries, cons
     queries = rope(queries, 0);
     return cache::PlainKV{rope(keys, 0), values};
   }
-  if (const auto* batch = dynamic_cast<const cache::BatchKVCache*>(cache)) {
+  if (const auto* batch = dynamic_cast<const cache::BatchCache*>(cache)) {
     // mlx-lm passes the batched cache's offset array to RoPE: each row rotated at its own offset,
     // in one op (a row at a time is the same arithmetic, but two ops per row and layer: on a GPU
     // that was most of a batched decode step).

@@ -1,0 +1,358 @@
+// Port of BatchRotatingKVCache in mlx_lm/models/cache.py (mlx-lm 0.32.2).
+#include "mlxrt/cache/batch_rotating_kv_cache.h"
+
+#include <algorithm>
+
+#include <mlx/ops.h>
+#include <mlx/transforms.h>
+
+#include "mlxrt/cache/batch_kv_cache.h"
+#include "mlxrt/util/errors.h"
+
+namespace mlxrt::cache {
+
+namespace {
+
+mx::array int_array(const std::vector<int>& v) {
+  return mx::array(v.data(), {static_cast<int>(v.size())}, mx::int32);
+}
+
+// a[..., start:stop, :] of a [B, H, S, D] array
+mx::array positions(const mx::array& a, int start, int stop) {
+  mx::Shape lo(a.ndim(), 0), hi = a.shape();
+  lo[2] = start;
+  hi[2] = stop;
+  return mx::slice(a, lo, hi);
+}
+
+std::vector<int> to_ints(const mx::array& a) {
+  auto c = mx::astype(a, mx::int32);
+  mx::eval(c);
+  const int32_t* p = c.data<int32_t>();
+  return std::vector<int>(p, p + c.size());
+}
+
+// _trim(trim_size, v, append): the oldest trim_size positions dropped, `append` added at the end.
+mx::array trim_front(int trim_size, const mx::array& v, const std::optional<mx::array>& append = std::nullopt) {
+  auto out = trim_size > 0 ? positions(v, trim_size, v.shape(2)) : v;
+  if (append) return mx::concatenate({out, *append}, 2);
+  return out;
+}
+
+}  // namespace
+
+BatchRotatingKVCache::BatchRotatingKVCache(int max_size, const std::vector<int>& left_padding)
+    : left_padding_(int_array(left_padding)), offset_(mx::array(0)), max_size_(max_size) {
+  std::vector<int> neg(left_padding.size());
+  std::transform(left_padding.begin(), left_padding.end(), neg.begin(), [](int l) { return -l; });
+  offset_ = int_array(neg);
+}
+
+std::vector<int> BatchRotatingKVCache::offsets() const { return to_ints(offset_); }
+
+void BatchRotatingKVCache::to_temporal_order() {
+  if (!rotated_) return;
+  keys_ = mx::roll(*keys_, -idx_, 2);
+  values_ = mx::roll(*values_, -idx_, 2);
+  idx_ = keys_->shape(2);
+  rotated_ = false;
+}
+
+CachedKV BatchRotatingKVCache::update_concat(const mx::array& keys, const mx::array& values) {
+  if (!keys_) {
+    keys_ = keys;
+    values_ = values;
+  } else {
+    // Put the keys/values in temporal order to preserve context
+    to_temporal_order();
+    // Slice off the end if needed
+    if (keys_->shape(2) > idx_) {
+      keys_ = positions(*keys_, 0, idx_);
+      values_ = positions(*values_, 0, idx_);
+    }
+    // Roll right the rows that are padded so that no valid cache entry is trimmed
+    if (lengths_) {
+      auto roll = mx::maximum(mx::array(0), mx::subtract(offset_, *lengths_));
+      keys_ = dynamic_roll(*keys_, mx::expand_dims(roll, 1), 2);
+      values_ = dynamic_roll(*values_, mx::expand_dims(roll, 1), 2);
+      left_padding_ = mx::add(left_padding_, roll);
+      offset_ = mx::subtract(offset_, roll);
+    }
+    // The largest size is max_size + S - 1 so that every token gets at least max_size of context
+    const int trim_size = idx_ - max_size_ + 1;
+    if (trim_size > 0) left_padding_ = mx::subtract(left_padding_, mx::array(trim_size));
+    keys_ = trim_front(trim_size, *keys_, keys);
+    values_ = trim_front(trim_size, *values_, values);
+  }
+  offset_ = mx::add(offset_, mx::array(keys.shape(2)));
+  offset_scalar_ += keys.shape(2);
+  idx_ = keys_->shape(2);
+  // Make sure left_padding and offset are evaluated
+  keys_ = mx::depends({*keys_}, {left_padding_, offset_})[0];
+  return PlainKV{*keys_, *values_};
+}
+
+CachedKV BatchRotatingKVCache::update_in_place(const mx::array& keys, const mx::array& values) {
+  if (lengths_)
+    throw std::logic_error("finalize() should be called before deocoding with BatchRotatingKVCache");
+  const int B = keys.shape(0), n_kv_heads = keys.shape(1), S = keys.shape(2);
+  const int prev = offset_scalar_;
+  // May not have hit the max size yet, so potentially keep growing the cache
+  if (!keys_ || (prev >= keys_->shape(2) && keys_->shape(2) < max_size_)) {
+    const int new_size = std::min(kStep, max_size_ - prev);
+    auto new_k = mx::zeros({B, n_kv_heads, new_size, keys.shape(3)}, keys.dtype());
+    auto new_v = mx::zeros({B, n_kv_heads, new_size, values.shape(3)}, values.dtype());
+    if (keys_) {
+      keys_ = mx::concatenate({*keys_, new_k}, 2);
+      values_ = mx::concatenate({*values_, new_v}, 2);
+    } else {
+      keys_ = new_k;
+      values_ = new_v;
+    }
+    idx_ = prev;
+  }
+  // Trim if needed
+  const int trim_size = keys_->shape(2) - max_size_;
+  if (trim_size > 0) {
+    keys_ = trim_front(trim_size, *keys_);
+    values_ = trim_front(trim_size, *values_);
+    idx_ = max_size_;
+    left_padding_ = mx::subtract(left_padding_, mx::array(trim_size));
+  }
+  // Rotate
+  if (idx_ == max_size_) {
+    rotated_ = true;
+    idx_ = 0;
+  }
+  if (rotated_) left_padding_ = mx::subtract(left_padding_, mx::array(S));
+  // Assign
+  mx::Shape start = {0, 0, idx_, 0};
+  mx::Shape k_stop = {keys_->shape(0), keys_->shape(1), idx_ + S, keys_->shape(3)};
+  mx::Shape v_stop = {values_->shape(0), values_->shape(1), idx_ + S, values_->shape(3)};
+  keys_ = mx::slice_update(*keys_, keys, start, k_stop);
+  values_ = mx::slice_update(*values_, values, start, v_stop);
+  offset_scalar_ += S;
+  offset_ = mx::add(offset_, mx::array(S));
+  idx_ += S;
+  // Make sure left_padding and offset are evaluated
+  keys_ = mx::depends({*keys_}, {left_padding_, offset_})[0];
+  return keys_and_values();
+}
+
+CachedKV BatchRotatingKVCache::update_and_fetch(const mx::array& keys, const mx::array& values) {
+  if (keys.shape(2) == 1) return update_in_place(keys, values);
+  return update_concat(keys, values);
+}
+
+PlainKV BatchRotatingKVCache::keys_and_values() const {
+  if (offset_scalar_ < keys_->shape(2))
+    return {positions(*keys_, 0, offset_scalar_), positions(*values_, 0, offset_scalar_)};
+  return {*keys_, *values_};
+}
+
+void BatchRotatingKVCache::prepare(const std::optional<std::vector<int>>& left_padding, const std::vector<int>& lengths,
+                                   const std::optional<std::vector<int>>& right_padding) {
+  if (left_padding) {
+    if (keys_) throw UsageError("Left padding can only be added to an empty BatchRotatingKVCache");
+    auto lp = int_array(*left_padding);
+    left_padding_ = mx::add(left_padding_, lp);
+    offset_ = mx::subtract(offset_, lp);
+  }
+  if (right_padding && !right_padding->empty() &&
+      *std::max_element(right_padding->begin(), right_padding->end()) > 0)
+    lengths_ = mx::add(int_array(lengths), offset_);
+}
+
+void BatchRotatingKVCache::finalize() {
+  if (!lengths_) return;
+  auto roll = mx::maximum(mx::array(0), mx::subtract(offset_, *lengths_));
+  keys_ = dynamic_roll(*keys_, mx::expand_dims(roll, 1), 2);
+  values_ = dynamic_roll(*values_, mx::expand_dims(roll, 1), 2);
+  left_padding_ = mx::add(left_padding_, roll);
+  offset_ = mx::subtract(offset_, roll);
+  lengths_.reset();
+}
+
+std::vector<mx::array> BatchRotatingKVCache::state() const {
+  std::vector<mx::array> s;
+  if (keys_) {
+    s.push_back(*keys_);
+    s.push_back(*values_);
+  }
+  s.push_back(offset_);
+  s.push_back(left_padding_);
+  return s;
+}
+
+int BatchRotatingKVCache::trim(int n) {
+  n = std::min(offset_scalar_, n);
+  offset_scalar_ -= n;
+  idx_ -= n;
+  offset_ = mx::subtract(offset_, mx::array(n));
+  return n;
+}
+
+size_t BatchRotatingKVCache::nbytes() const { return keys_ ? keys_->nbytes() + values_->nbytes() : 0; }
+
+AttentionMask BatchRotatingKVCache::make_mask(int n, std::optional<int> window_size) const {
+  auto left_padding = left_padding_;
+  // `window_size or self.max_size`
+  const int window = window_size && *window_size != 0 ? *window_size : max_size_;
+  const int offset = std::min(max_size_ - 1, offset_scalar_);
+  auto rinds = mx::arange(offset + n);
+  auto linds = offset ? mx::arange(offset, offset + n) : rinds;
+  linds = mx::expand_dims(linds, 1);
+  rinds = mx::expand_dims(rinds, 0);
+  auto mask = mx::greater_equal(linds, rinds);
+  mask = mx::logical_and(mask, mx::less(linds, mx::add(rinds, mx::array(window))));
+  const int trim_size = idx_ - max_size_ + (n > 1 ? 1 : 0);
+  if (trim_size > 0) left_padding = mx::subtract(left_padding, mx::array(trim_size));
+  const bool rotated = n == 1 && (rotated_ || idx_ >= max_size_);
+  if (rotated) left_padding = mx::subtract(left_padding, mx::array(1));
+  mask = mx::logical_and(mask, mx::greater_equal(rinds, mx::expand_dims(left_padding, {1, 2, 3})));
+  if (rotated) {
+    const int idx = idx_ >= max_size_ ? 0 : idx_;
+    mask = mx::roll(mask, idx + 1, -1);
+  }
+  return AttentionMask::of(mask);
+}
+
+void BatchRotatingKVCache::filter(const std::vector<int>& batch_indices) {
+  auto indices = int_array(batch_indices);
+  if (keys_) {
+    keys_ = mx::take(*keys_, indices, 0);
+    values_ = mx::take(*values_, indices, 0);
+  }
+  offset_ = mx::take(offset_, indices, 0);
+  left_padding_ = mx::take(left_padding_, indices, 0);
+}
+
+void BatchRotatingKVCache::extend(BatchCache& other_base) {
+  auto* other_ptr = dynamic_cast<BatchRotatingKVCache*>(&other_base);
+  if (!other_ptr) throw std::logic_error("BatchRotatingKVCache::extend: the other cache is of another kind");
+  auto& other = *other_ptr;
+  if (!keys_ && !other.keys_) {
+    left_padding_ = mx::concatenate({left_padding_, other.left_padding_}, 0);
+    offset_ = mx::concatenate({offset_, other.offset_}, 0);
+    return;
+  }
+  if (rotated_ != other.rotated_ || idx_ != other.idx_) {
+    to_temporal_order();
+    other.to_temporal_order();
+  }
+  const int max_idx = std::max(idx_, other.idx_);
+  int L1 = 0, L2 = 0, H = 0, D = 0, M = 0;
+  if (keys_) {
+    H = keys_->shape(1);
+    L1 = keys_->shape(2);
+    D = keys_->shape(3);
+    M = values_->shape(3);
+  }
+  if (other.keys_) {
+    H = other.keys_->shape(1);
+    L2 = other.keys_->shape(2);
+    D = other.keys_->shape(3);
+    M = other.values_->shape(3);
+  }
+  const int max_size = std::max(L1, L2);
+  const auto dtype = (keys_ ? *keys_ : *other.keys_).dtype();
+  struct Padded {
+    mx::array k, v, offset, left_padding;
+  };
+  auto pad = [&](const BatchRotatingKVCache& c) {
+    mx::array k = c.keys_ ? *c.keys_ : mx::zeros({c.offset_.shape(0), H, 0, D}, dtype);
+    mx::array v = c.values_ ? *c.values_ : mx::zeros({c.offset_.shape(0), H, 0, M}, dtype);
+    const int left = max_idx - c.idx_;
+    int right = max_size - k.shape(2) - left;
+    if (right < 0) {
+      k = positions(k, 0, k.shape(2) + right);
+      v = positions(v, 0, v.shape(2) + right);
+      right = 0;
+    }
+    if (left != 0 || right != 0) {
+      std::vector<std::pair<int, int>> widths = {{0, 0}, {0, 0}, {left, right}, {0, 0}};
+      k = mx::pad(k, widths);
+      v = mx::pad(v, widths);
+    }
+    return Padded{k, v, c.offset_, mx::add(c.left_padding_, mx::array(left))};
+  };
+  auto a = pad(*this), b = pad(other);
+  keys_ = mx::concatenate({a.k, b.k}, 0);
+  values_ = mx::concatenate({a.v, b.v}, 0);
+  offset_ = mx::concatenate({a.offset, b.offset}, 0);
+  left_padding_ = mx::concatenate({a.left_padding, b.left_padding}, 0);
+  idx_ = max_idx;
+  offset_scalar_ = std::max(offset_scalar_, other.offset_scalar_);
+}
+
+std::unique_ptr<Cache> BatchRotatingKVCache::extract(int idx) const {
+  auto cache = std::make_unique<RotatingKVCache>(max_size_);
+  const int padding = std::max(0, to_ints(left_padding_).at(idx));
+  const int offset = to_ints(offset_).at(idx);
+  if (!keys_) return cache;
+  auto row = [&](const mx::array& a) {
+    mx::Shape lo(a.ndim(), 0), hi = a.shape();
+    lo[0] = idx;
+    hi[0] = idx + 1;
+    return mx::slice(a, lo, hi);
+  };
+  auto k = row(*keys_), v = row(*values_);
+  int cache_idx = idx_;
+  if (rotated_) {
+    k = mx::roll(k, -idx_, 2);
+    v = mx::roll(v, -idx_, 2);
+    cache_idx = max_size_;
+  }
+  k = mx::contiguous(positions(k, padding, cache_idx));
+  v = mx::contiguous(positions(v, padding, cache_idx));
+  const int stored = k.shape(2);
+  cache->set_state(k, v, offset, 0, max_size_, stored);
+  return cache;
+}
+
+std::unique_ptr<BatchRotatingKVCache> BatchRotatingKVCache::merge(const std::vector<const RotatingKVCache*>& caches) {
+  const int max_size = caches.front()->max_size();
+  for (const auto* c : caches)
+    if (c->max_size() != max_size)
+      throw UsageError("BatchRotatingKVCache can only merge caches with the same maximum size");
+  std::vector<int> offsets, lengths;
+  for (const auto* c : caches) {
+    offsets.push_back(c->offset());
+    lengths.push_back(std::min(c->offset(), c->max_size()));  // RotatingKVCache.size()
+  }
+  const int max_length = *std::max_element(lengths.begin(), lengths.end());
+  const int B = static_cast<int>(caches.size());
+  // No cache has content so make an empty one
+  if (max_length == 0) return std::make_unique<BatchRotatingKVCache>(max_size, std::vector<int>(B, 0));
+  std::vector<int> padding;
+  for (int l : lengths) padding.push_back(max_length - l);
+  int H = 0, Dk = 0, Dv = 0;
+  std::optional<mx::Dtype> dt;
+  for (const auto* c : caches) {
+    auto buf = c->buffers();
+    if (!buf) continue;
+    H = std::max(H, buf->keys.shape(1));
+    Dk = std::max(Dk, buf->keys.shape(3));
+    Dv = std::max(Dv, buf->values.shape(3));
+    if (!dt) dt = buf->keys.dtype();
+  }
+  auto keys = mx::zeros({B, H, max_length, Dk}, *dt);
+  auto values = mx::zeros({B, H, max_length, Dv}, *dt);
+  for (int i = 0; i < B; ++i) {
+    auto ordered = caches[i]->in_temporal_order();
+    if (!ordered || lengths[i] == 0) continue;
+    const int p = padding[i], l = lengths[i];
+    auto last = [&](const mx::array& a) { return positions(a, a.shape(2) - l, a.shape(2)); };
+    keys = mx::slice_update(keys, last(ordered->keys), mx::Shape{i, 0, p, 0}, mx::Shape{i + 1, H, p + l, Dk});
+    values = mx::slice_update(values, last(ordered->values), mx::Shape{i, 0, p, 0}, mx::Shape{i + 1, H, p + l, Dv});
+  }
+  auto cache = std::make_unique<BatchRotatingKVCache>(max_size, padding);
+  cache->keys_ = keys;
+  cache->values_ = values;
+  cache->offset_ = int_array(offsets);
+  cache->idx_ = keys.shape(2);
+  cache->offset_scalar_ = keys.shape(2);
+  return cache;
+}
+
+}  // namespace mlxrt::cache
