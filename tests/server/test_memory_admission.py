@@ -1,6 +1,9 @@
 """`mlxrt server --max-memory GB`: a request whose KV cache (prompt + max_tokens) could never fit
 beside the weights is answered 503 at once (OpenAI's error shape, Anthropic's on /v1/messages);
-one that fits runs; one that fits only once another request has finished waits for it, then runs."""
+one that fits runs; one that fits only once another request has finished waits for it, then runs.
+A model loaded by request is sized before it loads: beside a model that stays (--max-models 2) it
+does not fit and is refused with 503, the resident one carrying on; replacing it (one resident,
+mlx_lm.server's way) it loads, and its requests are admitted against its own size."""
 import http.client
 import json
 import subprocess
@@ -9,7 +12,12 @@ import time
 
 import pytest
 
-from conftest import MLXRT_BIN, start_mlxrt, stop
+import sys
+
+from conftest import FIXTURES, MLXRT_BIN, SOURCE, start_mlxrt, stop
+
+sys.path.insert(0, str(SOURCE / "tools"))
+import make_server_fixture  # noqa: E402
 
 
 def fit(model_dir, *args):
@@ -106,3 +114,33 @@ def test_second_request_waits_for_the_first(server):
     assert body["usage"]["completion_tokens"] >= 1
     assert metric(server, "mlxrt_memory_waits_total") == waits_before + 1
     assert settled(server, "mlxrt_admitted_kv_bytes", 0) == 0
+
+
+def test_model_by_request_is_sized_before_it_loads(model_dir, sizes, tmp_path_factory):
+    weights, kv256 = sizes
+    other = make_server_fixture.ensure(FIXTURES, name="server_qwen3_seed41", seed=41)  # the same dims
+    budget = ["--max-memory", f"{(weights + kv256 * 3 // 2) / 1e9:.9f}"]
+    short = {"prompt": "Hello", "max_tokens": 4, "temperature": 0}
+
+    both = start_mlxrt(model_dir, tmp_path_factory, extra=[*budget, "--max-models", "2"])
+    try:
+        status, body = both.post_json("/v1/completions", {**short, "model": str(other)})
+        assert status == 503, body
+        message = body["error"]["message"]
+        assert "weights" in message and "models that stay loaded" in message and "--max-memory" in message
+        status, body = both.post_json("/v1/completions", short)
+        assert status == 200, body
+        assert metric(both, "mlxrt_memory_weights_bytes") == weights
+    finally:
+        stop(both)
+
+    one = start_mlxrt(model_dir, tmp_path_factory, extra=budget)
+    try:
+        status, body = one.post_json("/v1/completions", {**short, "model": str(other)})
+        assert status == 200, body
+        assert metric(one, "mlxrt_memory_weights_bytes") == weights
+        status, body = one.post_json("/v1/completions", {**short, "model": str(other), "max_tokens": 4000})
+        assert status == 503, body
+        assert "KV cache" in body["error"]["message"]
+    finally:
+        stop(one)

@@ -1,10 +1,13 @@
 #pragma once
 /** Memory admission (ours; mlx_lm.server has none): before a request reaches the model, the
- * weights plus the KV cache of the requests on the model plus this request's KV cache (its prompt
- * plus max_tokens, capped by the model's context; sliding-window layers cap themselves) must fit
- * the budget (--max-memory, default: what the device has, as `mlxrt fit` computes it). A request
- * that fits once others finish waits for them; one that could never fit is answered 503 at once,
- * instead of running the process out of memory. */
+ * weights of the resident models plus the KV cache of the requests on them plus this request's KV
+ * cache (its prompt plus max_tokens, capped by its model's context; sliding-window layers cap
+ * themselves) must fit the budget (--max-memory, default: what the device has, as `mlxrt fit`
+ * computes it). A request that fits once others finish waits for them; one that could never fit is
+ * answered 503 at once, instead of running the process out of memory. A model loaded by request
+ * is sized before it loads: one whose weights would not fit beside the models that stay resident
+ * is refused (503) and the resident ones carry on. */
+#include <filesystem>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -23,9 +26,17 @@ struct ServerOptions;
 
 class MemoryAdmission {
  public:
-  /** `kv_bytes` sizes a job's KV cache; `metrics` (may be null) gets the gauges. */
+  /** `kv_bytes` sizes a job's KV cache on its model, `weights_of` a model's weights (by its
+   * directory); `weights_bytes` are the resident ones' at start; `metrics` (may be null) gets the gauges. */
   MemoryAdmission(size_t budget_bytes, size_t weights_bytes, std::function<size_t(const Job&)> kv_bytes,
-                  ServerMetrics* metrics);
+                  std::function<size_t(const std::filesystem::path&)> weights_of, ServerMetrics* metrics);
+
+  /** The models resident now (after a load or an eviction): their weights count against the budget. */
+  void models_resident(const std::vector<std::filesystem::path>& dirs);
+  /** Before `dir` is loaded beside the models in `staying`: HttpError(503) naming `name` when the
+   * weights of all of them exceed the budget. */
+  void check_load(const std::filesystem::path& dir, const std::string& name,
+                  const std::vector<std::filesystem::path>& staying) const;
 
   /** At submit: HttpError(503) when the job could not fit even on an idle server. */
   void check(const Job& job) const;
@@ -43,8 +54,10 @@ class MemoryAdmission {
  private:
   void publish() const;
 
-  size_t budget_, weights_;
+  size_t budget_;
+  size_t weights_;  // guarded by mutex_
   std::function<size_t(const Job&)> kv_bytes_;
+  std::function<size_t(const std::filesystem::path&)> weights_of_;
   ServerMetrics* metrics_;
   mutable std::mutex mutex_;
   std::vector<std::pair<std::shared_ptr<Job>, size_t>> admitted_;

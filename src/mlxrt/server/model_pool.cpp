@@ -64,6 +64,11 @@ bool ModelPool::names_startup(const std::string& model) const {
   return at != std::string::npos && at > 0 && names_startup_exactly(model.substr(0, at));
 }
 
+void ModelPool::set_admission(std::shared_ptr<MemoryAdmission> admission) {
+  std::lock_guard lock(mutex_);
+  admission_ = std::move(admission);
+}
+
 size_t ModelPool::resident() const {
   std::lock_guard lock(mutex_);
   return resident_.size();
@@ -104,6 +109,9 @@ std::shared_ptr<ModelSession> ModelPool::acquire(const std::string& model, Sched
         try {
           *loaded = load(key, dir, model);
           j.push(DoneEvent{});
+        } catch (const HttpError& e) {  // memory admission: the model would not fit
+          log_.error("cannot load model '" + model + "': " + e.what());
+          j.push(ErrorEvent{e.status(), e.what()});
         } catch (const std::exception& e) {
           std::string what = e.what();
           if (!dir.empty()) what = replace_all(what, dir.string(), model);
@@ -146,11 +154,27 @@ std::shared_ptr<ModelSession> ModelPool::load(const std::string& key, const fs::
     o.adapters.clear();
     o.draft_model.clear();
   }
+  std::shared_ptr<MemoryAdmission> admission;
+  {
+    std::lock_guard lock(mutex_);
+    admission = admission_;
+  }
+  if (admission) {
+    // The models that stay once this one is in: the most recently used, up to --max-models - 1.
+    std::vector<fs::path> staying;
+    {
+      std::lock_guard lock(mutex_);
+      for (const auto& [k, s] : resident_)
+        if (staying.size() + 1 < max_models_) staying.push_back(s->dir);
+    }
+    admission->check_load(key.empty() ? startup_dir_ : dir, name, staying);
+  }
   const auto started = std::chrono::steady_clock::now();
   auto session = std::make_shared<ModelSession>(load_model_session(o, log_));
   session->startup = key.empty();
   session->key = key;
   std::vector<std::shared_ptr<ModelSession>> dropped;  // released outside the lock
+  std::vector<fs::path> dirs;
   size_t count = 0;
   {
     std::lock_guard lock(mutex_);
@@ -160,7 +184,9 @@ std::shared_ptr<ModelSession> ModelPool::load(const std::string& key, const fs::
       resident_.pop_back();
     }
     count = resident_.size();
+    for (const auto& [k, s] : resident_) dirs.push_back(s->dir);
   }
+  if (admission) admission->models_resident(dirs);
   metrics_.model_loaded(count);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   log_.info("loaded model '" + name + "' in " + std::to_string(seconds) + " s (" + std::to_string(count) +

@@ -16,6 +16,7 @@
 
 #include "mlxrt/server/job.h"
 #include "mlxrt/server/logger.h"
+#include "mlxrt/server/memory_admission.h"
 #include "mlxrt/server/metrics.h"
 #include "mlxrt/server/model_session.h"
 #include "mlxrt/server/options.h"
@@ -52,6 +53,10 @@ class ModelPool {
   /** Models resident now. */
   size_t resident() const;
 
+  /** Memory admission (may be null): a model is sized before it loads, and the resident models'
+   * weights are counted after each load. */
+  void set_admission(std::shared_ptr<MemoryAdmission> admission);
+
  private:
   /** On the generation thread: the resident model of `key`, else loaded (then the least recently
    * used beyond --max-models dropped). */
@@ -68,6 +73,7 @@ class ModelPool {
   std::optional<std::string> startup_repo_id_;
   mutable std::mutex mutex_;
   std::list<std::pair<std::string, std::shared_ptr<ModelSession>>> resident_;  // front: most recently used
+  std::shared_ptr<MemoryAdmission> admission_;
 };
 
 }  // namespace mlxrt::server

@@ -48,7 +48,9 @@ struct Server::Parts {
 
 Server::Server(ServerOptions options) : options_(std::move(options)) {
   parts_ = std::make_unique<Parts>(options_);
-  parts_->scheduler.set_admission(make_memory_admission(*parts_->models.startup(), options_, parts_->metrics, parts_->log));
+  auto admission = make_memory_admission(*parts_->models.startup(), options_, parts_->metrics, parts_->log);
+  parts_->models.set_admission(admission);
+  parts_->scheduler.set_admission(std::move(admission));
   parts_->port = parts_->front.bind();
 }
 
