@@ -86,6 +86,8 @@ def main():
     ap.add_argument("--prompt-words", type=int, default=60)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--mlxrt-args", default="", help="more options for `mlxrt server` (e.g. --log-level DEBUG)")
+    ap.add_argument("--server-args", default="",
+                    help="options for both servers (flags they share, e.g. --prompt-concurrency 32)")
     ap.add_argument("--log-dir", help="keep both servers' logs here (default: a temporary folder, removed)")
     args = ap.parse_args()
 
@@ -93,8 +95,8 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     model = Path(args.model) if args.model else tiny_server_model()
     prompt = " ".join(["the quick brown fox jumps over the lazy dog"] * (args.prompt_words // 9 + 1))
-    programs = {"mlx_lm": [PY, "-m", "mlx_lm", "server", "--model", str(model)],
-                "mlxrt": [BIN, "server", "--model", str(model), *args.mlxrt_args.split()]}
+    programs = {"mlx_lm": [PY, "-m", "mlx_lm", "server", "--model", str(model), *args.server_args.split()],
+                "mlxrt": [BIN, "server", "--model", str(model), *args.server_args.split(), *args.mlxrt_args.split()]}
     results = {}
     for name, cmd in programs.items():
         port = free_port()

@@ -4,10 +4,11 @@ BatchGenerator (driven as batch_generate drives it), the same prompts, greedy, o
 
 Both sides log each decode step's wall time; the table gives the mean step time over segments of
 the generation (so a step that grows with the context shows), the decode tok/s over the whole
-generation, and whether the two produced the same tokens (they must: L1).
+generation, and whether the two produced the same tokens (they must at L1; with
+--mlxrt-args=--batch-invariant each row is its solo run instead, which mlx-lm's batch need not equal).
 
 Usage: bench/batch_generate_bench.py --model DIR [--mlxrt build/mlxrt] [--batch 8] [--prompt-tokens 80]
-       [--gen-tokens 256] [--segments 4] [--runs 1] [--log-dir DIR] [--graphs] [--no-bias]
+       [--gen-tokens 256] [--segments 4] [--runs 1] [--log-dir DIR] [--graphs] [--no-bias] [--mlxrt-args ARGS]
 A model: bench/gpu/models.py makes random ones with Qwen3 dims (python bench/gpu/models.py).
 """
 import argparse
@@ -147,6 +148,7 @@ def main():
     ap.add_argument("--segments", type=int, default=4)
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--log-dir", default=None)
+    ap.add_argument("--mlxrt-args", default="", help="more options for `mlxrt batch-generate` (e.g. --batch-invariant)")
     ap.add_argument("--no-bias", action="store_true", help="no logit bias against the end token")
     ap.add_argument("--graphs", action="store_true", help="also count the ops of one decode step on each side")
     args = ap.parse_args()
@@ -169,7 +171,7 @@ def main():
             graph = work / f"{side}-step.dot"
             if side == "mlxrt":
                 cmd = [args.mlxrt, "batch-generate", "--model", args.model, "--requests", str(requests),
-                       "--max-tokens", str(args.gen_tokens), "--step-log", str(steps_file)]
+                       "--max-tokens", str(args.gen_tokens), "--step-log", str(steps_file), *args.mlxrt_args.split()]
                 cmd += ["--step-graph", str(graph)] if args.graphs and run == 0 else []
             else:
                 cmd = [sys.executable, "-c", MLX_LM_SIDE, args.model, str(requests), json.dumps(eos), str(steps_file)]
