@@ -2,6 +2,7 @@
 mlx_lm.server would crash or answer 404 for a bad message), an OpenAI-shaped JSON error body,
 and an answer within seconds; the server stays healthy afterwards."""
 import json
+from pathlib import Path
 import socket
 
 import pytest
@@ -18,7 +19,11 @@ def chat(**fields):
 
 
 # (name, path, body: dict/list/str-as-raw-JSON-text, expected status)
+LONG_TEXT = "the quick brown fox jumps over the lazy dog " * 12  # ~110 tokens, over --max-prompt-tokens
+
 JSON_CASES = [
+    ("prompt over --max-prompt-tokens", TEXT, {"prompt": LONG_TEXT, "max_tokens": 2}, 400),
+    ("chat prompt over --max-prompt-tokens", CHAT, chat(messages=[{"role": "user", "content": LONG_TEXT}]), 400),
     ("truncated json", CHAT, "{", 400),
     ("empty body", CHAT, "", 400),
     ("json array", CHAT, "[]", 400),
@@ -162,7 +167,8 @@ def http_cases():
 
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
-    running = start_mlxrt(model_dir, tmp_path_factory, extra=["--max-body-bytes", str(1 << 20), "--no-chat-page"])
+    running = start_mlxrt(model_dir, tmp_path_factory,
+                          extra=["--max-body-bytes", str(1 << 20), "--no-chat-page", "--max-prompt-tokens", "64"])
     yield running
     stop(running)
 
@@ -208,3 +214,36 @@ def test_cors_preflight(server):
     assert status == 204
     assert headers["Access-Control-Allow-Origin"] == "*"
     assert headers["Access-Control-Allow-Methods"] == "*"
+
+
+def test_max_prompt_tokens_names_the_limit_in_each_api(server):
+    status, _, raw = server.request("POST", TEXT, {"prompt": LONG_TEXT, "max_tokens": 2})
+    err = json.loads(raw)["error"]
+    assert status == 400 and err["param"] == "prompt" and "--max-prompt-tokens" in err["message"]
+    assert "(64, --max-prompt-tokens)" in err["message"]
+    status, _, raw = server.request("POST", "/v1/messages", {"model": "default_model", "max_tokens": 2, "messages": [
+        {"role": "user", "content": LONG_TEXT}]})
+    body = json.loads(raw)
+    assert status == 400 and body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    assert "--max-prompt-tokens" in body["error"]["message"]
+    status, r = server.post_json(TEXT, {"prompt": "Hello", "max_tokens": 2})  # a short one still runs
+    assert status == 200 and r["usage"]["completion_tokens"] == 2
+
+
+def test_prompt_over_the_context_runs_with_a_warning(model_dir, tmp_path_factory):
+    """A prompt longer than max_position_embeddings runs (as under mlx_lm.server, whose tokenizer
+    only warns), and the log says so."""
+    short = tmp_path_factory.mktemp("short_context")
+    for f in model_dir.iterdir():
+        if f.name != "config.json":
+            (short / f.name).symlink_to(f.resolve())
+    config = json.loads((model_dir / "config.json").read_text())
+    (short / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 32}))
+    running = start_mlxrt(short, tmp_path_factory, extra=["--no-chat-page"])
+    try:
+        status, r = running.post_json(TEXT, {"prompt": LONG_TEXT, "max_tokens": 2})
+        assert status == 200 and r["usage"]["completion_tokens"] == 2
+        log = Path(running.log).read_text()
+        assert "more than the model's context of 32 (max_position_embeddings)" in log
+    finally:
+        stop(running)

@@ -161,6 +161,9 @@ void register_server(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest accepted request body")->capture_default_str();
   cmd->add_option("--http-threads", o.http_threads, "Connections served at once")->capture_default_str();
+  cmd->add_option("--max-prompt-tokens", o.max_prompt_tokens,
+                  "Longest prompt, in tokens, a request may bring (longer: a 400 before any prefill; default: any)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--max-memory", o.max_memory_gb,
                   "GB a request may bring the weights plus the running requests' KV cache to; a request over it "
                   "waits, one that can never fit gets 503 (default: the device's memory, as mlxrt fit sees it)");

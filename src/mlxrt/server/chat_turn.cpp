@@ -225,6 +225,7 @@ void serve_turn(const ApiContext& ctx, const httplib::Request& req, httplib::Res
     held = ctx.models.acquire(request.model, ctx.scheduler, deadline);
     check_model(request, ctx.options, *held);
     PreparedPrompt prompt = build_prompt(request, *held, ctx.options);
+    check_prompt_length(request, prompt, ctx.options, *held, ctx.log);
     job = std::make_shared<Job>(request, std::move(prompt), deadline);
     job->set_session(held);
   } catch (const HttpError& e) {

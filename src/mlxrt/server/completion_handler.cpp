@@ -119,6 +119,23 @@ void check_model(const CompletionRequest& r, const ServerOptions& o, const Model
                     "num_draft_tokens");
 }
 
+void check_prompt_length(const CompletionRequest& r, const PreparedPrompt& prompt, const ServerOptions& o,
+                         const ModelSession& s, Logger& log) {
+  const size_t n = prompt.tokens.size();
+  const char* field = r.endpoint == Endpoint::chat ? "messages" : "prompt";
+  if (o.max_prompt_tokens && n > static_cast<size_t>(*o.max_prompt_tokens))
+    throw HttpError(400, "the prompt has " + std::to_string(n) + " tokens, more than this server takes (" +
+                             std::to_string(*o.max_prompt_tokens) + ", --max-prompt-tokens)", field);
+  const auto& config = s.loaded.config.raw();
+  if (auto it = config.find("max_position_embeddings"); it != config.end() && it->is_number_integer()) {
+    const long context = it->get<long>();
+    if (context > 0 && static_cast<long>(n) > context)
+      log.warning("the prompt has " + std::to_string(n) + " tokens, more than the model's context of " +
+                  std::to_string(context) + " (max_position_embeddings): positions past it are beyond what the "
+                  "model was trained on");
+  }
+}
+
 namespace {
 
 /** Waits for the job's StartedEvent. Returns false after writing the error reply. */
@@ -239,6 +256,7 @@ void handle_completion_request(const ServerOptions& options, Logger& log, ModelP
     held = models.acquire(request.model, scheduler, deadline);
     check_model(request, options, *held);
     PreparedPrompt prompt = build_prompt(request, *held, options);
+    check_prompt_length(request, prompt, options, *held, log);
     job = std::make_shared<Job>(request, std::move(prompt), deadline);
     job->set_session(held);
   } catch (const HttpError& e) {

@@ -24,6 +24,12 @@ namespace mlxrt::server {
  * that generates). */
 void check_model(const CompletionRequest& request, const ServerOptions& options, const ModelSession& session);
 
+/** After the prompt is built: HttpError(400) when it is longer than --max-prompt-tokens; a warning
+ * in the log when it is longer than the model's context (max_position_embeddings), as the Hugging
+ * Face tokenizer under mlx_lm.server warns (the request still runs, as there). */
+void check_prompt_length(const CompletionRequest& request, const PreparedPrompt& prompt, const ServerOptions& options,
+                         const ModelSession& session, Logger& log);
+
 /** The adapter a request runs with: a --adapters name chosen by its `adapters` field (a name or an
  * adapter directory) or by a model name "<model>@<adapter>"; "" for the plain model (which carries
  * --adapter-path's adapter, if any). HttpError(400) naming `adapters` for an adapter not served or

@@ -57,6 +57,7 @@ struct ServerOptions {
   double request_timeout_s = 600.0;  // whole request, queueing included; 0: none
   int http_threads = 128;            // concurrent connections served at once
   int max_queued_requests = 1024;    // beyond this, 503
+  std::optional<int> max_prompt_tokens;  // --max-prompt-tokens: longer prompts are a 400 (unset: any length)
   std::optional<double> max_memory_gb;  // --max-memory: admission budget (unset: the device's memory)
 
   // The chat page at GET / (ours; mlx_lm.server answers 404 there). --no-chat-page turns it off.
