@@ -7,6 +7,7 @@ import json
 import uuid
 
 import anthropic
+import jsonschema
 import pytest
 
 from test_openai_client import stop_word_from
@@ -221,6 +222,14 @@ BAD = [
     ("temperature negative", {"temperature": -1}, "temperature"),
     ("top_k a float", {"top_k": 1.5}, "top_k"),
     ("system image", {"system": [{"type": "image", "source": {}}]}, "system[0].type"),
+    ("output format of another type", {"output_config": {"format": {"type": "json_object"}}},
+     "output_config.format.type"),
+    ("output format without a schema", {"output_config": {"format": {"type": "json_schema"}}},
+     "output_config.format.schema"),
+    ("output schema with an unenforced keyword", {"output_config": {"format": {"type": "json_schema", "schema": {
+        "type": "array", "items": {"type": "integer"}, "uniqueItems": True}}}}, "output_config.format.schema"),
+    ("output format given twice", {"output_config": {"format": {"type": "json_schema", "schema": {}}},
+                                   "output_format": {"type": "json_schema", "schema": {}}}, "output_format"),
 ]
 
 
@@ -244,3 +253,28 @@ def test_errors_through_the_sdk(client, model):
     assert e.value.body["error"]["type"] == "not_found_error"
     status_ok = client.messages.create(model=model, max_tokens=1, messages=user("still fine"))
     assert status_ok.usage.output_tokens == 1
+
+
+POINT = {"type": "object", "properties": {"x": {"type": "integer", "minimum": 0, "maximum": 9},
+                                          "label": {"enum": ["near", "far"]}},
+         "required": ["x", "label"], "additionalProperties": False}
+
+
+def test_structured_output_equals_chat(client, model, mlxrt_server):
+    """output_config.format (json_schema, strict as Anthropic's structured outputs are) constrains
+    the reply as response_format does in /v1/chat/completions: with the same seed, the same text;
+    it parses and validates. The beta's top-level output_format is the same request."""
+    messages = user("A point, please.")
+    sampling = {"temperature": 1.0, "seed": 7}
+    c = chat(mlxrt_server, messages, max_tokens=200, chat_template_kwargs={"enable_thinking": False}, **sampling,
+             response_format={"type": "json_schema", "json_schema": {"name": "point", "schema": POINT, "strict": True}})
+    want = c["choices"][0]["message"]["content"]
+    m = client.messages.create(model=model, max_tokens=200, messages=messages, thinking=NO_THINKING,
+                               output_config={"format": {"type": "json_schema", "schema": POINT}}, extra_body=sampling)
+    assert m.stop_reason == "end_turn" and m.content[0].text == want
+    value = json.loads(want)
+    jsonschema.validate(value, POINT)
+    status, raw = mlxrt_server.post_json("/v1/messages", {
+        "model": model, "max_tokens": 200, "messages": messages, "thinking": NO_THINKING, **sampling,
+        "output_format": {"type": "json_schema", "schema": POINT}})
+    assert status == 200 and raw["content"][0]["text"] == want

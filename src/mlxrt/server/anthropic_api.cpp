@@ -373,9 +373,38 @@ class AnthropicRenderer final : public TurnRenderer {
 };
 
 /** The body, translated; errors in Anthropic's shape are the caller's. */
+/** Structured outputs: `output_config.format` (or the beta's top-level `output_format`),
+ * {"type": "json_schema", "schema": {...}}: the reply constrained to the schema, strictly (no
+ * property the schema does not name), as Anthropic's structured outputs are. */
+void apply_output_format(const json& body, CompletionRequest& r) {
+  const json* format = nullptr;
+  std::string where;
+  if (const json* config = find(body, "output_config")) {
+    if (!config->is_object()) bad("output_config", "must be an object");
+    if (const json* f = find(*config, "format"); f && !f->is_null()) {
+      format = f;
+      where = "output_config.format";
+    }
+  }
+  if (const json* f = find(body, "output_format"); f && !f->is_null()) {
+    if (format) bad("output_format", "give the format once (output_config.format)");
+    format = f;
+    where = "output_format";
+  }
+  if (!format) return;
+  if (!format->is_object()) bad(where, "must be an object with a type and a schema");
+  const json* type = find(*format, "type");
+  if (!type || !type->is_string() || *type != "json_schema") bad(where + ".type", "must be \"json_schema\"");
+  json spec = *format;
+  spec["strict"] = true;
+  parse_response_format(spec, where, r);
+}
+
 CompletionRequest translate(const ApiContext& ctx, const std::string& text, bool count_only) {
   json body = parse_request_body(text);
-  return parse_completion_body(anthropic_to_chat(body, count_only), Endpoint::chat, ctx.options);
+  auto request = parse_completion_body(anthropic_to_chat(body, count_only), Endpoint::chat, ctx.options);
+  if (!count_only) apply_output_format(body, request);
+  return request;
 }
 
 bool body_too_large(const ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
