@@ -1,6 +1,7 @@
 """Load and cancellation: 32 concurrent streaming clients all complete with the right content; a
 client that disconnects mid-stream (or mid-wait, not streaming) stops its generation at once, so
-the server is free for the next request."""
+the server is free for the next request; hundreds of idle connections holding half a header block
+do not keep /health or a request waiting."""
 import json
 import socket
 import threading
@@ -174,3 +175,26 @@ def test_sigterm_stops_a_busy_server_promptly(model_dir, tmp_path_factory):
     assert running.proc.returncode == 0
     status, r = answer["r"]
     assert status == 503 and r["error"]["code"] == 503
+
+
+def test_idle_half_header_connections_do_not_starve_the_server(server):
+    """200 connections that sent half a header block and went quiet (each holds a thread until the
+    read timeout): /health and a completion are still answered at once (threads are added as
+    connections arrive, up to --http-threads)."""
+    idle = []
+    try:
+        for _ in range(200):
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: applic")
+            idle.append(s)
+        time.sleep(0.5)  # every one of them is being read now
+        t0 = time.monotonic()
+        status, _, _ = server.request("GET", "/health", timeout=5)
+        assert status == 200 and time.monotonic() - t0 < 2.0
+        t0 = time.monotonic()
+        status, r = server.post_json(CHAT, body(1, stream=False))
+        assert status == 200 and r["usage"]["completion_tokens"] >= 1
+        assert time.monotonic() - t0 < 10.0
+    finally:
+        for s in idle:
+            s.close()

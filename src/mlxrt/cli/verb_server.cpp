@@ -160,7 +160,10 @@ void register_server(CLI::App& app) {
   cmd->add_option("--request-timeout", o.request_timeout_s, "Seconds a request may take, queueing included (0: none)")
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest accepted request body")->capture_default_str();
-  cmd->add_option("--http-threads", o.http_threads, "Connections served at once")->capture_default_str();
+  cmd->add_option("--http-threads", o.http_threads,
+                  "Connections served at once (a thread each, added as connections arrive: idle or slow clients "
+                  "cannot hold every one)")
+      ->capture_default_str();
   cmd->add_option("--max-prompt-tokens", o.max_prompt_tokens,
                   "Longest prompt, in tokens, a request may bring (longer: a 400 before any prefill; default: any)")
       ->check(CLI::PositiveNumber);

@@ -8,6 +8,7 @@
 #include <ctime>
 
 #include "mlxrt/server/anthropic_api.h"
+#include "mlxrt/server/connection_pool.h"
 #include "mlxrt/server/embeddings_api.h"
 #include "mlxrt/server/http_error.h"
 #include "mlxrt/server/models_list.h"
@@ -44,7 +45,7 @@ HttpFront::HttpFront(const ServerOptions& options, Logger& log, ModelPool& model
       responses_api_(std::make_unique<ResponsesApi>()),
       embeddings_api_(std::make_unique<EmbeddingsApi>()) {
   const int threads = std::max(4, options.http_threads);
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->new_task_queue = [threads] { return new ConnectionPool(static_cast<size_t>(threads)); };
   // Bodies a little over the limit are still read (then refused with 413 by the route), so that
   // closing the connection does not reset it and lose the answer; larger ones are refused unread.
   http_->set_payload_max_length(drain_limit(options.max_body_bytes));

@@ -55,7 +55,7 @@ struct ServerOptions {
   size_t max_header_bytes = 16u << 10;
   size_t max_header_count = 100;
   double request_timeout_s = 600.0;  // whole request, queueing included; 0: none
-  int http_threads = 128;            // concurrent connections served at once
+  int http_threads = 1024;           // connections served at once (threads are added as they arrive)
   int max_queued_requests = 1024;    // beyond this, 503
   std::optional<int> max_prompt_tokens;  // --max-prompt-tokens: longer prompts are a 400 (unset: any length)
   std::optional<double> max_memory_gb;  // --max-memory: admission budget (unset: the device's memory)
