@@ -198,3 +198,31 @@ def test_idle_half_header_connections_do_not_starve_the_server(server):
     finally:
         for s in idle:
             s.close()
+
+
+def test_long_prompt_does_not_hold_a_short_request_back(model_dir, tmp_path_factory):
+    """A long prompt is prefilled a chunk (--prefill-step-size) at a time between the batch's other
+    work, as mlx_lm.server's BatchGenerator does: a short request that arrives meanwhile is answered
+    after a chunk or two, long before the long prompt's prefill ends."""
+    running = start_mlxrt(model_dir, tmp_path_factory, extra=["--prefill-step-size", "256"])
+    try:
+        done = {}
+
+        def long_request():
+            t0 = time.monotonic()
+            status, r = running.post_json("/v1/completions", {"prompt": "word " * 6000, "max_tokens": 1}, timeout=300)
+            done["long"] = (status, time.monotonic() - t0, r["usage"]["prompt_tokens"])
+
+        t = threading.Thread(target=long_request)
+        t.start()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        status, r = running.post_json("/v1/completions", {"prompt": "Hello", "max_tokens": 1}, timeout=300)
+        short = time.monotonic() - t0
+        still_running = t.is_alive()
+        t.join(timeout=300)
+        assert status == 200 and done["long"][0] == 200 and done["long"][2] > 6000
+        assert still_running, done  # answered while the long prompt was still being prefilled
+        assert short < done["long"][1] / 3, (short, done)
+    finally:
+        stop(running)
