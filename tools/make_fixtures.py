@@ -801,6 +801,10 @@ FIXTURES.update({
     # the tied embedding adapted too (LoRAEmbedding: its rows and the head through as_linear)
     "qwen3_bf16_lora_embed": fx(QWEN3, seed=154, adapter={"type": "lora", "num_layers": 1, "seed": 4,
                                                           "keys": ["model.embed_tokens", "mlp.up_proj"]}),
+    # LoRA on a mixture of experts (LoRASwitchLinear on the experts' switch layers, LoRALinear on
+    # attention and the router; float32: MLX's CPU gather_mm takes no other dtype)
+    "qwen3_moe_fp32_lora": fx(QWEN3_MOE, dtype="float32", seed=155, adapter={"type": "lora", "num_layers": 2,
+                                                                             "seed": 5}),
 })
 
 

@@ -16,9 +16,10 @@ from sampling_oracle import sample_tokens
 
 TOKENS = [1, 17, 300, 42, 5, 511, 77, 8, 256, 3, 99, 150]
 # LoRA on every layer; DoRA on a 4-bit base (QLoRA) and on the last 2 of 3 llama layers; LoRA with keys
-# (lm_head among them) on a 4-bit base; LoRA on the tied embedding (rows and head).
+# (lm_head among them) on a 4-bit base; LoRA on the tied embedding (rows and head); LoRA on a mixture of
+# experts (LoRASwitchLinear on the switch layers, the router adapted too).
 ADAPTED = ["qwen3_bf16_lora", "qwen3_q4_g64_dora", "llama_bf16_dora", "llama_q4_g64_lora_keys",
-           "qwen3_bf16_lora_embed"]
+           "qwen3_bf16_lora_embed", "qwen3_moe_fp32_lora"]
 
 
 def adapted(path):
@@ -49,7 +50,7 @@ def test_logits_byte_equal_with_adapter(name, fixtures_dir, tmp_path):
     assert oracle.raw_bytes(base) != oracle.raw_bytes(ref)
 
 
-@pytest.mark.parametrize("name", ["qwen3_bf16_lora", "llama_bf16_dora", "llama_q4_g64_lora_keys"])
+@pytest.mark.parametrize("name", ["qwen3_bf16_lora", "llama_bf16_dora", "llama_q4_g64_lora_keys", "qwen3_moe_fp32_lora"])
 def test_greedy_tokens_with_adapter(name, fixtures_dir):
     path = fixtures_dir / name
     model, config = adapted(path)
@@ -188,3 +189,21 @@ def test_full_fine_tune_adapter(fixtures_dir, tmp_path):
     mx.save_safetensors(str(adapter / "adapters.safetensors"), weights)
     err = refused(path, adapter, tmp_path)
     assert "model.layers.1.mlp.up_proj.weight" in err and "(64, 128)" in err and "(256, 128)" in err, err
+
+
+def test_switch_layer_adapter_checks(fixtures_dir, tmp_path):
+    """On a mixture of experts: an expert delta of another shape names the tensor and both shapes;
+    DoRA on the switch layers is refused, as mlx-lm's linear_to_lora_layers refuses it."""
+    name = "model.layers.2.mlp.switch_mlp.up_proj.lora_a"
+    adapter = copy_adapter(fixtures_dir, "qwen3_moe_fp32_lora", tmp_path)
+    weights = mx.load(str(adapter / "adapters.safetensors"))
+    weights[name] = mx.zeros((8, 8, 128))  # 8 experts where the model has 16
+    mx.save_safetensors(str(adapter / "adapters.safetensors"), weights)
+    err = refused(fixtures_dir / "qwen3_moe_fp32_lora", adapter, tmp_path)
+    assert name in err and "(8, 8, 128)" in err and "(16, 8, 128)" in err, err
+
+    adapter = copy_adapter(fixtures_dir, "qwen3_moe_fp32_lora", tmp_path / "dora")
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    (adapter / "adapter_config.json").write_text(json.dumps({**config, "fine_tune_type": "dora"}))
+    err = refused(fixtures_dir / "qwen3_moe_fp32_lora", adapter, tmp_path)
+    assert "switch_mlp" in err and "DoRA" in err, err

@@ -193,11 +193,34 @@ std::shared_ptr<const LoraDelta> Adapter::take(const std::string& path, int rows
   return delta;
 }
 
-void Adapter::refuse(const std::string& path, const std::string& kind) const {
-  for (const char* leaf : {".lora_a", ".lora_b", ".m"})
-    if (tensors_.count(path + leaf))
-      throw UnsupportedError(file_.string() + ": " + path + leaf + " adapts " + kind + " " + path +
-                             ", which this engine cannot adapt");
+std::shared_ptr<const LoraDelta> Adapter::take_switch(const std::string& path, int num_experts, int input_dims,
+                                                      int output_dims) {
+  if (full()) return nullptr;
+  auto a_it = tensors_.find(path + ".lora_a");
+  auto b_it = tensors_.find(path + ".lora_b");
+  auto m_it = tensors_.find(path + ".m");
+  if (a_it == tensors_.end() && b_it == tensors_.end() && m_it == tensors_.end()) return nullptr;
+  if (!selects(path)) return nullptr;  // finish() names the tensors as matching no adapted layer
+  if (config_.fine_tune_type == "dora")
+    throw UnsupportedError(file_.string() + ": " + path + " is a mixture-of-experts switch layer: SwitchLinear "
+                           "doesn't support DoRA yet (mlx-lm refuses it too)");
+  if (a_it == tensors_.end() || b_it == tensors_.end())
+    throw WeightsError(file_.string() + ": " + path + (a_it == tensors_.end() ? ".lora_a" : ".lora_b") +
+                       " missing: the adapter adapts " + path + " (it holds its other tensors), so it needs both "
+                       "lora_a and lora_b");
+  auto check = [&](const std::string& name, const mx::array& t, const mx::Shape& want) {
+    if (t.shape() != want)
+      misshaped_.push_back(name + ": the adapter has shape " + shape_str(t.shape()) + " but this model needs " +
+                           shape_str(want));
+  };
+  auto delta = std::make_shared<LoraDelta>(LoraDelta{a_it->second, b_it->second, std::nullopt, config_.scale, false});
+  check(a_it->first, delta->a, {num_experts, config_.rank, input_dims});
+  check(b_it->first, delta->b, {num_experts, output_dims, config_.rank});
+  taken_.push_back(delta->a);
+  taken_.push_back(delta->b);
+  tensors_.erase(a_it);
+  tensors_.erase(b_it);
+  return delta;
 }
 
 void Adapter::finish() const {
@@ -235,6 +258,15 @@ mx::array lora_linear(const LoraDelta& d, const mx::array& x, const std::functio
   out = mx::multiply(mx::astype(mx::divide(*d.m, denom), x.dtype()), out);
   if (bias) out = mx::add(out, *bias);
   return out;
+}
+
+mx::array lora_switch(const LoraDelta& d, const mx::array& x, const mx::array& y, const mx::array& indices,
+                      bool sorted_indices) {
+  // z = gather_mm(dropout(x), lora_a^T, rhs_indices=indices); z = gather_mm(z, lora_b^T, ...);
+  // y + (scale * z).astype(x.dtype)
+  auto z = mx::gather_mm(x, mx::swapaxes(d.a, -1, -2), std::nullopt, indices, sorted_indices);
+  z = mx::gather_mm(z, mx::swapaxes(d.b, -1, -2), std::nullopt, indices, sorted_indices);
+  return mx::add(y, mx::astype(scaled(d.scale, z), x.dtype()));
 }
 
 mx::array lora_embedding(const LoraDelta& d, const mx::array& ids, const mx::array& y) {

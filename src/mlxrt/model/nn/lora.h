@@ -63,9 +63,12 @@ class Adapter {
   std::shared_ptr<const LoraDelta> take(const std::string& path, int rows, int cols, int m_size,
                                         const std::function<mx::array()>& dora_magnitude = {});
 
-  /** A module of a kind this engine does not adapt (e.g. switch layers): UnsupportedError when
-   * the adapter holds tensors for it. */
-  void refuse(const std::string& path, const std::string& kind) const;
+  /** The delta of the switch layer `path` (LoRASwitchLinear's: lora_a [num_experts, r, in],
+   * lora_b [num_experts, out, r]) when the adapter adapts it, as take() decides. A DoRA adapter
+   * holding tensors for it is refused, as mlx-lm refuses DoRA on switch layers. */
+  std::shared_ptr<const LoraDelta> take_switch(const std::string& path, int num_experts, int input_dims,
+                                               int output_dims);
+
 
   /** "full" fine-tunes: the tensors that replace the base model's. */
   const io::WeightMap& tensors() const { return tensors_; }
@@ -101,6 +104,11 @@ bool is_adapter_leaf(const std::string& name);
  * which DoRA adds after the rescaling. */
 mx::array lora_linear(const LoraDelta& d, const mx::array& x, const std::function<mx::array(const mx::array&)>& linear,
                       const std::function<mx::array()>& weight, const std::optional<mx::array>& bias);
+
+/** LoRASwitchLinear's __call__: `y` is the wrapped switch layer's output for x and `indices`; the
+ * low-rank delta goes through the same experts (gather_mm over lora_a, then lora_b). */
+mx::array lora_switch(const LoraDelta& d, const mx::array& x, const mx::array& y, const mx::array& indices,
+                      bool sorted_indices);
 
 /** LoRAEmbedding / DoRAEmbedding __call__: `rows` is the base embedding's output for `ids`. */
 mx::array lora_embedding(const LoraDelta& d, const mx::array& ids, const mx::array& rows);

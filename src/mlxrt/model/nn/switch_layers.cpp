@@ -87,7 +87,12 @@ int register_streamed(WeightBinder& w, std::initializer_list<const SwitchLinear*
 
 SwitchLinear SwitchLinear::load(WeightBinder& w, const std::string& path, int input_dims, int output_dims,
                                 int num_experts, bool bias) {
-  if (auto* adapter = w.adapter()) adapter->refuse(path, "the mixture-of-experts switch layer");
+  // An adapter on the experts: LoRASwitchLinear (mlx-lm's tuner/lora.py) around this layer.
+  std::shared_ptr<const LoraDelta> lora;
+  if (auto* adapter = w.adapter()) lora = adapter->take_switch(path, num_experts, input_dims, output_dims);
+  if (lora && ExpertStreaming::current())
+    throw UnsupportedError(w.config().source() + ": " + path + " is adapted by the adapter, whose expert deltas "
+                           "--expert-memory does not stream: leave out --expert-memory or the adapter");
   std::optional<Quantized> q;
   std::optional<mx::array> weight, global_scale;
   std::vector<StreamedTensor> streamed;
@@ -115,6 +120,7 @@ SwitchLinear SwitchLinear::load(WeightBinder& w, const std::string& path, int in
   if (bias) b = take_expert_tensor(w, path + ".bias", {num_experts, output_dims}, streamed);
   SwitchLinear out(std::move(*weight), std::move(b), std::move(q), std::move(global_scale));
   out.streamed_ = std::move(streamed);
+  out.lora_ = std::move(lora);
   return out;
 }
 
@@ -136,6 +142,7 @@ mx::array SwitchLinear::operator()(const mx::array& x, const mx::array& indices,
                                     sorted_indices)
                    : mx::gather_mm(x, mx::swapaxes(weight_, -1, -2), std::nullopt, indices, sorted_indices);
   if (bias_) y = mx::add(y, mx::expand_dims(mx::take(*bias_, indices, 0), -2));
+  if (lora_) y = lora_switch(*lora_, x, y, indices, sorted_indices);
   return y;
 }
 

@@ -49,6 +49,7 @@ class SwitchLinear {
   SwitchLinear(mx::array weight, std::optional<mx::array> bias, std::optional<Quantized> q,
                std::optional<mx::array> global_scale)
       : weight_(std::move(weight)), bias_(std::move(bias)), q_(std::move(q)), global_scale_(std::move(global_scale)) {}
+  std::shared_ptr<const LoraDelta> lora_;  // an adapter's LoRASwitchLinear delta, if any
   mx::array weight_;
   std::optional<mx::array> bias_;
   std::optional<Quantized> q_;
