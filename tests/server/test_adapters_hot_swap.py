@@ -2,11 +2,13 @@
 request by the `adapters` field or a model name "<model>@<name>". Each request, alternating between
 adapters and the plain model, gives the tokens and logprobs of `mlxrt generate --adapter-path DIR`
 for the same prompt (generate is byte-equal to mlx-lm with the adapter); the prompt cache never
-hands one adapter's KV to another. An unknown adapter is a 4xx in the API's own shape, and an
+hands one adapter's KV to another. Concurrent requests batch per adapter. An unknown adapter is a 4xx in the API's own shape, and an
 adapter trained on another base model stops the server at start with an error naming it."""
 import json
 import subprocess
 import sys
+import threading
+import time
 
 import mlx.core as mx
 import numpy as np
@@ -110,6 +112,51 @@ def test_alternating_adapters_equal_generate(server, model_dir, reference):
     # The adapters change the answers (so equality above tells them apart).
     for by_adapter in answers.values():
         assert len({tuple(t) for t in by_adapter.values()}) == len(by_adapter), by_adapter
+
+
+def check_answer(got, adapter, p, reference):
+    content = got["choices"][0]["logprobs"]["content"]
+    tokens = [c["id"] for c in content]
+    want_tokens, want_logprobs = reference(adapter, PROMPTS[p])
+    if got["choices"][0]["finish_reason"] == "stop" and len(tokens) == len(want_tokens) + 1:
+        tokens, content = tokens[:-1], content[:-1]
+    assert tokens == want_tokens, (adapter, p)
+    rows = np.array(want_logprobs.astype(mx.float32))
+    want = np.array([rows[i, t] for i, t in enumerate(want_tokens)], dtype=np.float32)
+    assert np.array([c["logprob"] for c in content], dtype=np.float64).astype(np.float32).tobytes() == want.tobytes()
+
+
+def test_concurrent_requests_batch_per_adapter(server, reference):
+    """Requests for several adapters at once: those of one adapter (or of the plain model) share a
+    batch on that adapter's weights, another adapter's wait for it to drain (one model per batch, as
+    mlx_lm.server's); every answer still equals `generate --adapter-path` of its own adapter."""
+    jobs = [(adapter, p) for adapter in ("alpha", None, "beta") for p in (0, 1, 0, 1)]
+    results, errors, peak = {}, [], []
+
+    def one(i, adapter, p):
+        body = {"prompt": PROMPTS[p], "max_tokens": MAX_TOKENS, "temperature": 0.0, "logprobs": True}
+        if adapter:
+            body["adapters"] = adapter
+        try:
+            results[i] = server.post_json(TEXT, body, timeout=120)
+        except Exception as e:  # reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=one, args=(i, a, p)) for i, (a, p) in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        status, _, raw = server.request("GET", "/metrics")
+        peak += [float(line.split()[1]) for line in raw.decode().splitlines() if line.startswith("mlxrt_batch_size ")]
+        time.sleep(0.005)
+    for t in threads:
+        t.join(timeout=180)
+    assert not errors, errors
+    for i, (adapter, p) in enumerate(jobs):
+        status, got = results[i]
+        assert status == 200, got
+        check_answer(got, adapter, p, reference)
+    assert max(peak) > 1  # requests of one adapter were on the model together
 
 
 def test_prompt_cache_is_per_adapter(server):

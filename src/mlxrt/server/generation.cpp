@@ -223,25 +223,36 @@ bool Generator::batchable(const Job& job) const {
   if (session.unbatchable || job.request().seed || options_.kv_bits) return false;
   // Structured output masks each step with the request's own grammar state: it runs alone.
   if (job.request().response_format != "text") return false;
-  // The batch runs the base model: a request for one of --adapters runs alone on its own weights
-  // (and one naming an unknown adapter gets its error there).
+  // A request naming an unknown adapter runs alone, and gets its error there.
   try {
-    return requested_adapter(job.request(), options_, session).empty();
+    requested_adapter(job.request(), options_, session);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return true;
+}
+
+// One batch runs one model: the base model or one of --adapters (each adapter's model computes
+// with its own weights), as mlx_lm.server's batch runs the one model (and adapter) it loaded. A
+// request for another drains the batch, then opens its own.
+bool Generator::batch_joinable(const Job& job) const {
+  if (job.session() && job.session() != session_) return false;
+  try {
+    return requested_adapter(job.request(), options_, *session_) == batch_adapter_;
   } catch (const std::exception&) {
     return false;
   }
 }
 
-bool Generator::batch_joinable(const Job& job) const { return !job.session() || job.session() == session_; }
-
 void Generator::batch_open(const Job& job) {
   use(job.session());
+  batch_adapter_ = requested_adapter(job.request(), options_, *session_);
   generate::BatchGeneratorOptions o;
   o.completion_batch_size = options_.decode_concurrency;
   o.prefill_batch_size = options_.prompt_concurrency;
   o.prefill_step_size = options_.prefill_step_size;
   o.batch_invariant = options_.batch_invariant;
-  batcher_ = std::make_unique<generate::BatchGenerator>(*session_->loaded.model, o);
+  batcher_ = std::make_unique<generate::BatchGenerator>(session_->model_for(batch_adapter_), o);
 }
 
 void Generator::batch_close() { batcher_.reset(); }
@@ -249,7 +260,7 @@ void Generator::batch_close() { batcher_.reset(); }
 void Generator::batch_insert(const std::shared_ptr<Job>& job) {
   const CompletionRequest& r = job->request();
   const std::vector<int32_t>& prompt = job->prompt().tokens;
-  auto& model = *session_->loaded.model;
+  auto& model = session_->model_for(batch_adapter_);
   generate::BatchRequest req;
   try {
     auto sp = sampler_params(r);
@@ -269,7 +280,7 @@ void Generator::batch_insert(const std::shared_ptr<Job>& job) {
   req.stop_sequences = generate::make_stop_sequences(session_->tokenizer, session_->eos_token_ids, r.stop);
   req.max_tokens = r.max_tokens;
 
-  auto hit = cache_.fetch(prompt, cache_key(""));
+  auto hit = cache_.fetch(prompt, cache_key(batch_adapter_));
   req.prompt.assign(prompt.begin() + static_cast<long>(hit.reused), prompt.end());
   req.all_tokens.assign(prompt.begin(), prompt.begin() + static_cast<long>(hit.reused));
   req.cache = std::move(hit.cache);
@@ -340,7 +351,7 @@ void Generator::batch_serve(const std::function<bool()>& arrived) {
         metrics_.next_token(Seconds(now - b.last_event).count());
       b.last_event = now;
       if (g.finish_reason) {
-        cache_.insert(std::move(g.all_tokens), std::move(g.prompt_cache), cache_key(""));
+        cache_.insert(std::move(g.all_tokens), std::move(g.prompt_cache), cache_key(batch_adapter_));
         metrics_.job_finished(b.generated);
         metrics_.prompt_cache_state(cache_.nbytes(), cache_.size());
         b.job->push(DoneEvent{});

@@ -81,6 +81,7 @@ class Generator {
   std::vector<int32_t> newline_tokens_;
   std::optional<std::string> unbatchable_;  // why the model cannot batch (nullopt: it can)
   std::unique_ptr<generate::BatchGenerator> batcher_;
+  std::string batch_adapter_;  // the --adapters name the open batch runs ("" for the base model)
   std::map<int, BatchJob> batch_;
   std::unique_ptr<structured::GrammarEngine> grammar_;  // structured output, made on first use
 };
