@@ -177,12 +177,17 @@ print(next((1e3 / x['mlxrt']['gen_tps'] for x in r['runs'] if x['model'] == '$(b
 
 # Continuous batching: aggregate tok/s and TTFT under 8 and 32 streaming clients, both servers on
 # the same benchmark model (made here on first use, as `bench` makes it).
+# bench_model NAME: the benchmark model NAME (shape-quant), made on first use; prints its directory.
+bench_model() {
+  local shape=${1%-*} quant=${1##*-}
+  py -c "import sys; sys.path.insert(0, 'bench/gpu'); from pathlib import Path; import models
+print(models.ensure_model(Path(sys.executable), Path('$work/models'), '$shape', '$quant', Path('$tokenizer')))"
+}
+
 batching() {
-  local m shape quant path
+  local m path
   for m in ${BENCH_BATCH_MODELS:-qwen3-0.6b-bf16 qwen3-8b-bf16}; do
-    shape=${m%-*} quant=${m##*-}
-    path=$(py -c "import sys; sys.path.insert(0, 'bench/gpu'); from pathlib import Path; import models
-print(models.ensure_model(Path(sys.executable), Path('$work/models'), '$shape', '$quant', Path('$tokenizer')))") || return 1
+    path=$(bench_model "$m") || return 1
     echo "== $m"
     # shellcheck disable=SC2086  # BENCH_BATCH_ARGS is a list of options
     MLXRT_BIN="$work/mlxrt" py bench/batch_bench.py --model "$path" ${BENCH_BATCH_ARGS:---clients 8 32 --gen-tokens 128 --runs 2} || return 1
@@ -192,11 +197,9 @@ print(models.ensure_model(Path(sys.executable), Path('$work/models'), '$shape', 
 # The batch generator alone, no server: `mlxrt batch-generate` against mlx-lm's BatchGenerator,
 # per-step times over the generation (bench/batch_generate_bench.py).
 batchgen() {
-  local m shape quant path
+  local m path
   for m in ${BENCH_BATCH_MODELS:-qwen3-0.6b-bf16 qwen3-8b-bf16}; do
-    shape=${m%-*} quant=${m##*-}
-    path=$(py -c "import sys; sys.path.insert(0, 'bench/gpu'); from pathlib import Path; import models
-print(models.ensure_model(Path(sys.executable), Path('$work/models'), '$shape', '$quant', Path('$tokenizer')))") || return 1
+    path=$(bench_model "$m") || return 1
     echo "== $m"
     # shellcheck disable=SC2086  # BENCH_BATCHGEN_ARGS is a list of options
     py bench/batch_generate_bench.py --model "$path" --mlxrt "$work/mlxrt" --log-dir "$work/batchgen-$m" \

@@ -7,30 +7,16 @@
 #include <mlx/transforms.h>
 
 #include "mlxrt/cache/batch_kv_cache.h"
+#include "mlxrt/cache/batch_rows.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::cache {
 
+using batch_rows::int_array;
+using batch_rows::positions;
+using batch_rows::to_ints;
+
 namespace {
-
-mx::array int_array(const std::vector<int>& v) {
-  return mx::array(v.data(), {static_cast<int>(v.size())}, mx::int32);
-}
-
-// a[..., start:stop, :] of a [B, H, S, D] array
-mx::array positions(const mx::array& a, int start, int stop) {
-  mx::Shape lo(a.ndim(), 0), hi = a.shape();
-  lo[2] = start;
-  hi[2] = stop;
-  return mx::slice(a, lo, hi);
-}
-
-std::vector<int> to_ints(const mx::array& a) {
-  auto c = mx::astype(a, mx::int32);
-  mx::eval(c);
-  const int32_t* p = c.data<int32_t>();
-  return std::vector<int>(p, p + c.size());
-}
 
 // _trim(trim_size, v, append): the oldest trim_size positions dropped, `append` added at the end.
 mx::array trim_front(int trim_size, const mx::array& v, const std::optional<mx::array>& append = std::nullopt) {
@@ -228,61 +214,22 @@ void BatchRotatingKVCache::filter(const std::vector<int>& batch_indices) {
 }
 
 void BatchRotatingKVCache::extend(BatchCache& other_base) {
-  auto* other_ptr = dynamic_cast<BatchRotatingKVCache*>(&other_base);
-  if (!other_ptr) throw std::logic_error("BatchRotatingKVCache::extend: the other cache is of another kind");
-  auto& other = *other_ptr;
-  if (!keys_ && !other.keys_) {
-    left_padding_ = mx::concatenate({left_padding_, other.left_padding_}, 0);
-    offset_ = mx::concatenate({offset_, other.offset_}, 0);
-    return;
-  }
-  if (rotated_ != other.rotated_ || idx_ != other.idx_) {
-    to_temporal_order();
-    other.to_temporal_order();
-  }
-  const int max_idx = std::max(idx_, other.idx_);
-  int L1 = 0, L2 = 0, H = 0, D = 0, M = 0;
-  if (keys_) {
-    H = keys_->shape(1);
-    L1 = keys_->shape(2);
-    D = keys_->shape(3);
-    M = values_->shape(3);
-  }
-  if (other.keys_) {
-    H = other.keys_->shape(1);
-    L2 = other.keys_->shape(2);
-    D = other.keys_->shape(3);
-    M = other.values_->shape(3);
-  }
-  const int max_size = std::max(L1, L2);
-  const auto dtype = (keys_ ? *keys_ : *other.keys_).dtype();
-  struct Padded {
-    mx::array k, v, offset, left_padding;
-  };
-  auto pad = [&](const BatchRotatingKVCache& c) {
-    mx::array k = c.keys_ ? *c.keys_ : mx::zeros({c.offset_.shape(0), H, 0, D}, dtype);
-    mx::array v = c.values_ ? *c.values_ : mx::zeros({c.offset_.shape(0), H, 0, M}, dtype);
-    const int left = max_idx - c.idx_;
-    int right = max_size - k.shape(2) - left;
-    if (right < 0) {
-      k = positions(k, 0, k.shape(2) + right);
-      v = positions(v, 0, v.shape(2) + right);
-      right = 0;
+  auto* other = dynamic_cast<BatchRotatingKVCache*>(&other_base);
+  if (!other) throw std::logic_error("BatchRotatingKVCache::extend: the other cache is of another kind");
+  if (keys_ || other->keys_) {
+    if (rotated_ != other->rotated_ || idx_ != other->idx_) {
+      to_temporal_order();
+      other->to_temporal_order();
     }
-    if (left != 0 || right != 0) {
-      std::vector<std::pair<int, int>> widths = {{0, 0}, {0, 0}, {left, right}, {0, 0}};
-      k = mx::pad(k, widths);
-      v = mx::pad(v, widths);
-    }
-    return Padded{k, v, c.offset_, mx::add(c.left_padding_, mx::array(left))};
-  };
-  auto a = pad(*this), b = pad(other);
-  keys_ = mx::concatenate({a.k, b.k}, 0);
-  values_ = mx::concatenate({a.v, b.v}, 0);
-  offset_ = mx::concatenate({a.offset, b.offset}, 0);
-  left_padding_ = mx::concatenate({a.left_padding, b.left_padding}, 0);
-  idx_ = max_idx;
-  offset_scalar_ = std::max(offset_scalar_, other.offset_scalar_);
+    offset_scalar_ = std::max(offset_scalar_, other->offset_scalar_);
+  }
+  auto joined = batch_rows::join({keys_, values_, offset_, left_padding_, idx_},
+                                 {other->keys_, other->values_, other->offset_, other->left_padding_, other->idx_});
+  keys_ = std::move(joined.keys);
+  values_ = std::move(joined.values);
+  offset_ = std::move(joined.offset);
+  left_padding_ = std::move(joined.left_padding);
+  idx_ = joined.idx;
 }
 
 std::unique_ptr<Cache> BatchRotatingKVCache::extract(int idx) const {
