@@ -6,12 +6,18 @@ parse, and validate against its schema (the jsonschema package). Schemas with ke
 would not enforce are refused with a 400 naming the keyword."""
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
+import mlx.core as mx
+import numpy as np
 import pytest
 
-from conftest import MLXRT_BIN
+from conftest import FIXTURES, MLXRT_BIN, SOURCE, start_mlxrt, stop
+
+sys.path.insert(0, str(SOURCE / "tools"))
+import make_server_fixture  # noqa: E402
 
 NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
 
@@ -202,3 +208,50 @@ def test_generate_refuses_bad_constraints(model_dir, tmp_path):
     gbnf.write_text('root ::= "a" | \n')
     out = generate(model_dir, "--grammar", gbnf)
     assert out.returncode != 0 and "--grammar" in out.stderr and "EBNF parser error" in out.stderr, out.stderr
+
+
+def test_generate_with_json_schema_and_a_draft_model(model_dir, tmp_path):
+    """With a draft model the constraint sees the draft's guesses and the main model's rows in turn,
+    and follows each history it is given (rolling back where the draft was wrong). A draft that
+    disagrees often (another seed's weights): the greedy answer validates, and every step's set of
+    allowed tokens (the finite entries of its logprobs row) is the one the plain run had at the same
+    prefix, so the mask never ran ahead of or behind the tokens."""
+    draft = make_server_fixture.ensure(FIXTURES, name="server_qwen3_seed41", seed=41)
+    schema = SCHEMAS["array_of_enums"]
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(schema))
+
+    def run(name, *extra):
+        out = tmp_path / f"{name}.safetensors"
+        proc = subprocess.run([MLXRT_BIN, "generate", "--model", str(model_dir), "--prompt", "Answer:", "--temp", "0",
+                               "--max-tokens", "1500", "--verbose", "F", "--json-schema", str(schema_file),
+                               "--logprobs-file", str(out), *extra], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        rows = np.array(mx.load(str(out))["logprobs"].astype(mx.float32))
+        return proc.stdout, rows, mx.load(str(out)).get("from_draft")
+
+    plain_text, plain_rows, _ = run("plain")
+    spec_text, spec_rows, from_draft = run("draft", "--draft-model", str(draft), "--num-draft-tokens", "3")
+    check(spec_text, schema)
+    drafted = np.array(from_draft).astype(bool)
+    assert drafted.any() and not drafted.all()  # some guesses taken, some corrected: rollbacks happened
+    plain_tokens, spec_tokens = plain_rows.argmax(-1), spec_rows.argmax(-1)
+    same = 0
+    while same < min(len(plain_tokens), len(spec_tokens)) and plain_tokens[same] == spec_tokens[same]:
+        same += 1
+    assert same > 10, (plain_text, spec_text)
+    for i in range(same + 1 if same < min(len(plain_rows), len(spec_rows)) else same):
+        assert np.array_equal(np.isfinite(plain_rows[i]), np.isfinite(spec_rows[i])), i
+
+
+def test_server_structured_output_with_a_draft_model(model_dir, tmp_path_factory):
+    draft = make_server_fixture.ensure(FIXTURES, name="server_qwen3_seed41", seed=41)
+    running = start_mlxrt(model_dir, tmp_path_factory, extra=["--draft-model", str(draft), "--num-draft-tokens", "3"])
+    try:
+        schema = SCHEMAS["any_of_nullable"]
+        fmt = {"type": "json_schema", "json_schema": {"name": "m", "schema": schema, "strict": True}}
+        choice = chat(running, model_dir, fmt, 4)
+        assert choice["finish_reason"] == "stop", choice
+        check(choice["message"]["content"], schema)
+    finally:
+        stop(running)

@@ -280,7 +280,6 @@ std::optional<std::pair<std::string, std::string>> read_constraint_file(const Ar
   const std::string& path = a.json_schema.empty() ? a.grammar : a.json_schema;
   if (path.empty()) return std::nullopt;
   const std::string flag = a.json_schema.empty() ? "--grammar" : "--json-schema";
-  if (!a.draft_model.empty()) throw UsageError(flag + ": cannot be combined with --draft-model");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(flag + ": cannot read " + path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -117,9 +117,6 @@ void Generator::run(Job& job) {
     throw HttpError(400, e.what());
   }
   if (r.response_format != "text") {
-    if (session_->draft_model)
-      throw HttpError(400, "response_format: structured output cannot be combined with the server's draft model",
-                      "response_format");
     // The token table is built once, on the first structured request.
     if (!grammar_)
       grammar_ = std::make_unique<structured::GrammarEngine>(session_->tokenizer, model.vocab_size(), session_->eos_token_ids);

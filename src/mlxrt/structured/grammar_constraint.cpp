@@ -147,14 +147,18 @@ std::shared_ptr<TokenConstraint> GrammarEngine::gbnf(const std::string& grammar_
 }
 
 generate::LogitsProcessor constraint_processor(std::shared_ptr<TokenConstraint> constraint) {
-  auto first = std::make_shared<bool>(true);
-  return [constraint = std::move(constraint), first](const mx::array& tokens, const mx::array& logits) {
+  auto prompt_length = std::make_shared<int>(-1);
+  return [constraint = std::move(constraint), prompt_length](const mx::array& tokens, const mx::array& logits) {
     mx::async_eval(logits);
-    if (!*first) {
-      auto last = mx::slice(tokens, {tokens.shape(0) - 1}, {tokens.shape(0)});
-      constraint->accept(last.item<int32_t>());
+    const int n = tokens.shape(0);
+    if (*prompt_length < 0) {
+      *prompt_length = n;
+    } else {
+      auto generated = mx::astype(mx::slice(tokens, {std::min(*prompt_length, n)}, {n}), mx::int32);
+      mx::eval(generated);
+      const int32_t* p = generated.data<int32_t>();
+      constraint->follow(std::vector<int32_t>(p, p + generated.size()));
     }
-    *first = false;
     return constraint->mask(logits);
   };
 }
@@ -169,6 +173,22 @@ void TokenConstraint::accept(int32_t token) {
   if (!state_->matcher.AcceptToken(token))
     throw std::runtime_error("constrained decoding: the sampler chose token " + std::to_string(token) +
                              ", which the grammar does not allow");
+}
+
+void TokenConstraint::follow(const std::vector<int32_t>& generated) {
+  size_t common = 0;
+  while (common < history_.size() && common < generated.size() && history_[common] == generated[common]) ++common;
+  int taken = 0;
+  for (size_t i = common; i < history_.size(); ++i) taken += taken_[i] ? 1 : 0;
+  if (taken > 0) state_->matcher.Rollback(taken);
+  history_.resize(common);
+  taken_.resize(common);
+  for (size_t i = common; i < generated.size(); ++i) {
+    const bool open = !state_->matcher.IsTerminated();
+    accept(generated[i]);
+    history_.push_back(generated[i]);
+    taken_.push_back(open);
+  }
 }
 
 mx::array TokenConstraint::mask(const mx::array& logits) {

@@ -6,8 +6,9 @@
  * The engine is xgrammar's C++ library (schema -> grammar -> adaptive token-mask cache -> bitmask),
  * fed with each token's raw bytes from our tokenizer. A constraint runs as the last logits processor
  * (after the others, before log-softmax and the sampler): tokens the grammar does not allow next get
- * -inf; once the grammar is complete only the stop tokens remain. Plain decoding only (a draft
- * model's verification step would hand it several tokens at once). */
+ * -inf; once the grammar is complete only the stop tokens remain. With a draft model the
+ * processor sees the draft's guesses and the main model's rows in turn: it follows the history it
+ * is given, rolling the grammar back to where that history parts from the one it has seen. */
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,6 +33,9 @@ class TokenConstraint {
   /** Advances the grammar by a sampled token. After the grammar has ended (a stop token was
    * accepted) further tokens are ignored: the generator computes one step past the end. */
   void accept(int32_t token);
+  /** Brings the grammar to the state after `generated` (every token sampled so far): the tokens it
+   * shares with what was accepted before stay, the rest is rolled back, the new ones accepted. */
+  void follow(const std::vector<int32_t>& generated);
   /** logits [1, vocab] with every token the grammar does not allow now set to -inf (unchanged once
    * the grammar has ended). Computes the mask on the host: call it while the device is busy. */
   mx::array mask(const mx::array& logits);
@@ -40,11 +44,14 @@ class TokenConstraint {
 
  private:
   std::shared_ptr<State> state_;
+  std::vector<int32_t> history_;  // the tokens follow() has brought the grammar through
+  std::vector<bool> taken_;       // per history token: the grammar accepted it (not past its end)
 };
 
-/** The constraint as TokenGenerator's last logits processor: from the second call on, the newest
- * token of the history is the one sampled last, and the grammar accepts it before masking. The
- * device computes the step's logits while the host waits for that token and computes the mask. */
+/** The constraint as the generator's last logits processor. The first call's history is the
+ * prompt (all of it in generate_step, its last token in speculative decoding); from then on what
+ * follows it in the history is what has been sampled, which the grammar follows before masking. The
+ * device computes the step's logits while the host reads the history and computes the mask. */
 generate::LogitsProcessor constraint_processor(std::shared_ptr<TokenConstraint> constraint);
 
 /** Compiles constraints for one tokenizer and model vocabulary (the token table is built once, and
