@@ -561,3 +561,20 @@ def test_bad_gemma3n_config(case, tmp_path):
     edit_config(d, edit)
     assert_refused(logits(d), case, expected)
     assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_output_files_are_written_atomically(base, tmp_path):
+    """--out (like --logprobs-file and --losses-file) goes under a partial name first and is renamed
+    into place: a killed run's leftover is cleared by the next run, nothing partial is left, and a
+    place that cannot be written is an error naming the flag and the path."""
+    out = tmp_path / "logits.safetensors"
+    stale = tmp_path / ".logits.safetensors.partial-999999999.safetensors"  # no such process
+    stale.write_bytes(b"half a file")
+    proc = subprocess.run([BIN, "logits", "--model", str(base / "qwen3_bf16"), "--tokens", "1,2,3", "--out", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["logits.safetensors"]
+    missing = tmp_path / "no-such-dir" / "x.safetensors"
+    proc = subprocess.run([BIN, "logits", "--model", str(base / "qwen3_bf16"), "--tokens", "1,2,3", "--out",
+                           str(missing)], capture_output=True, text=True)
+    assert proc.returncode != 0 and f"--out {missing}: cannot be written" in proc.stderr, proc.stderr

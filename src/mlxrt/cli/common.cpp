@@ -3,8 +3,12 @@
 #include <charconv>
 #include <cmath>
 #include <iostream>
+#include <system_error>
+
+#include <mlx/io.h>
 
 #include "mlxrt/model/expert_loading.h"
+#include "mlxrt/util/durable_file.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::cli {
@@ -57,6 +61,23 @@ model::LoadedModel load_cli_model(const std::string& model, const std::string& p
 
 void print_expert_stats(const std::shared_ptr<model::nn::ExpertStore>& experts) {
   if (experts) std::cerr << model::nn::format_expert_stats(experts->stats()) << std::endl;
+}
+
+void write_safetensors_output(const std::string& path, const std::unordered_map<std::string, mlx::core::array>& tensors,
+                              const std::string& flag) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  util::remove_stale_partials(dir);
+  const auto tmp = util::partial_path(target, ".safetensors");  // save_safetensors keeps the suffix as given
+  try {
+    mlx::core::save_safetensors(tmp.string(), tensors);
+    util::durable_rename(tmp, target);
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw UsageError(flag + " " + path + ": cannot be written (" + e.what() + ")");
+  }
 }
 
 }  // namespace mlxrt::cli

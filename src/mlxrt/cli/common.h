@@ -5,7 +5,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
+
+#include <mlx/array.h>
 
 #include "mlxrt/model/loader.h"
 #include "mlxrt/model/nn/expert_store.h"
@@ -41,5 +44,11 @@ inline constexpr const char* kExpertMemoryHelp =
 
 /** With streamed experts, prints the run's expert-cache line (hit rate, bytes read, resident) on stderr. */
 void print_expert_stats(const std::shared_ptr<model::nn::ExpertStore>& experts);
+
+/** Writes a safetensors output file (--out, --logprobs-file, --losses-file) atomically and durably:
+ * under a ".NAME.partial-PID" name beside it (the leftovers of killed runs removed first), synced,
+ * then renamed into place. UsageError naming `flag` and the path when it cannot be written. */
+void write_safetensors_output(const std::string& path, const std::unordered_map<std::string, mlx::core::array>& tensors,
+                              const std::string& flag);
 
 }  // namespace mlxrt::cli

@@ -67,9 +67,7 @@ void write_logprobs(const std::string& path, const std::vector<mx::array>& rows,
   std::unordered_map<std::string, mx::array> tensors{{"logprobs", mx::stack(rows, 0)}};
   if (from_draft)
     tensors.insert({"from_draft", mx::array(from_draft->data(), {static_cast<int>(from_draft->size())}, mx::uint8)});
-  auto tmp = path + ".partial.safetensors";
-  mx::save_safetensors(tmp, tensors);
-  std::filesystem::rename(tmp, path);
+  write_safetensors_output(path, tensors, "--logprobs-file");
 }
 
 void print_footer(const generate::GenerationResponse& r) {

@@ -73,10 +73,7 @@ void run(const Args& a) {
                        std::to_string(loaded.model->vocab_size()) + ")");
   auto logits = compute_logits(*loaded.model, ids, a);
   mx::eval(logits);
-  // save_safetensors appends ".safetensors" to a name without it.
-  auto tmp = a.out + ".partial.safetensors";
-  mx::save_safetensors(tmp, {{"logits", logits}});
-  std::filesystem::rename(tmp, a.out);
+  write_safetensors_output(a.out, {{"logits", logits}}, "--out");
   print_expert_stats(experts);
 }
 

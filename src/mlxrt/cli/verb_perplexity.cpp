@@ -179,9 +179,7 @@ void run(const Args& a) {
   std::printf("  Total samples: %d\n", data.shape(0));
   std::printf("  Total tokens: %zu\n", data.size());
   if (!a.losses_file.empty()) {
-    auto tmp = a.losses_file + ".partial.safetensors";
-    mx::save_safetensors(tmp, {{"losses", result.losses}, {"tokens", data}});
-    fs::rename(tmp, a.losses_file);
+    write_safetensors_output(a.losses_file, {{"losses", result.losses}, {"tokens", data}}, "--losses-file");
   }
 }
 
