@@ -2,6 +2,7 @@
 // and refuses anything mlx-lm's from_state would not turn into a working cache.
 #include "mlxrt/cache/prompt_cache_reader.h"
 
+#include <algorithm>
 #include <exception>
 #include <string>
 
@@ -169,6 +170,12 @@ std::unique_ptr<Cache> PromptCacheReader::rotating_kv_cache(const std::string& p
     fail("layer " + p + ": rotating cache stored length " + std::to_string(length) + " exceeds max_size " +
          std::to_string(max_size) + " (only an unwrapped buffer, idx " + std::to_string(length) +
          ", may exceed it; idx is " + std::to_string(idx) + ")");
+  // The buffer holds every position still in the window: mlx-lm grows it to max_size before the
+  // ring wraps. A shorter one would make the next update grow it by a negative size (inside MLX).
+  if (length < std::min(offset, max_size))
+    fail("layer " + p + ": rotating cache stored length " + std::to_string(length) + " is shorter than the " +
+         std::to_string(std::min(offset, max_size)) + " positions its offset " + std::to_string(offset) +
+         " and max_size " + std::to_string(max_size) + " keep");
   auto c = std::make_unique<RotatingKVCache>(max_size, keep);
   c->set_state(std::move(keys), std::move(values), offset, keep, max_size, idx);
   return c;

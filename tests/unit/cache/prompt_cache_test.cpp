@@ -176,6 +176,25 @@ TEST(PromptCacheFile, RotatingStoredLengthBeyondMaxSizeIsRefused) {
   EXPECT_NE(what.find("stored length 12 exceeds max_size 8"), std::string::npos) << what;
 }
 
+// A ring buffer shorter than the window its offset fills (found by the fuzzer: stored length 6,
+// offset past max_size) made the next update allocate a negative size inside MLX. Refused instead.
+TEST(PromptCacheFile, RotatingStoredLengthShorterThanItsWindowIsRefused) {
+  CacheList cache;
+  auto rotating = std::make_unique<RotatingKVCache>(16, 0);
+  rotating->set_state(kv(6, 1), kv(6, 2), 40, 0, 16, 2);
+  cache.push_back(std::move(rotating));
+  const auto dir = scratch_dir("short_rotating");
+  save_prompt_cache(dir / "c.safetensors", cache, {});
+  std::string what;
+  try {
+    load_prompt_cache(dir / "c.safetensors");
+  } catch (const ConfigError& e) {
+    what = e.what();
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_NE(what.find("stored length 6 is shorter than the 16 positions"), std::string::npos) << what;
+}
+
 // The file appears whole or not at all: written under a partial name that is renamed into place;
 // the partials of writers that were killed are removed by the next save into that directory.
 TEST(PromptCacheFile, SaveIsAtomicAndCleansPartialsOfDeadWriters) {
