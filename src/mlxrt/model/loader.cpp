@@ -9,6 +9,7 @@
 #include "mlxrt/io/model_dir.h"
 #include "mlxrt/io/weights.h"
 #include "mlxrt/model/nn/weight_binder.h"
+#include "mlxrt/model/parallel_load.h"
 #include "mlxrt/model/registry.h"
 #include "mlxrt/util/errors.h"
 
@@ -104,23 +105,32 @@ std::pair<io::ModelConfig, ResolvedProfile> resolve_model(const std::filesystem:
 LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& options) {
   auto [config, profile] = resolve_model(path, options);
   assert_resolved_profile(config, profile);
+  if (options.parallel) {
+    check_parallel_support(*options.parallel, config, profile, !options.adapter_path.empty());
+    check_same_model_on_all_ranks(*options.parallel, config);
+  }
   auto adapter = load_adapter(options);
   auto weights = io::load_weights(config.dir());
   check_layer_count(config, weights);
   if (adapter) prepare_adapter(*adapter, config, weights);
   WeightBinder binder(std::move(weights), config);
   binder.set_adapter(adapter);
+  binder.set_parallel(options.parallel);
   auto model = graph_entry(profile.profile.execution.graph).build(config, binder);
   binder.finish();
   if (!options.lazy) {
+    // Only this rank's slices are kept: a sharded tensor is a contiguous copy of its part, and the
+    // whole tensor it was cut from is released once evaluated.
     mx::eval(binder.taken());
     if (adapter) mx::eval(adapter->taken());
   }
+  if (options.parallel) barrier(*options.parallel);
   return LoadedModel{std::move(config), std::move(profile), std::move(model)};
 }
 
 AdaptedModels load_model_with_adapters(const std::filesystem::path& path, const LoadOptions& options,
                                        const std::vector<std::pair<std::string, std::filesystem::path>>& adapters) {
+  if (options.parallel) throw UnsupportedError("several adapters are not supported in distributed mode");
   auto resolved = resolve_model(path, options);
   const io::ModelConfig& config = resolved.first;
   const ResolvedProfile& profile = resolved.second;

@@ -10,6 +10,7 @@
 #include "mlxrt/io/weights.h"
 #include "mlxrt/model/causal_lm.h"
 #include "mlxrt/model/nn/lora.h"
+#include "mlxrt/model/parallel.h"
 #include "mlxrt/model/profile.h"
 
 namespace mlxrt::model {
@@ -18,6 +19,8 @@ struct LoadOptions {
   std::vector<ModelProfile> artifact_profiles;  // e.g. from --profile-file
   bool lazy = false;                            // leave weights unread until first use
   std::filesystem::path adapter_path;           // an mlx_lm.lora adapter directory (empty: none)
+  /** This process's part of a distributed run (sharded_load); none: the whole model. */
+  std::optional<Parallel> parallel;
 };
 
 struct LoadedModel {

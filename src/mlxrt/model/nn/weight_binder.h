@@ -13,6 +13,7 @@
 
 #include "mlxrt/io/model_config.h"
 #include "mlxrt/io/weights.h"
+#include "mlxrt/model/parallel.h"
 
 namespace mlxrt::model {
 
@@ -99,7 +100,31 @@ class WeightBinder {
   void set_adapter(std::shared_ptr<nn::Adapter> adapter) { adapter_ = std::move(adapter); }
   nn::Adapter* adapter() const { return adapter_.get(); }
 
+  /** The distributed split this process binds (none: the whole model). */
+  void set_parallel(std::optional<Parallel> parallel) { parallel_ = std::move(parallel); }
+  /** The group of a tensor-parallel run (null otherwise): the layers a family shards slice their
+   * tensors for this rank. */
+  const mx::distributed::Group* tensor_group() const {
+    return parallel_ && parallel_->mode == Parallel::Mode::tensor ? &parallel_->group : nullptr;
+  }
+  /** The group of a pipeline-parallel run (null otherwise). */
+  const mx::distributed::Group* pipeline_group() const {
+    return parallel_ && parallel_->mode == Parallel::Mode::pipeline ? &parallel_->group : nullptr;
+  }
+  /** A taken tensor replaced by what the model keeps of it (this rank's shard), so that loading
+   * evaluates the shard and the whole tensor is not held. */
+  void retake(const mx::array& taken, const mx::array& kept) {
+    for (auto& a : taken_)
+      if (a.id() == taken.id()) a = kept;
+  }
+  /** Drops every tensor under `prefix` (a pipeline stage's layers that another rank runs: mlx-lm
+   * loads them non-strictly and never uses them). */
+  void discard_prefix(const std::string& prefix) {
+    std::erase_if(weights_, [&](const auto& entry) { return entry.first.rfind(prefix, 0) == 0; });
+  }
+
  private:
+  std::optional<Parallel> parallel_;
   io::WeightMap weights_;
   const io::ModelConfig& config_;
   std::vector<std::string> missing_;
