@@ -75,6 +75,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const mlxrt::cli::ExitCode& e) {
+    return e.code;
   } catch (const mlxrt::Error& e) {
     std::cout.flush();
     std::cerr << "error: " << e.what() << "\n";
