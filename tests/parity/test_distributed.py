@@ -188,3 +188,22 @@ def test_a_rank_that_dies_mid_generation_stops_the_others(fixtures_dir, tmp_path
     assert time.monotonic() - started < 15
     assert "peer" in err or "connection" in err, err
     procs[1].wait(timeout=10)
+
+
+def test_mlxrt_launch_stops_the_run_when_a_rank_dies(fixtures_dir):
+    launcher = subprocess.Popen([BIN, "launch", "-n", "2", "--", "generate", "--model", fixtures_dir / "qwen3_bf16",
+                                 "--prompt-tokens", TOKEN_TEXT, "--max-tokens", "100000"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert launcher.stdout.readline().startswith("==========")  # rank 0 is generating
+    children = []
+    for task in Path(f"/proc/{launcher.pid}/task").iterdir():
+        children += (task / "children").read_text().split()
+    assert len(children) == 2
+    rank1 = [c for c in children if b"MLX_RANK=1\0" in Path(f"/proc/{c}/environ").read_bytes()]
+    os.kill(int(rank1[0]), signal.SIGKILL)
+    started = time.monotonic()
+    _, err = launcher.communicate(timeout=30)
+    assert launcher.returncode != 0 and time.monotonic() - started < 15
+    # Rank 0 sees its peer vanish and fails too, within the same moment: the launcher names one of them.
+    assert ("mlxrt launch: rank 1 was killed by signal 9; stopping the other ranks" in err
+            or "mlxrt launch: rank 0 exited with code 1; stopping the other ranks" in err), err

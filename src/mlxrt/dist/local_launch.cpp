@@ -177,21 +177,26 @@ int launch_local(const LaunchOptions& o) {
   std::chrono::steady_clock::time_point stop_at{};
   for (int alive = o.ranks; alive > 0;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // The ranks that ended since the last look. Of several failures seen together, one killed by
+    // a signal is named: the others most likely failed because their peer vanished.
+    int failed = -1, failed_status = 0;
     for (int r = 0; r < o.ranks; ++r) {
       if (!ranks[r].running) continue;
       int status = 0;
       if (::waitpid(ranks[r].pid, &status, WNOHANG) != ranks[r].pid) continue;
       ranks[r].running = false;
       --alive;
-      if (exit_code(status) != 0 && first_failure < 0) {
-        first_failure = r;
-        result = exit_code(status);
-        std::cerr << "mlxrt launch: rank " << r << " " << describe(status) << "; stopping the other ranks" << std::endl;
-        for (auto& other : ranks)
-          if (other.running) ::kill(other.pid, SIGTERM);
-        stop_at = std::chrono::steady_clock::now() +
-                  std::chrono::milliseconds(static_cast<int>(o.grace_seconds * 1000));
-      }
+      if (exit_code(status) != 0 && (failed < 0 || (WIFSIGNALED(status) && !WIFSIGNALED(failed_status))))
+        failed = r, failed_status = status;
+    }
+    if (failed >= 0 && first_failure < 0) {
+      first_failure = failed;
+      result = exit_code(failed_status);
+      std::cerr << "mlxrt launch: rank " << failed << " " << describe(failed_status) << "; stopping the other ranks"
+                << std::endl;
+      for (auto& other : ranks)
+        if (other.running) ::kill(other.pid, SIGTERM);
+      stop_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(o.grace_seconds * 1000));
     }
     if (first_failure >= 0 && std::chrono::steady_clock::now() > stop_at)
       for (auto& other : ranks)
