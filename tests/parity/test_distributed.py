@@ -29,19 +29,29 @@ def free_port():
         return s.getsockname()[1]
 
 
+def free_port_pair():
+    """A port p with p + 1 free too: mlx.launch's two ring ranks listen on p and p + 1."""
+    while True:
+        p = free_port()
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p + 1))
+                return p
+            except OSError:
+                continue
+
+
 def run(cmd, timeout=TIMEOUT, **kw):
     return subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=timeout, **kw)
 
 
 def mlx_lm_sharded(path, out, pipeline=False, max_tokens=0):
     """mlx-lm's sharded model on two ring ranks, started by mlx.launch; rank 0 writes `out`."""
-    # Two ranks listen on port and port + 1: a free pair.
-    port = free_port()
-    cmd = [MLX_LAUNCH, "--backend", "ring", "-n", "2", "-p", port, "--", sys.executable, SHARDED_ORACLE,
+    cmd = [MLX_LAUNCH, "--backend", "ring", "-n", "2", "-p", free_port_pair(), "--", sys.executable, SHARDED_ORACLE,
            "--model", path, "--tokens", TOKEN_TEXT, "--out", out, "--max-tokens", max_tokens,
            *(["--pipeline"] if pipeline else [])]
     proc = run(cmd)
-    assert proc.returncode == 0 and Path(out).exists(), proc.stderr
+    assert proc.returncode == 0 and Path(out).exists(), proc.stderr[-3000:]
     return mx.load(str(out))
 
 
@@ -57,7 +67,7 @@ def mlxrt_logits(path, out, *flags, launcher="mlxrt"):
     if launcher == "mlxrt":
         mlxrt_launch(*args)
     else:  # mlx.launch starts the executable itself, with the environment it gives every rank
-        proc = run([MLX_LAUNCH, "--backend", "ring", "-n", "2", "-p", free_port(), "--", BIN, *args])
+        proc = run([MLX_LAUNCH, "--backend", "ring", "-n", "2", "-p", free_port_pair(), "--", BIN, *args])
         assert proc.returncode == 0, proc.stderr
     return mx.load(str(out))["logits"]
 
@@ -67,9 +77,12 @@ def same_bytes(a, b):
 
 
 # MLX's CPU gather_mm runs float32 only: the mixture of experts is the float32 fixture.
-TENSOR_PARALLEL = ["qwen3_bf16", "qwen3_q4_g64", "qwen3_fp16_untied", "llama_bf16", "llama_bias", "llama_q4_g64",
-                   "qwen2_bf16", "qwen3_moe_fp32"]
-PIPELINE = ["qwen3_moe_fp32", "qwen2_bf16"]
+# `make test-long` adds the ones marked long (what the others already prove for another dtype or family).
+TENSOR_PARALLEL = ["qwen3_bf16", "qwen3_q4_g64", pytest.param("qwen3_fp16_untied", marks=pytest.mark.long),
+                   "llama_bias", pytest.param("llama_bf16", marks=pytest.mark.long),
+                   pytest.param("llama_q4_g64", marks=pytest.mark.long), pytest.param("qwen2_bf16", marks=pytest.mark.long),
+                   "qwen3_moe_fp32"]
+PIPELINE = ["qwen3_moe_fp32", pytest.param("qwen2_bf16", marks=pytest.mark.long)]
 
 
 @pytest.mark.parametrize("name", TENSOR_PARALLEL)
@@ -120,7 +133,8 @@ def parse_generated(stdout):
     return [int(t) for t in body.split()] if body and not body.startswith("No text") else []
 
 
-@pytest.mark.parametrize("name,pipeline", [("qwen3_bf16", False), ("llama_bf16", False), ("qwen3_moe_fp32", True)])
+@pytest.mark.parametrize("name,pipeline", [("qwen3_bf16", False), pytest.param("llama_bf16", False, marks=pytest.mark.long),
+                                           ("qwen3_moe_fp32", True)])
 def test_greedy_tokens_equal_mlx_lm(name, pipeline, fixtures_dir, tmp_path):
     path = fixtures_dir / name
     ref = mlx_lm_sharded(path, tmp_path / "ref.safetensors", pipeline=pipeline, max_tokens=10)["tokens"].tolist()

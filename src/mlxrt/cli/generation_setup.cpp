@@ -294,6 +294,11 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
   return draws;
 }
 
+int sharded_load_draws(const std::filesystem::path& model_dir, const model::LoadedModel& loaded, bool distributed) {
+  if (!distributed) return 0;
+  return model_construction_draws(model_dir) + loaded.shard_draws;
+}
+
 int adapter_construction_draws(const std::string& adapter_path) {
   if (adapter_path.empty()) return 0;
   return 2 * model::nn::Adapter::load(adapter_path)->wrapped_layers();

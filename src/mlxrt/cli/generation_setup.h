@@ -55,6 +55,10 @@ std::vector<generate::LogitsProcessor> make_cli_processors(const SamplingFlags& 
  * projections in KV-shared layers). */
 int model_construction_draws(const std::filesystem::path& model_dir);
 
+/** The keys mlx-lm's sharded_load draws beyond load(): the model is built a second time (the first
+ * plans the split) and shard() builds each sharded linear anew. 0 for one process. */
+int sharded_load_draws(const std::filesystem::path& model_dir, const model::LoadedModel& loaded, bool distributed);
+
 /** The keys mlx-lm's load_adapters draws (linear_to_lora_layers builds each LoRA / DoRA layer with
  * a base layer initialised at random and a random lora_a: two per adapted layer) for the adapter
  * of `adapter_path` (none: 0). Reads the adapter's config and file header only. */

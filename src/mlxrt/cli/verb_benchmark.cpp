@@ -47,6 +47,7 @@ void run(const BenchArgs& a) {
   generate::RandomState rng(0);
   rng.skip(model_construction_draws(a.model) + adapter_construction_draws(a.adapter_path));
   auto session = load_session(a.model, a.profile_file, std::nullopt, a.adapter_path, dist_run.parallel);
+  rng.skip(sharded_load_draws(a.model, session.loaded, dist_run.parallel.has_value()));
   const int vocab = session.loaded.model->vocab_size();
   auto prompts = mx::random::randint(mx::array(0), mx::array(vocab), {a.batch_size, a.prompt_tokens}, mx::int32,
                                      rng.next());

@@ -63,6 +63,7 @@ void run(const ChatArgs& a) {
   auto rng = std::make_shared<generate::RandomState>(a.seed);
   rng->skip(model_construction_draws(a.model) + adapter_construction_draws(a.adapter_path));
   auto session = load_session(a.model, a.profile_file, a.expert_memory, a.adapter_path, dist_run.parallel);
+  rng->skip(sharded_load_draws(a.model, session.loaded, dist_run.parallel.has_value()));
   if (!session.chat_template) throw UsageError("--model: " + a.model + " has no chat template to chat with");
   params.xtc_special_tokens = xtc_special_tokens(session);
 

@@ -143,6 +143,7 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options, const 
   auto rng = make_rng(a);
   std::shared_ptr<model::nn::ExpertStore> experts;
   auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts, a.adapter_path, run.parallel);
+  if (a.seed) rng->skip(sharded_load_draws(a.model, loaded, run.parallel.has_value()));
   auto draft = load_draft(a);
   const int vocab = loaded.model->vocab_size();
   // No tokenizer to compare: the two models' vocabularies must have the same size.
@@ -330,6 +331,8 @@ void run(const Args& a) {
 
   auto rng = make_rng(a);
   auto session = load_session(a.model, a.profile_file, a.expert_memory, a.adapter_path, dist_run.parallel);
+  // mlx_lm.generate has no distributed mode: the keys are drawn as mlx_lm.chat's sharded_load draws them.
+  if (a.seed) rng->skip(sharded_load_draws(a.model, session.loaded, dist_run.parallel.has_value()));
   for (const auto& t : a.extra_eos_token) add_eos_token(session, t, "--extra-eos-token");
   if (prompt_cache) model::check_prompt_cache(*session.loaded.model, *prompt_cache, a.prompt_cache_file);
   auto ids = prompt_ids(a, session, prompt_cache.has_value());

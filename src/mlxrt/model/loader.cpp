@@ -116,16 +116,19 @@ LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& opt
   WeightBinder binder(std::move(weights), config);
   binder.set_adapter(adapter);
   binder.set_parallel(options.parallel);
+  // Tensor parallel: each rank reads its slices of the weight files, not the whole tensors.
+  if (options.parallel && options.parallel->mode == Parallel::Mode::tensor)
+    binder.set_locations(io::tensor_locations(config.dir()));
   auto model = graph_entry(profile.profile.execution.graph).build(config, binder);
   binder.finish();
   if (!options.lazy) {
-    // Only this rank's slices are kept: a sharded tensor is a contiguous copy of its part, and the
-    // whole tensor it was cut from is released once evaluated.
+    // Tensor parallel: the sharded tensors are this rank's slices, read from the files (or cut from
+    // a tensor a sanitize made); the whole tensors are never evaluated.
     mx::eval(binder.taken());
     if (adapter) mx::eval(adapter->taken());
   }
   if (options.parallel) barrier(*options.parallel);
-  return LoadedModel{std::move(config), std::move(profile), std::move(model)};
+  return LoadedModel{std::move(config), std::move(profile), std::move(model), binder.shard_draws()};
 }
 
 AdaptedModels load_model_with_adapters(const std::filesystem::path& path, const LoadOptions& options,

@@ -27,6 +27,9 @@ struct LoadedModel {
   io::ModelConfig config;
   ResolvedProfile profile;
   std::unique_ptr<CausalLM> model;
+  /** The PRNG keys mlx-lm's shard() draws (shard_linear builds each sharded layer anew); 0 unless
+   * tensor parallel. */
+  int shard_draws = 0;
 };
 
 /** Resolves the config and profile only (no weights are read). */

@@ -47,26 +47,20 @@ Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int o
   if (w.adapter())
     throw UnsupportedError("adapters are not supported in distributed mode (as in mlx-lm): " + path);
   Linear linear = load(w, path, in_dims, out_dims, bias);
-  const int rank = group->rank(), size = group->size();
   // _all_to_sharded splits every parameter along axis max(ndim - 2, 0) (rows), a bias along -1;
   // _sharded_to_all splits along -1 (columns) and keeps the bias whole.
   const int axis = shard == Shard::all_to_sharded ? 0 : -1;
-  auto cut = [&](const mx::array& t, const std::string& name) {
-    auto kept = shard_tensor(t, axis, rank, size, path + "." + name);
-    w.retake(t, kept);
-    return kept;
-  };
+  auto cut = [&](const mx::array& t, const std::string& name) { return w.keep_shard(path + "." + name, t, axis); };
   linear.weight_ = cut(linear.weight_, "weight");
   if (linear.q_) {
     linear.q_->scales = cut(linear.q_->scales, "scales");
     if (linear.q_->biases) linear.q_->biases = cut(*linear.q_->biases, "biases");
   }
-  if (linear.bias_ && shard == Shard::all_to_sharded) {
-    auto kept = shard_tensor(*linear.bias_, -1, rank, size, path + ".bias");
-    w.retake(*linear.bias_, kept);
-    linear.bias_ = kept;
-  }
+  if (linear.bias_ && shard == Shard::all_to_sharded) linear.bias_ = w.keep_shard(path + ".bias", *linear.bias_, -1);
   if (shard == Shard::sharded_to_all) linear.sum_over_ = *group;
+  // (Quantized)AllToShardedLinear / ShardedToAllLinear.__init__: mx.random.uniform for the weight,
+  // and for a bias unless quantized (whose bias starts as zeros).
+  w.count_shard_draws(1 + (linear.bias_ && !linear.q_ ? 1 : 0));
   return linear;
 }
 

@@ -81,7 +81,7 @@ SparseMoe SparseMoe::load(WeightBinder& w, const std::string& path, const Sparse
     const auto* group = w.tensor_group();
     if (!group || o.shared_expert_hidden || o.flatten_tokens)
       throw std::logic_error("a sharded SparseMoe needs a tensor group and qwen3_moe's layout: " + path);
-    block.experts_.shard(w, group->rank(), group->size(), path + "." + o.experts_name);
+    block.experts_.shard(w, path + "." + o.experts_name);
     block.sum_over_ = *group;
   }
   return block;

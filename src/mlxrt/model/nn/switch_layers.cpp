@@ -136,15 +136,11 @@ SwitchLinear SwitchLinear::with_experts(const std::vector<mx::array>& arrays, si
   return SwitchLinear(std::move(weight), std::move(b), std::move(q), std::nullopt);
 }
 
-void SwitchLinear::shard(WeightBinder& w, Shard shard, int rank, int size, const std::string& path) {
+void SwitchLinear::shard(WeightBinder& w, Shard shard, const std::string& path) {
   if (lora_ || !streamed_.empty() || global_scale_)
     throw UnsupportedError(path + ": tensor parallel experts cannot be adapted, streamed (--expert-memory) or hold "
                            "an nvfp4 global scale");
-  auto cut = [&](mx::array& t, int axis, const char* name) {
-    auto kept = shard_tensor(t, axis, rank, size, path + "." + name);
-    w.retake(t, kept);
-    t = kept;
-  };
+  auto cut = [&](mx::array& t, int axis, const char* name) { t = w.keep_shard(path + "." + name, t, axis); };
   // _all_to_sharded: axis max(ndim - 2, 0), i.e. 1 (the output rows) of a stacked [E, out, in].
   const int axis = shard == Shard::all_to_sharded ? static_cast<int>(weight_.ndim()) - 2 : -1;
   cut(weight_, axis, "weight");
@@ -195,11 +191,11 @@ SwitchGLU SwitchGLU::load(WeightBinder& w, const std::string& path, int input_di
   return out;
 }
 
-void SwitchGLU::shard(WeightBinder& w, int rank, int size, const std::string& path) {
+void SwitchGLU::shard(WeightBinder& w, const std::string& path) {
   if (store_) throw UnsupportedError(path + ": tensor parallel experts cannot be streamed (--expert-memory)");
-  gate_proj_.shard(w, Shard::all_to_sharded, rank, size, path + ".gate_proj");
-  down_proj_.shard(w, Shard::sharded_to_all, rank, size, path + ".down_proj");
-  up_proj_.shard(w, Shard::all_to_sharded, rank, size, path + ".up_proj");
+  gate_proj_.shard(w, Shard::all_to_sharded, path + ".gate_proj");
+  down_proj_.shard(w, Shard::sharded_to_all, path + ".down_proj");
+  up_proj_.shard(w, Shard::all_to_sharded, path + ".up_proj");
 }
 
 mx::array SwitchGLU::apply(const mx::array& x, const mx::array& indices, const SwitchLinear& gate,

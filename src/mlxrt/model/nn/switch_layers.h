@@ -47,7 +47,7 @@ class SwitchLinear {
   /** shard_inplace(layer, shard): this rank's slice of every parameter (all-to-sharded: axis 1 of
    * weight/scales/biases [E, out, ...] and the last axis of bias [E, out]; sharded-to-all: the
    * last axis of each, bias whole). The layer itself does no communication. */
-  void shard(WeightBinder& w, Shard shard, int rank, int size, const std::string& path);
+  void shard(WeightBinder& w, Shard shard, const std::string& path);
 
  private:
   SwitchLinear(mx::array weight, std::optional<mx::array> bias, std::optional<Quantized> q,
@@ -81,7 +81,7 @@ class SwitchGLU {
   mx::array operator()(const mx::array& x, const mx::array& indices) const;
   /** qwen3_moe.py's shard(): gate/up all-to-sharded, down sharded-to-all, in place; the block that
    * holds this layer sums its output over the group. */
-  void shard(WeightBinder& w, int rank, int size, const std::string& path);
+  void shard(WeightBinder& w, const std::string& path);
 
  private:
   SwitchGLU(SwitchLinear gate, SwitchLinear up, SwitchLinear down, SwitchActivation activation)
