@@ -63,3 +63,18 @@ def test_pipeline_chat_is_refused_for_a_family_without_pipelining(chat_model):
     proc = subprocess.run([BIN, "launch", "-n", "2", "--", "chat", "--model", str(chat_model), "--pipeline"],
                           input="q\n", capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode != 0 and "does not support pipelining" in proc.stderr, proc.stderr
+
+
+def test_generate_reads_the_prompt_from_stdin_on_every_rank(chat_model):
+    # Every rank gets the whole of stdin and its end (no rank holds another's input open). mlx.launch
+    # copies the bytes but never closes the ranks' stdin, so there `--prompt -` would wait forever.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    args = ["generate", "--model", str(chat_model), "--max-tokens", "4"]
+    piped = subprocess.run([BIN, "launch", "-n", "2", "--", *args, "--prompt", "-"], input="a prompt from stdin",
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert piped.returncode == 0, piped.stderr
+    given = subprocess.run([BIN, "launch", "-n", "2", "--", *args, "--prompt", "a prompt from stdin"],
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert given.returncode == 0, given.stderr
+    text = lambda out: out.split("==========\n")[1]  # noqa: E731
+    assert piped.stdout.count("==========") == 2 and text(piped.stdout) == text(given.stdout)

@@ -15,7 +15,9 @@
 #endif
 
 #include <algorithm>
-#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +28,8 @@
 #include <thread>
 
 #include "mlxrt/util/errors.h"
+
+extern char** environ;
 
 namespace mlxrt::dist {
 
@@ -94,39 +98,85 @@ std::vector<std::string> rank_environment(const LaunchOptions& o, int rank, cons
 
 struct Rank {
   pid_t pid = -1;
-  int stdin_fd = -1;  // the write end of the rank's stdin pipe
+  int stdin_fd = -1;  // the write end of the rank's stdin pipe (owned by the StdinCopy)
   bool running = false;
-  int status = 0;
 };
 
-pid_t spawn(const LaunchOptions& o, const std::vector<std::string>& env, int rank, int& stdin_fd) {
+// Starts one rank. Everything the child needs is built before fork: between fork and exec the child
+// of a process with threads may only make async-signal-safe calls.
+pid_t spawn(const LaunchOptions& o, const std::vector<std::string>& rank_env, int rank, int& stdin_fd) {
+  std::vector<std::string> env_text;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    const auto key = kv.substr(0, kv.find('='));
+    const bool replaced = std::any_of(rank_env.begin(), rank_env.end(),
+                                      [&](const std::string& r) { return r.compare(0, key.size() + 1, key + "=") == 0; });
+    if (!replaced) env_text.push_back(kv);
+  }
+  env_text.insert(env_text.end(), rank_env.begin(), rank_env.end());
+  std::vector<char*> envp, argv;
+  for (auto& kv : env_text) envp.push_back(kv.data());
+  envp.push_back(nullptr);
+  std::string program = o.program;
+  std::vector<std::string> args = o.args;
+  argv.push_back(program.data());
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const char* null_path = "/dev/null";
+
+  // Both ends close on exec: a rank must not hold another rank's stdin open (it would never end).
   int pipe_fds[2];
-  if (::pipe(pipe_fds) != 0) throw Error("mlxrt launch: cannot create a pipe for rank " + std::to_string(rank));
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw Error("mlxrt launch: cannot create a pipe for rank " + std::to_string(rank));
   const pid_t pid = ::fork();
   if (pid < 0) throw Error("mlxrt launch: cannot start rank " + std::to_string(rank));
   if (pid == 0) {
 #ifdef __linux__
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // a launcher that is killed takes its ranks with it
 #endif
-    ::dup2(pipe_fds[0], STDIN_FILENO);
-    ::close(pipe_fds[0]);
-    ::close(pipe_fds[1]);
+    ::signal(SIGPIPE, SIG_DFL);  // the launcher ignores it; the rank gets the default back
+    ::dup2(pipe_fds[0], STDIN_FILENO);  // dup2 clears close-on-exec on the copy
     if (rank != 0) {
-      const int null_fd = ::open("/dev/null", O_WRONLY);
+      const int null_fd = ::open(null_path, O_WRONLY);
       if (null_fd >= 0) ::dup2(null_fd, STDOUT_FILENO);
     }
-    for (const auto& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(o.program.c_str()));
-    for (const auto& a : o.args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(o.program.c_str(), argv.data());
-    std::fprintf(stderr, "mlxrt launch: cannot run %s: %s\n", o.program.c_str(), std::strerror(errno));
+    ::execve(program.c_str(), argv.data(), envp.data());
+    static const char msg[] = "mlxrt launch: cannot run the rank's program\n";
+    [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
     ::_exit(127);
   }
   ::close(pipe_fds[0]);
   stdin_fd = pipe_fds[1];
   return pid;
+}
+
+/** Copies this process's stdin to every rank's, on a thread of its own that may outlive the run
+ * (a read from a terminal cannot be interrupted): what it uses is shared, not on the launcher's stack. */
+struct StdinCopy {
+  std::mutex mutex;
+  std::vector<int> fds;  // the write ends; -1 once closed
+  void close_all() {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto& fd : fds)
+      if (fd >= 0) ::close(fd), fd = -1;
+  }
+};
+
+void start_stdin_copy(std::shared_ptr<StdinCopy> copy) {
+  std::thread([copy] {
+    char buf[8192];
+    for (;;) {
+      const ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+      if (n <= 0) break;
+      std::lock_guard<std::mutex> lock(copy->mutex);
+      bool any = false;
+      for (auto& fd : copy->fds) {
+        if (fd >= 0 && ::write(fd, buf, static_cast<size_t>(n)) < 0) ::close(fd), fd = -1;
+        any = any || fd >= 0;
+      }
+      if (!any) return;
+    }
+    copy->close_all();  // end of input: every rank sees it
+  }).detach();
 }
 
 int exit_code(int status) {
@@ -148,30 +198,17 @@ int launch_local(const LaunchOptions& o) {
     throw UsageError(std::string("mlxrt launch: --backend ") + backend_name(o.backend) +
                      " is not started by mlxrt launch (it starts ring and nccl runs; use mlx.launch or mpirun)");
   ::signal(SIGPIPE, SIG_IGN);  // a rank that closed its stdin must not stop the launcher
-  Hostfile hostfile(o.backend == Backend::ring ? o.ranks : 0);
+  std::optional<Hostfile> hostfile;
+  if (o.backend == Backend::ring) hostfile.emplace(o.ranks);
   const int nccl_port = o.backend == Backend::nccl ? free_port() : 0;
   std::vector<Rank> ranks(o.ranks);
+  auto copy = std::make_shared<StdinCopy>();
   for (int r = 0; r < o.ranks; ++r) {
-    ranks[r].pid = spawn(o, rank_environment(o, r, hostfile.path(), nccl_port), r, ranks[r].stdin_fd);
+    ranks[r].pid = spawn(o, rank_environment(o, r, hostfile ? hostfile->path() : "", nccl_port), r, ranks[r].stdin_fd);
     ranks[r].running = true;
+    copy->fds.push_back(ranks[r].stdin_fd);
   }
-  // stdin to every rank (mlx.launch broadcasts its input); the pipes close when our stdin ends.
-  std::atomic<bool> done{false};
-  std::thread feeder([&] {
-    char buf[8192];
-    for (;;) {
-      const ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
-      if (n <= 0 || done) break;
-      for (auto& rk : ranks)
-        if (rk.stdin_fd >= 0 && ::write(rk.stdin_fd, buf, static_cast<size_t>(n)) < 0) {
-          ::close(rk.stdin_fd);
-          rk.stdin_fd = -1;
-        }
-    }
-    for (auto& rk : ranks)
-      if (rk.stdin_fd >= 0) ::close(rk.stdin_fd), rk.stdin_fd = -1;
-  });
-  feeder.detach();  // it may block on a terminal read; the process exits without waiting for it
+  start_stdin_copy(copy);
 
   int first_failure = -1, result = 0;
   std::chrono::steady_clock::time_point stop_at{};
@@ -202,7 +239,7 @@ int launch_local(const LaunchOptions& o) {
       for (auto& other : ranks)
         if (other.running) ::kill(other.pid, SIGKILL);
   }
-  done = true;
+  copy->close_all();
   return result;
 }
 
