@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 
@@ -41,6 +42,9 @@ QuietUnlessPrimary::~QuietUnlessPrimary() {
 
 DistributedRun join_run(const DistributedArgs& args) {
   auto group = dist::Group::init(dist::parse_backend(args.backend));
+  // A peer that dies closes its sockets: the backend's next send must fail with an error this rank
+  // reports ("connection to a peer was lost"), not kill it with SIGPIPE before it can say why.
+  if (group.distributed()) std::signal(SIGPIPE, SIG_IGN);
   std::optional<model::Parallel> parallel;
   if (group.distributed())
     parallel = model::Parallel{args.pipeline ? model::Parallel::Mode::pipeline : model::Parallel::Mode::tensor,
