@@ -1,4 +1,5 @@
 #include "mlxrt/convert/gguf_convert.h"
+#include "mlxrt/convert/staging_dir.h"
 
 #include <unistd.h>
 
@@ -144,49 +145,6 @@ void write_json(const fs::path& path, const Json& value, const std::string& sour
   if (!f.flush()) throw ConfigError(path.string() + ": cannot write");
 }
 
-/** The output goes to a hidden sibling first (".NAME.partial-PID"); when complete, every file is
- * synced to disk, the folder is renamed into place and the parent directory is synced, so a crash
- * or kill never leaves a half-written checkpoint under the final name. It is removed if anything
- * fails; the leftovers of a killed run (a partial folder whose process is gone) are removed at the
- * next run into the same parent directory. */
-class StagingDir {
- public:
-  explicit StagingDir(const fs::path& out) : out_(out.lexically_normal()) {
-    if (!out_.has_filename()) out_ = out_.parent_path();  // "dir/" names "dir"
-    if (out_.empty() || out_.filename() == "." || out_.filename() == "..")
-      throw UsageError("--out " + out.string() + ": give the name of a new directory");
-    std::error_code ec;
-    if (fs::exists(out_, ec) && !(fs::is_directory(out_, ec) && fs::is_empty(out_, ec)))
-      throw UsageError("--out " + out_.string() + ": already exists and is not an empty directory");
-    fs::path parent = out_.has_parent_path() ? out_.parent_path() : fs::path(".");
-    fs::create_directories(parent, ec);
-    util::remove_stale_partials(parent);
-    path_ = util::partial_path(out_);
-    fs::remove_all(path_, ec);
-    if (!fs::create_directory(path_, ec))
-      throw UsageError("--out " + out_.string() + ": cannot create a directory next to it (" + ec.message() + ")");
-  }
-  ~StagingDir() {
-    std::error_code ec;
-    if (!committed_) fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  void commit() {
-    std::error_code ec;
-    if (fs::is_directory(out_, ec)) fs::remove(out_, ec);  // the empty directory checked above
-    try {
-      util::durable_rename(path_, out_);
-    } catch (const std::system_error& e) {
-      throw UsageError("--out " + out_.string() + ": cannot move the result into place (" + e.what() + ")");
-    }
-    committed_ = true;
-  }
-
- private:
-  fs::path out_, path_;
-  bool committed_ = false;
-};
-
 int assign_shards(std::vector<PlannedTensor>& tensors, uint64_t max_bytes) {
   int shard = 0;
   uint64_t used = 0;
@@ -216,7 +174,7 @@ void write_tokenizer_files(const TokenizerFiles& tokenizer, const fs::path& dir,
 
 GgufConvertSummary write_tokenizer_only(const GgufFile& file, const fs::path& out) {
   TokenizerFiles tokenizer = build_tokenizer_files(file);
-  StagingDir staging(out);
+  StagingDir staging(out, "--out");
   write_tokenizer_files(tokenizer, staging.path(), file.source);
   staging.commit();
   GgufConvertSummary summary;
@@ -247,7 +205,7 @@ GgufConvertSummary convert_gguf(const GgufConvertOptions& options) {
   if (dense > 0 && options.progress)
     std::fprintf(stderr, "note: %zu Q6_K tensor%s stored as float32 (exact; MLX has no 16-element quantization groups)\n",
                  dense, dense == 1 ? "" : "s");
-  StagingDir staging(options.out);
+  StagingDir staging(options.out, "--out");
   GgufConvertSummary summary;
   summary.model_type = arch.model_type;
   summary.shards = assign_shards(tensors, options.max_shard_bytes);

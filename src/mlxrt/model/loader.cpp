@@ -119,6 +119,19 @@ LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& opt
   return LoadedModel{std::move(config), std::move(profile), std::move(model)};
 }
 
+BoundCheckpoint bind_checkpoint(const std::filesystem::path& path) {
+  auto [config, profile] = resolve_model(path);
+  assert_resolved_profile(config, profile);
+  auto weights = io::load_weights(config.dir());
+  check_layer_count(config, weights);
+  WeightBinder binder(std::move(weights), config);
+  auto model = graph_entry(profile.profile.execution.graph).build(config, binder);
+  binder.finish();
+  BoundCheckpoint out{std::move(config), {}, binder.quantizable()};
+  for (size_t i = 0; i < binder.taken().size(); ++i) out.tensors.emplace_back(binder.taken_names()[i], binder.taken()[i]);
+  return out;
+}
+
 AdaptedModels load_model_with_adapters(const std::filesystem::path& path, const LoadOptions& options,
                                        const std::vector<std::pair<std::string, std::filesystem::path>>& adapters) {
   auto resolved = resolve_model(path, options);

@@ -25,6 +25,7 @@ std::optional<Quantized> load_quantized(WeightBinder& w, const std::string& path
 Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int out_dims, bool bias) {
   mx::array weight = mx::array(0.0f);
   auto q = load_quantized(w, path, in_dims, out_dims, weight);
+  w.note_quantizable({path, QuantizableModule::Kind::linear, q ? std::optional(q->spec) : std::nullopt});
   std::optional<mx::array> b;
   if (bias) b = w.take(path + ".bias", {out_dims});
   Linear linear(std::move(weight), std::move(b), std::move(q));
@@ -62,6 +63,7 @@ mx::array Linear::base(const mx::array& x) const {
 Embedding Embedding::load(WeightBinder& w, const std::string& path, int num_embeddings, int dims) {
   mx::array weight = mx::array(0.0f);
   auto q = load_quantized(w, path, dims, num_embeddings, weight);
+  w.note_quantizable({path, QuantizableModule::Kind::embedding, q ? std::optional(q->spec) : std::nullopt});
   Embedding embedding(std::move(weight), std::move(q));
   if (auto* adapter = w.adapter()) {
     if (embedding.q_ && adapter->config().fine_tune_type == "dora" &&
