@@ -25,7 +25,6 @@ std::optional<Quantized> load_quantized(WeightBinder& w, const std::string& path
 Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int out_dims, bool bias) {
   mx::array weight = mx::array(0.0f);
   auto q = load_quantized(w, path, in_dims, out_dims, weight);
-  w.note_quantizable({path, QuantizableModule::Kind::linear, q ? std::optional(q->spec) : std::nullopt});
   std::optional<mx::array> b;
   if (bias) b = w.take(path + ".bias", {out_dims});
   Linear linear(std::move(weight), std::move(b), std::move(q));
@@ -35,6 +34,8 @@ Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int o
       return mx::linalg::norm(mx::astype(linear.dequantized_weight(), mx::float32), std::vector<int>{1}, false);
     });
   }
+  w.note_quantizable({path, QuantizableModule::Kind::linear, linear.q_ ? std::optional(linear.q_->spec) : std::nullopt,
+                      linear.lora_});
   return linear;
 }
 
@@ -63,7 +64,6 @@ mx::array Linear::base(const mx::array& x) const {
 Embedding Embedding::load(WeightBinder& w, const std::string& path, int num_embeddings, int dims) {
   mx::array weight = mx::array(0.0f);
   auto q = load_quantized(w, path, dims, num_embeddings, weight);
-  w.note_quantizable({path, QuantizableModule::Kind::embedding, q ? std::optional(q->spec) : std::nullopt});
   Embedding embedding(std::move(weight), std::move(q));
   if (auto* adapter = w.adapter()) {
     if (embedding.q_ && adapter->config().fine_tune_type == "dora" &&
@@ -75,6 +75,8 @@ Embedding Embedding::load(WeightBinder& w, const std::string& path, int num_embe
       return mx::linalg::norm(embedding.weight_, std::vector<int>{1}, false);
     });
   }
+  w.note_quantizable({path, QuantizableModule::Kind::embedding,
+                      embedding.q_ ? std::optional(embedding.q_->spec) : std::nullopt, embedding.lora_});
   return embedding;
 }
 

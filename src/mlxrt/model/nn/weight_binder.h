@@ -20,6 +20,7 @@ namespace mx = mlx::core;
 
 namespace nn {
 class Adapter;
+struct LoraDelta;
 }
 
 /** A bound module that mlx.nn.quantize could quantize (the classes with `to_quantized`: Linear,
@@ -30,6 +31,7 @@ struct QuantizableModule {
   std::string path;
   Kind kind = Kind::linear;
   std::optional<io::QuantSpec> spec;  // the checkpoint's packing, when it holds the module quantized
+  std::shared_ptr<const nn::LoraDelta> lora;  // the adapter's delta on it, when bound with one
 };
 
 class WeightBinder {
