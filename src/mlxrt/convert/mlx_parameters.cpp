@@ -7,6 +7,7 @@
 
 #include <mlx/ops.h>
 
+#include "mlxrt/model/nn/lora.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::convert {
@@ -81,6 +82,54 @@ std::vector<std::pair<std::string, MlxParameters::Decision>> MlxParameters::quan
     done.emplace_back(path, std::move(*decision));
   }
   return done;
+}
+
+int MlxParameters::fuse(bool dequantize) {
+  using Kind = model::QuantizableModule::Kind;
+  int fused = 0;
+  for (const auto& path : module_paths()) {
+    auto& m = *std::find_if(modules_.begin(), modules_.end(), [&](const Module& x) { return x.info.path == path; });
+    if (!m.info.lora) continue;
+    const auto& delta = *m.info.lora;
+    auto [first, last] = block(path);
+    std::optional<mx::array> weight, scales, biases, bias;
+    for (size_t i = first; i < last; ++i) {
+      const auto n = parameters_[i].name.substr(path.size() + 1);
+      const auto& v = parameters_[i].value;
+      if (n == "weight") weight = v;
+      else if (n == "scales") scales = v;
+      else if (n == "biases") biases = v;
+      else if (n == "bias") bias = v;
+      else throw UnsupportedError("fuse: " + path + "." + n + " (a per-expert global scale) is not fused by mlx-lm");
+    }
+    if (!weight) throw Error("fuse: module " + path + " has no weight");
+    const bool quantized = m.spec.has_value();
+    mx::array w = *weight;
+    // DoRAEmbedding.fuse takes the embedding's weight as it is (mlx-lm refuses DoRA on a
+    // quantized embedding before this point).
+    if (quantized && !(m.info.kind == Kind::embedding && delta.dora))
+      w = mx::dequantize(w, *scales, biases, m.spec->group_size, m.spec->bits, m.spec->mode);
+    switch (m.info.kind) {
+      case Kind::linear: w = model::nn::fused_linear_weight(delta, w); break;
+      case Kind::embedding: w = model::nn::fused_embedding_weight(delta, w); break;
+      case Kind::switch_linear: w = model::nn::fused_switch_weight(delta, w); break;
+    }
+    std::vector<Parameter> replaced{{path + ".weight", w}};
+    const bool requantize = quantized && !dequantize && !(m.info.kind == Kind::embedding && delta.dora);
+    if (requantize) {
+      // QuantizedLinear.from_linear / from_embedding / SwitchLinear.to_quantized with the layer's packing.
+      auto packed = mx::quantize(w, m.spec->group_size, m.spec->bits, m.spec->mode);
+      replaced = {{path + ".weight", packed[0]}, {path + ".scales", packed[1]}};
+      if (packed.size() > 2) replaced.push_back({path + ".biases", packed[2]});
+    } else {
+      m.spec.reset();
+    }
+    if (bias) replaced.push_back({path + ".bias", *bias});
+    parameters_.erase(parameters_.begin() + static_cast<long>(first), parameters_.begin() + static_cast<long>(last));
+    parameters_.insert(parameters_.begin() + static_cast<long>(first), replaced.begin(), replaced.end());
+    ++fused;
+  }
+  return fused;
 }
 
 void MlxParameters::dequantize() {

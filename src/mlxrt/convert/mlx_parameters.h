@@ -47,6 +47,11 @@ class MlxParameters {
    * Returns the paths quantized, in that order, with what the predicate answered. */
   std::vector<std::pair<std::string, Decision>> quantize(const Predicate& predicate);
 
+  /** mlx_lm.fuse: each module bound with an adapter's delta replaced by its fuse(): the delta
+   * added to the (dequantized) weight, quantized again as it was unless `dequantize`. Returns the
+   * number of modules fused. */
+  int fuse(bool dequantize);
+
   /** mlx_lm's dequantize_model: every quantized module back to weight[, bias] (MLX's dequantize). */
   void dequantize();
 
