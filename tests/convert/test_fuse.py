@@ -76,3 +76,21 @@ def test_adapter_of_another_model_refused(tmp_path):
     missing = subprocess.run([BIN, "fuse", "--model", str(src), "--adapter-path", str(tmp_path / "none"),
                               "--save-path", str(tmp_path / "g")], capture_output=True, text=True)
     assert missing.returncode != 0 and "--adapter-path" in missing.stderr, missing.stderr
+
+
+def test_full_fine_tune_fused_byte_identical(tmp_path):
+    """A "full" fine-tune's adapters.safetensors holds whole tensors that replace the base ones."""
+    import mlx.core as mx
+    src = source_copy("qwen3_bf16_lora", tmp_path)
+    config = json.loads((src / "adapter" / "adapter_config.json").read_text())
+    (src / "adapter" / "adapter_config.json").write_text(json.dumps({**config, "fine_tune_type": "full"}))
+    base = mx.load(str(src / "model.safetensors"))
+    names = ["model.layers.1.mlp.down_proj.weight", "model.layers.0.self_attn.q_norm.weight"]
+    mx.save_safetensors(str(src / "adapter" / "adapters.safetensors"),
+                        {n: (base[n] * 1.5).astype(base[n].dtype) for n in names})
+    theirs, ours = tmp_path / "mlx_lm", tmp_path / "mlxrt"
+    mlx_lm_fuse(src, theirs)
+    mlxrt_fuse(src, ours)
+    assert_same_directory(src, ours, theirs)
+    fused = mx.load(str(ours / "model.safetensors"))
+    assert all(not mx.array_equal(fused[n], base[n]).item() for n in names)

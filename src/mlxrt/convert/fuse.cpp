@@ -34,7 +34,7 @@ FuseSummary fuse_adapter(const FuseOptions& options, std::ostream& info) {
     config.erase("quantization");
     config.erase("quantization_config");
   }
-  auto saved = save_mlx_checkpoint(staging.path(), params, std::move(config), source, repo, options.max_shard_bytes,
+  auto saved = save_mlx_checkpoint(staging.path(), std::move(params), std::move(config), source, repo, options.max_shard_bytes,
                                    options.progress);
   summary.shards = saved.shards;
   staging.commit();

@@ -104,7 +104,7 @@ HfConvertSummary convert_hf(const HfConvertOptions& options, std::ostream& info)
     params.dequantize();
   }
 
-  auto saved = save_mlx_checkpoint(staging.path(), params, std::move(config), source, repo, options.max_shard_bytes,
+  auto saved = save_mlx_checkpoint(staging.path(), std::move(params), std::move(config), source, repo, options.max_shard_bytes,
                                    options.progress);
   HfConvertSummary summary{model_type, saved.tensors, saved.bytes, saved.shards, saved.tokenizer_files};
   staging.commit();

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include <mlx/io.h>
+#include <mlx/memory.h>
 #include <mlx/transforms.h>
 
 #include "mlxrt/convert/progress.h"
@@ -106,7 +107,7 @@ std::string shard_file_name(size_t i, size_t count) {
 
 }  // namespace
 
-SavedCheckpoint save_mlx_checkpoint(const fs::path& dir, const MlxParameters& params, ordered_json config,
+SavedCheckpoint save_mlx_checkpoint(const fs::path& dir, MlxParameters params, ordered_json config,
                                     const fs::path& source, const std::optional<std::string>& repo,
                                     uint64_t max_shard_bytes, bool progress) {
   // save_model: shards of at most max_shard_bytes in parameter order (a larger tensor alone).
@@ -148,6 +149,8 @@ SavedCheckpoint save_mlx_checkpoint(const fs::path& dir, const MlxParameters& pa
       } catch (const std::exception& e) {
         throw Error(dir.string() + ": cannot write " + name + " (" + e.what() + ")");
       }
+      for (size_t i : shards[s]) params.release(i);
+      mx::clear_cache();  // the freed shard's buffers go back to the system, not to MLX's cache
     }
   }
   for (const auto& [k, v] : weight_map) index["weight_map"][k] = v;

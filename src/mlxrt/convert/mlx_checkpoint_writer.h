@@ -25,11 +25,12 @@ struct SavedCheckpoint {
 };
 
 /** mlx-lm's save into `dir`: save_model (shards of at most max_shard_bytes in parameter order,
- * each tensor computed as its shard is written, the index), save_config (no _name_or_path or
+ * each tensor computed as its shard is written and dropped after it, so that one shard is
+ * resident at a time; the index), save_config (no _name_or_path or
  * vision_config, the quantization section mirrored, top-level keys sorted, json.dump indent 4),
  * the tokenizer's files, *.py and generation_config.json copied from `source`, and the model card
  * (`repo` as its base_model when the source was named by a repo id). */
-SavedCheckpoint save_mlx_checkpoint(const std::filesystem::path& dir, const MlxParameters& params,
+SavedCheckpoint save_mlx_checkpoint(const std::filesystem::path& dir, MlxParameters params,
                                     nlohmann::ordered_json config, const std::filesystem::path& source,
                                     const std::optional<std::string>& repo, uint64_t max_shard_bytes, bool progress);
 

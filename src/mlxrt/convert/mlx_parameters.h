@@ -62,6 +62,10 @@ class MlxParameters {
   uint64_t total_parameters() const;
   uint64_t total_bytes() const;
 
+  /** Drops parameter i's array once it is written (mlx-lm's donate_model), so that a conversion
+   * holds one shard at a time. */
+  void release(size_t i) { parameters_.at(i).value = mx::array(0.0f); }
+
  private:
   struct Module {
     model::QuantizableModule info;
