@@ -37,19 +37,32 @@ LAYER = [
     ("ffn_up", FFN, HIDDEN, (Q.Q5_1, Q.Q4_0)),
     ("ffn_down", HIDDEN, FFN, (Q.Q5_0, Q.Q6_K)),
 ]
-K_QUANTS = {Q.Q4_K: (144, [0, 2]), Q.Q5_K: (176, [0, 2]), Q.Q6_K: (210, [208])}  # bytes, fp16 fields
+# Block bytes, the offsets of its fp16 fields, elements per block.
+K_QUANTS = {Q.Q4_K: (144, [0, 2], 256), Q.Q5_K: (176, [0, 2], 256), Q.Q6_K: (210, [208], 256),
+            Q.Q2_K: (84, [80, 82], 256), Q.Q3_K: (110, [108], 256), Q.IQ4_XS: (136, [0], 256),
+            Q.IQ4_NL: (18, [0], 32)}
+# The types stored as float32 (16-element sub-blocks, or the IQ4 grid), each in two modules.
+LAYER_FLOAT32_KINDS = [
+    ("attn_q", HEADS * HEAD_DIM, HIDDEN, (Q.Q2_K, Q.Q3_K)),
+    ("attn_k", KV_HEADS * HEAD_DIM, HIDDEN, (Q.IQ4_NL, Q.IQ4_XS)),
+    ("attn_v", KV_HEADS * HEAD_DIM, HIDDEN, (Q.Q3_K, Q.Q2_K)),
+    ("attn_output", HIDDEN, HEADS * HEAD_DIM, (Q.IQ4_XS, Q.IQ4_NL)),
+    ("ffn_gate", FFN, HIDDEN, (Q.Q2_K, Q.Q6_K)),
+    ("ffn_up", FFN, HIDDEN, (Q.Q3_K, Q.IQ4_NL)),
+    ("ffn_down", HIDDEN, FFN, (Q.IQ4_XS, Q.Q2_K)),
+]
 
 
 def random_k_blocks(rows, cols, qtype, rng):
-    """K-quant blocks of random bits (gguf-py cannot quantize to these), with finite fp16 scales."""
-    size, halves = K_QUANTS[qtype]
-    blocks = rng.integers(0, 256, size=(rows * cols // 256, size), dtype=np.uint8)
+    """K-quant / IQ4 blocks of random bits (gguf-py cannot quantize to most), with finite fp16 scales."""
+    size, halves, elements = K_QUANTS[qtype]
+    blocks = rng.integers(0, 256, size=(rows * cols // elements, size), dtype=np.uint8)
     for at in halves:
         blocks[:, at : at + 2] = (rng.standard_normal(len(blocks)) * 0.01).astype(np.float16).view(np.uint8).reshape(-1, 2)
     return blocks.reshape(rows, -1)
 
 
-def write_gguf(path, arch, rng):
+def write_gguf(path, arch, rng, layer=LAYER):
     w = GGUFWriter(str(path), arch)
     w.add_block_count(LAYERS)
     w.add_context_length(256)
@@ -85,7 +98,7 @@ def write_gguf(path, arch, rng):
     for i in range(LAYERS):
         add(f"blk.{i}.attn_norm.weight", (HIDDEN,), Q.F32)
         add(f"blk.{i}.ffn_norm.weight", (HIDDEN,), Q.F32)
-        for name, rows, cols, qtypes in LAYER:
+        for name, rows, cols, qtypes in layer:
             add(f"blk.{i}.{name}.weight", (rows, cols), qtypes[i])
         if arch == "qwen2":
             for name, rows in (("attn_q", HEADS * HEAD_DIM), ("attn_k", KV_HEADS * HEAD_DIM), ("attn_v", KV_HEADS * HEAD_DIM)):
@@ -182,5 +195,35 @@ def test_converted_model_logits_in_mlxrt_equal_mlx_lm(arch, tmp_path):
     assert r.returncode == 0, r.stderr
     got = mx.load(str(logits_file))["logits"]
     assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.shape)
+    width = {2: mx.uint16, 4: mx.uint32}[want.dtype.size]
+    assert np.array_equal(np.array(got.view(width)), np.array(want.view(width))), f"{arch}: logits differ"
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_float32_kinds_convert_exactly_and_run(arch, tmp_path):
+    """Q2_K, Q3_K, Q6_K, IQ4_NL and IQ4_XS: stored as float32 holding the gguf package's
+    dequantised values bit for bit; mlxrt's logits on the result equal mlx-lm's."""
+    import subprocess
+
+    from mlx_lm.utils import load_model
+
+    from gguf_support import mlxrt_bin
+
+    gguf_path = tmp_path / f"tiny-{arch}.gguf"
+    write_gguf(gguf_path, arch, np.random.default_rng(13), layer=LAYER_FLOAT32_KINDS)
+    out = convert(gguf_path, tmp_path / "model")
+    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=arch == "llama")
+    assert checked == len(reader.tensors)
+    weights = mx.load(str(out / "model.safetensors"))
+    for name, *_ in LAYER_FLOAT32_KINDS:
+        assert not any(k.endswith(".scales") and f".{name}" in k for k in weights)
+    tokens = [1, 40, 41, 42, 258, 2, 200, 77]
+    model, _ = load_model(out)
+    want = model(mx.array([tokens]))[0]
+    logits_file = tmp_path / "logits.safetensors"
+    r = subprocess.run([mlxrt_bin(), "logits", "--model", str(out), "--tokens", ",".join(map(str, tokens)),
+                        "--out", str(logits_file)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = mx.load(str(logits_file))["logits"]
     width = {2: mx.uint16, 4: mx.uint32}[want.dtype.size]
     assert np.array_equal(np.array(got.view(width)), np.array(want.view(width))), f"{arch}: logits differ"
