@@ -17,7 +17,7 @@ from gguf.quants import quantize
 from gguf_support import convert
 from test_gguf_dequant import check_every_tensor, unpermute
 
-HIDDEN, HEADS, KV_HEADS, FFN, LAYERS = 256, 4, 2, 256, 2
+HIDDEN, HEADS, KV_HEADS, FFN, LAYERS, EXPERTS = 256, 4, 2, 256, 2, 4
 HEAD_DIM = HIDDEN // HEADS
 
 # A small byte-level vocabulary: the 256 byte characters, two merges, and the special tokens.
@@ -74,6 +74,10 @@ def write_gguf(path, arch, rng, layer=LAYER):
     w.add_layer_norm_rms_eps(1e-6)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2" if arch != "llama" else "llama-bpe")
+    if arch == "qwen3moe":
+        w.add_expert_count(EXPERTS)
+        w.add_expert_used_count(2)
+        w.add_expert_feed_forward_length(FFN)
     w.add_token_list(TOKENS)
     w.add_token_types(TYPES)
     w.add_token_merges(MERGES)
@@ -84,7 +88,8 @@ def write_gguf(path, arch, rng, layer=LAYER):
     def add(name, shape, qtype):
         values = rng.standard_normal(shape).astype(np.float32) * 0.2
         if qtype in K_QUANTS:
-            w.add_tensor(name, random_k_blocks(*shape, qtype, rng), raw_dtype=qtype)
+            blocks = random_k_blocks(int(np.prod(shape[:-1])), shape[-1], qtype, rng)
+            w.add_tensor(name, blocks.reshape(*shape[:-1], -1), raw_dtype=qtype)
         elif qtype == Q.F32:
             w.add_tensor(name, values)
         elif qtype == Q.F16:
@@ -99,11 +104,18 @@ def write_gguf(path, arch, rng, layer=LAYER):
         add(f"blk.{i}.attn_norm.weight", (HIDDEN,), Q.F32)
         add(f"blk.{i}.ffn_norm.weight", (HIDDEN,), Q.F32)
         for name, rows, cols, qtypes in layer:
+            if arch == "qwen3moe" and i == 0 and name.startswith("ffn_"):
+                continue  # layer 0's MLP is the experts below; layer 1 stays dense (mlp_only_layers)
             add(f"blk.{i}.{name}.weight", (rows, cols), qtypes[i])
+        if arch == "qwen3moe" and i == 0:
+            add(f"blk.{i}.ffn_gate_inp.weight", (EXPERTS, HIDDEN), Q.F32)
+            add(f"blk.{i}.ffn_gate_exps.weight", (EXPERTS, FFN, HIDDEN), Q.Q4_K)
+            add(f"blk.{i}.ffn_up_exps.weight", (EXPERTS, FFN, HIDDEN), Q.Q8_0)
+            add(f"blk.{i}.ffn_down_exps.weight", (EXPERTS, HIDDEN, FFN), Q.Q6_K)
         if arch == "qwen2":
             for name, rows in (("attn_q", HEADS * HEAD_DIM), ("attn_k", KV_HEADS * HEAD_DIM), ("attn_v", KV_HEADS * HEAD_DIM)):
                 add(f"blk.{i}.{name}.bias", (rows,), Q.F32)
-        if arch == "qwen3":
+        if arch in ("qwen3", "qwen3moe"):
             add(f"blk.{i}.attn_q_norm.weight", (HEAD_DIM,), Q.F32)
             add(f"blk.{i}.attn_k_norm.weight", (HEAD_DIM,), Q.F32)
     w.write_header_to_file()
@@ -227,3 +239,37 @@ def test_float32_kinds_convert_exactly_and_run(arch, tmp_path):
     got = mx.load(str(logits_file))["logits"]
     width = {2: mx.uint16, 4: mx.uint32}[want.dtype.size]
     assert np.array_equal(np.array(got.view(width)), np.array(want.view(width))), f"{arch}: logits differ"
+
+
+def test_qwen3_moe_gguf_converts_exactly_and_runs(tmp_path):
+    """A Qwen3-MoE GGUF (llama.cpp's qwen3moe): the router, the stacked experts ([experts, out, in]:
+    Q4_K and Q8_0 repacked as MLX switch layers, Q6_K as float32) and a dense layer
+    (mlp_only_layers); exact against the gguf package, mlxrt's logits equal mlx-lm's."""
+    import subprocess
+
+    from mlx_lm.utils import load_model
+
+    from gguf_support import mlxrt_bin
+
+    gguf_path = tmp_path / "tiny-qwen3moe.gguf"
+    write_gguf(gguf_path, "qwen3moe", np.random.default_rng(17))
+    out = convert(gguf_path, tmp_path / "model")
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "qwen3_moe" and config["num_experts"] == EXPERTS
+    assert config["num_experts_per_tok"] == 2 and config["moe_intermediate_size"] == FFN
+    assert config["mlp_only_layers"] == [1] and config["norm_topk_prob"] is True
+    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=False)
+    assert checked == len(reader.tensors)
+    weights = mx.load(str(out / "model.safetensors"))
+    assert weights["model.layers.0.mlp.switch_mlp.gate_proj.weight"].shape == (EXPERTS, FFN, HIDDEN * 4 // 32)
+    assert weights["model.layers.0.mlp.switch_mlp.down_proj.weight"].dtype == mx.float32
+    tokens = [1, 40, 41, 42, 258, 2, 200, 77]
+    model, _ = load_model(out)
+    want = model(mx.array([tokens]))[0]
+    logits_file = tmp_path / "logits.safetensors"
+    r = subprocess.run([mlxrt_bin(), "logits", "--model", str(out), "--tokens", ",".join(map(str, tokens)),
+                        "--out", str(logits_file)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = mx.load(str(logits_file))["logits"]
+    width = {2: mx.uint16, 4: mx.uint32}[want.dtype.size]
+    assert np.array_equal(np.array(got.view(width)), np.array(want.view(width))), "qwen3moe: logits differ"

@@ -25,11 +25,23 @@ const std::vector<TensorRename> kDecoderLayer = {
     {"attn_k_norm", "self_attn.k_norm"},
 };
 
+// Qwen3-MoE: the router and the experts stacked [experts, out, in] as mlx-lm's switch layers hold
+// them (a layer without a router keeps the dense MLP names above).
+std::vector<TensorRename> moe_layer() {
+  auto layer = kDecoderLayer;
+  layer.insert(layer.end(), {{"ffn_gate_inp", "mlp.gate"},
+                             {"ffn_gate_exps", "mlp.switch_mlp.gate_proj"},
+                             {"ffn_up_exps", "mlp.switch_mlp.up_proj"},
+                             {"ffn_down_exps", "mlp.switch_mlp.down_proj"}});
+  return layer;
+}
+
 const std::vector<GgufArchitecture>& architectures() {
   static const std::vector<GgufArchitecture> table = {
       {"llama", "llama", "LlamaForCausalLM", true, kDecoderGlobals, kDecoderLayer},
       {"qwen2", "qwen2", "Qwen2ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
       {"qwen3", "qwen3", "Qwen3ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
+      {"qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", false, kDecoderGlobals, moe_layer()},
   };
   return table;
 }
@@ -145,7 +157,9 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["architectures"] = {arch.hf_class};
   c["model_type"] = arch.model_type;
   c["hidden_size"] = hidden;
-  c["intermediate_size"] = u("feed_forward_length");
+  const bool moe = std::string(arch.gguf_name) == "qwen3moe";
+  const auto expert_ffn = moe ? std::optional<uint64_t>(u("expert_feed_forward_length")) : std::nullopt;
+  c["intermediate_size"] = moe ? opt_u("feed_forward_length").value_or(*expert_ffn) : u("feed_forward_length");
   c["num_hidden_layers"] = u("block_count");
   c["num_attention_heads"] = heads;
   c["num_key_value_heads"] = opt_u("attention.head_count_kv").value_or(heads);
@@ -168,6 +182,23 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["tie_word_embeddings"] = file.find_tensor("output.weight") == nullptr;
   c["attention_bias"] = file.find_tensor("blk.0.attn_q.bias") != nullptr;
   c["mlp_bias"] = file.find_tensor("blk.0.ffn_up.bias") != nullptr;
+  if (moe) {
+    // Qwen3MoeConfig's fields: every layer sparse unless it has no router; top-k probabilities
+    // renormalised (norm_topk_prob, true in every released Qwen3-MoE).
+    const uint64_t experts = u("expert_count"), used = u("expert_used_count");
+    if (experts == 0 || used == 0 || used > experts)
+      throw ConfigError(file.source + ": " + arch_key(arch, "expert_used_count") + " = " + std::to_string(used) +
+                        " must be between 1 and " + arch_key(arch, "expert_count") + " = " + std::to_string(experts));
+    c["num_experts"] = experts;
+    c["num_experts_per_tok"] = used;
+    c["moe_intermediate_size"] = *expert_ffn;
+    c["decoder_sparse_step"] = 1;
+    nlohmann::ordered_json dense = nlohmann::ordered_json::array();
+    for (uint64_t i = 0; i < u("block_count"); ++i)
+      if (!file.find_tensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight")) dense.push_back(i);
+    c["mlp_only_layers"] = dense;
+    c["norm_topk_prob"] = true;
+  }
   if (auto bos = file.get_uint("tokenizer.ggml.bos_token_id")) c["bos_token_id"] = *bos;
   if (auto eos = file.get_uint("tokenizer.ggml.eos_token_id")) c["eos_token_id"] = *eos;
   return c;

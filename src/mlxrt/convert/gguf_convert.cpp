@@ -54,9 +54,9 @@ std::vector<PlannedTensor> plan_tensors(const GgufArchitecture& arch, const Gguf
       throw UnsupportedError(file.source + ": tensor '" + t.name + "' has type " + t.traits.name +
                              ", which the converter does not support (supported: F32, F16, BF16, Q4_0, Q4_1, "
                              "Q5_0, Q5_1, Q8_0, Q4_K, Q5_K; Q2_K, Q3_K, Q6_K, IQ4_NL and IQ4_XS stored as float32)");
-    if ((p.affine || p.dense) && t.dims.size() != 2)
+    if ((p.affine || p.dense) && t.dims.size() != 2 && t.dims.size() != 3)
       throw UnsupportedError(file.source + ": quantized tensor '" + t.name + "' has " + std::to_string(t.dims.size()) +
-                             " dimensions; only 2-D quantized weights are supported");
+                             " dimensions; only 2-D quantized weights (and 3-D stacked experts) are supported");
     for (auto d : t.dims)
       if (d > static_cast<uint64_t>(INT32_MAX))
         throw UnsupportedError(file.source + ": tensor '" + t.name + "' has a dimension of " + std::to_string(d) +
@@ -112,12 +112,20 @@ void convert_tensor(const PlannedTensor& p, const uint8_t* data,
   const std::vector<uint64_t>* row_order = p.plan.qk_heads ? &order : nullptr;
   if (p.affine) {
     AffineTensor a = repack_affine(t, data, row_order);
-    int rows = static_cast<int>(a.rows);
+    // Rows of every leading dimension in order: a [experts, out, in] tensor repacks as experts*out
+    // rows and keeps its leading shape.
+    mx::Shape lead;
+    for (size_t i = t.dims.size(); i-- > 1;) lead.push_back(static_cast<int>(t.dims[i]));
+    auto with_last = [&](int last) {
+      mx::Shape s = lead;
+      s.push_back(last);
+      return s;
+    };
     int groups = static_cast<int>(a.cols / a.params.group_size);
     std::string module = module_of(p.plan.hf_name);
-    out.emplace(p.plan.hf_name, adopt(std::move(a.weight), {rows, static_cast<int>(a.cols * a.params.bits / 32)}, mx::uint32));
-    out.emplace(module + ".scales", adopt(std::move(a.scales), {rows, groups}, mx::float32));
-    out.emplace(module + ".biases", adopt(std::move(a.biases), {rows, groups}, mx::float32));
+    out.emplace(p.plan.hf_name, adopt(std::move(a.weight), with_last(static_cast<int>(a.cols * a.params.bits / 32)), mx::uint32));
+    out.emplace(module + ".scales", adopt(std::move(a.scales), with_last(groups), mx::float32));
+    out.emplace(module + ".biases", adopt(std::move(a.biases), with_last(groups), mx::float32));
     return;
   }
   mx::Shape shape;
