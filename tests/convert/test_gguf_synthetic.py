@@ -189,38 +189,15 @@ def test_tiny_model_converts_losslessly_and_runs_in_mlx_lm(arch, tmp_path):
 def test_converted_model_logits_in_mlxrt_equal_mlx_lm(arch, tmp_path):
     """The converted checkpoint (mixed packings and float kinds) runs in mlxrt with logits
     byte-equal to mlx-lm's on the same directory."""
-    import subprocess
-
-    from mlx_lm.utils import load_model
-
-    from gguf_support import mlxrt_bin
-
     gguf_path = tmp_path / f"tiny-{arch}.gguf"
     write_gguf(gguf_path, arch, np.random.default_rng(11))
-    out = convert(gguf_path, tmp_path / "model")
-    tokens = [1, 40, 41, 42, 258, 2, 200, 77]
-    model, _ = load_model(out)
-    want = model(mx.array([tokens]))[0]
-    logits_file = tmp_path / "logits.safetensors"
-    r = subprocess.run([mlxrt_bin(), "logits", "--model", str(out), "--tokens", ",".join(map(str, tokens)),
-                        "--out", str(logits_file)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    got = mx.load(str(logits_file))["logits"]
-    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.shape)
-    width = {2: mx.uint16, 4: mx.uint32}[want.dtype.size]
-    assert np.array_equal(np.array(got.view(width)), np.array(want.view(width))), f"{arch}: logits differ"
+    assert_logits_equal_mlx_lm(convert(gguf_path, tmp_path / "model"), tmp_path)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_float32_kinds_convert_exactly_and_run(arch, tmp_path):
     """Q2_K, Q3_K, Q6_K, IQ4_NL and IQ4_XS: stored as float32 holding the gguf package's
     dequantised values bit for bit; mlxrt's logits on the result equal mlx-lm's."""
-    import subprocess
-
-    from mlx_lm.utils import load_model
-
-    from gguf_support import mlxrt_bin
-
     gguf_path = tmp_path / f"tiny-{arch}.gguf"
     write_gguf(gguf_path, arch, np.random.default_rng(13), layer=LAYER_FLOAT32_KINDS)
     out = convert(gguf_path, tmp_path / "model")
@@ -229,28 +206,13 @@ def test_float32_kinds_convert_exactly_and_run(arch, tmp_path):
     weights = mx.load(str(out / "model.safetensors"))
     for name, *_ in LAYER_FLOAT32_KINDS:
         assert not any(k.endswith(".scales") and f".{name}" in k for k in weights)
-    tokens = [1, 40, 41, 42, 258, 2, 200, 77]
-    model, _ = load_model(out)
-    want = model(mx.array([tokens]))[0]
-    logits_file = tmp_path / "logits.safetensors"
-    r = subprocess.run([mlxrt_bin(), "logits", "--model", str(out), "--tokens", ",".join(map(str, tokens)),
-                        "--out", str(logits_file)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    got = mx.load(str(logits_file))["logits"]
-    width = {2: mx.uint16, 4: mx.uint32}[want.dtype.size]
-    assert np.array_equal(np.array(got.view(width)), np.array(want.view(width))), f"{arch}: logits differ"
+    assert_logits_equal_mlx_lm(out, tmp_path)
 
 
 def test_qwen3_moe_gguf_converts_exactly_and_runs(tmp_path):
     """A Qwen3-MoE GGUF (llama.cpp's qwen3moe): the router, the stacked experts ([experts, out, in]:
     Q4_K and Q8_0 repacked as MLX switch layers, Q6_K as float32) and a dense layer
     (mlp_only_layers); exact against the gguf package, mlxrt's logits equal mlx-lm's."""
-    import subprocess
-
-    from mlx_lm.utils import load_model
-
-    from gguf_support import mlxrt_bin
-
     gguf_path = tmp_path / "tiny-qwen3moe.gguf"
     write_gguf(gguf_path, "qwen3moe", np.random.default_rng(17))
     out = convert(gguf_path, tmp_path / "model")
@@ -263,6 +225,17 @@ def test_qwen3_moe_gguf_converts_exactly_and_runs(tmp_path):
     weights = mx.load(str(out / "model.safetensors"))
     assert weights["model.layers.0.mlp.switch_mlp.gate_proj.weight"].shape == (EXPERTS, FFN, HIDDEN * 4 // 32)
     assert weights["model.layers.0.mlp.switch_mlp.down_proj.weight"].dtype == mx.float32
+    assert_logits_equal_mlx_lm(out, tmp_path)
+
+
+def assert_logits_equal_mlx_lm(out, tmp_path):
+    """mlxrt's logits on the converted directory byte-equal to mlx-lm's."""
+    import subprocess
+
+    from mlx_lm.utils import load_model
+
+    from gguf_support import mlxrt_bin
+
     tokens = [1, 40, 41, 42, 258, 2, 200, 77]
     model, _ = load_model(out)
     want = model(mx.array([tokens]))[0]
@@ -271,5 +244,6 @@ def test_qwen3_moe_gguf_converts_exactly_and_runs(tmp_path):
                         "--out", str(logits_file)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     got = mx.load(str(logits_file))["logits"]
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.shape)
     width = {2: mx.uint16, 4: mx.uint32}[want.dtype.size]
-    assert np.array_equal(np.array(got.view(width)), np.array(want.view(width))), "qwen3moe: logits differ"
+    assert np.array_equal(np.array(got.view(width)), np.array(want.view(width))), f"{out}: logits differ"
