@@ -29,16 +29,25 @@ LAYER_NAMES = {
     "ffn_gate_exps": "mlp.switch_mlp.gate_proj",
     "ffn_up_exps": "mlp.switch_mlp.up_proj",
     "ffn_down_exps": "mlp.switch_mlp.down_proj",
+    "ffn_gate_inp_shexp": "mlp.shared_expert_gate",
+    "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+    "ffn_up_shexp": "mlp.shared_expert.up_proj",
+    "ffn_down_shexp": "mlp.shared_expert.down_proj",
 }
+# Mixtral (llama.cpp's "llama" with experts) keeps its experts under block_sparse_moe.
+MIXTRAL_NAMES = {**LAYER_NAMES, "ffn_gate_inp": "block_sparse_moe.gate",
+                 "ffn_gate_exps": "block_sparse_moe.switch_mlp.gate_proj",
+                 "ffn_up_exps": "block_sparse_moe.switch_mlp.up_proj",
+                 "ffn_down_exps": "block_sparse_moe.switch_mlp.down_proj"}
 GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 
 
-def hf_module(gguf_name: str) -> str:
+def hf_module(gguf_name: str, layer_names=LAYER_NAMES) -> str:
     base = gguf_name.rsplit(".", 1)[0]
     if base in GLOBAL_NAMES:
         return GLOBAL_NAMES[base]
     _, layer, part = base.split(".")
-    return f"model.layers.{layer}.{LAYER_NAMES[part]}"
+    return f"model.layers.{layer}.{layer_names[part]}"
 
 
 def unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
@@ -46,7 +55,7 @@ def unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
     return rows.reshape(heads, rows.shape[0] // heads // 2, 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
 
 
-def check_every_tensor(gguf_path, out_dir, permuted_qk=True):
+def check_every_tensor(gguf_path, out_dir, permuted_qk=True, layer_names=LAYER_NAMES):
     config = json.loads((out_dir / "config.json").read_text())
     weights = {}
     for f in out_dir.glob("model*.safetensors"):
@@ -60,7 +69,7 @@ def check_every_tensor(gguf_path, out_dir, permuted_qk=True):
             ref = unpermute(ref, config["num_attention_heads"])
         elif permuted_qk and part == "attn_k":
             ref = unpermute(ref, config["num_key_value_heads"])
-        module = hf_module(t.name)
+        module = hf_module(t.name, layer_names)
         suffix = t.name.rsplit(".", 1)[1]
         if f"{module}.scales" in weights and suffix == "weight":
             w, s, b = weights[f"{module}.weight"], weights[f"{module}.scales"], weights[f"{module}.biases"]
@@ -69,7 +78,7 @@ def check_every_tensor(gguf_path, out_dir, permuted_qk=True):
             bits = w.shape[-1] * 32 // ref.shape[-1]
             got = np.array(mx.dequantize(w, s, b, group_size=group_size, bits=bits))
         else:
-            got = np.array(weights[f"{module}.{suffix}"].astype(mx.float32))
+            got = np.array(weights[f"{module}.{suffix}"].astype(mx.float32)).reshape(ref.shape)
         assert got.shape == ref.shape, (t.name, got.shape, ref.shape)
         assert np.array_equal(got, ref), f"{t.name}: max |diff| {np.abs(got - ref).max()}"
         checked += 1

@@ -62,8 +62,12 @@ def random_k_blocks(rows, cols, qtype, rng):
     return blocks.reshape(rows, -1)
 
 
+MOE_LAYERS = {"qwen3moe": [0], "qwen2moe": [0, 1], "mixtral": [0, 1]}  # layers whose MLP is experts
+
+
 def write_gguf(path, arch, rng, layer=LAYER):
-    w = GGUFWriter(str(path), arch)
+    moe_layers = MOE_LAYERS.get(arch, [])
+    w = GGUFWriter(str(path), "llama" if arch == "mixtral" else arch)
     w.add_block_count(LAYERS)
     w.add_context_length(256)
     w.add_embedding_length(HIDDEN)
@@ -73,11 +77,14 @@ def write_gguf(path, arch, rng, layer=LAYER):
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2" if arch != "llama" else "llama-bpe")
-    if arch == "qwen3moe":
+    w.add_tokenizer_pre("qwen2" if arch not in ("llama", "mixtral") else "llama-bpe")
+    if moe_layers:
         w.add_expert_count(EXPERTS)
         w.add_expert_used_count(2)
-        w.add_expert_feed_forward_length(FFN)
+        if arch != "mixtral":
+            w.add_expert_feed_forward_length(FFN)
+        if arch == "qwen2moe":
+            w.add_expert_shared_feed_forward_length(FFN)
     w.add_token_list(TOKENS)
     w.add_token_types(TYPES)
     w.add_token_merges(MERGES)
@@ -104,15 +111,20 @@ def write_gguf(path, arch, rng, layer=LAYER):
         add(f"blk.{i}.attn_norm.weight", (HIDDEN,), Q.F32)
         add(f"blk.{i}.ffn_norm.weight", (HIDDEN,), Q.F32)
         for name, rows, cols, qtypes in layer:
-            if arch == "qwen3moe" and i == 0 and name.startswith("ffn_"):
-                continue  # layer 0's MLP is the experts below; layer 1 stays dense (mlp_only_layers)
+            if i in moe_layers and name.startswith("ffn_"):
+                continue  # the experts below (qwen3moe's layer 1 stays dense: mlp_only_layers)
             add(f"blk.{i}.{name}.weight", (rows, cols), qtypes[i])
-        if arch == "qwen3moe" and i == 0:
+        if i in moe_layers:
             add(f"blk.{i}.ffn_gate_inp.weight", (EXPERTS, HIDDEN), Q.F32)
-            add(f"blk.{i}.ffn_gate_exps.weight", (EXPERTS, FFN, HIDDEN), Q.Q4_K)
-            add(f"blk.{i}.ffn_up_exps.weight", (EXPERTS, FFN, HIDDEN), Q.Q8_0)
-            add(f"blk.{i}.ffn_down_exps.weight", (EXPERTS, HIDDEN, FFN), Q.Q6_K)
-        if arch == "qwen2":
+            add(f"blk.{i}.ffn_gate_exps.weight", (EXPERTS, FFN, HIDDEN), (Q.Q4_K, Q.Q5_0)[i])
+            add(f"blk.{i}.ffn_up_exps.weight", (EXPERTS, FFN, HIDDEN), (Q.Q8_0, Q.Q2_K)[i])
+            add(f"blk.{i}.ffn_down_exps.weight", (EXPERTS, HIDDEN, FFN), (Q.Q6_K, Q.Q4_0)[i])
+        if arch == "qwen2moe":
+            add(f"blk.{i}.ffn_gate_inp_shexp.weight", (HIDDEN,), Q.F32)
+            add(f"blk.{i}.ffn_gate_shexp.weight", (FFN, HIDDEN), Q.Q8_0)
+            add(f"blk.{i}.ffn_up_shexp.weight", (FFN, HIDDEN), Q.Q4_K)
+            add(f"blk.{i}.ffn_down_shexp.weight", (HIDDEN, FFN), Q.Q4_1)
+        if arch in ("qwen2", "qwen2moe"):
             for name, rows in (("attn_q", HEADS * HEAD_DIM), ("attn_k", KV_HEADS * HEAD_DIM), ("attn_v", KV_HEADS * HEAD_DIM)):
                 add(f"blk.{i}.{name}.bias", (rows,), Q.F32)
         if arch in ("qwen3", "qwen3moe"):
@@ -209,22 +221,33 @@ def test_float32_kinds_convert_exactly_and_run(arch, tmp_path):
     assert_logits_equal_mlx_lm(out, tmp_path)
 
 
-def test_qwen3_moe_gguf_converts_exactly_and_runs(tmp_path):
-    """A Qwen3-MoE GGUF (llama.cpp's qwen3moe): the router, the stacked experts ([experts, out, in]:
-    Q4_K and Q8_0 repacked as MLX switch layers, Q6_K as float32) and a dense layer
-    (mlp_only_layers); exact against the gguf package, mlxrt's logits equal mlx-lm's."""
-    gguf_path = tmp_path / "tiny-qwen3moe.gguf"
-    write_gguf(gguf_path, "qwen3moe", np.random.default_rng(17))
+@pytest.mark.parametrize("arch", ["qwen3moe", "qwen2moe", "mixtral"])
+def test_moe_gguf_converts_exactly_and_runs(arch, tmp_path):
+    """Mixture-of-experts GGUFs: llama.cpp's qwen3moe (a dense layer as mlp_only_layers), qwen2moe
+    (a shared expert behind its gate, a 1-D vector in the GGUF) and Mixtral (architecture "llama"
+    with experts, Q/K permuted): the router and the stacked experts ([experts, out, in]; K- and
+    legacy quants repacked as MLX switch layers, Q2_K/Q6_K as float32); exact against the gguf
+    package, mlxrt's logits equal mlx-lm's."""
+    from test_gguf_dequant import LAYER_NAMES, MIXTRAL_NAMES
+
+    gguf_path = tmp_path / f"tiny-{arch}.gguf"
+    write_gguf(gguf_path, arch, np.random.default_rng(17))
     out = convert(gguf_path, tmp_path / "model")
     config = json.loads((out / "config.json").read_text())
-    assert config["model_type"] == "qwen3_moe" and config["num_experts"] == EXPERTS
-    assert config["num_experts_per_tok"] == 2 and config["moe_intermediate_size"] == FFN
-    assert config["mlp_only_layers"] == [1] and config["norm_topk_prob"] is True
-    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=False)
+    want_type = {"qwen3moe": "qwen3_moe", "qwen2moe": "qwen2_moe", "mixtral": "mixtral"}[arch]
+    assert config["model_type"] == want_type and config["num_experts_per_tok"] == 2
+    assert config["num_local_experts" if arch == "mixtral" else "num_experts"] == EXPERTS
+    if arch == "qwen3moe":
+        assert config["mlp_only_layers"] == [1] and config["norm_topk_prob"] is True
+    if arch == "qwen2moe":
+        assert config["shared_expert_intermediate_size"] == FFN
+    names = MIXTRAL_NAMES if arch == "mixtral" else LAYER_NAMES
+    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=arch == "mixtral", layer_names=names)
     assert checked == len(reader.tensors)
     weights = mx.load(str(out / "model.safetensors"))
-    assert weights["model.layers.0.mlp.switch_mlp.gate_proj.weight"].shape == (EXPERTS, FFN, HIDDEN * 4 // 32)
-    assert weights["model.layers.0.mlp.switch_mlp.down_proj.weight"].dtype == mx.float32
+    experts = "block_sparse_moe" if arch == "mixtral" else "mlp"
+    assert weights[f"model.layers.0.{experts}.switch_mlp.gate_proj.weight"].shape == (EXPERTS, FFN, HIDDEN * 4 // 32)
+    assert weights[f"model.layers.0.{experts}.switch_mlp.down_proj.weight"].dtype == mx.float32
     assert_logits_equal_mlx_lm(out, tmp_path)
 
 

@@ -25,15 +25,31 @@ const std::vector<TensorRename> kDecoderLayer = {
     {"attn_k_norm", "self_attn.k_norm"},
 };
 
-// Qwen3-MoE: the router and the experts stacked [experts, out, in] as mlx-lm's switch layers hold
-// them (a layer without a router keeps the dense MLP names above).
-std::vector<TensorRename> moe_layer() {
+// Mixture-of-experts layers: llama.cpp's router and experts stacked [experts, out, in], named as
+// mlx-lm's switch layers hold them under `moe` (a layer without a router keeps the dense MLP).
+std::vector<TensorRename> moe_layer(const char* router, const char* gate, const char* up, const char* down) {
   auto layer = kDecoderLayer;
-  layer.insert(layer.end(), {{"ffn_gate_inp", "mlp.gate"},
-                             {"ffn_gate_exps", "mlp.switch_mlp.gate_proj"},
-                             {"ffn_up_exps", "mlp.switch_mlp.up_proj"},
-                             {"ffn_down_exps", "mlp.switch_mlp.down_proj"}});
+  layer.insert(layer.end(), {{"ffn_gate_inp", router}, {"ffn_gate_exps", gate}, {"ffn_up_exps", up}, {"ffn_down_exps", down}});
   return layer;
+}
+
+// Qwen2-MoE adds a shared expert behind a sigmoid gate.
+std::vector<TensorRename> qwen2_moe_layer() {
+  auto layer = moe_layer("mlp.gate", "mlp.switch_mlp.gate_proj", "mlp.switch_mlp.up_proj", "mlp.switch_mlp.down_proj");
+  layer.insert(layer.end(), {{"ffn_gate_inp_shexp", "mlp.shared_expert_gate"},
+                             {"ffn_gate_shexp", "mlp.shared_expert.gate_proj"},
+                             {"ffn_up_shexp", "mlp.shared_expert.up_proj"},
+                             {"ffn_down_shexp", "mlp.shared_expert.down_proj"}});
+  return layer;
+}
+
+// llama.cpp writes Mixtral as architecture "llama" with experts.
+const GgufArchitecture& mixtral() {
+  static const GgufArchitecture arch{"llama", "mixtral", "MixtralForCausalLM", true, kDecoderGlobals,
+                                     moe_layer("block_sparse_moe.gate", "block_sparse_moe.switch_mlp.gate_proj",
+                                               "block_sparse_moe.switch_mlp.up_proj",
+                                               "block_sparse_moe.switch_mlp.down_proj")};
+  return arch;
 }
 
 const std::vector<GgufArchitecture>& architectures() {
@@ -41,7 +57,9 @@ const std::vector<GgufArchitecture>& architectures() {
       {"llama", "llama", "LlamaForCausalLM", true, kDecoderGlobals, kDecoderLayer},
       {"qwen2", "qwen2", "Qwen2ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
       {"qwen3", "qwen3", "Qwen3ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
-      {"qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", false, kDecoderGlobals, moe_layer()},
+      {"qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", false, kDecoderGlobals, qwen2_moe_layer()},
+      {"qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", false, kDecoderGlobals,
+       moe_layer("mlp.gate", "mlp.switch_mlp.gate_proj", "mlp.switch_mlp.up_proj", "mlp.switch_mlp.down_proj")},
   };
   return table;
 }
@@ -60,6 +78,7 @@ const GgufArchitecture& find_architecture(const GgufFile& file) {
   auto name = file.get_string("general.architecture");
   if (!name) throw ConfigError(file.source + ": missing required metadata 'general.architecture'");
   std::string supported;
+  if (*name == "llama" && file.get_uint("llama.expert_count").value_or(0) > 0) return mixtral();
   for (const auto& a : architectures()) {
     if (*name == a.gguf_name) return a;
     supported += (supported.empty() ? "" : ", ") + std::string(a.gguf_name);
@@ -93,6 +112,7 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
       for (const auto& r : arch.layer_tensors) {
         if (rest != r.gguf) continue;
         TensorPlan plan{"model.layers." + layer + "." + r.hf + suffix, std::nullopt};
+        plan.as_row = rest == "ffn_gate_inp_shexp" && tensor.dims.size() == 1;
         if (arch.permuted_qk && (rest == "attn_q" || rest == "attn_k")) {
           std::string heads_key = rest == "attn_q" ? "attention.head_count" : "attention.head_count_kv";
           auto heads = file.get_uint(arch_key(arch, heads_key));
@@ -157,8 +177,12 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["architectures"] = {arch.hf_class};
   c["model_type"] = arch.model_type;
   c["hidden_size"] = hidden;
-  const bool moe = std::string(arch.gguf_name) == "qwen3moe";
-  const auto expert_ffn = moe ? std::optional<uint64_t>(u("expert_feed_forward_length")) : std::nullopt;
+  const std::string type = arch.model_type;
+  const bool moe = type == "qwen3_moe" || type == "qwen2_moe" || type == "mixtral";
+  // Mixtral's experts are as wide as its feed_forward_length; the Qwen MoEs give theirs apart.
+  const auto expert_ffn = moe ? std::optional<uint64_t>(type == "mixtral" ? u("feed_forward_length")
+                                                                          : u("expert_feed_forward_length"))
+                              : std::nullopt;
   c["intermediate_size"] = moe ? opt_u("feed_forward_length").value_or(*expert_ffn) : u("feed_forward_length");
   c["num_hidden_layers"] = u("block_count");
   c["num_attention_heads"] = heads;
@@ -183,21 +207,30 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["attention_bias"] = file.find_tensor("blk.0.attn_q.bias") != nullptr;
   c["mlp_bias"] = file.find_tensor("blk.0.ffn_up.bias") != nullptr;
   if (moe) {
-    // Qwen3MoeConfig's fields: every layer sparse unless it has no router; top-k probabilities
-    // renormalised (norm_topk_prob, true in every released Qwen3-MoE).
+    // Qwen3MoeConfig: every layer sparse unless it has no router; top-k probabilities renormalised
+    // (norm_topk_prob, true in every released Qwen3-MoE). Mixtral / Qwen2MoeConfig: their fields.
     const uint64_t experts = u("expert_count"), used = u("expert_used_count");
     if (experts == 0 || used == 0 || used > experts)
       throw ConfigError(file.source + ": " + arch_key(arch, "expert_used_count") + " = " + std::to_string(used) +
                         " must be between 1 and " + arch_key(arch, "expert_count") + " = " + std::to_string(experts));
-    c["num_experts"] = experts;
+    c[type == "mixtral" ? "num_local_experts" : "num_experts"] = experts;
     c["num_experts_per_tok"] = used;
-    c["moe_intermediate_size"] = *expert_ffn;
-    c["decoder_sparse_step"] = 1;
-    nlohmann::ordered_json dense = nlohmann::ordered_json::array();
-    for (uint64_t i = 0; i < u("block_count"); ++i)
-      if (!file.find_tensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight")) dense.push_back(i);
-    c["mlp_only_layers"] = dense;
-    c["norm_topk_prob"] = true;
+    if (type != "mixtral") c["moe_intermediate_size"] = *expert_ffn;
+    if (type == "qwen2_moe") c["shared_expert_intermediate_size"] = u("expert_shared_feed_forward_length");
+    if (type == "qwen3_moe") {
+      c["decoder_sparse_step"] = 1;
+      nlohmann::ordered_json dense = nlohmann::ordered_json::array();
+      for (uint64_t i = 0; i < u("block_count"); ++i)
+        if (!file.find_tensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight")) dense.push_back(i);
+      c["mlp_only_layers"] = dense;
+      c["norm_topk_prob"] = true;
+    } else {
+      // mlx-lm's mixtral and qwen2_moe make every layer sparse.
+      for (uint64_t i = 0; i < u("block_count"); ++i)
+        if (!file.find_tensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight"))
+          throw UnsupportedError(file.source + ": layer " + std::to_string(i) + " has no router (ffn_gate_inp), but " +
+                                 type + " needs experts in every layer");
+    }
   }
   if (auto bos = file.get_uint("tokenizer.ggml.bos_token_id")) c["bos_token_id"] = *bos;
   if (auto eos = file.get_uint("tokenizer.ggml.eos_token_id")) c["eos_token_id"] = *eos;

@@ -129,6 +129,7 @@ void convert_tensor(const PlannedTensor& p, const uint8_t* data,
     return;
   }
   mx::Shape shape;
+  if (p.plan.as_row) shape.push_back(1);
   for (auto it = t.dims.rbegin(); it != t.dims.rend(); ++it) shape.push_back(static_cast<int>(*it));
   if (p.dense) {
     out.emplace(p.plan.hf_name, adopt(dequantize_float32(t, data, row_order), std::move(shape), mx::float32));
