@@ -34,6 +34,8 @@ LAYER_NAMES = {
     "ffn_up_shexp": "mlp.shared_expert.up_proj",
     "ffn_down_shexp": "mlp.shared_expert.down_proj",
 }
+# Phi-3 keeps q/k/v and gate/up fused.
+PHI3_NAMES = {**LAYER_NAMES, "attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}
 # Mixtral (llama.cpp's "llama" with experts) keeps its experts under block_sparse_moe.
 MIXTRAL_NAMES = {**LAYER_NAMES, "ffn_gate_inp": "block_sparse_moe.gate",
                  "ffn_gate_exps": "block_sparse_moe.switch_mlp.gate_proj",
@@ -64,6 +66,11 @@ def check_every_tensor(gguf_path, out_dir, permuted_qk=True, layer_names=LAYER_N
     checked = 0
     for t in reader.tensors:
         ref = dequantize(t.data, t.tensor_type)
+        if t.name.startswith("rope_factors_"):  # phi3's LongRoPE factors: config.json's rope_scaling
+            kind = t.name.split("_")[2].split(".")[0]
+            assert np.array_equal(np.array(config["rope_scaling"][f"{kind}_factor"], dtype=np.float32), ref), t.name
+            checked += 1
+            continue
         part = t.name.rsplit(".", 1)[0].split(".")[-1]
         if permuted_qk and part == "attn_q":
             ref = unpermute(ref, config["num_attention_heads"])

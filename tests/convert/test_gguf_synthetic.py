@@ -62,6 +62,15 @@ def random_k_blocks(rows, cols, qtype, rng):
     return blocks.reshape(rows, -1)
 
 
+# Phi-3: fused qkv and gate_up (the GGUF's ffn_up holds both halves), LongRoPE over 3/4 of each head.
+PHI3_LAYER = [
+    ("attn_qkv", (HEADS + 2 * KV_HEADS) * HEAD_DIM, HIDDEN, (Q.Q8_0, Q.Q4_K)),
+    ("attn_output", HIDDEN, HEADS * HEAD_DIM, (Q.Q3_K, Q.Q4_1)),
+    ("ffn_up", 2 * FFN, HIDDEN, (Q.Q4_0, Q.IQ4_XS)),
+    ("ffn_down", HIDDEN, FFN, (Q.Q6_K, Q.Q5_0)),
+]
+PHI3_ROTARY = 48
+
 MOE_LAYERS = {"qwen3moe": [0], "qwen2moe": [0, 1], "mixtral": [0, 1]}  # layers whose MLP is experts
 
 
@@ -75,6 +84,9 @@ def write_gguf(path, arch, rng, layer=LAYER):
     w.add_head_count(HEADS)
     w.add_head_count_kv(KV_HEADS)
     w.add_rope_freq_base(10000.0)
+    if arch == "phi3":
+        w.add_rope_dimension_count(PHI3_ROTARY)
+        w.add_uint32("phi3.rope.scaling.original_context_length", 64)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2" if arch not in ("llama", "mixtral") else "llama-bpe")
@@ -105,6 +117,9 @@ def write_gguf(path, arch, rng, layer=LAYER):
             w.add_tensor(name, quantize(values, qtype), raw_dtype=qtype)
 
     add("token_embd.weight", (len(TOKENS), HIDDEN), Q.F16)
+    if arch == "phi3":
+        w.add_tensor("rope_factors_long.weight", (1.0 + rng.random(PHI3_ROTARY // 2) * 3).astype(np.float32))
+        w.add_tensor("rope_factors_short.weight", (1.0 + rng.random(PHI3_ROTARY // 2) * 0.1).astype(np.float32))
     add("output_norm.weight", (HIDDEN,), Q.F32)
     add("output.weight", (len(TOKENS), HIDDEN), Q.Q8_0)
     for i in range(LAYERS):
@@ -248,6 +263,23 @@ def test_moe_gguf_converts_exactly_and_runs(arch, tmp_path):
     experts = "block_sparse_moe" if arch == "mixtral" else "mlp"
     assert weights[f"model.layers.0.{experts}.switch_mlp.gate_proj.weight"].shape == (EXPERTS, FFN, HIDDEN * 4 // 32)
     assert weights[f"model.layers.0.{experts}.switch_mlp.down_proj.weight"].dtype == mx.float32
+    assert_logits_equal_mlx_lm(out, tmp_path)
+
+
+def test_phi3_gguf_converts_exactly_and_runs(tmp_path):
+    """llama.cpp's phi3: fused qkv and gate/up projections, partial rotary (rope.dimension_count
+    below the head size) and LongRoPE factors (rope_factors_long/short, into rope_scaling)."""
+    from test_gguf_dequant import PHI3_NAMES
+
+    gguf_path = tmp_path / "tiny-phi3.gguf"
+    write_gguf(gguf_path, "phi3", np.random.default_rng(19), layer=PHI3_LAYER)
+    out = convert(gguf_path, tmp_path / "model")
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "phi3" and config["partial_rotary_factor"] == PHI3_ROTARY / HEAD_DIM
+    assert config["rope_scaling"]["type"] == "longrope" and len(config["rope_scaling"]["long_factor"]) == PHI3_ROTARY // 2
+    assert config["original_max_position_embeddings"] == 64 and config["max_position_embeddings"] == 256
+    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=False, layer_names=PHI3_NAMES)
+    assert checked == len(reader.tensors)
     assert_logits_equal_mlx_lm(out, tmp_path)
 
 

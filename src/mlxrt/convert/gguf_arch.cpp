@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "mlxrt/util/errors.h"
 
@@ -23,6 +24,12 @@ const std::vector<TensorRename> kDecoderLayer = {
     {"ffn_gate", "mlp.gate_proj"},            {"ffn_up", "mlp.up_proj"},
     {"ffn_down", "mlp.down_proj"},            {"attn_q_norm", "self_attn.q_norm"},
     {"attn_k_norm", "self_attn.k_norm"},
+};
+
+// Phi-3: fused q/k/v and gate/up projections (llama.cpp keeps them fused too).
+const std::vector<TensorRename> kPhi3Layer = {
+    {"attn_norm", "input_layernorm"},    {"attn_qkv", "self_attn.qkv_proj"}, {"attn_output", "self_attn.o_proj"},
+    {"ffn_norm", "post_attention_layernorm"}, {"ffn_up", "mlp.gate_up_proj"}, {"ffn_down", "mlp.down_proj"},
 };
 
 // Mixture-of-experts layers: llama.cpp's router and experts stacked [experts, out, in], named as
@@ -57,6 +64,7 @@ const std::vector<GgufArchitecture>& architectures() {
       {"llama", "llama", "LlamaForCausalLM", true, kDecoderGlobals, kDecoderLayer},
       {"qwen2", "qwen2", "Qwen2ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
       {"qwen3", "qwen3", "Qwen3ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
+      {"phi3", "phi3", "Phi3ForCausalLM", false, kDecoderGlobals, kPhi3Layer},
       {"qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", false, kDecoderGlobals, qwen2_moe_layer()},
       {"qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", false, kDecoderGlobals,
        moe_layer("mlp.gate", "mlp.switch_mlp.gate_proj", "mlp.switch_mlp.up_proj", "mlp.switch_mlp.down_proj")},
@@ -94,6 +102,9 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
   std::string suffix = dot == std::string::npos ? "" : tensor.name.substr(dot);
   if (suffix != ".weight" && suffix != ".bias")
     throw UnsupportedError(file.source + ": tensor '" + tensor.name + "' is not a .weight or .bias");
+  // Phi-3's LongRoPE factors go into config.json's rope_scaling (build_model_config).
+  if (std::string(arch.model_type) == "phi3" && (base == "rope_factors_long" || base == "rope_factors_short"))
+    return std::nullopt;
   for (const char* derived : kDerivedTensors)
     if (base == derived || (base.rfind("blk.", 0) == 0 && base.ends_with(std::string(".") + derived))) {
       if (base == "rope_freqs")
@@ -141,7 +152,27 @@ double shortest_float32(double value) {
   return static_cast<double>(target);
 }
 
-nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const GgufFile& file) {
+namespace {
+
+// A 1-D float32 tensor's values (phi3's rope factors), as the doubles that print as the float32s.
+nlohmann::ordered_json float32_list(const GgufFile& file, const uint8_t* data, const std::string& name) {
+  const auto* t = file.find_tensor(name);
+  if (!t) throw WeightsError(file.source + ": missing tensor '" + name + "'");
+  if (t->type() != GgmlType::f32 || t->dims.size() != 1)
+    throw UnsupportedError(file.source + ": tensor '" + name + "' is not a 1-D F32 vector");
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (uint64_t i = 0; i < t->n_elements; ++i) {
+    float v;
+    std::memcpy(&v, data + t->offset + 4 * i, 4);
+    if (!std::isfinite(v)) throw ConfigError(file.source + ": tensor '" + name + "' holds a non-finite value");
+    out.push_back(shortest_float32(v));
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const GgufFile& file, const uint8_t* data) {
   auto u = [&](const char* key) { return file.require_uint(arch_key(arch, key)); };
   auto opt_u = [&](const char* key) { return file.get_uint(arch_key(arch, key)); };
   uint64_t hidden = u("embedding_length");
@@ -150,10 +181,12 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
     throw ConfigError(file.source + ": " + arch_key(arch, "attention.head_count") + " = " +
                       std::to_string(heads) + " does not divide the embedding length " + std::to_string(hidden));
   uint64_t head_dim = opt_u("attention.key_length").value_or(hidden / heads);
-  if (auto rot = opt_u("rope.dimension_count"); rot && *rot != head_dim)
+  const bool phi3 = std::string(arch.model_type) == "phi3";
+  const auto rot = opt_u("rope.dimension_count");
+  if (rot && *rot != head_dim && !(phi3 && *rot > 0 && *rot < head_dim))
     throw UnsupportedError(file.source + ": partial rotary embeddings (" + arch_key(arch, "rope.dimension_count") +
                            " = " + std::to_string(*rot) + ", head size " + std::to_string(head_dim) +
-                           ") are not supported by the converter");
+                           ") are not supported by the converter for this architecture");
   auto eps = file.get_float(arch_key(arch, "attention.layer_norm_rms_epsilon"));
   if (!eps) throw ConfigError(file.source + ": missing required metadata '" +
                               arch_key(arch, "attention.layer_norm_rms_epsilon") + "'");
@@ -230,6 +263,22 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
         if (!file.find_tensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight"))
           throw UnsupportedError(file.source + ": layer " + std::to_string(i) + " has no router (ffn_gate_inp), but " +
                                  type + " needs experts in every layer");
+    }
+  }
+  if (phi3) {
+    // mlx-lm's phi3: head_dim = hidden_size / heads; a rotary part below it is partial_rotary_factor;
+    // llama.cpp's rope_factors_long/short are the LongRoPE (SuScaledRoPE) factors.
+    if (head_dim * heads != hidden)
+      throw UnsupportedError(file.source + ": phi3 with a head size other than embedding_length / head_count");
+    if (rot && *rot != head_dim) c["partial_rotary_factor"] = static_cast<double>(*rot) / static_cast<double>(head_dim);
+    if (file.find_tensor("rope_factors_long.weight")) {
+      auto original = file.require_uint(arch_key(arch, "rope.scaling.original_context_length"));
+      c["rope_scaling"] = {{"type", "longrope"},
+                           {"long_factor", float32_list(file, data, "rope_factors_long.weight")},
+                           {"short_factor", float32_list(file, data, file.find_tensor("rope_factors_short.weight")
+                                                                         ? "rope_factors_short.weight"
+                                                                         : "rope_factors_long.weight")}};
+      c["original_max_position_embeddings"] = original;
     }
   }
   if (auto bos = file.get_uint("tokenizer.ggml.bos_token_id")) c["bos_token_id"] = *bos;

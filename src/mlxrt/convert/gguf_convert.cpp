@@ -199,7 +199,7 @@ GgufConvertSummary convert_gguf(const GgufConvertOptions& options) {
   GgufFile file = parse_gguf(mapped.bytes(), mapped.size(), options.gguf.string());
   if (options.tokenizer_only) return write_tokenizer_only(file, options.out);
   const GgufArchitecture& arch = find_architecture(file);
-  nlohmann::ordered_json config = build_model_config(arch, file);
+  nlohmann::ordered_json config = build_model_config(arch, file, mapped.data() + file.data_start);
   std::vector<PlannedTensor> tensors = plan_tensors(arch, file);
   if (!has_tokenizer(file))
     throw ConfigError(file.source + ": no tokenizer in the file (metadata 'tokenizer.ggml.model' and "
