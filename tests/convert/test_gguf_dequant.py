@@ -34,6 +34,9 @@ LAYER_NAMES = {
     "ffn_up_shexp": "mlp.shared_expert.up_proj",
     "ffn_down_shexp": "mlp.shared_expert.down_proj",
 }
+# Gemma 3: a norm after each sublayer and one before the MLP.
+GEMMA3_NAMES = {**LAYER_NAMES, "ffn_norm": "pre_feedforward_layernorm", "post_attention_norm": "post_attention_layernorm",
+                "post_ffw_norm": "post_feedforward_layernorm"}
 # Phi-3 keeps q/k/v and gate/up fused.
 PHI3_NAMES = {**LAYER_NAMES, "attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}
 # Mixtral (llama.cpp's "llama" with experts) keeps its experts under block_sparse_moe.
@@ -57,7 +60,7 @@ def unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
     return rows.reshape(heads, rows.shape[0] // heads // 2, 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
 
 
-def check_every_tensor(gguf_path, out_dir, permuted_qk=True, layer_names=LAYER_NAMES):
+def check_every_tensor(gguf_path, out_dir, permuted_qk=True, layer_names=LAYER_NAMES, norms_minus_one=False):
     config = json.loads((out_dir / "config.json").read_text())
     weights = {}
     for f in out_dir.glob("model*.safetensors"):
@@ -76,6 +79,8 @@ def check_every_tensor(gguf_path, out_dir, permuted_qk=True, layer_names=LAYER_N
             ref = unpermute(ref, config["num_attention_heads"])
         elif permuted_qk and part == "attn_k":
             ref = unpermute(ref, config["num_key_value_heads"])
+        if norms_minus_one and t.name.endswith("norm.weight"):  # Gemma: llama.cpp stored 1 + weight
+            ref = ref - np.float32(1)
         module = hf_module(t.name, layer_names)
         suffix = t.name.rsplit(".", 1)[1]
         if f"{module}.scales" in weights and suffix == "weight":

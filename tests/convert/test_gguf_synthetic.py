@@ -74,16 +74,20 @@ PHI3_ROTARY = 48
 MOE_LAYERS = {"qwen3moe": [0], "qwen2moe": [0, 1], "mixtral": [0, 1]}  # layers whose MLP is experts
 
 
-def write_gguf(path, arch, rng, layer=LAYER):
+def write_gguf(path, arch, rng, layer=LAYER, layers=LAYERS):
     moe_layers = MOE_LAYERS.get(arch, [])
     w = GGUFWriter(str(path), "llama" if arch == "mixtral" else arch)
-    w.add_block_count(LAYERS)
+    w.add_block_count(layers)
     w.add_context_length(256)
     w.add_embedding_length(HIDDEN)
     w.add_feed_forward_length(FFN)
     w.add_head_count(HEADS)
     w.add_head_count_kv(KV_HEADS)
     w.add_rope_freq_base(10000.0)
+    if arch == "gemma3":
+        w.add_key_length(HEAD_DIM)
+        w.add_value_length(HEAD_DIM)
+        w.add_sliding_window(6)
     if arch == "phi3":
         w.add_rope_dimension_count(PHI3_ROTARY)
         w.add_uint32("phi3.rope.scaling.original_context_length", 64)
@@ -122,13 +126,13 @@ def write_gguf(path, arch, rng, layer=LAYER):
         w.add_tensor("rope_factors_short.weight", (1.0 + rng.random(PHI3_ROTARY // 2) * 0.1).astype(np.float32))
     add("output_norm.weight", (HIDDEN,), Q.F32)
     add("output.weight", (len(TOKENS), HIDDEN), Q.Q8_0)
-    for i in range(LAYERS):
+    for i in range(layers):
         add(f"blk.{i}.attn_norm.weight", (HIDDEN,), Q.F32)
         add(f"blk.{i}.ffn_norm.weight", (HIDDEN,), Q.F32)
         for name, rows, cols, qtypes in layer:
             if i in moe_layers and name.startswith("ffn_"):
                 continue  # the experts below (qwen3moe's layer 1 stays dense: mlp_only_layers)
-            add(f"blk.{i}.{name}.weight", (rows, cols), qtypes[i])
+            add(f"blk.{i}.{name}.weight", (rows, cols), qtypes[i % 2])
         if i in moe_layers:
             add(f"blk.{i}.ffn_gate_inp.weight", (EXPERTS, HIDDEN), Q.F32)
             add(f"blk.{i}.ffn_gate_exps.weight", (EXPERTS, FFN, HIDDEN), (Q.Q4_K, Q.Q5_0)[i])
@@ -142,7 +146,10 @@ def write_gguf(path, arch, rng, layer=LAYER):
         if arch in ("qwen2", "qwen2moe"):
             for name, rows in (("attn_q", HEADS * HEAD_DIM), ("attn_k", KV_HEADS * HEAD_DIM), ("attn_v", KV_HEADS * HEAD_DIM)):
                 add(f"blk.{i}.{name}.bias", (rows,), Q.F32)
-        if arch in ("qwen3", "qwen3moe"):
+        if arch == "gemma3":
+            for name in ("post_attention_norm", "post_ffw_norm"):
+                add(f"blk.{i}.{name}.weight", (HIDDEN,), Q.F32)
+        if arch in ("qwen3", "qwen3moe", "gemma3"):
             add(f"blk.{i}.attn_q_norm.weight", (HEAD_DIM,), Q.F32)
             add(f"blk.{i}.attn_k_norm.weight", (HEAD_DIM,), Q.F32)
     w.write_header_to_file()
@@ -263,6 +270,24 @@ def test_moe_gguf_converts_exactly_and_runs(arch, tmp_path):
     experts = "block_sparse_moe" if arch == "mixtral" else "mlp"
     assert weights[f"model.layers.0.{experts}.switch_mlp.gate_proj.weight"].shape == (EXPERTS, FFN, HIDDEN * 4 // 32)
     assert weights[f"model.layers.0.{experts}.switch_mlp.down_proj.weight"].dtype == mx.float32
+    assert_logits_equal_mlx_lm(out, tmp_path)
+
+
+def test_gemma3_gguf_converts_exactly_and_runs(tmp_path):
+    """llama.cpp's gemma3: every norm stored as 1 + weight (read back as weight - 1 in float32, so
+    the model's 1 + weight is the GGUF's own scale), the tied head, Gemma 3's constants in config."""
+    from test_gguf_dequant import GEMMA3_NAMES
+
+    gguf_path = tmp_path / "tiny-gemma3.gguf"
+    # mlx-lm's gemma3_text needs a whole pattern of layers (five sliding, one global).
+    write_gguf(gguf_path, "gemma3", np.random.default_rng(23), layers=6)
+    out = convert(gguf_path, tmp_path / "model")
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "gemma3_text" and config["sliding_window"] == 6
+    assert config["query_pre_attn_scalar"] == HEAD_DIM and config["sliding_window_pattern"] == 6
+    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=False, layer_names=GEMMA3_NAMES,
+                                         norms_minus_one=True)
+    assert checked == len(reader.tensors)
     assert_logits_equal_mlx_lm(out, tmp_path)
 
 

@@ -32,6 +32,17 @@ const std::vector<TensorRename> kPhi3Layer = {
     {"ffn_norm", "post_attention_layernorm"}, {"ffn_up", "mlp.gate_up_proj"}, {"ffn_down", "mlp.down_proj"},
 };
 
+// Gemma 3: norms around both sublayers and on the queries and keys of each head.
+const std::vector<TensorRename> kGemma3Layer = {
+    {"attn_norm", "input_layernorm"},          {"attn_q", "self_attn.q_proj"},
+    {"attn_k", "self_attn.k_proj"},            {"attn_v", "self_attn.v_proj"},
+    {"attn_output", "self_attn.o_proj"},       {"attn_q_norm", "self_attn.q_norm"},
+    {"attn_k_norm", "self_attn.k_norm"},       {"post_attention_norm", "post_attention_layernorm"},
+    {"ffn_norm", "pre_feedforward_layernorm"}, {"ffn_gate", "mlp.gate_proj"},
+    {"ffn_up", "mlp.up_proj"},                 {"ffn_down", "mlp.down_proj"},
+    {"post_ffw_norm", "post_feedforward_layernorm"},
+};
+
 // Mixture-of-experts layers: llama.cpp's router and experts stacked [experts, out, in], named as
 // mlx-lm's switch layers hold them under `moe` (a layer without a router keeps the dense MLP).
 std::vector<TensorRename> moe_layer(const char* router, const char* gate, const char* up, const char* down) {
@@ -64,6 +75,7 @@ const std::vector<GgufArchitecture>& architectures() {
       {"llama", "llama", "LlamaForCausalLM", true, kDecoderGlobals, kDecoderLayer},
       {"qwen2", "qwen2", "Qwen2ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
       {"qwen3", "qwen3", "Qwen3ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
+      {"gemma3", "gemma3_text", "Gemma3ForCausalLM", false, kDecoderGlobals, kGemma3Layer},
       {"phi3", "phi3", "Phi3ForCausalLM", false, kDecoderGlobals, kPhi3Layer},
       {"qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", false, kDecoderGlobals, qwen2_moe_layer()},
       {"qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", false, kDecoderGlobals,
@@ -112,8 +124,15 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
                                "frequency scaling) is not supported by the converter");
       return std::nullopt;
     }
+  // Gemma's RMSNorm scales by (1 + weight); llama.cpp stores the norms with the one added.
+  const bool gemma_norm = std::string(arch.model_type) == "gemma3_text" && suffix == ".weight" &&
+                          base.size() >= 4 && base.compare(base.size() - 4, 4, "norm") == 0;
   for (const auto& r : arch.global_tensors)
-    if (base == r.gguf) return TensorPlan{std::string(r.hf) + suffix, std::nullopt};
+    if (base == r.gguf) {
+      TensorPlan plan{std::string(r.hf) + suffix, std::nullopt};
+      plan.minus_one = gemma_norm;
+      return plan;
+    }
   if (base.rfind("blk.", 0) == 0) {
     auto layer_end = base.find('.', 4);
     std::string layer = base.substr(4, layer_end == std::string::npos ? std::string::npos : layer_end - 4);
@@ -124,6 +143,7 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
         if (rest != r.gguf) continue;
         TensorPlan plan{"model.layers." + layer + "." + r.hf + suffix, std::nullopt};
         plan.as_row = rest == "ffn_gate_inp_shexp" && tensor.dims.size() == 1;
+        plan.minus_one = gemma_norm;
         if (arch.permuted_qk && (rest == "attn_q" || rest == "attn_k")) {
           std::string heads_key = rest == "attn_q" ? "attention.head_count" : "attention.head_count_kv";
           auto heads = file.get_uint(arch_key(arch, heads_key));
@@ -221,7 +241,7 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["num_attention_heads"] = heads;
   c["num_key_value_heads"] = opt_u("attention.head_count_kv").value_or(heads);
   c["head_dim"] = head_dim;
-  c["hidden_act"] = "silu";
+  c["hidden_act"] = std::string(arch.model_type) == "gemma3_text" ? "gelu_pytorch_tanh" : "silu";
   c["rms_norm_eps"] = shortest_float32(*eps);
   c["rope_theta"] = shortest_float32(rope_base);
   c["rope_scaling"] = nullptr;
@@ -264,6 +284,18 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
           throw UnsupportedError(file.source + ": layer " + std::to_string(i) + " has no router (ffn_gate_inp), but " +
                                  type + " needs experts in every layer");
     }
+  }
+  if (type == "gemma3_text") {
+    // Gemma3TextConfig's fields that llama.cpp keeps as constants rather than metadata: five
+    // sliding layers per global one, local RoPE base 10000, and the query scale of head_dim
+    // except on the 62-layer 27B, whose scale is hidden_size / heads.
+    c["sliding_window"] = u("attention.sliding_window");
+    c["sliding_window_pattern"] = 6;
+    c["rope_local_base_freq"] = 10000.0;
+    c["query_pre_attn_scalar"] = u("block_count") == 62 ? hidden / heads : head_dim;
+    c["hidden_activation"] = "gelu_pytorch_tanh";
+    c["final_logit_softcapping"] = nullptr;
+    c["attn_logit_softcapping"] = nullptr;
   }
   if (phi3) {
     // mlx-lm's phi3: head_dim = hidden_size / heads; a rotary part below it is partial_rotary_factor;

@@ -35,6 +35,7 @@ struct TensorPlan {
   std::string hf_name;
   std::optional<uint64_t> qk_heads;  // set when the rows must be un-permuted, over this many heads
   bool as_row = false;               // a 1-D GGUF vector that the checkpoint holds as [1, n]
+  bool minus_one = false;            // a Gemma norm weight, which llama.cpp stores plus one
 };
 
 /** The checkpoint name and row handling of one tensor, or nullopt for tensors that carry nothing

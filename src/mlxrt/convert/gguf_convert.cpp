@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <unordered_map>
@@ -133,6 +134,17 @@ void convert_tensor(const PlannedTensor& p, const uint8_t* data,
   for (auto it = t.dims.rbegin(); it != t.dims.rend(); ++it) shape.push_back(static_cast<int>(*it));
   if (p.dense) {
     out.emplace(p.plan.hf_name, adopt(dequantize_float32(t, data, row_order), std::move(shape), mx::float32));
+    return;
+  }
+  if (p.plan.minus_one) {
+    // weight - 1 in float32, as transformers reads a Gemma GGUF: 1 + (w - 1) gives the model back
+    // the GGUF's own scale.
+    if (t.type() != GgmlType::f32)
+      throw UnsupportedError(t.name + ": a Gemma norm stored as " + t.traits.name + " (expected F32)");
+    std::vector<float> values(t.n_elements);
+    std::memcpy(values.data(), data, t.n_bytes);
+    for (auto& v : values) v = v - 1.0f;
+    out.emplace(p.plan.hf_name, adopt(std::move(values), std::move(shape), mx::float32));
     return;
   }
   std::vector<uint8_t> bytes = row_order ? permute_plain_rows(t, data, order)
