@@ -84,10 +84,14 @@ def write_gguf(path, arch, rng, layer=LAYER, layers=LAYERS):
     w.add_head_count(HEADS)
     w.add_head_count_kv(KV_HEADS)
     w.add_rope_freq_base(10000.0)
-    if arch == "gemma3":
+    if arch in ("gemma", "gemma2", "gemma3"):
         w.add_key_length(HEAD_DIM)
         w.add_value_length(HEAD_DIM)
+    if arch in ("gemma2", "gemma3"):
         w.add_sliding_window(6)
+    if arch == "gemma2":
+        w.add_float32("gemma2.attn_logit_softcapping", 50.0)
+        w.add_float32("gemma2.final_logit_softcapping", 30.0)
     if arch == "phi3":
         w.add_rope_dimension_count(PHI3_ROTARY)
         w.add_uint32("phi3.rope.scaling.original_context_length", 64)
@@ -125,7 +129,8 @@ def write_gguf(path, arch, rng, layer=LAYER, layers=LAYERS):
         w.add_tensor("rope_factors_long.weight", (1.0 + rng.random(PHI3_ROTARY // 2) * 3).astype(np.float32))
         w.add_tensor("rope_factors_short.weight", (1.0 + rng.random(PHI3_ROTARY // 2) * 0.1).astype(np.float32))
     add("output_norm.weight", (HIDDEN,), Q.F32)
-    add("output.weight", (len(TOKENS), HIDDEN), Q.Q8_0)
+    if arch not in ("gemma", "gemma2"):  # Gemma 1 and 2 tie their head
+        add("output.weight", (len(TOKENS), HIDDEN), Q.Q8_0)
     for i in range(layers):
         add(f"blk.{i}.attn_norm.weight", (HIDDEN,), Q.F32)
         add(f"blk.{i}.ffn_norm.weight", (HIDDEN,), Q.F32)
@@ -146,7 +151,7 @@ def write_gguf(path, arch, rng, layer=LAYER, layers=LAYERS):
         if arch in ("qwen2", "qwen2moe"):
             for name, rows in (("attn_q", HEADS * HEAD_DIM), ("attn_k", KV_HEADS * HEAD_DIM), ("attn_v", KV_HEADS * HEAD_DIM)):
                 add(f"blk.{i}.{name}.bias", (rows,), Q.F32)
-        if arch == "gemma3":
+        if arch in ("gemma2", "gemma3"):
             for name in ("post_attention_norm", "post_ffw_norm"):
                 add(f"blk.{i}.{name}.weight", (HIDDEN,), Q.F32)
         if arch in ("qwen3", "qwen3moe", "gemma3"):
@@ -273,19 +278,25 @@ def test_moe_gguf_converts_exactly_and_runs(arch, tmp_path):
     assert_logits_equal_mlx_lm(out, tmp_path)
 
 
-def test_gemma3_gguf_converts_exactly_and_runs(tmp_path):
-    """llama.cpp's gemma3: every norm stored as 1 + weight (read back as weight - 1 in float32, so
-    the model's 1 + weight is the GGUF's own scale), the tied head, Gemma 3's constants in config."""
-    from test_gguf_dequant import GEMMA3_NAMES
+@pytest.mark.parametrize("arch", ["gemma", "gemma2", "gemma3"])
+def test_gemma_gguf_converts_exactly_and_runs(arch, tmp_path):
+    """llama.cpp's gemma, gemma2 and gemma3: every norm stored as 1 + weight (read back as
+    weight - 1 in float32, so the model's 1 + weight is the GGUF's own scale), the tied head,
+    Gemma 2's soft caps and Gemma 3's constants in config.json."""
+    from test_gguf_dequant import GEMMA3_NAMES, LAYER_NAMES
 
-    gguf_path = tmp_path / "tiny-gemma3.gguf"
+    gguf_path = tmp_path / f"tiny-{arch}.gguf"
     # mlx-lm's gemma3_text needs a whole pattern of layers (five sliding, one global).
-    write_gguf(gguf_path, "gemma3", np.random.default_rng(23), layers=6)
+    write_gguf(gguf_path, arch, np.random.default_rng(23), layers=6 if arch == "gemma3" else 2)
     out = convert(gguf_path, tmp_path / "model")
     config = json.loads((out / "config.json").read_text())
-    assert config["model_type"] == "gemma3_text" and config["sliding_window"] == 6
-    assert config["query_pre_attn_scalar"] == HEAD_DIM and config["sliding_window_pattern"] == 6
-    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=False, layer_names=GEMMA3_NAMES,
+    assert config["model_type"] == {"gemma": "gemma", "gemma2": "gemma2", "gemma3": "gemma3_text"}[arch]
+    if arch != "gemma":
+        assert config["query_pre_attn_scalar"] == HEAD_DIM and config["sliding_window"] == 6
+    if arch == "gemma2":
+        assert (config["attn_logit_softcapping"], config["final_logit_softcapping"]) == (50.0, 30.0)
+    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=False,
+                                         layer_names=LAYER_NAMES if arch == "gemma" else GEMMA3_NAMES,
                                          norms_minus_one=True)
     assert checked == len(reader.tensors)
     assert_logits_equal_mlx_lm(out, tmp_path)

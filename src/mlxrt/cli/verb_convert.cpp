@@ -81,7 +81,7 @@ void register_convert(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "convert",
       "Convert a Hugging Face checkpoint into an MLX one as mlx_lm.convert does (--hf-path, optionally quantized "
-      "with -q), or a GGUF model (llama and Mixtral, qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma3 architectures; Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K, Q2_K/Q3_K/Q6_K/IQ4_NL/IQ4_XS, F16/BF16/F32 "
+      "with -q), or a GGUF model (llama and Mixtral, qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma, gemma2, gemma3 architectures; Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K, Q2_K/Q3_K/Q6_K/IQ4_NL/IQ4_XS, F16/BF16/F32 "
       "tensors) losslessly into an MLX checkpoint directory (--gguf)");
   auto flags = std::make_shared<Flags>();
   cmd->add_option("--hf-path,--model", flags->hf_path,

@@ -32,7 +32,7 @@ const std::vector<TensorRename> kPhi3Layer = {
     {"ffn_norm", "post_attention_layernorm"}, {"ffn_up", "mlp.gate_up_proj"}, {"ffn_down", "mlp.down_proj"},
 };
 
-// Gemma 3: norms around both sublayers and on the queries and keys of each head.
+// Gemma 2 and 3: norms around both sublayers (Gemma 3's also on the queries and keys of each head).
 const std::vector<TensorRename> kGemma3Layer = {
     {"attn_norm", "input_layernorm"},          {"attn_q", "self_attn.q_proj"},
     {"attn_k", "self_attn.k_proj"},            {"attn_v", "self_attn.v_proj"},
@@ -75,6 +75,8 @@ const std::vector<GgufArchitecture>& architectures() {
       {"llama", "llama", "LlamaForCausalLM", true, kDecoderGlobals, kDecoderLayer},
       {"qwen2", "qwen2", "Qwen2ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
       {"qwen3", "qwen3", "Qwen3ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
+      {"gemma", "gemma", "GemmaForCausalLM", false, kDecoderGlobals, kDecoderLayer},
+      {"gemma2", "gemma2", "Gemma2ForCausalLM", false, kDecoderGlobals, kGemma3Layer},
       {"gemma3", "gemma3_text", "Gemma3ForCausalLM", false, kDecoderGlobals, kGemma3Layer},
       {"phi3", "phi3", "Phi3ForCausalLM", false, kDecoderGlobals, kPhi3Layer},
       {"qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", false, kDecoderGlobals, qwen2_moe_layer()},
@@ -125,7 +127,8 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
       return std::nullopt;
     }
   // Gemma's RMSNorm scales by (1 + weight); llama.cpp stores the norms with the one added.
-  const bool gemma_norm = std::string(arch.model_type) == "gemma3_text" && suffix == ".weight" &&
+  const std::string family = arch.model_type;
+  const bool gemma_norm = (family == "gemma" || family == "gemma2" || family == "gemma3_text") && suffix == ".weight" &&
                           base.size() >= 4 && base.compare(base.size() - 4, 4, "norm") == 0;
   for (const auto& r : arch.global_tensors)
     if (base == r.gguf) {
@@ -241,7 +244,8 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["num_attention_heads"] = heads;
   c["num_key_value_heads"] = opt_u("attention.head_count_kv").value_or(heads);
   c["head_dim"] = head_dim;
-  c["hidden_act"] = std::string(arch.model_type) == "gemma3_text" ? "gelu_pytorch_tanh" : "silu";
+  const bool gemma = std::string(arch.model_type).rfind("gemma", 0) == 0;
+  c["hidden_act"] = gemma ? "gelu_pytorch_tanh" : "silu";
   c["rms_norm_eps"] = shortest_float32(*eps);
   c["rope_theta"] = shortest_float32(rope_base);
   c["rope_scaling"] = nullptr;
@@ -296,6 +300,20 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
     c["hidden_activation"] = "gelu_pytorch_tanh";
     c["final_logit_softcapping"] = nullptr;
     c["attn_logit_softcapping"] = nullptr;
+  }
+  if (type == "gemma2") {
+    // Gemma2Config: the soft caps from the metadata; the query scale of head_dim except on the
+    // 46-layer 27B (hidden_size / heads), as llama.cpp derives it.
+    auto cap = [&](const char* key) {
+      auto v = file.get_float(arch_key(arch, key));
+      if (!v || !std::isfinite(static_cast<float>(*v)) || *v <= 0)
+        throw ConfigError(file.source + ": metadata '" + arch_key(arch, key) + "' is missing or not a positive number");
+      return shortest_float32(*v);
+    };
+    c["attn_logit_softcapping"] = cap("attn_logit_softcapping");
+    c["final_logit_softcapping"] = cap("final_logit_softcapping");
+    c["query_pre_attn_scalar"] = u("block_count") == 46 ? hidden / heads : head_dim;
+    if (auto window = opt_u("attention.sliding_window")) c["sliding_window"] = *window;
   }
   if (phi3) {
     // mlx-lm's phi3: head_dim = hidden_size / heads; a rotary part below it is partial_rotary_factor;
