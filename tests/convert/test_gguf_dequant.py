@@ -25,16 +25,34 @@ LAYER_NAMES = {
     "ffn_down": "mlp.down_proj",
     "attn_q_norm": "self_attn.q_norm",
     "attn_k_norm": "self_attn.k_norm",
+    "ffn_gate_inp": "mlp.gate",
+    "ffn_gate_exps": "mlp.switch_mlp.gate_proj",
+    "ffn_up_exps": "mlp.switch_mlp.up_proj",
+    "ffn_down_exps": "mlp.switch_mlp.down_proj",
+    "ffn_gate_inp_shexp": "mlp.shared_expert_gate",
+    "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+    "ffn_up_shexp": "mlp.shared_expert.up_proj",
+    "ffn_down_shexp": "mlp.shared_expert.down_proj",
 }
+# Gemma 3: a norm after each sublayer and one before the MLP.
+GEMMA3_NAMES = {**LAYER_NAMES, "ffn_norm": "pre_feedforward_layernorm", "post_attention_norm": "post_attention_layernorm",
+                "post_ffw_norm": "post_feedforward_layernorm"}
+# Phi-3 keeps q/k/v and gate/up fused.
+PHI3_NAMES = {**LAYER_NAMES, "attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}
+# Mixtral (llama.cpp's "llama" with experts) keeps its experts under block_sparse_moe.
+MIXTRAL_NAMES = {**LAYER_NAMES, "ffn_gate_inp": "block_sparse_moe.gate",
+                 "ffn_gate_exps": "block_sparse_moe.switch_mlp.gate_proj",
+                 "ffn_up_exps": "block_sparse_moe.switch_mlp.up_proj",
+                 "ffn_down_exps": "block_sparse_moe.switch_mlp.down_proj"}
 GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 
 
-def hf_module(gguf_name: str) -> str:
+def hf_module(gguf_name: str, layer_names=LAYER_NAMES) -> str:
     base = gguf_name.rsplit(".", 1)[0]
     if base in GLOBAL_NAMES:
         return GLOBAL_NAMES[base]
     _, layer, part = base.split(".")
-    return f"model.layers.{layer}.{LAYER_NAMES[part]}"
+    return f"model.layers.{layer}.{layer_names[part]}"
 
 
 def unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
@@ -42,7 +60,7 @@ def unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
     return rows.reshape(heads, rows.shape[0] // heads // 2, 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
 
 
-def check_every_tensor(gguf_path, out_dir, permuted_qk=True):
+def check_every_tensor(gguf_path, out_dir, permuted_qk=True, layer_names=LAYER_NAMES, norms_minus_one=False):
     config = json.loads((out_dir / "config.json").read_text())
     weights = {}
     for f in out_dir.glob("model*.safetensors"):
@@ -51,12 +69,19 @@ def check_every_tensor(gguf_path, out_dir, permuted_qk=True):
     checked = 0
     for t in reader.tensors:
         ref = dequantize(t.data, t.tensor_type)
+        if t.name.startswith("rope_factors_"):  # phi3's LongRoPE factors: config.json's rope_scaling
+            kind = t.name.split("_")[2].split(".")[0]
+            assert np.array_equal(np.array(config["rope_scaling"][f"{kind}_factor"], dtype=np.float32), ref), t.name
+            checked += 1
+            continue
         part = t.name.rsplit(".", 1)[0].split(".")[-1]
         if permuted_qk and part == "attn_q":
             ref = unpermute(ref, config["num_attention_heads"])
         elif permuted_qk and part == "attn_k":
             ref = unpermute(ref, config["num_key_value_heads"])
-        module = hf_module(t.name)
+        if norms_minus_one and t.name.endswith("norm.weight"):  # Gemma: llama.cpp stored 1 + weight
+            ref = ref - np.float32(1)
+        module = hf_module(t.name, layer_names)
         suffix = t.name.rsplit(".", 1)[1]
         if f"{module}.scales" in weights and suffix == "weight":
             w, s, b = weights[f"{module}.weight"], weights[f"{module}.scales"], weights[f"{module}.biases"]
@@ -65,7 +90,7 @@ def check_every_tensor(gguf_path, out_dir, permuted_qk=True):
             bits = w.shape[-1] * 32 // ref.shape[-1]
             got = np.array(mx.dequantize(w, s, b, group_size=group_size, bits=bits))
         else:
-            got = np.array(weights[f"{module}.{suffix}"].astype(mx.float32))
+            got = np.array(weights[f"{module}.{suffix}"].astype(mx.float32)).reshape(ref.shape)
         assert got.shape == ref.shape, (t.name, got.shape, ref.shape)
         assert np.array_equal(got, ref), f"{t.name}: max |diff| {np.abs(got - ref).max()}"
         checked += 1

@@ -17,7 +17,7 @@ from gguf.quants import quantize
 from gguf_support import convert
 from test_gguf_dequant import check_every_tensor, unpermute
 
-HIDDEN, HEADS, KV_HEADS, FFN, LAYERS = 256, 4, 2, 256, 2
+HIDDEN, HEADS, KV_HEADS, FFN, LAYERS, EXPERTS = 256, 4, 2, 256, 2, 4
 HEAD_DIM = HIDDEN // HEADS
 
 # A small byte-level vocabulary: the 256 byte characters, two merges, and the special tokens.
@@ -37,30 +37,74 @@ LAYER = [
     ("ffn_up", FFN, HIDDEN, (Q.Q5_1, Q.Q4_0)),
     ("ffn_down", HIDDEN, FFN, (Q.Q5_0, Q.Q6_K)),
 ]
-K_QUANTS = {Q.Q4_K: (144, [0, 2]), Q.Q5_K: (176, [0, 2]), Q.Q6_K: (210, [208])}  # bytes, fp16 fields
+# Block bytes, the offsets of its fp16 fields, elements per block.
+K_QUANTS = {Q.Q4_K: (144, [0, 2], 256), Q.Q5_K: (176, [0, 2], 256), Q.Q6_K: (210, [208], 256),
+            Q.Q2_K: (84, [80, 82], 256), Q.Q3_K: (110, [108], 256), Q.IQ4_XS: (136, [0], 256),
+            Q.IQ4_NL: (18, [0], 32)}
+# The types stored as float32 (16-element sub-blocks, or the IQ4 grid), each in two modules.
+LAYER_FLOAT32_KINDS = [
+    ("attn_q", HEADS * HEAD_DIM, HIDDEN, (Q.Q2_K, Q.Q3_K)),
+    ("attn_k", KV_HEADS * HEAD_DIM, HIDDEN, (Q.IQ4_NL, Q.IQ4_XS)),
+    ("attn_v", KV_HEADS * HEAD_DIM, HIDDEN, (Q.Q3_K, Q.Q2_K)),
+    ("attn_output", HIDDEN, HEADS * HEAD_DIM, (Q.IQ4_XS, Q.IQ4_NL)),
+    ("ffn_gate", FFN, HIDDEN, (Q.Q2_K, Q.Q6_K)),
+    ("ffn_up", FFN, HIDDEN, (Q.Q3_K, Q.IQ4_NL)),
+    ("ffn_down", HIDDEN, FFN, (Q.IQ4_XS, Q.Q2_K)),
+]
 
 
 def random_k_blocks(rows, cols, qtype, rng):
-    """K-quant blocks of random bits (gguf-py cannot quantize to these), with finite fp16 scales."""
-    size, halves = K_QUANTS[qtype]
-    blocks = rng.integers(0, 256, size=(rows * cols // 256, size), dtype=np.uint8)
+    """K-quant / IQ4 blocks of random bits (gguf-py cannot quantize to most), with finite fp16 scales."""
+    size, halves, elements = K_QUANTS[qtype]
+    blocks = rng.integers(0, 256, size=(rows * cols // elements, size), dtype=np.uint8)
     for at in halves:
         blocks[:, at : at + 2] = (rng.standard_normal(len(blocks)) * 0.01).astype(np.float16).view(np.uint8).reshape(-1, 2)
     return blocks.reshape(rows, -1)
 
 
-def write_gguf(path, arch, rng):
-    w = GGUFWriter(str(path), arch)
-    w.add_block_count(LAYERS)
+# Phi-3: fused qkv and gate_up (the GGUF's ffn_up holds both halves), LongRoPE over 3/4 of each head.
+PHI3_LAYER = [
+    ("attn_qkv", (HEADS + 2 * KV_HEADS) * HEAD_DIM, HIDDEN, (Q.Q8_0, Q.Q4_K)),
+    ("attn_output", HIDDEN, HEADS * HEAD_DIM, (Q.Q3_K, Q.Q4_1)),
+    ("ffn_up", 2 * FFN, HIDDEN, (Q.Q4_0, Q.IQ4_XS)),
+    ("ffn_down", HIDDEN, FFN, (Q.Q6_K, Q.Q5_0)),
+]
+PHI3_ROTARY = 48
+
+MOE_LAYERS = {"qwen3moe": [0], "qwen2moe": [0, 1], "mixtral": [0, 1]}  # layers whose MLP is experts
+
+
+def write_gguf(path, arch, rng, layer=LAYER, layers=LAYERS):
+    moe_layers = MOE_LAYERS.get(arch, [])
+    w = GGUFWriter(str(path), "llama" if arch == "mixtral" else arch)
+    w.add_block_count(layers)
     w.add_context_length(256)
     w.add_embedding_length(HIDDEN)
     w.add_feed_forward_length(FFN)
     w.add_head_count(HEADS)
     w.add_head_count_kv(KV_HEADS)
     w.add_rope_freq_base(10000.0)
+    if arch in ("gemma", "gemma2", "gemma3"):
+        w.add_key_length(HEAD_DIM)
+        w.add_value_length(HEAD_DIM)
+    if arch in ("gemma2", "gemma3"):
+        w.add_sliding_window(6)
+    if arch == "gemma2":
+        w.add_float32("gemma2.attn_logit_softcapping", 50.0)
+        w.add_float32("gemma2.final_logit_softcapping", 30.0)
+    if arch == "phi3":
+        w.add_rope_dimension_count(PHI3_ROTARY)
+        w.add_uint32("phi3.rope.scaling.original_context_length", 64)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2" if arch != "llama" else "llama-bpe")
+    w.add_tokenizer_pre("qwen2" if arch not in ("llama", "mixtral") else "llama-bpe")
+    if moe_layers:
+        w.add_expert_count(EXPERTS)
+        w.add_expert_used_count(2)
+        if arch != "mixtral":
+            w.add_expert_feed_forward_length(FFN)
+        if arch == "qwen2moe":
+            w.add_expert_shared_feed_forward_length(FFN)
     w.add_token_list(TOKENS)
     w.add_token_types(TYPES)
     w.add_token_merges(MERGES)
@@ -71,7 +115,8 @@ def write_gguf(path, arch, rng):
     def add(name, shape, qtype):
         values = rng.standard_normal(shape).astype(np.float32) * 0.2
         if qtype in K_QUANTS:
-            w.add_tensor(name, random_k_blocks(*shape, qtype, rng), raw_dtype=qtype)
+            blocks = random_k_blocks(int(np.prod(shape[:-1])), shape[-1], qtype, rng)
+            w.add_tensor(name, blocks.reshape(*shape[:-1], -1), raw_dtype=qtype)
         elif qtype == Q.F32:
             w.add_tensor(name, values)
         elif qtype == Q.F16:
@@ -80,17 +125,36 @@ def write_gguf(path, arch, rng):
             w.add_tensor(name, quantize(values, qtype), raw_dtype=qtype)
 
     add("token_embd.weight", (len(TOKENS), HIDDEN), Q.F16)
+    if arch == "phi3":
+        w.add_tensor("rope_factors_long.weight", (1.0 + rng.random(PHI3_ROTARY // 2) * 3).astype(np.float32))
+        w.add_tensor("rope_factors_short.weight", (1.0 + rng.random(PHI3_ROTARY // 2) * 0.1).astype(np.float32))
     add("output_norm.weight", (HIDDEN,), Q.F32)
-    add("output.weight", (len(TOKENS), HIDDEN), Q.Q8_0)
-    for i in range(LAYERS):
+    if arch not in ("gemma", "gemma2"):  # Gemma 1 and 2 tie their head
+        add("output.weight", (len(TOKENS), HIDDEN), Q.Q8_0)
+    for i in range(layers):
         add(f"blk.{i}.attn_norm.weight", (HIDDEN,), Q.F32)
         add(f"blk.{i}.ffn_norm.weight", (HIDDEN,), Q.F32)
-        for name, rows, cols, qtypes in LAYER:
-            add(f"blk.{i}.{name}.weight", (rows, cols), qtypes[i])
-        if arch == "qwen2":
+        for name, rows, cols, qtypes in layer:
+            if i in moe_layers and name.startswith("ffn_"):
+                continue  # the experts below (qwen3moe's layer 1 stays dense: mlp_only_layers)
+            add(f"blk.{i}.{name}.weight", (rows, cols), qtypes[i % 2])
+        if i in moe_layers:
+            add(f"blk.{i}.ffn_gate_inp.weight", (EXPERTS, HIDDEN), Q.F32)
+            add(f"blk.{i}.ffn_gate_exps.weight", (EXPERTS, FFN, HIDDEN), (Q.Q4_K, Q.Q5_0)[i])
+            add(f"blk.{i}.ffn_up_exps.weight", (EXPERTS, FFN, HIDDEN), (Q.Q8_0, Q.Q2_K)[i])
+            add(f"blk.{i}.ffn_down_exps.weight", (EXPERTS, HIDDEN, FFN), (Q.Q6_K, Q.Q4_0)[i])
+        if arch == "qwen2moe":
+            add(f"blk.{i}.ffn_gate_inp_shexp.weight", (HIDDEN,), Q.F32)
+            add(f"blk.{i}.ffn_gate_shexp.weight", (FFN, HIDDEN), Q.Q8_0)
+            add(f"blk.{i}.ffn_up_shexp.weight", (FFN, HIDDEN), Q.Q4_K)
+            add(f"blk.{i}.ffn_down_shexp.weight", (HIDDEN, FFN), Q.Q4_1)
+        if arch in ("qwen2", "qwen2moe"):
             for name, rows in (("attn_q", HEADS * HEAD_DIM), ("attn_k", KV_HEADS * HEAD_DIM), ("attn_v", KV_HEADS * HEAD_DIM)):
                 add(f"blk.{i}.{name}.bias", (rows,), Q.F32)
-        if arch == "qwen3":
+        if arch in ("gemma2", "gemma3"):
+            for name in ("post_attention_norm", "post_ffw_norm"):
+                add(f"blk.{i}.{name}.weight", (HIDDEN,), Q.F32)
+        if arch in ("qwen3", "qwen3moe", "gemma3"):
             add(f"blk.{i}.attn_q_norm.weight", (HEAD_DIM,), Q.F32)
             add(f"blk.{i}.attn_k_norm.weight", (HEAD_DIM,), Q.F32)
     w.write_header_to_file()
@@ -164,15 +228,105 @@ def test_tiny_model_converts_losslessly_and_runs_in_mlx_lm(arch, tmp_path):
 def test_converted_model_logits_in_mlxrt_equal_mlx_lm(arch, tmp_path):
     """The converted checkpoint (mixed packings and float kinds) runs in mlxrt with logits
     byte-equal to mlx-lm's on the same directory."""
+    gguf_path = tmp_path / f"tiny-{arch}.gguf"
+    write_gguf(gguf_path, arch, np.random.default_rng(11))
+    assert_logits_equal_mlx_lm(convert(gguf_path, tmp_path / "model"), tmp_path)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_float32_kinds_convert_exactly_and_run(arch, tmp_path):
+    """Q2_K, Q3_K, Q6_K, IQ4_NL and IQ4_XS: stored as float32 holding the gguf package's
+    dequantised values bit for bit; mlxrt's logits on the result equal mlx-lm's."""
+    gguf_path = tmp_path / f"tiny-{arch}.gguf"
+    write_gguf(gguf_path, arch, np.random.default_rng(13), layer=LAYER_FLOAT32_KINDS)
+    out = convert(gguf_path, tmp_path / "model")
+    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=arch == "llama")
+    assert checked == len(reader.tensors)
+    weights = mx.load(str(out / "model.safetensors"))
+    for name, *_ in LAYER_FLOAT32_KINDS:
+        assert not any(k.endswith(".scales") and f".{name}" in k for k in weights)
+    assert_logits_equal_mlx_lm(out, tmp_path)
+
+
+@pytest.mark.parametrize("arch", ["qwen3moe", "qwen2moe", "mixtral"])
+def test_moe_gguf_converts_exactly_and_runs(arch, tmp_path):
+    """Mixture-of-experts GGUFs: llama.cpp's qwen3moe (a dense layer as mlp_only_layers), qwen2moe
+    (a shared expert behind its gate, a 1-D vector in the GGUF) and Mixtral (architecture "llama"
+    with experts, Q/K permuted): the router and the stacked experts ([experts, out, in]; K- and
+    legacy quants repacked as MLX switch layers, Q2_K/Q6_K as float32); exact against the gguf
+    package, mlxrt's logits equal mlx-lm's."""
+    from test_gguf_dequant import LAYER_NAMES, MIXTRAL_NAMES
+
+    gguf_path = tmp_path / f"tiny-{arch}.gguf"
+    write_gguf(gguf_path, arch, np.random.default_rng(17))
+    out = convert(gguf_path, tmp_path / "model")
+    config = json.loads((out / "config.json").read_text())
+    want_type = {"qwen3moe": "qwen3_moe", "qwen2moe": "qwen2_moe", "mixtral": "mixtral"}[arch]
+    assert config["model_type"] == want_type and config["num_experts_per_tok"] == 2
+    assert config["num_local_experts" if arch == "mixtral" else "num_experts"] == EXPERTS
+    if arch == "qwen3moe":
+        assert config["mlp_only_layers"] == [1] and config["norm_topk_prob"] is True
+    if arch == "qwen2moe":
+        assert config["shared_expert_intermediate_size"] == FFN
+    names = MIXTRAL_NAMES if arch == "mixtral" else LAYER_NAMES
+    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=arch == "mixtral", layer_names=names)
+    assert checked == len(reader.tensors)
+    weights = mx.load(str(out / "model.safetensors"))
+    experts = "block_sparse_moe" if arch == "mixtral" else "mlp"
+    assert weights[f"model.layers.0.{experts}.switch_mlp.gate_proj.weight"].shape == (EXPERTS, FFN, HIDDEN * 4 // 32)
+    assert weights[f"model.layers.0.{experts}.switch_mlp.down_proj.weight"].dtype == mx.float32
+    assert_logits_equal_mlx_lm(out, tmp_path)
+
+
+@pytest.mark.parametrize("arch", ["gemma", "gemma2", "gemma3"])
+def test_gemma_gguf_converts_exactly_and_runs(arch, tmp_path):
+    """llama.cpp's gemma, gemma2 and gemma3: every norm stored as 1 + weight (read back as
+    weight - 1 in float32, so the model's 1 + weight is the GGUF's own scale), the tied head,
+    Gemma 2's soft caps and Gemma 3's constants in config.json."""
+    from test_gguf_dequant import GEMMA3_NAMES, LAYER_NAMES
+
+    gguf_path = tmp_path / f"tiny-{arch}.gguf"
+    # mlx-lm's gemma3_text needs a whole pattern of layers (five sliding, one global).
+    write_gguf(gguf_path, arch, np.random.default_rng(23), layers=6 if arch == "gemma3" else 2)
+    out = convert(gguf_path, tmp_path / "model")
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == {"gemma": "gemma", "gemma2": "gemma2", "gemma3": "gemma3_text"}[arch]
+    if arch != "gemma":
+        assert config["query_pre_attn_scalar"] == HEAD_DIM and config["sliding_window"] == 6
+    if arch == "gemma2":
+        assert (config["attn_logit_softcapping"], config["final_logit_softcapping"]) == (50.0, 30.0)
+    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=False,
+                                         layer_names=LAYER_NAMES if arch == "gemma" else GEMMA3_NAMES,
+                                         norms_minus_one=True)
+    assert checked == len(reader.tensors)
+    assert_logits_equal_mlx_lm(out, tmp_path)
+
+
+def test_phi3_gguf_converts_exactly_and_runs(tmp_path):
+    """llama.cpp's phi3: fused qkv and gate/up projections, partial rotary (rope.dimension_count
+    below the head size) and LongRoPE factors (rope_factors_long/short, into rope_scaling)."""
+    from test_gguf_dequant import PHI3_NAMES
+
+    gguf_path = tmp_path / "tiny-phi3.gguf"
+    write_gguf(gguf_path, "phi3", np.random.default_rng(19), layer=PHI3_LAYER)
+    out = convert(gguf_path, tmp_path / "model")
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "phi3" and config["partial_rotary_factor"] == PHI3_ROTARY / HEAD_DIM
+    assert config["rope_scaling"]["type"] == "longrope" and len(config["rope_scaling"]["long_factor"]) == PHI3_ROTARY // 2
+    assert config["original_max_position_embeddings"] == 64 and config["max_position_embeddings"] == 256
+    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=False, layer_names=PHI3_NAMES)
+    assert checked == len(reader.tensors)
+    assert_logits_equal_mlx_lm(out, tmp_path)
+
+
+def assert_logits_equal_mlx_lm(out, tmp_path):
+    """mlxrt's logits on the converted directory byte-equal to mlx-lm's."""
     import subprocess
 
     from mlx_lm.utils import load_model
 
     from gguf_support import mlxrt_bin
 
-    gguf_path = tmp_path / f"tiny-{arch}.gguf"
-    write_gguf(gguf_path, arch, np.random.default_rng(11))
-    out = convert(gguf_path, tmp_path / "model")
     tokens = [1, 40, 41, 42, 258, 2, 200, 77]
     model, _ = load_model(out)
     want = model(mx.array([tokens]))[0]
@@ -183,4 +337,4 @@ def test_converted_model_logits_in_mlxrt_equal_mlx_lm(arch, tmp_path):
     got = mx.load(str(logits_file))["logits"]
     assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.shape)
     width = {2: mx.uint16, 4: mx.uint32}[want.dtype.size]
-    assert np.array_equal(np.array(got.view(width)), np.array(want.view(width))), f"{arch}: logits differ"
+    assert np.array_equal(np.array(got.view(width)), np.array(want.view(width))), f"{out}: logits differ"

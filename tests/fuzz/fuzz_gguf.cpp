@@ -23,7 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (file.data_start + t.offset + t.n_bytes > size || t.dims.empty()) __builtin_trap();
   try {
     const auto& arch = find_architecture(file);
-    (void)build_model_config(arch, file);
+    (void)build_model_config(arch, file, data + file.data_start);
     for (const auto& t : file.tensors) (void)plan_tensor(arch, file, t);
   } catch (const mlxrt::Error&) {
   }

@@ -67,7 +67,7 @@ def test_prompt_within_the_limit_gives_no_warning(chat_model):
     assert proc.returncode == 0 and "Token indices" not in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("verb", ["lora", "fuse", "evaluate", "upload"])
+@pytest.mark.parametrize("verb", ["lora", "evaluate", "upload"])
 def test_mlx_lm_verbs_not_provided_are_named(verb):
     proc = subprocess.run([BIN, verb, "--model", "x"], capture_output=True, text=True)
     assert proc.returncode == 1 and proc.stderr.startswith("error: "), proc.stderr

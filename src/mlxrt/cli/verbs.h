@@ -10,6 +10,7 @@ void register_generate(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_benchmark(CLI::App& app);
 void register_convert(CLI::App& app);
+void register_fuse(CLI::App& app);
 void register_template(CLI::App& app);
 void register_server(CLI::App& app);
 void register_tokenize(CLI::App& app);
@@ -33,6 +34,7 @@ inline void register_verbs(CLI::App& app) {
   register_chat(app);
   register_benchmark(app);
   register_convert(app);
+  register_fuse(app);
   register_template(app);
   register_server(app);
   register_tokenize(app);

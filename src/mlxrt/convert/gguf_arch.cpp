@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "mlxrt/util/errors.h"
 
@@ -25,11 +26,62 @@ const std::vector<TensorRename> kDecoderLayer = {
     {"attn_k_norm", "self_attn.k_norm"},
 };
 
+// Phi-3: fused q/k/v and gate/up projections (llama.cpp keeps them fused too).
+const std::vector<TensorRename> kPhi3Layer = {
+    {"attn_norm", "input_layernorm"},    {"attn_qkv", "self_attn.qkv_proj"}, {"attn_output", "self_attn.o_proj"},
+    {"ffn_norm", "post_attention_layernorm"}, {"ffn_up", "mlp.gate_up_proj"}, {"ffn_down", "mlp.down_proj"},
+};
+
+// Gemma 2 and 3: norms around both sublayers (Gemma 3's also on the queries and keys of each head).
+const std::vector<TensorRename> kGemma3Layer = {
+    {"attn_norm", "input_layernorm"},          {"attn_q", "self_attn.q_proj"},
+    {"attn_k", "self_attn.k_proj"},            {"attn_v", "self_attn.v_proj"},
+    {"attn_output", "self_attn.o_proj"},       {"attn_q_norm", "self_attn.q_norm"},
+    {"attn_k_norm", "self_attn.k_norm"},       {"post_attention_norm", "post_attention_layernorm"},
+    {"ffn_norm", "pre_feedforward_layernorm"}, {"ffn_gate", "mlp.gate_proj"},
+    {"ffn_up", "mlp.up_proj"},                 {"ffn_down", "mlp.down_proj"},
+    {"post_ffw_norm", "post_feedforward_layernorm"},
+};
+
+// Mixture-of-experts layers: llama.cpp's router and experts stacked [experts, out, in], named as
+// mlx-lm's switch layers hold them under `moe` (a layer without a router keeps the dense MLP).
+std::vector<TensorRename> moe_layer(const char* router, const char* gate, const char* up, const char* down) {
+  auto layer = kDecoderLayer;
+  layer.insert(layer.end(), {{"ffn_gate_inp", router}, {"ffn_gate_exps", gate}, {"ffn_up_exps", up}, {"ffn_down_exps", down}});
+  return layer;
+}
+
+// Qwen2-MoE adds a shared expert behind a sigmoid gate.
+std::vector<TensorRename> qwen2_moe_layer() {
+  auto layer = moe_layer("mlp.gate", "mlp.switch_mlp.gate_proj", "mlp.switch_mlp.up_proj", "mlp.switch_mlp.down_proj");
+  layer.insert(layer.end(), {{"ffn_gate_inp_shexp", "mlp.shared_expert_gate"},
+                             {"ffn_gate_shexp", "mlp.shared_expert.gate_proj"},
+                             {"ffn_up_shexp", "mlp.shared_expert.up_proj"},
+                             {"ffn_down_shexp", "mlp.shared_expert.down_proj"}});
+  return layer;
+}
+
+// llama.cpp writes Mixtral as architecture "llama" with experts.
+const GgufArchitecture& mixtral() {
+  static const GgufArchitecture arch{"llama", "mixtral", "MixtralForCausalLM", true, kDecoderGlobals,
+                                     moe_layer("block_sparse_moe.gate", "block_sparse_moe.switch_mlp.gate_proj",
+                                               "block_sparse_moe.switch_mlp.up_proj",
+                                               "block_sparse_moe.switch_mlp.down_proj")};
+  return arch;
+}
+
 const std::vector<GgufArchitecture>& architectures() {
   static const std::vector<GgufArchitecture> table = {
       {"llama", "llama", "LlamaForCausalLM", true, kDecoderGlobals, kDecoderLayer},
       {"qwen2", "qwen2", "Qwen2ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
       {"qwen3", "qwen3", "Qwen3ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
+      {"gemma", "gemma", "GemmaForCausalLM", false, kDecoderGlobals, kDecoderLayer},
+      {"gemma2", "gemma2", "Gemma2ForCausalLM", false, kDecoderGlobals, kGemma3Layer},
+      {"gemma3", "gemma3_text", "Gemma3ForCausalLM", false, kDecoderGlobals, kGemma3Layer},
+      {"phi3", "phi3", "Phi3ForCausalLM", false, kDecoderGlobals, kPhi3Layer},
+      {"qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", false, kDecoderGlobals, qwen2_moe_layer()},
+      {"qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", false, kDecoderGlobals,
+       moe_layer("mlp.gate", "mlp.switch_mlp.gate_proj", "mlp.switch_mlp.up_proj", "mlp.switch_mlp.down_proj")},
   };
   return table;
 }
@@ -48,6 +100,7 @@ const GgufArchitecture& find_architecture(const GgufFile& file) {
   auto name = file.get_string("general.architecture");
   if (!name) throw ConfigError(file.source + ": missing required metadata 'general.architecture'");
   std::string supported;
+  if (*name == "llama" && file.get_uint("llama.expert_count").value_or(0) > 0) return mixtral();
   for (const auto& a : architectures()) {
     if (*name == a.gguf_name) return a;
     supported += (supported.empty() ? "" : ", ") + std::string(a.gguf_name);
@@ -63,6 +116,9 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
   std::string suffix = dot == std::string::npos ? "" : tensor.name.substr(dot);
   if (suffix != ".weight" && suffix != ".bias")
     throw UnsupportedError(file.source + ": tensor '" + tensor.name + "' is not a .weight or .bias");
+  // Phi-3's LongRoPE factors go into config.json's rope_scaling (build_model_config).
+  if (std::string(arch.model_type) == "phi3" && (base == "rope_factors_long" || base == "rope_factors_short"))
+    return std::nullopt;
   for (const char* derived : kDerivedTensors)
     if (base == derived || (base.rfind("blk.", 0) == 0 && base.ends_with(std::string(".") + derived))) {
       if (base == "rope_freqs")
@@ -70,8 +126,16 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
                                "frequency scaling) is not supported by the converter");
       return std::nullopt;
     }
+  // Gemma's RMSNorm scales by (1 + weight); llama.cpp stores the norms with the one added.
+  const std::string family = arch.model_type;
+  const bool gemma_norm = (family == "gemma" || family == "gemma2" || family == "gemma3_text") && suffix == ".weight" &&
+                          base.size() >= 4 && base.compare(base.size() - 4, 4, "norm") == 0;
   for (const auto& r : arch.global_tensors)
-    if (base == r.gguf) return TensorPlan{std::string(r.hf) + suffix, std::nullopt};
+    if (base == r.gguf) {
+      TensorPlan plan{std::string(r.hf) + suffix, std::nullopt};
+      plan.minus_one = gemma_norm;
+      return plan;
+    }
   if (base.rfind("blk.", 0) == 0) {
     auto layer_end = base.find('.', 4);
     std::string layer = base.substr(4, layer_end == std::string::npos ? std::string::npos : layer_end - 4);
@@ -81,6 +145,8 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
       for (const auto& r : arch.layer_tensors) {
         if (rest != r.gguf) continue;
         TensorPlan plan{"model.layers." + layer + "." + r.hf + suffix, std::nullopt};
+        plan.as_row = rest == "ffn_gate_inp_shexp" && tensor.dims.size() == 1;
+        plan.minus_one = gemma_norm;
         if (arch.permuted_qk && (rest == "attn_q" || rest == "attn_k")) {
           std::string heads_key = rest == "attn_q" ? "attention.head_count" : "attention.head_count_kv";
           auto heads = file.get_uint(arch_key(arch, heads_key));
@@ -109,7 +175,27 @@ double shortest_float32(double value) {
   return static_cast<double>(target);
 }
 
-nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const GgufFile& file) {
+namespace {
+
+// A 1-D float32 tensor's values (phi3's rope factors), as the doubles that print as the float32s.
+nlohmann::ordered_json float32_list(const GgufFile& file, const uint8_t* data, const std::string& name) {
+  const auto* t = file.find_tensor(name);
+  if (!t) throw WeightsError(file.source + ": missing tensor '" + name + "'");
+  if (t->type() != GgmlType::f32 || t->dims.size() != 1)
+    throw UnsupportedError(file.source + ": tensor '" + name + "' is not a 1-D F32 vector");
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (uint64_t i = 0; i < t->n_elements; ++i) {
+    float v;
+    std::memcpy(&v, data + t->offset + 4 * i, 4);
+    if (!std::isfinite(v)) throw ConfigError(file.source + ": tensor '" + name + "' holds a non-finite value");
+    out.push_back(shortest_float32(v));
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const GgufFile& file, const uint8_t* data) {
   auto u = [&](const char* key) { return file.require_uint(arch_key(arch, key)); };
   auto opt_u = [&](const char* key) { return file.get_uint(arch_key(arch, key)); };
   uint64_t hidden = u("embedding_length");
@@ -118,10 +204,12 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
     throw ConfigError(file.source + ": " + arch_key(arch, "attention.head_count") + " = " +
                       std::to_string(heads) + " does not divide the embedding length " + std::to_string(hidden));
   uint64_t head_dim = opt_u("attention.key_length").value_or(hidden / heads);
-  if (auto rot = opt_u("rope.dimension_count"); rot && *rot != head_dim)
+  const bool phi3 = std::string(arch.model_type) == "phi3";
+  const auto rot = opt_u("rope.dimension_count");
+  if (rot && *rot != head_dim && !(phi3 && *rot > 0 && *rot < head_dim))
     throw UnsupportedError(file.source + ": partial rotary embeddings (" + arch_key(arch, "rope.dimension_count") +
                            " = " + std::to_string(*rot) + ", head size " + std::to_string(head_dim) +
-                           ") are not supported by the converter");
+                           ") are not supported by the converter for this architecture");
   auto eps = file.get_float(arch_key(arch, "attention.layer_norm_rms_epsilon"));
   if (!eps) throw ConfigError(file.source + ": missing required metadata '" +
                               arch_key(arch, "attention.layer_norm_rms_epsilon") + "'");
@@ -145,12 +233,19 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["architectures"] = {arch.hf_class};
   c["model_type"] = arch.model_type;
   c["hidden_size"] = hidden;
-  c["intermediate_size"] = u("feed_forward_length");
+  const std::string type = arch.model_type;
+  const bool moe = type == "qwen3_moe" || type == "qwen2_moe" || type == "mixtral";
+  // Mixtral's experts are as wide as its feed_forward_length; the Qwen MoEs give theirs apart.
+  const auto expert_ffn = moe ? std::optional<uint64_t>(type == "mixtral" ? u("feed_forward_length")
+                                                                          : u("expert_feed_forward_length"))
+                              : std::nullopt;
+  c["intermediate_size"] = moe ? opt_u("feed_forward_length").value_or(*expert_ffn) : u("feed_forward_length");
   c["num_hidden_layers"] = u("block_count");
   c["num_attention_heads"] = heads;
   c["num_key_value_heads"] = opt_u("attention.head_count_kv").value_or(heads);
   c["head_dim"] = head_dim;
-  c["hidden_act"] = "silu";
+  const bool gemma = std::string(arch.model_type).rfind("gemma", 0) == 0;
+  c["hidden_act"] = gemma ? "gelu_pytorch_tanh" : "silu";
   c["rms_norm_eps"] = shortest_float32(*eps);
   c["rope_theta"] = shortest_float32(rope_base);
   c["rope_scaling"] = nullptr;
@@ -168,6 +263,74 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["tie_word_embeddings"] = file.find_tensor("output.weight") == nullptr;
   c["attention_bias"] = file.find_tensor("blk.0.attn_q.bias") != nullptr;
   c["mlp_bias"] = file.find_tensor("blk.0.ffn_up.bias") != nullptr;
+  if (moe) {
+    // Qwen3MoeConfig: every layer sparse unless it has no router; top-k probabilities renormalised
+    // (norm_topk_prob, true in every released Qwen3-MoE). Mixtral / Qwen2MoeConfig: their fields.
+    const uint64_t experts = u("expert_count"), used = u("expert_used_count");
+    if (experts == 0 || used == 0 || used > experts)
+      throw ConfigError(file.source + ": " + arch_key(arch, "expert_used_count") + " = " + std::to_string(used) +
+                        " must be between 1 and " + arch_key(arch, "expert_count") + " = " + std::to_string(experts));
+    c[type == "mixtral" ? "num_local_experts" : "num_experts"] = experts;
+    c["num_experts_per_tok"] = used;
+    if (type != "mixtral") c["moe_intermediate_size"] = *expert_ffn;
+    if (type == "qwen2_moe") c["shared_expert_intermediate_size"] = u("expert_shared_feed_forward_length");
+    if (type == "qwen3_moe") {
+      c["decoder_sparse_step"] = 1;
+      nlohmann::ordered_json dense = nlohmann::ordered_json::array();
+      for (uint64_t i = 0; i < u("block_count"); ++i)
+        if (!file.find_tensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight")) dense.push_back(i);
+      c["mlp_only_layers"] = dense;
+      c["norm_topk_prob"] = true;
+    } else {
+      // mlx-lm's mixtral and qwen2_moe make every layer sparse.
+      for (uint64_t i = 0; i < u("block_count"); ++i)
+        if (!file.find_tensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight"))
+          throw UnsupportedError(file.source + ": layer " + std::to_string(i) + " has no router (ffn_gate_inp), but " +
+                                 type + " needs experts in every layer");
+    }
+  }
+  if (type == "gemma3_text") {
+    // Gemma3TextConfig's fields that llama.cpp keeps as constants rather than metadata: five
+    // sliding layers per global one, local RoPE base 10000, and the query scale of head_dim
+    // except on the 62-layer 27B, whose scale is hidden_size / heads.
+    c["sliding_window"] = u("attention.sliding_window");
+    c["sliding_window_pattern"] = 6;
+    c["rope_local_base_freq"] = 10000.0;
+    c["query_pre_attn_scalar"] = u("block_count") == 62 ? hidden / heads : head_dim;
+    c["hidden_activation"] = "gelu_pytorch_tanh";
+    c["final_logit_softcapping"] = nullptr;
+    c["attn_logit_softcapping"] = nullptr;
+  }
+  if (type == "gemma2") {
+    // Gemma2Config: the soft caps from the metadata; the query scale of head_dim except on the
+    // 46-layer 27B (hidden_size / heads), as llama.cpp derives it.
+    auto cap = [&](const char* key) {
+      auto v = file.get_float(arch_key(arch, key));
+      if (!v || !std::isfinite(static_cast<float>(*v)) || *v <= 0)
+        throw ConfigError(file.source + ": metadata '" + arch_key(arch, key) + "' is missing or not a positive number");
+      return shortest_float32(*v);
+    };
+    c["attn_logit_softcapping"] = cap("attn_logit_softcapping");
+    c["final_logit_softcapping"] = cap("final_logit_softcapping");
+    c["query_pre_attn_scalar"] = u("block_count") == 46 ? hidden / heads : head_dim;
+    if (auto window = opt_u("attention.sliding_window")) c["sliding_window"] = *window;
+  }
+  if (phi3) {
+    // mlx-lm's phi3: head_dim = hidden_size / heads; a rotary part below it is partial_rotary_factor;
+    // llama.cpp's rope_factors_long/short are the LongRoPE (SuScaledRoPE) factors.
+    if (head_dim * heads != hidden)
+      throw UnsupportedError(file.source + ": phi3 with a head size other than embedding_length / head_count");
+    if (rot && *rot != head_dim) c["partial_rotary_factor"] = static_cast<double>(*rot) / static_cast<double>(head_dim);
+    if (file.find_tensor("rope_factors_long.weight")) {
+      auto original = file.require_uint(arch_key(arch, "rope.scaling.original_context_length"));
+      c["rope_scaling"] = {{"type", "longrope"},
+                           {"long_factor", float32_list(file, data, "rope_factors_long.weight")},
+                           {"short_factor", float32_list(file, data, file.find_tensor("rope_factors_short.weight")
+                                                                         ? "rope_factors_short.weight"
+                                                                         : "rope_factors_long.weight")}};
+      c["original_max_position_embeddings"] = original;
+    }
+  }
   if (auto bos = file.get_uint("tokenizer.ggml.bos_token_id")) c["bos_token_id"] = *bos;
   if (auto eos = file.get_uint("tokenizer.ggml.eos_token_id")) c["eos_token_id"] = *eos;
   return c;

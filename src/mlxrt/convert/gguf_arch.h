@@ -34,6 +34,8 @@ const GgufArchitecture& find_architecture(const GgufFile& file);
 struct TensorPlan {
   std::string hf_name;
   std::optional<uint64_t> qk_heads;  // set when the rows must be un-permuted, over this many heads
+  bool as_row = false;               // a 1-D GGUF vector that the checkpoint holds as [1, n]
+  bool minus_one = false;            // a Gemma norm weight, which llama.cpp stores plus one
 };
 
 /** The checkpoint name and row handling of one tensor, or nullopt for tensors that carry nothing
@@ -41,8 +43,9 @@ struct TensorPlan {
 std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFile& file,
                                       const GgufTensorInfo& tensor);
 
-/** config.json for the model (without its quantization section), from the GGUF metadata. */
-nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const GgufFile& file);
+/** config.json for the model (without its quantization section), from the GGUF metadata and, for
+ * phi3's LongRoPE factors, the float32 tensors at `data` (the start of the file's data section). */
+nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const GgufFile& file, const uint8_t* data);
 
 /** The shortest decimal that reads back as the same float32 (1e-05 rather than
  * 9.999999747378752e-06), as a double: GGUF stores these hyper-parameters as float32. */

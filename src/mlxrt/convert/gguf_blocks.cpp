@@ -170,40 +170,130 @@ AffineTensor repack_affine(const GgufTensorInfo& info, const uint8_t* data,
   return out;
 }
 
-bool has_exact_float32(GgmlType type) { return type == GgmlType::q6_k; }
+bool has_exact_float32(GgmlType type) {
+  switch (type) {
+    case GgmlType::q2_k:
+    case GgmlType::q3_k:
+    case GgmlType::q6_k:
+    case GgmlType::iq4_nl:
+    case GgmlType::iq4_xs: return true;
+    default: return false;
+  }
+}
+
+namespace {
+
+// Each block decoder writes the block's elements to y in llama.cpp's order, with its arithmetic:
+// single float32 products and differences (no fused multiply-add), so every value is the one
+// ggml's reference dequantisation computes.
+
+// Q2_K (84 bytes / 256): 16 bytes of (4-bit scale | 4-bit min << 4) per 16 elements, 64 bytes of
+// 2-bit quants, fp16 d and dmin; x = (d*sc)*q - dmin*m. Quant byte h*32+l holds, in bit pairs
+// j = 0..3, elements h*128 + j*32 + l.
+void q2_k_block(const uint8_t* block, float* y) {
+  const uint8_t* sc = block;
+  const uint8_t* qs = block + 16;
+  const float d = half_to_float(load_u16(block + 80)), dmin = half_to_float(load_u16(block + 82));
+  for (int e = 0; e < 256; ++e) {
+    const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+    const int q = (qs[h * 32 + l] >> (2 * j)) & 3;
+    const float dl = d * static_cast<float>(sc[e / 16] & 0xF), ml = dmin * static_cast<float>(sc[e / 16] >> 4);
+    y[e] = dl * static_cast<float>(q) - ml;
+  }
+}
+
+// Q3_K (110 bytes / 256): 32 bytes of high bits (element j*32+l at bit j of byte l), 64 bytes of
+// low bit pairs (as Q2_K), 12 bytes of sixteen 6-bit scales, fp16 d; x = (d*(sc-32))*(q - 4*!hbit).
+void q3_k_block(const uint8_t* block, float* y) {
+  const uint8_t* hmask = block;
+  const uint8_t* qs = block + 32;
+  const uint8_t* packed = block + 96;
+  const float d = half_to_float(load_u16(block + 108));
+  int scales[16];
+  for (int k = 0; k < 16; ++k) {
+    const int low = (packed[k % 8] >> (4 * (k / 8))) & 0xF;
+    const int high = (packed[8 + k % 4] >> (2 * (k / 4))) & 3;
+    scales[k] = (low | (high << 4)) - 32;
+  }
+  for (int e = 0; e < 256; ++e) {
+    const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+    const int low = (qs[h * 32 + l] >> (2 * j)) & 3;
+    const int hbit = (hmask[l] >> (e / 32)) & 1;
+    const float dl = d * static_cast<float>(scales[e / 16]);
+    y[e] = dl * static_cast<float>(low - (hbit ? 0 : 4));
+  }
+}
+
+// Q6_K (210 bytes / 256): ql[128] low nibbles, qh[64] two high bits, 16 int8 scales, fp16 d;
+// x = (d*sc)*(q-32), at most 11+7+6 significant bits, exact in float32.
+void q6_k_block(const uint8_t* block, float* y) {
+  const uint8_t* ql = block;
+  const uint8_t* qh = block + 128;
+  const auto* sc = reinterpret_cast<const int8_t*>(block + 192);
+  const float d = half_to_float(load_u16(block + 208));
+  for (int half = 0; half < 2; ++half, ql += 64, qh += 32, sc += 8, y += 128)
+    for (int l = 0; l < 32; ++l) {
+      int is = l / 16;
+      int q1 = ((ql[l] & 0x0f) | ((qh[l] >> 0) & 3) << 4) - 32;
+      int q2 = ((ql[l + 32] & 0x0f) | ((qh[l] >> 2) & 3) << 4) - 32;
+      int q3 = ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32;
+      int q4 = ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32;
+      y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
+      y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+      y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+      y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+    }
+}
+
+// The sixteen levels of the IQ4 formats' non-linear 4-bit grid (ggml's kvalues_iq4nl).
+constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// IQ4_NL (18 bytes / 32): fp16 d, 16 bytes of nibbles (element l < 16 the low nibble of byte l,
+// element 16 + l its high nibble); x = d * level[q].
+void iq4_nl_block(const uint8_t* block, float* y) {
+  const float d = half_to_float(load_u16(block));
+  const uint8_t* qs = block + 2;
+  for (int e = 0; e < 32; ++e) y[e] = d * static_cast<float>(kIq4Levels[(qs[e % 16] >> (4 * (e / 16))) & 0xF]);
+}
+
+// IQ4_XS (136 bytes / 256): fp16 d, the high 2 bits of eight 6-bit scales in a u16, their low
+// nibbles in 4 bytes, then 32-element sub-blocks laid out as IQ4_NL's; x = (d*(sc-32)) * level[q].
+void iq4_xs_block(const uint8_t* block, float* y) {
+  const float d = half_to_float(load_u16(block));
+  const uint16_t scales_h = load_u16(block + 2);
+  const uint8_t* scales_l = block + 4;
+  const uint8_t* qs = block + 8;
+  for (int k = 0; k < 8; ++k) {
+    const int scale = (((scales_l[k / 2] >> (4 * (k % 2))) & 0xF) | (((scales_h >> (2 * k)) & 3) << 4)) - 32;
+    const float dl = d * static_cast<float>(scale);
+    for (int e = 0; e < 32; ++e)
+      y[k * 32 + e] = dl * static_cast<float>(kIq4Levels[(qs[k * 16 + e % 16] >> (4 * (e / 16))) & 0xF]);
+  }
+}
+
+}  // namespace
 
 std::vector<float> dequantize_float32(const GgufTensorInfo& info, const uint8_t* data,
                                       const std::vector<uint64_t>* row_order) {
-  if (!has_exact_float32(info.type()))
-    throw UnsupportedError("tensor '" + info.name + "' has type " + info.traits.name +
-                           ", which the converter cannot dequantise");
-  const uint64_t cols = info.dims[0], rows = info.rows(), blocks_per_row = cols / 256;
+  void (*decode)(const uint8_t*, float*) = nullptr;
+  switch (info.type()) {
+    case GgmlType::q2_k: decode = q2_k_block; break;
+    case GgmlType::q3_k: decode = q3_k_block; break;
+    case GgmlType::q6_k: decode = q6_k_block; break;
+    case GgmlType::iq4_nl: decode = iq4_nl_block; break;
+    case GgmlType::iq4_xs: decode = iq4_xs_block; break;
+    default:
+      throw UnsupportedError("tensor '" + info.name + "' has type " + info.traits.name +
+                             ", which the converter cannot dequantise");
+  }
+  const uint64_t block_elements = info.traits.block_elements;
+  const uint64_t cols = info.dims[0], rows = info.rows(), blocks_per_row = cols / block_elements;
   const uint64_t row_bytes = blocks_per_row * info.traits.block_bytes;
   std::vector<float> out(rows * cols);
   for (uint64_t r = 0; r < rows; ++r) {
     const uint8_t* row = data + (row_order ? (*row_order)[r] : r) * row_bytes;
-    for (uint64_t b = 0; b < blocks_per_row; ++b) {
-      // Q6_K: ql[128] low nibbles, qh[64] two high bits, 16 int8 scales, fp16 d; x = (d*sc)*(q-32),
-      // at most 11+7+6 significant bits, exact in float32.
-      const uint8_t* block = row + b * info.traits.block_bytes;
-      const uint8_t* ql = block;
-      const uint8_t* qh = block + 128;
-      const auto* sc = reinterpret_cast<const int8_t*>(block + 192);
-      float d = half_to_float(load_u16(block + 208));
-      float* y = out.data() + r * cols + b * 256;
-      for (int half = 0; half < 2; ++half, ql += 64, qh += 32, sc += 8, y += 128)
-        for (int l = 0; l < 32; ++l) {
-          int is = l / 16;
-          int q1 = ((ql[l] & 0x0f) | ((qh[l] >> 0) & 3) << 4) - 32;
-          int q2 = ((ql[l + 32] & 0x0f) | ((qh[l] >> 2) & 3) << 4) - 32;
-          int q3 = ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32;
-          int q4 = ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32;
-          y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
-          y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
-          y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
-          y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
-        }
-    }
+    for (uint64_t b = 0; b < blocks_per_row; ++b)
+      decode(row + b * info.traits.block_bytes, out.data() + r * cols + b * block_elements);
   }
   return out;
 }

@@ -1,9 +1,11 @@
 #include "mlxrt/convert/gguf_convert.h"
+#include "mlxrt/convert/staging_dir.h"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <unordered_map>
@@ -52,10 +54,10 @@ std::vector<PlannedTensor> plan_tensors(const GgufArchitecture& arch, const Gguf
     if (!p.affine && !p.dense && !is_plain(t.type()))
       throw UnsupportedError(file.source + ": tensor '" + t.name + "' has type " + t.traits.name +
                              ", which the converter does not support (supported: F32, F16, BF16, Q4_0, Q4_1, "
-                             "Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, and Q6_K stored as float32)");
-    if ((p.affine || p.dense) && t.dims.size() != 2)
+                             "Q5_0, Q5_1, Q8_0, Q4_K, Q5_K; Q2_K, Q3_K, Q6_K, IQ4_NL and IQ4_XS stored as float32)");
+    if ((p.affine || p.dense) && t.dims.size() != 2 && t.dims.size() != 3)
       throw UnsupportedError(file.source + ": quantized tensor '" + t.name + "' has " + std::to_string(t.dims.size()) +
-                             " dimensions; only 2-D quantized weights are supported");
+                             " dimensions; only 2-D quantized weights (and 3-D stacked experts) are supported");
     for (auto d : t.dims)
       if (d > static_cast<uint64_t>(INT32_MAX))
         throw UnsupportedError(file.source + ": tensor '" + t.name + "' has a dimension of " + std::to_string(d) +
@@ -111,18 +113,38 @@ void convert_tensor(const PlannedTensor& p, const uint8_t* data,
   const std::vector<uint64_t>* row_order = p.plan.qk_heads ? &order : nullptr;
   if (p.affine) {
     AffineTensor a = repack_affine(t, data, row_order);
-    int rows = static_cast<int>(a.rows);
+    // Rows of every leading dimension in order: a [experts, out, in] tensor repacks as experts*out
+    // rows and keeps its leading shape.
+    mx::Shape lead;
+    for (size_t i = t.dims.size(); i-- > 1;) lead.push_back(static_cast<int>(t.dims[i]));
+    auto with_last = [&](int last) {
+      mx::Shape s = lead;
+      s.push_back(last);
+      return s;
+    };
     int groups = static_cast<int>(a.cols / a.params.group_size);
     std::string module = module_of(p.plan.hf_name);
-    out.emplace(p.plan.hf_name, adopt(std::move(a.weight), {rows, static_cast<int>(a.cols * a.params.bits / 32)}, mx::uint32));
-    out.emplace(module + ".scales", adopt(std::move(a.scales), {rows, groups}, mx::float32));
-    out.emplace(module + ".biases", adopt(std::move(a.biases), {rows, groups}, mx::float32));
+    out.emplace(p.plan.hf_name, adopt(std::move(a.weight), with_last(static_cast<int>(a.cols * a.params.bits / 32)), mx::uint32));
+    out.emplace(module + ".scales", adopt(std::move(a.scales), with_last(groups), mx::float32));
+    out.emplace(module + ".biases", adopt(std::move(a.biases), with_last(groups), mx::float32));
     return;
   }
   mx::Shape shape;
+  if (p.plan.as_row) shape.push_back(1);
   for (auto it = t.dims.rbegin(); it != t.dims.rend(); ++it) shape.push_back(static_cast<int>(*it));
   if (p.dense) {
     out.emplace(p.plan.hf_name, adopt(dequantize_float32(t, data, row_order), std::move(shape), mx::float32));
+    return;
+  }
+  if (p.plan.minus_one) {
+    // weight - 1 in float32, as transformers reads a Gemma GGUF: 1 + (w - 1) gives the model back
+    // the GGUF's own scale.
+    if (t.type() != GgmlType::f32)
+      throw UnsupportedError(t.name + ": a Gemma norm stored as " + t.traits.name + " (expected F32)");
+    std::vector<float> values(t.n_elements);
+    std::memcpy(values.data(), data, t.n_bytes);
+    for (auto& v : values) v = v - 1.0f;
+    out.emplace(p.plan.hf_name, adopt(std::move(values), std::move(shape), mx::float32));
     return;
   }
   std::vector<uint8_t> bytes = row_order ? permute_plain_rows(t, data, order)
@@ -143,49 +165,6 @@ void write_json(const fs::path& path, const Json& value, const std::string& sour
   f << text;
   if (!f.flush()) throw ConfigError(path.string() + ": cannot write");
 }
-
-/** The output goes to a hidden sibling first (".NAME.partial-PID"); when complete, every file is
- * synced to disk, the folder is renamed into place and the parent directory is synced, so a crash
- * or kill never leaves a half-written checkpoint under the final name. It is removed if anything
- * fails; the leftovers of a killed run (a partial folder whose process is gone) are removed at the
- * next run into the same parent directory. */
-class StagingDir {
- public:
-  explicit StagingDir(const fs::path& out) : out_(out.lexically_normal()) {
-    if (!out_.has_filename()) out_ = out_.parent_path();  // "dir/" names "dir"
-    if (out_.empty() || out_.filename() == "." || out_.filename() == "..")
-      throw UsageError("--out " + out.string() + ": give the name of a new directory");
-    std::error_code ec;
-    if (fs::exists(out_, ec) && !(fs::is_directory(out_, ec) && fs::is_empty(out_, ec)))
-      throw UsageError("--out " + out_.string() + ": already exists and is not an empty directory");
-    fs::path parent = out_.has_parent_path() ? out_.parent_path() : fs::path(".");
-    fs::create_directories(parent, ec);
-    util::remove_stale_partials(parent);
-    path_ = util::partial_path(out_);
-    fs::remove_all(path_, ec);
-    if (!fs::create_directory(path_, ec))
-      throw UsageError("--out " + out_.string() + ": cannot create a directory next to it (" + ec.message() + ")");
-  }
-  ~StagingDir() {
-    std::error_code ec;
-    if (!committed_) fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  void commit() {
-    std::error_code ec;
-    if (fs::is_directory(out_, ec)) fs::remove(out_, ec);  // the empty directory checked above
-    try {
-      util::durable_rename(path_, out_);
-    } catch (const std::system_error& e) {
-      throw UsageError("--out " + out_.string() + ": cannot move the result into place (" + e.what() + ")");
-    }
-    committed_ = true;
-  }
-
- private:
-  fs::path out_, path_;
-  bool committed_ = false;
-};
 
 int assign_shards(std::vector<PlannedTensor>& tensors, uint64_t max_bytes) {
   int shard = 0;
@@ -216,7 +195,7 @@ void write_tokenizer_files(const TokenizerFiles& tokenizer, const fs::path& dir,
 
 GgufConvertSummary write_tokenizer_only(const GgufFile& file, const fs::path& out) {
   TokenizerFiles tokenizer = build_tokenizer_files(file);
-  StagingDir staging(out);
+  StagingDir staging(out, "--out");
   write_tokenizer_files(tokenizer, staging.path(), file.source);
   staging.commit();
   GgufConvertSummary summary;
@@ -232,7 +211,7 @@ GgufConvertSummary convert_gguf(const GgufConvertOptions& options) {
   GgufFile file = parse_gguf(mapped.bytes(), mapped.size(), options.gguf.string());
   if (options.tokenizer_only) return write_tokenizer_only(file, options.out);
   const GgufArchitecture& arch = find_architecture(file);
-  nlohmann::ordered_json config = build_model_config(arch, file);
+  nlohmann::ordered_json config = build_model_config(arch, file, mapped.data() + file.data_start);
   std::vector<PlannedTensor> tensors = plan_tensors(arch, file);
   if (!has_tokenizer(file))
     throw ConfigError(file.source + ": no tokenizer in the file (metadata 'tokenizer.ggml.model' and "
@@ -245,9 +224,10 @@ GgufConvertSummary convert_gguf(const GgufConvertOptions& options) {
 
   size_t dense = std::count_if(tensors.begin(), tensors.end(), [](const auto& t) { return t.dense; });
   if (dense > 0 && options.progress)
-    std::fprintf(stderr, "note: %zu Q6_K tensor%s stored as float32 (exact; MLX has no 16-element quantization groups)\n",
+    std::fprintf(stderr, "note: %zu Q2_K/Q3_K/Q6_K/IQ4 tensor%s stored as float32 (exact; MLX has no 16-element quantization groups "
+                 "or non-linear grids)\n",
                  dense, dense == 1 ? "" : "s");
-  StagingDir staging(options.out);
+  StagingDir staging(options.out, "--out");
   GgufConvertSummary summary;
   summary.model_type = arch.model_type;
   summary.shards = assign_shards(tensors, options.max_shard_bytes);

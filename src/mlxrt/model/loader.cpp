@@ -131,6 +131,24 @@ LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& opt
   return LoadedModel{std::move(config), std::move(profile), std::move(model), binder.shard_draws()};
 }
 
+BoundCheckpoint bind_checkpoint(const std::filesystem::path& path, const std::filesystem::path& adapter_path) {
+  auto [config, profile] = resolve_model(path);
+  assert_resolved_profile(config, profile);
+  LoadOptions options;
+  options.adapter_path = adapter_path;
+  auto adapter = load_adapter(options);
+  auto weights = io::load_weights(config.dir());
+  check_layer_count(config, weights);
+  if (adapter) prepare_adapter(*adapter, config, weights);
+  WeightBinder binder(std::move(weights), config);
+  binder.set_adapter(adapter);
+  auto model = graph_entry(profile.profile.execution.graph).build(config, binder);
+  binder.finish();
+  BoundCheckpoint out{std::move(config), {}, binder.quantizable()};
+  for (size_t i = 0; i < binder.taken().size(); ++i) out.tensors.emplace_back(binder.taken_names()[i], binder.taken()[i]);
+  return out;
+}
+
 AdaptedModels load_model_with_adapters(const std::filesystem::path& path, const LoadOptions& options,
                                        const std::vector<std::pair<std::string, std::filesystem::path>>& adapters) {
   if (options.parallel) throw UnsupportedError("several adapters are not supported in distributed mode");

@@ -10,6 +10,7 @@
 #include "mlxrt/io/weights.h"
 #include "mlxrt/model/causal_lm.h"
 #include "mlxrt/model/nn/lora.h"
+#include "mlxrt/model/nn/weight_binder.h"
 #include "mlxrt/model/parallel.h"
 #include "mlxrt/model/profile.h"
 
@@ -37,6 +38,17 @@ std::pair<io::ModelConfig, ResolvedProfile> resolve_model(const std::filesystem:
                                                           const LoadOptions& options = {});
 
 LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& options = {});
+
+/** A checkpoint bound to its family's graph as load_model binds it (lazily, strictly), with what
+ * the binding saw (with an adapter when given: each adapted module's delta, or a full
+ * fine-tune's tensors in place of the base ones): every tensor the family took, named, in the order it took them (after the
+ * family's sanitize), and the modules mlx.nn.quantize could quantize. What `convert` rewrites. */
+struct BoundCheckpoint {
+  io::ModelConfig config;
+  std::vector<std::pair<std::string, mx::array>> tensors;
+  std::vector<QuantizableModule> modules;
+};
+BoundCheckpoint bind_checkpoint(const std::filesystem::path& path, const std::filesystem::path& adapter_path = {});
 
 /** A model and, beside it, the same model with each named adapter applied: every model is bound
  * to the same base tensors (each read once; tensors a family's sanitize rewrites, such as stacked

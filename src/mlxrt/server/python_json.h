@@ -1,20 +1,11 @@
 #pragma once
-/** JSON text exactly as Python's json.dumps writes it (mlx_lm.server's bytes): ", " and ": "
- * separators, floats in repr() form (shortest round-trip, "1.0", "1e-05", "NaN", "Infinity"),
- * and with ensure_ascii every non-ASCII code point as \uXXXX (surrogate pairs above U+FFFF). */
-#include <string>
-
-#include <nlohmann/json.hpp>
+/** The server writes its JSON as mlx_lm.server's json.dumps does (see util/python_json.h). */
+#include "mlxrt/util/python_json.h"
 
 namespace mlxrt::server {
 
-struct DumpOptions {
-  bool ensure_ascii = true;
-};
-
-std::string python_dumps(const nlohmann::ordered_json& value, DumpOptions options = {});
-
-/** Python's repr(float) for a double. */
-std::string python_float_repr(double value);
+using util::DumpOptions;
+using util::python_dumps;
+using util::python_float_repr;
 
 }  // namespace mlxrt::server

@@ -41,7 +41,7 @@ GgufBuilder llama(const std::string& pre = "smollm") {
 TEST(GgufArch, ConfigFromMetadata) {
   auto f = parse(llama());
   const auto& arch = find_architecture(f);
-  auto c = build_model_config(arch, f);
+  auto c = build_model_config(arch, f, nullptr);
   EXPECT_EQ(c["model_type"], "llama");
   EXPECT_EQ(c["hidden_size"], 64);
   EXPECT_EQ(c["num_key_value_heads"], 2);

@@ -37,6 +37,8 @@ Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int o
       return mx::linalg::norm(mx::astype(linear.dequantized_weight(), mx::float32), std::vector<int>{1}, false);
     });
   }
+  w.note_quantizable({path, QuantizableModule::Kind::linear, linear.q_ ? std::optional(linear.q_->spec) : std::nullopt,
+                      linear.lora_});
   return linear;
 }
 
@@ -108,6 +110,8 @@ Embedding Embedding::load(WeightBinder& w, const std::string& path, int num_embe
       return mx::linalg::norm(embedding.weight_, std::vector<int>{1}, false);
     });
   }
+  w.note_quantizable({path, QuantizableModule::Kind::embedding,
+                      embedding.q_ ? std::optional(embedding.q_->spec) : std::nullopt, embedding.lora_});
   return embedding;
 }
 

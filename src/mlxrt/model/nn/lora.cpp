@@ -294,4 +294,28 @@ mx::array lora_embedding_as_linear(const LoraDelta& d, const mx::array& x, const
   return mx::multiply(mx::divide(*d.m, denom), out);
 }
 
+mx::array fused_linear_weight(const LoraDelta& d, const mx::array& weight) {
+  // LoRALinear.fuse: delta = ((scale * lora_b.T) @ lora_a.T).astype(weight.dtype); weight + delta.
+  auto w = mx::add(weight, mx::astype(mx::matmul(scaled(d.scale, mx::transpose(d.b)), mx::transpose(d.a)), weight.dtype()));
+  if (!d.dora) return w;
+  // DoRALinear.fuse: (m / norm(weight, axis=1))[:, None] * weight.
+  auto norm_scale = mx::divide(*d.m, mx::linalg::norm(w, std::vector<int>{1}, false));
+  return mx::multiply(mx::expand_dims(norm_scale, 1), w);
+}
+
+mx::array fused_embedding_weight(const LoraDelta& d, const mx::array& weight) {
+  // LoRAEmbedding.fuse / DoRAEmbedding.fuse: weight + ((scale * lora_a) @ lora_b).astype(weight.dtype).
+  auto w = mx::add(weight, mx::astype(mx::matmul(scaled(d.scale, d.a), d.b), weight.dtype()));
+  if (!d.dora) return w;
+  auto norm_scale = mx::divide(*d.m, mx::linalg::norm(w, std::vector<int>{1}, false));
+  return mx::multiply(mx::expand_dims(norm_scale, 1), w);
+}
+
+mx::array fused_switch_weight(const LoraDelta& d, const mx::array& weight) {
+  // LoRASwitchLinear.fuse: weight + ((scale * lora_b) @ lora_a.reshape(E, -1, in)).astype(weight.dtype).
+  const auto& s = weight.shape();
+  auto a = mx::reshape(d.a, {s[0], -1, s[2]});
+  return mx::add(weight, mx::astype(mx::matmul(scaled(d.scale, d.b), a), weight.dtype()));
+}
+
 }  // namespace mlxrt::model::nn

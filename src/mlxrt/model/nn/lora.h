@@ -118,4 +118,14 @@ mx::array lora_embedding(const LoraDelta& d, const mx::array& ids, const mx::arr
 mx::array lora_embedding_as_linear(const LoraDelta& d, const mx::array& x, const mx::array& y,
                                    const std::function<mx::array()>& weight);
 
+/** mlx-lm's fuse() of an adapted layer (tuner/lora.py, tuner/dora.py): the weight of the plain
+ * layer that replaces the wrapper. `weight` is the base layer's float weight (dequantized when
+ * the layer is quantized; re-quantizing the result is the caller's). For a Linear [out, in]: W +
+ * ((scale B^T) A^T).astype(W.dtype), and for DoRA that rescaled per row by m / |row|. */
+mx::array fused_linear_weight(const LoraDelta& d, const mx::array& weight);
+/** The same for an Embedding [num_embeddings, dims]: W + ((scale A) B).astype(W.dtype) (DoRA: rescaled). */
+mx::array fused_embedding_weight(const LoraDelta& d, const mx::array& weight);
+/** The same for a switch layer [experts, out, in]: W + ((scale B) A).astype(W.dtype). */
+mx::array fused_switch_weight(const LoraDelta& d, const mx::array& weight);
+
 }  // namespace mlxrt::model::nn

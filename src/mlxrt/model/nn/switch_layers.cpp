@@ -118,6 +118,7 @@ SwitchLinear SwitchLinear::load(WeightBinder& w, const std::string& path, int in
   }
   std::optional<mx::array> b;
   if (bias) b = take_expert_tensor(w, path + ".bias", {num_experts, output_dims}, streamed);
+  w.note_quantizable({path, QuantizableModule::Kind::switch_linear, q ? std::optional(q->spec) : std::nullopt, lora});
   SwitchLinear out(std::move(*weight), std::move(b), std::move(q), std::move(global_scale));
   out.streamed_ = std::move(streamed);
   out.lora_ = std::move(lora);

@@ -40,6 +40,7 @@ mx::array WeightBinder::take(const std::string& name, const mx::Shape& shape) {
   mx::array a = it->second;
   weights_.erase(it);
   taken_.push_back(a);
+  taken_names_.push_back(name);
   if (a.shape() != shape) {
     misshaped_.push_back(name + ": expected shape " + shape_str(shape) + " but the checkpoint has " +
                          shape_str(a.shape()));

@@ -22,7 +22,19 @@ namespace mx = mlx::core;
 
 namespace nn {
 class Adapter;
+struct LoraDelta;
 }
+
+/** A bound module that mlx.nn.quantize could quantize (the classes with `to_quantized`: Linear,
+ * Embedding, SwitchLinear), noted as the family builds it so that `convert` can quantize or
+ * dequantize exactly the modules mlx-lm would. */
+struct QuantizableModule {
+  enum class Kind { linear, embedding, switch_linear };
+  std::string path;
+  Kind kind = Kind::linear;
+  std::optional<io::QuantSpec> spec;  // the checkpoint's packing, when it holds the module quantized
+  std::shared_ptr<const nn::LoraDelta> lora;  // the adapter's delta on it, when bound with one
+};
 
 class WeightBinder {
  public:
@@ -91,6 +103,12 @@ class WeightBinder {
 
   /** Every tensor bound so far (to evaluate them once, as mlx-lm's non-lazy load does). */
   const std::vector<mx::array>& taken() const { return taken_; }
+  /** Their names, in the order the family took them (parallel to taken()). */
+  const std::vector<std::string>& taken_names() const { return taken_names_; }
+
+  /** Notes a module mlx.nn.quantize could quantize (Linear::load, Embedding::load, SwitchLinear::load). */
+  void note_quantizable(QuantizableModule module) { quantizable_.push_back(std::move(module)); }
+  const std::vector<QuantizableModule>& quantizable() const { return quantizable_; }
 
   /** Throws WeightsError listing missing, mis-shaped and unexpected tensors, if any; then the
    * adapter's own check (its tensors that matched no layer). */
@@ -147,6 +165,8 @@ class WeightBinder {
   std::vector<std::string> missing_;
   std::vector<std::string> misshaped_;
   std::vector<mx::array> taken_;
+  std::vector<std::string> taken_names_;
+  std::vector<QuantizableModule> quantizable_;
   std::shared_ptr<nn::Adapter> adapter_;
 };
 

@@ -1,12 +1,12 @@
 // Python's json.dumps byte layout, so responses match mlx_lm.server's byte for byte.
-#include "mlxrt/server/python_json.h"
+#include "mlxrt/util/python_json.h"
 
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 
-namespace mlxrt::server {
+namespace mlxrt::util {
 
 namespace {
 
@@ -75,7 +75,19 @@ void dump_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
 }
 
-void dump(std::string& out, const nlohmann::ordered_json& v, const DumpOptions& options) {
+// The separator before an item of a container at `depth` (and, with empty `first`, before the
+// closing bracket): ", " on one line, or a newline and the next level's indent.
+void separate(std::string& out, const DumpOptions& options, int depth, bool first) {
+  if (options.indent < 0) {
+    if (!first) out += ", ";
+    return;
+  }
+  if (!first) out += ',';
+  out += '\n';
+  out.append(static_cast<size_t>(options.indent) * static_cast<size_t>(depth), ' ');
+}
+
+void dump(std::string& out, const nlohmann::ordered_json& v, const DumpOptions& options, int depth) {
   using T = nlohmann::ordered_json::value_t;
   switch (v.type()) {
     case T::null: out += "null"; break;
@@ -88,10 +100,11 @@ void dump(std::string& out, const nlohmann::ordered_json& v, const DumpOptions& 
       out += '[';
       bool first = true;
       for (const auto& item : v) {
-        if (!first) out += ", ";
+        separate(out, options, depth + 1, first);
         first = false;
-        dump(out, item, options);
+        dump(out, item, options, depth + 1);
       }
+      if (!first && options.indent >= 0) separate(out, options, depth, true);
       out += ']';
       break;
     }
@@ -99,12 +112,13 @@ void dump(std::string& out, const nlohmann::ordered_json& v, const DumpOptions& 
       out += '{';
       bool first = true;
       for (auto it = v.begin(); it != v.end(); ++it) {
-        if (!first) out += ", ";
+        separate(out, options, depth + 1, first);
         first = false;
         dump_string(out, it.key(), options.ensure_ascii);
         out += ": ";
-        dump(out, it.value(), options);
+        dump(out, it.value(), options, depth + 1);
       }
+      if (!first && options.indent >= 0) separate(out, options, depth, true);
       out += '}';
       break;
     }
@@ -152,8 +166,8 @@ std::string python_float_repr(double value) {
 
 std::string python_dumps(const nlohmann::ordered_json& value, DumpOptions options) {
   std::string out;
-  dump(out, value, options);
+  dump(out, value, options, 0);
   return out;
 }
 
-}  // namespace mlxrt::server
+}  // namespace mlxrt::util
