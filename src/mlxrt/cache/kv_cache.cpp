@@ -18,6 +18,10 @@ mx::array prefix(const mx::array& a, int end) {
 
 }  // namespace
 
+void KVCache::depend_keys_on(const mx::array& x) {
+  if (keys_) keys_ = mx::depends({*keys_}, {x})[0];
+}
+
 CachedKV KVCache::update_and_fetch(const mx::array& keys, const mx::array& values) {
   const int prev = offset_;
   const int length = keys.shape(2);

@@ -27,6 +27,10 @@ class KVCache final : public Cache {
   /** Replaces the contents (mlx-lm's `state` setter, e.g. from a saved prompt cache). */
   void set_state(std::optional<mx::array> keys, std::optional<mx::array> values, int offset);
 
+  /** keys = mx.depends(keys, x): evaluating the cache also evaluates `x` (a pipeline stage's send,
+   * which a prefill that evaluates only the cache must still perform). */
+  void depend_keys_on(const mx::array& x);
+
   std::unique_ptr<Cache> clone() const override { return std::make_unique<KVCache>(*this); }
 
  private:

@@ -10,6 +10,10 @@
 
 namespace mlxrt::cache {
 
+void RotatingKVCache::depend_keys_on(const mx::array& x) {
+  if (keys_) keys_ = mx::depends({*keys_}, {x})[0];
+}
+
 namespace {
 
 // a[..., start:stop, :] on axis 2 of a [B, heads, L, D] array.

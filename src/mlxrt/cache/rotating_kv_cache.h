@@ -41,6 +41,9 @@ class RotatingKVCache final : public Cache {
   void set_state(std::optional<mx::array> keys, std::optional<mx::array> values, int offset, int keep, int max_size,
                  int idx);
 
+  /** keys = mx.depends(keys, x), as KVCache::depend_keys_on (a pipeline stage's send). */
+  void depend_keys_on(const mx::array& x);
+
   std::unique_ptr<Cache> clone() const override { return std::make_unique<RotatingKVCache>(*this); }
 
  private:

@@ -54,9 +54,11 @@ std::optional<uint64_t> expert_memory_bytes(std::optional<double> gb) {
 model::LoadedModel load_cli_model(const std::string& model, const std::string& profile_file,
                                   std::optional<double> expert_memory_gb,
                                   std::shared_ptr<model::nn::ExpertStore>& experts,
-                                  const std::string& adapter_path) {
+                                  const std::string& adapter_path, const std::optional<model::Parallel>& parallel) {
   auto bytes = expert_memory_bytes(expert_memory_gb);
-  return model::load_model(model, load_options(profile_file, adapter_path), bytes, experts);
+  auto options = load_options(profile_file, adapter_path);
+  options.parallel = parallel;
+  return model::load_model(model, options, bytes, experts);
 }
 
 void print_expert_stats(const std::shared_ptr<model::nn::ExpertStore>& experts) {

@@ -30,7 +30,8 @@ std::optional<uint64_t> expert_memory_bytes(std::optional<double> expert_memory_
 model::LoadedModel load_cli_model(const std::string& model, const std::string& profile_file,
                                   std::optional<double> expert_memory_gb,
                                   std::shared_ptr<model::nn::ExpertStore>& experts,
-                                  const std::string& adapter_path = {});
+                                  const std::string& adapter_path = {},
+                                  const std::optional<model::Parallel>& parallel = std::nullopt);
 
 /** The --adapter-path help text, the same on every verb that takes it. */
 inline constexpr const char* kAdapterPathHelp =

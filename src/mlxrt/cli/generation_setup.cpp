@@ -294,15 +294,21 @@ int model_construction_draws(const std::filesystem::path& model_dir) {
   return draws;
 }
 
+int sharded_load_draws(const std::filesystem::path& model_dir, const model::LoadedModel& loaded, bool distributed) {
+  if (!distributed) return 0;
+  return model_construction_draws(model_dir) + loaded.shard_draws;
+}
+
 int adapter_construction_draws(const std::string& adapter_path) {
   if (adapter_path.empty()) return 0;
   return 2 * model::nn::Adapter::load(adapter_path)->wrapped_layers();
 }
 
 Session load_session(const std::string& model, const std::string& profile_file,
-                     std::optional<double> expert_memory_gb, const std::string& adapter_path) {
+                     std::optional<double> expert_memory_gb, const std::string& adapter_path,
+                     const std::optional<model::Parallel>& parallel) {
   std::shared_ptr<model::nn::ExpertStore> experts;
-  auto loaded = load_cli_model(model, profile_file, expert_memory_gb, experts, adapter_path);
+  auto loaded = load_cli_model(model, profile_file, expert_memory_gb, experts, adapter_path, parallel);
   auto dir = io::resolve_model_dir(model);
   auto tok = tokenizer::Tokenizer::from_dir(dir);
   auto chat_template = tmpl::load_chat_template(dir);

@@ -55,6 +55,10 @@ std::vector<generate::LogitsProcessor> make_cli_processors(const SamplingFlags& 
  * projections in KV-shared layers). */
 int model_construction_draws(const std::filesystem::path& model_dir);
 
+/** The keys mlx-lm's sharded_load draws beyond load(): the model is built a second time (the first
+ * plans the split) and shard() builds each sharded linear anew. 0 for one process. */
+int sharded_load_draws(const std::filesystem::path& model_dir, const model::LoadedModel& loaded, bool distributed);
+
 /** The keys mlx-lm's load_adapters draws (linear_to_lora_layers builds each LoRA / DoRA layer with
  * a base layer initialised at random and a random lora_a: two per adapted layer) for the adapter
  * of `adapter_path` (none: 0). Reads the adapter's config and file header only. */
@@ -72,7 +76,8 @@ struct Session {
 };
 
 Session load_session(const std::string& model, const std::string& profile_file,
-                     std::optional<double> expert_memory_gb = std::nullopt, const std::string& adapter_path = {});
+                     std::optional<double> expert_memory_gb = std::nullopt, const std::string& adapter_path = {},
+                     const std::optional<model::Parallel>& parallel = std::nullopt);
 
 /** TokenizerWrapper.add_eos_token: an integer id, else the token's id (the unknown token's id
  * when it has none, as transformers does); UsageError naming `flag` when neither exists. */

@@ -48,6 +48,15 @@ std::string unknown_verb_message(CLI::App& app, const std::string& verb) {
   return msg;
 }
 
+/** MLX's communication backends fail with "[ring] ..." (and the like) when a peer is gone: say what
+ * that means for the run. */
+std::string distributed_hint(const std::string& what) {
+  for (const char* backend : {"[ring]", "[mpi]", "[nccl]", "[jaccl]"})
+    if (what.rfind(backend, 0) == 0)
+      return " (a rank of the distributed run stopped or cannot be reached; its own error, if any, is above)";
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -75,13 +84,15 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const mlxrt::cli::ExitCode& e) {
+    return e.code;
   } catch (const mlxrt::Error& e) {
     std::cout.flush();
     std::cerr << "error: " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {
     std::cout.flush();
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << e.what() << distributed_hint(e.what()) << "\n";
     return 1;
   }
   return 0;

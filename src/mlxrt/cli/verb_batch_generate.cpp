@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mlxrt/cli/common.h"
+#include "mlxrt/cli/distributed.h"
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/generate/batch_generator.h"
@@ -105,6 +106,7 @@ generate::LogitsProcessorParams processor_params(const ojson& o, const std::stri
 }
 
 void run_batch_generate(const BatchArgs& a) {
+  refuse_distributed("batch-generate");  // under a distributed launch every rank would run the whole model
   check_sampling_flags(a.sampling);
   ojson doc;
   try {

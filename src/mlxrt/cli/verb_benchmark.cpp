@@ -10,6 +10,7 @@
 #include <mlx/transforms.h>
 
 #include "mlxrt/cli/common.h"
+#include "mlxrt/cli/distributed.h"
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/default_model.h"
@@ -27,6 +28,7 @@ struct BenchArgs {
   int prompt_tokens = 512, generation_tokens = 1024, batch_size = 1, num_trials = 5;
   int prefill_step_size = 2048, delay = 0;
   bool trust_remote_code = false;
+  DistributedArgs dist;
 };
 
 void run(const BenchArgs& a) {
@@ -39,9 +41,13 @@ void run(const BenchArgs& a) {
   if (a.prefill_step_size <= 0) throw UsageError("--prefill-step-size: must be positive");
   if (a.delay < 0) throw UsageError("--delay: must be non-negative");
 
+  // As mlx_lm.benchmark under mlx.launch: every rank runs the trials on its shard; rank 0 reports.
+  const auto dist_run = join_run(a.dist);
+  QuietUnlessPrimary quiet(dist_run.primary());
   generate::RandomState rng(0);
   rng.skip(model_construction_draws(a.model) + adapter_construction_draws(a.adapter_path));
-  auto session = load_session(a.model, a.profile_file, std::nullopt, a.adapter_path);
+  auto session = load_session(a.model, a.profile_file, std::nullopt, a.adapter_path, dist_run.parallel);
+  rng.skip(sharded_load_draws(a.model, session.loaded, dist_run.parallel.has_value()));
   const int vocab = session.loaded.model->vocab_size();
   auto prompts = mx::random::randint(mx::array(0), mx::array(vocab), {a.batch_size, a.prompt_tokens}, mx::int32,
                                      rng.next());
@@ -97,9 +103,7 @@ void register_benchmark(CLI::App& app) {
                 "Accepted for compatibility (no code from the model directory is ever run)");
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
   cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
-  cmd->add_flag_callback(
-      "--pipeline", [] { throw UnsupportedError("--pipeline is not supported: this engine runs on one device"); },
-      "Not supported: this engine runs on one device");
+  add_distributed_flags(cmd, a->dist);
   cmd->add_flag_callback(
       "--quantize-activations",
       [] { throw UnsupportedError("--quantize-activations is not supported: this engine has no activation quantization"); },

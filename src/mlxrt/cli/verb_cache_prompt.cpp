@@ -12,6 +12,7 @@
 #include "mlxrt/cache/prompt_cache.h"
 #include "mlxrt/cache/quantized_kv_cache.h"
 #include "mlxrt/cli/common.h"
+#include "mlxrt/cli/distributed.h"
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/generate/generate_step.h"
@@ -48,6 +49,7 @@ std::vector<int32_t> encode_prompt(const Session& session, const std::string& pr
 }
 
 void run(const Args& a) {
+  refuse_distributed("cache_prompt");  // under a distributed launch every rank would run the whole model
   if (a.max_kv_size && *a.max_kv_size < 1) throw UsageError("--max-kv-size must be at least 1");
   cache::validate_kv_quantization(a.kv_bits, a.kv_group_size, a.quantized_kv_start);
   auto session = load_session(a.model, a.profile_file, std::nullopt, a.adapter_path);

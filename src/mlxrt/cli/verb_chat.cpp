@@ -7,6 +7,7 @@
 #include "mlxrt/cli/chat_ui.h"
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/common.h"
+#include "mlxrt/cli/distributed.h"
 #include "mlxrt/cli/interrupt.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/default_model.h"
@@ -27,6 +28,7 @@ struct ChatArgs {
   std::optional<int> max_kv_size;
   std::optional<double> expert_memory;
   int prefill_step_size = 2048, max_tokens = 256;
+  DistributedArgs dist;
 };
 
 /** sp[:57] + "..." for a system prompt over 60 characters (code points, as Python counts). */
@@ -52,10 +54,16 @@ void run(const ChatArgs& a) {
   if (a.max_tokens == 0) throw UsageError("--max-tokens: must be non-zero (use -1 for no limit)");
   if (a.prefill_step_size <= 0) throw UsageError("--prefill-step-size: must be positive");
 
+  // As mlx_lm.chat under mlx.launch: every rank reads the same input (the launcher copies stdin to
+  // each) and runs the same turns on its shard; rank 0 prints.
+  const auto dist_run = join_run(a.dist);
+  QuietUnlessPrimary quiet(dist_run.primary());
+
   // mx.random.seed(args.seed) comes before the model is built.
   auto rng = std::make_shared<generate::RandomState>(a.seed);
   rng->skip(model_construction_draws(a.model) + adapter_construction_draws(a.adapter_path));
-  auto session = load_session(a.model, a.profile_file, a.expert_memory, a.adapter_path);
+  auto session = load_session(a.model, a.profile_file, a.expert_memory, a.adapter_path, dist_run.parallel);
+  rng->skip(sharded_load_draws(a.model, session.loaded, dist_run.parallel.has_value()));
   if (!session.chat_template) throw UsageError("--model: " + a.model + " has no chat template to chat with");
   params.xtc_special_tokens = xtc_special_tokens(session);
 
@@ -154,9 +162,7 @@ void register_chat(CLI::App& app) {
       ->each([a](const std::string&) { a->has_system_prompt = true; });
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
   cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
-  cmd->add_flag_callback(
-      "--pipeline", [] { throw UnsupportedError("--pipeline is not supported: this engine runs on one device"); },
-      "Not supported: this engine runs on one device");
+  add_distributed_flags(cmd, a->dist);
   cmd->callback([a] {
     a->model = convert::resolve_model_flag(a->model);
     run(*a);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mlxrt/cli/common.h"
+#include "mlxrt/cli/distributed.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/generate/embedding.h"
 #include "mlxrt/io/model_dir.h"
@@ -39,6 +40,7 @@ std::vector<std::string> file_lines(const std::string& path) {
 }
 
 void run(const Args& a) {
+  refuse_distributed("embed");  // under a distributed launch every rank would run the whole model
   if (a.encoding_format != "float" && a.encoding_format != "base64")
     throw UsageError("--encoding-format must be 'float' or 'base64', got '" + a.encoding_format + "'");
   if (a.dimensions && *a.dimensions < 1) throw UsageError("--dimensions must be at least 1");

@@ -17,6 +17,7 @@
 #include "mlxrt/cache/prompt_cache.h"
 #include "mlxrt/cache/quantized_kv_cache.h"
 #include "mlxrt/cli/common.h"
+#include "mlxrt/cli/distributed.h"
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/default_model.h"
@@ -47,6 +48,7 @@ struct Args {
   std::optional<double> expert_memory;
   int kv_group_size = 64, quantized_kv_start = 5000, prefill_step_size = 2048;
   SamplingFlags sampling;
+  DistributedArgs dist;
 };
 
 /** str2bool of mlx_lm.generate. */
@@ -136,11 +138,12 @@ void check_draft_tokenizer(const Args& a, const tokenizer::Tokenizer& main_token
 }
 
 /** --prompt-tokens without tokenizer files: the ids are printed instead of text. */
-void run_ids_only(const Args& a, generate::TextGenerationOptions options) {
+void run_ids_only(const Args& a, generate::TextGenerationOptions options, const DistributedRun& run) {
   auto ids = parse_token_list(a.prompt_tokens, "--prompt-tokens");
   auto rng = make_rng(a);
   std::shared_ptr<model::nn::ExpertStore> experts;
-  auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts, a.adapter_path);
+  auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts, a.adapter_path, run.parallel);
+  if (a.seed) rng->skip(sharded_load_draws(a.model, loaded, run.parallel.has_value()));
   auto draft = load_draft(a);
   const int vocab = loaded.model->vocab_size();
   // No tokenizer to compare: the two models' vocabularies must have the same size.
@@ -195,7 +198,7 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options) {
     print_footer(stats);
   else
     std::cout << "No text generated for this prompt\n";
-  write_logprobs(a.logprobs_file, rows, draft ? &from_draft : nullptr);
+  if (run.primary()) write_logprobs(a.logprobs_file, rows, draft ? &from_draft : nullptr);
   std::cout << std::flush;
   print_expert_stats(experts);
 }
@@ -302,6 +305,11 @@ void run(const Args& a) {
   check_draft_flags(a);
   const auto constraint_file = read_constraint_file(a);
   const bool verbose = str2bool(a.verbose);
+  // Every rank runs the same generation on its shard (the same flags reach each); rank 0 prints.
+  const auto dist_run = join_run(a.dist);
+  QuietUnlessPrimary quiet(dist_run.primary());
+  if (dist_run.parallel && !a.draft_model.empty())
+    throw UnsupportedError("--draft-model is not supported in distributed mode (as in mlx-lm)");
 
   generate::TextGenerationOptions options;
   options.max_tokens = a.max_tokens;
@@ -316,13 +324,15 @@ void run(const Args& a) {
     if (constraint_file)
       throw UsageError(constraint_file->first.substr(0, constraint_file->first.find(' ')) +
                        ": needs a model with a tokenizer (the grammar is matched against token text)");
-    return run_ids_only(a, std::move(options));
+    return run_ids_only(a, std::move(options), dist_run);
   }
   std::optional<cache::CacheList> prompt_cache;
   if (!a.prompt_cache_file.empty()) prompt_cache = load_cache_file(a);
 
   auto rng = make_rng(a);
-  auto session = load_session(a.model, a.profile_file, a.expert_memory, a.adapter_path);
+  auto session = load_session(a.model, a.profile_file, a.expert_memory, a.adapter_path, dist_run.parallel);
+  // mlx_lm.generate has no distributed mode: the keys are drawn as mlx_lm.chat's sharded_load draws them.
+  if (a.seed) rng->skip(sharded_load_draws(a.model, session.loaded, dist_run.parallel.has_value()));
   for (const auto& t : a.extra_eos_token) add_eos_token(session, t, "--extra-eos-token");
   if (prompt_cache) model::check_prompt_cache(*session.loaded.model, *prompt_cache, a.prompt_cache_file);
   auto ids = prompt_ids(a, session, prompt_cache.has_value());
@@ -362,7 +372,7 @@ void run(const Args& a) {
         return true;
       },
       prompt_cache ? &*prompt_cache : nullptr);
-  write_logprobs(a.logprobs_file, rows, draft ? &from_draft : nullptr);
+  if (dist_run.primary()) write_logprobs(a.logprobs_file, rows, draft ? &from_draft : nullptr);
   if (!verbose) {
     std::cout << text << "\n";
     print_expert_stats(session.experts);
@@ -394,6 +404,7 @@ void register_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Generate text with a model (as mlx_lm.generate)");
   auto a = std::make_shared<Args>();
   cmd->add_option("--model", a->model, "The path to the local model directory or Hugging Face repo (from the local cache; " + convert::default_model_help() + ")");
+  add_distributed_flags(cmd, a->dist);
   cmd->add_flag("--trust-remote-code", a->trust_remote_code,
                 "Accepted for compatibility (no code from the model directory is ever run)");
   cmd->add_option("--extra-eos-token", a->extra_eos_token, "Add tokens in the list of eos tokens that stop generation.");

@@ -13,6 +13,7 @@
 #include "mlxrt/cache/prompt_cache.h"
 #include "mlxrt/cache/quantized_kv_cache.h"
 #include "mlxrt/cli/common.h"
+#include "mlxrt/cli/distributed.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/model/make_prompt_cache.h"
 
@@ -29,6 +30,7 @@ struct Args {
   std::optional<double> expert_memory;
   int kv_group_size = cache::kDefaultKvGroupSize;
   int quantized_kv_start = cache::kDefaultQuantizedKvStart;
+  DistributedArgs dist;
 
   bool uses_cache() const {
     return incremental || chunk_size || max_kv_size || kv_bits || !prompt_cache_file.empty();
@@ -65,15 +67,18 @@ void run(const Args& a) {
   if (a.chunk_size && *a.chunk_size < 1) throw UsageError("--chunk-size must be at least 1");
   if (a.max_kv_size && *a.max_kv_size < 1) throw UsageError("--max-kv-size must be at least 1");
   cache::validate_kv_quantization(a.kv_bits, a.kv_group_size, a.quantized_kv_start);
+  // Every rank computes the logits on its shard; rank 0 writes them.
+  const auto dist_run = join_run(a.dist);
+  QuietUnlessPrimary quiet(dist_run.primary());
   std::shared_ptr<model::nn::ExpertStore> experts;
-  auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts, a.adapter_path);
+  auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts, a.adapter_path, dist_run.parallel);
   for (auto id : ids)
     if (id >= loaded.model->vocab_size())
       throw UsageError("--tokens: id " + std::to_string(id) + " is outside the vocabulary (size " +
                        std::to_string(loaded.model->vocab_size()) + ")");
   auto logits = compute_logits(*loaded.model, ids, a);
   mx::eval(logits);
-  write_safetensors_output(a.out, {{"logits", logits}}, "--out");
+  if (dist_run.primary()) write_safetensors_output(a.out, {{"logits", logits}}, "--out");
   print_expert_stats(experts);
 }
 
@@ -97,6 +102,7 @@ void register_logits(CLI::App& app) {
   cmd->add_option("--prompt-cache-file", a->prompt_cache_file, "Start from this saved prompt cache");
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
   cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
+  add_distributed_flags(cmd, a->dist);
   cmd->callback([a] { run(*a); });
 }
 

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mlxrt/cli/common.h"
+#include "mlxrt/cli/distributed.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/generate/perplexity.h"
 #include "mlxrt/io/hf_cache.h"
@@ -142,6 +143,7 @@ double total_parameters(const model::LoadedModel& loaded, const fs::path& dir) {
 }
 
 void run(const Args& a) {
+  refuse_distributed("perplexity");  // under a distributed launch every rank would run the whole model
   if (a.batch_size < 1) throw UsageError("--batch-size: must be positive");
   if (a.sequence_length < 2) throw UsageError("--sequence-length: must be at least 2");
   if (a.seed < 0 || a.seed > 0xffffffffLL) throw UsageError("--seed: must be between 0 and 2**32 - 1");

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "mlxrt/cli/common.h"
+#include "mlxrt/cli/distributed.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/default_model.h"
 #include "mlxrt/generate/speculative.h"
@@ -56,6 +57,9 @@ std::vector<std::string> split_commas(const std::string& s) {
 }
 
 void run(Args& a) {
+  // mlx_lm.server under mlx.launch serves from rank 0 while the others follow its batches; that
+  // follower loop is not ported yet.
+  refuse_distributed("server");
   a.o.draft_model = a.draft_model;
   if (!a.draft_model.empty() && (a.o.num_draft_tokens < 0 || a.o.num_draft_tokens > generate::kMaxDraftTokens))
     throw UsageError("--num-draft-tokens: must be between 0 and " + std::to_string(generate::kMaxDraftTokens) +
@@ -156,7 +160,7 @@ void register_server(CLI::App& app) {
   cmd->add_option("--kv-group-size", o.kv_group_size, "Group size for KV cache quantization")->capture_default_str();
   cmd->add_option("--quantized-kv-start", o.quantized_kv_start, "Token position to start KV cache quantization")
       ->capture_default_str();
-  cmd->add_flag("--pipeline", a->pipeline, "Accepted for compatibility (one process: no effect)");
+  cmd->add_flag("--pipeline", a->pipeline, "Accepted for compatibility (one process: no effect; distributed serving is not supported yet)");
   cmd->add_option("--request-timeout", o.request_timeout_s, "Seconds a request may take, queueing included (0: none)")
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest accepted request body")->capture_default_str();

@@ -20,6 +20,12 @@ void register_perplexity(CLI::App& app);
 void register_manage(CLI::App& app);
 void register_embed(CLI::App& app);
 void register_fit(CLI::App& app);
+void register_launch(CLI::App& app);
+
+/** Thrown by a verb whose exit status is another process's (launch): main returns `code` quietly. */
+struct ExitCode {
+  int code;
+};
 
 inline void register_verbs(CLI::App& app) {
   register_profile(app);
@@ -38,6 +44,7 @@ inline void register_verbs(CLI::App& app) {
   register_manage(app);
   register_embed(app);
   register_fit(app);
+  register_launch(app);
 }
 
 }  // namespace mlxrt::cli

@@ -45,6 +45,7 @@ void check_expert_budget(const nn::ExpertStore& experts, const io::ModelConfig& 
 LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& options,
                        std::optional<uint64_t> expert_memory_bytes, std::shared_ptr<nn::ExpertStore>& experts) {
   if (!expert_memory_bytes) return load_model(path, options);
+  if (options.parallel) throw UnsupportedError("--expert-memory is not supported in distributed mode");
   auto [config, profile] = resolve_model(path, options);
   assert_resolved_profile(config, profile);
   auto adapter = load_adapter(options);

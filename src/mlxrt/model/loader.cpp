@@ -9,6 +9,7 @@
 #include "mlxrt/io/model_dir.h"
 #include "mlxrt/io/weights.h"
 #include "mlxrt/model/nn/weight_binder.h"
+#include "mlxrt/model/parallel_load.h"
 #include "mlxrt/model/registry.h"
 #include "mlxrt/util/errors.h"
 
@@ -104,19 +105,30 @@ std::pair<io::ModelConfig, ResolvedProfile> resolve_model(const std::filesystem:
 LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& options) {
   auto [config, profile] = resolve_model(path, options);
   assert_resolved_profile(config, profile);
+  if (options.parallel) {
+    check_parallel_support(*options.parallel, config, profile, !options.adapter_path.empty());
+    check_same_model_on_all_ranks(*options.parallel, config);
+  }
   auto adapter = load_adapter(options);
   auto weights = io::load_weights(config.dir());
   check_layer_count(config, weights);
   if (adapter) prepare_adapter(*adapter, config, weights);
   WeightBinder binder(std::move(weights), config);
   binder.set_adapter(adapter);
+  binder.set_parallel(options.parallel);
+  // Tensor parallel: each rank reads its slices of the weight files, not the whole tensors.
+  if (options.parallel && options.parallel->mode == Parallel::Mode::tensor)
+    binder.set_locations(io::tensor_locations(config.dir()));
   auto model = graph_entry(profile.profile.execution.graph).build(config, binder);
   binder.finish();
   if (!options.lazy) {
+    // Tensor parallel: the sharded tensors are this rank's slices, read from the files (or cut from
+    // a tensor a sanitize made); the whole tensors are never evaluated.
     mx::eval(binder.taken());
     if (adapter) mx::eval(adapter->taken());
   }
-  return LoadedModel{std::move(config), std::move(profile), std::move(model)};
+  if (options.parallel) barrier(*options.parallel);
+  return LoadedModel{std::move(config), std::move(profile), std::move(model), binder.shard_draws()};
 }
 
 BoundCheckpoint bind_checkpoint(const std::filesystem::path& path, const std::filesystem::path& adapter_path) {
@@ -139,6 +151,7 @@ BoundCheckpoint bind_checkpoint(const std::filesystem::path& path, const std::fi
 
 AdaptedModels load_model_with_adapters(const std::filesystem::path& path, const LoadOptions& options,
                                        const std::vector<std::pair<std::string, std::filesystem::path>>& adapters) {
+  if (options.parallel) throw UnsupportedError("several adapters are not supported in distributed mode");
   auto resolved = resolve_model(path, options);
   const io::ModelConfig& config = resolved.first;
   const ResolvedProfile& profile = resolved.second;

@@ -11,6 +11,7 @@
 #include "mlxrt/model/causal_lm.h"
 #include "mlxrt/model/nn/lora.h"
 #include "mlxrt/model/nn/weight_binder.h"
+#include "mlxrt/model/parallel.h"
 #include "mlxrt/model/profile.h"
 
 namespace mlxrt::model {
@@ -19,12 +20,17 @@ struct LoadOptions {
   std::vector<ModelProfile> artifact_profiles;  // e.g. from --profile-file
   bool lazy = false;                            // leave weights unread until first use
   std::filesystem::path adapter_path;           // an mlx_lm.lora adapter directory (empty: none)
+  /** This process's part of a distributed run (sharded_load); none: the whole model. */
+  std::optional<Parallel> parallel;
 };
 
 struct LoadedModel {
   io::ModelConfig config;
   ResolvedProfile profile;
   std::unique_ptr<CausalLM> model;
+  /** The PRNG keys mlx-lm's shard() draws (shard_linear builds each sharded layer anew); 0 unless
+   * tensor parallel. */
+  int shard_draws = 0;
 };
 
 /** Resolves the config and profile only (no weights are read). */

@@ -90,4 +90,27 @@ bool graph_accepts(Graph graph, const std::string& model_type) {
   return has(e.model_types) || has(e.generic_types);
 }
 
+namespace {
+
+// mlx-lm 0.32.2: llama.py, qwen2.py, qwen3.py and qwen3_moe.py define shard(); of those, qwen2.py
+// and qwen3_moe.py build their model as a PipelineMixin. (Other mlx-lm files shard too; their
+// graphs here do not yet.)
+constexpr Graph kSharded[] = {Graph::llama, Graph::qwen2, Graph::qwen3, Graph::qwen3_moe};
+constexpr Graph kPipelined[] = {Graph::qwen2, Graph::qwen3_moe};
+
+}  // namespace
+
+bool graph_shards(Graph graph) { return std::find(std::begin(kSharded), std::end(kSharded), graph) != std::end(kSharded); }
+
+bool graph_pipelines(Graph graph) {
+  return std::find(std::begin(kPipelined), std::end(kPipelined), graph) != std::end(kPipelined);
+}
+
+std::string sharded_graph_names(bool pipeline) {
+  std::string out;
+  for (const auto& e : graph_registry())
+    if (pipeline ? graph_pipelines(e.graph) : graph_shards(e.graph)) out += (out.empty() ? "" : ", ") + e.name;
+  return out;
+}
+
 }  // namespace mlxrt::model

@@ -30,6 +30,13 @@ const GraphEntry& graph_entry(Graph graph);
 /** mlx-lm's MODEL_REMAPPING (mlx_lm/utils.py): the model file mlx-lm would load for a type. */
 std::string mlx_lm_remap(const std::string& model_type);
 
+/** Whether mlx-lm's model file for `graph` defines shard() (tensor parallel) and whether its model
+ * is a PipelineMixin (pipeline parallel), among the graphs whose sharding mlxrt ports. */
+bool graph_shards(Graph graph);
+bool graph_pipelines(Graph graph);
+/** The names of the graphs graph_shards / graph_pipelines accept, for an error message. */
+std::string sharded_graph_names(bool pipeline);
+
 /** Whether `graph` can run a config of this model_type (as dedicated or generic). */
 bool graph_accepts(Graph graph, const std::string& model_type);
 

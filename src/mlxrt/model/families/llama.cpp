@@ -88,7 +88,9 @@ void sanitize(const ModelArgs& args, WeightBinder& w, const std::string& lm_head
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights) {
   const auto args = ModelArgs::from_fields(config.fields());
   sanitize(args, weights);
-  return std::make_unique<nn::Decoder>(decoder_options(args, config.source()), weights);
+  auto options = decoder_options(args, config.source());
+  if (const auto* group = weights.tensor_group()) nn::shard_like_llama(options.layers, group->size(), config.source());
+  return std::make_unique<nn::Decoder>(std::move(options), weights);
 }
 
 }  // namespace mlxrt::model::llama

@@ -72,7 +72,9 @@ std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& wei
   // sanitize(): a tied head drops lm_head.weight; precomputed rotary frequencies are dropped.
   if (args.tie_word_embeddings) weights.discard("lm_head.weight");
   weights.discard_containing("self_attn.rotary_emb.inv_freq");
-  return std::make_unique<nn::Decoder>(decoder_options(args, config.source()), weights);
+  auto options = decoder_options(args, config.source());
+  if (const auto* group = weights.tensor_group()) nn::shard_like_llama(options.layers, group->size(), config.source());
+  return std::make_unique<nn::Decoder>(std::move(options), weights);
 }
 
 }  // namespace mlxrt::model::qwen2

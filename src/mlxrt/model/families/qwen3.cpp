@@ -70,7 +70,9 @@ nn::DecoderOptions decoder_options(const ModelArgs& args, const std::string& sou
 
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights) {
   const auto args = ModelArgs::from_config(config);
-  auto model = std::make_unique<nn::Decoder>(decoder_options(args, config.source()), weights);
+  auto options = decoder_options(args, config.source());
+  if (const auto* group = weights.tensor_group()) nn::shard_like_llama(options.layers, group->size(), config.source());
+  auto model = std::make_unique<nn::Decoder>(std::move(options), weights);
   // sanitize(): a tied head drops any saved lm_head.weight.
   if (args.tie_word_embeddings) weights.discard("lm_head.weight");
   return model;

@@ -80,7 +80,7 @@ nn::SparseMoeOptions moe_options(const ModelArgs& a) {
 
 // qwen3_moe.py's Model is qwen3's skeleton (per-head q/k RMSNorms, no biases) whose MLP is a
 // sparse MoE block on the layers `sparse()` names and a dense SwiGLU MLP on the others; no make_cache.
-nn::DecoderOptions decoder_options(const ModelArgs& args, const std::string& source) {
+nn::DecoderOptions decoder_options(const ModelArgs& args, const std::string& source, int shards) {
   nn::DecoderOptions d;
   d.vocab_size = args.vocab_size;
   d.hidden_size = args.hidden_size;
@@ -92,8 +92,19 @@ nn::DecoderOptions decoder_options(const ModelArgs& args, const std::string& sou
     auto layer = nn::llama_block(args.hidden_size, args.intermediate_size, args.num_attention_heads,
                                  args.num_key_value_heads, args.head_dim, args.rms_norm_eps, rope);
     layer.attention.qk_norm = nn::QkNorm::per_head;
-    if (args.sparse(i)) layer.mlp = nn::sparse_moe_mlp(moe_options(args));
+    if (args.sparse(i)) {
+      auto moe = moe_options(args);
+      moe.sharded = shards > 1;
+      layer.mlp = nn::sparse_moe_mlp(moe);
+    }
     d.layers.push_back(std::move(layer));
+  }
+  // shard(): the attention and the dense MLPs as llama's; the experts split their hidden units.
+  if (shards > 1) {
+    nn::shard_like_llama(d.layers, shards, source);
+    if (args.num_experts > 0 && args.moe_intermediate_size % shards != 0)
+      throw ConfigError(source + ": 'moe_intermediate_size' is " + std::to_string(args.moe_intermediate_size) +
+                        ", which does not divide across " + std::to_string(shards) + " ranks (tensor parallel)");
   }
   return d;
 }
@@ -115,7 +126,8 @@ void sanitize(const ModelArgs& args, WeightBinder& w) {
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights) {
   const auto args = ModelArgs::from_config(config);
   sanitize(args, weights);
-  return std::make_unique<nn::Decoder>(decoder_options(args, config.source()), weights);
+  const auto* group = weights.tensor_group();
+  return std::make_unique<nn::Decoder>(decoder_options(args, config.source(), group ? group->size() : 1), weights);
 }
 
 }  // namespace mlxrt::model::qwen3_moe

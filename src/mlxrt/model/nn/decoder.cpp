@@ -6,6 +6,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <mlx/distributed/ops.h>
 #include <mlx/fast.h>
 #include <mlx/ops.h>
 
@@ -51,26 +52,44 @@ mx::array split_heads(const mx::array& x, int B, int L, int heads) {
   return mx::transpose(mx::reshape(x, {B, L, heads, -1}), {0, 2, 1, 3});
 }
 
+Shard attention_shard(const AttentionOptions& o, Shard shard) {
+  if (!o.sharded) return Shard::none;
+  if (o.fused_qkv || o.qk_norm == QkNorm::projection || o.qk_norm == QkNorm::custom)
+    throw std::logic_error("tensor parallel attention supports separate q/k/v projections and per-head norms only");
+  return shard;
+}
+
 }  // namespace
 
 Attention::Attention(const AttentionOptions& options, WeightBinder& w, const std::string& path)
     : o_(options),
       q_proj_(o_.fused_qkv ? std::nullopt
                            : std::optional(Linear::load(w, path + "." + o_.q_proj, o_.hidden_size,
-                                                        o_.n_heads * o_.head_dim, o_.qkv_bias))),
+                                                        o_.n_heads * o_.head_dim, o_.qkv_bias,
+                                                        attention_shard(o_, Shard::all_to_sharded)))),
       k_proj_(o_.fused_qkv ? std::nullopt
                            : std::optional(Linear::load(w, path + "." + o_.k_proj, o_.hidden_size,
-                                                        o_.n_kv_heads * o_.head_dim, o_.qkv_bias))),
+                                                        o_.n_kv_heads * o_.head_dim, o_.qkv_bias,
+                                                        attention_shard(o_, Shard::all_to_sharded)))),
       v_proj_(o_.fused_qkv ? std::nullopt
                            : std::optional(Linear::load(w, path + "." + o_.v_proj, o_.hidden_size,
-                                                        o_.n_kv_heads * o_.head_dim, o_.qkv_bias))),
+                                                        o_.n_kv_heads * o_.head_dim, o_.qkv_bias,
+                                                        attention_shard(o_, Shard::all_to_sharded)))),
       qkv_proj_(!o_.fused_qkv ? std::nullopt
                               : std::optional(Linear::load(w, path + "." + o_.qkv_proj, o_.hidden_size,
                                                            (o_.n_heads + 2 * o_.n_kv_heads) * o_.head_dim,
                                                            o_.qkv_bias))),
-      o_proj_(Linear::load(w, path + "." + o_.o_proj, o_.n_heads * o_.head_dim, o_.hidden_size, o_.o_bias)),
+      o_proj_(Linear::load(w, path + "." + o_.o_proj, o_.n_heads * o_.head_dim, o_.hidden_size, o_.o_bias,
+                           attention_shard(o_, Shard::sharded_to_all))),
       q_norm_(load_qk_norm(o_, w, path + "." + o_.q_norm, o_.n_heads)),
-      k_norm_(load_qk_norm(o_, w, path + "." + o_.k_norm, o_.n_kv_heads)) {}
+      k_norm_(load_qk_norm(o_, w, path + "." + o_.k_norm, o_.n_kv_heads)) {
+  // shard(): n_heads //= N, n_kv_heads //= N (shard_like_llama checked that N divides them).
+  if (o_.sharded) {
+    const int n = w.tensor_group()->size();
+    o_.n_heads /= n;
+    o_.n_kv_heads /= n;
+  }
+}
 
 Attention::Heads Attention::project(const mx::array& x) const {
   const int B = x.shape(0), L = x.shape(1);
@@ -154,12 +173,18 @@ Mlp::Mlp(const MlpOptions& options, WeightBinder& w, const std::string& path) : 
     custom_ = o_.custom(w, path);
     return;
   }
+  if (o_.sharded && o_.kind != Kind::swiglu)
+    throw std::logic_error("tensor parallel MLP supports the SwiGLU gate/up/down layout only");
+  const Shard in = o_.sharded ? Shard::all_to_sharded : Shard::none;
+  const Shard out = o_.sharded ? Shard::sharded_to_all : Shard::none;
   // llama.py declares gate_proj, down_proj, up_proj in that order.
-  if (o_.kind == Kind::swiglu) gate_proj_.emplace(Linear::load(w, path + "." + o_.gate_proj, o_.dims, o_.hidden, o_.bias));
+  if (o_.kind == Kind::swiglu)
+    gate_proj_.emplace(Linear::load(w, path + "." + o_.gate_proj, o_.dims, o_.hidden, o_.bias, in));
   if (o_.kind == Kind::fused_swiglu)
     gate_up_proj_.emplace(Linear::load(w, path + "." + o_.gate_up_proj, o_.dims, 2 * o_.hidden, o_.bias));
-  down_proj_.emplace(Linear::load(w, path + "." + o_.down_proj, o_.hidden, o_.dims, o_.bias));
-  if (o_.kind != Kind::fused_swiglu) up_proj_.emplace(Linear::load(w, path + "." + o_.up_proj, o_.dims, o_.hidden, o_.bias));
+  down_proj_.emplace(Linear::load(w, path + "." + o_.down_proj, o_.hidden, o_.dims, o_.bias, out));
+  if (o_.kind != Kind::fused_swiglu)
+    up_proj_.emplace(Linear::load(w, path + "." + o_.up_proj, o_.dims, o_.hidden, o_.bias, in));
 }
 
 mx::array Mlp::operator()(const mx::array& x) const {
@@ -219,6 +244,24 @@ mx::array Block::operator()(const mx::array& x, const AttentionMask& mask, cache
   return mx::add(h, scaled(r));
 }
 
+void shard_like_llama(std::vector<BlockOptions>& layers, int group_size, const std::string& source) {
+  auto check = [&](int value, const char* field) {
+    if (value % group_size != 0)
+      throw ConfigError(source + ": '" + field + "' is " + std::to_string(value) + ", which does not divide across " +
+                        std::to_string(group_size) + " ranks (tensor parallel splits it evenly; use a world size " +
+                        "that divides it, or --pipeline where the model supports it)");
+  };
+  for (auto& layer : layers) {
+    check(layer.attention.n_heads, "num_attention_heads");
+    check(layer.attention.n_kv_heads, "num_key_value_heads");
+    layer.attention.sharded = true;
+    if (layer.mlp.kind == MlpOptions::Kind::swiglu) {
+      check(layer.mlp.hidden, "intermediate_size");
+      layer.mlp.sharded = true;
+    }
+  }
+}
+
 BlockOptions llama_block(int hidden_size, int intermediate_size, int n_heads, int n_kv_heads, int head_dim,
                          float rms_norm_eps, std::optional<Rope> rope) {
   BlockOptions b;
@@ -240,13 +283,25 @@ Decoder::Decoder(DecoderOptions options, WeightBinder& w)
     : o_(std::move(options)),
       embed_tokens_(Embedding::load(w, o_.model + "." + o_.embed_tokens, o_.vocab_size, o_.hidden_size)),
       norm_(Norm::load(w, o_.model + "." + o_.norm, o_.hidden_size, o_.norm_eps, o_.norm_kind)) {
-  layers_.reserve(o_.layers.size());
-  for (size_t i = 0; i < o_.layers.size(); ++i)
+  const int n_layers = static_cast<int>(o_.layers.size());
+  stage_ = {0, n_layers};
+  if (const auto* group = w.pipeline_group()) {
+    // PipelineMixin.pipeline: this rank keeps layers [start, end); every stage keeps the
+    // embeddings, the final norm and the head. The other ranks' layers are never built.
+    pipeline_ = *group;
+    stage_ = pipeline_layers(n_layers, group->rank(), group->size(), w.config().source());
+    for (int i = 0; i < n_layers; ++i)
+      if (i < stage_.start || i >= stage_.end) w.discard_prefix(o_.model + ".layers." + std::to_string(i) + ".");
+  }
+  layers_.reserve(stage_.end - stage_.start);
+  for (int i = stage_.start; i < stage_.end; ++i)
     layers_.emplace_back(o_.layers[i], w, o_.model + ".layers." + std::to_string(i));
   auto full = std::find_if(layers_.begin(), layers_.end(), [](const Block& b) { return !b.use_sliding(); });
   fa_idx_ = full == layers_.end() ? 0 : full - layers_.begin();
   auto swa = std::find_if(layers_.begin(), layers_.end(), [](const Block& b) { return b.use_sliding(); });
   if (swa != layers_.end()) swa_idx_ = swa - layers_.begin();
+  if (pipeline_ && swa_idx_)
+    throw UnsupportedError(w.config().source() + ": pipeline parallel with sliding-window layers is not supported");
   if (!o_.tie_word_embeddings || o_.always_load_lm_head)
     lm_head_.emplace(Linear::load(w, o_.lm_head, o_.hidden_size, o_.vocab_size, o_.head_bias));
 }
@@ -257,6 +312,7 @@ mx::array Decoder::operator()(const mx::array& inputs, CacheList* cache) {
 
 mx::array Decoder::hidden_states(const mx::array& inputs, CacheList* cache) {
   auto h = embed(inputs);
+  if (pipeline_) return norm_(pipeline_hidden(std::move(h), cache));
   auto layer_cache = [&](size_t i) { return cache ? (*cache)[i].get() : nullptr; };
   auto fa_mask = create_attention_mask(h.shape(1), layer_cache(fa_idx_));
   std::optional<AttentionMask> swa_mask;
@@ -264,6 +320,38 @@ mx::array Decoder::hidden_states(const mx::array& inputs, CacheList* cache) {
   for (size_t i = 0; i < layers_.size(); ++i)
     h = layers_[i](h, layers_[i].use_sliding() ? *swa_mask : fa_mask, layer_cache(i));
   return norm_(h);
+}
+
+mx::array Decoder::pipeline_hidden(mx::array h, CacheList* cache) {
+  // Qwen3MoeModel.__call__ with PipelineMixin: the hidden state enters from the rank after this one
+  // (which ran the earlier layers), leaves to the rank before it, and rank 0's (the last layers')
+  // result is shared with every rank through an all_gather, so all of them compute the same logits.
+  const int rank = pipeline_->rank(), size = pipeline_->size();
+  auto layer_cache = [&](size_t i) { return cache ? (*cache)[i].get() : nullptr; };
+  auto mask = create_attention_mask(h.shape(1), layer_cache(0));
+  if (rank < size - 1) h = mx::distributed::recv_like(h, rank + 1, *pipeline_);
+  for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i](h, mask, layer_cache(i));
+  if (rank != 0) {
+    h = mx::distributed::send(h, (rank - 1 + size) % size, *pipeline_);
+    // cache[-1].keys = mx.depends(cache[-1].keys, h): a prefill that evaluates only the cache
+    // still sends.
+    if (cache && !cache->empty()) {
+      if (auto* kv = dynamic_cast<cache::KVCache*>(cache->back().get()))
+        kv->depend_keys_on(h);
+      else if (auto* rotating = dynamic_cast<cache::RotatingKVCache*>(cache->back().get()))
+        rotating->depend_keys_on(h);
+      else
+        throw UnsupportedError("pipeline parallel runs with a KVCache or RotatingKVCache (not --kv-bits)");
+    }
+  }
+  if (size > 1) {
+    const int B = h.shape(0);
+    auto all = mx::distributed::all_gather(h, *pipeline_);
+    mx::Shape start(all.ndim(), 0), stop = all.shape();
+    stop[0] = B;
+    h = mx::slice(all, start, stop);
+  }
+  return h;
 }
 
 mx::array Decoder::head(const mx::array& h) const { return project_to_vocab(h); }

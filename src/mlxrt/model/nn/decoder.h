@@ -69,6 +69,9 @@ struct AttentionOptions {
   std::function<mx::array(const mx::array& queries, int offset)> scale_queries;
   std::string q_proj = "q_proj", k_proj = "k_proj", v_proj = "v_proj", o_proj = "o_proj";
   std::string qkv_proj = "qkv_proj", q_norm = "q_norm", k_norm = "k_norm";
+  /** Tensor parallel over the binder's group, as llama.py's shard(): q/k/v all-to-sharded, o_proj
+   * sharded-to-all, this rank running n_heads / N query and n_kv_heads / N key/value heads. */
+  bool sharded = false;
 };
 
 /** head_dim ** -0.5 computed as Python computes it (in double), then as the float32 MLX uses. */
@@ -120,6 +123,8 @@ struct MlpOptions {
   std::function<FeedForward(WeightBinder& w, const std::string& path)> custom;
   std::string gate_proj = "gate_proj", up_proj = "up_proj", down_proj = "down_proj";
   std::string gate_up_proj = "gate_up_proj";
+  /** Tensor parallel (Kind::swiglu): gate/up all-to-sharded, down sharded-to-all, as llama.py's shard(). */
+  bool sharded = false;
 };
 
 class Mlp {
@@ -176,6 +181,11 @@ class Block {
   bool use_sliding_;
 };
 
+/** llama.py's shard() over `group_size` ranks, on every block: the attention and, where it is the
+ * dense SwiGLU, the MLP (a family shards its own custom MLP). ConfigError naming the config field
+ * (num_attention_heads, num_key_value_heads, intermediate_size) that the world size does not divide. */
+void shard_like_llama(std::vector<BlockOptions>& layers, int group_size, const std::string& source);
+
 /** llama.py's block: q/k/v/o without biases, RoPE on every layer, swiglu MLP, RMSNorms before the
  * attention and the MLP. Families change what differs. */
 BlockOptions llama_block(int hidden_size, int intermediate_size, int n_heads, int n_kv_heads, int head_dim,
@@ -229,6 +239,10 @@ class Decoder : public CausalLM {
   std::vector<Block> layers_;
   Norm norm_;
   std::optional<Linear> lm_head_;
+  /** Pipeline parallel: the group, and the layers [start, end) this rank runs (layers_ holds only those). */
+  std::optional<mx::distributed::Group> pipeline_;
+  LayerRange stage_;
+  mx::array pipeline_hidden(mx::array h, CacheList* cache);
   size_t fa_idx_ = 0;              // first full-attention layer (its cache makes the full mask)
   std::optional<size_t> swa_idx_;  // first sliding layer, if any
 };

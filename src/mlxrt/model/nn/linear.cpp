@@ -1,6 +1,9 @@
 // Port of mlx/nn/layers/linear.py, embedding.py and quantized.py (mlx 0.32.4).
 #include "mlxrt/model/nn/linear.h"
 
+#include <stdexcept>
+
+#include <mlx/distributed/ops.h>
 #include <mlx/linalg.h>
 #include <mlx/ops.h>
 
@@ -39,6 +42,30 @@ Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int o
   return linear;
 }
 
+Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int out_dims, bool bias, Shard shard) {
+  if (shard == Shard::none) return load(w, path, in_dims, out_dims, bias);
+  const auto* group = w.tensor_group();
+  if (!group) throw std::logic_error("a sharded Linear without a tensor group: " + path);
+  if (w.adapter())
+    throw UnsupportedError("adapters are not supported in distributed mode (as in mlx-lm): " + path);
+  Linear linear = load(w, path, in_dims, out_dims, bias);
+  // _all_to_sharded splits every parameter along axis max(ndim - 2, 0) (rows), a bias along -1;
+  // _sharded_to_all splits along -1 (columns) and keeps the bias whole.
+  const int axis = shard == Shard::all_to_sharded ? 0 : -1;
+  auto cut = [&](const mx::array& t, const std::string& name) { return w.keep_shard(path + "." + name, t, axis); };
+  linear.weight_ = cut(linear.weight_, "weight");
+  if (linear.q_) {
+    linear.q_->scales = cut(linear.q_->scales, "scales");
+    if (linear.q_->biases) linear.q_->biases = cut(*linear.q_->biases, "biases");
+  }
+  if (linear.bias_ && shard == Shard::all_to_sharded) linear.bias_ = w.keep_shard(path + ".bias", *linear.bias_, -1);
+  if (shard == Shard::sharded_to_all) linear.sum_over_ = *group;
+  // (Quantized)AllToShardedLinear / ShardedToAllLinear.__init__: mx.random.uniform for the weight,
+  // and for a bias unless quantized (whose bias starts as zeros).
+  w.count_shard_draws(1 + (linear.bias_ && !linear.q_ ? 1 : 0));
+  return linear;
+}
+
 mx::array Linear::dequantized_weight() const {
   if (!q_) return weight_;
   return mx::dequantize(weight_, q_->scales, q_->biases, q_->spec.group_size, q_->spec.bits, q_->spec.mode);
@@ -52,6 +79,14 @@ mx::array Linear::operator()(const mx::array& x) const {
 }
 
 mx::array Linear::base(const mx::array& x) const {
+  if (sum_over_) {
+    // ShardedToAllLinear: x @ W.T (or the quantized matmul), all_sum, then `+ bias` (not addmm).
+    auto y = q_ ? mx::quantized_matmul(x, weight_, q_->scales, q_->biases, true, q_->spec.group_size, q_->spec.bits,
+                                       q_->spec.mode)
+                : mx::matmul(x, mx::transpose(weight_));
+    y = mx::distributed::all_sum(y, *sum_over_);
+    return bias_ ? mx::add(y, *bias_) : y;
+  }
   if (q_) {
     auto y = mx::quantized_matmul(x, weight_, q_->scales, q_->biases, true, q_->spec.group_size,
                                   q_->spec.bits, q_->spec.mode);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include <mlx/array.h>
+#include <mlx/distributed/distributed.h>
 
 #include "mlxrt/io/quantization.h"
 #include "mlxrt/model/nn/lora.h"
@@ -27,6 +28,10 @@ class Linear {
    * quantized when the checkpoint's quantization map says so. With an adapter on the binder that
    * adapts `path`, the layer is its LoRALinear / DoRALinear (the base layer plus the delta). */
   static Linear load(WeightBinder& w, const std::string& path, int in_dims, int out_dims, bool bias);
+  /** The same layer sharded over the binder's tensor group as mlx's shard_linear makes it
+   * (AllToShardedLinear / ShardedToAllLinear or their quantized twins): this rank's rows or columns
+   * of weight, scales and biases. `shard` none is load() above. */
+  static Linear load(WeightBinder& w, const std::string& path, int in_dims, int out_dims, bool bias, Shard shard);
 
   mx::array operator()(const mx::array& x) const;
 
@@ -39,6 +44,8 @@ class Linear {
   std::optional<mx::array> bias_;
   std::optional<Quantized> q_;
   std::shared_ptr<const LoraDelta> lora_;  // an adapter's delta (mlx-lm's unfused LoRA layers)
+  /** ShardedToAllLinear: the group the partial products are summed over (before the bias). */
+  std::optional<mx::distributed::Group> sum_over_;
 };
 
 class Embedding {

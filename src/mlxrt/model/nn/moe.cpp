@@ -2,6 +2,9 @@
 // gpt_oss.py (mlx-lm 0.32.2): their routers op for op, the shared combine, qwen2_moe's shared expert.
 #include "mlxrt/model/nn/moe.h"
 
+#include <stdexcept>
+
+#include <mlx/distributed/ops.h>
 #include <mlx/ops.h>
 
 #include "mlxrt/model/nn/activations.h"
@@ -73,7 +76,15 @@ SparseMoe SparseMoe::load(WeightBinder& w, const std::string& path, const Sparse
     shared = GluMLP::load(w, path + ".shared_expert", o.hidden_size, *o.shared_expert_hidden);
     shared_gate = Linear::load(w, path + ".shared_expert_gate", o.hidden_size, 1, false);
   }
-  return SparseMoe(o, std::move(gate), std::move(experts), std::move(shared), std::move(shared_gate));
+  SparseMoe block(o, std::move(gate), std::move(experts), std::move(shared), std::move(shared_gate));
+  if (o.sharded) {
+    const auto* group = w.tensor_group();
+    if (!group || o.shared_expert_hidden || o.flatten_tokens)
+      throw std::logic_error("a sharded SparseMoe needs a tensor group and qwen3_moe's layout: " + path);
+    block.experts_.shard(w, path + "." + o.experts_name);
+    block.sum_over_ = *group;
+  }
+  return block;
 }
 
 mx::array SparseMoe::operator()(const mx::array& x_in) const {
@@ -83,6 +94,7 @@ mx::array SparseMoe::operator()(const mx::array& x_in) const {
   auto y = experts_(x, r.indices);
   auto out = combine_experts(y, r.scores);
   if (o_.cast_to_input_dtype) out = mx::astype(out, y.dtype());
+  if (sum_over_) out = mx::distributed::all_sum(out, *sum_over_);
   if (shared_) out = mx::add(out, mx::multiply(mx::sigmoid((*shared_gate_)(x)), (*shared_)(x)));
   if (o_.flatten_tokens) out = mx::reshape(out, x_in.shape());
   return out;

@@ -73,6 +73,9 @@ struct SparseMoeOptions {
   bool flatten_tokens = false;  // olmoe routes x.reshape(-1, D) and reshapes back
   bool cast_to_input_dtype = false;  // qwen3_moe's .astype(y.dtype) after the sum
   std::optional<int> shared_expert_hidden;  // qwen2_moe: shared_expert + sigmoid shared_expert_gate
+  /** Tensor parallel over the binder's group (qwen3_moe.py's shard()): the experts sharded in place,
+   * the router replicated, the block's output summed over the group. */
+  bool sharded = false;
 };
 
 class SparseMoe {
@@ -93,6 +96,7 @@ class SparseMoe {
   SwitchGLU experts_;
   std::optional<GluMLP> shared_;
   std::optional<Linear> shared_gate_;
+  std::optional<mx::distributed::Group> sum_over_;  // sharded: the group the output is summed over
 };
 
 /** The decoder skeleton's MLP slot filled with a SparseMoe bound at the layer's MLP path. */

@@ -137,6 +137,21 @@ SwitchLinear SwitchLinear::with_experts(const std::vector<mx::array>& arrays, si
   return SwitchLinear(std::move(weight), std::move(b), std::move(q), std::nullopt);
 }
 
+void SwitchLinear::shard(WeightBinder& w, Shard shard, const std::string& path) {
+  if (lora_ || !streamed_.empty() || global_scale_)
+    throw UnsupportedError(path + ": tensor parallel experts cannot be adapted, streamed (--expert-memory) or hold "
+                           "an nvfp4 global scale");
+  auto cut = [&](mx::array& t, int axis, const char* name) { t = w.keep_shard(path + "." + name, t, axis); };
+  // _all_to_sharded: axis max(ndim - 2, 0), i.e. 1 (the output rows) of a stacked [E, out, in].
+  const int axis = shard == Shard::all_to_sharded ? static_cast<int>(weight_.ndim()) - 2 : -1;
+  cut(weight_, axis, "weight");
+  if (q_) {
+    cut(q_->scales, axis, "scales");
+    if (q_->biases) cut(*q_->biases, axis, "biases");
+  }
+  if (bias_ && shard == Shard::all_to_sharded) cut(*bias_, -1, "bias");
+}
+
 mx::array SwitchLinear::operator()(const mx::array& x, const mx::array& indices, bool sorted_indices) const {
   mx::array y = q_ ? mx::gather_qmm(x, weight_, q_->scales, q_->biases, std::nullopt, indices, true,
                                     q_->spec.group_size, q_->spec.bits, q_->spec.mode, global_scale_,
@@ -175,6 +190,13 @@ SwitchGLU SwitchGLU::load(WeightBinder& w, const std::string& path, int input_di
     out.block_ = register_streamed(w, {&out.gate_proj_, &out.up_proj_, &out.down_proj_}, num_experts, top_k);
   }
   return out;
+}
+
+void SwitchGLU::shard(WeightBinder& w, const std::string& path) {
+  if (store_) throw UnsupportedError(path + ": tensor parallel experts cannot be streamed (--expert-memory)");
+  gate_proj_.shard(w, Shard::all_to_sharded, path + ".gate_proj");
+  down_proj_.shard(w, Shard::sharded_to_all, path + ".down_proj");
+  up_proj_.shard(w, Shard::all_to_sharded, path + ".up_proj");
 }
 
 mx::array SwitchGLU::apply(const mx::array& x, const mx::array& indices, const SwitchLinear& gate,

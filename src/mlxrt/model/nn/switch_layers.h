@@ -44,6 +44,10 @@ class SwitchLinear {
   /** This projection over a compact stack of some experts: `arrays` from position `pos` on hold
    * its tensors in streamed() order; `pos` is advanced past them. */
   SwitchLinear with_experts(const std::vector<mx::array>& arrays, size_t& pos) const;
+  /** shard_inplace(layer, shard): this rank's slice of every parameter (all-to-sharded: axis 1 of
+   * weight/scales/biases [E, out, ...] and the last axis of bias [E, out]; sharded-to-all: the
+   * last axis of each, bias whole). The layer itself does no communication. */
+  void shard(WeightBinder& w, Shard shard, const std::string& path);
 
  private:
   SwitchLinear(mx::array weight, std::optional<mx::array> bias, std::optional<Quantized> q,
@@ -75,6 +79,9 @@ class SwitchGLU {
 
   /** x [..., D], indices [..., k] -> [..., k, D]: each token through each of its k experts. */
   mx::array operator()(const mx::array& x, const mx::array& indices) const;
+  /** qwen3_moe.py's shard(): gate/up all-to-sharded, down sharded-to-all, in place; the block that
+   * holds this layer sums its output over the group. */
+  void shard(WeightBinder& w, const std::string& path);
 
  private:
   SwitchGLU(SwitchLinear gate, SwitchLinear up, SwitchLinear down, SwitchActivation activation)

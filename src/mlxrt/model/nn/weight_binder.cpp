@@ -117,6 +117,26 @@ std::optional<io::SavedQuantTensors> WeightBinder::saved_quant(const std::string
                                scales->second.dtype() == mx::uint8};
 }
 
+void WeightBinder::set_locations(io::TensorLocations locations) {
+  locations_ = std::move(locations);
+  for (const auto& [name, a] : weights_) original_ids_[name] = a.id();
+}
+
+mx::array WeightBinder::keep_shard(const std::string& name, const mx::array& taken, int axis) {
+  const auto* group = tensor_group();
+  const int rank = group->rank(), size = group->size();
+  auto kept = nn::shard_tensor(taken, axis, rank, size, name);  // lazy: checks the split, reads nothing
+  auto at = locations_.find(name);
+  auto original = original_ids_.find(name);
+  if (at != locations_.end() && original != original_ids_.end() && original->second == taken.id()) {
+    const int ax = axis < 0 ? axis + static_cast<int>(taken.ndim()) : axis;
+    const int part = taken.shape(ax) / size;
+    kept = io::read_tensor_slice(at->second, taken.shape(), taken.dtype(), ax, rank * part, (rank + 1) * part);
+  }
+  retake(taken, kept);
+  return kept;
+}
+
 void WeightBinder::finish() {
   std::ostringstream msg;
   std::string dir = config_.dir().string();

@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "mlxrt/io/model_config.h"
+#include "mlxrt/io/tensor_slice.h"
 #include "mlxrt/io/weights.h"
+#include "mlxrt/model/parallel.h"
 
 namespace mlxrt::model {
 
@@ -117,7 +119,47 @@ class WeightBinder {
   void set_adapter(std::shared_ptr<nn::Adapter> adapter) { adapter_ = std::move(adapter); }
   nn::Adapter* adapter() const { return adapter_.get(); }
 
+  /** The distributed split this process binds (none: the whole model). */
+  void set_parallel(std::optional<Parallel> parallel) { parallel_ = std::move(parallel); }
+  /** The group of a tensor-parallel run (null otherwise): the layers a family shards slice their
+   * tensors for this rank. */
+  const mx::distributed::Group* tensor_group() const {
+    return parallel_ && parallel_->mode == Parallel::Mode::tensor ? &parallel_->group : nullptr;
+  }
+  /** The group of a pipeline-parallel run (null otherwise). */
+  const mx::distributed::Group* pipeline_group() const {
+    return parallel_ && parallel_->mode == Parallel::Mode::pipeline ? &parallel_->group : nullptr;
+  }
+  /** A taken tensor replaced by what the model keeps of it (this rank's shard), so that loading
+   * evaluates the shard and the whole tensor is not held. */
+  void retake(const mx::array& taken, const mx::array& kept) {
+    for (auto& a : taken_)
+      if (a.id() == taken.id()) a = kept;
+  }
+  /** Where the checkpoint's tensors lie in their files: with it, keep_shard reads a tensor that
+   * no sanitize changed straight from its file, this rank's slice only. */
+  void set_locations(io::TensorLocations locations);
+  /** This rank's part of `taken` (tensor `name`, as take() returned it) along `axis` for the tensor
+   * group (mlx's _shard): read from the file when the tensor is the checkpoint's own, else sliced
+   * from it. Replaces `taken` among the taken tensors. ConfigError naming `name` when the axis does
+   * not divide. */
+  mx::array keep_shard(const std::string& name, const mx::array& taken, int axis);
+  /** Keys from MLX's global PRNG that mlx-lm draws while sharding (shard_linear builds each new
+   * layer with random parameters before the checkpoint's slices replace them): counted so that a
+   * sampler seeded before loading starts where mlx-lm's does. */
+  void count_shard_draws(int n) { shard_draws_ += n; }
+  int shard_draws() const { return shard_draws_; }
+  /** Drops every tensor under `prefix` (a pipeline stage's layers that another rank runs: mlx-lm
+   * loads them non-strictly and never uses them). */
+  void discard_prefix(const std::string& prefix) {
+    std::erase_if(weights_, [&](const auto& entry) { return entry.first.rfind(prefix, 0) == 0; });
+  }
+
  private:
+  std::optional<Parallel> parallel_;
+  int shard_draws_ = 0;
+  io::TensorLocations locations_;
+  std::unordered_map<std::string, std::uintptr_t> original_ids_;  // the checkpoint's arrays, by name
   io::WeightMap weights_;
   const io::ModelConfig& config_;
   std::vector<std::string> missing_;

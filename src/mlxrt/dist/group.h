@@ -1,0 +1,39 @@
+#pragma once
+/** The processes of one distributed run, as MLX's launch environment describes them (mlx.launch, or
+ * `mlxrt launch`): rank, world size and the backend that connects them. A Group is a value owned by
+ * whoever runs the verb; nothing here is global beyond what MLX itself keeps. */
+#include <string>
+
+#include <mlx/distributed/distributed.h>
+
+namespace mlxrt::dist {
+
+namespace mx = mlx::core;
+
+/** MLX's communication backends, as `mx.distributed.init(backend=...)` names them. `any` takes the
+ * first one whose launch environment is present (a single process when none is). */
+enum class Backend { any, ring, mpi, nccl, jaccl };
+
+/** "any", "ring", "mpi", "nccl", "jaccl" -> Backend; UsageError naming `flag` and listing them. */
+Backend parse_backend(const std::string& name, const std::string& flag = "--backend");
+const char* backend_name(Backend backend);
+
+class Group {
+ public:
+  /** Joins the run the environment describes. With an explicit backend, a missing or unusable
+   * launch environment is a UsageError naming what that backend reads; with `any` and no
+   * environment, a group of one. */
+  static Group init(Backend backend);
+  int rank() const { return raw_.rank(); }
+  int size() const { return raw_.size(); }
+  /** Rank 0: the process that prints, writes outputs and serves. */
+  bool primary() const { return rank() == 0; }
+  bool distributed() const { return size() > 1; }
+  const mx::distributed::Group& raw() const { return raw_; }
+
+ private:
+  explicit Group(mx::distributed::Group raw) : raw_(std::move(raw)) {}
+  mx::distributed::Group raw_;
+};
+
+}  // namespace mlxrt::dist

@@ -1,0 +1,47 @@
+#pragma once
+/** How one process of a distributed run holds its part of a model, as mlx-lm's sharded_load splits
+ * it: tensor parallel (`model.shard(group)`: every layer, each rank a slice of its heads and hidden
+ * units) or pipeline parallel (`model.model.pipeline(group)`: each rank a range of whole layers). */
+#include <string>
+
+#include <mlx/array.h>
+#include <mlx/distributed/distributed.h>
+
+namespace mlxrt::model {
+
+namespace mx = mlx::core;
+
+struct Parallel {
+  enum class Mode { tensor, pipeline };
+  Mode mode = Mode::tensor;
+  mx::distributed::Group group;
+
+  int rank() const { return group.rank(); }
+  int size() const { return group.size(); }
+};
+
+/** The layers [start, end) rank `rank` of `size` runs in mlx-lm's PipelineMixin.pipeline with its
+ * even split: the ranks are ordered last layers first (rank 0 runs the last layers, rank size-1 the
+ * first), and the low ranks take the extra layers. ConfigError when a rank would get none. */
+struct LayerRange {
+  int start = 0, end = 0;
+};
+LayerRange pipeline_layers(int num_layers, int rank, int size, const std::string& source);
+
+namespace nn {
+
+/** How mlx.nn.layers.distributed shards a linear layer's parameters. */
+enum class Shard {
+  none,
+  all_to_sharded,  // rows (output features) split: the output is sharded across the group
+  sharded_to_all,  // columns (input features) split: partial outputs summed over the group (all_sum)
+};
+
+/** `t` split into `size` equal parts along `axis` and part `rank` kept, contiguous (_shard with one
+ * segment: mx.contiguous(mx.split(t, size, axis)[rank])). ConfigError naming `name` when the axis
+ * does not divide. */
+mx::array shard_tensor(const mx::array& t, int axis, int rank, int size, const std::string& name);
+
+}  // namespace nn
+
+}  // namespace mlxrt::model

@@ -1,0 +1,80 @@
+"""`mlxrt chat` as two ring ranks against `mlx_lm chat` as two ring ranks (both under mlx.launch,
+stdin copied to every rank, only rank 0 printing): the whole screen byte-equal (timings masked),
+greedy and sampled; and `mlxrt launch` giving the same screen as mlx.launch. Tensor parallel and
+pipeline."""
+import os
+import re
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import BIN, PY
+
+NUMBERS = re.compile(r"[0-9.]+ tok/s|peak [0-9.]+ GB")
+MLX_LAUNCH = str(Path(PY).parent / "mlx.launch")
+STDIN = "hello\nand a second turn\nq\n"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_port_pair():
+    """A port p with p + 1 free too: mlx.launch's two ring ranks listen on p and p + 1."""
+    while True:
+        p = free_port()
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p + 1))
+                return p
+            except OSError:
+                continue
+
+
+def screen(cmd):
+    env = {**os.environ, "COLUMNS": "100", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run(cmd, input=STDIN, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return NUMBERS.sub("#", proc.stdout)
+
+
+def launched(*cmd):
+    return [MLX_LAUNCH, "--backend", "ring", "-n", "2", "-p", str(free_port_pair()), "--", *cmd]
+
+
+@pytest.mark.parametrize("extra", [[], ["--temp", "0.8", "--seed", "5"]])
+def test_tensor_parallel_chat_equals_mlx_lm(chat_model, extra):
+    # Sampled, the same tokens also need the PRNG where mlx-lm's sharded_load leaves it (two model
+    # constructions and a draw per sharded linear before the first sample).
+    args = ["--model", str(chat_model), "--max-tokens", "12", *extra]
+    want = screen(launched(PY, "-m", "mlx_lm", "chat", *args))
+    assert screen([BIN, "launch", "-n", "2", "--", "chat", *args]) == want
+    if not extra:  # the same screen when MLX's own launcher starts the ranks
+        assert screen(launched(BIN, "chat", *args)) == want
+    assert want.count("12 tokens") == 2  # one screen: rank 1 prints nothing
+
+
+def test_pipeline_chat_is_refused_for_a_family_without_pipelining(chat_model):
+    # The chat model is a llama: mlx-lm's llama.py is no PipelineMixin, so --pipeline stops at load.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([BIN, "launch", "-n", "2", "--", "chat", "--model", str(chat_model), "--pipeline"],
+                          input="q\n", capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode != 0 and "does not support pipelining" in proc.stderr, proc.stderr
+
+
+def test_generate_reads_the_prompt_from_stdin_on_every_rank(chat_model):
+    # Every rank gets the whole of stdin and its end (no rank holds another's input open). mlx.launch
+    # copies the bytes but never closes the ranks' stdin, so there `--prompt -` would wait forever.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    args = ["generate", "--model", str(chat_model), "--max-tokens", "4"]
+    piped = subprocess.run([BIN, "launch", "-n", "2", "--", *args, "--prompt", "-"], input="a prompt from stdin",
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert piped.returncode == 0, piped.stderr
+    given = subprocess.run([BIN, "launch", "-n", "2", "--", *args, "--prompt", "a prompt from stdin"],
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert given.returncode == 0, given.stderr
+    text = lambda out: out.split("==========\n")[1]  # noqa: E731
+    assert piped.stdout.count("==========") == 2 and text(piped.stdout) == text(given.stdout)
