@@ -4,34 +4,16 @@ greedy and sampled; and `mlxrt launch` giving the same screen as mlx.launch. Ten
 pipeline."""
 import os
 import re
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import BIN, PY
+from ring_ports import free_port_pair
 
 NUMBERS = re.compile(r"[0-9.]+ tok/s|peak [0-9.]+ GB")
 MLX_LAUNCH = str(Path(PY).parent / "mlx.launch")
 STDIN = "hello\nand a second turn\nq\n"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def free_port_pair():
-    """A port p with p + 1 free too: mlx.launch's two ring ranks listen on p and p + 1."""
-    while True:
-        p = free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p + 1))
-                return p
-            except OSError:
-                continue
 
 
 def screen(cmd):

@@ -4,7 +4,6 @@ under mlx.launch), greedy tokens equal, and the bad setups stopped with a clear 
 Every process runs under a timeout."""
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,30 +14,13 @@ import pytest
 
 import oracle
 from conftest import BIN, ROOT
+from ring_ports import free_port, free_port_pair
 
 TOKENS = [1, 17, 300, 42, 5, 511, 77, 8, 256, 3, 99, 150]
 TOKEN_TEXT = ",".join(map(str, TOKENS))
 TIMEOUT = 120
 MLX_LAUNCH = str(Path(sys.executable).parent / "mlx.launch")
 SHARDED_ORACLE = str(ROOT / "tools" / "sharded_oracle.py")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def free_port_pair():
-    """A port p with p + 1 free too: mlx.launch's two ring ranks listen on p and p + 1."""
-    while True:
-        p = free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p + 1))
-                return p
-            except OSError:
-                continue
 
 
 def run(cmd, timeout=TIMEOUT, **kw):

@@ -102,6 +102,32 @@ std::pair<io::ModelConfig, ResolvedProfile> resolve_model(const std::filesystem:
   return {std::move(config), std::move(profile)};
 }
 
+namespace {
+
+// The checkpoint's tensors (an adapter's prepared in) bound strictly to the family's graph: what
+// load_model and bind_checkpoint share. The binder refers to `config`, which must outlive its use.
+struct Bound {
+  std::unique_ptr<WeightBinder> binder;
+  std::unique_ptr<CausalLM> model;
+};
+
+Bound bind_weights(const io::ModelConfig& config, const ResolvedProfile& profile,
+                   const std::shared_ptr<nn::Adapter>& adapter, const std::optional<Parallel>& parallel) {
+  auto weights = io::load_weights(config.dir());
+  check_layer_count(config, weights);
+  if (adapter) prepare_adapter(*adapter, config, weights);
+  auto binder = std::make_unique<WeightBinder>(std::move(weights), config);
+  binder->set_adapter(adapter);
+  binder->set_parallel(parallel);
+  // Tensor parallel: each rank reads its slices of the weight files, not the whole tensors.
+  if (parallel && parallel->mode == Parallel::Mode::tensor) binder->set_locations(io::tensor_locations(config.dir()));
+  auto model = graph_entry(profile.profile.execution.graph).build(config, *binder);
+  binder->finish();
+  return {std::move(binder), std::move(model)};
+}
+
+}  // namespace
+
 LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& options) {
   auto [config, profile] = resolve_model(path, options);
   assert_resolved_profile(config, profile);
@@ -110,25 +136,16 @@ LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& opt
     check_same_model_on_all_ranks(*options.parallel, config);
   }
   auto adapter = load_adapter(options);
-  auto weights = io::load_weights(config.dir());
-  check_layer_count(config, weights);
-  if (adapter) prepare_adapter(*adapter, config, weights);
-  WeightBinder binder(std::move(weights), config);
-  binder.set_adapter(adapter);
-  binder.set_parallel(options.parallel);
-  // Tensor parallel: each rank reads its slices of the weight files, not the whole tensors.
-  if (options.parallel && options.parallel->mode == Parallel::Mode::tensor)
-    binder.set_locations(io::tensor_locations(config.dir()));
-  auto model = graph_entry(profile.profile.execution.graph).build(config, binder);
-  binder.finish();
+  auto bound = bind_weights(config, profile, adapter, options.parallel);
   if (!options.lazy) {
     // Tensor parallel: the sharded tensors are this rank's slices, read from the files (or cut from
     // a tensor a sanitize made); the whole tensors are never evaluated.
-    mx::eval(binder.taken());
+    mx::eval(bound.binder->taken());
     if (adapter) mx::eval(adapter->taken());
   }
   if (options.parallel) barrier(*options.parallel);
-  return LoadedModel{std::move(config), std::move(profile), std::move(model), binder.shard_draws()};
+  const int draws = bound.binder->shard_draws();
+  return LoadedModel{std::move(config), std::move(profile), std::move(bound.model), draws};
 }
 
 BoundCheckpoint bind_checkpoint(const std::filesystem::path& path, const std::filesystem::path& adapter_path) {
@@ -136,15 +153,9 @@ BoundCheckpoint bind_checkpoint(const std::filesystem::path& path, const std::fi
   assert_resolved_profile(config, profile);
   LoadOptions options;
   options.adapter_path = adapter_path;
-  auto adapter = load_adapter(options);
-  auto weights = io::load_weights(config.dir());
-  check_layer_count(config, weights);
-  if (adapter) prepare_adapter(*adapter, config, weights);
-  WeightBinder binder(std::move(weights), config);
-  binder.set_adapter(adapter);
-  auto model = graph_entry(profile.profile.execution.graph).build(config, binder);
-  binder.finish();
-  BoundCheckpoint out{std::move(config), {}, binder.quantizable()};
+  auto bound = bind_weights(config, profile, load_adapter(options), std::nullopt);
+  const auto& binder = *bound.binder;
+  BoundCheckpoint out{config, {}, binder.quantizable()};
   for (size_t i = 0; i < binder.taken().size(); ++i) out.tensors.emplace_back(binder.taken_names()[i], binder.taken()[i]);
   return out;
 }
