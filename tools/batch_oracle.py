@@ -7,17 +7,22 @@ from pathlib import Path
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
+from mlx_lm.tuner.utils import load_adapters
 from mlx_lm.utils import load_model
 
 
 def batch_tokens(model_dir, requests, eos_ids, seed=None, max_tokens=128, sampler_args=None, processor_args=None,
-                 **generator_args):
+                 adapter_path=None, **generator_args):
     """Per request: (tokens, logprobs of the sampled tokens, finish reason), the stop token left out
     as batch_generate leaves it out. `requests` are the dicts `mlxrt batch-generate --requests`
-    reads; `sampler_args` / `processor_args` are the defaults (the CLI's flags)."""
+    reads; `sampler_args` / `processor_args` are the defaults (the CLI's flags). `adapter_path`: an
+    mlx_lm.lora adapter applied as mlx_lm's load(adapter_path=...) applies it."""
     if seed is not None:
         mx.random.seed(seed)
     model, _ = load_model(Path(model_dir))
+    if adapter_path is not None:
+        load_adapters(model, str(adapter_path))
+        model.eval()
     default_sampler = make_sampler(**sampler_args) if sampler_args else None
     gen = BatchGenerator(model, max_tokens=max_tokens, stop_tokens=[[t] for t in eos_ids], sampler=default_sampler,
                          **generator_args)

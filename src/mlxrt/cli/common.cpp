@@ -32,6 +32,17 @@ std::vector<int32_t> parse_token_list(const std::string& text, const std::string
   return ids;
 }
 
+std::vector<std::pair<std::string, std::string>> parse_adapter_specs(const std::vector<std::string>& specs) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& spec : specs) {
+    const auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+      throw UsageError("--adapters: expected NAME=DIR, got '" + spec + "'");
+    out.emplace_back(spec.substr(0, eq), spec.substr(eq + 1));
+  }
+  return out;
+}
+
 model::LoadOptions load_options(const std::string& profile_file) {
   model::LoadOptions options;
   if (!profile_file.empty()) options.artifact_profiles = model::load_profile_file(profile_file);

@@ -20,6 +20,8 @@ std::vector<int32_t> parse_token_list(const std::string& text, const std::string
 
 /** LoadOptions from the common --profile-file flag (empty: none). */
 model::LoadOptions load_options(const std::string& profile_file);
+/** --adapters NAME=DIR ... as (name, dir) pairs; UsageError for a spec that is not NAME=DIR. */
+std::vector<std::pair<std::string, std::string>> parse_adapter_specs(const std::vector<std::string>& specs);
 /** LoadOptions from --profile-file and --adapter-path (empty: none). */
 model::LoadOptions load_options(const std::string& profile_file, const std::string& adapter_path);
 /** --expert-memory GB in bytes (unset: every expert resident). UsageError unless positive. */

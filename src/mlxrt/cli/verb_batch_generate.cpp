@@ -10,7 +10,11 @@
 // each row equals its solo `mlxrt generate` run (tokens and logprobs), and a request may carry
 // "seed": N, its sampler then drawing as `mlxrt generate --seed N` does. --step-log FILE (ours)
 // records each step's wall time, --step-graph FILE one step's op graph, for
-// bench/batch_generate_bench.py.
+// bench/batch_generate_bench.py. --adapters NAME=DIR ... (ours) loads mlx_lm.lora adapters beside
+// the model and a request's "adapter": NAME runs its row with that adapter, rows of different
+// adapters in one batch: each row's tokens equal those of the same batch run with every row on
+// that row's adapter.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -28,6 +32,7 @@
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/generate/batch_generator.h"
+#include "mlxrt/io/model_dir.h"
 #include "mlxrt/util/errors.h"
 #include "mlxrt/util/json_file.h"
 
@@ -47,6 +52,7 @@ struct BatchArgs {
   bool batch_invariant = false;
   std::string step_log;
   std::string step_graph;
+  std::vector<std::string> adapters;
 };
 
 using ojson = nlohmann::ordered_json;
@@ -117,9 +123,18 @@ void run_batch_generate(const BatchArgs& a) {
   if (!doc.is_object() || !doc.contains("requests") || !doc["requests"].is_array() || doc["requests"].empty())
     throw UsageError("--requests " + a.requests + ": expected {\"requests\": [ ... ]} with at least one request");
 
+  // --adapters: one mixed-adapter model whose rows each run the adapter their request names.
+  std::vector<std::pair<std::string, std::filesystem::path>> adapters;
+  for (const auto& [name, dir] : parse_adapter_specs(a.adapters)) adapters.emplace_back(name, dir);
+  model::check_adapter_names(adapters);
   std::shared_ptr<model::nn::ExpertStore> experts;
-  auto loaded = load_cli_model(a.model, "", std::nullopt, experts, "");
-  auto& model = *loaded.model;
+  auto adapted = adapters.empty()
+                     ? model::AdaptedModels{load_cli_model(a.model, "", std::nullopt, experts, ""), {}, nullptr, nullptr, {}}
+                     : model::load_model_with_adapters(io::resolve_model_dir(a.model), load_options(""), adapters);
+  if (!adapters.empty() && !adapted.mixed)
+    throw UnsupportedError("--adapters: these adapters cannot share a batch: " + adapted.mixed_unavailable);
+  const auto& loaded = adapted.base;
+  auto& model = adapted.mixed ? *adapted.mixed : *loaded.model;
   const auto& eos = loaded.config.eos_token_ids();
   const int vocab = model.vocab_size();
   auto rng = std::make_shared<generate::RandomState>();
@@ -138,6 +153,7 @@ void run_batch_generate(const BatchArgs& a) {
   options.prefill_batch_size = a.prefill_batch_size;
   options.prefill_step_size = a.prefill_step_size;
   options.batch_invariant = a.batch_invariant;
+  options.adapter_rows = adapted.rows;
   auto default_processors = make_cli_processors(a.sampling, vocab);
   const auto default_bias_only = generate::logit_bias_only(cli_processor_params(a.sampling));
 
@@ -184,6 +200,15 @@ void run_batch_generate(const BatchArgs& a) {
     } else {
       req.logits_processors = default_processors;
       req.logit_bias_only = default_bias_only;
+    }
+    if (r.contains("adapter")) {
+      if (!r["adapter"].is_string()) throw UsageError(where + ".adapter: expected an adapter name (a string)");
+      const auto name = r["adapter"].get<std::string>();
+      auto it = std::find_if(adapters.begin(), adapters.end(), [&](const auto& p) { return p.first == name; });
+      if (!name.empty() && it == adapters.end())
+        throw UsageError(where + ".adapter: '" + name + "' is not one of --adapters" +
+                         (adapters.empty() ? std::string(" (none given)") : ""));
+      req.adapter_slot = name.empty() ? 0 : static_cast<int>(it - adapters.begin()) + 1;
     }
     requests.push_back(std::move(req));
   }
@@ -272,6 +297,9 @@ void register_batch_generate(CLI::App& app) {
   cmd->add_flag("--batch-invariant", a->batch_invariant,
                 "Each request's tokens and logprobs equal its solo `generate` run whatever it is batched with "
                 "(each row runs its own forward); a request may then carry its own \"seed\"");
+  cmd->add_option("--adapters", a->adapters,
+                  "NAME=DIR ...: mlx_lm.lora adapters; a request's \"adapter\": NAME runs its row with that adapter, "
+                  "in the same batch as rows of other adapters and of the plain model (ours)");
   cmd->add_option("--step-log", a->step_log,
                   "Write one line per decode step to this file: the rows it answered and its wall time in ms");
   cmd->add_option("--step-graph", a->step_graph, "Write the op graph of one batched decode step to this file (DOT)");

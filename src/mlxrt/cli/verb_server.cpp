@@ -83,12 +83,7 @@ void run(Args& a) {
   }
   a.o.expert_memory_bytes = expert_memory_bytes(a.expert_memory);
   a.o.adapter_path = a.adapter_path;
-  for (const auto& spec : a.adapters) {
-    const auto eq = spec.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
-      throw UsageError("--adapters: expected NAME=DIR, got '" + spec + "'");
-    a.o.adapters.emplace_back(spec.substr(0, eq), spec.substr(eq + 1));
-  }
+  a.o.adapters = parse_adapter_specs(a.adapters);
 
   // SIGINT/SIGTERM are taken by one thread that stops the server, so every other thread
   // (HTTP workers, the generation thread) runs with them blocked.

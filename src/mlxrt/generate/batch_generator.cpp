@@ -11,6 +11,7 @@
 #include <mlx/transforms.h>
 
 #include "mlxrt/cache/kv_cache.h"
+#include "mlxrt/model/adapter_slot_model.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::generate {
@@ -91,6 +92,7 @@ BatchGenerator::BatchGenerator(model::CausalLM& model, BatchGeneratorOptions opt
   if (o_.completion_batch_size <= 0) throw UsageError("--decode-concurrency must be positive");
   o_.completion_batch_size = std::max(o_.completion_batch_size, o_.prefill_batch_size);
   fallback_ = o_.sampler ? o_.sampler : std::make_shared<const Sampler>(greedy_sample);
+  if (o_.adapter_rows) o_.adapter_rows->set_uniform(0);
   if (auto why = batching_unsupported_reason(model_)) throw UnsupportedError("batched generation: " + *why);
 }
 
@@ -127,7 +129,10 @@ std::vector<int> BatchGenerator::insert(std::vector<BatchRequest> requests) {
     if (r.logit_bias_only && !distinct_ids(*r.logit_bias_only)) r.logit_bias_only.reset();
     Row row{std::move(r.all_tokens), r.sampler, std::move(r.logits_processors),
             r.stop_sequences ? *r.stop_sequences : default_stop_, m,
-            r.sampler ? r.greedy_sampler : !o_.sampler, std::move(r.logit_bias_only)};
+            r.sampler ? r.greedy_sampler : !o_.sampler, std::move(r.logit_bias_only), r.adapter_slot};
+    if (r.adapter_slot != 0 && !o_.adapter_rows)
+      throw UsageError("Sequence " + std::to_string(uid) + " names adapter slot " + std::to_string(r.adapter_slot) +
+                       " but the batch's model is not a mixed-adapter model");
     pending.push_back(Pending{uid, std::move(seq), std::move(row), std::move(c)});
     uids.push_back(uid++);
   }
@@ -138,6 +143,13 @@ std::vector<int> BatchGenerator::insert(std::vector<BatchRequest> requests) {
 
 size_t BatchGenerator::size() const {
   return unprocessed_.size() + prompt_.uids.size() + gen_.uids.size() + solo_.size();
+}
+
+void BatchGenerator::route(const std::vector<Row>& rows) const {
+  if (!o_.adapter_rows) return;
+  std::vector<int> slots;
+  for (const auto& r : rows) slots.push_back(r.adapter_slot);
+  o_.adapter_rows->set(slots);
 }
 
 BatchGenerator::PromptBatch BatchGenerator::make_batch(int n) {
@@ -186,6 +198,7 @@ void BatchGenerator::prompt(PromptBatch& batch, const std::vector<std::vector<in
     for (auto& c : batch.cache) batch_cache(c).prepare(std::nullopt, lengths, padding);
   while (input.shape(1) > 0) {
     const int n = std::min(o_.prefill_step_size, input.shape(1));
+    route(batch.rows);
     model_(mx::slice(input, {0, 0}, {B, n}), &batch.cache);
     eval_state(batch.cache);
     mx::clear_cache();
@@ -266,6 +279,7 @@ std::pair<std::vector<int32_t>, std::vector<mx::array>> BatchGenerator::step(Gen
   auto current_logprobs = std::move(g.next_logprobs);
   const int B = static_cast<int>(g.uids.size());
 
+  route(g.rows);
   auto logits = model_(mx::expand_dims(inputs, 1), &g.cache);
   const int L = logits.shape(1);
   logits = mx::squeeze(mx::slice(logits, {0, L - 1, 0}, {B, L, logits.shape(2)}), 1);
@@ -526,14 +540,19 @@ std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>
     std::vector<int32_t> prompt;
     for (const auto& seg : p.segments) prompt.insert(prompt.end(), seg.begin(), seg.end());
     auto matcher = p.row.stop.matcher();
-    auto s = std::make_unique<SoloRow>(SoloRow{p.uid, std::move(p.row), std::move(p.cache), nullptr, matcher, 0});
+    auto s = std::make_unique<SoloRow>(SoloRow{p.uid, std::move(p.row), std::move(p.cache), nullptr, nullptr, matcher, 0});
     s->row.tokens.insert(s->row.tokens.end(), prompt.begin(), prompt.end());
     GenerateOptions go;
     go.max_tokens = s->row.max_tokens;
     go.prefill_step_size = o_.prefill_step_size;
     go.sampler = s->row.sampler ? *s->row.sampler : *fallback_;
     go.logits_processors = s->row.processors;
-    s->gen = std::make_unique<TokenGenerator>(model_, prompt, std::move(go), &s->cache);
+    model::CausalLM* row_model = &model_;
+    if (o_.adapter_rows) {
+      s->slot_model = std::make_unique<model::AdapterSlotModel>(model_, o_.adapter_rows, s->row.adapter_slot);
+      row_model = s->slot_model.get();
+    }
+    s->gen = std::make_unique<TokenGenerator>(*row_model, prompt, std::move(go), &s->cache);
     const int total = static_cast<int>(prompt.size());
     prompt_responses.push_back(BatchPromptResponse{s->uid, total, total, true, true});
     solo_.push_back(std::move(s));

@@ -17,6 +17,7 @@
 #include "mlxrt/generate/generate_step.h"
 #include "mlxrt/generate/stop.h"
 #include "mlxrt/model/causal_lm.h"
+#include "mlxrt/model/nn/adapter_rows.h"
 
 namespace mlxrt::generate {
 
@@ -43,6 +44,9 @@ struct BatchGeneratorOptions {
    * backend. Rows are still scheduled together (joining and leaving between steps, each step
    * dispatching every row's next token before reading any), but each row's forward is its own. */
   bool batch_invariant = false;
+  /** A mixed-adapter model's row assignment (model::AdaptedModels::rows): set before each forward
+   * call from the rows' adapter_slot. Null: the model has one adapter (or none) for every row. */
+  std::shared_ptr<model::nn::AdapterRows> adapter_rows;
   /** Called with each batched decode step's outputs before they are dispatched (tools: the op
    * graph of one step, `mlxrt batch-generate --step-graph`). */
   std::function<void(const std::vector<mx::array>&)> inspect_step;
@@ -66,6 +70,8 @@ struct BatchRequest {
    * (each id once) get one column add over the batch. */
   bool greedy_sampler = false;
   std::optional<std::vector<std::pair<int32_t, double>>> logit_bias_only;
+  /** The adapter slot the row computes with (BatchGeneratorOptions::adapter_rows; 0 without). */
+  int adapter_slot = 0;
 };
 
 struct BatchPromptResponse {
@@ -111,6 +117,7 @@ class BatchGenerator {
     int max_tokens;
     bool greedy = false;  // samples with the greedy argmax (its own or the fallback)
     std::optional<std::vector<std::pair<int32_t, double>>> logit_bias_only;
+    int adapter_slot = 0;
   };
   struct Pending {
     int uid;
@@ -143,12 +150,16 @@ class BatchGenerator {
     int uid;
     Row row;
     model::CacheList cache;
+    std::unique_ptr<model::CausalLM> slot_model;  // a mixed-adapter model pinned to the row's slot
     std::unique_ptr<TokenGenerator> gen;  // holds &cache: SoloRows do not move
     StopSequences::Matcher matcher;
     int num_tokens = 0;
   };
   /** next() of the batch-invariant mode. */
   std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>> solo_next();
+
+  /** Points a mixed-adapter model's rows at their slots before a forward call over `rows`. */
+  void route(const std::vector<Row>& rows) const;
 
   PromptBatch make_batch(int n);
   void prompt(PromptBatch& batch, const std::vector<std::vector<int32_t>>& tokens);

@@ -8,6 +8,7 @@
 
 #include "mlxrt/io/model_dir.h"
 #include "mlxrt/io/weights.h"
+#include "mlxrt/model/nn/adapter_rows.h"
 #include "mlxrt/model/nn/weight_binder.h"
 #include "mlxrt/model/parallel_load.h"
 #include "mlxrt/model/registry.h"
@@ -160,6 +161,16 @@ BoundCheckpoint bind_checkpoint(const std::filesystem::path& path, const std::fi
   return out;
 }
 
+void check_adapter_names(const std::vector<std::pair<std::string, std::filesystem::path>>& adapters) {
+  for (size_t i = 0; i < adapters.size(); ++i) {
+    const std::string& name = adapters[i].first;
+    if (name.empty() || name.find_first_of("@/") != std::string::npos || name == "default_model")
+      throw UsageError("--adapters: '" + name + "' is not a usable adapter name (non-empty, without '@' or '/')");
+    for (size_t j = 0; j < i; ++j)
+      if (adapters[j].first == name) throw UsageError("--adapters: the name '" + name + "' is given twice");
+  }
+}
+
 AdaptedModels load_model_with_adapters(const std::filesystem::path& path, const LoadOptions& options,
                                        const std::vector<std::pair<std::string, std::filesystem::path>>& adapters) {
   if (options.parallel) throw UnsupportedError("several adapters are not supported in distributed mode");
@@ -192,13 +203,38 @@ AdaptedModels load_model_with_adapters(const std::filesystem::path& path, const 
     if (adapter) resident.insert(resident.end(), adapter->taken().begin(), adapter->taken().end());
     return model;
   };
-  AdaptedModels out{LoadedModel{config, profile, build(base_adapter)}, {}};
+  // The mixed model binds copies of the adapters as they are before any binding takes their
+  // tensors (the copies share the tensors' arrays, so nothing is held twice).
+  AdapterSlots slots{{base_adapter ? std::make_shared<nn::Adapter>(*base_adapter) : nullptr}, nullptr};
+  for (const auto& a : loaded) slots.adapters.push_back(std::make_shared<nn::Adapter>(*a));
+  AdaptedModels out{LoadedModel{config, profile, build(base_adapter)}, {}, nullptr, nullptr, {}};
   for (size_t i = 0; i < adapters.size(); ++i) {
     try {
       out.adapted.emplace_back(adapters[i].first, build(loaded[i]));
     } catch (const Error& e) {
       throw WeightsError("adapter '" + adapters[i].first + "' (" + adapters[i].second.string() +
                          ") does not fit the model in " + config.dir().string() + ": " + e.what());
+    }
+  }
+  for (size_t i = 0; i < slots.adapters.size(); ++i)
+    if (slots.adapters[i] && slots.adapters[i]->full())
+      out.mixed_unavailable = (i == 0 ? std::string("the --adapter-path adapter") : "adapter '" + adapters[i - 1].first + "'") +
+                              " is a full fine-tune, with its own copy of the model's tensors";
+  if (out.mixed_unavailable.empty() && !adapters.empty()) {
+    io::WeightMap copy = weights;
+    for (const auto& a : slots.adapters)
+      if (a) prepare_adapter(*a, config, copy);
+    slots.rows = std::make_shared<nn::AdapterRows>();
+    auto rows = slots.rows;
+    WeightBinder binder(std::move(copy), config);
+    binder.set_adapter_slots(std::move(slots));
+    try {
+      out.mixed = graph_entry(profile.profile.execution.graph).build(config, binder);
+      binder.finish();
+      out.rows = rows;
+    } catch (const UnsupportedError& e) {
+      out.mixed.reset();
+      out.mixed_unavailable = e.what();
     }
   }
   if (!options.lazy) mx::eval(resident);

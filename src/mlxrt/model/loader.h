@@ -56,7 +56,18 @@ BoundCheckpoint bind_checkpoint(const std::filesystem::path& path, const std::fi
 struct AdaptedModels {
   LoadedModel base;  // with options.adapter_path's adapter when given
   std::vector<std::pair<std::string, std::unique_ptr<CausalLM>>> adapted;  // in the order given
+  /** The model of mixed-adapter batches (nn/adapter_rows.h): slot 0 is `base` (its adapter, if
+   * any), slot i the i-th of `adapted`; `rows` says which slot each row of its next forward call
+   * runs. Null, with `mixed_unavailable` saying why, when some adapter is a full fine-tune (each
+   * has its own base tensors) or adapts a switch layer. */
+  std::unique_ptr<CausalLM> mixed;
+  std::shared_ptr<nn::AdapterRows> rows;
+  std::string mixed_unavailable;
 };
+
+/** Adapter names of --adapters, checked: non-empty, without '@' or '/', not "default_model", each
+ * once. UsageError naming --adapters and the name. */
+void check_adapter_names(const std::vector<std::pair<std::string, std::filesystem::path>>& adapters);
 
 /** load_model plus one model per (name, adapter directory). Every adapter's config and file header
  * are checked before any weight is read; an adapter made for another base model (tensors of other

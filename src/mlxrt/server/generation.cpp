@@ -229,13 +229,15 @@ bool Generator::batchable(const Job& job) const {
   return true;
 }
 
-// One batch runs one model: the base model or one of --adapters (each adapter's model computes
-// with its own weights), as mlx_lm.server's batch runs the one model (and adapter) it loaded. A
-// request for another drains the batch, then opens its own.
+// With --adapters, a batch runs the session's mixed-adapter model: each row computes with its own
+// request's adapter (or none). Where the adapters cannot mix, one batch runs one model, the base
+// model or one adapter's, as mlx_lm.server's batch runs the one model (and adapter) it loaded, and
+// a request for another drains the batch, then opens its own.
 bool Generator::batch_joinable(const Job& job) const {
   if (job.session() && job.session() != session_) return false;
   try {
-    return requested_adapter(job.request(), options_, *session_) == batch_adapter_;
+    const std::string adapter = requested_adapter(job.request(), options_, *session_);
+    return session_->mixed_model || adapter == batch_adapter_;
   } catch (const std::exception&) {
     return false;
   }
@@ -249,7 +251,12 @@ void Generator::batch_open(const Job& job) {
   o.prefill_batch_size = options_.prompt_concurrency;
   o.prefill_step_size = options_.prefill_step_size;
   o.batch_invariant = options_.batch_invariant;
-  batcher_ = std::make_unique<generate::BatchGenerator>(session_->model_for(batch_adapter_), o);
+  if (session_->mixed_model) {
+    o.adapter_rows = session_->adapter_rows;
+    batcher_ = std::make_unique<generate::BatchGenerator>(*session_->mixed_model, o);
+  } else {
+    batcher_ = std::make_unique<generate::BatchGenerator>(session_->model_for(batch_adapter_), o);
+  }
 }
 
 void Generator::batch_close() { batcher_.reset(); }
@@ -257,8 +264,10 @@ void Generator::batch_close() { batcher_.reset(); }
 void Generator::batch_insert(const std::shared_ptr<Job>& job) {
   const CompletionRequest& r = job->request();
   const std::vector<int32_t>& prompt = job->prompt().tokens;
-  auto& model = session_->model_for(batch_adapter_);
+  const std::string adapter = session_->mixed_model ? requested_adapter(r, options_, *session_) : batch_adapter_;
+  auto& model = session_->model_for(adapter);
   generate::BatchRequest req;
+  if (!adapter.empty() && session_->mixed_model) req.adapter_slot = session_->adapter_slots.at(adapter);
   try {
     auto sp = sampler_params(r);
     sp.xtc_special_tokens = newline_tokens_;
@@ -277,7 +286,7 @@ void Generator::batch_insert(const std::shared_ptr<Job>& job) {
   req.stop_sequences = generate::make_stop_sequences(session_->tokenizer, session_->eos_token_ids, r.stop);
   req.max_tokens = r.max_tokens;
 
-  auto hit = cache_.fetch(prompt, cache_key(batch_adapter_));
+  auto hit = cache_.fetch(prompt, cache_key(adapter));
   req.prompt.assign(prompt.begin() + static_cast<long>(hit.reused), prompt.end());
   req.all_tokens.assign(prompt.begin(), prompt.begin() + static_cast<long>(hit.reused));
   req.cache = std::move(hit.cache);
@@ -293,7 +302,9 @@ void Generator::batch_insert(const std::shared_ptr<Job>& job) {
   job->push(StartedEvent{prompt.size(), hit.reused});
   const auto now = Job::Clock::now();
   metrics_.job_started(prompt.size(), hit.reused, std::chrono::duration<double>(now - job->queued_at()).count());
-  batch_.emplace(uid, BatchJob{job, session_->tokenizer.streaming_detokenizer(), 0, now});
+  if (std::any_of(batch_.begin(), batch_.end(), [&](const auto& b) { return b.second.adapter != adapter; }))
+    metrics_.mixed_adapter_join();
+  batch_.emplace(uid, BatchJob{job, session_->tokenizer.streaming_detokenizer(), 0, now, adapter});
 }
 
 void Generator::batch_serve(const std::function<bool()>& arrived) {
@@ -348,7 +359,7 @@ void Generator::batch_serve(const std::function<bool()>& arrived) {
         metrics_.next_token(Seconds(now - b.last_event).count());
       b.last_event = now;
       if (g.finish_reason) {
-        cache_.insert(std::move(g.all_tokens), std::move(g.prompt_cache), cache_key(batch_adapter_));
+        cache_.insert(std::move(g.all_tokens), std::move(g.prompt_cache), cache_key(b.adapter));
         metrics_.job_finished(b.generated);
         metrics_.prompt_cache_state(cache_.nbytes(), cache_.size());
         b.job->push(DoneEvent{});

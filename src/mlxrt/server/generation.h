@@ -62,6 +62,7 @@ class Generator {
     tokenizer::StreamingDetokenizer detok;
     size_t generated = 0;
     Job::Clock::time_point last_event;
+    std::string adapter;  // the --adapters name it runs ("" for the base model)
   };
   std::shared_ptr<const StopSequences> stop_sequences(const std::vector<std::string>& words);
   /** Makes `session` (a job's model; null: keep the current one) the model of what follows,
@@ -81,7 +82,9 @@ class Generator {
   std::vector<int32_t> newline_tokens_;
   std::optional<std::string> unbatchable_;  // why the model cannot batch (nullopt: it can)
   std::unique_ptr<generate::BatchGenerator> batcher_;
-  std::string batch_adapter_;  // the --adapters name the open batch runs ("" for the base model)
+  /** The --adapters name the open batch runs ("" for the base model); unused when the session's
+   * mixed-adapter model runs every adapter in one batch. */
+  std::string batch_adapter_;
   std::map<int, BatchJob> batch_;
   std::unique_ptr<structured::GrammarEngine> grammar_;  // structured output, made on first use
 };

@@ -94,6 +94,11 @@ void ServerMetrics::job_started(size_t prompt_tokens, size_t cached_tokens, doub
   queue_wait_.observe(queue_seconds);
 }
 
+void ServerMetrics::mixed_adapter_join() {
+  std::lock_guard lock(mutex_);
+  ++mixed_adapter_joins_;
+}
+
 void ServerMetrics::first_token(double seconds) {
   std::lock_guard lock(mutex_);
   ttft_.observe(seconds);
@@ -147,6 +152,9 @@ std::string ServerMetrics::render(const MetricsGauges& g) const {
   counter(out, "mlxrt_prompt_cache_hits_total", "Requests that reused a prompt-cache entry.", prompt_cache_hits_);
   counter(out, "mlxrt_generation_tokens_total", "Tokens generated.", generated_tokens_);
   counter(out, "mlxrt_model_loads_total", "Models loaded, the start-up model included.", model_loads_);
+  counter(out, "mlxrt_mixed_adapter_joins_total",
+          "Requests that joined a batch running other adapters (--adapters: rows of different adapters batch together).",
+          mixed_adapter_joins_);
   header(out, "mlxrt_time_to_first_token_seconds", "histogram", "From the request being queued to its first token.");
   out += ttft_.render("mlxrt_time_to_first_token_seconds");
   header(out, "mlxrt_inter_token_latency_seconds", "histogram", "Between consecutive tokens of one request.");

@@ -51,6 +51,8 @@ class ServerMetrics {
   /** A later token, `seconds` after the previous one. */
   void next_token(double seconds);
   void job_finished(size_t generated_tokens);
+  /** A request joined a batch whose rows run other adapters (or the plain model): a mixed-adapter batch. */
+  void mixed_adapter_join();
   /** The prompt cache after a job (published by the generation thread, which owns the cache). */
   void prompt_cache_state(size_t bytes, size_t entries);
   /** A model was loaded (the start-up one included); `resident` models are held now. */
@@ -69,6 +71,7 @@ class ServerMetrics {
   unsigned long long jobs_started_ = 0, jobs_finished_ = 0, prompt_cache_hits_ = 0;
   size_t kv_cache_bytes_ = 0, prompt_cache_entries_ = 0;
   unsigned long long model_loads_ = 0;
+  unsigned long long mixed_adapter_joins_ = 0;
   size_t models_resident_ = 0;
   size_t memory_weights_bytes_ = 0, admitted_kv_bytes_ = 0, memory_budget_bytes_ = 0, memory_waits_ = 0;
   Histogram ttft_, inter_token_, queue_wait_;

@@ -74,16 +74,10 @@ model::CausalLM& ModelSession::model_for(const std::string& adapter) const {
 
 namespace {
 
-/** The --adapters pairs, checked: names are unique, non-empty and hold no '@' or '/'. */
+/** The --adapters pairs, checked (model::check_adapter_names). */
 std::vector<std::pair<std::string, std::filesystem::path>> adapter_list(const ServerOptions& options) {
-  std::vector<std::pair<std::string, std::filesystem::path>> out;
-  for (const auto& [name, dir] : options.adapters) {
-    if (name.empty() || name.find_first_of("@/") != std::string::npos || name == "default_model")
-      throw UsageError("--adapters: '" + name + "' is not a usable adapter name (non-empty, without '@' or '/')");
-    for (const auto& [other, _] : out)
-      if (other == name) throw UsageError("--adapters: the name '" + name + "' is given twice");
-    out.emplace_back(name, dir);
-  }
+  std::vector<std::pair<std::string, std::filesystem::path>> out(options.adapters.begin(), options.adapters.end());
+  model::check_adapter_names(out);
   return out;
 }
 
@@ -101,16 +95,25 @@ ModelSession load_model_session(const ServerOptions& options, Logger& log) {
   if (!adapters.empty() && options.expert_memory_bytes)
     throw UsageError("--adapters cannot be combined with --expert-memory");
   std::vector<std::pair<std::string, std::unique_ptr<model::CausalLM>>> adapted;
+  std::unique_ptr<model::CausalLM> mixed;
+  std::shared_ptr<model::nn::AdapterRows> rows;
   auto base = [&] {
     if (adapters.empty()) return model::load_model(dir, load, options.expert_memory_bytes, experts);
     auto models = model::load_model_with_adapters(dir, load, adapters);
     adapted = std::move(models.adapted);
+    mixed = std::move(models.mixed);
+    rows = std::move(models.rows);
+    if (!mixed) log.info("requests for different adapters take turns by batch: " + models.mixed_unavailable);
     return std::move(models.base);
   }();
   ModelSession s{dir, std::move(base), tokenizer::Tokenizer::from_dir(dir), {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {},
                  {}, true, {}};
   for (auto& [name, m] : adapted) s.adapter_models.emplace(name, std::move(m));
   for (const auto& [name, adapter_dir] : adapters) s.adapter_dirs.emplace(name, adapter_dir);
+  s.mixed_model = std::move(mixed);
+  s.adapter_rows = std::move(rows);
+  if (s.mixed_model)
+    for (size_t i = 0; i < adapters.size(); ++i) s.adapter_slots.emplace(adapters[i].first, static_cast<int>(i) + 1);
   s.experts = std::move(experts);
   s.templates = tmpl::read_model_chat_templates(dir);
   if (!options.chat_template.empty()) {

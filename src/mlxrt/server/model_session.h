@@ -48,6 +48,13 @@ struct ModelSession {
   /** What the server's model pool and prompt cache know this model by ("" for the start-up model,
    * else its resolved directory). */
   std::string key;
+  /** --adapters whose requests share batches: one model computing each batch row with its own
+   * adapter (nn/adapter_rows.h), the rows' assignment, and each adapter's slot ("" is slot 0).
+   * Null when the adapters cannot mix (a full fine-tune, or an adapted switch layer): a batch then
+   * runs one adapter's model. */
+  std::unique_ptr<model::CausalLM> mixed_model;
+  std::shared_ptr<model::nn::AdapterRows> adapter_rows;
+  std::map<std::string, int> adapter_slots;
 
   bool has_chat_template() const { return !templates.templates.empty(); }
   bool has_thinking() const { return markers.think.has_value(); }

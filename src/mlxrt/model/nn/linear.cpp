@@ -25,6 +25,20 @@ std::optional<Quantized> load_quantized(WeightBinder& w, const std::string& path
   return q;
 }
 
+std::shared_ptr<const SlotDeltas> take_slot_deltas(
+    const WeightBinder& w, const std::function<std::shared_ptr<const LoraDelta>(Adapter&)>& take) {
+  const AdapterSlots* slots = w.adapter_slots();
+  if (!slots) return nullptr;
+  auto out = std::make_shared<SlotDeltas>();
+  out->rows = slots->rows;
+  bool any = false;
+  for (const auto& adapter : slots->adapters) {
+    out->deltas.push_back(adapter ? take(*adapter) : nullptr);
+    any = any || out->deltas.back();
+  }
+  return any ? out : nullptr;
+}
+
 Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int out_dims, bool bias) {
   mx::array weight = mx::array(0.0f);
   auto q = load_quantized(w, path, in_dims, out_dims, weight);
@@ -37,6 +51,11 @@ Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int o
       return mx::linalg::norm(mx::astype(linear.dequantized_weight(), mx::float32), std::vector<int>{1}, false);
     });
   }
+  linear.slots_ = take_slot_deltas(w, [&](Adapter& adapter) {
+    return adapter.take(path, in_dims, out_dims, out_dims, [&linear] {
+      return mx::linalg::norm(mx::astype(linear.dequantized_weight(), mx::float32), std::vector<int>{1}, false);
+    });
+  });
   w.note_quantizable({path, QuantizableModule::Kind::linear, linear.q_ ? std::optional(linear.q_->spec) : std::nullopt,
                       linear.lora_});
   return linear;
@@ -72,6 +91,15 @@ mx::array Linear::dequantized_weight() const {
 }
 
 mx::array Linear::operator()(const mx::array& x) const {
+  if (slots_) {
+    // The base output once, shared by every LoRA slot (LoRALinear adds its delta to it).
+    auto y = base(x);
+    return slots_->rows->select(y, [&](int slot) -> std::optional<mx::array> {
+      const auto& d = slots_->deltas[static_cast<size_t>(slot)];
+      if (!d) return std::nullopt;
+      return lora_linear(*d, x, [&y](const mx::array&) { return y; }, [this] { return dequantized_weight(); }, bias_);
+    });
+  }
   if (lora_)
     return lora_linear(*lora_, x, [this](const mx::array& v) { return base(v); },
                        [this] { return dequantized_weight(); }, bias_);
@@ -110,12 +138,29 @@ Embedding Embedding::load(WeightBinder& w, const std::string& path, int num_embe
       return mx::linalg::norm(embedding.weight_, std::vector<int>{1}, false);
     });
   }
+  embedding.slots_ = take_slot_deltas(w, [&](Adapter& adapter) {
+    if (embedding.q_ && adapter.config().fine_tune_type == "dora" &&
+        (adapter.tensors().count(path + ".lora_a") || adapter.tensors().count(path + ".lora_b")))
+      throw UnsupportedError(adapter.weights_file().string() + ": a DoRA adapter of the quantized embedding " + path +
+                             " (DoRAEmbedding does not support quantization in mlx-lm either)");
+    return adapter.take(path, num_embeddings, dims, num_embeddings, [&embedding] {
+      return mx::linalg::norm(embedding.weight_, std::vector<int>{1}, false);
+    });
+  });
   w.note_quantizable({path, QuantizableModule::Kind::embedding,
                       embedding.q_ ? std::optional(embedding.q_->spec) : std::nullopt, embedding.lora_});
   return embedding;
 }
 
 mx::array Embedding::operator()(const mx::array& ids) const {
+  if (slots_) {
+    auto rows = base(ids);
+    return slots_->rows->select(rows, [&](int slot) -> std::optional<mx::array> {
+      const auto& d = slots_->deltas[static_cast<size_t>(slot)];
+      if (!d) return std::nullopt;
+      return lora_embedding(*d, ids, rows);
+    });
+  }
   if (lora_) return lora_embedding(*lora_, ids, base(ids));
   return base(ids);
 }
@@ -129,6 +174,14 @@ mx::array Embedding::base(const mx::array& ids) const {
 }
 
 mx::array Embedding::as_linear(const mx::array& x) const {
+  if (slots_) {
+    auto y = base_as_linear(x);
+    return slots_->rows->select(y, [&](int slot) -> std::optional<mx::array> {
+      const auto& d = slots_->deltas[static_cast<size_t>(slot)];
+      if (!d) return std::nullopt;
+      return lora_embedding_as_linear(*d, x, y, [this] { return weight_; });
+    });
+  }
   if (lora_) return lora_embedding_as_linear(*lora_, x, base_as_linear(x), [this] { return weight_; });
   return base_as_linear(x);
 }

@@ -1,5 +1,6 @@
 #pragma once
 /** mlx.nn.Linear / QuantizedLinear and Embedding / QuantizedEmbedding, as mlx-lm uses them. */
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -8,6 +9,7 @@
 #include <mlx/distributed/distributed.h>
 
 #include "mlxrt/io/quantization.h"
+#include "mlxrt/model/nn/adapter_rows.h"
 #include "mlxrt/model/nn/lora.h"
 #include "mlxrt/model/nn/weight_binder.h"
 
@@ -44,6 +46,7 @@ class Linear {
   std::optional<mx::array> bias_;
   std::optional<Quantized> q_;
   std::shared_ptr<const LoraDelta> lora_;  // an adapter's delta (mlx-lm's unfused LoRA layers)
+  std::shared_ptr<const SlotDeltas> slots_;  // a mixed-adapter model's deltas, by slot
   /** ShardedToAllLinear: the group the partial products are summed over (before the bias). */
   std::optional<mx::distributed::Group> sum_over_;
 };
@@ -64,7 +67,13 @@ class Embedding {
   mx::array weight_;
   std::optional<Quantized> q_;
   std::shared_ptr<const LoraDelta> lora_;  // an adapter's delta (LoRAEmbedding / DoRAEmbedding)
+  std::shared_ptr<const SlotDeltas> slots_;  // a mixed-adapter model's deltas, by slot
 };
+
+/** The deltas each slot's adapter has for module `path` (WeightBinder::adapter_slots); null when
+ * no slot adapts it. `take` is Adapter::take or take_switch, bound to the module's shape. */
+std::shared_ptr<const SlotDeltas> take_slot_deltas(
+    const WeightBinder& w, const std::function<std::shared_ptr<const LoraDelta>(Adapter&)>& take);
 
 /** Binds the quantized tensors of `path` when the map quantizes it. Shared by Linear/Embedding. */
 std::optional<Quantized> load_quantized(WeightBinder& w, const std::string& path, int in_dims,

@@ -90,6 +90,11 @@ SwitchLinear SwitchLinear::load(WeightBinder& w, const std::string& path, int in
   // An adapter on the experts: LoRASwitchLinear (mlx-lm's tuner/lora.py) around this layer.
   std::shared_ptr<const LoraDelta> lora;
   if (auto* adapter = w.adapter()) lora = adapter->take_switch(path, num_experts, input_dims, output_dims);
+  // A mixed-adapter batch would have to follow each row through the experts' token sort; adapters
+  // of switch layers run one adapter per batch instead.
+  if (take_slot_deltas(w, [&](Adapter& a) { return a.take_switch(path, num_experts, input_dims, output_dims); }))
+    throw UnsupportedError(path + " is a mixture-of-experts switch layer that an adapter adapts: mixed-adapter "
+                           "batches do not cover switch layers");
   if (lora && ExpertStreaming::current())
     throw UnsupportedError(w.config().source() + ": " + path + " is adapted by the adapter, whose expert deltas "
                            "--expert-memory does not stream: leave out --expert-memory or the adapter");

@@ -147,6 +147,8 @@ void WeightBinder::finish() {
   if (!extra.empty()) msg << "\n  unexpected parameters: " << join_limited(extra);
   if (!msg.str().empty()) throw WeightsError(dir + ": weights do not match the model" + msg.str());
   if (adapter_) adapter_->finish();
+  for (const auto& a : slots_.adapters)
+    if (a) a->finish();
 }
 
 }  // namespace mlxrt::model

@@ -22,8 +22,16 @@ namespace mx = mlx::core;
 
 namespace nn {
 class Adapter;
+class AdapterRows;
 struct LoraDelta;
 }
+
+/** A mixed-adapter model's binding (nn/adapter_rows.h): the adapter of each slot (null for a slot
+ * that runs the base layers) and the row assignment its layers read. */
+struct AdapterSlots {
+  std::vector<std::shared_ptr<nn::Adapter>> adapters;
+  std::shared_ptr<nn::AdapterRows> rows;
+};
 
 /** A bound module that mlx.nn.quantize could quantize (the classes with `to_quantized`: Linear,
  * Embedding, SwitchLinear), noted as the family builds it so that `convert` can quantize or
@@ -118,6 +126,9 @@ class WeightBinder {
    * it adapts, as mlx-lm's load_adapters wraps them. */
   void set_adapter(std::shared_ptr<nn::Adapter> adapter) { adapter_ = std::move(adapter); }
   nn::Adapter* adapter() const { return adapter_.get(); }
+  /** Several adapters at once, one per slot, for a mixed-adapter model (instead of set_adapter). */
+  void set_adapter_slots(AdapterSlots slots) { slots_ = std::move(slots); }
+  const AdapterSlots* adapter_slots() const { return slots_.rows ? &slots_ : nullptr; }
 
   /** The distributed split this process binds (none: the whole model). */
   void set_parallel(std::optional<Parallel> parallel) { parallel_ = std::move(parallel); }
@@ -168,6 +179,7 @@ class WeightBinder {
   std::vector<std::string> taken_names_;
   std::vector<QuantizableModule> quantizable_;
   std::shared_ptr<nn::Adapter> adapter_;
+  AdapterSlots slots_;
 };
 
 }  // namespace mlxrt::model
