@@ -25,7 +25,8 @@ TOKENS = [1, 17, 300, 42, 5, 511, 77, 8, 256, 3, 99, 150]
 STREAMED = ["qwen3_moe_q4_g64", "qwen3_moe_fp32", "gpt_oss_mxfp4", "mixtral_per_expert_q4_ties"]
 
 SIZE = r"([\d.]+ [KMGT]?B)"
-STATS = re.compile(r"Expert cache: hit rate ([\d.]+)% \((\d+) hits, (\d+) misses\), " + SIZE + " read from disk, " +
+STATS = re.compile(r"Expert cache: hit rate ([\d.]+)% \((\d+) hits, (\d+) misses"
+                   r"(?:, (\d+) read ahead \((\d+) used\))?\), " + SIZE + " read from disk, " +
                    SIZE + r" resident \(peak " + SIZE + ", budget " + SIZE + r"\)")
 UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
 
@@ -79,8 +80,9 @@ def quarter_budget(path):
 def parse_stats(stderr):
     m = STATS.search(stderr)
     assert m, stderr
-    rate, hits, misses, read, resident, peak, budget = m.groups()
-    return {"rate": float(rate), "hits": int(hits), "misses": int(misses), "read": size(read),
+    rate, hits, misses, ahead, ahead_used, read, resident, peak, budget = m.groups()
+    return {"rate": float(rate), "hits": int(hits), "misses": int(misses), "ahead": int(ahead or 0),
+            "ahead_used": int(ahead_used or 0), "read": size(read),
             "resident": size(resident), "peak": size(peak), "budget": size(budget)}
 
 
@@ -90,10 +92,11 @@ def check_stats(stderr, path, budget):
     lookups = s["hits"] + s["misses"]
     assert s["misses"] >= top_k and lookups > 0
     assert abs(s["rate"] - 100.0 * s["hits"] / lookups) < 0.06
-    # every miss reads one expert of one layer; what stays resident is within the budget (a step that
-    # routes to more experts than that runs with them all, then the cache drops back)
+    # every miss and every read-ahead reads one expert of one layer; what stays resident is within the
+    # budget (a step that routes to more experts than that runs with them all, then the cache drops back)
     (read, tol_read), (resident, tol_res), (limit, tol_limit) = s["read"], s["resident"], s["budget"]
-    assert abs(read - s["misses"] * per_expert) <= tol_read
+    assert abs(read - (s["misses"] + s["ahead"]) * per_expert) <= tol_read
+    assert s["ahead_used"] <= min(s["ahead"], s["hits"])
     assert abs(limit - budget) <= tol_limit + 1
     assert resident <= budget + tol_res and resident >= min(top_k * per_expert, budget) - tol_res
     return s
@@ -134,8 +137,8 @@ def test_budget_of_all_experts_reads_each_once(name, fixtures, tmp_path):
     per_expert, count, _ = expert_layout(path)
     _, proc = logits(path, tmp_path / "o.safetensors", "--incremental", "--expert-memory", f"{(count * per_expert + 1) / 1e9:.9f}")
     s = check_stats(proc.stderr, path, count * per_expert)
-    assert s["misses"] <= count and s["hits"] > 0
-    assert s["resident"][0] == s["misses"] * per_expert
+    assert s["misses"] + s["ahead"] <= count and s["hits"] > 0
+    assert s["resident"][0] == (s["misses"] + s["ahead"]) * per_expert
 
 
 def parse_generated(stdout):
@@ -233,3 +236,21 @@ def test_peak_memory_below_budget(large_moe, fixtures):
     # the bound separates the two runs: all experts resident exceed it, streamed ones stay below
     assert resident > bound, (resident, bound)
     assert streamed < bound, (streamed, bound, runtime, budget, dense)
+
+
+@pytest.mark.parametrize("name", ["qwen3_moe_q4_g64", "mixtral_per_expert_q4_ties"])
+def test_read_ahead_changes_no_token(name, fixtures):
+    """Each MoE block's router, run on the block before it's input, guesses its experts, which are read
+    ahead on the store's own thread: the tokens are the same with and without it, the guesses are
+    used, and every byte read is accounted for."""
+    path = fixtures / name
+    per_expert, count, top_k = expert_layout(path)
+    budget = max(count // 2, 2 * top_k) * per_expert
+    args = ["generate", "--model", path, "--prompt-tokens", "1,5,9,200,33", "--max-tokens", 32,
+            "--expert-memory", f"{(budget + 1) / 1e9:.9f}"]
+    ahead = run_mlxrt(*args)
+    plain = run_mlxrt(*args, "--no-expert-prefetch")
+    assert parse_generated(ahead.stdout) == parse_generated(plain.stdout)
+    with_ahead, without = check_stats(ahead.stderr, path, budget), check_stats(plain.stderr, path, budget)
+    assert with_ahead["ahead"] > 0 and with_ahead["ahead_used"] > 0, ahead.stderr
+    assert without["ahead"] == 0 and "read ahead" not in plain.stderr

@@ -65,10 +65,12 @@ std::optional<uint64_t> expert_memory_bytes(std::optional<double> gb) {
 model::LoadedModel load_cli_model(const std::string& model, const std::string& profile_file,
                                   std::optional<double> expert_memory_gb,
                                   std::shared_ptr<model::nn::ExpertStore>& experts,
-                                  const std::string& adapter_path, const std::optional<model::Parallel>& parallel) {
+                                  const std::string& adapter_path, const std::optional<model::Parallel>& parallel,
+                                  bool expert_prefetch) {
   auto bytes = expert_memory_bytes(expert_memory_gb);
   auto options = load_options(profile_file, adapter_path);
   options.parallel = parallel;
+  options.expert_prefetch = expert_prefetch;
   return model::load_model(model, options, bytes, experts);
 }
 

@@ -33,7 +33,8 @@ model::LoadedModel load_cli_model(const std::string& model, const std::string& p
                                   std::optional<double> expert_memory_gb,
                                   std::shared_ptr<model::nn::ExpertStore>& experts,
                                   const std::string& adapter_path = {},
-                                  const std::optional<model::Parallel>& parallel = std::nullopt);
+                                  const std::optional<model::Parallel>& parallel = std::nullopt,
+                                  bool expert_prefetch = true);
 
 /** The --adapter-path help text, the same on every verb that takes it. */
 inline constexpr const char* kAdapterPathHelp =

@@ -51,15 +51,13 @@ LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& opt
   auto adapter = load_adapter(options);
   auto weights = io::load_weights(config.dir());
   if (adapter) prepare_adapter(*adapter, config, weights);
-  experts = std::make_shared<nn::ExpertStore>(*expert_memory_bytes, io::find_weight_files(config.dir()));
+  experts = std::make_shared<nn::ExpertStore>(*expert_memory_bytes, io::find_weight_files(config.dir()),
+                                              options.expert_prefetch);
   nn::ExpertStreaming streaming(experts, config.dir(), weights);
   WeightBinder binder(std::move(weights), config);
   binder.set_adapter(adapter);
-  std::unique_ptr<CausalLM> model;
-  {
-    nn::ExpertStreamingScope scope(&streaming);
-    model = graph_entry(profile.profile.execution.graph).build(config, binder);
-  }
+  binder.set_expert_streaming(&streaming);
+  auto model = graph_entry(profile.profile.execution.graph).build(config, binder);
   binder.finish();
   check_expert_budget(*experts, config, *expert_memory_bytes);
   // Everything but the streamed experts is read now, as load_model reads it.

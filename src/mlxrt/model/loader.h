@@ -22,6 +22,8 @@ struct LoadOptions {
   std::filesystem::path adapter_path;           // an mlx_lm.lora adapter directory (empty: none)
   /** This process's part of a distributed run (sharded_load); none: the whole model. */
   std::optional<Parallel> parallel;
+  /** Streamed experts: read the next MoE block's likely experts ahead (nn::ExpertStore). */
+  bool expert_prefetch = true;
 };
 
 struct LoadedModel {

@@ -21,6 +21,10 @@ namespace mlxrt::model::nn {
 
 namespace {
 
+// Read-ahead runs on steps of at most this many tokens (decoding, small batches): a prefill
+// routes to most experts anyway.
+constexpr size_t kPrefetchMaxTokens = 8;
+
 uint64_t pack_key(int block, int expert) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(block)) << 32) | static_cast<uint32_t>(expert);
 }
@@ -72,10 +76,6 @@ std::vector<ExpertLru::Key> ExpertLru::evict_to(uint64_t budget) {
 
 // --- ExpertStreaming ---------------------------------------------------------------------------
 
-namespace {
-thread_local ExpertStreaming* active_streaming = nullptr;
-}
-
 ExpertStreaming::ExpertStreaming(std::shared_ptr<ExpertStore> store, const std::filesystem::path& dir,
                                  const std::unordered_map<std::string, mx::array>& weights)
     : store_(std::move(store)), dir_(dir) {
@@ -94,8 +94,6 @@ ExpertStreaming::ExpertStreaming(std::shared_ptr<ExpertStore> store, const std::
       keep_.push_back(a);
     }
 }
-
-ExpertStreaming* ExpertStreaming::current() { return active_streaming; }
 
 std::optional<TensorSource> ExpertStreaming::source_of(const mx::array& a) const {
   if (auto it = sources_.find(a.id()); it != sources_.end()) return it->second;
@@ -131,32 +129,50 @@ TensorSource ExpertStreaming::streamed_source(const mx::array& a, const std::str
   return *s;
 }
 
-ExpertStreamingScope::ExpertStreamingScope(ExpertStreaming* context) : previous_(active_streaming) {
-  active_streaming = context;
-}
-
-ExpertStreamingScope::~ExpertStreamingScope() { active_streaming = previous_; }
-
 // --- ExpertStore -------------------------------------------------------------------------------
 
 std::string format_expert_stats(const ExpertStats& s) {
   const uint64_t lookups = s.hits + s.misses;
   char rate[32];
   std::snprintf(rate, sizeof rate, "%.1f%%", lookups ? 100.0 * static_cast<double>(s.hits) / lookups : 0.0);
+  std::string ahead;
+  if (s.prefetched > 0)
+    ahead = ", " + std::to_string(s.prefetched) + " read ahead (" + std::to_string(s.prefetch_hits) + " used)";
   return "Expert cache: hit rate " + std::string(rate) + " (" + std::to_string(s.hits) + " hits, " +
-         std::to_string(s.misses) + " misses), " + size_text(s.bytes_read) + " read from disk, " +
+         std::to_string(s.misses) + " misses" + ahead + "), " + size_text(s.bytes_read) + " read from disk, " +
          size_text(s.resident_bytes) + " resident (peak " + size_text(s.peak_resident_bytes) + ", budget " +
          size_text(s.budget) + ")";
 }
 
-ExpertStore::ExpertStore(uint64_t budget_bytes, std::vector<std::filesystem::path> files)
-    : budget_(budget_bytes), files_(std::move(files)), fds_(files_.size(), -1) {
+ExpertStore::ExpertStore(uint64_t budget_bytes, std::vector<std::filesystem::path> files, bool prefetch)
+    : budget_(budget_bytes), files_(std::move(files)), fds_(files_.size(), -1), prefetch_(prefetch) {
   stats_.budget = budget_;
+  // Opened once here, so that reads (pread) need no lock and can run on the read-ahead thread.
+  for (size_t i = 0; i < files_.size(); ++i) {
+    fds_[i] = ::open(files_[i].c_str(), O_RDONLY | O_CLOEXEC);
+    if (fds_[i] < 0) {
+      const std::string why = std::strerror(errno);
+      for (int fd : fds_)
+        if (fd >= 0) ::close(fd);
+      throw WeightsError(files_[i].string() + ": cannot open for streamed experts: " + why);
+    }
+  }
 }
 
 ExpertStore::~ExpertStore() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  work_.notify_all();
+  if (worker_.joinable()) worker_.join();
   for (int fd : fds_)
     if (fd >= 0) ::close(fd);
+}
+
+void ExpertStore::set_predictor(int block, ExpertPredictor predict) {
+  std::lock_guard lock(mutex_);
+  blocks_.at(block).predict = std::move(predict);
 }
 
 int ExpertStore::add_block(std::vector<StreamedTensor> tensors, int num_experts, int top_k) {
@@ -183,7 +199,7 @@ ExpertStats ExpertStore::stats() const {
   return s;
 }
 
-void ExpertStore::read_span(const TensorSource& source, uint64_t offset, uint64_t size, char* out) {
+void ExpertStore::read_span(const TensorSource& source, uint64_t offset, uint64_t size, char* out) const {
   for (const auto& part : source.parts) {
     if (size == 0) break;
     if (offset >= part.size) {
@@ -191,12 +207,8 @@ void ExpertStore::read_span(const TensorSource& source, uint64_t offset, uint64_
       continue;
     }
     const uint64_t n = std::min(size, part.size - offset);
-    int& fd = fds_[part.file];
+    const int fd = fds_[part.file];
     const std::string path = files_[part.file].string();
-    if (fd < 0) {
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) throw WeightsError(path + ": cannot open for streamed experts: " + std::strerror(errno));
-    }
     uint64_t done = 0;
     while (done < n) {
       const ssize_t r = ::pread(fd, out + done, n - done, static_cast<off_t>(part.offset + offset + done));
@@ -213,7 +225,7 @@ void ExpertStore::read_span(const TensorSource& source, uint64_t offset, uint64_
   if (size != 0) throw WeightsError("streamed experts: a tensor's byte range ends before its last expert");
 }
 
-std::vector<mx::array> ExpertStore::read_expert(const Block& block, int expert) {
+std::vector<mx::array> ExpertStore::read_expert(const Block& block, int expert) const {
   std::vector<mx::array> out;
   out.reserve(block.tensors.size());
   for (const auto& t : block.tensors) {
@@ -225,7 +237,6 @@ std::vector<mx::array> ExpertStore::read_expert(const Block& block, int expert) 
       std::free(data);
       throw;
     }
-    stats_.bytes_read += t.expert_bytes;
     mx::Shape shape{1};
     shape.insert(shape.end(), t.expert_shape.begin(), t.expert_shape.end());
     out.emplace_back(static_cast<void*>(data), shape, t.dtype, [](void* p) { std::free(p); });
@@ -233,12 +244,102 @@ std::vector<mx::array> ExpertStore::read_expert(const Block& block, int expert) 
   return out;
 }
 
-ExpertStore::Selection ExpertStore::select(int block_id, const mx::array& indices) {
-  // The router's choices decide what to read: evaluate them now (the documented cost of this mode).
+void ExpertStore::bring_in(std::unique_lock<std::mutex>& lock, int block_id, int e) {
+  const uint64_t key = pack_key(block_id, e);
+  const Block& block = blocks_[block_id];
+  if (auto q = std::find(queued_.begin(), queued_.end(), key); q != queued_.end()) {
+    queued_.erase(q);  // not started: read it here rather than wait behind other read-ahead
+  } else if (reading_.count(key)) {
+    read_done_.wait(lock, [&] { return reading_.count(key) == 0; });
+  }
+  if (lru_.touch({block_id, e})) {
+    ++stats_.hits;
+    if (unused_prefetch_.erase(key)) ++stats_.prefetch_hits;
+    return;
+  }
+  ++stats_.misses;
+  held_[key] = read_expert(block, e);
+  stats_.bytes_read += block.expert_bytes;
+  lru_.insert({block_id, e}, block.expert_bytes);
+}
+
+void ExpertStore::queue_prefetch(int block_id, const mx::array& guess) {
+  const Block& block = blocks_[block_id];
+  const uint32_t* idx = guess.data<uint32_t>();
+  bool queued = false;
+  for (size_t i = 0; i < guess.size(); ++i) {
+    if (idx[i] >= static_cast<uint32_t>(block.num_experts)) continue;
+    const int e = static_cast<int>(idx[i]);
+    const uint64_t key = pack_key(block_id, e);
+    // Held already: marked in use by this step, so that this round of read-ahead does not evict it.
+    if (lru_.touch({block_id, e}) || reading_.count(key)) continue;
+    if (std::find(queued_.begin(), queued_.end(), key) != queued_.end()) continue;
+    queued_.push_back(key);
+    queued = true;
+  }
+  if (!queued) return;
+  if (!worker_.joinable()) worker_ = std::thread([this] { prefetch_loop(); });
+  work_.notify_one();
+}
+
+void ExpertStore::prefetch_loop() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    work_.wait(lock, [&] { return stopping_ || !queued_.empty(); });
+    if (stopping_) return;
+    const uint64_t key = queued_.front();
+    queued_.pop_front();
+    const int block_id = static_cast<int>(key >> 32), e = static_cast<int>(key & 0xFFFFFFFFu);
+    const Block& block = blocks_[block_id];
+    reading_.insert(key);
+    lock.unlock();
+    std::vector<mx::array> data;
+    bool ok = true;
+    try {
+      data = read_expert(block, e);
+    } catch (const std::exception&) {
+      ok = false;  // the step that needs this expert reads it itself and reports the error
+    }
+    lock.lock();
+    reading_.erase(key);
+    if (ok) {
+      stats_.bytes_read += block.expert_bytes;
+      ++stats_.prefetched;
+      // Room is made among what the current step does not use; if there is none, the read is dropped.
+      if (!lru_.holds({block_id, e}) && budget_ >= block.expert_bytes) {
+        for (const auto& k : lru_.evict_to(budget_ - block.expert_bytes)) held_.erase(pack_key(k.block, k.expert));
+        if (lru_.bytes() + block.expert_bytes <= budget_) {
+          held_[key] = std::move(data);
+          lru_.insert({block_id, e}, block.expert_bytes);
+          unused_prefetch_.insert(key);
+          stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, lru_.bytes());
+        }
+      }
+    }
+    read_done_.notify_all();
+  }
+}
+
+ExpertStore::Selection ExpertStore::select(int block_id, const mx::array& indices, const std::optional<mx::array>& hidden) {
+  // The router's choices decide what to read: evaluate them now (the documented cost of this mode),
+  // and with them, in the same evaluation, the guess for the next block.
   auto flat = mx::flatten(indices);
   if (flat.dtype() != mx::uint32) flat = mx::astype(flat, mx::uint32);
-  mx::eval(flat);
-  std::lock_guard lock(mutex_);
+  std::optional<mx::array> guess;
+  {
+    std::lock_guard lock(mutex_);
+    const Block& block = blocks_.at(block_id);
+    const size_t tokens = flat.size() / static_cast<size_t>(std::max(block.top_k, 1));
+    const size_t next = static_cast<size_t>(block_id) + 1;
+    if (prefetch_ && hidden && next < blocks_.size() && blocks_[next].predict && tokens <= kPrefetchMaxTokens &&
+        budget_ >= 2 * min_budget()) {
+      auto g = mx::flatten(blocks_[next].predict(*hidden));
+      guess = g.dtype() == mx::uint32 ? g : mx::astype(g, mx::uint32);
+    }
+  }
+  if (guess) mx::eval(flat, *guess);
+  else mx::eval(flat);
+  std::unique_lock lock(mutex_);
   const Block& block = blocks_.at(block_id);
   std::vector<char> used(block.num_experts, 0);
   const uint32_t* idx = flat.data<uint32_t>();
@@ -259,19 +360,13 @@ ExpertStore::Selection ExpertStore::select(int block_id, const mx::array& indice
     }
 
   lru_.next_step();
-  std::vector<const std::vector<mx::array>*> parts;
-  for (int e : experts) {
-    const uint64_t key = pack_key(block_id, e);
-    if (lru_.touch({block_id, e})) {
-      ++stats_.hits;
-    } else {
-      ++stats_.misses;
-      held_[key] = read_expert(block, e);
-      lru_.insert({block_id, e}, block.expert_bytes);
-    }
-  }
+  for (int e : experts) bring_in(lock, block_id, e);
   stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, lru_.bytes());
-  for (const auto& k : lru_.evict_to(budget_)) held_.erase(pack_key(k.block, k.expert));
+  for (const auto& k : lru_.evict_to(budget_)) {
+    held_.erase(pack_key(k.block, k.expert));
+    unused_prefetch_.erase(pack_key(k.block, k.expert));
+  }
+  std::vector<const std::vector<mx::array>*> parts;
   for (int e : experts) parts.push_back(&held_.at(pack_key(block_id, e)));
 
   Selection sel{mx::take(mx::array(lut.data(), {block.num_experts}, mx::uint32), indices, 0), {}};
@@ -285,8 +380,12 @@ ExpertStore::Selection ExpertStore::select(int block_id, const mx::array& indice
   // them; the compact stacks keep what they need, and the cache drops back to its budget.
   if (lru_.bytes() > budget_) {
     lru_.next_step();
-    for (const auto& k : lru_.evict_to(budget_)) held_.erase(pack_key(k.block, k.expert));
+    for (const auto& k : lru_.evict_to(budget_)) {
+      held_.erase(pack_key(k.block, k.expert));
+      unused_prefetch_.erase(pack_key(k.block, k.expert));
+    }
   }
+  if (guess) queue_prefetch(static_cast<int>(block_id) + 1, *guess);
   return sel;
 }
 

@@ -5,13 +5,17 @@
  * a compact stack of its selected experts, with the router's indices remapped into that stack;
  * every output row depends only on its own expert's slice, so the result is byte-equal to the run
  * with every expert resident. */
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -98,9 +102,6 @@ class ExpertStreaming {
   ExpertStreaming(std::shared_ptr<ExpertStore> store, const std::filesystem::path& dir,
                   const std::unordered_map<std::string, mx::array>& weights);
 
-  /** The active context on this thread, or null (every expert resident). */
-  static ExpertStreaming* current();
-
   const std::shared_ptr<ExpertStore>& store() const { return store_; }
   /** Where the bytes of `a` (a tensor of the checkpoint, possibly renamed, or a stack of
    * such tensors along a new first axis, as sanitize's mx.stack makes) lie. WeightsError naming
@@ -118,21 +119,12 @@ class ExpertStreaming {
   std::unordered_set<std::uintptr_t> streamed_;
 };
 
-/** Makes `context` the active ExpertStreaming of this thread for its lifetime. */
-class ExpertStreamingScope {
- public:
-  explicit ExpertStreamingScope(ExpertStreaming* context);
-  ~ExpertStreamingScope();
-  ExpertStreamingScope(const ExpertStreamingScope&) = delete;
-  ExpertStreamingScope& operator=(const ExpertStreamingScope&) = delete;
-
- private:
-  ExpertStreaming* previous_;
-};
-
 struct ExpertStats {
   uint64_t hits = 0, misses = 0;  // expert lookups (one per layer and selected expert)
-  uint64_t bytes_read = 0;        // read from the weight files
+  uint64_t bytes_read = 0;        // read from the weight files (read-ahead included)
+  uint64_t prefetched = 0;        // experts read ahead of their layer (ExpertStore::set_predictor),
+                                  // kept or (no room left) dropped
+  uint64_t prefetch_hits = 0;     // lookups answered by an expert read ahead (its first use)
   uint64_t resident_bytes = 0, peak_resident_bytes = 0;
   uint64_t budget = 0;
 };
@@ -140,9 +132,15 @@ struct ExpertStats {
 /** "Expert cache: ..." — the per-run line printed on stderr. */
 std::string format_expert_stats(const ExpertStats& s);
 
+/** The experts a block's router would pick for a hidden state: [..., top_k] indices (lazy). */
+using ExpertPredictor = std::function<mx::array(const mx::array& hidden)>;
+
 class ExpertStore {
  public:
-  ExpertStore(uint64_t budget_bytes, std::vector<std::filesystem::path> files);
+  /** `prefetch`: read the next block's likely experts ahead (set_predictor), on a thread of the
+   * store's own, while the current block computes. It runs on decode-sized steps and only where the
+   * budget holds two blocks' top-k experts, so that what it reads never evicts what the step uses. */
+  ExpertStore(uint64_t budget_bytes, std::vector<std::filesystem::path> files, bool prefetch = true);
   const std::vector<std::filesystem::path>& files() const { return files_; }
   ~ExpertStore();
   ExpertStore(const ExpertStore&) = delete;
@@ -156,9 +154,16 @@ class ExpertStore {
     mx::array indices;              // the router's indices, remapped into `tensors`
     std::vector<mx::array> tensors;  // each block tensor, stacked over the selected experts only
   };
+  /** How to guess `block`'s experts from the hidden state the block before it routes: its own
+   * router over that state (consecutive layers' hidden states differ by a residual update, so the
+   * guess mostly holds). Without one, nothing is read ahead for the block. */
+  void set_predictor(int block, ExpertPredictor predict);
+
   /** Evaluates `indices` (the router's top-k), brings the experts they name into the cache, and
-   * returns the compact stacks, in the block's tensor order. */
-  Selection select(int block, const mx::array& indices);
+   * returns the compact stacks, in the block's tensor order. With `hidden` (the block's input) and
+   * a predictor for the next block, that block's guessed experts are queued for reading ahead. The
+   * bytes read are the same either way: read-ahead only changes when they are read. */
+  Selection select(int block, const mx::array& indices, const std::optional<mx::array>& hidden = std::nullopt);
 
   int num_blocks() const { return static_cast<int>(blocks_.size()); }
   /** The smallest budget that holds one block's top-k experts (the largest block). */
@@ -170,9 +175,16 @@ class ExpertStore {
     std::vector<StreamedTensor> tensors;
     int num_experts = 0, top_k = 0;
     uint64_t expert_bytes = 0;  // all of the block's tensors, one expert
+    ExpertPredictor predict;
   };
-  std::vector<mx::array> read_expert(const Block& block, int expert);
-  void read_span(const TensorSource& source, uint64_t offset, uint64_t size, char* out);
+  /** Reads one expert's tensors (pread on the files opened at construction: safe without the lock). */
+  std::vector<mx::array> read_expert(const Block& block, int expert) const;
+  void read_span(const TensorSource& source, uint64_t offset, uint64_t size, char* out) const;
+  /** Queues the experts of `block` named by `guess` (evaluated) that are not held; holds the lock. */
+  void queue_prefetch(int block, const mx::array& guess);
+  /** Makes `key` (needed now) resident: waits for its read-ahead, or reads it; holds the lock. */
+  void bring_in(std::unique_lock<std::mutex>& lock, int block, int expert);
+  void prefetch_loop();
 
   uint64_t budget_;
   std::vector<std::filesystem::path> files_;
@@ -182,6 +194,14 @@ class ExpertStore {
   std::unordered_map<uint64_t, std::vector<mx::array>> held_;  // by packed (block, expert)
   ExpertStats stats_;
   mutable std::mutex mutex_;
+  // Read-ahead: keys queued and not yet started, keys being read, and read-ahead keys not used yet.
+  bool prefetch_ = true;
+  std::deque<uint64_t> queued_;
+  std::unordered_set<uint64_t> reading_;
+  std::unordered_set<uint64_t> unused_prefetch_;
+  std::condition_variable work_, read_done_;
+  bool stopping_ = false;
+  std::thread worker_;  // started with the first read-ahead; joined by the destructor
 };
 
 }  // namespace mlxrt::model::nn

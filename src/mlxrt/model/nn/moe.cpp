@@ -77,6 +77,11 @@ SparseMoe SparseMoe::load(WeightBinder& w, const std::string& path, const Sparse
     shared_gate = Linear::load(w, path + ".shared_expert_gate", o.hidden_size, 1, false);
   }
   SparseMoe block(o, std::move(gate), std::move(experts), std::move(shared), std::move(shared_gate));
+  // Streamed experts: the block's router, run on the previous MoE block's input, guesses which of
+  // its experts to read ahead (softmax and the other routers' monotone steps keep the logits' top k).
+  block.experts_.set_predictor([router = block.gate_, k = o.top_k, how = o.how](const mx::array& hidden) {
+    return top_k_indices(router(hidden), k, how);
+  });
   if (o.sharded) {
     const auto* group = w.tensor_group();
     if (!group || o.shared_expert_hidden || o.flatten_tokens)

@@ -67,7 +67,7 @@ namespace {
 mx::array take_expert_tensor(WeightBinder& w, const std::string& name, const mx::Shape& shape,
                              std::vector<StreamedTensor>& streamed) {
   auto a = w.take(name, shape);
-  auto* streaming = ExpertStreaming::current();
+  auto* streaming = w.expert_streaming();
   if (!streaming || a.shape() != shape) return a;  // a mis-shaped tensor: finish() reports it
   mx::Shape expert_shape(shape.begin() + 1, shape.end());
   const uint64_t per_expert = shape[0] > 0 ? a.nbytes() / static_cast<uint64_t>(shape[0]) : 0;
@@ -80,7 +80,7 @@ int register_streamed(WeightBinder& w, std::initializer_list<const SwitchLinear*
                       int top_k) {
   std::vector<StreamedTensor> tensors;
   for (const auto* p : projections) tensors.insert(tensors.end(), p->streamed().begin(), p->streamed().end());
-  return ExpertStreaming::current()->store()->add_block(std::move(tensors), num_experts, top_k);
+  return w.expert_streaming()->store()->add_block(std::move(tensors), num_experts, top_k);
 }
 
 }  // namespace
@@ -95,7 +95,7 @@ SwitchLinear SwitchLinear::load(WeightBinder& w, const std::string& path, int in
   if (take_slot_deltas(w, [&](Adapter& a) { return a.take_switch(path, num_experts, input_dims, output_dims); }))
     throw UnsupportedError(path + " is a mixture-of-experts switch layer that an adapter adapts: mixed-adapter "
                            "batches do not cover switch layers");
-  if (lora && ExpertStreaming::current())
+  if (lora && w.expert_streaming())
     throw UnsupportedError(w.config().source() + ": " + path + " is adapted by the adapter, whose expert deltas "
                            "--expert-memory does not stream: leave out --expert-memory or the adapter");
   std::optional<Quantized> q;
@@ -111,7 +111,7 @@ SwitchLinear SwitchLinear::load(WeightBinder& w, const std::string& path, int in
       if (spec->mode != "nvfp4")
         throw UnsupportedError(w.config().source() + ": " + path + " has a global scale, which needs 'nvfp4' mode, got '" +
                                spec->mode + "'");
-      if (ExpertStreaming::current())
+      if (w.expert_streaming())
         throw UnsupportedError(w.config().source() + ": " + path +
                                " holds nvfp4 experts with a global scale, which --expert-memory does not stream");
       global_scale = w.take(path + ".global_scale", {num_experts});
@@ -190,7 +190,7 @@ SwitchGLU SwitchGLU::load(WeightBinder& w, const std::string& path, int input_di
   auto up = SwitchLinear::load(w, path + ".up_proj", input_dims, hidden_dims, num_experts, bias);
   auto down = SwitchLinear::load(w, path + ".down_proj", hidden_dims, input_dims, num_experts, bias);
   SwitchGLU out(std::move(gate), std::move(up), std::move(down), activation);
-  if (auto* streaming = ExpertStreaming::current()) {
+  if (auto* streaming = w.expert_streaming()) {
     out.store_ = streaming->store();
     out.block_ = register_streamed(w, {&out.gate_proj_, &out.up_proj_, &out.down_proj_}, num_experts, top_k);
   }
@@ -218,7 +218,7 @@ mx::array SwitchGLU::apply(const mx::array& x, const mx::array& indices, const S
 
 mx::array SwitchGLU::operator()(const mx::array& x, const mx::array& indices) const {
   if (!store_) return apply(x, indices, gate_proj_, up_proj_, down_proj_);
-  auto sel = store_->select(block_, indices);
+  auto sel = store_->select(block_, indices, x);
   size_t pos = 0;
   auto gate = gate_proj_.with_experts(sel.tensors, pos);
   auto up = up_proj_.with_experts(sel.tensors, pos);
@@ -231,7 +231,7 @@ SwitchMLP SwitchMLP::load(WeightBinder& w, const std::string& path, int input_di
   auto fc1 = SwitchLinear::load(w, path + ".fc1", input_dims, hidden_dims, num_experts, bias);
   auto fc2 = SwitchLinear::load(w, path + ".fc2", hidden_dims, input_dims, num_experts, bias);
   SwitchMLP out(std::move(fc1), std::move(fc2));
-  if (auto* streaming = ExpertStreaming::current()) {
+  if (auto* streaming = w.expert_streaming()) {
     out.store_ = streaming->store();
     out.block_ = register_streamed(w, {&out.fc1_, &out.fc2_}, num_experts, top_k);
   }
@@ -247,7 +247,7 @@ mx::array SwitchMLP::apply(const mx::array& x, const mx::array& indices, const S
 
 mx::array SwitchMLP::operator()(const mx::array& x, const mx::array& indices) const {
   if (!store_) return apply(x, indices, fc1_, fc2_);
-  auto sel = store_->select(block_, indices);
+  auto sel = store_->select(block_, indices, x);
   size_t pos = 0;
   auto fc1 = fc1_.with_experts(sel.tensors, pos);
   auto fc2 = fc2_.with_experts(sel.tensors, pos);

@@ -71,7 +71,7 @@ enum class SwitchActivation {
 class SwitchGLU {
  public:
   /** Binds `path`.{gate_proj,up_proj,down_proj} (e.g. path "model.layers.0.mlp.switch_mlp"). */
-  /** With streamed experts (an active ExpertStreaming), `top_k` (experts per token) sets the
+  /** With streamed experts (the binder's ExpertStreaming), `top_k` (experts per token) sets the
    * smallest budget that can run this block. */
   static SwitchGLU load(WeightBinder& w, const std::string& path, int input_dims, int hidden_dims,
                         int num_experts, bool bias = false,
@@ -82,6 +82,11 @@ class SwitchGLU {
   /** qwen3_moe.py's shard(): gate/up all-to-sharded, down sharded-to-all, in place; the block that
    * holds this layer sums its output over the group. */
   void shard(WeightBinder& w, const std::string& path);
+  /** Streamed experts: lets the store guess this block's experts ahead (ExpertStore::set_predictor);
+   * a no-op when the experts are resident. */
+  void set_predictor(ExpertPredictor predict) const {
+    if (store_) store_->set_predictor(block_, std::move(predict));
+  }
 
  private:
   SwitchGLU(SwitchLinear gate, SwitchLinear up, SwitchLinear down, SwitchActivation activation)

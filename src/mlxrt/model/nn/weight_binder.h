@@ -23,6 +23,7 @@ namespace mx = mlx::core;
 namespace nn {
 class Adapter;
 class AdapterRows;
+class ExpertStreaming;
 struct LoraDelta;
 }
 
@@ -130,6 +131,11 @@ class WeightBinder {
   void set_adapter_slots(AdapterSlots slots) { slots_ = std::move(slots); }
   const AdapterSlots* adapter_slots() const { return slots_.rows ? &slots_ : nullptr; }
 
+  /** Streamed experts (--expert-memory): the switch layers leave their expert tensors in the
+   * weight files and register them with this context's store. Null: every expert is resident. */
+  void set_expert_streaming(nn::ExpertStreaming* streaming) { streaming_ = streaming; }
+  nn::ExpertStreaming* expert_streaming() const { return streaming_; }
+
   /** The distributed split this process binds (none: the whole model). */
   void set_parallel(std::optional<Parallel> parallel) { parallel_ = std::move(parallel); }
   /** The group of a tensor-parallel run (null otherwise): the layers a family shards slice their
@@ -180,6 +186,7 @@ class WeightBinder {
   std::vector<QuantizableModule> quantizable_;
   std::shared_ptr<nn::Adapter> adapter_;
   AdapterSlots slots_;
+  nn::ExpertStreaming* streaming_ = nullptr;
 };
 
 }  // namespace mlxrt::model
