@@ -43,6 +43,33 @@ const std::vector<TensorRename> kGemma3Layer = {
     {"post_ffw_norm", "post_feedforward_layernorm"},
 };
 
+// OLMo 2 and EXAONE 4: norms after each sublayer only (OLMo 2's q/k norms span all heads,
+// EXAONE 4's one head).
+const std::vector<TensorRename> kPostNormLayer = {
+    {"attn_q", "self_attn.q_proj"},           {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},           {"attn_output", "self_attn.o_proj"},
+    {"attn_q_norm", "self_attn.q_norm"},      {"attn_k_norm", "self_attn.k_norm"},
+    {"post_attention_norm", "post_attention_layernorm"},
+    {"ffn_gate", "mlp.gate_proj"},            {"ffn_up", "mlp.up_proj"},
+    {"ffn_down", "mlp.down_proj"},            {"post_ffw_norm", "post_feedforward_layernorm"},
+};
+
+// StarCoder 2: LayerNorms and a plain (non-gated) MLP, all with biases.
+const std::vector<TensorRename> kStarcoder2Layer = {
+    {"attn_norm", "input_layernorm"},    {"attn_q", "self_attn.q_proj"},         {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},      {"attn_output", "self_attn.o_proj"},    {"ffn_norm", "post_attention_layernorm"},
+    {"ffn_up", "mlp.c_fc"},              {"ffn_down", "mlp.c_proj"},
+};
+
+// GLM-4: norms before and after both sublayers, gate and up fused in ffn_up as in Phi-3.
+const std::vector<TensorRename> kGlm4Layer = {
+    {"attn_norm", "input_layernorm"},     {"attn_q", "self_attn.q_proj"},
+    {"attn_k", "self_attn.k_proj"},       {"attn_v", "self_attn.v_proj"},
+    {"attn_output", "self_attn.o_proj"},  {"post_attention_norm", "post_self_attn_layernorm"},
+    {"ffn_norm", "post_attention_layernorm"}, {"ffn_up", "mlp.gate_up_proj"},
+    {"ffn_down", "mlp.down_proj"},        {"post_ffw_norm", "post_mlp_layernorm"},
+};
+
 // Mixture-of-experts layers: llama.cpp's router and experts stacked [experts, out, in], named as
 // mlx-lm's switch layers hold them under `moe` (a layer without a router keeps the dense MLP).
 std::vector<TensorRename> moe_layer(const char* router, const char* gate, const char* up, const char* down) {
@@ -82,6 +109,17 @@ const std::vector<GgufArchitecture>& architectures() {
       {"qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", false, kDecoderGlobals, qwen2_moe_layer()},
       {"qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", false, kDecoderGlobals,
        moe_layer("mlp.gate", "mlp.switch_mlp.gate_proj", "mlp.switch_mlp.up_proj", "mlp.switch_mlp.down_proj")},
+      // llama.cpp runs these with interleaved RoPE; its converter permuted the Q/K rows of the
+      // ones whose HF RoPE rotates halves (granite, smollm3: LlamaModel subclasses), not of those
+      // that are interleaved already (glm4, cohere2) or that it runs with NeoX RoPE (the others).
+      {"granite", "granite", "GraniteForCausalLM", true, kDecoderGlobals, kDecoderLayer},
+      {"smollm3", "smollm3", "SmolLM3ForCausalLM", true, kDecoderGlobals, kDecoderLayer},
+      {"olmo2", "olmo2", "Olmo2ForCausalLM", false, kDecoderGlobals, kPostNormLayer},
+      {"exaone4", "exaone4", "Exaone4ForCausalLM", false, kDecoderGlobals, kPostNormLayer},
+      {"starcoder2", "starcoder2", "Starcoder2ForCausalLM", false, kDecoderGlobals, kStarcoder2Layer},
+      {"stablelm", "stablelm", "StableLmForCausalLM", false, kDecoderGlobals, kDecoderLayer},
+      {"glm4", "glm4", "Glm4ForCausalLM", false, kDecoderGlobals, kGlm4Layer},
+      {"cohere2", "cohere2", "Cohere2ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
   };
   return table;
 }
@@ -144,6 +182,9 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
       std::string rest = base.substr(layer_end + 1);
       for (const auto& r : arch.layer_tensors) {
         if (rest != r.gguf) continue;
+        if (std::string(arch.model_type) == "stablelm" && (rest == "attn_q_norm" || rest == "attn_k_norm"))
+          throw UnsupportedError(file.source + ": tensor '" + tensor.name + "' (StableLM's per-head LayerNorms on "
+                                 "queries and keys, qk_layernorm) is not supported by the converter");
         TensorPlan plan{"model.layers." + layer + "." + r.hf + suffix, std::nullopt};
         plan.as_row = rest == "ffn_gate_inp_shexp" && tensor.dims.size() == 1;
         plan.minus_one = gemma_norm;
@@ -193,6 +234,83 @@ nlohmann::ordered_json float32_list(const GgufFile& file, const uint8_t* data, c
   return out;
 }
 
+/** EXAONE 4's local layers: llama.cpp keeps one flag per layer (true: sliding window), mlx-lm a
+ * pattern string repeated over the layers ("L" local, "G" global); one letter per layer says it. */
+void add_exaone4_windows(nlohmann::ordered_json& c, const GgufArchitecture& arch, const GgufFile& file) {
+  auto window = file.get_uint(arch_key(arch, "attention.sliding_window"));
+  c["sliding_window"] = window ? nlohmann::ordered_json(*window) : nlohmann::ordered_json(nullptr);
+  c["sliding_window_pattern"] = nullptr;
+  const auto* flags = file.get_integers(arch_key(arch, "attention.sliding_window_pattern"));
+  if (!window || *window == 0) return;
+  const uint64_t layers = c["num_hidden_layers"].get<uint64_t>();
+  if (!flags || flags->size() != layers)
+    throw ConfigError(file.source + ": metadata '" + arch_key(arch, "attention.sliding_window_pattern") +
+                      "' must hold one flag per layer (" + std::to_string(layers) + ") when a sliding window is set");
+  std::string pattern;
+  for (auto f : *flags) pattern += f ? 'L' : 'G';
+  c["sliding_window_pattern"] = pattern;
+}
+
+/** A float metadata value that must be present, finite and positive, as its shortest decimal. */
+double positive_float(const GgufArchitecture& arch, const GgufFile& file, const char* key) {
+  auto v = file.get_float(arch_key(arch, key));
+  if (!v || !std::isfinite(static_cast<float>(*v)) || *v <= 0)
+    throw ConfigError(file.source + ": metadata '" + arch_key(arch, key) + "' is missing or not a finite, positive number");
+  return shortest_float32(*v);
+}
+
+/** The families whose checkpoint always has its own output head (mlx-lm builds lm_head unconditionally). */
+void require_untied_head(const GgufFile& file, const std::string& type) {
+  if (!file.find_tensor("output.weight"))
+    throw WeightsError(file.source + ": missing tensor 'output.weight': " + type + " needs an output head of its own");
+}
+
+/** The config.json fields of the families added on top of the llama-like ones: what mlx-lm's model
+ * file of the family reads, from llama.cpp's metadata or from the constants llama.cpp assumes. */
+void add_family_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, const GgufFile& file, double layer_norm_eps) {
+  const std::string type = arch.model_type;
+  const uint64_t head_dim = c["head_dim"].get<uint64_t>();
+  const auto rot = file.get_uint(arch_key(arch, "rope.dimension_count"));
+  const double rotary_factor = rot ? static_cast<double>(*rot) / static_cast<double>(head_dim) : 1.0;
+  if (type == "granite") {
+    // GraniteConfig's multipliers; llama.cpp divides the logits by its logit_scale as HF does.
+    c["attention_multiplier"] = positive_float(arch, file, "attention.scale");
+    c["embedding_multiplier"] = positive_float(arch, file, "embedding_scale");
+    c["residual_multiplier"] = positive_float(arch, file, "residual_scale");
+    c["logits_scaling"] = positive_float(arch, file, "logit_scale");
+  } else if (type == "smollm3") {
+    // llama.cpp leaves out RoPE on every fourth layer (a constant, not metadata), as SmolLM3 does.
+    c["no_rope_layer_interval"] = 4;
+  } else if (type == "starcoder2") {
+    c["norm_epsilon"] = layer_norm_eps;
+    c["hidden_act"] = "gelu_pytorch_tanh";
+    c["use_bias"] = true;
+  } else if (type == "stablelm") {
+    require_untied_head(file, type);
+    c["layer_norm_eps"] = layer_norm_eps;
+    c["partial_rotary_factor"] = rotary_factor;
+    c["use_qkv_bias"] = file.find_tensor("blk.0.attn_q.bias") != nullptr;
+    // llama.cpp's StableLM graph runs the residuals in parallel unless the metadata says otherwise.
+    c["use_parallel_residual"] = file.get_bool(arch_key(arch, "use_parallel_residual")).value_or(true);
+    c["qk_layernorm"] = false;
+  } else if (type == "glm4") {
+    require_untied_head(file, type);
+    c["partial_rotary_factor"] = rotary_factor;
+    c["rope_traditional"] = true;  // GLM's rotary pairs are interleaved, as llama.cpp runs them
+  } else if (type == "cohere2") {
+    // Cohere2Config: tied head, LayerNorm without bias, one global layer (no RoPE) per four.
+    if (file.find_tensor("output.weight"))
+      throw UnsupportedError(file.source + ": tensor 'output.weight': cohere2 ties its output head to the embeddings");
+    c["layer_norm_eps"] = layer_norm_eps;
+    c["layer_norm_bias"] = file.find_tensor("output_norm.bias") != nullptr;
+    c["logit_scale"] = positive_float(arch, file, "logit_scale");
+    c["sliding_window"] = file.require_uint(arch_key(arch, "attention.sliding_window"));
+    c["sliding_window_pattern"] = 4;
+  } else if (type == "exaone4") {
+    add_exaone4_windows(c, arch, file);
+  }
+}
+
 }  // namespace
 
 nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const GgufFile& file, const uint8_t* data) {
@@ -204,19 +322,23 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
     throw ConfigError(file.source + ": " + arch_key(arch, "attention.head_count") + " = " +
                       std::to_string(heads) + " does not divide the embedding length " + std::to_string(hidden));
   uint64_t head_dim = opt_u("attention.key_length").value_or(hidden / heads);
-  const bool phi3 = std::string(arch.model_type) == "phi3";
+  const std::string type = arch.model_type;
+  const bool phi3 = type == "phi3";
+  const bool partial_ok = phi3 || type == "stablelm" || type == "glm4";
   const auto rot = opt_u("rope.dimension_count");
-  if (rot && *rot != head_dim && !(phi3 && *rot > 0 && *rot < head_dim))
+  if (rot && *rot != head_dim && !(partial_ok && *rot > 0 && *rot < head_dim))
     throw UnsupportedError(file.source + ": partial rotary embeddings (" + arch_key(arch, "rope.dimension_count") +
                            " = " + std::to_string(*rot) + ", head size " + std::to_string(head_dim) +
                            ") are not supported by the converter for this architecture");
-  auto eps = file.get_float(arch_key(arch, "attention.layer_norm_rms_epsilon"));
-  if (!eps) throw ConfigError(file.source + ": missing required metadata '" +
-                              arch_key(arch, "attention.layer_norm_rms_epsilon") + "'");
+  // StarCoder 2, StableLM and Cohere 2 normalise with LayerNorm, the others with RMSNorm.
+  const bool layer_norm = type == "starcoder2" || type == "stablelm" || type == "cohere2";
+  const std::string eps_key = arch_key(arch, layer_norm ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon");
+  auto eps = file.get_float(eps_key);
+  if (!eps) throw ConfigError(file.source + ": missing required metadata '" + eps_key + "'");
   // JSON has no inf or NaN: a config.json holding them (as null) would no longer load.
   if (!std::isfinite(static_cast<float>(*eps)) || *eps < 0)
-    throw ConfigError(file.source + ": metadata '" + arch_key(arch, "attention.layer_norm_rms_epsilon") + "' = " +
-                      std::to_string(*eps) + " is not a finite, non-negative number");
+    throw ConfigError(file.source + ": metadata '" + eps_key + "' = " + std::to_string(*eps) +
+                      " is not a finite, non-negative number");
   const double rope_base = file.get_float(arch_key(arch, "rope.freq_base")).value_or(10000.0);
   if (!std::isfinite(static_cast<float>(rope_base)) || rope_base <= 0)
     throw ConfigError(file.source + ": metadata '" + arch_key(arch, "rope.freq_base") + "' = " +
@@ -233,7 +355,6 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["architectures"] = {arch.hf_class};
   c["model_type"] = arch.model_type;
   c["hidden_size"] = hidden;
-  const std::string type = arch.model_type;
   const bool moe = type == "qwen3_moe" || type == "qwen2_moe" || type == "mixtral";
   // Mixtral's experts are as wide as its feed_forward_length; the Qwen MoEs give theirs apart.
   const auto expert_ffn = moe ? std::optional<uint64_t>(type == "mixtral" ? u("feed_forward_length")
@@ -246,7 +367,7 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["head_dim"] = head_dim;
   const bool gemma = std::string(arch.model_type).rfind("gemma", 0) == 0;
   c["hidden_act"] = gemma ? "gelu_pytorch_tanh" : "silu";
-  c["rms_norm_eps"] = shortest_float32(*eps);
+  if (!layer_norm) c["rms_norm_eps"] = shortest_float32(*eps);
   c["rope_theta"] = shortest_float32(rope_base);
   c["rope_scaling"] = nullptr;
   if (auto type = file.get_string(arch_key(arch, "rope.scaling.type")); type && *type != "none") {
@@ -331,6 +452,7 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
       c["original_max_position_embeddings"] = original;
     }
   }
+  add_family_fields(c, arch, file, layer_norm ? shortest_float32(*eps) : 0.0);
   if (auto bos = file.get_uint("tokenizer.ggml.bos_token_id")) c["bos_token_id"] = *bos;
   if (auto eos = file.get_uint("tokenizer.ggml.eos_token_id")) c["eos_token_id"] = *eos;
   return c;

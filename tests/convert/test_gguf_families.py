@@ -1,0 +1,167 @@
+"""The GGUF architectures beyond the llama-like ones, on tiny files written here with the gguf
+package: granite and smollm3 (Q/K permuted by llama.cpp), olmo2 and exaone4 (norms after the
+sublayers only), starcoder2 and stablelm (LayerNorms with biases; stablelm's partial rotary),
+glm4 (fused gate/up, interleaved partial rotary), cohere2 (tied head, logit scale, sliding
+windows). Each tensor converts exactly (against the gguf package's dequantisation), config.json
+carries the family's fields, and mlxrt's logits on the result are byte-equal to mlx-lm's."""
+
+import json
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+from gguf import GGUFWriter
+from gguf.quants import quantize
+
+from gguf_support import convert
+from test_gguf_dequant import LAYER_NAMES, check_every_tensor
+from test_gguf_synthetic import (FFN, HEAD_DIM, HEADS, HIDDEN, K_QUANTS, KV_HEADS, MERGES, TOKENS, TYPES,
+                                 assert_logits_equal_mlx_lm, random_k_blocks)
+
+Q_ROWS, KV_ROWS = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+ATTN = [("attn_q", Q_ROWS, HIDDEN), ("attn_k", KV_ROWS, HIDDEN), ("attn_v", KV_ROWS, HIDDEN),
+        ("attn_output", HIDDEN, Q_ROWS)]
+GATED_MLP = [("ffn_gate", FFN, HIDDEN), ("ffn_up", FFN, HIDDEN), ("ffn_down", HIDDEN, FFN)]
+# Block types cycled over each layer's matrices: legacy and K quants kept as MLX affine, the
+# 16-element and grid kinds stored as float32, and float tensors.
+MATRIX_TYPES = [Q.Q8_0, Q.Q4_K, Q.Q6_K, Q.Q4_0, Q.F16, Q.Q5_K, Q.IQ4_XS, Q.Q3_K, Q.Q5_1, Q.Q2_K, Q.Q4_1]
+
+# Per architecture: layer matrices, 1-D vectors per layer (name, length), global vectors, the
+# number of layers, extra metadata, whether the head is its own tensor, the HF names.
+FAMILIES = {
+    "granite": dict(matrices=ATTN + GATED_MLP, vectors=[("attn_norm", HIDDEN), ("ffn_norm", HIDDEN)],
+                    meta={"attention.scale": 0.125, "embedding_scale": 12.0, "residual_scale": 0.22,
+                          "logit_scale": 8.0}),
+    "smollm3": dict(matrices=ATTN + GATED_MLP, vectors=[("attn_norm", HIDDEN), ("ffn_norm", HIDDEN)], layers=4),
+    "olmo2": dict(matrices=ATTN + GATED_MLP,
+                  vectors=[("attn_q_norm", Q_ROWS), ("attn_k_norm", KV_ROWS), ("post_attention_norm", HIDDEN),
+                           ("post_ffw_norm", HIDDEN)],
+                  names={"post_attention_norm": "post_attention_layernorm", "post_ffw_norm": "post_feedforward_layernorm"}),
+    "exaone4": dict(matrices=ATTN + GATED_MLP, layers=4,
+                    vectors=[("attn_q_norm", HEAD_DIM), ("attn_k_norm", HEAD_DIM), ("post_attention_norm", HIDDEN),
+                             ("post_ffw_norm", HIDDEN)],
+                    meta={"attention.sliding_window": 6, "attention.sliding_window_pattern": [True, True, True, False]},
+                    names={"post_attention_norm": "post_attention_layernorm", "post_ffw_norm": "post_feedforward_layernorm"}),
+    "starcoder2": dict(matrices=ATTN + [("ffn_up", FFN, HIDDEN), ("ffn_down", HIDDEN, FFN)], layer_norm=True,
+                       vectors=[("attn_norm", HIDDEN), ("attn_norm.bias", HIDDEN), ("ffn_norm", HIDDEN),
+                                ("ffn_norm.bias", HIDDEN), ("attn_q.bias", Q_ROWS), ("attn_k.bias", KV_ROWS),
+                                ("attn_v.bias", KV_ROWS), ("attn_output.bias", HIDDEN), ("ffn_up.bias", FFN),
+                                ("ffn_down.bias", HIDDEN)],
+                       names={"ffn_up": "mlp.c_fc", "ffn_down": "mlp.c_proj"}),
+    "stablelm": dict(matrices=ATTN + GATED_MLP, layer_norm=True, rotary=16,
+                     vectors=[("attn_norm", HIDDEN), ("attn_norm.bias", HIDDEN), ("ffn_norm", HIDDEN),
+                              ("ffn_norm.bias", HIDDEN), ("attn_q.bias", Q_ROWS), ("attn_k.bias", KV_ROWS),
+                              ("attn_v.bias", KV_ROWS)],
+                     meta={"use_parallel_residual": False}),
+    "glm4": dict(matrices=ATTN + [("ffn_up", 2 * FFN, HIDDEN), ("ffn_down", HIDDEN, FFN)], rotary=HEAD_DIM // 2,
+                 vectors=[("attn_norm", HIDDEN), ("attn_q.bias", Q_ROWS), ("attn_k.bias", KV_ROWS),
+                          ("attn_v.bias", KV_ROWS), ("post_attention_norm", HIDDEN), ("ffn_norm", HIDDEN),
+                          ("post_ffw_norm", HIDDEN)],
+                 names={"post_attention_norm": "post_self_attn_layernorm", "ffn_up": "mlp.gate_up_proj",
+                        "post_ffw_norm": "post_mlp_layernorm"}),
+    "cohere2": dict(matrices=ATTN + GATED_MLP, vectors=[("attn_norm", HIDDEN)], layer_norm=True, tied=True, layers=4,
+                    meta={"logit_scale": 0.25, "attention.sliding_window": 6}),
+}
+PERMUTED = {"granite", "smollm3"}
+
+
+def add_metadata(w, arch, spec):
+    for key, value in spec.get("meta", {}).items():
+        full = f"{arch}.{key}"
+        if isinstance(value, bool):
+            w.add_bool(full, value)
+        elif isinstance(value, list):
+            w.add_array(full, value)
+        elif isinstance(value, int):
+            w.add_uint32(full, value)
+        else:
+            w.add_float32(full, value)
+
+
+def write_family_gguf(path, arch, rng, types=MATRIX_TYPES):
+    spec = FAMILIES[arch]
+    layers = spec.get("layers", 2)
+    w = GGUFWriter(str(path), arch)
+    w.add_block_count(layers)
+    w.add_context_length(256)
+    w.add_embedding_length(HIDDEN)
+    w.add_feed_forward_length(FFN)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_key_length(HEAD_DIM)
+    w.add_value_length(HEAD_DIM)
+    w.add_rope_freq_base(10000.0)
+    if "rotary" in spec:
+        w.add_rope_dimension_count(spec["rotary"])
+    if spec.get("layer_norm"):
+        w.add_layer_norm_eps(1e-5)
+    else:
+        w.add_layer_norm_rms_eps(1e-6)
+    add_metadata(w, arch, spec)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(TOKENS)
+    w.add_token_types(TYPES)
+    w.add_token_merges(MERGES)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+
+    def add(name, shape, qtype):
+        values = rng.standard_normal(shape).astype(np.float32) * 0.2
+        if qtype in K_QUANTS:
+            w.add_tensor(name, random_k_blocks(int(np.prod(shape[:-1])), shape[-1], qtype, rng), raw_dtype=qtype)
+        elif qtype == Q.F32:
+            w.add_tensor(name, values)
+        elif qtype == Q.F16:
+            w.add_tensor(name, values.astype(np.float16))
+        else:
+            w.add_tensor(name, quantize(values, qtype), raw_dtype=qtype)
+
+    add("token_embd.weight", (len(TOKENS), HIDDEN), Q.F16)
+    add("output_norm.weight", (HIDDEN,), Q.F32)
+    if spec.get("layer_norm") and arch != "cohere2":
+        add("output_norm.bias", (HIDDEN,), Q.F32)
+    if not spec.get("tied"):
+        add("output.weight", (len(TOKENS), HIDDEN), Q.Q8_0)
+    n = 0
+    for i in range(layers):
+        for name, length in spec["vectors"]:
+            add(f"blk.{i}.{name}" + ("" if name.endswith(".bias") else ".weight"), (length,), Q.F32)
+        for name, rows, cols in spec["matrices"]:
+            add(f"blk.{i}.{name}.weight", (rows, cols), types[n % len(types)])
+            n += 1
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def expected_fields(arch):
+    return {
+        "granite": {"attention_multiplier": 0.125, "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+                    "logits_scaling": 8.0},
+        "smollm3": {"no_rope_layer_interval": 4},
+        "exaone4": {"sliding_window": 6, "sliding_window_pattern": "LLLG"},
+        "starcoder2": {"norm_epsilon": 1e-5},
+        "stablelm": {"layer_norm_eps": 1e-5, "partial_rotary_factor": 0.25, "use_qkv_bias": True,
+                     "use_parallel_residual": False},
+        "glm4": {"partial_rotary_factor": 0.5, "rope_traditional": True, "attention_bias": True},
+        "cohere2": {"logit_scale": 0.25, "sliding_window": 6, "sliding_window_pattern": 4, "layer_norm_eps": 1e-5,
+                    "tie_word_embeddings": True},
+        "olmo2": {"rms_norm_eps": 1e-6},
+    }[arch]
+
+
+@pytest.mark.parametrize("arch", list(FAMILIES))
+def test_family_gguf_converts_exactly_and_runs(arch, tmp_path):
+    gguf_path = tmp_path / f"tiny-{arch}.gguf"
+    write_family_gguf(gguf_path, arch, np.random.default_rng(29))
+    out = convert(gguf_path, tmp_path / "model")
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == arch
+    for key, value in expected_fields(arch).items():
+        assert config[key] == value, (key, config[key], value)
+    names = {**LAYER_NAMES, **FAMILIES[arch].get("names", {})}
+    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=arch in PERMUTED, layer_names=names)
+    assert checked == len(reader.tensors)
+    assert_logits_equal_mlx_lm(out, tmp_path)
