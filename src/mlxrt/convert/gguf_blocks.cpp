@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "mlxrt/convert/gguf_iq_tables.h"  // generated at build time from the gguf package
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::convert {
@@ -176,7 +177,14 @@ bool has_exact_float32(GgmlType type) {
     case GgmlType::q3_k:
     case GgmlType::q6_k:
     case GgmlType::iq4_nl:
-    case GgmlType::iq4_xs: return true;
+    case GgmlType::iq4_xs:
+    case GgmlType::iq2_xxs:
+    case GgmlType::iq2_xs:
+    case GgmlType::iq2_s:
+    case GgmlType::iq3_xxs:
+    case GgmlType::iq3_s:
+    case GgmlType::iq1_s:
+    case GgmlType::iq1_m: return true;
     default: return false;
   }
 }
@@ -271,6 +279,134 @@ void iq4_xs_block(const uint8_t* block, float* y) {
   }
 }
 
+// The IQ1..IQ3 formats: each group of 4 or 8 elements is one entry of a lattice grid (the tables
+// of gguf_iq_tables.h), times a sub-block scale, with signs from a bit mask (IQ2/IQ3) or an offset
+// of +-1/8 added (IQ1). The products are the single float32 operations of ggml's reference code.
+
+uint32_t load_u32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | p[1] << 8 | p[2] << 16 | static_cast<uint32_t>(p[3]) << 24;
+}
+
+/** y[j] = db * grid[j], negated where bit j of `signs` is set, for n elements. */
+template <typename T>
+void signed_grid(float db, const T* grid, uint8_t signs, int n, float* y) {
+  for (int j = 0; j < n; ++j) y[j] = db * static_cast<float>(grid[j]) * ((signs >> j) & 1 ? -1.0f : 1.0f);
+}
+
+// IQ2_XXS (66 bytes / 256): fp16 d, then per 32 elements two u32: four 8-bit grid indices, and
+// four 7-bit sign indices with a 4-bit scale on top; db = d * (0.5 + scale) * 0.25.
+void iq2_xxs_block(const uint8_t* block, float* y) {
+  const float d = half_to_float(load_u16(block));
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    const uint8_t* grid_index = block + 2 + 8 * ib;
+    const uint32_t aux = load_u32(block + 2 + 8 * ib + 4);
+    const float db = d * (0.5f + static_cast<float>(aux >> 28)) * 0.25f;
+    for (int l = 0; l < 4; ++l)
+      signed_grid(db, iq_tables::kIq2xxsGrid[grid_index[l]], iq_tables::kSigns[(aux >> (7 * l)) & 127], 8, y + 8 * l);
+  }
+}
+
+// IQ2_XS (74 bytes / 256): fp16 d, 32 u16 (9-bit grid index, 7-bit sign index), then eight bytes
+// of two 4-bit scales, one per 16 elements.
+void iq2_xs_block(const uint8_t* block, float* y) {
+  const float d = half_to_float(load_u16(block));
+  const uint8_t* scales = block + 66;
+  for (int ib = 0; ib < 8; ++ib, y += 32)
+    for (int l = 0; l < 4; ++l) {
+      const uint16_t q = load_u16(block + 2 + 2 * (4 * ib + l));
+      const int scale = (scales[ib] >> (4 * (l / 2))) & 0xF;
+      const float db = d * (0.5f + static_cast<float>(scale)) * 0.25f;
+      signed_grid(db, iq_tables::kIq2xsGrid[q & 511], iq_tables::kSigns[q >> 9], 8, y + 8 * l);
+    }
+}
+
+// IQ2_S (82 bytes / 256): fp16 d, 32 low bytes of the 10-bit grid indices, 32 sign bytes, eight
+// bytes of their high bit pairs, eight bytes of two 4-bit scales (as IQ2_XS).
+void iq2_s_block(const uint8_t* block, float* y) {
+  const float d = half_to_float(load_u16(block));
+  const uint8_t* qs = block + 2;
+  const uint8_t* signs = block + 34;
+  const uint8_t* qh = block + 66;
+  const uint8_t* scales = block + 74;
+  for (int ib = 0; ib < 8; ++ib, y += 32)
+    for (int l = 0; l < 4; ++l) {
+      const int index = qs[4 * ib + l] | ((qh[ib] >> (2 * l)) & 3) << 8;
+      const float db = d * (0.5f + static_cast<float>((scales[ib] >> (4 * (l / 2))) & 0xF)) * 0.25f;
+      signed_grid(db, iq_tables::kIq2sGrid[index], signs[4 * ib + l], 8, y + 8 * l);
+    }
+}
+
+// IQ3_XXS (98 bytes / 256): fp16 d, 64 8-bit indices into a grid of four values, then per 32
+// elements a u32 of four 7-bit sign indices and a 4-bit scale; db = d * (0.5 + scale) * 0.5.
+void iq3_xxs_block(const uint8_t* block, float* y) {
+  const float d = half_to_float(load_u16(block));
+  const uint8_t* qs = block + 2;
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    const uint32_t aux = load_u32(block + 66 + 4 * ib);
+    const float db = d * (0.5f + static_cast<float>(aux >> 28)) * 0.5f;
+    for (int l = 0; l < 4; ++l) {
+      const uint8_t sign = iq_tables::kSigns[(aux >> (7 * l)) & 127];
+      signed_grid(db, iq_tables::kIq3xxsGrid[qs[8 * ib + 2 * l]], sign, 4, y + 8 * l);
+      signed_grid(db, iq_tables::kIq3xxsGrid[qs[8 * ib + 2 * l + 1]], static_cast<uint8_t>(sign >> 4), 4, y + 8 * l + 4);
+    }
+  }
+}
+
+// IQ3_S (110 bytes / 256): fp16 d, 64 low bytes of 9-bit grid indices, 8 bytes of their high bits,
+// 32 sign bytes, four bytes of two 4-bit scales (one per 32 elements); db = d * (1 + 2*scale).
+void iq3_s_block(const uint8_t* block, float* y) {
+  const float d = half_to_float(load_u16(block));
+  const uint8_t* qs = block + 2;
+  const uint8_t* qh = block + 66;
+  const uint8_t* signs = block + 74;
+  const uint8_t* scales = block + 106;
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    const float db = d * static_cast<float>(1 + 2 * ((scales[ib / 2] >> (4 * (ib % 2))) & 0xF));
+    for (int g = 0; g < 8; ++g) {
+      const int index = qs[8 * ib + g] | ((qh[ib] >> g) & 1) << 8;
+      signed_grid(db, iq_tables::kIq3sGrid[index], static_cast<uint8_t>(signs[4 * ib + g / 2] >> (4 * (g % 2))), 4,
+                  y + 4 * g);
+    }
+  }
+}
+
+/** y[j] = dl * (grid[j] + delta) for the 8 values of one IQ1 grid entry. */
+void iq1_group(float dl, int index, bool minus, float* y) {
+  const float delta = minus ? -iq_tables::kIq1Delta : iq_tables::kIq1Delta;
+  for (int j = 0; j < 8; ++j) y[j] = dl * (static_cast<float>(iq_tables::kIq1sGrid[index][j]) + delta);
+}
+
+// IQ1_S (50 bytes / 256): fp16 d, 32 low bytes of 11-bit grid indices, then per 32 elements a u16:
+// four 3-bit high parts, a 3-bit scale and the delta's sign; dl = d * (2*scale + 1).
+void iq1_s_block(const uint8_t* block, float* y) {
+  const float d = half_to_float(load_u16(block));
+  const uint8_t* qs = block + 2;
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    const uint16_t qh = load_u16(block + 34 + 2 * ib);
+    const float dl = d * static_cast<float>(2 * ((qh >> 12) & 7) + 1);
+    for (int l = 0; l < 4; ++l) iq1_group(dl, qs[4 * ib + l] | ((qh >> (3 * l)) & 7) << 8, qh & 0x8000, y + 8 * l);
+  }
+}
+
+// IQ1_M (56 bytes / 256): 32 low bytes of 11-bit grid indices, 16 bytes holding per 8 elements a
+// 3-bit high part and the delta's sign, then four u16 of 3-bit scales (one per 16 elements) whose
+// top nibbles together are the fp16 d.
+void iq1_m_block(const uint8_t* block, float* y) {
+  const uint8_t* qs = block;
+  const uint8_t* qh = block + 32;
+  uint16_t sc[4];
+  for (int k = 0; k < 4; ++k) sc[k] = load_u16(block + 48 + 2 * k);
+  const float d = half_to_float(static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) |
+                                                      ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000)));
+  for (int ib = 0; ib < 8; ++ib, y += 32)
+    for (int l = 0; l < 4; ++l) {
+      const int scale = (sc[ib / 2] >> (6 * (ib % 2) + 3 * (l / 2))) & 7;
+      const float dl = d * static_cast<float>(2 * scale + 1);
+      const uint8_t h = qh[2 * ib + l / 2] >> (4 * (l % 2));  // this group's nibble
+      iq1_group(dl, qs[4 * ib + l] | (h & 7) << 8, h & 8, y + 8 * l);
+    }
+}
+
 }  // namespace
 
 std::vector<float> dequantize_float32(const GgufTensorInfo& info, const uint8_t* data,
@@ -282,6 +418,13 @@ std::vector<float> dequantize_float32(const GgufTensorInfo& info, const uint8_t*
     case GgmlType::q6_k: decode = q6_k_block; break;
     case GgmlType::iq4_nl: decode = iq4_nl_block; break;
     case GgmlType::iq4_xs: decode = iq4_xs_block; break;
+    case GgmlType::iq2_xxs: decode = iq2_xxs_block; break;
+    case GgmlType::iq2_xs: decode = iq2_xs_block; break;
+    case GgmlType::iq2_s: decode = iq2_s_block; break;
+    case GgmlType::iq3_xxs: decode = iq3_xxs_block; break;
+    case GgmlType::iq3_s: decode = iq3_s_block; break;
+    case GgmlType::iq1_s: decode = iq1_s_block; break;
+    case GgmlType::iq1_m: decode = iq1_m_block; break;
     default:
       throw UnsupportedError("tensor '" + info.name + "' has type " + info.traits.name +
                              ", which the converter cannot dequantise");

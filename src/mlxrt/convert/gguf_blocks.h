@@ -13,9 +13,11 @@
  *   Q4_K / Q5_K (d, dmin, 8 x (6-bit sc, m), 256 x u4/u5): x = (d*sc)*q - dmin*m per 32
  *                          -> 4/5 bits, g32, scale d*sc, bias -dmin*m
  *
- * Q2_K, Q3_K and Q6_K have 16-element sub-blocks, finer than any MLX group size, and IQ4_NL /
- * IQ4_XS index a non-linear grid: they are stored dequantised as float32 instead, each value the
- * one ggml's reference dequantisation computes (dequantize_float32).
+ * Q2_K, Q3_K and Q6_K have 16-element sub-blocks, finer than any MLX group size, IQ4_NL /
+ * IQ4_XS index a non-linear grid, and IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S
+ * index lattice codebooks of 4 or 8 values (tables generated at build time from the gguf package):
+ * they are stored dequantised as float32 instead, each value the one ggml's reference
+ * dequantisation computes (dequantize_float32).
  *
  * Scales and biases are float32: the fp16 d, m widen exactly, -8d, -16d and -128d are exact (powers of
  * two), d*q is exact (at most 11+8 significant bits), so MLX's float32 dequantisation gives the

@@ -54,7 +54,8 @@ std::vector<PlannedTensor> plan_tensors(const GgufArchitecture& arch, const Gguf
     if (!p.affine && !p.dense && !is_plain(t.type()))
       throw UnsupportedError(file.source + ": tensor '" + t.name + "' has type " + t.traits.name +
                              ", which the converter does not support (supported: F32, F16, BF16, Q4_0, Q4_1, "
-                             "Q5_0, Q5_1, Q8_0, Q4_K, Q5_K; Q2_K, Q3_K, Q6_K, IQ4_NL and IQ4_XS stored as float32)");
+                             "Q5_0, Q5_1, Q8_0, Q4_K, Q5_K; Q2_K, Q3_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, "
+                             "IQ3_XXS, IQ3_S, IQ4_NL and IQ4_XS stored as float32)");
     if ((p.affine || p.dense) && t.dims.size() != 2 && t.dims.size() != 3)
       throw UnsupportedError(file.source + ": quantized tensor '" + t.name + "' has " + std::to_string(t.dims.size()) +
                              " dimensions; only 2-D quantized weights (and 3-D stacked experts) are supported");
@@ -224,8 +225,8 @@ GgufConvertSummary convert_gguf(const GgufConvertOptions& options) {
 
   size_t dense = std::count_if(tensors.begin(), tensors.end(), [](const auto& t) { return t.dense; });
   if (dense > 0 && options.progress)
-    std::fprintf(stderr, "note: %zu Q2_K/Q3_K/Q6_K/IQ4 tensor%s stored as float32 (exact; MLX has no 16-element quantization groups "
-                 "or non-linear grids)\n",
+    std::fprintf(stderr, "note: %zu Q2_K/Q3_K/Q6_K/IQ tensor%s stored as float32 (exact; MLX has no 16-element quantization groups, "
+                 "non-linear grids or lattice codebooks)\n",
                  dense, dense == 1 ? "" : "s");
   StagingDir staging(options.out, "--out");
   GgufConvertSummary summary;

@@ -146,11 +146,12 @@ TEST(GgufBlocks, TypesWithoutAnExactAffineFormAreRefused) {
   EXPECT_FALSE(affine_params_for(GgmlType::q3_k).has_value());
   EXPECT_FALSE(affine_params_for(GgmlType::q6_k).has_value());  // 16-element groups: float32 instead
   EXPECT_THROW(repack_affine(t, data.data()), mlxrt::UnsupportedError);
-  // IQ2_XXS indexes ggml's lattice tables, which the converter does not carry.
-  auto grid = info(GgmlType::iq2_xxs, 256, 1);
-  std::vector<uint8_t> grid_data(grid.n_bytes);
-  EXPECT_FALSE(has_exact_float32(GgmlType::iq2_xxs));
-  EXPECT_THROW(dequantize_float32(grid, grid_data.data()), mlxrt::UnsupportedError);
+  // Q8_K is ggml's intermediate type for dot products, not a weight format the converter reads.
+  auto q8k = info(GgmlType::q8_k, 256, 1);
+  std::vector<uint8_t> q8k_data(q8k.n_bytes);
+  EXPECT_FALSE(has_exact_float32(GgmlType::q8_k));
+  EXPECT_THROW(dequantize_float32(q8k, q8k_data.data()), mlxrt::UnsupportedError);
+  EXPECT_TRUE(has_exact_float32(GgmlType::iq2_xxs));  // the IQ grids: float32 since the generated tables
 }
 
 TEST(GgufBlocks, Q5_0AndQ5_1UseTheHighBitsAndA5BitStream) {
