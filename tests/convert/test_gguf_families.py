@@ -65,8 +65,10 @@ FAMILIES = {
 PERMUTED = {"granite", "smollm3"}
 
 
-def add_metadata(w, arch, spec):
-    for key, value in spec.get("meta", {}).items():
+def add_metadata(w, arch, meta):
+    for key, value in meta.items():
+        if value is None:  # left out
+            continue
         full = f"{arch}.{key}"
         if isinstance(value, bool):
             w.add_bool(full, value)
@@ -78,7 +80,9 @@ def add_metadata(w, arch, spec):
             w.add_float32(full, value)
 
 
-def write_family_gguf(path, arch, rng, types=MATRIX_TYPES):
+def write_family_gguf(path, arch, rng, types=MATRIX_TYPES, meta=None, skip=(), extra=()):
+    """`meta` overrides the family's metadata (None leaves a key out), `skip` names tensors left
+    out, `extra` adds (name, shape) float32 tensors: for the bad-input cases."""
     spec = FAMILIES[arch]
     layers = spec.get("layers", 2)
     w = GGUFWriter(str(path), arch)
@@ -97,7 +101,7 @@ def write_family_gguf(path, arch, rng, types=MATRIX_TYPES):
         w.add_layer_norm_eps(1e-5)
     else:
         w.add_layer_norm_rms_eps(1e-6)
-    add_metadata(w, arch, spec)
+    add_metadata(w, arch, {**spec.get("meta", {}), **(meta or {})})
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2")
     w.add_token_list(TOKENS)
@@ -107,6 +111,8 @@ def write_family_gguf(path, arch, rng, types=MATRIX_TYPES):
     w.add_eos_token_id(2)
 
     def add(name, shape, qtype):
+        if name in skip:
+            return
         values = rng.standard_normal(shape).astype(np.float32) * 0.2
         if qtype in K_QUANTS:
             w.add_tensor(name, random_k_blocks(int(np.prod(shape[:-1])), shape[-1], qtype, rng), raw_dtype=qtype)
@@ -130,6 +136,8 @@ def write_family_gguf(path, arch, rng, types=MATRIX_TYPES):
         for name, rows, cols in spec["matrices"]:
             add(f"blk.{i}.{name}.weight", (rows, cols), types[n % len(types)])
             n += 1
+    for name, shape in extra:
+        add(name, shape, Q.F32)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -165,3 +173,31 @@ def test_family_gguf_converts_exactly_and_runs(arch, tmp_path):
     checked, reader = check_every_tensor(gguf_path, out, permuted_qk=arch in PERMUTED, layer_names=names)
     assert checked == len(reader.tensors)
     assert_logits_equal_mlx_lm(out, tmp_path)
+
+
+BAD = {
+    "granite without its logit scale": ("granite", dict(meta={"logit_scale": None}),
+                                        "metadata 'granite.logit_scale' is missing or not a finite, positive number"),
+    "exaone4 with a flag short": ("exaone4", dict(meta={"attention.sliding_window_pattern": [True, False]}),
+                                  "'exaone4.attention.sliding_window_pattern' must hold one flag per layer (4)"),
+    "cohere2 with its own head": ("cohere2", dict(extra=[("output.weight", (len(TOKENS), HIDDEN))]),
+                                  "cohere2 ties its output head to the embeddings"),
+    "stablelm with per-head q/k norms": ("stablelm", dict(extra=[("blk.0.attn_q_norm.weight", (HEADS, HEAD_DIM))]),
+                                         "tensor 'blk.0.attn_q_norm.weight' (StableLM's per-head LayerNorms"),
+    "glm4 without a head": ("glm4", dict(skip={"output.weight"}), "glm4 needs an output head of its own"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_family_gguf_is_refused_by_name(case, tmp_path):
+    """Missing or contradictory family metadata and tensors: a message naming the file and what
+    was expected, a non-zero exit, no output directory."""
+    from gguf_support import run_convert
+
+    arch, changes, message = BAD[case]
+    gguf_path = tmp_path / f"bad-{arch}.gguf"
+    write_family_gguf(gguf_path, arch, np.random.default_rng(3), **changes)
+    r = run_convert("--gguf", str(gguf_path), "--out", str(tmp_path / "out"))
+    assert r.returncode != 0 and message in r.stderr, r.stderr
+    assert str(gguf_path) in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
