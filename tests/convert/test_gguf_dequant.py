@@ -60,7 +60,9 @@ def unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
     return rows.reshape(heads, rows.shape[0] // heads // 2, 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
 
 
-def check_every_tensor(gguf_path, out_dir, permuted_qk=True, layer_names=LAYER_NAMES, norms_minus_one=False):
+def check_every_tensor(gguf_path, out_dir, permuted_qk=True, layer_names=LAYER_NAMES, norms_minus_one=False,
+                       split_rows=()):
+    """`split_rows`: GGUF tensor kinds (e.g. "attn_q_norm") stored as one `{module}.norms.{row}` per row."""
     config = json.loads((out_dir / "config.json").read_text())
     weights = {}
     for f in out_dir.glob("model*.safetensors"):
@@ -83,7 +85,9 @@ def check_every_tensor(gguf_path, out_dir, permuted_qk=True, layer_names=LAYER_N
             ref = ref - np.float32(1)
         module = hf_module(t.name, layer_names)
         suffix = t.name.rsplit(".", 1)[1]
-        if f"{module}.scales" in weights and suffix == "weight":
+        if part in split_rows:
+            got = np.stack([np.array(weights[f"{module}.norms.{r}.{suffix}"].astype(mx.float32)) for r in range(ref.shape[0])])
+        elif f"{module}.scales" in weights and suffix == "weight":
             w, s, b = weights[f"{module}.weight"], weights[f"{module}.scales"], weights[f"{module}.biases"]
             assert s.dtype == mx.float32 and b.dtype == mx.float32, t.name
             group_size = ref.shape[-1] // s.shape[-1]

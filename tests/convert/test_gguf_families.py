@@ -1,8 +1,8 @@
 """The GGUF architectures beyond the llama-like ones, on tiny files written here with the gguf
 package: granite and smollm3 (Q/K permuted by llama.cpp), olmo2 and exaone4 (norms after the
-sublayers only), starcoder2 and stablelm (LayerNorms with biases; stablelm's partial rotary),
-glm4 (fused gate/up, interleaved partial rotary), cohere2 (tied head, logit scale, sliding
-windows). Each tensor converts exactly (against the gguf package's dequantisation), config.json
+sublayers only), starcoder2 and stablelm (LayerNorms with biases; stablelm's partial rotary, and
+StableLM 2 12B's per-head q/k norms split back into one tensor per head), glm4 (fused gate/up,
+interleaved partial rotary), cohere2 (tied head, logit scale, sliding windows). Each tensor converts exactly (against the gguf package's dequantisation), config.json
 carries the family's fields, and mlxrt's logits on the result are byte-equal to mlx-lm's."""
 
 import json
@@ -53,6 +53,13 @@ FAMILIES = {
                               ("ffn_norm.bias", HIDDEN), ("attn_q.bias", Q_ROWS), ("attn_k.bias", KV_ROWS),
                               ("attn_v.bias", KV_ROWS)],
                      meta={"use_parallel_residual": False}),
+    # StableLM 2 12B's layout: per-head q/k LayerNorms (stacked by llama.cpp), parallel residuals.
+    "stablelm-qk-norms": dict(arch="stablelm", matrices=ATTN + GATED_MLP, layer_norm=True, rotary=16,
+                              vectors=[("attn_norm", HIDDEN), ("attn_norm.bias", HIDDEN),
+                                       ("attn_q_norm", (HEADS, HEAD_DIM)), ("attn_k_norm", (KV_HEADS, HEAD_DIM))],
+                              meta={"use_parallel_residual": True},
+                              names={"attn_q_norm": "self_attn.q_layernorm", "attn_k_norm": "self_attn.k_layernorm"},
+                              split_rows=("attn_q_norm", "attn_k_norm")),
     "glm4": dict(matrices=ATTN + [("ffn_up", 2 * FFN, HIDDEN), ("ffn_down", HIDDEN, FFN)], rotary=HEAD_DIM // 2,
                  vectors=[("attn_norm", HIDDEN), ("attn_q.bias", Q_ROWS), ("attn_k.bias", KV_ROWS),
                           ("attn_v.bias", KV_ROWS), ("post_attention_norm", HIDDEN), ("ffn_norm", HIDDEN),
@@ -80,10 +87,11 @@ def add_metadata(w, arch, meta):
             w.add_float32(full, value)
 
 
-def write_family_gguf(path, arch, rng, types=MATRIX_TYPES, meta=None, skip=(), extra=()):
+def write_family_gguf(path, case, rng, types=MATRIX_TYPES, meta=None, skip=(), extra=()):
     """`meta` overrides the family's metadata (None leaves a key out), `skip` names tensors left
     out, `extra` adds (name, shape) float32 tensors: for the bad-input cases."""
-    spec = FAMILIES[arch]
+    spec = FAMILIES[case]
+    arch = spec.get("arch", case)
     layers = spec.get("layers", 2)
     w = GGUFWriter(str(path), arch)
     w.add_block_count(layers)
@@ -132,7 +140,8 @@ def write_family_gguf(path, arch, rng, types=MATRIX_TYPES, meta=None, skip=(), e
     n = 0
     for i in range(layers):
         for name, length in spec["vectors"]:
-            add(f"blk.{i}.{name}" + ("" if name.endswith(".bias") else ".weight"), (length,), Q.F32)
+            shape = length if isinstance(length, tuple) else (length,)
+            add(f"blk.{i}.{name}" + ("" if name.endswith(".bias") else ".weight"), shape, Q.F32)
         for name, rows, cols in spec["matrices"]:
             add(f"blk.{i}.{name}.weight", (rows, cols), types[n % len(types)])
             n += 1
@@ -152,7 +161,8 @@ def expected_fields(arch):
         "exaone4": {"sliding_window": 6, "sliding_window_pattern": "LLLG"},
         "starcoder2": {"norm_epsilon": 1e-5},
         "stablelm": {"layer_norm_eps": 1e-5, "partial_rotary_factor": 0.25, "use_qkv_bias": True,
-                     "use_parallel_residual": False},
+                     "use_parallel_residual": False, "qk_layernorm": False},
+        "stablelm-qk-norms": {"use_qkv_bias": False, "use_parallel_residual": True, "qk_layernorm": True},
         "glm4": {"partial_rotary_factor": 0.5, "rope_traditional": True, "attention_bias": True},
         "cohere2": {"logit_scale": 0.25, "sliding_window": 6, "sliding_window_pattern": 4, "layer_norm_eps": 1e-5,
                     "tie_word_embeddings": True},
@@ -160,17 +170,20 @@ def expected_fields(arch):
     }[arch]
 
 
-@pytest.mark.parametrize("arch", list(FAMILIES))
-def test_family_gguf_converts_exactly_and_runs(arch, tmp_path):
-    gguf_path = tmp_path / f"tiny-{arch}.gguf"
-    write_family_gguf(gguf_path, arch, np.random.default_rng(29))
+@pytest.mark.parametrize("case", list(FAMILIES))
+def test_family_gguf_converts_exactly_and_runs(case, tmp_path):
+    spec = FAMILIES[case]
+    arch = spec.get("arch", case)
+    gguf_path = tmp_path / f"tiny-{case}.gguf"
+    write_family_gguf(gguf_path, case, np.random.default_rng(29))
     out = convert(gguf_path, tmp_path / "model")
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == arch
-    for key, value in expected_fields(arch).items():
+    for key, value in expected_fields(case).items():
         assert config[key] == value, (key, config[key], value)
-    names = {**LAYER_NAMES, **FAMILIES[arch].get("names", {})}
-    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=arch in PERMUTED, layer_names=names)
+    names = {**LAYER_NAMES, **spec.get("names", {})}
+    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=arch in PERMUTED, layer_names=names,
+                                         split_rows=spec.get("split_rows", ()))
     assert checked == len(reader.tensors)
     assert_logits_equal_mlx_lm(out, tmp_path)
 
@@ -182,8 +195,9 @@ BAD = {
                                   "'exaone4.attention.sliding_window_pattern' must hold one flag per layer (4)"),
     "cohere2 with its own head": ("cohere2", dict(extra=[("output.weight", (len(TOKENS), HIDDEN))]),
                                   "cohere2 ties its output head to the embeddings"),
-    "stablelm with per-head q/k norms": ("stablelm", dict(extra=[("blk.0.attn_q_norm.weight", (HEADS, HEAD_DIM))]),
-                                         "tensor 'blk.0.attn_q_norm.weight' (StableLM's per-head LayerNorms"),
+    "stablelm with a q norm row short": ("stablelm", dict(extra=[("blk.0.attn_q_norm.weight", (HEADS - 1, HEAD_DIM))]),
+                                         "tensor 'blk.0.attn_q_norm.weight' must be a 2-D F32/F16/BF16 tensor of one "
+                                         "row per query head (4 rows)"),
     "glm4 without a head": ("glm4", dict(skip={"output.weight"}), "glm4 needs an output head of its own"),
 }
 

@@ -61,6 +61,17 @@ const std::vector<TensorRename> kStarcoder2Layer = {
     {"ffn_up", "mlp.c_fc"},              {"ffn_down", "mlp.c_proj"},
 };
 
+// StableLM 2 (12B): llama.cpp stacks the per-head q/k LayerNorms into one [heads, head_dim]
+// tensor; mlx-lm keeps one norm per head.
+std::vector<TensorRename> stablelm_layer() {
+  auto layer = kDecoderLayer;
+  for (auto& r : layer) {
+    if (std::string(r.gguf) == "attn_q_norm") r.hf = "self_attn.q_layernorm.norms.#";
+    if (std::string(r.gguf) == "attn_k_norm") r.hf = "self_attn.k_layernorm.norms.#";
+  }
+  return layer;
+}
+
 // GLM-4: norms before and after both sublayers, gate and up fused in ffn_up as in Phi-3.
 const std::vector<TensorRename> kGlm4Layer = {
     {"attn_norm", "input_layernorm"},     {"attn_q", "self_attn.q_proj"},
@@ -117,7 +128,7 @@ const std::vector<GgufArchitecture>& architectures() {
       {"olmo2", "olmo2", "Olmo2ForCausalLM", false, kDecoderGlobals, kPostNormLayer},
       {"exaone4", "exaone4", "Exaone4ForCausalLM", false, kDecoderGlobals, kPostNormLayer},
       {"starcoder2", "starcoder2", "Starcoder2ForCausalLM", false, kDecoderGlobals, kStarcoder2Layer},
-      {"stablelm", "stablelm", "StableLmForCausalLM", false, kDecoderGlobals, kDecoderLayer},
+      {"stablelm", "stablelm", "StableLmForCausalLM", false, kDecoderGlobals, stablelm_layer()},
       {"glm4", "glm4", "Glm4ForCausalLM", false, kDecoderGlobals, kGlm4Layer},
       {"cohere2", "cohere2", "Cohere2ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
   };
@@ -130,6 +141,16 @@ const char* const kDerivedTensors[] = {"rope_freqs", "attn_rot_embd"};
 
 std::string arch_key(const GgufArchitecture& arch, const std::string& key) {
   return std::string(arch.gguf_name) + "." + key;
+}
+
+/** A stacked per-head vector: a plain [heads, head_dim] tensor, one row per query or key head. */
+void check_per_head_rows(const GgufArchitecture& arch, const GgufFile& file, const GgufTensorInfo& tensor, bool queries) {
+  auto heads = queries ? std::nullopt : file.get_uint(arch_key(arch, "attention.head_count_kv"));
+  if (!heads) heads = file.require_uint(arch_key(arch, "attention.head_count"));
+  const bool plain = tensor.type() == GgmlType::f32 || tensor.type() == GgmlType::f16 || tensor.type() == GgmlType::bf16;
+  if (tensor.dims.size() != 2 || tensor.dims[1] != *heads || !plain)
+    throw WeightsError(file.source + ": tensor '" + tensor.name + "' must be a 2-D F32/F16/BF16 tensor of one row per " +
+                       (queries ? "query" : "key") + " head (" + std::to_string(*heads) + " rows)");
 }
 
 }  // namespace
@@ -182,10 +203,9 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
       std::string rest = base.substr(layer_end + 1);
       for (const auto& r : arch.layer_tensors) {
         if (rest != r.gguf) continue;
-        if (std::string(arch.model_type) == "stablelm" && (rest == "attn_q_norm" || rest == "attn_k_norm"))
-          throw UnsupportedError(file.source + ": tensor '" + tensor.name + "' (StableLM's per-head LayerNorms on "
-                                 "queries and keys, qk_layernorm) is not supported by the converter");
         TensorPlan plan{"model.layers." + layer + "." + r.hf + suffix, std::nullopt};
+        plan.split_rows = std::string(r.hf).find('#') != std::string::npos;
+        if (plan.split_rows) check_per_head_rows(arch, file, tensor, rest == "attn_q_norm");
         plan.as_row = rest == "ffn_gate_inp_shexp" && tensor.dims.size() == 1;
         plan.minus_one = gemma_norm;
         if (arch.permuted_qk && (rest == "attn_q" || rest == "attn_k")) {
@@ -292,7 +312,7 @@ void add_family_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, 
     c["use_qkv_bias"] = file.find_tensor("blk.0.attn_q.bias") != nullptr;
     // llama.cpp's StableLM graph runs the residuals in parallel unless the metadata says otherwise.
     c["use_parallel_residual"] = file.get_bool(arch_key(arch, "use_parallel_residual")).value_or(true);
-    c["qk_layernorm"] = false;
+    c["qk_layernorm"] = file.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
   } else if (type == "glm4") {
     require_untied_head(file, type);
     c["partial_rotary_factor"] = rotary_factor;

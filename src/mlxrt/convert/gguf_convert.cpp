@@ -130,6 +130,17 @@ void convert_tensor(const PlannedTensor& p, const uint8_t* data,
     out.emplace(module + ".biases", adopt(std::move(a.biases), with_last(groups), mx::float32));
     return;
   }
+  if (p.plan.split_rows) {
+    // One 1-D tensor per row (plan_tensor checked a plain 2-D type): StableLM's per-head norms.
+    const uint64_t row_bytes = t.n_bytes / t.rows();
+    const auto at = p.plan.hf_name.find('#');
+    for (uint64_t r = 0; r < t.rows(); ++r) {
+      std::vector<uint8_t> bytes(data + r * row_bytes, data + (r + 1) * row_bytes);
+      std::string name = p.plan.hf_name.substr(0, at) + std::to_string(r) + p.plan.hf_name.substr(at + 1);
+      out.emplace(std::move(name), adopt(std::move(bytes), {static_cast<int>(t.dims[0])}, plain_dtype(t.type())));
+    }
+    return;
+  }
   mx::Shape shape;
   if (p.plan.as_row) shape.push_back(1);
   for (auto it = t.dims.rbegin(); it != t.dims.rend(); ++it) shape.push_back(static_cast<int>(*it));
