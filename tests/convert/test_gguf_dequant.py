@@ -87,12 +87,18 @@ def check_every_tensor(gguf_path, out_dir, permuted_qk=True, layer_names=LAYER_N
         suffix = t.name.rsplit(".", 1)[1]
         if part in split_rows:
             got = np.stack([np.array(weights[f"{module}.norms.{r}.{suffix}"].astype(mx.float32)) for r in range(ref.shape[0])])
+        elif f"{module}.scales" in weights and weights[f"{module}.scales"].dtype == mx.uint8 and suffix == "weight":
+            # MXFP4 kept as MLX's mxfp4 (E8M0 scale bytes, no biases)
+            got = np.array(mx.dequantize(weights[f"{module}.weight"], weights[f"{module}.scales"], None, group_size=32,
+                                         bits=4, mode="mxfp4", dtype=mx.float32))
         elif f"{module}.scales" in weights and suffix == "weight":
             w, s, b = weights[f"{module}.weight"], weights[f"{module}.scales"], weights[f"{module}.biases"]
             assert s.dtype == mx.float32 and b.dtype == mx.float32, t.name
             group_size = ref.shape[-1] // s.shape[-1]
             bits = w.shape[-1] * 32 // ref.shape[-1]
             got = np.array(mx.dequantize(w, s, b, group_size=group_size, bits=bits))
+        elif f"{module}.{suffix}" not in weights and module in weights:  # a bare parameter (gpt-oss's sinks)
+            got = np.array(weights[module].astype(mx.float32)).reshape(ref.shape)
         else:
             got = np.array(weights[f"{module}.{suffix}"].astype(mx.float32)).reshape(ref.shape)
         assert got.shape == ref.shape, (t.name, got.shape, ref.shape)

@@ -2,7 +2,8 @@
 package: granite and smollm3 (Q/K permuted by llama.cpp), olmo2 and exaone4 (norms after the
 sublayers only), starcoder2 and stablelm (LayerNorms with biases; stablelm's partial rotary, and
 StableLM 2 12B's per-head q/k norms split back into one tensor per head), glm4 (fused gate/up,
-interleaved partial rotary), cohere2 (tied head, logit scale, sliding windows). Each tensor converts exactly (against the gguf package's dequantisation), config.json
+interleaved partial rotary), cohere2 (tied head, logit scale, sliding windows), gpt-oss (sinks,
+biased router and experts, MXFP4 experts kept as MLX's mxfp4, YaRN RoPE). Each tensor converts exactly (against the gguf package's dequantisation), config.json
 carries the family's fields, and mlxrt's logits on the result are byte-equal to mlx-lm's."""
 
 import json
@@ -15,7 +16,7 @@ from gguf.quants import quantize
 
 from gguf_support import convert
 from test_gguf_dequant import LAYER_NAMES, check_every_tensor
-from test_gguf_synthetic import (FFN, HEAD_DIM, HEADS, HIDDEN, K_QUANTS, KV_HEADS, MERGES, TOKENS, TYPES,
+from test_gguf_synthetic import (EXPERTS, FFN, HEAD_DIM, HEADS, HIDDEN, K_QUANTS, KV_HEADS, MERGES, TOKENS, TYPES,
                                  assert_logits_equal_mlx_lm, random_k_blocks)
 
 Q_ROWS, KV_ROWS = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
@@ -66,6 +67,24 @@ FAMILIES = {
                           ("post_ffw_norm", HIDDEN)],
                  names={"post_attention_norm": "post_self_attn_layernorm", "ffn_up": "mlp.gate_up_proj",
                         "post_ffw_norm": "post_mlp_layernorm"}),
+    # gpt-oss: sinks, biased router and experts (MXFP4 as llama.cpp writes them, one layer Q8_0 / Q4_1
+    # to mix packings), YaRN RoPE, alternating sliding and full layers.
+    "gpt-oss": dict(matrices=ATTN, layers=2,
+                    vectors=[("attn_norm", HIDDEN), ("post_attention_norm", HIDDEN), ("attn_q.bias", Q_ROWS),
+                             ("attn_k.bias", KV_ROWS), ("attn_v.bias", KV_ROWS), ("attn_output.bias", HIDDEN),
+                             ("attn_sinks", HEADS), ("ffn_gate_inp.bias", EXPERTS),
+                             ("ffn_gate_exps.bias", (EXPERTS, FFN)), ("ffn_up_exps.bias", (EXPERTS, FFN)),
+                             ("ffn_down_exps.bias", (EXPERTS, HIDDEN))],
+                    experts=[("ffn_gate_inp", (EXPERTS, HIDDEN), (Q.F32, Q.Q8_0)),
+                             ("ffn_gate_exps", (EXPERTS, FFN, HIDDEN), (Q.MXFP4, Q.Q8_0)),
+                             ("ffn_up_exps", (EXPERTS, FFN, HIDDEN), (Q.MXFP4, Q.Q4_1)),
+                             ("ffn_down_exps", (EXPERTS, HIDDEN, FFN), (Q.MXFP4, Q.MXFP4))],
+                    meta={"expert_count": EXPERTS, "expert_used_count": 2, "expert_feed_forward_length": FFN,
+                          "attention.sliding_window": 6, "rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
+                          "rope.scaling.original_context_length": 64},
+                    names={"attn_sinks": "self_attn.sinks", "post_attention_norm": "post_attention_layernorm",
+                           "ffn_gate_inp": "mlp.router", "ffn_gate_exps": "mlp.experts.gate_proj",
+                           "ffn_up_exps": "mlp.experts.up_proj", "ffn_down_exps": "mlp.experts.down_proj"}),
     "cohere2": dict(matrices=ATTN + GATED_MLP, vectors=[("attn_norm", HIDDEN)], layer_norm=True, tied=True, layers=4,
                     meta={"logit_scale": 0.25, "attention.sliding_window": 6}),
 }
@@ -79,6 +98,8 @@ def add_metadata(w, arch, meta):
         full = f"{arch}.{key}"
         if isinstance(value, bool):
             w.add_bool(full, value)
+        elif isinstance(value, str):
+            w.add_string(full, value)
         elif isinstance(value, list):
             w.add_array(full, value)
         elif isinstance(value, int):
@@ -145,6 +166,8 @@ def write_family_gguf(path, case, rng, types=MATRIX_TYPES, meta=None, skip=(), e
         for name, rows, cols in spec["matrices"]:
             add(f"blk.{i}.{name}.weight", (rows, cols), types[n % len(types)])
             n += 1
+        for name, shape, qtypes in spec.get("experts", []):
+            add(f"blk.{i}.{name}.weight", shape, qtypes[i % len(qtypes)])
     for name, shape in extra:
         add(name, shape, Q.F32)
     w.write_header_to_file()
@@ -167,6 +190,10 @@ def expected_fields(arch):
         "cohere2": {"logit_scale": 0.25, "sliding_window": 6, "sliding_window_pattern": 4, "layer_norm_eps": 1e-5,
                     "tie_word_embeddings": True},
         "olmo2": {"rms_norm_eps": 1e-6},
+        "gpt-oss": {"num_local_experts": EXPERTS, "num_experts_per_tok": 2, "intermediate_size": FFN,
+                    "sliding_window": 6, "layer_types": ["sliding_attention", "full_attention"],
+                    "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 4.0,
+                                     "original_max_position_embeddings": 64, "rope_type": "yarn"}},
     }[arch]
 
 
@@ -178,7 +205,7 @@ def test_family_gguf_converts_exactly_and_runs(case, tmp_path):
     write_family_gguf(gguf_path, case, np.random.default_rng(29))
     out = convert(gguf_path, tmp_path / "model")
     config = json.loads((out / "config.json").read_text())
-    assert config["model_type"] == arch
+    assert config["model_type"] == arch.replace("-", "_")
     for key, value in expected_fields(case).items():
         assert config[key] == value, (key, config[key], value)
     names = {**LAYER_NAMES, **spec.get("names", {})}

@@ -36,6 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       if (has_exact_float32(t.type())) (void)dequantize_float32(t, bytes_at);
       else if (affine_params_for(t.type())) (void)repack_affine(t, bytes_at);
+      else if (t.type() == GgmlType::mxfp4) (void)repack_mxfp4(t, bytes_at);
     } catch (const mlxrt::Error&) {
     }
   }

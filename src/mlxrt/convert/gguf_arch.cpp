@@ -81,6 +81,17 @@ const std::vector<TensorRename> kGlm4Layer = {
     {"ffn_down", "mlp.down_proj"},        {"post_ffw_norm", "post_mlp_layernorm"},
 };
 
+// gpt-oss: attention with biases and per-head sinks, a biased router, experts (gate and up apart,
+// as llama.cpp splits HF's interleaved gate_up_proj) under mlx-lm's `experts` switch layers.
+const std::vector<TensorRename> kGptOssLayer = {
+    {"attn_norm", "input_layernorm"},         {"post_attention_norm", "post_attention_layernorm"},
+    {"attn_q", "self_attn.q_proj"},           {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},           {"attn_output", "self_attn.o_proj"},
+    {"attn_sinks", "self_attn.sinks"},        {"ffn_gate_inp", "mlp.router"},
+    {"ffn_gate_exps", "mlp.experts.gate_proj"}, {"ffn_up_exps", "mlp.experts.up_proj"},
+    {"ffn_down_exps", "mlp.experts.down_proj"},
+};
+
 // Mixture-of-experts layers: llama.cpp's router and experts stacked [experts, out, in], named as
 // mlx-lm's switch layers hold them under `moe` (a layer without a router keeps the dense MLP).
 std::vector<TensorRename> moe_layer(const char* router, const char* gate, const char* up, const char* down) {
@@ -131,6 +142,7 @@ const std::vector<GgufArchitecture>& architectures() {
       {"stablelm", "stablelm", "StableLmForCausalLM", false, kDecoderGlobals, stablelm_layer()},
       {"glm4", "glm4", "Glm4ForCausalLM", false, kDecoderGlobals, kGlm4Layer},
       {"cohere2", "cohere2", "Cohere2ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
+      {"gpt-oss", "gpt_oss", "GptOssForCausalLM", false, kDecoderGlobals, kGptOssLayer},
   };
   return table;
 }
@@ -204,6 +216,8 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
       for (const auto& r : arch.layer_tensors) {
         if (rest != r.gguf) continue;
         TensorPlan plan{"model.layers." + layer + "." + r.hf + suffix, std::nullopt};
+        // gpt-oss's sinks are a parameter of the attention module itself ("sinks", no ".weight").
+        if (rest == "attn_sinks") plan.hf_name = "model.layers." + layer + "." + r.hf;
         plan.split_rows = std::string(r.hf).find('#') != std::string::npos;
         if (plan.split_rows) check_per_head_rows(arch, file, tensor, rest == "attn_q_norm");
         plan.as_row = rest == "ffn_gate_inp_shexp" && tensor.dims.size() == 1;
@@ -271,6 +285,26 @@ void add_exaone4_windows(nlohmann::ordered_json& c, const GgufArchitecture& arch
   c["sliding_window_pattern"] = pattern;
 }
 
+/** gpt-oss's YaRN RoPE scaling as GptOssConfig states it; llama.cpp keeps the factor and the
+ * original context, and the betas only where they differ from its defaults (32 and 1). */
+nlohmann::ordered_json yarn_scaling(const GgufArchitecture& arch, const GgufFile& file) {
+  auto factor = file.get_float(arch_key(arch, "rope.scaling.factor"));
+  if (!factor || !std::isfinite(static_cast<float>(*factor)) || *factor <= 0)
+    throw ConfigError(file.source + ": metadata '" + arch_key(arch, "rope.scaling.factor") +
+                      "' is missing or not a finite, positive number (YaRN RoPE scaling)");
+  auto beta = [&](const char* key, double fallback) {
+    auto v = file.get_float(arch_key(arch, key));
+    if (v && (!std::isfinite(static_cast<float>(*v)) || *v <= 0))
+      throw ConfigError(file.source + ": metadata '" + arch_key(arch, key) + "' is not a finite, positive number");
+    return shortest_float32(v.value_or(fallback));
+  };
+  return {{"beta_fast", beta("rope.scaling.yarn_beta_fast", 32.0)},
+          {"beta_slow", beta("rope.scaling.yarn_beta_slow", 1.0)},
+          {"factor", shortest_float32(*factor)},
+          {"original_max_position_embeddings", file.require_uint(arch_key(arch, "rope.scaling.original_context_length"))},
+          {"rope_type", "yarn"}};
+}
+
 /** A float metadata value that must be present, finite and positive, as its shortest decimal. */
 double positive_float(const GgufArchitecture& arch, const GgufFile& file, const char* key) {
   auto v = file.get_float(arch_key(arch, key));
@@ -328,6 +362,14 @@ void add_family_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, 
     c["sliding_window_pattern"] = 4;
   } else if (type == "exaone4") {
     add_exaone4_windows(c, arch, file);
+  } else if (type == "gpt_oss") {
+    // llama.cpp alternates sliding and full attention from the first layer, as GptOssConfig does.
+    require_untied_head(file, type);
+    c["sliding_window"] = file.require_uint(arch_key(arch, "attention.sliding_window"));
+    nlohmann::ordered_json types = nlohmann::ordered_json::array();
+    for (uint64_t i = 0; i < c["num_hidden_layers"].get<uint64_t>(); ++i)
+      types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+    c["layer_types"] = types;
   }
 }
 
@@ -375,7 +417,7 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["architectures"] = {arch.hf_class};
   c["model_type"] = arch.model_type;
   c["hidden_size"] = hidden;
-  const bool moe = type == "qwen3_moe" || type == "qwen2_moe" || type == "mixtral";
+  const bool moe = type == "qwen3_moe" || type == "qwen2_moe" || type == "mixtral" || type == "gpt_oss";
   // Mixtral's experts are as wide as its feed_forward_length; the Qwen MoEs give theirs apart.
   const auto expert_ffn = moe ? std::optional<uint64_t>(type == "mixtral" ? u("feed_forward_length")
                                                                           : u("expert_feed_forward_length"))
@@ -390,7 +432,9 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   if (!layer_norm) c["rms_norm_eps"] = shortest_float32(*eps);
   c["rope_theta"] = shortest_float32(rope_base);
   c["rope_scaling"] = nullptr;
-  if (auto type = file.get_string(arch_key(arch, "rope.scaling.type")); type && *type != "none") {
+  if (auto scaling = file.get_string(arch_key(arch, "rope.scaling.type")); scaling && *scaling == "yarn" && type == "gpt_oss") {
+    c["rope_scaling"] = yarn_scaling(arch, file);
+  } else if (auto type = file.get_string(arch_key(arch, "rope.scaling.type")); type && *type != "none") {
     auto factor = file.get_float(arch_key(arch, "rope.scaling.factor"));
     if (*type != "linear" || !factor)
       throw UnsupportedError(file.source + ": RoPE scaling '" + *type + "' is not supported by the converter (supported: linear)");
@@ -411,9 +455,11 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
     if (experts == 0 || used == 0 || used > experts)
       throw ConfigError(file.source + ": " + arch_key(arch, "expert_used_count") + " = " + std::to_string(used) +
                         " must be between 1 and " + arch_key(arch, "expert_count") + " = " + std::to_string(experts));
-    c[type == "mixtral" ? "num_local_experts" : "num_experts"] = experts;
+    const bool local_experts = type == "mixtral" || type == "gpt_oss";
+    c[local_experts ? "num_local_experts" : "num_experts"] = experts;
     c["num_experts_per_tok"] = used;
-    if (type != "mixtral") c["moe_intermediate_size"] = *expert_ffn;
+    if (type == "gpt_oss") c["intermediate_size"] = *expert_ffn;  // GptOssConfig: the experts' width
+    else if (type != "mixtral") c["moe_intermediate_size"] = *expert_ffn;
     if (type == "qwen2_moe") c["shared_expert_intermediate_size"] = u("expert_shared_feed_forward_length");
     if (type == "qwen3_moe") {
       c["decoder_sparse_step"] = 1;
@@ -423,7 +469,7 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
       c["mlp_only_layers"] = dense;
       c["norm_topk_prob"] = true;
     } else {
-      // mlx-lm's mixtral and qwen2_moe make every layer sparse.
+      // mlx-lm's mixtral, qwen2_moe and gpt_oss make every layer sparse.
       for (uint64_t i = 0; i < u("block_count"); ++i)
         if (!file.find_tensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight"))
           throw UnsupportedError(file.source + ": layer " + std::to_string(i) + " has no router (ffn_gate_inp), but " +

@@ -171,6 +171,35 @@ AffineTensor repack_affine(const GgufTensorInfo& info, const uint8_t* data,
   return out;
 }
 
+Mxfp4Tensor repack_mxfp4(const GgufTensorInfo& info, const uint8_t* data) {
+  if (info.type() != GgmlType::mxfp4)
+    throw UnsupportedError("tensor '" + info.name + "' has type " + info.traits.name + ", not MXFP4");
+  Mxfp4Tensor out;
+  out.cols = info.dims[0];
+  out.rows = info.rows();
+  const uint64_t blocks = out.rows * out.cols / 32;
+  out.weight.resize(blocks * 4);
+  out.scales.resize(blocks);
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const uint8_t* block = data + b * 17;
+    if (block[0] == 255)
+      throw UnsupportedError("tensor '" + info.name + "': MXFP4 block " + std::to_string(b) +
+                             " has scale byte 255, which MX reserves for not-a-number");
+    out.scales[b] = block[0];
+    // Word w holds elements 8w..8w+7; element e < 16 is the low nibble of byte e, 16 + e the high.
+    for (int w = 0; w < 4; ++w) {
+      uint32_t word = 0;
+      for (int k = 0; k < 8; ++k) {
+        const int e = 8 * w + k;
+        const uint32_t code = e < 16 ? block[1 + e] & 0x0F : block[1 + e - 16] >> 4;
+        word |= code << (4 * k);
+      }
+      out.weight[4 * b + w] = word;
+    }
+  }
+  return out;
+}
+
 bool has_exact_float32(GgmlType type) {
   switch (type) {
     case GgmlType::q2_k:

@@ -52,6 +52,18 @@ struct AffineTensor {
 AffineTensor repack_affine(const GgufTensorInfo& info, const uint8_t* data,
                            const std::vector<uint64_t>* row_order = nullptr);
 
+/** MXFP4 blocks (one E8M0 scale byte, 32 E2M1 codes: element j the low nibble of byte j, element
+ * 16 + j its high nibble) in MLX's mxfp4 form: the same codes packed little-end first, the scale
+ * bytes unchanged. MLX's value, code * 2^(scale - 127), is the one ggml computes for every scale byte
+ * below 255 (the MX "not a number" scale, refused with UnsupportedError); ggml's zero code 8 is
+ * +0 where MLX's is -0. */
+struct Mxfp4Tensor {
+  uint64_t rows = 0, cols = 0;
+  std::vector<uint32_t> weight;  // [rows, cols / 8]
+  std::vector<uint8_t> scales;   // [rows, cols / 32]
+};
+Mxfp4Tensor repack_mxfp4(const GgufTensorInfo& info, const uint8_t* data);
+
 /** Whether dequantize_float32 handles this type (exactly). */
 bool has_exact_float32(GgmlType type);
 

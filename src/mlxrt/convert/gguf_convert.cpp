@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include <mlx/mlx.h>
@@ -34,6 +35,7 @@ struct PlannedTensor {
   const GgufTensorInfo* info;
   TensorPlan plan;
   std::optional<AffineParams> affine;  // set for blocks kept quantized
+  bool mxfp4 = false;                  // MXFP4 blocks kept as MLX's mxfp4
   bool dense = false;                  // blocks stored dequantised as float32 (exact)
   uint64_t out_bytes = 0;
   int shard = 0;
@@ -50,22 +52,26 @@ std::vector<PlannedTensor> plan_tensors(const GgufArchitecture& arch, const Gguf
   for (const auto& t : file.tensors) {
     auto plan = plan_tensor(arch, file, t);
     if (!plan) continue;
-    PlannedTensor p{&t, *plan, affine_params_for(t.type()), has_exact_float32(t.type()), 0, 0};
-    if (!p.affine && !p.dense && !is_plain(t.type()))
+    PlannedTensor p{&t, *plan, affine_params_for(t.type()), t.type() == GgmlType::mxfp4, has_exact_float32(t.type()), 0, 0};
+    if (!p.affine && !p.mxfp4 && !p.dense && !is_plain(t.type()))
       throw UnsupportedError(file.source + ": tensor '" + t.name + "' has type " + t.traits.name +
                              ", which the converter does not support (supported: F32, F16, BF16, Q4_0, Q4_1, "
-                             "Q5_0, Q5_1, Q8_0, Q4_K, Q5_K; Q2_K, Q3_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, "
+                             "Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, MXFP4; Q2_K, Q3_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, "
                              "IQ3_XXS, IQ3_S, IQ4_NL and IQ4_XS stored as float32)");
-    if ((p.affine || p.dense) && t.dims.size() != 2 && t.dims.size() != 3)
+    if ((p.affine || p.mxfp4 || p.dense) && t.dims.size() != 2 && t.dims.size() != 3)
       throw UnsupportedError(file.source + ": quantized tensor '" + t.name + "' has " + std::to_string(t.dims.size()) +
                              " dimensions; only 2-D quantized weights (and 3-D stacked experts) are supported");
     for (auto d : t.dims)
       if (d > static_cast<uint64_t>(INT32_MAX))
         throw UnsupportedError(file.source + ": tensor '" + t.name + "' has a dimension of " + std::to_string(d) +
                                ", larger than MLX arrays allow");
+    if (p.mxfp4 && p.plan.qk_heads)
+      throw UnsupportedError(file.source + ": tensor '" + t.name + "': MXFP4 rows cannot be un-permuted");
     if (p.affine) {
       uint64_t groups = t.rows() * (t.dims[0] / p.affine->group_size);
       p.out_bytes = t.n_elements * p.affine->bits / 8 + 2 * groups * sizeof(float);
+    } else if (p.mxfp4) {
+      p.out_bytes = t.n_elements / 2 + t.n_elements / 32;
     } else if (p.dense) {
       p.out_bytes = t.n_elements * sizeof(float);
     } else {
@@ -79,23 +85,30 @@ std::vector<PlannedTensor> plan_tensors(const GgufArchitecture& arch, const Gguf
 /** Module path of a weight ("model.layers.0.mlp.up_proj.weight" -> "model.layers.0.mlp.up_proj"). */
 std::string module_of(const std::string& hf_name) { return hf_name.substr(0, hf_name.rfind('.')); }
 
-nlohmann::ordered_json affine_json(const AffineParams& p) {
-  return {{"group_size", p.group_size}, {"bits", p.bits}, {"mode", "affine"}};
+/** A module's packing: (bits, group size, MLX mode). */
+using Packing = std::tuple<int, int, std::string>;
+
+std::optional<Packing> packing_of(const PlannedTensor& t) {
+  if (t.affine) return Packing{t.affine->bits, t.affine->group_size, "affine"};
+  if (t.mxfp4) return Packing{4, 32, "mxfp4"};
+  return std::nullopt;
+}
+
+nlohmann::ordered_json packing_json(const Packing& p) {
+  return {{"group_size", std::get<1>(p)}, {"bits", std::get<0>(p)}, {"mode", std::get<2>(p)}};
 }
 
 /** The quantization section: the most common packing as the default, the others per module. */
 std::optional<nlohmann::ordered_json> quantization_section(const std::vector<PlannedTensor>& tensors) {
-  std::map<std::pair<int, int>, int> counts;
+  std::map<Packing, int> counts;
   for (const auto& t : tensors)
-    if (t.affine) ++counts[{t.affine->bits, t.affine->group_size}];
+    if (auto p = packing_of(t)) ++counts[*p];
   if (counts.empty()) return std::nullopt;
-  auto best = std::max_element(counts.begin(), counts.end(),
-                               [](const auto& a, const auto& b) { return a.second < b.second; })->first;
-  AffineParams def{best.first, best.second};
-  nlohmann::ordered_json q = affine_json(def);
+  const Packing def = std::max_element(counts.begin(), counts.end(),
+                                       [](const auto& a, const auto& b) { return a.second < b.second; })->first;
+  nlohmann::ordered_json q = packing_json(def);
   for (const auto& t : tensors)
-    if (t.affine && (t.affine->bits != def.bits || t.affine->group_size != def.group_size))
-      q[module_of(t.plan.hf_name)] = affine_json(*t.affine);
+    if (auto p = packing_of(t); p && *p != def) q[module_of(t.plan.hf_name)] = packing_json(*p);
   return q;
 }
 
@@ -112,17 +125,23 @@ void convert_tensor(const PlannedTensor& p, const uint8_t* data,
   std::vector<uint64_t> order;
   if (p.plan.qk_heads) order = unpermute_qk_rows(t.rows(), *p.plan.qk_heads);
   const std::vector<uint64_t>* row_order = p.plan.qk_heads ? &order : nullptr;
+  // Rows of every leading dimension in order: a [experts, out, in] tensor repacks as experts*out
+  // rows and keeps its leading shape.
+  mx::Shape lead;
+  for (size_t i = t.dims.size(); i-- > 1;) lead.push_back(static_cast<int>(t.dims[i]));
+  auto with_last = [&](int last) {
+    mx::Shape s = lead;
+    s.push_back(last);
+    return s;
+  };
+  if (p.mxfp4) {
+    Mxfp4Tensor m = repack_mxfp4(t, data);
+    out.emplace(p.plan.hf_name, adopt(std::move(m.weight), with_last(static_cast<int>(m.cols / 8)), mx::uint32));
+    out.emplace(module_of(p.plan.hf_name) + ".scales", adopt(std::move(m.scales), with_last(static_cast<int>(m.cols / 32)), mx::uint8));
+    return;
+  }
   if (p.affine) {
     AffineTensor a = repack_affine(t, data, row_order);
-    // Rows of every leading dimension in order: a [experts, out, in] tensor repacks as experts*out
-    // rows and keeps its leading shape.
-    mx::Shape lead;
-    for (size_t i = t.dims.size(); i-- > 1;) lead.push_back(static_cast<int>(t.dims[i]));
-    auto with_last = [&](int last) {
-      mx::Shape s = lead;
-      s.push_back(last);
-      return s;
-    };
     int groups = static_cast<int>(a.cols / a.params.group_size);
     std::string module = module_of(p.plan.hf_name);
     out.emplace(p.plan.hf_name, adopt(std::move(a.weight), with_last(static_cast<int>(a.cols * a.params.bits / 32)), mx::uint32));
