@@ -3,7 +3,8 @@ package: granite and smollm3 (Q/K permuted by llama.cpp), olmo2 and exaone4 (nor
 sublayers only), starcoder2 and stablelm (LayerNorms with biases; stablelm's partial rotary, and
 StableLM 2 12B's per-head q/k norms split back into one tensor per head), glm4 (fused gate/up,
 interleaved partial rotary), cohere2 (tied head, logit scale, sliding windows), gpt-oss (sinks,
-biased router and experts, MXFP4 experts kept as MLX's mxfp4, YaRN RoPE). Each tensor converts exactly (against the gguf package's dequantisation), config.json
+biased router and experts, MXFP4 experts kept as MLX's mxfp4, YaRN RoPE), olmoe (experts in every
+layer, q/k norms over all heads), ernie4_5 (dense, tied head). Each tensor converts exactly (against the gguf package's dequantisation), config.json
 carries the family's fields, and mlxrt's logits on the result are byte-equal to mlx-lm's."""
 
 import json
@@ -85,6 +86,16 @@ FAMILIES = {
                     names={"attn_sinks": "self_attn.sinks", "post_attention_norm": "post_attention_layernorm",
                            "ffn_gate_inp": "mlp.router", "ffn_gate_exps": "mlp.experts.gate_proj",
                            "ffn_up_exps": "mlp.experts.up_proj", "ffn_down_exps": "mlp.experts.down_proj"}),
+    # OLMoE: q/k norms over all heads, every layer's MLP experts.
+    "olmoe": dict(matrices=ATTN, layers=2,
+                  vectors=[("attn_norm", HIDDEN), ("ffn_norm", HIDDEN), ("attn_q_norm", Q_ROWS), ("attn_k_norm", KV_ROWS)],
+                  experts=[("ffn_gate_inp", (EXPERTS, HIDDEN), (Q.F32, Q.F16)),
+                           ("ffn_gate_exps", (EXPERTS, FFN, HIDDEN), (Q.Q4_K, Q.IQ2_XS)),
+                           ("ffn_up_exps", (EXPERTS, FFN, HIDDEN), (Q.Q8_0, Q.Q6_K)),
+                           ("ffn_down_exps", (EXPERTS, HIDDEN, FFN), (Q.IQ3_S, Q.Q4_0))],
+                  meta={"expert_count": EXPERTS, "expert_used_count": 2}),
+    # ERNIE 4.5 (dense): interleaved RoPE in HF already, tied head.
+    "ernie4_5": dict(matrices=ATTN + GATED_MLP, vectors=[("attn_norm", HIDDEN), ("ffn_norm", HIDDEN)], tied=True),
     "cohere2": dict(matrices=ATTN + GATED_MLP, vectors=[("attn_norm", HIDDEN)], layer_norm=True, tied=True, layers=4,
                     meta={"logit_scale": 0.25, "attention.sliding_window": 6}),
 }
@@ -144,7 +155,8 @@ def write_family_gguf(path, case, rng, types=MATRIX_TYPES, meta=None, skip=(), e
             return
         values = rng.standard_normal(shape).astype(np.float32) * 0.2
         if qtype in K_QUANTS:
-            w.add_tensor(name, random_k_blocks(int(np.prod(shape[:-1])), shape[-1], qtype, rng), raw_dtype=qtype)
+            blocks = random_k_blocks(int(np.prod(shape[:-1])), shape[-1], qtype, rng)
+            w.add_tensor(name, blocks.reshape(*shape[:-1], -1), raw_dtype=qtype)
         elif qtype == Q.F32:
             w.add_tensor(name, values)
         elif qtype == Q.F16:
@@ -169,7 +181,7 @@ def write_family_gguf(path, case, rng, types=MATRIX_TYPES, meta=None, skip=(), e
         for name, shape, qtypes in spec.get("experts", []):
             add(f"blk.{i}.{name}.weight", shape, qtypes[i % len(qtypes)])
     for name, shape in extra:
-        add(name, shape, Q.F32)
+        w.add_tensor(name, rng.standard_normal(shape).astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -190,6 +202,8 @@ def expected_fields(arch):
         "cohere2": {"logit_scale": 0.25, "sliding_window": 6, "sliding_window_pattern": 4, "layer_norm_eps": 1e-5,
                     "tie_word_embeddings": True},
         "olmo2": {"rms_norm_eps": 1e-6},
+        "olmoe": {"num_experts": EXPERTS, "num_experts_per_tok": 2, "intermediate_size": FFN, "norm_topk_prob": False},
+        "ernie4_5": {"use_bias": False, "tie_word_embeddings": True},
         "gpt-oss": {"num_local_experts": EXPERTS, "num_experts_per_tok": 2, "intermediate_size": FFN,
                     "sliding_window": 6, "layer_types": ["sliding_attention", "full_attention"],
                     "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 4.0,
@@ -225,6 +239,9 @@ BAD = {
     "stablelm with a q norm row short": ("stablelm", dict(extra=[("blk.0.attn_q_norm.weight", (HEADS - 1, HEAD_DIM))]),
                                          "tensor 'blk.0.attn_q_norm.weight' must be a 2-D F32/F16/BF16 tensor of one "
                                          "row per query head (4 rows)"),
+    "olmoe with flattened experts": ("olmoe", dict(skip={"blk.1.ffn_up_exps.weight"},
+                                                   extra=[("blk.1.ffn_up_exps.weight", (EXPERTS * FFN, HIDDEN))]),
+                                     "tensor 'blk.1.ffn_up_exps.weight' has 2 dimensions, expected 3 (stacked experts)"),
     "glm4 without a head": ("glm4", dict(skip={"output.weight"}), "glm4 needs an output head of its own"),
 }
 

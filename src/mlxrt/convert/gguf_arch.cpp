@@ -133,7 +133,7 @@ const std::vector<GgufArchitecture>& architectures() {
        moe_layer("mlp.gate", "mlp.switch_mlp.gate_proj", "mlp.switch_mlp.up_proj", "mlp.switch_mlp.down_proj")},
       // llama.cpp runs these with interleaved RoPE; its converter permuted the Q/K rows of the
       // ones whose HF RoPE rotates halves (granite, smollm3: LlamaModel subclasses), not of those
-      // that are interleaved already (glm4, cohere2) or that it runs with NeoX RoPE (the others).
+      // that are interleaved already (glm4, cohere2, ernie4_5) or that it runs with NeoX RoPE (the others).
       {"granite", "granite", "GraniteForCausalLM", true, kDecoderGlobals, kDecoderLayer},
       {"smollm3", "smollm3", "SmolLM3ForCausalLM", true, kDecoderGlobals, kDecoderLayer},
       {"olmo2", "olmo2", "Olmo2ForCausalLM", false, kDecoderGlobals, kPostNormLayer},
@@ -143,6 +143,9 @@ const std::vector<GgufArchitecture>& architectures() {
       {"glm4", "glm4", "Glm4ForCausalLM", false, kDecoderGlobals, kGlm4Layer},
       {"cohere2", "cohere2", "Cohere2ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
       {"gpt-oss", "gpt_oss", "GptOssForCausalLM", false, kDecoderGlobals, kGptOssLayer},
+      {"olmoe", "olmoe", "OlmoeForCausalLM", false, kDecoderGlobals,
+       moe_layer("mlp.gate", "mlp.switch_mlp.gate_proj", "mlp.switch_mlp.up_proj", "mlp.switch_mlp.down_proj")},
+      {"ernie4_5", "ernie4_5", "Ernie4_5_ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
   };
   return table;
 }
@@ -216,6 +219,11 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
       for (const auto& r : arch.layer_tensors) {
         if (rest != r.gguf) continue;
         TensorPlan plan{"model.layers." + layer + "." + r.hf + suffix, std::nullopt};
+        // Stacked experts: [experts, out, in] weights and [experts, out] biases.
+        const size_t expert_dims = suffix == ".weight" ? 3 : 2;
+        if (rest.ends_with("_exps") && tensor.dims.size() != expert_dims)
+          throw WeightsError(file.source + ": tensor '" + tensor.name + "' has " + std::to_string(tensor.dims.size()) +
+                             " dimensions, expected " + std::to_string(expert_dims) + " (stacked experts)");
         // gpt-oss's sinks are a parameter of the attention module itself ("sinks", no ".weight").
         if (rest == "attn_sinks") plan.hf_name = "model.layers." + layer + "." + r.hf;
         plan.split_rows = std::string(r.hf).find('#') != std::string::npos;
@@ -362,6 +370,8 @@ void add_family_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, 
     c["sliding_window_pattern"] = 4;
   } else if (type == "exaone4") {
     add_exaone4_windows(c, arch, file);
+  } else if (type == "ernie4_5") {
+    c["use_bias"] = file.find_tensor("blk.0.attn_q.bias") != nullptr;
   } else if (type == "gpt_oss") {
     // llama.cpp alternates sliding and full attention from the first layer, as GptOssConfig does.
     require_untied_head(file, type);
@@ -417,11 +427,13 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["architectures"] = {arch.hf_class};
   c["model_type"] = arch.model_type;
   c["hidden_size"] = hidden;
-  const bool moe = type == "qwen3_moe" || type == "qwen2_moe" || type == "mixtral" || type == "gpt_oss";
-  // Mixtral's experts are as wide as its feed_forward_length; the Qwen MoEs give theirs apart.
-  const auto expert_ffn = moe ? std::optional<uint64_t>(type == "mixtral" ? u("feed_forward_length")
-                                                                          : u("expert_feed_forward_length"))
-                              : std::nullopt;
+  const bool moe = type == "qwen3_moe" || type == "qwen2_moe" || type == "mixtral" || type == "gpt_oss" || type == "olmoe";
+  // Mixtral's experts are as wide as its feed_forward_length, OLMoE's too unless given apart; the
+  // Qwen MoEs and gpt-oss give theirs apart.
+  const auto expert_ffn = !moe ? std::nullopt
+                          : type == "mixtral" ? std::optional<uint64_t>(u("feed_forward_length"))
+                          : type == "olmoe" ? std::optional<uint64_t>(opt_u("expert_feed_forward_length").value_or(u("feed_forward_length")))
+                                            : std::optional<uint64_t>(u("expert_feed_forward_length"));
   c["intermediate_size"] = moe ? opt_u("feed_forward_length").value_or(*expert_ffn) : u("feed_forward_length");
   c["num_hidden_layers"] = u("block_count");
   c["num_attention_heads"] = heads;
@@ -458,7 +470,7 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
     const bool local_experts = type == "mixtral" || type == "gpt_oss";
     c[local_experts ? "num_local_experts" : "num_experts"] = experts;
     c["num_experts_per_tok"] = used;
-    if (type == "gpt_oss") c["intermediate_size"] = *expert_ffn;  // GptOssConfig: the experts' width
+    if (type == "gpt_oss" || type == "olmoe") c["intermediate_size"] = *expert_ffn;  // their experts' width
     else if (type != "mixtral") c["moe_intermediate_size"] = *expert_ffn;
     if (type == "qwen2_moe") c["shared_expert_intermediate_size"] = u("expert_shared_feed_forward_length");
     if (type == "qwen3_moe") {
@@ -469,7 +481,9 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
       c["mlp_only_layers"] = dense;
       c["norm_topk_prob"] = true;
     } else {
-      // mlx-lm's mixtral, qwen2_moe and gpt_oss make every layer sparse.
+      if (type == "olmoe")  // llama.cpp leaves OLMoE's top-k weights as they are unless told otherwise
+        c["norm_topk_prob"] = file.get_bool(arch_key(arch, "expert_weights_norm")).value_or(false);
+      // mlx-lm's mixtral, qwen2_moe, gpt_oss and olmoe make every layer sparse.
       for (uint64_t i = 0; i < u("block_count"); ++i)
         if (!file.find_tensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight"))
           throw UnsupportedError(file.source + ": layer " + std::to_string(i) + " has no router (ffn_gate_inp), but " +
