@@ -4,7 +4,7 @@ sublayers only), starcoder2 and stablelm (LayerNorms with biases; stablelm's par
 StableLM 2 12B's per-head q/k norms split back into one tensor per head), glm4 (fused gate/up,
 interleaved partial rotary), cohere2 (tied head, logit scale, sliding windows), gpt-oss (sinks,
 biased router and experts, MXFP4 experts kept as MLX's mxfp4, YaRN RoPE), olmoe (experts in every
-layer, q/k norms over all heads), ernie4_5 (dense, tied head). Each tensor converts exactly (against the gguf package's dequantisation), config.json
+layer, q/k norms over all heads), ernie4_5 (dense, tied head), seed_oss (q/k/v biases). Each tensor converts exactly (against the gguf package's dequantisation), config.json
 carries the family's fields, and mlxrt's logits on the result are byte-equal to mlx-lm's."""
 
 import json
@@ -96,6 +96,11 @@ FAMILIES = {
                   meta={"expert_count": EXPERTS, "expert_used_count": 2}),
     # ERNIE 4.5 (dense): interleaved RoPE in HF already, tied head.
     "ernie4_5": dict(matrices=ATTN + GATED_MLP, vectors=[("attn_norm", HIDDEN), ("ffn_norm", HIDDEN)], tied=True),
+    # Seed-OSS: biases on q/k/v only, the pre-MLP norm named attn_post_norm by llama.cpp.
+    "seed_oss": dict(matrices=ATTN + GATED_MLP,
+                     vectors=[("attn_norm", HIDDEN), ("post_attention_norm", HIDDEN), ("attn_q.bias", Q_ROWS),
+                              ("attn_k.bias", KV_ROWS), ("attn_v.bias", KV_ROWS)],
+                     names={"post_attention_norm": "post_attention_layernorm"}),
     "cohere2": dict(matrices=ATTN + GATED_MLP, vectors=[("attn_norm", HIDDEN)], layer_norm=True, tied=True, layers=4,
                     meta={"logit_scale": 0.25, "attention.sliding_window": 6}),
 }
@@ -204,6 +209,7 @@ def expected_fields(arch):
         "olmo2": {"rms_norm_eps": 1e-6},
         "olmoe": {"num_experts": EXPERTS, "num_experts_per_tok": 2, "intermediate_size": FFN, "norm_topk_prob": False},
         "ernie4_5": {"use_bias": False, "tie_word_embeddings": True},
+        "seed_oss": {"attention_bias": True, "attention_out_bias": False},
         "gpt-oss": {"num_local_experts": EXPERTS, "num_experts_per_tok": 2, "intermediate_size": FFN,
                     "sliding_window": 6, "layer_types": ["sliding_attention", "full_attention"],
                     "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 4.0,

@@ -61,6 +61,13 @@ const std::vector<TensorRename> kStarcoder2Layer = {
     {"ffn_up", "mlp.c_fc"},              {"ffn_down", "mlp.c_proj"},
 };
 
+// Seed-OSS: llama.cpp names its pre-MLP norm attn_post_norm (the arch has no ffn_norm).
+std::vector<TensorRename> seed_oss_layer() {
+  auto layer = kDecoderLayer;
+  layer.push_back({"post_attention_norm", "post_attention_layernorm"});
+  return layer;
+}
+
 // StableLM 2 (12B): llama.cpp stacks the per-head q/k LayerNorms into one [heads, head_dim]
 // tensor; mlx-lm keeps one norm per head.
 std::vector<TensorRename> stablelm_layer() {
@@ -146,6 +153,7 @@ const std::vector<GgufArchitecture>& architectures() {
       {"olmoe", "olmoe", "OlmoeForCausalLM", false, kDecoderGlobals,
        moe_layer("mlp.gate", "mlp.switch_mlp.gate_proj", "mlp.switch_mlp.up_proj", "mlp.switch_mlp.down_proj")},
       {"ernie4_5", "ernie4_5", "Ernie4_5_ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
+      {"seed_oss", "seed_oss", "SeedOssForCausalLM", false, kDecoderGlobals, seed_oss_layer()},
   };
   return table;
 }
@@ -370,6 +378,8 @@ void add_family_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, 
     c["sliding_window_pattern"] = 4;
   } else if (type == "exaone4") {
     add_exaone4_windows(c, arch, file);
+  } else if (type == "seed_oss") {
+    c["attention_out_bias"] = file.find_tensor("blk.0.attn_output.bias") != nullptr;
   } else if (type == "ernie4_5") {
     c["use_bias"] = file.find_tensor("blk.0.attn_q.bias") != nullptr;
   } else if (type == "gpt_oss") {
