@@ -360,8 +360,8 @@ void add_family_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, 
     c["layer_norm_eps"] = layer_norm_eps;
     c["partial_rotary_factor"] = rotary_factor;
     c["use_qkv_bias"] = file.find_tensor("blk.0.attn_q.bias") != nullptr;
-    // llama.cpp's StableLM graph runs the residuals in parallel unless the metadata says otherwise.
-    c["use_parallel_residual"] = file.get_bool(arch_key(arch, "use_parallel_residual")).value_or(true);
+    // llama.cpp's StableLM graph runs the residuals in parallel exactly when a layer has no ffn_norm.
+    c["use_parallel_residual"] = file.find_tensor("blk.0.ffn_norm.weight") == nullptr;
     c["qk_layernorm"] = file.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
   } else if (type == "glm4") {
     require_untied_head(file, type);
