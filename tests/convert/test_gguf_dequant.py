@@ -44,14 +44,15 @@ MIXTRAL_NAMES = {**LAYER_NAMES, "ffn_gate_inp": "block_sparse_moe.gate",
                  "ffn_gate_exps": "block_sparse_moe.switch_mlp.gate_proj",
                  "ffn_up_exps": "block_sparse_moe.switch_mlp.up_proj",
                  "ffn_down_exps": "block_sparse_moe.switch_mlp.down_proj"}
-GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head",
+                "token_embd_norm": "model.embedding_norm"}  # LFM2's final norm
 
 
 def hf_module(gguf_name: str, layer_names=LAYER_NAMES) -> str:
     base = gguf_name.rsplit(".", 1)[0]
     if base in GLOBAL_NAMES:
         return GLOBAL_NAMES[base]
-    _, layer, part = base.split(".")
+    _, layer, part = base.split(".", 2)  # LFM2's parts have a dot of their own (shortconv.conv)
     return f"model.layers.{layer}.{layer_names[part]}"
 
 

@@ -4,7 +4,8 @@ sublayers only), starcoder2 and stablelm (LayerNorms with biases; stablelm's par
 StableLM 2 12B's per-head q/k norms split back into one tensor per head), glm4 (fused gate/up,
 interleaved partial rotary), cohere2 (tied head, logit scale, sliding windows), gpt-oss (sinks,
 biased router and experts, MXFP4 experts kept as MLX's mxfp4, YaRN RoPE), olmoe (experts in every
-layer, q/k norms over all heads), ernie4_5 (dense, tied head), seed_oss (q/k/v biases). Each tensor converts exactly (against the gguf package's dequantisation), config.json
+layer, q/k norms over all heads), ernie4_5 (dense, tied head), seed_oss (q/k/v biases), lfm2
+(short-convolution and attention layers). Each tensor converts exactly (against the gguf package's dequantisation), config.json
 carries the family's fields, and mlxrt's logits on the result are byte-equal to mlx-lm's."""
 
 import json
@@ -101,6 +102,22 @@ FAMILIES = {
                      vectors=[("attn_norm", HIDDEN), ("post_attention_norm", HIDDEN), ("attn_q.bias", Q_ROWS),
                               ("attn_k.bias", KV_ROWS), ("attn_v.bias", KV_ROWS)],
                      names={"post_attention_norm": "post_attention_layernorm"}),
+    # LFM2: short-convolution layers (0, 2) around an attention layer (1), marked as llama.cpp marks
+    # them by the per-layer key/value head counts; the final norm is token_embd_norm; tied head.
+    "lfm2": dict(matrices=ATTN + GATED_MLP, layers=3, tied=True, no_output_norm=True,
+                 vectors=[("attn_norm", HIDDEN), ("ffn_norm", HIDDEN), ("attn_q_norm", HEAD_DIM),
+                          ("attn_k_norm", HEAD_DIM)],
+                 conv_layers={0, 2},
+                 conv_matrices=[("shortconv.in_proj", 3 * HIDDEN, HIDDEN), ("shortconv.out_proj", HIDDEN, HIDDEN)]
+                 + GATED_MLP,
+                 conv_vectors=[("attn_norm", HIDDEN), ("ffn_norm", HIDDEN), ("shortconv.conv", (HIDDEN, 3))],
+                 globals=[("token_embd_norm", HIDDEN)],
+                 meta={"attention.head_count_kv": [0, KV_HEADS, 0], "shortconv.l_cache": 3},
+                 names={"attn_norm": "operator_norm", "ffn_norm": "ffn_norm", "attn_output": "self_attn.out_proj",
+                        "attn_q_norm": "self_attn.q_layernorm", "attn_k_norm": "self_attn.k_layernorm",
+                        "shortconv.conv": "conv.conv", "shortconv.in_proj": "conv.in_proj",
+                        "shortconv.out_proj": "conv.out_proj", "ffn_gate": "feed_forward.w1",
+                        "ffn_up": "feed_forward.w3", "ffn_down": "feed_forward.w2"}),
     "cohere2": dict(matrices=ATTN + GATED_MLP, vectors=[("attn_norm", HIDDEN)], layer_norm=True, tied=True, layers=4,
                     meta={"logit_scale": 0.25, "attention.sliding_window": 6}),
 }
@@ -136,7 +153,8 @@ def write_family_gguf(path, case, rng, types=MATRIX_TYPES, meta=None, skip=(), e
     w.add_embedding_length(HIDDEN)
     w.add_feed_forward_length(FFN)
     w.add_head_count(HEADS)
-    w.add_head_count_kv(KV_HEADS)
+    if "attention.head_count_kv" not in spec.get("meta", {}):
+        w.add_head_count_kv(KV_HEADS)
     w.add_key_length(HEAD_DIM)
     w.add_value_length(HEAD_DIM)
     w.add_rope_freq_base(10000.0)
@@ -170,17 +188,21 @@ def write_family_gguf(path, case, rng, types=MATRIX_TYPES, meta=None, skip=(), e
             w.add_tensor(name, quantize(values, qtype), raw_dtype=qtype)
 
     add("token_embd.weight", (len(TOKENS), HIDDEN), Q.F16)
-    add("output_norm.weight", (HIDDEN,), Q.F32)
+    if not spec.get("no_output_norm"):
+        add("output_norm.weight", (HIDDEN,), Q.F32)
+    for name, length in spec.get("globals", []):
+        add(f"{name}.weight", (length,), Q.F32)
     if spec.get("layer_norm") and arch != "cohere2":
         add("output_norm.bias", (HIDDEN,), Q.F32)
     if not spec.get("tied"):
         add("output.weight", (len(TOKENS), HIDDEN), Q.Q8_0)
     n = 0
     for i in range(layers):
-        for name, length in spec["vectors"]:
+        conv = i in spec.get("conv_layers", ())
+        for name, length in spec["conv_vectors" if conv else "vectors"]:
             shape = length if isinstance(length, tuple) else (length,)
             add(f"blk.{i}.{name}" + ("" if name.endswith(".bias") else ".weight"), shape, Q.F32)
-        for name, rows, cols in spec["matrices"]:
+        for name, rows, cols in spec["conv_matrices" if conv else "matrices"]:
             add(f"blk.{i}.{name}.weight", (rows, cols), types[n % len(types)])
             n += 1
         for name, shape, qtypes in spec.get("experts", []):
@@ -210,6 +232,8 @@ def expected_fields(arch):
         "olmoe": {"num_experts": EXPERTS, "num_experts_per_tok": 2, "intermediate_size": FFN, "norm_topk_prob": False},
         "ernie4_5": {"use_bias": False, "tie_word_embeddings": True},
         "seed_oss": {"attention_bias": True, "attention_out_bias": False},
+        "lfm2": {"full_attn_idxs": [1], "num_key_value_heads": KV_HEADS, "conv_L_cache": 3, "conv_bias": False,
+                 "block_ff_dim": FFN, "block_auto_adjust_ff_dim": False, "norm_eps": 1e-6},
         "gpt-oss": {"num_local_experts": EXPERTS, "num_experts_per_tok": 2, "intermediate_size": FFN,
                     "sliding_window": 6, "layer_types": ["sliding_attention", "full_attention"],
                     "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 4.0,
@@ -248,6 +272,9 @@ BAD = {
     "olmoe with flattened experts": ("olmoe", dict(skip={"blk.1.ffn_up_exps.weight"},
                                                    extra=[("blk.1.ffn_up_exps.weight", (EXPERTS * FFN, HIDDEN))]),
                                      "tensor 'blk.1.ffn_up_exps.weight' has 2 dimensions, expected 3 (stacked experts)"),
+    "lfm2 with a key/value head list short": ("lfm2", dict(meta={"attention.head_count_kv": [0, KV_HEADS]}),
+                                              "metadata 'lfm2.attention.head_count_kv' must list the key/value heads "
+                                              "of each of the 3 layers"),
     "glm4 without a head": ("glm4", dict(skip={"output.weight"}), "glm4 needs an output head of its own"),
 }
 

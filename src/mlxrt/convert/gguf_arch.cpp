@@ -61,6 +61,22 @@ const std::vector<TensorRename> kStarcoder2Layer = {
     {"ffn_up", "mlp.c_fc"},              {"ffn_down", "mlp.c_proj"},
 };
 
+// LFM2: short-convolution layers and attention layers, one MLP each (w1 gate, w3 up, w2 down);
+// its final norm is mlx-lm's embedding_norm, llama.cpp's token_embd_norm; the head is always tied.
+const std::vector<TensorRename> kLfm2Globals = {
+    {"token_embd", "model.embed_tokens"},
+    {"token_embd_norm", "model.embedding_norm"},
+};
+const std::vector<TensorRename> kLfm2Layer = {
+    {"attn_norm", "operator_norm"},          {"ffn_norm", "ffn_norm"},
+    {"attn_q", "self_attn.q_proj"},          {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},          {"attn_output", "self_attn.out_proj"},
+    {"attn_q_norm", "self_attn.q_layernorm"}, {"attn_k_norm", "self_attn.k_layernorm"},
+    {"shortconv.conv", "conv.conv"},         {"shortconv.in_proj", "conv.in_proj"},
+    {"shortconv.out_proj", "conv.out_proj"}, {"ffn_gate", "feed_forward.w1"},
+    {"ffn_up", "feed_forward.w3"},           {"ffn_down", "feed_forward.w2"},
+};
+
 // Seed-OSS: llama.cpp names its pre-MLP norm attn_post_norm (the arch has no ffn_norm).
 std::vector<TensorRename> seed_oss_layer() {
   auto layer = kDecoderLayer;
@@ -154,6 +170,7 @@ const std::vector<GgufArchitecture>& architectures() {
        moe_layer("mlp.gate", "mlp.switch_mlp.gate_proj", "mlp.switch_mlp.up_proj", "mlp.switch_mlp.down_proj")},
       {"ernie4_5", "ernie4_5", "Ernie4_5_ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
       {"seed_oss", "seed_oss", "SeedOssForCausalLM", false, kDecoderGlobals, seed_oss_layer()},
+      {"lfm2", "lfm2", "Lfm2ForCausalLM", false, kLfm2Globals, kLfm2Layer},
   };
   return table;
 }
@@ -166,12 +183,13 @@ std::string arch_key(const GgufArchitecture& arch, const std::string& key) {
   return std::string(arch.gguf_name) + "." + key;
 }
 
+bool is_plain_type(GgmlType t) { return t == GgmlType::f32 || t == GgmlType::f16 || t == GgmlType::bf16; }
+
 /** A stacked per-head vector: a plain [heads, head_dim] tensor, one row per query or key head. */
 void check_per_head_rows(const GgufArchitecture& arch, const GgufFile& file, const GgufTensorInfo& tensor, bool queries) {
   auto heads = queries ? std::nullopt : file.get_uint(arch_key(arch, "attention.head_count_kv"));
   if (!heads) heads = file.require_uint(arch_key(arch, "attention.head_count"));
-  const bool plain = tensor.type() == GgmlType::f32 || tensor.type() == GgmlType::f16 || tensor.type() == GgmlType::bf16;
-  if (tensor.dims.size() != 2 || tensor.dims[1] != *heads || !plain)
+  if (tensor.dims.size() != 2 || tensor.dims[1] != *heads || !is_plain_type(tensor.type()))
     throw WeightsError(file.source + ": tensor '" + tensor.name + "' must be a 2-D F32/F16/BF16 tensor of one row per " +
                        (queries ? "query" : "key") + " head (" + std::to_string(*heads) + " rows)");
 }
@@ -235,6 +253,10 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
         // gpt-oss's sinks are a parameter of the attention module itself ("sinks", no ".weight").
         if (rest == "attn_sinks") plan.hf_name = "model.layers." + layer + "." + r.hf;
         plan.split_rows = std::string(r.hf).find('#') != std::string::npos;
+        plan.as_conv = rest == "shortconv.conv" && suffix == ".weight";
+        if (plan.as_conv && (tensor.dims.size() != 2 || !is_plain_type(tensor.type())))
+          throw WeightsError(file.source + ": tensor '" + tensor.name + "' must be a 2-D F32/F16/BF16 tensor "
+                             "[channels, kernel] (a depthwise convolution)");
         if (plan.split_rows) check_per_head_rows(arch, file, tensor, rest == "attn_q_norm");
         plan.as_row = rest == "ffn_gate_inp_shexp" && tensor.dims.size() == 1;
         plan.minus_one = gemma_norm;
@@ -321,6 +343,41 @@ nlohmann::ordered_json yarn_scaling(const GgufArchitecture& arch, const GgufFile
           {"rope_type", "yarn"}};
 }
 
+/** LFM2: llama.cpp marks the attention layers by a non-zero entry of the per-layer head_count_kv
+ * list (as transformers' GGUF loader reads it) and keeps the MLP width already adjusted. */
+void add_lfm2_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, const GgufFile& file) {
+  const uint64_t layers = c["num_hidden_layers"].get<uint64_t>();
+  const std::string kv_key = arch_key(arch, "attention.head_count_kv");
+  const auto* kv = file.get_integers(kv_key);
+  if (!kv || kv->size() != layers)
+    throw ConfigError(file.source + ": metadata '" + kv_key + "' must list the key/value heads of each of the " +
+                      std::to_string(layers) + " layers (0 on convolution layers)");
+  nlohmann::ordered_json attention = nlohmann::ordered_json::array();
+  int64_t kv_heads = 0;
+  for (size_t i = 0; i < kv->size(); ++i) {
+    if ((*kv)[i] < 0 || (*kv)[i] > static_cast<int64_t>(c["num_attention_heads"].get<uint64_t>()))
+      throw ConfigError(file.source + ": metadata '" + kv_key + "' entry " + std::to_string(i) + " is out of range");
+    if ((*kv)[i] == 0) continue;
+    if (kv_heads != 0 && (*kv)[i] != kv_heads)
+      throw UnsupportedError(file.source + ": metadata '" + kv_key + "' gives attention layers different key/value head counts");
+    kv_heads = (*kv)[i];
+    attention.push_back(i);
+  }
+  if (attention.empty()) throw ConfigError(file.source + ": metadata '" + kv_key + "' names no attention layer");
+  if (file.find_tensor("output.weight"))
+    throw UnsupportedError(file.source + ": tensor 'output.weight': lfm2 ties its output head to the embeddings");
+  c["num_key_value_heads"] = kv_heads;
+  c["full_attn_idxs"] = attention;
+  c["norm_eps"] = c["rms_norm_eps"];
+  c["conv_bias"] = file.find_tensor("blk.0.shortconv.in_proj.bias") != nullptr;
+  c["conv_L_cache"] = file.require_uint(arch_key(arch, "shortconv.l_cache"));
+  c["block_dim"] = c["hidden_size"];
+  c["block_ff_dim"] = c["intermediate_size"];
+  c["block_multiple_of"] = 256;
+  c["block_ffn_dim_multiplier"] = 1.0;
+  c["block_auto_adjust_ff_dim"] = false;  // llama.cpp's feed_forward_length is the adjusted width
+}
+
 /** A float metadata value that must be present, finite and positive, as its shortest decimal. */
 double positive_float(const GgufArchitecture& arch, const GgufFile& file, const char* key) {
   auto v = file.get_float(arch_key(arch, key));
@@ -378,6 +435,8 @@ void add_family_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, 
     c["sliding_window_pattern"] = 4;
   } else if (type == "exaone4") {
     add_exaone4_windows(c, arch, file);
+  } else if (type == "lfm2") {
+    add_lfm2_fields(c, arch, file);
   } else if (type == "seed_oss") {
     c["attention_out_bias"] = file.find_tensor("blk.0.attn_output.bias") != nullptr;
   } else if (type == "ernie4_5") {
@@ -447,7 +506,8 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["intermediate_size"] = moe ? opt_u("feed_forward_length").value_or(*expert_ffn) : u("feed_forward_length");
   c["num_hidden_layers"] = u("block_count");
   c["num_attention_heads"] = heads;
-  c["num_key_value_heads"] = opt_u("attention.head_count_kv").value_or(heads);
+  // LFM2's head_count_kv is a list, zero on its convolution layers (add_family_fields).
+  c["num_key_value_heads"] = type == "lfm2" ? heads : opt_u("attention.head_count_kv").value_or(heads);
   c["head_dim"] = head_dim;
   const bool gemma = std::string(arch.model_type).rfind("gemma", 0) == 0;
   c["hidden_act"] = gemma ? "gelu_pytorch_tanh" : "silu";

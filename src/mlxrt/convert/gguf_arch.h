@@ -37,6 +37,7 @@ struct TensorPlan {
   bool as_row = false;               // a 1-D GGUF vector that the checkpoint holds as [1, n]
   bool minus_one = false;            // a Gemma norm weight, which llama.cpp stores plus one
   bool split_rows = false;           // one 1-D tensor per row, hf_name's "#" replaced by the row index
+  bool as_conv = false;              // a plain [channels, kernel] depthwise conv weight, held as [channels, kernel, 1]
 };
 
 /** The checkpoint name and row handling of one tensor, or nullopt for tensors that carry nothing

@@ -163,6 +163,7 @@ void convert_tensor(const PlannedTensor& p, const uint8_t* data,
   mx::Shape shape;
   if (p.plan.as_row) shape.push_back(1);
   for (auto it = t.dims.rbegin(); it != t.dims.rend(); ++it) shape.push_back(static_cast<int>(*it));
+  if (p.plan.as_conv) shape.push_back(1);  // MLX's Conv1d weight: [out, kernel, in / groups]
   if (p.dense) {
     out.emplace(p.plan.hf_name, adopt(dequantize_float32(t, data, row_order), std::move(shape), mx::float32));
     return;
