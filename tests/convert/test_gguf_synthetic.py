@@ -42,7 +42,7 @@ K_QUANTS = {Q.Q4_K: (144, [0, 2], 256), Q.Q5_K: (176, [0, 2], 256), Q.Q6_K: (210
             Q.Q2_K: (84, [80, 82], 256), Q.Q3_K: (110, [108], 256), Q.IQ4_XS: (136, [0], 256),
             Q.IQ4_NL: (18, [0], 32), Q.IQ2_XXS: (66, [0], 256), Q.IQ2_XS: (74, [0], 256),
             Q.IQ2_S: (82, [0], 256), Q.IQ3_XXS: (98, [0], 256), Q.IQ3_S: (110, [0], 256), Q.IQ1_S: (50, [0], 256),
-            Q.IQ1_M: (56, [], 256)}
+            Q.IQ1_M: (56, [], 256), Q.TQ1_0: (54, [52], 256), Q.TQ2_0: (66, [64], 256)}
 # The types stored as float32 (16-element sub-blocks, or the IQ4 grid), each in two modules.
 LAYER_FLOAT32_KINDS = [
     ("attn_q", HEADS * HEAD_DIM, HIDDEN, (Q.Q2_K, Q.Q3_K)),
@@ -264,6 +264,33 @@ def test_float32_kinds_convert_exactly_and_run(arch, tmp_path):
     weights = mx.load(str(out / "model.safetensors"))
     for name, *_ in LAYER_FLOAT32_KINDS:
         assert not any(k.endswith(".scales") and f".{name}" in k for k in weights)
+    assert_logits_equal_mlx_lm(out, tmp_path)
+
+
+# The ternary kinds (TQ1_0, TQ2_0) kept as MLX 2-bit affine groups of 128, beside other packings.
+LAYER_TERNARY_KINDS = [
+    ("attn_q", HEADS * HEAD_DIM, HIDDEN, (Q.TQ1_0, Q.TQ2_0)),
+    ("attn_k", KV_HEADS * HEAD_DIM, HIDDEN, (Q.TQ2_0, Q.TQ1_0)),
+    ("attn_v", KV_HEADS * HEAD_DIM, HIDDEN, (Q.Q8_0, Q.TQ2_0)),
+    ("attn_output", HIDDEN, HEADS * HEAD_DIM, (Q.TQ1_0, Q.Q4_K)),
+    ("ffn_gate", FFN, HIDDEN, (Q.TQ2_0, Q.TQ1_0)),
+    ("ffn_up", FFN, HIDDEN, (Q.TQ1_0, Q.TQ2_0)),
+    ("ffn_down", HIDDEN, FFN, (Q.TQ2_0, Q.IQ2_XXS)),
+]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_ternary_kinds_convert_exactly_and_run(arch, tmp_path):
+    """TQ1_0 and TQ2_0 (random blocks: every base-3 digit and 2-bit code, TQ2_0's unused 3 too)
+    repacked as MLX 2-bit affine with scale d and bias -d; exact against the gguf package (Q/K rows
+    un-permuted for llama), mlxrt's logits equal mlx-lm's."""
+    gguf_path = tmp_path / f"tiny-{arch}.gguf"
+    write_gguf(gguf_path, arch, np.random.default_rng(37), layer=LAYER_TERNARY_KINDS)
+    out = convert(gguf_path, tmp_path / "model")
+    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=arch == "llama")
+    assert checked == len(reader.tensors)
+    q = json.loads((out / "config.json").read_text())["quantization"]
+    assert (q["bits"], q["group_size"]) == (2, 128)
     assert_logits_equal_mlx_lm(out, tmp_path)
 
 

@@ -41,6 +41,9 @@ std::optional<AffineParams> affine_params_for(GgmlType type) {
     case GgmlType::q4_k: return AffineParams{4, 32};
     case GgmlType::q5_k: return AffineParams{5, 32};
     case GgmlType::q8_0: return AffineParams{8, 32};
+    // The ternary formats: one fp16 d per 256 elements, x = d*(q - 1) with q in 0..2 (TQ2_0's
+    // unused q = 3 gives 2d): 2 bits, scale d, bias -d, in groups of 128 (two per block).
+    case GgmlType::tq1_0: case GgmlType::tq2_0: return AffineParams{2, 128};
     default: return std::nullopt;
   }
 }
@@ -124,9 +127,42 @@ void decode_k_block(GgmlType type, const uint8_t* block, uint8_t* q, float* scal
   }
 }
 
-/** Unpacks one block of any affine type: block_elements quants and one (scale, bias) per 32. */
+/** TQ2_0 (66 bytes / 256): 64 bytes of 2-bit quants, fp16 d. Byte j*32 + m holds, in bit pairs
+ * l = 0..3, elements j*128 + l*32 + m. */
+void decode_tq2_0(const uint8_t* block, uint8_t* q) {
+  for (int e = 0; e < 256; ++e) q[e] = (block[(e / 128) * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+
+/** TQ1_0 (54 bytes / 256): 48 bytes of five base-3 digits each, 4 bytes of four more, fp16 d.
+ * Digit n of byte b is ((uint8_t)(b * 3^n) * 3) >> 8, as ggml extracts it; bytes 0..31 give
+ * elements n*32 + m, bytes 32..47 elements 160 + n*16 + m, the last four 240 + n*4 + j. */
+void decode_tq1_0(const uint8_t* block, uint8_t* q) {
+  static constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  auto digit = [](uint8_t byte, int n) {
+    return static_cast<uint8_t>((static_cast<uint16_t>(static_cast<uint8_t>(byte * kPow3[n])) * 3) >> 8);
+  };
+  int e = 0;
+  for (int n = 0; n < 5; ++n)
+    for (int m = 0; m < 32; ++m) q[e++] = digit(block[m], n);
+  for (int n = 0; n < 5; ++n)
+    for (int m = 0; m < 16; ++m) q[e++] = digit(block[32 + m], n);
+  for (int n = 0; n < 4; ++n)
+    for (int j = 0; j < 4; ++j) q[e++] = digit(block[48 + j], n);
+}
+
+/** Unpacks one block of any affine type: block_elements quants and one (scale, bias) per group. */
 void decode_block(GgmlType type, const uint8_t* block, uint8_t* q, float* scales, float* biases) {
   if (type == GgmlType::q4_k || type == GgmlType::q5_k) return decode_k_block(type, block, q, scales, biases);
+  if (type == GgmlType::tq1_0 || type == GgmlType::tq2_0) {
+    const int d_at = type == GgmlType::tq1_0 ? 52 : 64;
+    const float d = half_to_float(load_u16(block + d_at));
+    (type == GgmlType::tq1_0 ? decode_tq1_0 : decode_tq2_0)(block, q);
+    for (int g = 0; g < 2; ++g) {
+      scales[g] = d;
+      biases[g] = -d;  // d*q - d: exact for q <= 3, as ggml's (q - 1)*d
+    }
+    return;
+  }
   decode_group32(type, block, q, scales[0], biases[0]);
 }
 
@@ -137,13 +173,15 @@ AffineTensor repack_affine(const GgufTensorInfo& info, const uint8_t* data,
   auto params = affine_params_for(info.type());
   if (!params)
     throw UnsupportedError("tensor '" + info.name + "' has type " + info.traits.name +
-                           ", which has no exact MLX affine form (supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K)");
+                           ", which has no exact MLX affine form (supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, "
+                           "TQ1_0, TQ2_0)");
   AffineTensor out;
   out.params = *params;
   out.cols = info.dims[0];
   out.rows = info.rows();
-  const uint64_t block_elements = info.traits.block_elements, groups_per_block = block_elements / 32;
-  const uint64_t blocks_per_row = out.cols / block_elements, groups_per_row = out.cols / 32;
+  const uint64_t group = params->group_size, block_elements = info.traits.block_elements;
+  const uint64_t groups_per_block = block_elements / group;
+  const uint64_t blocks_per_row = out.cols / block_elements, groups_per_row = out.cols / group;
   const uint64_t row_bytes = blocks_per_row * info.traits.block_bytes;
   const int bits = params->bits;
   const uint64_t words_per_row = out.cols * bits / 32;
@@ -156,11 +194,11 @@ AffineTensor repack_affine(const GgufTensorInfo& info, const uint8_t* data,
     const uint8_t* row = data + src * row_bytes;
     uint32_t* words = out.weight.data() + r * words_per_row;
     for (uint64_t b = 0; b < blocks_per_row; ++b) {
-      uint64_t group = r * groups_per_row + b * groups_per_block;
-      decode_block(info.type(), row + b * info.traits.block_bytes, q.data(), &out.scales[group], &out.biases[group]);
-      // A 32-element group fills exactly `bits` words: a little-endian bit stream, element k at
-      // bit bits*k (3, 5 and 6 bits straddle words).
-      uint32_t* w = words + b * groups_per_block * bits;
+      uint64_t first = r * groups_per_row + b * groups_per_block;
+      decode_block(info.type(), row + b * info.traits.block_bytes, q.data(), &out.scales[first], &out.biases[first]);
+      // A block fills exactly block_elements * bits / 32 words (32 elements: `bits` words): a
+      // little-endian bit stream, element k at bit bits*k (3, 5 and 6 bits straddle words).
+      uint32_t* w = words + b * block_elements * bits / 32;
       for (uint64_t k = 0; k < block_elements; ++k) {
         uint64_t at = bits * k, word = at / 32, shift = at % 32;
         w[word] |= static_cast<uint32_t>(q[k]) << shift;

@@ -12,6 +12,7 @@
  *   Q8_0 (d, 32 x i8):     x = d*q              -> 8 bits, g32, q+128, scale d, bias -128d
  *   Q4_K / Q5_K (d, dmin, 8 x (6-bit sc, m), 256 x u4/u5): x = (d*sc)*q - dmin*m per 32
  *                          -> 4/5 bits, g32, scale d*sc, bias -dmin*m
+ *   TQ1_0 / TQ2_0 (d, 256 ternary q): x = d*(q - 1) -> 2 bits, g128, scale d, bias -d
  *
  * Q2_K, Q3_K and Q6_K have 16-element sub-blocks, finer than any MLX group size, IQ4_NL /
  * IQ4_XS index a non-linear grid, and IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S
