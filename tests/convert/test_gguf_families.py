@@ -5,7 +5,8 @@ StableLM 2 12B's per-head q/k norms split back into one tensor per head), glm4 (
 interleaved partial rotary), cohere2 (tied head, logit scale, sliding windows), gpt-oss (sinks,
 biased router and experts, MXFP4 experts kept as MLX's mxfp4, YaRN RoPE), olmoe (experts in every
 layer, q/k norms over all heads), ernie4_5 (dense, tied head), seed_oss (q/k/v biases), lfm2
-(short-convolution and attention layers). Each tensor converts exactly (against the gguf package's dequantisation), config.json
+(short-convolution and attention layers), phi2 (LayerNorms, partial rotary, biases; q/k/v apart or
+fused in attn_qkv and split back by rows). Each tensor converts exactly (against the gguf package's dequantisation), config.json
 carries the family's fields, and mlxrt's logits on the result are byte-equal to mlx-lm's."""
 
 import json
@@ -17,7 +18,7 @@ from gguf import GGUFWriter
 from gguf.quants import quantize
 
 from gguf_support import convert
-from test_gguf_dequant import LAYER_NAMES, check_every_tensor
+from test_gguf_dequant import GLOBAL_NAMES, LAYER_NAMES, check_every_tensor
 from test_gguf_synthetic import (EXPERTS, FFN, HEAD_DIM, HEADS, HIDDEN, K_QUANTS, KV_HEADS, MERGES, TOKENS, TYPES,
                                  assert_logits_equal_mlx_lm, random_k_blocks)
 
@@ -28,6 +29,11 @@ GATED_MLP = [("ffn_gate", FFN, HIDDEN), ("ffn_up", FFN, HIDDEN), ("ffn_down", HI
 # Block types cycled over each layer's matrices: legacy and K quants kept as MLX affine, the
 # 16-element and grid kinds stored as float32, and float tensors.
 MATRIX_TYPES = [Q.Q8_0, Q.Q4_K, Q.Q6_K, Q.Q4_0, Q.F16, Q.Q5_K, Q.IQ4_XS, Q.Q3_K, Q.Q5_1, Q.Q2_K, Q.Q4_1]
+
+PHI2_VECTORS = [("attn_norm", HIDDEN), ("attn_norm.bias", HIDDEN), ("attn_output.bias", HIDDEN),
+                ("ffn_up.bias", FFN), ("ffn_down.bias", HIDDEN)]
+PHI2_GLOBALS = {"output_norm": "model.final_layernorm"}
+PHI2_NAMES = {"attn_qkv": "self_attn.qkv", "attn_output": "self_attn.dense", "ffn_up": "mlp.fc1", "ffn_down": "mlp.fc2"}
 
 # Per architecture: layer matrices, 1-D vectors per layer (name, length), global vectors, the
 # number of layers, extra metadata, whether the head is its own tensor, the HF names.
@@ -118,6 +124,17 @@ FAMILIES = {
                         "shortconv.conv": "conv.conv", "shortconv.in_proj": "conv.in_proj",
                         "shortconv.out_proj": "conv.out_proj", "ffn_gate": "feed_forward.w1",
                         "ffn_up": "feed_forward.w3", "ffn_down": "feed_forward.w2"}),
+    # Phi-2: LayerNorms, partial rotary, biases everywhere (the head too); q/k/v apart, and fused
+    # into attn_qkv as older conversions write them (split back by rows).
+    "phi2": dict(global_names=PHI2_GLOBALS, matrices=ATTN + [("ffn_up", FFN, HIDDEN), ("ffn_down", HIDDEN, FFN)], layer_norm=True, rotary=32,
+                 output_bias=True, vectors=PHI2_VECTORS + [("attn_q.bias", Q_ROWS), ("attn_k.bias", KV_ROWS),
+                                                           ("attn_v.bias", KV_ROWS)], names=PHI2_NAMES),
+    "phi2-fused-qkv": dict(arch="phi2", global_names=PHI2_GLOBALS, layer_norm=True, rotary=32, output_bias=True, names=PHI2_NAMES,
+                           matrices=[("attn_qkv", Q_ROWS + 2 * KV_ROWS, HIDDEN), ("attn_output", HIDDEN, Q_ROWS),
+                                     ("ffn_up", FFN, HIDDEN), ("ffn_down", HIDDEN, FFN)],
+                           vectors=PHI2_VECTORS + [("attn_qkv.bias", Q_ROWS + 2 * KV_ROWS)],
+                           fused_rows={"attn_qkv": [("self_attn.q_proj", Q_ROWS), ("self_attn.k_proj", KV_ROWS),
+                                                    ("self_attn.v_proj", KV_ROWS)]}),
     "cohere2": dict(matrices=ATTN + GATED_MLP, vectors=[("attn_norm", HIDDEN)], layer_norm=True, tied=True, layers=4,
                     meta={"logit_scale": 0.25, "attention.sliding_window": 6}),
 }
@@ -196,6 +213,8 @@ def write_family_gguf(path, case, rng, types=MATRIX_TYPES, meta=None, skip=(), e
         add("output_norm.bias", (HIDDEN,), Q.F32)
     if not spec.get("tied"):
         add("output.weight", (len(TOKENS), HIDDEN), Q.Q8_0)
+    if spec.get("output_bias"):
+        add("output.bias", (len(TOKENS),), Q.F32)
     n = 0
     for i in range(layers):
         conv = i in spec.get("conv_layers", ())
@@ -232,6 +251,8 @@ def expected_fields(arch):
         "olmoe": {"num_experts": EXPERTS, "num_experts_per_tok": 2, "intermediate_size": FFN, "norm_topk_prob": False},
         "ernie4_5": {"use_bias": False, "tie_word_embeddings": True},
         "seed_oss": {"attention_bias": True, "attention_out_bias": False},
+        "phi2": {"partial_rotary_factor": 0.5, "layer_norm_eps": 1e-5, "model_type": "phi"},
+        "phi2-fused-qkv": {"partial_rotary_factor": 0.5, "model_type": "phi"},
         "lfm2": {"full_attn_idxs": [1], "num_key_value_heads": KV_HEADS, "conv_L_cache": 3, "conv_bias": False,
                  "block_ff_dim": FFN, "block_auto_adjust_ff_dim": False, "norm_eps": 1e-6},
         "gpt-oss": {"num_local_experts": EXPERTS, "num_experts_per_tok": 2, "intermediate_size": FFN,
@@ -249,12 +270,13 @@ def test_family_gguf_converts_exactly_and_runs(case, tmp_path):
     write_family_gguf(gguf_path, case, np.random.default_rng(29))
     out = convert(gguf_path, tmp_path / "model")
     config = json.loads((out / "config.json").read_text())
-    assert config["model_type"] == arch.replace("-", "_")
+    assert config["model_type"] == {"phi2": "phi"}.get(arch, arch.replace("-", "_"))
     for key, value in expected_fields(case).items():
         assert config[key] == value, (key, config[key], value)
     names = {**LAYER_NAMES, **spec.get("names", {})}
     checked, reader = check_every_tensor(gguf_path, out, permuted_qk=arch in PERMUTED, layer_names=names,
-                                         split_rows=spec.get("split_rows", ()))
+                                         split_rows=spec.get("split_rows", ()), fused_rows=spec.get("fused_rows"),
+                                         global_names={**GLOBAL_NAMES, **spec.get("global_names", {})})
     assert checked == len(reader.tensors)
     assert_logits_equal_mlx_lm(out, tmp_path)
 
@@ -275,6 +297,10 @@ BAD = {
     "lfm2 with a key/value head list short": ("lfm2", dict(meta={"attention.head_count_kv": [0, KV_HEADS]}),
                                               "metadata 'lfm2.attention.head_count_kv' must list the key/value heads "
                                               "of each of the 3 layers"),
+    "phi2 with a fused qkv of the wrong height": ("phi2-fused-qkv", dict(skip={"blk.0.attn_qkv.weight"},
+                                                  extra=[("blk.0.attn_qkv.weight", (Q_ROWS + KV_ROWS, HIDDEN))]),
+                                                  "tensor 'blk.0.attn_qkv.weight' must hold the 512 query, key and "
+                                                  "value rows (4 + 2 x 2 heads of 64)"),
     "glm4 without a head": ("glm4", dict(skip={"output.weight"}), "glm4 needs an output head of its own"),
 }
 
@@ -285,9 +311,9 @@ def test_bad_family_gguf_is_refused_by_name(case, tmp_path):
     was expected, a non-zero exit, no output directory."""
     from gguf_support import run_convert
 
-    arch, changes, message = BAD[case]
-    gguf_path = tmp_path / f"bad-{arch}.gguf"
-    write_family_gguf(gguf_path, arch, np.random.default_rng(3), **changes)
+    family, changes, message = BAD[case]
+    gguf_path = tmp_path / f"bad-{family}.gguf"
+    write_family_gguf(gguf_path, family, np.random.default_rng(3), **changes)
     r = run_convert("--gguf", str(gguf_path), "--out", str(tmp_path / "out"))
     assert r.returncode != 0 and message in r.stderr, r.stderr
     assert str(gguf_path) in r.stderr, r.stderr

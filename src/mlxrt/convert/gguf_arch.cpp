@@ -77,6 +77,19 @@ const std::vector<TensorRename> kLfm2Layer = {
     {"ffn_up", "feed_forward.w3"},           {"ffn_down", "feed_forward.w2"},
 };
 
+// Phi-2: mlx-lm's phi names (dense, fc1/fc2, final_layernorm); older conversions fuse q/k/v into
+// attn_qkv, split back by rows (plan_tensor).
+const std::vector<TensorRename> kPhi2Globals = {
+    {"token_embd", "model.embed_tokens"},
+    {"output_norm", "model.final_layernorm"},
+    {"output", "lm_head"},
+};
+const std::vector<TensorRename> kPhi2Layer = {
+    {"attn_norm", "input_layernorm"},   {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},     {"attn_qkv", "self_attn.qkv"},  {"attn_output", "self_attn.dense"},
+    {"ffn_up", "mlp.fc1"},              {"ffn_down", "mlp.fc2"},
+};
+
 // Seed-OSS: llama.cpp names its pre-MLP norm attn_post_norm (the arch has no ffn_norm).
 std::vector<TensorRename> seed_oss_layer() {
   auto layer = kDecoderLayer;
@@ -171,6 +184,7 @@ const std::vector<GgufArchitecture>& architectures() {
       {"ernie4_5", "ernie4_5", "Ernie4_5_ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
       {"seed_oss", "seed_oss", "SeedOssForCausalLM", false, kDecoderGlobals, seed_oss_layer()},
       {"lfm2", "lfm2", "Lfm2ForCausalLM", false, kLfm2Globals, kLfm2Layer},
+      {"phi2", "phi", "PhiForCausalLM", false, kPhi2Globals, kPhi2Layer},
   };
   return table;
 }
@@ -181,6 +195,25 @@ const char* const kDerivedTensors[] = {"rope_freqs", "attn_rot_embd"};
 
 std::string arch_key(const GgufArchitecture& arch, const std::string& key) {
   return std::string(arch.gguf_name) + "." + key;
+}
+
+/** Phi-2's fused attn_qkv split into q, k and v rows (head size embedding_length / head_count). */
+std::vector<std::pair<std::string, uint64_t>> qkv_parts(const GgufArchitecture& arch, const GgufFile& file,
+                                                        const GgufTensorInfo& tensor, const std::string& layer,
+                                                        const std::string& suffix) {
+  const uint64_t heads = file.require_uint(arch_key(arch, "attention.head_count"));
+  const uint64_t kv_heads = file.get_uint(arch_key(arch, "attention.head_count_kv")).value_or(heads);
+  const uint64_t hidden = file.require_uint(arch_key(arch, "embedding_length"));
+  const uint64_t head_dim = heads == 0 ? 0 : hidden / heads;
+  const uint64_t rows = tensor.dims.size() == 1 ? tensor.dims[0] : tensor.dims.size() == 2 ? tensor.dims[1] : 0;
+  if (head_dim == 0 || rows != (heads + 2 * kv_heads) * head_dim || (suffix == ".weight") != (tensor.dims.size() == 2))
+    throw WeightsError(file.source + ": tensor '" + tensor.name + "' must hold the " +
+                       std::to_string((heads + 2 * kv_heads) * head_dim) + " query, key and value rows (" +
+                       std::to_string(heads) + " + 2 x " + std::to_string(kv_heads) + " heads of " +
+                       std::to_string(head_dim) + ")");
+  const std::string at = "model.layers." + layer + ".self_attn.";
+  return {{at + "q_proj" + suffix, heads * head_dim}, {at + "k_proj" + suffix, kv_heads * head_dim},
+          {at + "v_proj" + suffix, kv_heads * head_dim}};
 }
 
 bool is_plain_type(GgmlType t) { return t == GgmlType::f32 || t == GgmlType::f16 || t == GgmlType::bf16; }
@@ -253,6 +286,7 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
         // gpt-oss's sinks are a parameter of the attention module itself ("sinks", no ".weight").
         if (rest == "attn_sinks") plan.hf_name = "model.layers." + layer + "." + r.hf;
         plan.split_rows = std::string(r.hf).find('#') != std::string::npos;
+        if (rest == "attn_qkv" && std::string(arch.model_type) == "phi") plan.row_parts = qkv_parts(arch, file, tensor, layer, suffix);
         plan.as_conv = rest == "shortconv.conv" && suffix == ".weight";
         if (plan.as_conv && (tensor.dims.size() != 2 || !is_plain_type(tensor.type())))
           throw WeightsError(file.source + ": tensor '" + tensor.name + "' must be a 2-D F32/F16/BF16 tensor "
@@ -435,6 +469,13 @@ void add_family_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, 
     c["sliding_window_pattern"] = 4;
   } else if (type == "exaone4") {
     add_exaone4_windows(c, arch, file);
+  } else if (type == "phi") {
+    // mlx-lm's phi: head size hidden_size / heads, partial rotary, biases everywhere, its own head.
+    require_untied_head(file, type);
+    if (head_dim * c["num_attention_heads"].get<uint64_t>() != c["hidden_size"].get<uint64_t>())
+      throw UnsupportedError(file.source + ": phi2 with a head size other than embedding_length / head_count");
+    c["layer_norm_eps"] = layer_norm_eps;
+    c["partial_rotary_factor"] = rotary_factor;
   } else if (type == "lfm2") {
     add_lfm2_fields(c, arch, file);
   } else if (type == "seed_oss") {
@@ -465,14 +506,14 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   uint64_t head_dim = opt_u("attention.key_length").value_or(hidden / heads);
   const std::string type = arch.model_type;
   const bool phi3 = type == "phi3";
-  const bool partial_ok = phi3 || type == "stablelm" || type == "glm4";
+  const bool partial_ok = phi3 || type == "stablelm" || type == "glm4" || type == "phi";
   const auto rot = opt_u("rope.dimension_count");
   if (rot && *rot != head_dim && !(partial_ok && *rot > 0 && *rot < head_dim))
     throw UnsupportedError(file.source + ": partial rotary embeddings (" + arch_key(arch, "rope.dimension_count") +
                            " = " + std::to_string(*rot) + ", head size " + std::to_string(head_dim) +
                            ") are not supported by the converter for this architecture");
-  // StarCoder 2, StableLM and Cohere 2 normalise with LayerNorm, the others with RMSNorm.
-  const bool layer_norm = type == "starcoder2" || type == "stablelm" || type == "cohere2";
+  // StarCoder 2, StableLM, Cohere 2 and Phi-2 normalise with LayerNorm, the others with RMSNorm.
+  const bool layer_norm = type == "starcoder2" || type == "stablelm" || type == "cohere2" || type == "phi";
   const std::string eps_key = arch_key(arch, layer_norm ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon");
   auto eps = file.get_float(eps_key);
   if (!eps) throw ConfigError(file.source + ": missing required metadata '" + eps_key + "'");

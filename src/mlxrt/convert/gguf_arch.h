@@ -5,6 +5,7 @@
  * "rotate half" kind but which llama.cpp runs with interleaved RoPE). No MLX dependency. */
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,9 @@ struct TensorPlan {
   bool minus_one = false;            // a Gemma norm weight, which llama.cpp stores plus one
   bool split_rows = false;           // one 1-D tensor per row, hf_name's "#" replaced by the row index
   bool as_conv = false;              // a plain [channels, kernel] depthwise conv weight, held as [channels, kernel, 1]
+  // A fused tensor split by rows (elements of a 1-D one) into these checkpoint tensors, in order:
+  // (name, rows). Empty for a tensor kept whole under hf_name.
+  std::vector<std::pair<std::string, uint64_t>> row_parts;
 };
 
 /** The checkpoint name and row handling of one tensor, or nullopt for tensors that carry nothing

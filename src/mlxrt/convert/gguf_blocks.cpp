@@ -517,6 +517,27 @@ std::vector<uint8_t> permute_plain_rows(const GgufTensorInfo& info, const uint8_
   return out;
 }
 
+GgufTensorInfo slice_rows(const GgufTensorInfo& info, uint64_t begin, uint64_t count) {
+  GgufTensorInfo part = info;
+  if (info.dims.size() == 1) {
+    if (info.traits.block_elements != 1 || begin + count > info.dims[0])
+      throw UnsupportedError("tensor '" + info.name + "': cannot take elements " + std::to_string(begin) + ".." +
+                             std::to_string(begin + count) + " of it");
+    part.offset += begin * info.traits.block_bytes;
+    part.dims[0] = count;
+  } else {
+    if (info.dims.size() != 2 || begin + count > info.dims[1])
+      throw UnsupportedError("tensor '" + info.name + "': cannot take rows " + std::to_string(begin) + ".." +
+                             std::to_string(begin + count) + " of it");
+    part.offset += begin * (info.dims[0] / info.traits.block_elements * info.traits.block_bytes);
+    part.dims[1] = count;
+  }
+  part.n_elements = 1;
+  for (auto d : part.dims) part.n_elements *= d;
+  part.n_bytes = part.n_elements / info.traits.block_elements * info.traits.block_bytes;
+  return part;
+}
+
 std::vector<uint64_t> unpermute_qk_rows(uint64_t rows, uint64_t heads) {
   std::vector<uint64_t> order(rows);
   const uint64_t head_dim = rows / heads, half = head_dim / 2;

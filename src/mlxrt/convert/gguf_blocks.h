@@ -76,6 +76,10 @@ std::vector<float> dequantize_float32(const GgufTensorInfo& info, const uint8_t*
 std::vector<uint8_t> permute_plain_rows(const GgufTensorInfo& info, const uint8_t* data,
                                         const std::vector<uint64_t>& row_order);
 
+/** Rows [begin, begin + count) of a 2-D tensor (elements, of a 1-D plain one) as a tensor of
+ * their own: the same name and type, its offset moved to the first of them. */
+GgufTensorInfo slice_rows(const GgufTensorInfo& info, uint64_t begin, uint64_t count);
+
 /** Row order that undoes llama.cpp's Q/K permutation for its interleaved (GPT-J style) RoPE: for
  * each of `heads` heads of `rows / heads` rows, GGUF row 2j + a holds original row a*half + j. */
 std::vector<uint64_t> unpermute_qk_rows(uint64_t rows, uint64_t heads);

@@ -30,9 +30,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/** One GGUF tensor and where it goes. */
+/** One GGUF tensor (or rows of a fused one) and where it goes. */
 struct PlannedTensor {
-  const GgufTensorInfo* info;
+  GgufTensorInfo info;  // offset from the start of the data section
   TensorPlan plan;
   std::optional<AffineParams> affine;  // set for blocks kept quantized
   bool mxfp4 = false;                  // MXFP4 blocks kept as MLX's mxfp4
@@ -47,37 +47,54 @@ mx::Dtype plain_dtype(GgmlType t) {
   return t == GgmlType::f32 ? mx::float32 : t == GgmlType::f16 ? mx::float16 : mx::bfloat16;
 }
 
+/** How one tensor (or part) is written, after checking that it can be. */
+PlannedTensor plan_one(const GgufFile& file, const GgufTensorInfo& t, const TensorPlan& plan) {
+  PlannedTensor p{t, plan, affine_params_for(t.type()), t.type() == GgmlType::mxfp4, has_exact_float32(t.type()), 0, 0};
+  if (!p.affine && !p.mxfp4 && !p.dense && !is_plain(t.type()))
+    throw UnsupportedError(file.source + ": tensor '" + t.name + "' has type " + t.traits.name +
+                           ", which the converter does not support (supported: F32, F16, BF16, Q4_0, Q4_1, "
+                           "Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, TQ1_0, TQ2_0, MXFP4; Q2_K, Q3_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, "
+                           "IQ3_XXS, IQ3_S, IQ4_NL and IQ4_XS stored as float32)");
+  if ((p.affine || p.mxfp4 || p.dense) && t.dims.size() != 2 && t.dims.size() != 3)
+    throw UnsupportedError(file.source + ": quantized tensor '" + t.name + "' has " + std::to_string(t.dims.size()) +
+                           " dimensions; only 2-D quantized weights (and 3-D stacked experts) are supported");
+  for (auto d : t.dims)
+    if (d > static_cast<uint64_t>(INT32_MAX))
+      throw UnsupportedError(file.source + ": tensor '" + t.name + "' has a dimension of " + std::to_string(d) +
+                             ", larger than MLX arrays allow");
+  if (p.mxfp4 && p.plan.qk_heads)
+    throw UnsupportedError(file.source + ": tensor '" + t.name + "': MXFP4 rows cannot be un-permuted");
+  if (p.affine) {
+    uint64_t groups = t.rows() * (t.dims[0] / p.affine->group_size);
+    p.out_bytes = t.n_elements * p.affine->bits / 8 + 2 * groups * sizeof(float);
+  } else if (p.mxfp4) {
+    p.out_bytes = t.n_elements / 2 + t.n_elements / 32;
+  } else if (p.dense) {
+    p.out_bytes = t.n_elements * sizeof(float);
+  } else {
+    p.out_bytes = t.n_bytes;
+  }
+  return p;
+}
+
 std::vector<PlannedTensor> plan_tensors(const GgufArchitecture& arch, const GgufFile& file) {
   std::vector<PlannedTensor> out;
   for (const auto& t : file.tensors) {
     auto plan = plan_tensor(arch, file, t);
     if (!plan) continue;
-    PlannedTensor p{&t, *plan, affine_params_for(t.type()), t.type() == GgmlType::mxfp4, has_exact_float32(t.type()), 0, 0};
-    if (!p.affine && !p.mxfp4 && !p.dense && !is_plain(t.type()))
-      throw UnsupportedError(file.source + ": tensor '" + t.name + "' has type " + t.traits.name +
-                             ", which the converter does not support (supported: F32, F16, BF16, Q4_0, Q4_1, "
-                             "Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, TQ1_0, TQ2_0, MXFP4; Q2_K, Q3_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, "
-                             "IQ3_XXS, IQ3_S, IQ4_NL and IQ4_XS stored as float32)");
-    if ((p.affine || p.mxfp4 || p.dense) && t.dims.size() != 2 && t.dims.size() != 3)
-      throw UnsupportedError(file.source + ": quantized tensor '" + t.name + "' has " + std::to_string(t.dims.size()) +
-                             " dimensions; only 2-D quantized weights (and 3-D stacked experts) are supported");
-    for (auto d : t.dims)
-      if (d > static_cast<uint64_t>(INT32_MAX))
-        throw UnsupportedError(file.source + ": tensor '" + t.name + "' has a dimension of " + std::to_string(d) +
-                               ", larger than MLX arrays allow");
-    if (p.mxfp4 && p.plan.qk_heads)
-      throw UnsupportedError(file.source + ": tensor '" + t.name + "': MXFP4 rows cannot be un-permuted");
-    if (p.affine) {
-      uint64_t groups = t.rows() * (t.dims[0] / p.affine->group_size);
-      p.out_bytes = t.n_elements * p.affine->bits / 8 + 2 * groups * sizeof(float);
-    } else if (p.mxfp4) {
-      p.out_bytes = t.n_elements / 2 + t.n_elements / 32;
-    } else if (p.dense) {
-      p.out_bytes = t.n_elements * sizeof(float);
-    } else {
-      p.out_bytes = t.n_bytes;
+    if (plan->row_parts.empty()) {
+      out.push_back(plan_one(file, t, *plan));
+      continue;
     }
-    out.push_back(std::move(p));
+    // A fused tensor: one planned tensor per part, each a slice of its rows.
+    uint64_t row = 0;
+    for (const auto& [name, rows] : plan->row_parts) {
+      TensorPlan part = *plan;
+      part.hf_name = name;
+      part.row_parts.clear();
+      out.push_back(plan_one(file, slice_rows(t, row, rows), part));
+      row += rows;
+    }
   }
   return out;
 }
@@ -121,7 +138,7 @@ mx::array adopt(std::vector<T>&& values, mx::Shape shape, mx::Dtype dtype) {
 /** The checkpoint arrays of one GGUF tensor, named as mlx-lm expects. */
 void convert_tensor(const PlannedTensor& p, const uint8_t* data,
                     std::unordered_map<std::string, mx::array>& out) {
-  const auto& t = *p.info;
+  const auto& t = p.info;
   std::vector<uint64_t> order;
   if (p.plan.qk_heads) order = unpermute_qk_rows(t.rows(), *p.plan.qk_heads);
   const std::vector<uint64_t>* row_order = p.plan.qk_heads ? &order : nullptr;
@@ -270,8 +287,8 @@ GgufConvertSummary convert_gguf(const GgufConvertOptions& options) {
     std::unordered_map<std::string, mx::array> arrays;
     for (const auto& t : tensors) {
       if (t.shard != s) continue;
-      progress.update(done, t.info->name);
-      convert_tensor(t, mapped.data() + file.data_start + t.info->offset, arrays);
+      progress.update(done, t.info.name);
+      convert_tensor(t, mapped.data() + file.data_start + t.info.offset, arrays);
       summary.bytes += t.out_bytes;
       ++done;
     }
