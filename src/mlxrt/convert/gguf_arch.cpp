@@ -493,6 +493,127 @@ void add_family_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, 
   }
 }
 
+bool is_moe(const std::string& type) {
+  return type == "qwen3_moe" || type == "qwen2_moe" || type == "mixtral" || type == "gpt_oss" || type == "olmoe";
+}
+
+/** The experts' width: Mixtral's is its feed_forward_length, OLMoE's too unless given apart; the
+ * Qwen MoEs and gpt-oss give theirs apart. */
+uint64_t expert_width(const GgufArchitecture& arch, const GgufFile& file) {
+  const std::string type = arch.model_type;
+  if (type == "mixtral") return file.require_uint(arch_key(arch, "feed_forward_length"));
+  if (type == "olmoe") {
+    auto width = file.get_uint(arch_key(arch, "expert_feed_forward_length"));
+    return width ? *width : file.require_uint(arch_key(arch, "feed_forward_length"));
+  }
+  return file.require_uint(arch_key(arch, "expert_feed_forward_length"));
+}
+
+/** The mixture-of-experts fields of each MoE family's config. */
+void add_moe_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, const GgufFile& file) {
+  auto u = [&](const char* key) { return file.require_uint(arch_key(arch, key)); };
+  const std::string type = arch.model_type;
+  const uint64_t expert_ffn = expert_width(arch, file);
+  // Qwen3MoeConfig: every layer sparse unless it has no router; top-k probabilities renormalised
+  // (norm_topk_prob, true in every released Qwen3-MoE). Mixtral / Qwen2MoeConfig: their fields.
+  const uint64_t experts = u("expert_count"), used = u("expert_used_count");
+  if (experts == 0 || used == 0 || used > experts)
+    throw ConfigError(file.source + ": " + arch_key(arch, "expert_used_count") + " = " + std::to_string(used) +
+                      " must be between 1 and " + arch_key(arch, "expert_count") + " = " + std::to_string(experts));
+  const bool local_experts = type == "mixtral" || type == "gpt_oss";
+  c[local_experts ? "num_local_experts" : "num_experts"] = experts;
+  c["num_experts_per_tok"] = used;
+  if (type == "gpt_oss" || type == "olmoe") c["intermediate_size"] = expert_ffn;  // their experts' width
+  else if (type != "mixtral") c["moe_intermediate_size"] = expert_ffn;
+  if (type == "qwen2_moe") c["shared_expert_intermediate_size"] = u("expert_shared_feed_forward_length");
+  if (type == "qwen3_moe") {
+    c["decoder_sparse_step"] = 1;
+    nlohmann::ordered_json dense = nlohmann::ordered_json::array();
+    for (uint64_t i = 0; i < u("block_count"); ++i)
+      if (!file.find_tensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight")) dense.push_back(i);
+    c["mlp_only_layers"] = dense;
+    c["norm_topk_prob"] = true;
+  } else {
+    if (type == "olmoe")  // llama.cpp leaves OLMoE's top-k weights as they are unless told otherwise
+      c["norm_topk_prob"] = file.get_bool(arch_key(arch, "expert_weights_norm")).value_or(false);
+    // mlx-lm's mixtral, qwen2_moe, gpt_oss and olmoe make every layer sparse.
+    for (uint64_t i = 0; i < u("block_count"); ++i)
+      if (!file.find_tensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight"))
+        throw UnsupportedError(file.source + ": layer " + std::to_string(i) + " has no router (ffn_gate_inp), but " +
+                               type + " needs experts in every layer");
+  }
+}
+
+/** Gemma 2 and 3's fields beyond the llama-like ones. */
+void add_gemma_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, const GgufFile& file) {
+  auto u = [&](const char* key) { return file.require_uint(arch_key(arch, key)); };
+  auto opt_u = [&](const char* key) { return file.get_uint(arch_key(arch, key)); };
+  const std::string type = arch.model_type;
+  const uint64_t hidden = c["hidden_size"].get<uint64_t>(), heads = c["num_attention_heads"].get<uint64_t>();
+  const uint64_t head_dim = c["head_dim"].get<uint64_t>();
+  if (type == "gemma3_text") {
+    // Gemma3TextConfig's fields that llama.cpp keeps as constants rather than metadata: five
+    // sliding layers per global one, local RoPE base 10000, and the query scale of head_dim
+    // except on the 62-layer 27B, whose scale is hidden_size / heads.
+    c["sliding_window"] = u("attention.sliding_window");
+    c["sliding_window_pattern"] = 6;
+    c["rope_local_base_freq"] = 10000.0;
+    c["query_pre_attn_scalar"] = u("block_count") == 62 ? hidden / heads : head_dim;
+    c["hidden_activation"] = "gelu_pytorch_tanh";
+    c["final_logit_softcapping"] = nullptr;
+    c["attn_logit_softcapping"] = nullptr;
+  }
+  if (type == "gemma2") {
+    // Gemma2Config: the soft caps from the metadata; the query scale of head_dim except on the
+    // 46-layer 27B (hidden_size / heads), as llama.cpp derives it.
+    auto cap = [&](const char* key) {
+      auto v = file.get_float(arch_key(arch, key));
+      if (!v || !std::isfinite(static_cast<float>(*v)) || *v <= 0)
+        throw ConfigError(file.source + ": metadata '" + arch_key(arch, key) + "' is missing or not a positive number");
+      return shortest_float32(*v);
+    };
+    c["attn_logit_softcapping"] = cap("attn_logit_softcapping");
+    c["final_logit_softcapping"] = cap("final_logit_softcapping");
+    c["query_pre_attn_scalar"] = u("block_count") == 46 ? hidden / heads : head_dim;
+    if (auto window = opt_u("attention.sliding_window")) c["sliding_window"] = *window;
+  }
+}
+
+/** Phi-3's partial rotary and LongRoPE factors (the float32 tensors at `data`). */
+void add_phi3_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, const GgufFile& file, const uint8_t* data) {
+  const uint64_t hidden = c["hidden_size"].get<uint64_t>(), heads = c["num_attention_heads"].get<uint64_t>();
+  const uint64_t head_dim = c["head_dim"].get<uint64_t>();
+  const auto rot = file.get_uint(arch_key(arch, "rope.dimension_count"));
+  // mlx-lm's phi3: head_dim = hidden_size / heads; a rotary part below it is partial_rotary_factor;
+  // llama.cpp's rope_factors_long/short are the LongRoPE (SuScaledRoPE) factors.
+  if (head_dim * heads != hidden)
+    throw UnsupportedError(file.source + ": phi3 with a head size other than embedding_length / head_count");
+  if (rot && *rot != head_dim) c["partial_rotary_factor"] = static_cast<double>(*rot) / static_cast<double>(head_dim);
+  if (file.find_tensor("rope_factors_long.weight")) {
+    auto original = file.require_uint(arch_key(arch, "rope.scaling.original_context_length"));
+    c["rope_scaling"] = {{"type", "longrope"},
+                         {"long_factor", float32_list(file, data, "rope_factors_long.weight")},
+                         {"short_factor", float32_list(file, data, file.find_tensor("rope_factors_short.weight")
+                                                                       ? "rope_factors_short.weight"
+                                                                       : "rope_factors_long.weight")}};
+    c["original_max_position_embeddings"] = original;
+  }
+}
+
+/** rope_scaling: none, linear, or gpt-oss's YaRN. */
+nlohmann::ordered_json rope_scaling(const GgufArchitecture& arch, const GgufFile& file) {
+  auto scaling = file.get_string(arch_key(arch, "rope.scaling.type"));
+  if (!scaling || *scaling == "none") return nullptr;
+  if (*scaling == "yarn" && std::string(arch.model_type) == "gpt_oss") return yarn_scaling(arch, file);
+  auto factor = file.get_float(arch_key(arch, "rope.scaling.factor"));
+  if (*scaling != "linear" || !factor)
+    throw UnsupportedError(file.source + ": RoPE scaling '" + *scaling + "' is not supported by the converter (supported: linear)");
+  if (!std::isfinite(static_cast<float>(*factor)) || *factor <= 0)
+    throw ConfigError(file.source + ": metadata '" + arch_key(arch, "rope.scaling.factor") + "' = " +
+                      std::to_string(*factor) + " is not a finite, positive number");
+  return {{"type", "linear"}, {"factor", shortest_float32(*factor)}};
+}
+
 }  // namespace
 
 nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const GgufFile& file, const uint8_t* data) {
@@ -537,14 +658,8 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["architectures"] = {arch.hf_class};
   c["model_type"] = arch.model_type;
   c["hidden_size"] = hidden;
-  const bool moe = type == "qwen3_moe" || type == "qwen2_moe" || type == "mixtral" || type == "gpt_oss" || type == "olmoe";
-  // Mixtral's experts are as wide as its feed_forward_length, OLMoE's too unless given apart; the
-  // Qwen MoEs and gpt-oss give theirs apart.
-  const auto expert_ffn = !moe ? std::nullopt
-                          : type == "mixtral" ? std::optional<uint64_t>(u("feed_forward_length"))
-                          : type == "olmoe" ? std::optional<uint64_t>(opt_u("expert_feed_forward_length").value_or(u("feed_forward_length")))
-                                            : std::optional<uint64_t>(u("expert_feed_forward_length"));
-  c["intermediate_size"] = moe ? opt_u("feed_forward_length").value_or(*expert_ffn) : u("feed_forward_length");
+  const bool moe = is_moe(type);
+  c["intermediate_size"] = moe ? opt_u("feed_forward_length").value_or(expert_width(arch, file)) : u("feed_forward_length");
   c["num_hidden_layers"] = u("block_count");
   c["num_attention_heads"] = heads;
   // LFM2's head_count_kv is a list, zero on its convolution layers (add_family_fields).
@@ -554,95 +669,15 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["hidden_act"] = gemma ? "gelu_pytorch_tanh" : "silu";
   if (!layer_norm) c["rms_norm_eps"] = shortest_float32(*eps);
   c["rope_theta"] = shortest_float32(rope_base);
-  c["rope_scaling"] = nullptr;
-  if (auto scaling = file.get_string(arch_key(arch, "rope.scaling.type")); scaling && *scaling == "yarn" && type == "gpt_oss") {
-    c["rope_scaling"] = yarn_scaling(arch, file);
-  } else if (auto type = file.get_string(arch_key(arch, "rope.scaling.type")); type && *type != "none") {
-    auto factor = file.get_float(arch_key(arch, "rope.scaling.factor"));
-    if (*type != "linear" || !factor)
-      throw UnsupportedError(file.source + ": RoPE scaling '" + *type + "' is not supported by the converter (supported: linear)");
-    if (!std::isfinite(static_cast<float>(*factor)) || *factor <= 0)
-      throw ConfigError(file.source + ": metadata '" + arch_key(arch, "rope.scaling.factor") + "' = " +
-                        std::to_string(*factor) + " is not a finite, positive number");
-    c["rope_scaling"] = {{"type", "linear"}, {"factor", shortest_float32(*factor)}};
-  }
+  c["rope_scaling"] = rope_scaling(arch, file);
   c["max_position_embeddings"] = opt_u("context_length").value_or(2048);
   c["vocab_size"] = vocab;
   c["tie_word_embeddings"] = file.find_tensor("output.weight") == nullptr;
   c["attention_bias"] = file.find_tensor("blk.0.attn_q.bias") != nullptr;
   c["mlp_bias"] = file.find_tensor("blk.0.ffn_up.bias") != nullptr;
-  if (moe) {
-    // Qwen3MoeConfig: every layer sparse unless it has no router; top-k probabilities renormalised
-    // (norm_topk_prob, true in every released Qwen3-MoE). Mixtral / Qwen2MoeConfig: their fields.
-    const uint64_t experts = u("expert_count"), used = u("expert_used_count");
-    if (experts == 0 || used == 0 || used > experts)
-      throw ConfigError(file.source + ": " + arch_key(arch, "expert_used_count") + " = " + std::to_string(used) +
-                        " must be between 1 and " + arch_key(arch, "expert_count") + " = " + std::to_string(experts));
-    const bool local_experts = type == "mixtral" || type == "gpt_oss";
-    c[local_experts ? "num_local_experts" : "num_experts"] = experts;
-    c["num_experts_per_tok"] = used;
-    if (type == "gpt_oss" || type == "olmoe") c["intermediate_size"] = *expert_ffn;  // their experts' width
-    else if (type != "mixtral") c["moe_intermediate_size"] = *expert_ffn;
-    if (type == "qwen2_moe") c["shared_expert_intermediate_size"] = u("expert_shared_feed_forward_length");
-    if (type == "qwen3_moe") {
-      c["decoder_sparse_step"] = 1;
-      nlohmann::ordered_json dense = nlohmann::ordered_json::array();
-      for (uint64_t i = 0; i < u("block_count"); ++i)
-        if (!file.find_tensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight")) dense.push_back(i);
-      c["mlp_only_layers"] = dense;
-      c["norm_topk_prob"] = true;
-    } else {
-      if (type == "olmoe")  // llama.cpp leaves OLMoE's top-k weights as they are unless told otherwise
-        c["norm_topk_prob"] = file.get_bool(arch_key(arch, "expert_weights_norm")).value_or(false);
-      // mlx-lm's mixtral, qwen2_moe, gpt_oss and olmoe make every layer sparse.
-      for (uint64_t i = 0; i < u("block_count"); ++i)
-        if (!file.find_tensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight"))
-          throw UnsupportedError(file.source + ": layer " + std::to_string(i) + " has no router (ffn_gate_inp), but " +
-                                 type + " needs experts in every layer");
-    }
-  }
-  if (type == "gemma3_text") {
-    // Gemma3TextConfig's fields that llama.cpp keeps as constants rather than metadata: five
-    // sliding layers per global one, local RoPE base 10000, and the query scale of head_dim
-    // except on the 62-layer 27B, whose scale is hidden_size / heads.
-    c["sliding_window"] = u("attention.sliding_window");
-    c["sliding_window_pattern"] = 6;
-    c["rope_local_base_freq"] = 10000.0;
-    c["query_pre_attn_scalar"] = u("block_count") == 62 ? hidden / heads : head_dim;
-    c["hidden_activation"] = "gelu_pytorch_tanh";
-    c["final_logit_softcapping"] = nullptr;
-    c["attn_logit_softcapping"] = nullptr;
-  }
-  if (type == "gemma2") {
-    // Gemma2Config: the soft caps from the metadata; the query scale of head_dim except on the
-    // 46-layer 27B (hidden_size / heads), as llama.cpp derives it.
-    auto cap = [&](const char* key) {
-      auto v = file.get_float(arch_key(arch, key));
-      if (!v || !std::isfinite(static_cast<float>(*v)) || *v <= 0)
-        throw ConfigError(file.source + ": metadata '" + arch_key(arch, key) + "' is missing or not a positive number");
-      return shortest_float32(*v);
-    };
-    c["attn_logit_softcapping"] = cap("attn_logit_softcapping");
-    c["final_logit_softcapping"] = cap("final_logit_softcapping");
-    c["query_pre_attn_scalar"] = u("block_count") == 46 ? hidden / heads : head_dim;
-    if (auto window = opt_u("attention.sliding_window")) c["sliding_window"] = *window;
-  }
-  if (phi3) {
-    // mlx-lm's phi3: head_dim = hidden_size / heads; a rotary part below it is partial_rotary_factor;
-    // llama.cpp's rope_factors_long/short are the LongRoPE (SuScaledRoPE) factors.
-    if (head_dim * heads != hidden)
-      throw UnsupportedError(file.source + ": phi3 with a head size other than embedding_length / head_count");
-    if (rot && *rot != head_dim) c["partial_rotary_factor"] = static_cast<double>(*rot) / static_cast<double>(head_dim);
-    if (file.find_tensor("rope_factors_long.weight")) {
-      auto original = file.require_uint(arch_key(arch, "rope.scaling.original_context_length"));
-      c["rope_scaling"] = {{"type", "longrope"},
-                           {"long_factor", float32_list(file, data, "rope_factors_long.weight")},
-                           {"short_factor", float32_list(file, data, file.find_tensor("rope_factors_short.weight")
-                                                                         ? "rope_factors_short.weight"
-                                                                         : "rope_factors_long.weight")}};
-      c["original_max_position_embeddings"] = original;
-    }
-  }
+  if (moe) add_moe_fields(c, arch, file);
+  if (type == "gemma3_text" || type == "gemma2") add_gemma_fields(c, arch, file);
+  if (phi3) add_phi3_fields(c, arch, file, data);
   add_family_fields(c, arch, file, layer_norm ? shortest_float32(*eps) : 0.0);
   if (auto bos = file.get_uint("tokenizer.ggml.bos_token_id")) c["bos_token_id"] = *bos;
   if (auto eos = file.get_uint("tokenizer.ggml.eos_token_id")) c["eos_token_id"] = *eos;
