@@ -6,7 +6,7 @@ interleaved partial rotary), cohere2 (tied head, logit scale, sliding windows), 
 biased router and experts, MXFP4 experts kept as MLX's mxfp4, YaRN RoPE), olmoe (experts in every
 layer, q/k norms over all heads), ernie4_5 (dense, tied head), seed_oss (q/k/v biases), lfm2
 (short-convolution and attention layers), phi2 (LayerNorms, partial rotary, biases; q/k/v apart or
-fused in attn_qkv and split back by rows). Each tensor converts exactly (against the gguf package's dequantisation), config.json
+fused in attn_qkv and split back by rows), hunyuan-dense (per-head q/k norms, NTK base as written). Each tensor converts exactly (against the gguf package's dequantisation), config.json
 carries the family's fields, and mlxrt's logits on the result are byte-equal to mlx-lm's."""
 
 import json
@@ -135,6 +135,12 @@ FAMILIES = {
                            vectors=PHI2_VECTORS + [("attn_qkv.bias", Q_ROWS + 2 * KV_ROWS)],
                            fused_rows={"attn_qkv": [("self_attn.q_proj", Q_ROWS), ("self_attn.k_proj", KV_ROWS),
                                                     ("self_attn.v_proj", KV_ROWS)]}),
+    # Hunyuan dense: per-head q/k norms; llama.cpp's NTK-alpha base folded into rope.freq_base.
+    "hunyuan-dense": dict(matrices=ATTN + GATED_MLP,
+                          vectors=[("attn_norm", HIDDEN), ("ffn_norm", HIDDEN), ("attn_q_norm", HEAD_DIM),
+                                   ("attn_k_norm", HEAD_DIM)],
+                          meta={"rope.scaling.type": "none", "rope.scaling.factor": 1.0},
+                          names={"attn_q_norm": "self_attn.query_layernorm", "attn_k_norm": "self_attn.key_layernorm"}),
     "cohere2": dict(matrices=ATTN + GATED_MLP, vectors=[("attn_norm", HIDDEN)], layer_norm=True, tied=True, layers=4,
                     meta={"logit_scale": 0.25, "attention.sliding_window": 6}),
 }
@@ -251,6 +257,7 @@ def expected_fields(arch):
         "olmoe": {"num_experts": EXPERTS, "num_experts_per_tok": 2, "intermediate_size": FFN, "norm_topk_prob": False},
         "ernie4_5": {"use_bias": False, "tie_word_embeddings": True},
         "seed_oss": {"attention_bias": True, "attention_out_bias": False},
+        "hunyuan-dense": {"use_qk_norm": True, "rope_scaling": None},
         "phi2": {"partial_rotary_factor": 0.5, "layer_norm_eps": 1e-5, "model_type": "phi"},
         "phi2-fused-qkv": {"partial_rotary_factor": 0.5, "model_type": "phi"},
         "lfm2": {"full_attn_idxs": [1], "num_key_value_heads": KV_HEADS, "conv_L_cache": 3, "conv_bias": False,
@@ -270,7 +277,7 @@ def test_family_gguf_converts_exactly_and_runs(case, tmp_path):
     write_family_gguf(gguf_path, case, np.random.default_rng(29))
     out = convert(gguf_path, tmp_path / "model")
     config = json.loads((out / "config.json").read_text())
-    assert config["model_type"] == {"phi2": "phi"}.get(arch, arch.replace("-", "_"))
+    assert config["model_type"] == {"phi2": "phi", "hunyuan-dense": "hunyuan_v1_dense"}.get(arch, arch.replace("-", "_"))
     for key, value in expected_fields(case).items():
         assert config[key] == value, (key, config[key], value)
     names = {**LAYER_NAMES, **spec.get("names", {})}

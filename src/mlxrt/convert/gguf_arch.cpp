@@ -90,6 +90,16 @@ const std::vector<TensorRename> kPhi2Layer = {
     {"ffn_up", "mlp.fc1"},              {"ffn_down", "mlp.fc2"},
 };
 
+// Hunyuan dense: per-head q/k norms under mlx-lm's query_layernorm / key_layernorm.
+std::vector<TensorRename> hunyuan_layer() {
+  auto layer = kDecoderLayer;
+  for (auto& r : layer) {
+    if (std::string(r.gguf) == "attn_q_norm") r.hf = "self_attn.query_layernorm";
+    if (std::string(r.gguf) == "attn_k_norm") r.hf = "self_attn.key_layernorm";
+  }
+  return layer;
+}
+
 // Seed-OSS: llama.cpp names its pre-MLP norm attn_post_norm (the arch has no ffn_norm).
 std::vector<TensorRename> seed_oss_layer() {
   auto layer = kDecoderLayer;
@@ -185,6 +195,7 @@ const std::vector<GgufArchitecture>& architectures() {
       {"seed_oss", "seed_oss", "SeedOssForCausalLM", false, kDecoderGlobals, seed_oss_layer()},
       {"lfm2", "lfm2", "Lfm2ForCausalLM", false, kLfm2Globals, kLfm2Layer},
       {"phi2", "phi", "PhiForCausalLM", false, kPhi2Globals, kPhi2Layer},
+      {"hunyuan-dense", "hunyuan_v1_dense", "HunYuanDenseV1ForCausalLM", false, kDecoderGlobals, hunyuan_layer()},
   };
   return table;
 }
@@ -478,6 +489,10 @@ void add_family_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, 
     c["partial_rotary_factor"] = rotary_factor;
   } else if (type == "lfm2") {
     add_lfm2_fields(c, arch, file);
+  } else if (type == "hunyuan_v1_dense") {
+    // llama.cpp folds HunYuan's NTK alpha into rope.freq_base (and writes scaling "none"): the base
+    // is taken as it is, with mlx-lm's alpha left at 1.
+    c["use_qk_norm"] = file.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
   } else if (type == "seed_oss") {
     c["attention_out_bias"] = file.find_tensor("blk.0.attn_output.bias") != nullptr;
   } else if (type == "ernie4_5") {
