@@ -7,6 +7,12 @@ function(mlxrt_gguf_iq_tables target python)
   set(_header "${_dir}/mlxrt/convert/gguf_iq_tables.h")
   set(_tool "${MLXRT_SOURCE_DIR}/tools/gen_gguf_iq_tables.py")
   if(NOT TARGET mlxrt_gguf_iq_tables_header)
+    # The gguf package comes with the environment's test requirements (tools/requirements-test.txt).
+    execute_process(COMMAND "${python}" -c "import gguf.quants" RESULT_VARIABLE _rc OUTPUT_QUIET ERROR_QUIET)
+    if(NOT _rc EQUAL 0)
+      message(FATAL_ERROR "${python} cannot import the gguf package, from which the GGUF IQ tables are "
+                          "generated: install tools/requirements-test.txt into that environment")
+    endif()
     add_custom_command(OUTPUT "${_header}"
       COMMAND "${python}" "${_tool}" "${_header}"
       DEPENDS "${_tool}"
