@@ -52,9 +52,7 @@ PlannedTensor plan_one(const GgufFile& file, const GgufTensorInfo& t, const Tens
   PlannedTensor p{t, plan, affine_params_for(t.type()), t.type() == GgmlType::mxfp4, has_exact_float32(t.type()), 0, 0};
   if (!p.affine && !p.mxfp4 && !p.dense && !is_plain(t.type()))
     throw UnsupportedError(file.source + ": tensor '" + t.name + "' has type " + t.traits.name +
-                           ", which the converter does not support (supported: F32, F16, BF16, Q4_0, Q4_1, "
-                           "Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, TQ1_0, TQ2_0, MXFP4; Q2_K, Q3_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, "
-                           "IQ3_XXS, IQ3_S, IQ4_NL and IQ4_XS stored as float32)");
+                           ", which the converter does not support (supported: " + supported_gguf_types() + ")");
   if ((p.affine || p.mxfp4 || p.dense) && t.dims.size() != 2 && t.dims.size() != 3)
     throw UnsupportedError(file.source + ": quantized tensor '" + t.name + "' has " + std::to_string(t.dims.size()) +
                            " dimensions; only 2-D quantized weights (and 3-D stacked experts) are supported");
