@@ -10,6 +10,7 @@
 
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/gguf_arch.h"
+#include "mlxrt/convert/gguf_blocks.h"
 #include "mlxrt/convert/gguf_convert.h"
 #include "mlxrt/convert/hf_convert.h"
 #include "mlxrt/util/errors.h"

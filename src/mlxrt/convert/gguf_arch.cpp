@@ -246,11 +246,6 @@ std::string supported_gguf_architectures() {
   return supported;
 }
 
-std::string supported_gguf_types() {
-  return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, TQ1_0, TQ2_0, MXFP4; Q2_K, Q3_K, Q6_K, IQ1_S, "
-         "IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL and IQ4_XS stored as float32";
-}
-
 const GgufArchitecture& find_architecture(const GgufFile& file) {
   auto name = file.get_string("general.architecture");
   if (!name) throw ConfigError(file.source + ": missing required metadata 'general.architecture'");

@@ -34,9 +34,6 @@ const GgufArchitecture& find_architecture(const GgufFile& file);
 /** The `general.architecture` names the converter reads, comma-separated, for messages and help. */
 std::string supported_gguf_architectures();
 
-/** The ggml tensor types the converter reads, for messages and help. */
-std::string supported_gguf_types();
-
 /** Where a GGUF tensor goes in the checkpoint. */
 struct TensorPlan {
   std::string hf_name;

@@ -517,6 +517,20 @@ std::vector<uint8_t> permute_plain_rows(const GgufTensorInfo& info, const uint8_
   return out;
 }
 
+std::string supported_gguf_types() {
+  std::string kept, dense;
+  for (uint32_t id = 0; id < 64; ++id) {
+    auto traits = ggml_type_traits(id);
+    if (!traits) continue;
+    const auto type = static_cast<GgmlType>(id);
+    const bool plain = type == GgmlType::f32 || type == GgmlType::f16 || type == GgmlType::bf16;
+    std::string& list = has_exact_float32(type) ? dense : kept;
+    if (plain || affine_params_for(type) || type == GgmlType::mxfp4 || has_exact_float32(type))
+      list += (list.empty() ? "" : ", ") + std::string(traits->name);
+  }
+  return kept + "; " + dense + " stored as float32";
+}
+
 GgufTensorInfo slice_rows(const GgufTensorInfo& info, uint64_t begin, uint64_t count) {
   GgufTensorInfo part = info;
   if (info.dims.size() == 1) {

@@ -26,6 +26,7 @@
  * (e.g. d*15 + m) would be rounded to 11 bits and differ. No MLX dependency. */
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "mlxrt/convert/gguf_file.h"
@@ -83,6 +84,10 @@ GgufTensorInfo slice_rows(const GgufTensorInfo& info, uint64_t begin, uint64_t c
 /** Row order that undoes llama.cpp's Q/K permutation for its interleaved (GPT-J style) RoPE: for
  * each of `heads` heads of `rows / heads` rows, GGUF row 2j + a holds original row a*half + j. */
 std::vector<uint64_t> unpermute_qk_rows(uint64_t rows, uint64_t heads);
+
+/** The ggml tensor types the converter reads, by how: "F32, F16, ... (kept or repacked); Q2_K, ...
+ * stored as float32", for messages and help. */
+std::string supported_gguf_types();
 
 /** IEEE half to float, exact. */
 float half_to_float(uint16_t h);
