@@ -1,6 +1,6 @@
 """The GGUF architectures beyond the llama-like ones, on tiny files written here with the gguf
-package: granite and smollm3 (Q/K permuted by llama.cpp), olmo2 and exaone4 (norms after the
-sublayers only), starcoder2 and stablelm (LayerNorms with biases; stablelm's partial rotary, and
+package: granite and smollm3 (Q/K permuted by llama.cpp), olmo2, olmo3 (llama.cpp's olmo2 with
+sliding windows) and exaone4 (norms after the sublayers only), starcoder2 and stablelm (LayerNorms with biases; stablelm's partial rotary, and
 StableLM 2 12B's per-head q/k norms split back into one tensor per head), glm4 (fused gate/up,
 interleaved partial rotary), cohere2 (tied head, logit scale, sliding windows), gpt-oss (sinks,
 biased router and experts, MXFP4 experts kept as MLX's mxfp4, YaRN RoPE), olmoe (experts in every
@@ -45,6 +45,12 @@ FAMILIES = {
     "olmo2": dict(matrices=ATTN + GATED_MLP,
                   vectors=[("attn_q_norm", Q_ROWS), ("attn_k_norm", KV_ROWS), ("post_attention_norm", HIDDEN),
                            ("post_ffw_norm", HIDDEN)],
+                  names={"post_attention_norm": "post_attention_layernorm", "post_ffw_norm": "post_feedforward_layernorm"}),
+    # OLMo 3: llama.cpp's "olmo2" with sliding windows (three sliding layers, then a full one).
+    "olmo3": dict(arch="olmo2", matrices=ATTN + GATED_MLP, layers=4,
+                  vectors=[("attn_q_norm", Q_ROWS), ("attn_k_norm", KV_ROWS), ("post_attention_norm", HIDDEN),
+                           ("post_ffw_norm", HIDDEN)],
+                  meta={"attention.sliding_window": 6, "attention.sliding_window_pattern": [True, True, True, False]},
                   names={"post_attention_norm": "post_attention_layernorm", "post_ffw_norm": "post_feedforward_layernorm"}),
     "exaone4": dict(matrices=ATTN + GATED_MLP, layers=4,
                     vectors=[("attn_q_norm", HEAD_DIM), ("attn_k_norm", HEAD_DIM), ("post_attention_norm", HIDDEN),
@@ -254,6 +260,8 @@ def expected_fields(arch):
         "cohere2": {"logit_scale": 0.25, "sliding_window": 6, "sliding_window_pattern": 4, "layer_norm_eps": 1e-5,
                     "tie_word_embeddings": True},
         "olmo2": {"rms_norm_eps": 1e-6},
+        "olmo3": {"model_type": "olmo3", "sliding_window": 6,
+                  "layer_types": ["sliding_attention"] * 3 + ["full_attention"]},
         "olmoe": {"num_experts": EXPERTS, "num_experts_per_tok": 2, "intermediate_size": FFN, "norm_topk_prob": False},
         "ernie4_5": {"use_bias": False, "tie_word_embeddings": True},
         "seed_oss": {"attention_bias": True, "attention_out_bias": False},
@@ -277,7 +285,8 @@ def test_family_gguf_converts_exactly_and_runs(case, tmp_path):
     write_family_gguf(gguf_path, case, np.random.default_rng(29))
     out = convert(gguf_path, tmp_path / "model")
     config = json.loads((out / "config.json").read_text())
-    assert config["model_type"] == {"phi2": "phi", "hunyuan-dense": "hunyuan_v1_dense"}.get(arch, arch.replace("-", "_"))
+    want_type = {"phi2": "phi", "hunyuan-dense": "hunyuan_v1_dense"}.get(arch, arch.replace("-", "_"))
+    assert config["model_type"] == expected_fields(case).get("model_type", want_type)
     for key, value in expected_fields(case).items():
         assert config[key] == value, (key, config[key], value)
     names = {**LAYER_NAMES, **spec.get("names", {})}

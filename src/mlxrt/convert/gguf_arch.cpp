@@ -165,6 +165,12 @@ const GgufArchitecture& mixtral() {
   return arch;
 }
 
+// llama.cpp writes OLMo 3 as architecture "olmo2" with sliding windows (the tensors are OLMo 2's).
+const GgufArchitecture& olmo3() {
+  static const GgufArchitecture arch{"olmo2", "olmo3", "Olmo3ForCausalLM", false, kDecoderGlobals, kPostNormLayer};
+  return arch;
+}
+
 const std::vector<GgufArchitecture>& architectures() {
   static const std::vector<GgufArchitecture> table = {
       {"llama", "llama", "LlamaForCausalLM", true, kDecoderGlobals, kDecoderLayer},
@@ -250,6 +256,7 @@ const GgufArchitecture& find_architecture(const GgufFile& file) {
   auto name = file.get_string("general.architecture");
   if (!name) throw ConfigError(file.source + ": missing required metadata 'general.architecture'");
   if (*name == "llama" && file.get_uint("llama.expert_count").value_or(0) > 0) return mixtral();
+  if (*name == "olmo2" && file.get_uint("olmo2.attention.sliding_window")) return olmo3();
   for (const auto& a : architectures())
     if (*name == a.gguf_name) return a;
   throw UnsupportedError(file.source + ": GGUF architecture '" + *name +
@@ -426,6 +433,23 @@ void add_lfm2_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, co
   c["block_auto_adjust_ff_dim"] = false;  // llama.cpp's feed_forward_length is the adjusted width
 }
 
+/** OLMo 3's sliding and full layers: llama.cpp's per-layer flags (true: sliding) as layer_types,
+ * or, without them, the pattern it and mlx-lm both assume (every fourth layer full). */
+void add_olmo3_windows(nlohmann::ordered_json& c, const GgufArchitecture& arch, const GgufFile& file) {
+  c["sliding_window"] = file.require_uint(arch_key(arch, "attention.sliding_window"));
+  const uint64_t layers = c["num_hidden_layers"].get<uint64_t>();
+  const std::string key = arch_key(arch, "attention.sliding_window_pattern");
+  const auto* flags = file.get_integers(key);
+  if (flags && flags->size() != layers)
+    throw ConfigError(file.source + ": metadata '" + key + "' must hold one flag per layer (" + std::to_string(layers) + ")");
+  nlohmann::ordered_json types = nlohmann::ordered_json::array();
+  for (uint64_t i = 0; i < layers; ++i) {
+    const bool sliding = flags ? (*flags)[i] != 0 : (i + 1) % 4 != 0;
+    types.push_back(sliding ? "sliding_attention" : "full_attention");
+  }
+  c["layer_types"] = types;
+}
+
 /** A float metadata value that must be present, finite and positive, as its shortest decimal. */
 double positive_float(const GgufArchitecture& arch, const GgufFile& file, const char* key) {
   auto v = file.get_float(arch_key(arch, key));
@@ -483,6 +507,8 @@ void add_family_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, 
     c["sliding_window_pattern"] = 4;
   } else if (type == "exaone4") {
     add_exaone4_windows(c, arch, file);
+  } else if (type == "olmo3") {
+    add_olmo3_windows(c, arch, file);
   } else if (type == "phi") {
     // mlx-lm's phi: head size hidden_size / heads, partial rotary, biases everywhere, its own head.
     require_untied_head(file, type);
