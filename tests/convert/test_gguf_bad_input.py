@@ -86,8 +86,8 @@ def test_lying_offset_in_real_model(tmp_path):
 
 
 def test_unsupported_tensor_type_is_named(tmp_path):
-    bad = patched_copy(tmp_path, "blk.3.ffn_down.weight", "type", 16)  # IQ2_XXS: lattice tables the converter lacks
-    assert_rejected(bad, tmp_path, "tensor 'blk.3.ffn_down.weight' has type IQ2_XXS, which the converter does not support")
+    bad = patched_copy(tmp_path, "blk.3.ffn_down.weight", "type", 40)  # NVFP4: not read
+    assert_rejected(bad, tmp_path, "tensor 'blk.3.ffn_down.weight' has type NVFP4, which the converter does not support")
 
 
 def test_unsupported_pre_tokenizer_is_named(tmp_path):

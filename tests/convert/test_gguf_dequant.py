@@ -44,14 +44,15 @@ MIXTRAL_NAMES = {**LAYER_NAMES, "ffn_gate_inp": "block_sparse_moe.gate",
                  "ffn_gate_exps": "block_sparse_moe.switch_mlp.gate_proj",
                  "ffn_up_exps": "block_sparse_moe.switch_mlp.up_proj",
                  "ffn_down_exps": "block_sparse_moe.switch_mlp.down_proj"}
-GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head",
+                "token_embd_norm": "model.embedding_norm"}  # LFM2's final norm
 
 
-def hf_module(gguf_name: str, layer_names=LAYER_NAMES) -> str:
+def hf_module(gguf_name: str, layer_names=LAYER_NAMES, global_names=GLOBAL_NAMES) -> str:
     base = gguf_name.rsplit(".", 1)[0]
-    if base in GLOBAL_NAMES:
-        return GLOBAL_NAMES[base]
-    _, layer, part = base.split(".")
+    if base in global_names:
+        return global_names[base]
+    _, layer, part = base.split(".", 2)  # LFM2's parts have a dot of their own (shortconv.conv)
     return f"model.layers.{layer}.{layer_names[part]}"
 
 
@@ -60,7 +61,27 @@ def unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
     return rows.reshape(heads, rows.shape[0] // heads // 2, 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
 
 
-def check_every_tensor(gguf_path, out_dir, permuted_qk=True, layer_names=LAYER_NAMES, norms_minus_one=False):
+def stored_values(weights, module, suffix, shape):
+    """The float32 values the checkpoint holds for `{module}.{suffix}` (dequantised when packed)."""
+    if f"{module}.scales" in weights and weights[f"{module}.scales"].dtype == mx.uint8 and suffix == "weight":
+        # MXFP4 kept as MLX's mxfp4 (E8M0 scale bytes, no biases)
+        return np.array(mx.dequantize(weights[f"{module}.weight"], weights[f"{module}.scales"], None, group_size=32,
+                                      bits=4, mode="mxfp4", dtype=mx.float32))
+    if f"{module}.scales" in weights and suffix == "weight":
+        w, s, b = weights[f"{module}.weight"], weights[f"{module}.scales"], weights[f"{module}.biases"]
+        assert s.dtype == mx.float32 and b.dtype == mx.float32, module
+        group_size = shape[-1] // s.shape[-1]
+        bits = w.shape[-1] * 32 // shape[-1]
+        return np.array(mx.dequantize(w, s, b, group_size=group_size, bits=bits))
+    if f"{module}.{suffix}" not in weights and module in weights:  # a bare parameter (gpt-oss's sinks)
+        return np.array(weights[module].astype(mx.float32)).reshape(shape)
+    return np.array(weights[f"{module}.{suffix}"].astype(mx.float32)).reshape(shape)
+
+
+def check_every_tensor(gguf_path, out_dir, permuted_qk=True, layer_names=LAYER_NAMES, norms_minus_one=False,
+                       split_rows=(), fused_rows=None, global_names=GLOBAL_NAMES):
+    """`split_rows`: GGUF tensor kinds (e.g. "attn_q_norm") stored as one `{module}.norms.{row}` per row;
+    `fused_rows`: kinds (e.g. "attn_qkv") stored split by rows, {kind: [(module in the layer, rows), ...]}."""
     config = json.loads((out_dir / "config.json").read_text())
     weights = {}
     for f in out_dir.glob("model*.safetensors"):
@@ -81,16 +102,16 @@ def check_every_tensor(gguf_path, out_dir, permuted_qk=True, layer_names=LAYER_N
             ref = unpermute(ref, config["num_key_value_heads"])
         if norms_minus_one and t.name.endswith("norm.weight"):  # Gemma: llama.cpp stored 1 + weight
             ref = ref - np.float32(1)
-        module = hf_module(t.name, layer_names)
+        module = hf_module(t.name, layer_names, global_names)
         suffix = t.name.rsplit(".", 1)[1]
-        if f"{module}.scales" in weights and suffix == "weight":
-            w, s, b = weights[f"{module}.weight"], weights[f"{module}.scales"], weights[f"{module}.biases"]
-            assert s.dtype == mx.float32 and b.dtype == mx.float32, t.name
-            group_size = ref.shape[-1] // s.shape[-1]
-            bits = w.shape[-1] * 32 // ref.shape[-1]
-            got = np.array(mx.dequantize(w, s, b, group_size=group_size, bits=bits))
+        if part in split_rows:
+            got = np.stack([np.array(weights[f"{module}.norms.{r}.{suffix}"].astype(mx.float32)) for r in range(ref.shape[0])])
+        elif fused_rows and part in fused_rows:
+            layer = ".".join(module.split(".")[:3])  # model.layers.N
+            got = np.concatenate([stored_values(weights, f"{layer}.{m}", suffix, (rows, *ref.shape[1:]))
+                                  for m, rows in fused_rows[part]])
         else:
-            got = np.array(weights[f"{module}.{suffix}"].astype(mx.float32)).reshape(ref.shape)
+            got = stored_values(weights, module, suffix, ref.shape)
         assert got.shape == ref.shape, (t.name, got.shape, ref.shape)
         assert np.array_equal(got, ref), f"{t.name}: max |diff| {np.abs(got - ref).max()}"
         checked += 1

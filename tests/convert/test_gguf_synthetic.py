@@ -1,6 +1,6 @@
 """Every supported tensor type and architecture entry, on tiny GGUF files written here with the
-gguf package: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K blocks (with per-module packings), Q6_K
-(stored as float32), F16/BF16/F32 tensors kept, an untied (quantized) output head; llama (Q/K permuted by llama.cpp), qwen2 (attention biases), qwen3 (Q/K
+gguf package: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K blocks (with per-module packings), Q2_K,
+Q3_K, Q6_K, IQ4_NL, IQ4_XS and the IQ1..IQ3 lattice kinds (stored as float32), F16/BF16/F32 tensors kept, an untied (quantized) output head; llama (Q/K permuted by llama.cpp), qwen2 (attention biases), qwen3 (Q/K
 norms). Each converts losslessly, and mlx-lm loads it and computes the same logits as a dense
 model built from the reference dequantisation; mlxrt runs the converted directory with logits
 byte-equal to mlx-lm's."""
@@ -40,7 +40,9 @@ LAYER = [
 # Block bytes, the offsets of its fp16 fields, elements per block.
 K_QUANTS = {Q.Q4_K: (144, [0, 2], 256), Q.Q5_K: (176, [0, 2], 256), Q.Q6_K: (210, [208], 256),
             Q.Q2_K: (84, [80, 82], 256), Q.Q3_K: (110, [108], 256), Q.IQ4_XS: (136, [0], 256),
-            Q.IQ4_NL: (18, [0], 32)}
+            Q.IQ4_NL: (18, [0], 32), Q.IQ2_XXS: (66, [0], 256), Q.IQ2_XS: (74, [0], 256),
+            Q.IQ2_S: (82, [0], 256), Q.IQ3_XXS: (98, [0], 256), Q.IQ3_S: (110, [0], 256), Q.IQ1_S: (50, [0], 256),
+            Q.IQ1_M: (56, [], 256), Q.TQ1_0: (54, [52], 256), Q.TQ2_0: (66, [64], 256)}
 # The types stored as float32 (16-element sub-blocks, or the IQ4 grid), each in two modules.
 LAYER_FLOAT32_KINDS = [
     ("attn_q", HEADS * HEAD_DIM, HIDDEN, (Q.Q2_K, Q.Q3_K)),
@@ -52,6 +54,17 @@ LAYER_FLOAT32_KINDS = [
     ("ffn_down", HIDDEN, FFN, (Q.IQ4_XS, Q.Q2_K)),
 ]
 
+# The IQ1..IQ3 lattice kinds, stored as float32 from the tables generated at build time.
+LAYER_IQ_KINDS = [
+    ("attn_q", HEADS * HEAD_DIM, HIDDEN, (Q.IQ2_XXS, Q.IQ1_M)),
+    ("attn_k", KV_HEADS * HEAD_DIM, HIDDEN, (Q.IQ2_XS, Q.IQ3_S)),
+    ("attn_v", KV_HEADS * HEAD_DIM, HIDDEN, (Q.IQ2_S, Q.IQ1_S)),
+    ("attn_output", HIDDEN, HEADS * HEAD_DIM, (Q.IQ3_XXS, Q.IQ2_XXS)),
+    ("ffn_gate", FFN, HIDDEN, (Q.IQ3_S, Q.IQ2_XS)),
+    ("ffn_up", FFN, HIDDEN, (Q.IQ1_S, Q.IQ2_S)),
+    ("ffn_down", HIDDEN, FFN, (Q.IQ1_M, Q.IQ3_XXS)),
+]
+
 
 def random_k_blocks(rows, cols, qtype, rng):
     """K-quant / IQ4 blocks of random bits (gguf-py cannot quantize to most), with finite fp16 scales."""
@@ -59,6 +72,12 @@ def random_k_blocks(rows, cols, qtype, rng):
     blocks = rng.integers(0, 256, size=(rows * cols // elements, size), dtype=np.uint8)
     for at in halves:
         blocks[:, at : at + 2] = (rng.standard_normal(len(blocks)) * 0.01).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    if qtype == Q.IQ1_M:  # its fp16 scale is the top nibbles of the four u16 at bytes 48..55
+        d = (rng.standard_normal(len(blocks)) * 0.01).astype(np.float16).view(np.uint16)
+        sc = blocks[:, 48:56].copy().view(np.uint16) & np.uint16(0x0FFF)
+        for k in range(4):
+            sc[:, k] |= ((d >> np.uint16(4 * k)) & np.uint16(0xF)) << np.uint16(12)
+        blocks[:, 48:56] = sc.view(np.uint8)
     return blocks.reshape(rows, -1)
 
 
@@ -245,6 +264,51 @@ def test_float32_kinds_convert_exactly_and_run(arch, tmp_path):
     weights = mx.load(str(out / "model.safetensors"))
     for name, *_ in LAYER_FLOAT32_KINDS:
         assert not any(k.endswith(".scales") and f".{name}" in k for k in weights)
+    assert_logits_equal_mlx_lm(out, tmp_path)
+
+
+# The ternary kinds (TQ1_0, TQ2_0) kept as MLX 2-bit affine groups of 128, beside other packings.
+LAYER_TERNARY_KINDS = [
+    ("attn_q", HEADS * HEAD_DIM, HIDDEN, (Q.TQ1_0, Q.TQ2_0)),
+    ("attn_k", KV_HEADS * HEAD_DIM, HIDDEN, (Q.TQ2_0, Q.TQ1_0)),
+    ("attn_v", KV_HEADS * HEAD_DIM, HIDDEN, (Q.Q8_0, Q.TQ2_0)),
+    ("attn_output", HIDDEN, HEADS * HEAD_DIM, (Q.TQ1_0, Q.Q4_K)),
+    ("ffn_gate", FFN, HIDDEN, (Q.TQ2_0, Q.TQ1_0)),
+    ("ffn_up", FFN, HIDDEN, (Q.TQ1_0, Q.TQ2_0)),
+    ("ffn_down", HIDDEN, FFN, (Q.TQ2_0, Q.IQ2_XXS)),
+]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_ternary_kinds_convert_exactly_and_run(arch, tmp_path):
+    """TQ1_0 and TQ2_0 (random blocks: every base-3 digit and 2-bit code, TQ2_0's unused 3 too)
+    repacked as MLX 2-bit affine with scale d and bias -d; exact against the gguf package (Q/K rows
+    un-permuted for llama), mlxrt's logits equal mlx-lm's."""
+    gguf_path = tmp_path / f"tiny-{arch}.gguf"
+    write_gguf(gguf_path, arch, np.random.default_rng(37), layer=LAYER_TERNARY_KINDS)
+    out = convert(gguf_path, tmp_path / "model")
+    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=arch == "llama")
+    assert checked == len(reader.tensors)
+    q = json.loads((out / "config.json").read_text())["quantization"]
+    assert (q["bits"], q["group_size"]) == (2, 128)
+    assert_logits_equal_mlx_lm(out, tmp_path)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_iq_kinds_convert_exactly_and_run(arch, tmp_path):
+    """IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S (random blocks: every grid index,
+    sign pattern and scale): stored as float32 holding the gguf package's dequantised values bit for
+    bit (Q/K rows un-permuted for llama); mlxrt's logits on the result equal mlx-lm's."""
+    gguf_path = tmp_path / f"tiny-{arch}.gguf"
+    write_gguf(gguf_path, arch, np.random.default_rng(31), layer=LAYER_IQ_KINDS)
+    out = convert(gguf_path, tmp_path / "model")
+    checked, reader = check_every_tensor(gguf_path, out, permuted_qk=arch == "llama")
+    assert checked == len(reader.tensors)
+    kinds = {t.tensor_type for t in reader.tensors}
+    assert {Q.IQ1_S, Q.IQ1_M, Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S} <= kinds
+    weights = mx.load(str(out / "model.safetensors"))
+    assert weights["model.layers.0.self_attn.q_proj.weight"].dtype == mx.float32
+    assert not any(k.endswith(".scales") and ".layers." in k for k in weights)
     assert_logits_equal_mlx_lm(out, tmp_path)
 
 

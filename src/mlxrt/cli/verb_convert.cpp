@@ -1,13 +1,16 @@
 // `mlxrt convert`: mlx_lm.convert's flags (--hf-path DIR|org/name, --mlx-path, -q, --q-bits,
 // --q-group-size, --q-mode, --quant-predicate, --dtype, -d) on a checkpoint of a family mlxrt runs,
-// writing what mlx_lm.convert writes; and `--gguf FILE --out DIR`, a GGUF model (Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0, Q4_K, Q5_K, Q2_K, Q3_K, Q6_K, IQ4_NL, IQ4_XS, F16, BF16, F32 tensors) converted losslessly.
+// writing what mlx_lm.convert writes; and `--gguf FILE --out DIR`, a GGUF model of an architecture
+// and tensor types gguf_arch.h lists (supported_gguf_architectures, supported_gguf_types) converted
+// losslessly.
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
 
 #include "mlxrt/cli/verbs.h"
+#include "mlxrt/convert/gguf_arch.h"
+#include "mlxrt/convert/gguf_blocks.h"
 #include "mlxrt/convert/gguf_convert.h"
 #include "mlxrt/convert/hf_convert.h"
 #include "mlxrt/util/errors.h"
@@ -81,8 +84,8 @@ void register_convert(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "convert",
       "Convert a Hugging Face checkpoint into an MLX one as mlx_lm.convert does (--hf-path, optionally quantized "
-      "with -q), or a GGUF model (llama and Mixtral, qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma, gemma2, gemma3 architectures; Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K, Q2_K/Q3_K/Q6_K/IQ4_NL/IQ4_XS, F16/BF16/F32 "
-      "tensors) losslessly into an MLX checkpoint directory (--gguf)");
+      "with -q), or a GGUF model (architectures " + convert::supported_gguf_architectures() + "; tensor types " +
+          convert::supported_gguf_types() + ") losslessly into an MLX checkpoint directory (--gguf)");
   auto flags = std::make_shared<Flags>();
   cmd->add_option("--hf-path,--model", flags->hf_path,
                   "model to convert: a local directory or a Hugging Face repo id in the local cache (org/name[@revision])");

@@ -43,6 +43,101 @@ const std::vector<TensorRename> kGemma3Layer = {
     {"post_ffw_norm", "post_feedforward_layernorm"},
 };
 
+// OLMo 2 and EXAONE 4: norms after each sublayer only (OLMo 2's q/k norms span all heads,
+// EXAONE 4's one head).
+const std::vector<TensorRename> kPostNormLayer = {
+    {"attn_q", "self_attn.q_proj"},           {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},           {"attn_output", "self_attn.o_proj"},
+    {"attn_q_norm", "self_attn.q_norm"},      {"attn_k_norm", "self_attn.k_norm"},
+    {"post_attention_norm", "post_attention_layernorm"},
+    {"ffn_gate", "mlp.gate_proj"},            {"ffn_up", "mlp.up_proj"},
+    {"ffn_down", "mlp.down_proj"},            {"post_ffw_norm", "post_feedforward_layernorm"},
+};
+
+// StarCoder 2: LayerNorms and a plain (non-gated) MLP, all with biases.
+const std::vector<TensorRename> kStarcoder2Layer = {
+    {"attn_norm", "input_layernorm"},    {"attn_q", "self_attn.q_proj"},         {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},      {"attn_output", "self_attn.o_proj"},    {"ffn_norm", "post_attention_layernorm"},
+    {"ffn_up", "mlp.c_fc"},              {"ffn_down", "mlp.c_proj"},
+};
+
+// LFM2: short-convolution layers and attention layers, one MLP each (w1 gate, w3 up, w2 down);
+// its final norm is mlx-lm's embedding_norm, llama.cpp's token_embd_norm; the head is always tied.
+const std::vector<TensorRename> kLfm2Globals = {
+    {"token_embd", "model.embed_tokens"},
+    {"token_embd_norm", "model.embedding_norm"},
+};
+const std::vector<TensorRename> kLfm2Layer = {
+    {"attn_norm", "operator_norm"},          {"ffn_norm", "ffn_norm"},
+    {"attn_q", "self_attn.q_proj"},          {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},          {"attn_output", "self_attn.out_proj"},
+    {"attn_q_norm", "self_attn.q_layernorm"}, {"attn_k_norm", "self_attn.k_layernorm"},
+    {"shortconv.conv", "conv.conv"},         {"shortconv.in_proj", "conv.in_proj"},
+    {"shortconv.out_proj", "conv.out_proj"}, {"ffn_gate", "feed_forward.w1"},
+    {"ffn_up", "feed_forward.w3"},           {"ffn_down", "feed_forward.w2"},
+};
+
+// Phi-2: mlx-lm's phi names (dense, fc1/fc2, final_layernorm); older conversions fuse q/k/v into
+// attn_qkv, split back by rows (plan_tensor).
+const std::vector<TensorRename> kPhi2Globals = {
+    {"token_embd", "model.embed_tokens"},
+    {"output_norm", "model.final_layernorm"},
+    {"output", "lm_head"},
+};
+const std::vector<TensorRename> kPhi2Layer = {
+    {"attn_norm", "input_layernorm"},   {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},     {"attn_qkv", "self_attn.qkv"},  {"attn_output", "self_attn.dense"},
+    {"ffn_up", "mlp.fc1"},              {"ffn_down", "mlp.fc2"},
+};
+
+// Hunyuan dense: per-head q/k norms under mlx-lm's query_layernorm / key_layernorm.
+std::vector<TensorRename> hunyuan_layer() {
+  auto layer = kDecoderLayer;
+  for (auto& r : layer) {
+    if (std::string(r.gguf) == "attn_q_norm") r.hf = "self_attn.query_layernorm";
+    if (std::string(r.gguf) == "attn_k_norm") r.hf = "self_attn.key_layernorm";
+  }
+  return layer;
+}
+
+// Seed-OSS: llama.cpp names its pre-MLP norm attn_post_norm (the arch has no ffn_norm).
+std::vector<TensorRename> seed_oss_layer() {
+  auto layer = kDecoderLayer;
+  layer.push_back({"post_attention_norm", "post_attention_layernorm"});
+  return layer;
+}
+
+// StableLM 2 (12B): llama.cpp stacks the per-head q/k LayerNorms into one [heads, head_dim]
+// tensor; mlx-lm keeps one norm per head.
+std::vector<TensorRename> stablelm_layer() {
+  auto layer = kDecoderLayer;
+  for (auto& r : layer) {
+    if (std::string(r.gguf) == "attn_q_norm") r.hf = "self_attn.q_layernorm.norms.#";
+    if (std::string(r.gguf) == "attn_k_norm") r.hf = "self_attn.k_layernorm.norms.#";
+  }
+  return layer;
+}
+
+// GLM-4: norms before and after both sublayers, gate and up fused in ffn_up as in Phi-3.
+const std::vector<TensorRename> kGlm4Layer = {
+    {"attn_norm", "input_layernorm"},     {"attn_q", "self_attn.q_proj"},
+    {"attn_k", "self_attn.k_proj"},       {"attn_v", "self_attn.v_proj"},
+    {"attn_output", "self_attn.o_proj"},  {"post_attention_norm", "post_self_attn_layernorm"},
+    {"ffn_norm", "post_attention_layernorm"}, {"ffn_up", "mlp.gate_up_proj"},
+    {"ffn_down", "mlp.down_proj"},        {"post_ffw_norm", "post_mlp_layernorm"},
+};
+
+// gpt-oss: attention with biases and per-head sinks, a biased router, experts (gate and up apart,
+// as llama.cpp splits HF's interleaved gate_up_proj) under mlx-lm's `experts` switch layers.
+const std::vector<TensorRename> kGptOssLayer = {
+    {"attn_norm", "input_layernorm"},         {"post_attention_norm", "post_attention_layernorm"},
+    {"attn_q", "self_attn.q_proj"},           {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},           {"attn_output", "self_attn.o_proj"},
+    {"attn_sinks", "self_attn.sinks"},        {"ffn_gate_inp", "mlp.router"},
+    {"ffn_gate_exps", "mlp.experts.gate_proj"}, {"ffn_up_exps", "mlp.experts.up_proj"},
+    {"ffn_down_exps", "mlp.experts.down_proj"},
+};
+
 // Mixture-of-experts layers: llama.cpp's router and experts stacked [experts, out, in], named as
 // mlx-lm's switch layers hold them under `moe` (a layer without a router keeps the dense MLP).
 std::vector<TensorRename> moe_layer(const char* router, const char* gate, const char* up, const char* down) {
@@ -70,6 +165,12 @@ const GgufArchitecture& mixtral() {
   return arch;
 }
 
+// llama.cpp writes OLMo 3 as architecture "olmo2" with sliding windows (the tensors are OLMo 2's).
+const GgufArchitecture& olmo3() {
+  static const GgufArchitecture arch{"olmo2", "olmo3", "Olmo3ForCausalLM", false, kDecoderGlobals, kPostNormLayer};
+  return arch;
+}
+
 const std::vector<GgufArchitecture>& architectures() {
   static const std::vector<GgufArchitecture> table = {
       {"llama", "llama", "LlamaForCausalLM", true, kDecoderGlobals, kDecoderLayer},
@@ -82,6 +183,25 @@ const std::vector<GgufArchitecture>& architectures() {
       {"qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", false, kDecoderGlobals, qwen2_moe_layer()},
       {"qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", false, kDecoderGlobals,
        moe_layer("mlp.gate", "mlp.switch_mlp.gate_proj", "mlp.switch_mlp.up_proj", "mlp.switch_mlp.down_proj")},
+      // llama.cpp runs these with interleaved RoPE; its converter permuted the Q/K rows of the
+      // ones whose HF RoPE rotates halves (granite, smollm3: LlamaModel subclasses), not of those
+      // that are interleaved already (glm4, cohere2, ernie4_5) or that it runs with NeoX RoPE (the others).
+      {"granite", "granite", "GraniteForCausalLM", true, kDecoderGlobals, kDecoderLayer},
+      {"smollm3", "smollm3", "SmolLM3ForCausalLM", true, kDecoderGlobals, kDecoderLayer},
+      {"olmo2", "olmo2", "Olmo2ForCausalLM", false, kDecoderGlobals, kPostNormLayer},
+      {"exaone4", "exaone4", "Exaone4ForCausalLM", false, kDecoderGlobals, kPostNormLayer},
+      {"starcoder2", "starcoder2", "Starcoder2ForCausalLM", false, kDecoderGlobals, kStarcoder2Layer},
+      {"stablelm", "stablelm", "StableLmForCausalLM", false, kDecoderGlobals, stablelm_layer()},
+      {"glm4", "glm4", "Glm4ForCausalLM", false, kDecoderGlobals, kGlm4Layer},
+      {"cohere2", "cohere2", "Cohere2ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
+      {"gpt-oss", "gpt_oss", "GptOssForCausalLM", false, kDecoderGlobals, kGptOssLayer},
+      {"olmoe", "olmoe", "OlmoeForCausalLM", false, kDecoderGlobals,
+       moe_layer("mlp.gate", "mlp.switch_mlp.gate_proj", "mlp.switch_mlp.up_proj", "mlp.switch_mlp.down_proj")},
+      {"ernie4_5", "ernie4_5", "Ernie4_5_ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
+      {"seed_oss", "seed_oss", "SeedOssForCausalLM", false, kDecoderGlobals, seed_oss_layer()},
+      {"lfm2", "lfm2", "Lfm2ForCausalLM", false, kLfm2Globals, kLfm2Layer},
+      {"phi2", "phi", "PhiForCausalLM", false, kPhi2Globals, kPhi2Layer},
+      {"hunyuan-dense", "hunyuan_v1_dense", "HunYuanDenseV1ForCausalLM", false, kDecoderGlobals, hunyuan_layer()},
   };
   return table;
 }
@@ -94,19 +214,53 @@ std::string arch_key(const GgufArchitecture& arch, const std::string& key) {
   return std::string(arch.gguf_name) + "." + key;
 }
 
+/** Phi-2's fused attn_qkv split into q, k and v rows (head size embedding_length / head_count). */
+std::vector<std::pair<std::string, uint64_t>> qkv_parts(const GgufArchitecture& arch, const GgufFile& file,
+                                                        const GgufTensorInfo& tensor, const std::string& layer,
+                                                        const std::string& suffix) {
+  const uint64_t heads = file.require_uint(arch_key(arch, "attention.head_count"));
+  const uint64_t kv_heads = file.get_uint(arch_key(arch, "attention.head_count_kv")).value_or(heads);
+  const uint64_t hidden = file.require_uint(arch_key(arch, "embedding_length"));
+  const uint64_t head_dim = heads == 0 ? 0 : hidden / heads;
+  const uint64_t rows = tensor.dims.size() == 1 ? tensor.dims[0] : tensor.dims.size() == 2 ? tensor.dims[1] : 0;
+  if (head_dim == 0 || rows != (heads + 2 * kv_heads) * head_dim || (suffix == ".weight") != (tensor.dims.size() == 2))
+    throw WeightsError(file.source + ": tensor '" + tensor.name + "' must hold the " +
+                       std::to_string((heads + 2 * kv_heads) * head_dim) + " query, key and value rows (" +
+                       std::to_string(heads) + " + 2 x " + std::to_string(kv_heads) + " heads of " +
+                       std::to_string(head_dim) + ")");
+  const std::string at = "model.layers." + layer + ".self_attn.";
+  return {{at + "q_proj" + suffix, heads * head_dim}, {at + "k_proj" + suffix, kv_heads * head_dim},
+          {at + "v_proj" + suffix, kv_heads * head_dim}};
+}
+
+bool is_plain_type(GgmlType t) { return t == GgmlType::f32 || t == GgmlType::f16 || t == GgmlType::bf16; }
+
+/** A stacked per-head vector: a plain [heads, head_dim] tensor, one row per query or key head. */
+void check_per_head_rows(const GgufArchitecture& arch, const GgufFile& file, const GgufTensorInfo& tensor, bool queries) {
+  auto heads = queries ? std::nullopt : file.get_uint(arch_key(arch, "attention.head_count_kv"));
+  if (!heads) heads = file.require_uint(arch_key(arch, "attention.head_count"));
+  if (tensor.dims.size() != 2 || tensor.dims[1] != *heads || !is_plain_type(tensor.type()))
+    throw WeightsError(file.source + ": tensor '" + tensor.name + "' must be a 2-D F32/F16/BF16 tensor of one row per " +
+                       (queries ? "query" : "key") + " head (" + std::to_string(*heads) + " rows)");
+}
+
 }  // namespace
+
+std::string supported_gguf_architectures() {
+  std::string supported;
+  for (const auto& a : architectures()) supported += (supported.empty() ? "" : ", ") + std::string(a.gguf_name);
+  return supported;
+}
 
 const GgufArchitecture& find_architecture(const GgufFile& file) {
   auto name = file.get_string("general.architecture");
   if (!name) throw ConfigError(file.source + ": missing required metadata 'general.architecture'");
-  std::string supported;
   if (*name == "llama" && file.get_uint("llama.expert_count").value_or(0) > 0) return mixtral();
-  for (const auto& a : architectures()) {
+  if (*name == "olmo2" && file.get_uint("olmo2.attention.sliding_window")) return olmo3();
+  for (const auto& a : architectures())
     if (*name == a.gguf_name) return a;
-    supported += (supported.empty() ? "" : ", ") + std::string(a.gguf_name);
-  }
   throw UnsupportedError(file.source + ": GGUF architecture '" + *name +
-                         "' is not supported by the converter (supported: " + supported + ")");
+                         "' is not supported by the converter (supported: " + supported_gguf_architectures() + ")");
 }
 
 std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFile& file,
@@ -145,6 +299,20 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
       for (const auto& r : arch.layer_tensors) {
         if (rest != r.gguf) continue;
         TensorPlan plan{"model.layers." + layer + "." + r.hf + suffix, std::nullopt};
+        // Stacked experts: [experts, out, in] weights and [experts, out] biases.
+        const size_t expert_dims = suffix == ".weight" ? 3 : 2;
+        if (rest.ends_with("_exps") && tensor.dims.size() != expert_dims)
+          throw WeightsError(file.source + ": tensor '" + tensor.name + "' has " + std::to_string(tensor.dims.size()) +
+                             " dimensions, expected " + std::to_string(expert_dims) + " (stacked experts)");
+        // gpt-oss's sinks are a parameter of the attention module itself ("sinks", no ".weight").
+        if (rest == "attn_sinks") plan.hf_name = "model.layers." + layer + "." + r.hf;
+        plan.split_rows = std::string(r.hf).find('#') != std::string::npos;
+        if (rest == "attn_qkv" && std::string(arch.model_type) == "phi") plan.row_parts = qkv_parts(arch, file, tensor, layer, suffix);
+        plan.as_conv = rest == "shortconv.conv" && suffix == ".weight";
+        if (plan.as_conv && (tensor.dims.size() != 2 || !is_plain_type(tensor.type())))
+          throw WeightsError(file.source + ": tensor '" + tensor.name + "' must be a 2-D F32/F16/BF16 tensor "
+                             "[channels, kernel] (a depthwise convolution)");
+        if (plan.split_rows) check_per_head_rows(arch, file, tensor, rest == "attn_q_norm");
         plan.as_row = rest == "ffn_gate_inp_shexp" && tensor.dims.size() == 1;
         plan.minus_one = gemma_norm;
         if (arch.permuted_qk && (rest == "attn_q" || rest == "attn_k")) {
@@ -193,102 +361,240 @@ nlohmann::ordered_json float32_list(const GgufFile& file, const uint8_t* data, c
   return out;
 }
 
-}  // namespace
+/** EXAONE 4's local layers: llama.cpp keeps one flag per layer (true: sliding window), mlx-lm a
+ * pattern string repeated over the layers ("L" local, "G" global); one letter per layer says it. */
+void add_exaone4_windows(nlohmann::ordered_json& c, const GgufArchitecture& arch, const GgufFile& file) {
+  auto window = file.get_uint(arch_key(arch, "attention.sliding_window"));
+  c["sliding_window"] = window ? nlohmann::ordered_json(*window) : nlohmann::ordered_json(nullptr);
+  c["sliding_window_pattern"] = nullptr;
+  const auto* flags = file.get_integers(arch_key(arch, "attention.sliding_window_pattern"));
+  if (!window || *window == 0) return;
+  const uint64_t layers = c["num_hidden_layers"].get<uint64_t>();
+  if (!flags || flags->size() != layers)
+    throw ConfigError(file.source + ": metadata '" + arch_key(arch, "attention.sliding_window_pattern") +
+                      "' must hold one flag per layer (" + std::to_string(layers) + ") when a sliding window is set");
+  std::string pattern;
+  for (auto f : *flags) pattern += f ? 'L' : 'G';
+  c["sliding_window_pattern"] = pattern;
+}
 
-nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const GgufFile& file, const uint8_t* data) {
+/** gpt-oss's YaRN RoPE scaling as GptOssConfig states it; llama.cpp keeps the factor and the
+ * original context, and the betas only where they differ from its defaults (32 and 1). */
+nlohmann::ordered_json yarn_scaling(const GgufArchitecture& arch, const GgufFile& file) {
+  auto factor = file.get_float(arch_key(arch, "rope.scaling.factor"));
+  if (!factor || !std::isfinite(static_cast<float>(*factor)) || *factor <= 0)
+    throw ConfigError(file.source + ": metadata '" + arch_key(arch, "rope.scaling.factor") +
+                      "' is missing or not a finite, positive number (YaRN RoPE scaling)");
+  auto beta = [&](const char* key, double fallback) {
+    auto v = file.get_float(arch_key(arch, key));
+    if (v && (!std::isfinite(static_cast<float>(*v)) || *v <= 0))
+      throw ConfigError(file.source + ": metadata '" + arch_key(arch, key) + "' is not a finite, positive number");
+    return shortest_float32(v.value_or(fallback));
+  };
+  return {{"beta_fast", beta("rope.scaling.yarn_beta_fast", 32.0)},
+          {"beta_slow", beta("rope.scaling.yarn_beta_slow", 1.0)},
+          {"factor", shortest_float32(*factor)},
+          {"original_max_position_embeddings", file.require_uint(arch_key(arch, "rope.scaling.original_context_length"))},
+          {"rope_type", "yarn"}};
+}
+
+/** LFM2: llama.cpp marks the attention layers by a non-zero entry of the per-layer head_count_kv
+ * list (as transformers' GGUF loader reads it) and keeps the MLP width already adjusted. */
+void add_lfm2_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, const GgufFile& file) {
+  const uint64_t layers = c["num_hidden_layers"].get<uint64_t>();
+  const std::string kv_key = arch_key(arch, "attention.head_count_kv");
+  const auto* kv = file.get_integers(kv_key);
+  if (!kv || kv->size() != layers)
+    throw ConfigError(file.source + ": metadata '" + kv_key + "' must list the key/value heads of each of the " +
+                      std::to_string(layers) + " layers (0 on convolution layers)");
+  nlohmann::ordered_json attention = nlohmann::ordered_json::array();
+  int64_t kv_heads = 0;
+  for (size_t i = 0; i < kv->size(); ++i) {
+    if ((*kv)[i] < 0 || (*kv)[i] > static_cast<int64_t>(c["num_attention_heads"].get<uint64_t>()))
+      throw ConfigError(file.source + ": metadata '" + kv_key + "' entry " + std::to_string(i) + " is out of range");
+    if ((*kv)[i] == 0) continue;
+    if (kv_heads != 0 && (*kv)[i] != kv_heads)
+      throw UnsupportedError(file.source + ": metadata '" + kv_key + "' gives attention layers different key/value head counts");
+    kv_heads = (*kv)[i];
+    attention.push_back(i);
+  }
+  if (attention.empty()) throw ConfigError(file.source + ": metadata '" + kv_key + "' names no attention layer");
+  if (file.find_tensor("output.weight"))
+    throw UnsupportedError(file.source + ": tensor 'output.weight': lfm2 ties its output head to the embeddings");
+  c["num_key_value_heads"] = kv_heads;
+  c["full_attn_idxs"] = attention;
+  c["norm_eps"] = c["rms_norm_eps"];
+  c["conv_bias"] = file.find_tensor("blk.0.shortconv.in_proj.bias") != nullptr;
+  c["conv_L_cache"] = file.require_uint(arch_key(arch, "shortconv.l_cache"));
+  c["block_dim"] = c["hidden_size"];
+  c["block_ff_dim"] = c["intermediate_size"];
+  c["block_multiple_of"] = 256;
+  c["block_ffn_dim_multiplier"] = 1.0;
+  c["block_auto_adjust_ff_dim"] = false;  // llama.cpp's feed_forward_length is the adjusted width
+}
+
+/** OLMo 3's sliding and full layers: llama.cpp's per-layer flags (true: sliding) as layer_types,
+ * or, without them, the pattern it and mlx-lm both assume (every fourth layer full). */
+void add_olmo3_windows(nlohmann::ordered_json& c, const GgufArchitecture& arch, const GgufFile& file) {
+  c["sliding_window"] = file.require_uint(arch_key(arch, "attention.sliding_window"));
+  const uint64_t layers = c["num_hidden_layers"].get<uint64_t>();
+  const std::string key = arch_key(arch, "attention.sliding_window_pattern");
+  const auto* flags = file.get_integers(key);
+  if (flags && flags->size() != layers)
+    throw ConfigError(file.source + ": metadata '" + key + "' must hold one flag per layer (" + std::to_string(layers) + ")");
+  nlohmann::ordered_json types = nlohmann::ordered_json::array();
+  for (uint64_t i = 0; i < layers; ++i) {
+    const bool sliding = flags ? (*flags)[i] != 0 : (i + 1) % 4 != 0;
+    types.push_back(sliding ? "sliding_attention" : "full_attention");
+  }
+  c["layer_types"] = types;
+}
+
+/** A float metadata value that must be present, finite and positive, as its shortest decimal. */
+double positive_float(const GgufArchitecture& arch, const GgufFile& file, const char* key) {
+  auto v = file.get_float(arch_key(arch, key));
+  if (!v || !std::isfinite(static_cast<float>(*v)) || *v <= 0)
+    throw ConfigError(file.source + ": metadata '" + arch_key(arch, key) + "' is missing or not a finite, positive number");
+  return shortest_float32(*v);
+}
+
+/** The families whose checkpoint always has its own output head (mlx-lm builds lm_head unconditionally). */
+void require_untied_head(const GgufFile& file, const std::string& type) {
+  if (!file.find_tensor("output.weight"))
+    throw WeightsError(file.source + ": missing tensor 'output.weight': " + type + " needs an output head of its own");
+}
+
+/** The config.json fields of the families added on top of the llama-like ones: what mlx-lm's model
+ * file of the family reads, from llama.cpp's metadata or from the constants llama.cpp assumes. */
+void add_family_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, const GgufFile& file, double layer_norm_eps) {
+  const std::string type = arch.model_type;
+  const uint64_t head_dim = c["head_dim"].get<uint64_t>();
+  const auto rot = file.get_uint(arch_key(arch, "rope.dimension_count"));
+  const double rotary_factor = rot ? static_cast<double>(*rot) / static_cast<double>(head_dim) : 1.0;
+  if (type == "granite") {
+    // GraniteConfig's multipliers; llama.cpp divides the logits by its logit_scale as HF does.
+    c["attention_multiplier"] = positive_float(arch, file, "attention.scale");
+    c["embedding_multiplier"] = positive_float(arch, file, "embedding_scale");
+    c["residual_multiplier"] = positive_float(arch, file, "residual_scale");
+    c["logits_scaling"] = positive_float(arch, file, "logit_scale");
+  } else if (type == "smollm3") {
+    // llama.cpp leaves out RoPE on every fourth layer (a constant, not metadata), as SmolLM3 does.
+    c["no_rope_layer_interval"] = 4;
+  } else if (type == "starcoder2") {
+    c["norm_epsilon"] = layer_norm_eps;
+    c["hidden_act"] = "gelu_pytorch_tanh";
+    c["use_bias"] = true;
+  } else if (type == "stablelm") {
+    require_untied_head(file, type);
+    c["layer_norm_eps"] = layer_norm_eps;
+    c["partial_rotary_factor"] = rotary_factor;
+    c["use_qkv_bias"] = file.find_tensor("blk.0.attn_q.bias") != nullptr;
+    // llama.cpp's StableLM graph runs the residuals in parallel exactly when a layer has no ffn_norm.
+    c["use_parallel_residual"] = file.find_tensor("blk.0.ffn_norm.weight") == nullptr;
+    c["qk_layernorm"] = file.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+  } else if (type == "glm4") {
+    require_untied_head(file, type);
+    c["partial_rotary_factor"] = rotary_factor;
+    c["rope_traditional"] = true;  // GLM's rotary pairs are interleaved, as llama.cpp runs them
+  } else if (type == "cohere2") {
+    // Cohere2Config: tied head, LayerNorm without bias, one global layer (no RoPE) per four.
+    if (file.find_tensor("output.weight"))
+      throw UnsupportedError(file.source + ": tensor 'output.weight': cohere2 ties its output head to the embeddings");
+    c["layer_norm_eps"] = layer_norm_eps;
+    c["layer_norm_bias"] = file.find_tensor("output_norm.bias") != nullptr;
+    c["logit_scale"] = positive_float(arch, file, "logit_scale");
+    c["sliding_window"] = file.require_uint(arch_key(arch, "attention.sliding_window"));
+    c["sliding_window_pattern"] = 4;
+  } else if (type == "exaone4") {
+    add_exaone4_windows(c, arch, file);
+  } else if (type == "olmo3") {
+    add_olmo3_windows(c, arch, file);
+  } else if (type == "phi") {
+    // mlx-lm's phi: head size hidden_size / heads, partial rotary, biases everywhere, its own head.
+    require_untied_head(file, type);
+    if (head_dim * c["num_attention_heads"].get<uint64_t>() != c["hidden_size"].get<uint64_t>())
+      throw UnsupportedError(file.source + ": phi2 with a head size other than embedding_length / head_count");
+    c["layer_norm_eps"] = layer_norm_eps;
+    c["partial_rotary_factor"] = rotary_factor;
+  } else if (type == "lfm2") {
+    add_lfm2_fields(c, arch, file);
+  } else if (type == "hunyuan_v1_dense") {
+    // llama.cpp folds HunYuan's NTK alpha into rope.freq_base (and writes scaling "none"): the base
+    // is taken as it is, with mlx-lm's alpha left at 1.
+    c["use_qk_norm"] = file.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+  } else if (type == "seed_oss") {
+    c["attention_out_bias"] = file.find_tensor("blk.0.attn_output.bias") != nullptr;
+  } else if (type == "ernie4_5") {
+    c["use_bias"] = file.find_tensor("blk.0.attn_q.bias") != nullptr;
+  } else if (type == "gpt_oss") {
+    // llama.cpp alternates sliding and full attention from the first layer, as GptOssConfig does.
+    require_untied_head(file, type);
+    c["sliding_window"] = file.require_uint(arch_key(arch, "attention.sliding_window"));
+    nlohmann::ordered_json types = nlohmann::ordered_json::array();
+    for (uint64_t i = 0; i < c["num_hidden_layers"].get<uint64_t>(); ++i)
+      types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+    c["layer_types"] = types;
+  }
+}
+
+bool is_moe(const std::string& type) {
+  return type == "qwen3_moe" || type == "qwen2_moe" || type == "mixtral" || type == "gpt_oss" || type == "olmoe";
+}
+
+/** The experts' width: Mixtral's is its feed_forward_length, OLMoE's too unless given apart; the
+ * Qwen MoEs and gpt-oss give theirs apart. */
+uint64_t expert_width(const GgufArchitecture& arch, const GgufFile& file) {
+  const std::string type = arch.model_type;
+  if (type == "mixtral") return file.require_uint(arch_key(arch, "feed_forward_length"));
+  if (type == "olmoe") {
+    auto width = file.get_uint(arch_key(arch, "expert_feed_forward_length"));
+    return width ? *width : file.require_uint(arch_key(arch, "feed_forward_length"));
+  }
+  return file.require_uint(arch_key(arch, "expert_feed_forward_length"));
+}
+
+/** The mixture-of-experts fields of each MoE family's config. */
+void add_moe_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, const GgufFile& file) {
+  auto u = [&](const char* key) { return file.require_uint(arch_key(arch, key)); };
+  const std::string type = arch.model_type;
+  const uint64_t expert_ffn = expert_width(arch, file);
+  // Qwen3MoeConfig: every layer sparse unless it has no router; top-k probabilities renormalised
+  // (norm_topk_prob, true in every released Qwen3-MoE). Mixtral / Qwen2MoeConfig: their fields.
+  const uint64_t experts = u("expert_count"), used = u("expert_used_count");
+  if (experts == 0 || used == 0 || used > experts)
+    throw ConfigError(file.source + ": " + arch_key(arch, "expert_used_count") + " = " + std::to_string(used) +
+                      " must be between 1 and " + arch_key(arch, "expert_count") + " = " + std::to_string(experts));
+  const bool local_experts = type == "mixtral" || type == "gpt_oss";
+  c[local_experts ? "num_local_experts" : "num_experts"] = experts;
+  c["num_experts_per_tok"] = used;
+  if (type == "gpt_oss" || type == "olmoe") c["intermediate_size"] = expert_ffn;  // their experts' width
+  else if (type != "mixtral") c["moe_intermediate_size"] = expert_ffn;
+  if (type == "qwen2_moe") c["shared_expert_intermediate_size"] = u("expert_shared_feed_forward_length");
+  if (type == "qwen3_moe") {
+    c["decoder_sparse_step"] = 1;
+    nlohmann::ordered_json dense = nlohmann::ordered_json::array();
+    for (uint64_t i = 0; i < u("block_count"); ++i)
+      if (!file.find_tensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight")) dense.push_back(i);
+    c["mlp_only_layers"] = dense;
+    c["norm_topk_prob"] = true;
+  } else {
+    if (type == "olmoe")  // llama.cpp leaves OLMoE's top-k weights as they are unless told otherwise
+      c["norm_topk_prob"] = file.get_bool(arch_key(arch, "expert_weights_norm")).value_or(false);
+    // mlx-lm's mixtral, qwen2_moe, gpt_oss and olmoe make every layer sparse.
+    for (uint64_t i = 0; i < u("block_count"); ++i)
+      if (!file.find_tensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight"))
+        throw UnsupportedError(file.source + ": layer " + std::to_string(i) + " has no router (ffn_gate_inp), but " +
+                               type + " needs experts in every layer");
+  }
+}
+
+/** Gemma 2 and 3's fields beyond the llama-like ones. */
+void add_gemma_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, const GgufFile& file) {
   auto u = [&](const char* key) { return file.require_uint(arch_key(arch, key)); };
   auto opt_u = [&](const char* key) { return file.get_uint(arch_key(arch, key)); };
-  uint64_t hidden = u("embedding_length");
-  uint64_t heads = u("attention.head_count");
-  if (heads == 0 || hidden % heads != 0)
-    throw ConfigError(file.source + ": " + arch_key(arch, "attention.head_count") + " = " +
-                      std::to_string(heads) + " does not divide the embedding length " + std::to_string(hidden));
-  uint64_t head_dim = opt_u("attention.key_length").value_or(hidden / heads);
-  const bool phi3 = std::string(arch.model_type) == "phi3";
-  const auto rot = opt_u("rope.dimension_count");
-  if (rot && *rot != head_dim && !(phi3 && *rot > 0 && *rot < head_dim))
-    throw UnsupportedError(file.source + ": partial rotary embeddings (" + arch_key(arch, "rope.dimension_count") +
-                           " = " + std::to_string(*rot) + ", head size " + std::to_string(head_dim) +
-                           ") are not supported by the converter for this architecture");
-  auto eps = file.get_float(arch_key(arch, "attention.layer_norm_rms_epsilon"));
-  if (!eps) throw ConfigError(file.source + ": missing required metadata '" +
-                              arch_key(arch, "attention.layer_norm_rms_epsilon") + "'");
-  // JSON has no inf or NaN: a config.json holding them (as null) would no longer load.
-  if (!std::isfinite(static_cast<float>(*eps)) || *eps < 0)
-    throw ConfigError(file.source + ": metadata '" + arch_key(arch, "attention.layer_norm_rms_epsilon") + "' = " +
-                      std::to_string(*eps) + " is not a finite, non-negative number");
-  const double rope_base = file.get_float(arch_key(arch, "rope.freq_base")).value_or(10000.0);
-  if (!std::isfinite(static_cast<float>(rope_base)) || rope_base <= 0)
-    throw ConfigError(file.source + ": metadata '" + arch_key(arch, "rope.freq_base") + "' = " +
-                      std::to_string(rope_base) + " is not a finite, positive number");
-  const auto* embed = file.find_tensor("token_embd.weight");
-  if (!embed || embed->dims.size() != 2)
-    throw WeightsError(file.source + ": missing the 2-D tensor 'token_embd.weight'");
-  uint64_t vocab = opt_u("vocab_size").value_or(embed->dims[1]);
-  if (vocab != embed->dims[1])
-    throw ConfigError(file.source + ": " + arch_key(arch, "vocab_size") + " = " + std::to_string(vocab) +
-                      " but 'token_embd.weight' has " + std::to_string(embed->dims[1]) + " rows");
-
-  nlohmann::ordered_json c;
-  c["architectures"] = {arch.hf_class};
-  c["model_type"] = arch.model_type;
-  c["hidden_size"] = hidden;
   const std::string type = arch.model_type;
-  const bool moe = type == "qwen3_moe" || type == "qwen2_moe" || type == "mixtral";
-  // Mixtral's experts are as wide as its feed_forward_length; the Qwen MoEs give theirs apart.
-  const auto expert_ffn = moe ? std::optional<uint64_t>(type == "mixtral" ? u("feed_forward_length")
-                                                                          : u("expert_feed_forward_length"))
-                              : std::nullopt;
-  c["intermediate_size"] = moe ? opt_u("feed_forward_length").value_or(*expert_ffn) : u("feed_forward_length");
-  c["num_hidden_layers"] = u("block_count");
-  c["num_attention_heads"] = heads;
-  c["num_key_value_heads"] = opt_u("attention.head_count_kv").value_or(heads);
-  c["head_dim"] = head_dim;
-  const bool gemma = std::string(arch.model_type).rfind("gemma", 0) == 0;
-  c["hidden_act"] = gemma ? "gelu_pytorch_tanh" : "silu";
-  c["rms_norm_eps"] = shortest_float32(*eps);
-  c["rope_theta"] = shortest_float32(rope_base);
-  c["rope_scaling"] = nullptr;
-  if (auto type = file.get_string(arch_key(arch, "rope.scaling.type")); type && *type != "none") {
-    auto factor = file.get_float(arch_key(arch, "rope.scaling.factor"));
-    if (*type != "linear" || !factor)
-      throw UnsupportedError(file.source + ": RoPE scaling '" + *type + "' is not supported by the converter (supported: linear)");
-    if (!std::isfinite(static_cast<float>(*factor)) || *factor <= 0)
-      throw ConfigError(file.source + ": metadata '" + arch_key(arch, "rope.scaling.factor") + "' = " +
-                        std::to_string(*factor) + " is not a finite, positive number");
-    c["rope_scaling"] = {{"type", "linear"}, {"factor", shortest_float32(*factor)}};
-  }
-  c["max_position_embeddings"] = opt_u("context_length").value_or(2048);
-  c["vocab_size"] = vocab;
-  c["tie_word_embeddings"] = file.find_tensor("output.weight") == nullptr;
-  c["attention_bias"] = file.find_tensor("blk.0.attn_q.bias") != nullptr;
-  c["mlp_bias"] = file.find_tensor("blk.0.ffn_up.bias") != nullptr;
-  if (moe) {
-    // Qwen3MoeConfig: every layer sparse unless it has no router; top-k probabilities renormalised
-    // (norm_topk_prob, true in every released Qwen3-MoE). Mixtral / Qwen2MoeConfig: their fields.
-    const uint64_t experts = u("expert_count"), used = u("expert_used_count");
-    if (experts == 0 || used == 0 || used > experts)
-      throw ConfigError(file.source + ": " + arch_key(arch, "expert_used_count") + " = " + std::to_string(used) +
-                        " must be between 1 and " + arch_key(arch, "expert_count") + " = " + std::to_string(experts));
-    c[type == "mixtral" ? "num_local_experts" : "num_experts"] = experts;
-    c["num_experts_per_tok"] = used;
-    if (type != "mixtral") c["moe_intermediate_size"] = *expert_ffn;
-    if (type == "qwen2_moe") c["shared_expert_intermediate_size"] = u("expert_shared_feed_forward_length");
-    if (type == "qwen3_moe") {
-      c["decoder_sparse_step"] = 1;
-      nlohmann::ordered_json dense = nlohmann::ordered_json::array();
-      for (uint64_t i = 0; i < u("block_count"); ++i)
-        if (!file.find_tensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight")) dense.push_back(i);
-      c["mlp_only_layers"] = dense;
-      c["norm_topk_prob"] = true;
-    } else {
-      // mlx-lm's mixtral and qwen2_moe make every layer sparse.
-      for (uint64_t i = 0; i < u("block_count"); ++i)
-        if (!file.find_tensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight"))
-          throw UnsupportedError(file.source + ": layer " + std::to_string(i) + " has no router (ffn_gate_inp), but " +
-                                 type + " needs experts in every layer");
-    }
-  }
+  const uint64_t hidden = c["hidden_size"].get<uint64_t>(), heads = c["num_attention_heads"].get<uint64_t>();
+  const uint64_t head_dim = c["head_dim"].get<uint64_t>();
   if (type == "gemma3_text") {
     // Gemma3TextConfig's fields that llama.cpp keeps as constants rather than metadata: five
     // sliding layers per global one, local RoPE base 10000, and the query scale of head_dim
@@ -315,22 +621,108 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
     c["query_pre_attn_scalar"] = u("block_count") == 46 ? hidden / heads : head_dim;
     if (auto window = opt_u("attention.sliding_window")) c["sliding_window"] = *window;
   }
-  if (phi3) {
-    // mlx-lm's phi3: head_dim = hidden_size / heads; a rotary part below it is partial_rotary_factor;
-    // llama.cpp's rope_factors_long/short are the LongRoPE (SuScaledRoPE) factors.
-    if (head_dim * heads != hidden)
-      throw UnsupportedError(file.source + ": phi3 with a head size other than embedding_length / head_count");
-    if (rot && *rot != head_dim) c["partial_rotary_factor"] = static_cast<double>(*rot) / static_cast<double>(head_dim);
-    if (file.find_tensor("rope_factors_long.weight")) {
-      auto original = file.require_uint(arch_key(arch, "rope.scaling.original_context_length"));
-      c["rope_scaling"] = {{"type", "longrope"},
-                           {"long_factor", float32_list(file, data, "rope_factors_long.weight")},
-                           {"short_factor", float32_list(file, data, file.find_tensor("rope_factors_short.weight")
-                                                                         ? "rope_factors_short.weight"
-                                                                         : "rope_factors_long.weight")}};
-      c["original_max_position_embeddings"] = original;
-    }
+}
+
+/** Phi-3's partial rotary and LongRoPE factors (the float32 tensors at `data`). */
+void add_phi3_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, const GgufFile& file, const uint8_t* data) {
+  const uint64_t hidden = c["hidden_size"].get<uint64_t>(), heads = c["num_attention_heads"].get<uint64_t>();
+  const uint64_t head_dim = c["head_dim"].get<uint64_t>();
+  const auto rot = file.get_uint(arch_key(arch, "rope.dimension_count"));
+  // mlx-lm's phi3: head_dim = hidden_size / heads; a rotary part below it is partial_rotary_factor;
+  // llama.cpp's rope_factors_long/short are the LongRoPE (SuScaledRoPE) factors.
+  if (head_dim * heads != hidden)
+    throw UnsupportedError(file.source + ": phi3 with a head size other than embedding_length / head_count");
+  if (rot && *rot != head_dim) c["partial_rotary_factor"] = static_cast<double>(*rot) / static_cast<double>(head_dim);
+  if (file.find_tensor("rope_factors_long.weight")) {
+    auto original = file.require_uint(arch_key(arch, "rope.scaling.original_context_length"));
+    c["rope_scaling"] = {{"type", "longrope"},
+                         {"long_factor", float32_list(file, data, "rope_factors_long.weight")},
+                         {"short_factor", float32_list(file, data, file.find_tensor("rope_factors_short.weight")
+                                                                       ? "rope_factors_short.weight"
+                                                                       : "rope_factors_long.weight")}};
+    c["original_max_position_embeddings"] = original;
   }
+}
+
+/** rope_scaling: none, linear, or gpt-oss's YaRN. */
+nlohmann::ordered_json rope_scaling(const GgufArchitecture& arch, const GgufFile& file) {
+  auto scaling = file.get_string(arch_key(arch, "rope.scaling.type"));
+  if (!scaling || *scaling == "none") return nullptr;
+  if (*scaling == "yarn" && std::string(arch.model_type) == "gpt_oss") return yarn_scaling(arch, file);
+  auto factor = file.get_float(arch_key(arch, "rope.scaling.factor"));
+  if (*scaling != "linear" || !factor)
+    throw UnsupportedError(file.source + ": RoPE scaling '" + *scaling + "' is not supported by the converter (supported: linear)");
+  if (!std::isfinite(static_cast<float>(*factor)) || *factor <= 0)
+    throw ConfigError(file.source + ": metadata '" + arch_key(arch, "rope.scaling.factor") + "' = " +
+                      std::to_string(*factor) + " is not a finite, positive number");
+  return {{"type", "linear"}, {"factor", shortest_float32(*factor)}};
+}
+
+}  // namespace
+
+nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const GgufFile& file, const uint8_t* data) {
+  auto u = [&](const char* key) { return file.require_uint(arch_key(arch, key)); };
+  auto opt_u = [&](const char* key) { return file.get_uint(arch_key(arch, key)); };
+  uint64_t hidden = u("embedding_length");
+  uint64_t heads = u("attention.head_count");
+  if (heads == 0 || hidden % heads != 0)
+    throw ConfigError(file.source + ": " + arch_key(arch, "attention.head_count") + " = " +
+                      std::to_string(heads) + " does not divide the embedding length " + std::to_string(hidden));
+  uint64_t head_dim = opt_u("attention.key_length").value_or(hidden / heads);
+  const std::string type = arch.model_type;
+  const bool phi3 = type == "phi3";
+  const bool partial_ok = phi3 || type == "stablelm" || type == "glm4" || type == "phi";
+  const auto rot = opt_u("rope.dimension_count");
+  if (rot && *rot != head_dim && !(partial_ok && *rot > 0 && *rot < head_dim))
+    throw UnsupportedError(file.source + ": partial rotary embeddings (" + arch_key(arch, "rope.dimension_count") +
+                           " = " + std::to_string(*rot) + ", head size " + std::to_string(head_dim) +
+                           ") are not supported by the converter for this architecture");
+  // StarCoder 2, StableLM, Cohere 2 and Phi-2 normalise with LayerNorm, the others with RMSNorm.
+  const bool layer_norm = type == "starcoder2" || type == "stablelm" || type == "cohere2" || type == "phi";
+  const std::string eps_key = arch_key(arch, layer_norm ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon");
+  auto eps = file.get_float(eps_key);
+  if (!eps) throw ConfigError(file.source + ": missing required metadata '" + eps_key + "'");
+  // JSON has no inf or NaN: a config.json holding them (as null) would no longer load.
+  if (!std::isfinite(static_cast<float>(*eps)) || *eps < 0)
+    throw ConfigError(file.source + ": metadata '" + eps_key + "' = " + std::to_string(*eps) +
+                      " is not a finite, non-negative number");
+  const double rope_base = file.get_float(arch_key(arch, "rope.freq_base")).value_or(10000.0);
+  if (!std::isfinite(static_cast<float>(rope_base)) || rope_base <= 0)
+    throw ConfigError(file.source + ": metadata '" + arch_key(arch, "rope.freq_base") + "' = " +
+                      std::to_string(rope_base) + " is not a finite, positive number");
+  const auto* embed = file.find_tensor("token_embd.weight");
+  if (!embed || embed->dims.size() != 2)
+    throw WeightsError(file.source + ": missing the 2-D tensor 'token_embd.weight'");
+  uint64_t vocab = opt_u("vocab_size").value_or(embed->dims[1]);
+  if (vocab != embed->dims[1])
+    throw ConfigError(file.source + ": " + arch_key(arch, "vocab_size") + " = " + std::to_string(vocab) +
+                      " but 'token_embd.weight' has " + std::to_string(embed->dims[1]) + " rows");
+
+  nlohmann::ordered_json c;
+  c["architectures"] = {arch.hf_class};
+  c["model_type"] = arch.model_type;
+  c["hidden_size"] = hidden;
+  const bool moe = is_moe(type);
+  c["intermediate_size"] = moe ? opt_u("feed_forward_length").value_or(expert_width(arch, file)) : u("feed_forward_length");
+  c["num_hidden_layers"] = u("block_count");
+  c["num_attention_heads"] = heads;
+  // LFM2's head_count_kv is a list, zero on its convolution layers (add_family_fields).
+  c["num_key_value_heads"] = type == "lfm2" ? heads : opt_u("attention.head_count_kv").value_or(heads);
+  c["head_dim"] = head_dim;
+  const bool gemma = std::string(arch.model_type).rfind("gemma", 0) == 0;
+  c["hidden_act"] = gemma ? "gelu_pytorch_tanh" : "silu";
+  if (!layer_norm) c["rms_norm_eps"] = shortest_float32(*eps);
+  c["rope_theta"] = shortest_float32(rope_base);
+  c["rope_scaling"] = rope_scaling(arch, file);
+  c["max_position_embeddings"] = opt_u("context_length").value_or(2048);
+  c["vocab_size"] = vocab;
+  c["tie_word_embeddings"] = file.find_tensor("output.weight") == nullptr;
+  c["attention_bias"] = file.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c["mlp_bias"] = file.find_tensor("blk.0.ffn_up.bias") != nullptr;
+  if (moe) add_moe_fields(c, arch, file);
+  if (type == "gemma3_text" || type == "gemma2") add_gemma_fields(c, arch, file);
+  if (phi3) add_phi3_fields(c, arch, file, data);
+  add_family_fields(c, arch, file, layer_norm ? shortest_float32(*eps) : 0.0);
   if (auto bos = file.get_uint("tokenizer.ggml.bos_token_id")) c["bos_token_id"] = *bos;
   if (auto eos = file.get_uint("tokenizer.ggml.eos_token_id")) c["eos_token_id"] = *eos;
   return c;

@@ -5,6 +5,7 @@
  * "rotate half" kind but which llama.cpp runs with interleaved RoPE). No MLX dependency. */
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -30,12 +31,20 @@ struct GgufArchitecture {
 /** The entry for `general.architecture`, or UnsupportedError listing the supported ones. */
 const GgufArchitecture& find_architecture(const GgufFile& file);
 
+/** The `general.architecture` names the converter reads, comma-separated, for messages and help. */
+std::string supported_gguf_architectures();
+
 /** Where a GGUF tensor goes in the checkpoint. */
 struct TensorPlan {
   std::string hf_name;
   std::optional<uint64_t> qk_heads;  // set when the rows must be un-permuted, over this many heads
   bool as_row = false;               // a 1-D GGUF vector that the checkpoint holds as [1, n]
   bool minus_one = false;            // a Gemma norm weight, which llama.cpp stores plus one
+  bool split_rows = false;           // one 1-D tensor per row, hf_name's "#" replaced by the row index
+  bool as_conv = false;              // a plain [channels, kernel] depthwise conv weight, held as [channels, kernel, 1]
+  // A fused tensor split by rows (elements of a 1-D one) into these checkpoint tensors, in order:
+  // (name, rows). Empty for a tensor kept whole under hf_name.
+  std::vector<std::pair<std::string, uint64_t>> row_parts;
 };
 
 /** The checkpoint name and row handling of one tensor, or nullopt for tensors that carry nothing

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "mlxrt/convert/gguf_iq_tables.h"  // generated at build time from the gguf package
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::convert {
@@ -40,6 +41,9 @@ std::optional<AffineParams> affine_params_for(GgmlType type) {
     case GgmlType::q4_k: return AffineParams{4, 32};
     case GgmlType::q5_k: return AffineParams{5, 32};
     case GgmlType::q8_0: return AffineParams{8, 32};
+    // The ternary formats: one fp16 d per 256 elements, x = d*(q - 1) with q in 0..2 (TQ2_0's
+    // unused q = 3 gives 2d): 2 bits, scale d, bias -d, in groups of 128 (two per block).
+    case GgmlType::tq1_0: case GgmlType::tq2_0: return AffineParams{2, 128};
     default: return std::nullopt;
   }
 }
@@ -123,9 +127,42 @@ void decode_k_block(GgmlType type, const uint8_t* block, uint8_t* q, float* scal
   }
 }
 
-/** Unpacks one block of any affine type: block_elements quants and one (scale, bias) per 32. */
+/** TQ2_0 (66 bytes / 256): 64 bytes of 2-bit quants, fp16 d. Byte j*32 + m holds, in bit pairs
+ * l = 0..3, elements j*128 + l*32 + m. */
+void decode_tq2_0(const uint8_t* block, uint8_t* q) {
+  for (int e = 0; e < 256; ++e) q[e] = (block[(e / 128) * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+
+/** TQ1_0 (54 bytes / 256): 48 bytes of five base-3 digits each, 4 bytes of four more, fp16 d.
+ * Digit n of byte b is ((uint8_t)(b * 3^n) * 3) >> 8, as ggml extracts it; bytes 0..31 give
+ * elements n*32 + m, bytes 32..47 elements 160 + n*16 + m, the last four 240 + n*4 + j. */
+void decode_tq1_0(const uint8_t* block, uint8_t* q) {
+  static constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  auto digit = [](uint8_t byte, int n) {
+    return static_cast<uint8_t>((static_cast<uint16_t>(static_cast<uint8_t>(byte * kPow3[n])) * 3) >> 8);
+  };
+  int e = 0;
+  for (int n = 0; n < 5; ++n)
+    for (int m = 0; m < 32; ++m) q[e++] = digit(block[m], n);
+  for (int n = 0; n < 5; ++n)
+    for (int m = 0; m < 16; ++m) q[e++] = digit(block[32 + m], n);
+  for (int n = 0; n < 4; ++n)
+    for (int j = 0; j < 4; ++j) q[e++] = digit(block[48 + j], n);
+}
+
+/** Unpacks one block of any affine type: block_elements quants and one (scale, bias) per group. */
 void decode_block(GgmlType type, const uint8_t* block, uint8_t* q, float* scales, float* biases) {
   if (type == GgmlType::q4_k || type == GgmlType::q5_k) return decode_k_block(type, block, q, scales, biases);
+  if (type == GgmlType::tq1_0 || type == GgmlType::tq2_0) {
+    const int d_at = type == GgmlType::tq1_0 ? 52 : 64;
+    const float d = half_to_float(load_u16(block + d_at));
+    (type == GgmlType::tq1_0 ? decode_tq1_0 : decode_tq2_0)(block, q);
+    for (int g = 0; g < 2; ++g) {
+      scales[g] = d;
+      biases[g] = -d;  // d*q - d: exact for q <= 3, as ggml's (q - 1)*d
+    }
+    return;
+  }
   decode_group32(type, block, q, scales[0], biases[0]);
 }
 
@@ -136,13 +173,15 @@ AffineTensor repack_affine(const GgufTensorInfo& info, const uint8_t* data,
   auto params = affine_params_for(info.type());
   if (!params)
     throw UnsupportedError("tensor '" + info.name + "' has type " + info.traits.name +
-                           ", which has no exact MLX affine form (supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K)");
+                           ", which has no exact MLX affine form (supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, "
+                           "TQ1_0, TQ2_0)");
   AffineTensor out;
   out.params = *params;
   out.cols = info.dims[0];
   out.rows = info.rows();
-  const uint64_t block_elements = info.traits.block_elements, groups_per_block = block_elements / 32;
-  const uint64_t blocks_per_row = out.cols / block_elements, groups_per_row = out.cols / 32;
+  const uint64_t group = params->group_size, block_elements = info.traits.block_elements;
+  const uint64_t groups_per_block = block_elements / group;
+  const uint64_t blocks_per_row = out.cols / block_elements, groups_per_row = out.cols / group;
   const uint64_t row_bytes = blocks_per_row * info.traits.block_bytes;
   const int bits = params->bits;
   const uint64_t words_per_row = out.cols * bits / 32;
@@ -155,16 +194,45 @@ AffineTensor repack_affine(const GgufTensorInfo& info, const uint8_t* data,
     const uint8_t* row = data + src * row_bytes;
     uint32_t* words = out.weight.data() + r * words_per_row;
     for (uint64_t b = 0; b < blocks_per_row; ++b) {
-      uint64_t group = r * groups_per_row + b * groups_per_block;
-      decode_block(info.type(), row + b * info.traits.block_bytes, q.data(), &out.scales[group], &out.biases[group]);
-      // A 32-element group fills exactly `bits` words: a little-endian bit stream, element k at
-      // bit bits*k (3, 5 and 6 bits straddle words).
-      uint32_t* w = words + b * groups_per_block * bits;
+      uint64_t first = r * groups_per_row + b * groups_per_block;
+      decode_block(info.type(), row + b * info.traits.block_bytes, q.data(), &out.scales[first], &out.biases[first]);
+      // A block fills exactly block_elements * bits / 32 words (32 elements: `bits` words): a
+      // little-endian bit stream, element k at bit bits*k (3, 5 and 6 bits straddle words).
+      uint32_t* w = words + b * block_elements * bits / 32;
       for (uint64_t k = 0; k < block_elements; ++k) {
         uint64_t at = bits * k, word = at / 32, shift = at % 32;
         w[word] |= static_cast<uint32_t>(q[k]) << shift;
         if (shift + bits > 32) w[word + 1] |= static_cast<uint32_t>(q[k]) >> (32 - shift);
       }
+    }
+  }
+  return out;
+}
+
+Mxfp4Tensor repack_mxfp4(const GgufTensorInfo& info, const uint8_t* data) {
+  if (info.type() != GgmlType::mxfp4)
+    throw UnsupportedError("tensor '" + info.name + "' has type " + info.traits.name + ", not MXFP4");
+  Mxfp4Tensor out;
+  out.cols = info.dims[0];
+  out.rows = info.rows();
+  const uint64_t blocks = out.rows * out.cols / 32;
+  out.weight.resize(blocks * 4);
+  out.scales.resize(blocks);
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const uint8_t* block = data + b * 17;
+    if (block[0] == 255)
+      throw UnsupportedError("tensor '" + info.name + "': MXFP4 block " + std::to_string(b) +
+                             " has scale byte 255, which MX reserves for not-a-number");
+    out.scales[b] = block[0];
+    // Word w holds elements 8w..8w+7; element e < 16 is the low nibble of byte e, 16 + e the high.
+    for (int w = 0; w < 4; ++w) {
+      uint32_t word = 0;
+      for (int k = 0; k < 8; ++k) {
+        const int e = 8 * w + k;
+        const uint32_t code = e < 16 ? block[1 + e] & 0x0F : block[1 + e - 16] >> 4;
+        word |= code << (4 * k);
+      }
+      out.weight[4 * b + w] = word;
     }
   }
   return out;
@@ -176,7 +244,14 @@ bool has_exact_float32(GgmlType type) {
     case GgmlType::q3_k:
     case GgmlType::q6_k:
     case GgmlType::iq4_nl:
-    case GgmlType::iq4_xs: return true;
+    case GgmlType::iq4_xs:
+    case GgmlType::iq2_xxs:
+    case GgmlType::iq2_xs:
+    case GgmlType::iq2_s:
+    case GgmlType::iq3_xxs:
+    case GgmlType::iq3_s:
+    case GgmlType::iq1_s:
+    case GgmlType::iq1_m: return true;
     default: return false;
   }
 }
@@ -271,6 +346,134 @@ void iq4_xs_block(const uint8_t* block, float* y) {
   }
 }
 
+// The IQ1..IQ3 formats: each group of 4 or 8 elements is one entry of a lattice grid (the tables
+// of gguf_iq_tables.h), times a sub-block scale, with signs from a bit mask (IQ2/IQ3) or an offset
+// of +-1/8 added (IQ1). The products are the single float32 operations of ggml's reference code.
+
+uint32_t load_u32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | p[1] << 8 | p[2] << 16 | static_cast<uint32_t>(p[3]) << 24;
+}
+
+/** y[j] = db * grid[j], negated where bit j of `signs` is set, for n elements. */
+template <typename T>
+void signed_grid(float db, const T* grid, uint8_t signs, int n, float* y) {
+  for (int j = 0; j < n; ++j) y[j] = db * static_cast<float>(grid[j]) * ((signs >> j) & 1 ? -1.0f : 1.0f);
+}
+
+// IQ2_XXS (66 bytes / 256): fp16 d, then per 32 elements two u32: four 8-bit grid indices, and
+// four 7-bit sign indices with a 4-bit scale on top; db = d * (0.5 + scale) * 0.25.
+void iq2_xxs_block(const uint8_t* block, float* y) {
+  const float d = half_to_float(load_u16(block));
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    const uint8_t* grid_index = block + 2 + 8 * ib;
+    const uint32_t aux = load_u32(block + 2 + 8 * ib + 4);
+    const float db = d * (0.5f + static_cast<float>(aux >> 28)) * 0.25f;
+    for (int l = 0; l < 4; ++l)
+      signed_grid(db, iq_tables::kIq2xxsGrid[grid_index[l]], iq_tables::kSigns[(aux >> (7 * l)) & 127], 8, y + 8 * l);
+  }
+}
+
+// IQ2_XS (74 bytes / 256): fp16 d, 32 u16 (9-bit grid index, 7-bit sign index), then eight bytes
+// of two 4-bit scales, one per 16 elements.
+void iq2_xs_block(const uint8_t* block, float* y) {
+  const float d = half_to_float(load_u16(block));
+  const uint8_t* scales = block + 66;
+  for (int ib = 0; ib < 8; ++ib, y += 32)
+    for (int l = 0; l < 4; ++l) {
+      const uint16_t q = load_u16(block + 2 + 2 * (4 * ib + l));
+      const int scale = (scales[ib] >> (4 * (l / 2))) & 0xF;
+      const float db = d * (0.5f + static_cast<float>(scale)) * 0.25f;
+      signed_grid(db, iq_tables::kIq2xsGrid[q & 511], iq_tables::kSigns[q >> 9], 8, y + 8 * l);
+    }
+}
+
+// IQ2_S (82 bytes / 256): fp16 d, 32 low bytes of the 10-bit grid indices, 32 sign bytes, eight
+// bytes of their high bit pairs, eight bytes of two 4-bit scales (as IQ2_XS).
+void iq2_s_block(const uint8_t* block, float* y) {
+  const float d = half_to_float(load_u16(block));
+  const uint8_t* qs = block + 2;
+  const uint8_t* signs = block + 34;
+  const uint8_t* qh = block + 66;
+  const uint8_t* scales = block + 74;
+  for (int ib = 0; ib < 8; ++ib, y += 32)
+    for (int l = 0; l < 4; ++l) {
+      const int index = qs[4 * ib + l] | ((qh[ib] >> (2 * l)) & 3) << 8;
+      const float db = d * (0.5f + static_cast<float>((scales[ib] >> (4 * (l / 2))) & 0xF)) * 0.25f;
+      signed_grid(db, iq_tables::kIq2sGrid[index], signs[4 * ib + l], 8, y + 8 * l);
+    }
+}
+
+// IQ3_XXS (98 bytes / 256): fp16 d, 64 8-bit indices into a grid of four values, then per 32
+// elements a u32 of four 7-bit sign indices and a 4-bit scale; db = d * (0.5 + scale) * 0.5.
+void iq3_xxs_block(const uint8_t* block, float* y) {
+  const float d = half_to_float(load_u16(block));
+  const uint8_t* qs = block + 2;
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    const uint32_t aux = load_u32(block + 66 + 4 * ib);
+    const float db = d * (0.5f + static_cast<float>(aux >> 28)) * 0.5f;
+    for (int l = 0; l < 4; ++l) {
+      const uint8_t sign = iq_tables::kSigns[(aux >> (7 * l)) & 127];
+      signed_grid(db, iq_tables::kIq3xxsGrid[qs[8 * ib + 2 * l]], sign, 4, y + 8 * l);
+      signed_grid(db, iq_tables::kIq3xxsGrid[qs[8 * ib + 2 * l + 1]], static_cast<uint8_t>(sign >> 4), 4, y + 8 * l + 4);
+    }
+  }
+}
+
+// IQ3_S (110 bytes / 256): fp16 d, 64 low bytes of 9-bit grid indices, 8 bytes of their high bits,
+// 32 sign bytes, four bytes of two 4-bit scales (one per 32 elements); db = d * (1 + 2*scale).
+void iq3_s_block(const uint8_t* block, float* y) {
+  const float d = half_to_float(load_u16(block));
+  const uint8_t* qs = block + 2;
+  const uint8_t* qh = block + 66;
+  const uint8_t* signs = block + 74;
+  const uint8_t* scales = block + 106;
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    const float db = d * static_cast<float>(1 + 2 * ((scales[ib / 2] >> (4 * (ib % 2))) & 0xF));
+    for (int g = 0; g < 8; ++g) {
+      const int index = qs[8 * ib + g] | ((qh[ib] >> g) & 1) << 8;
+      signed_grid(db, iq_tables::kIq3sGrid[index], static_cast<uint8_t>(signs[4 * ib + g / 2] >> (4 * (g % 2))), 4,
+                  y + 4 * g);
+    }
+  }
+}
+
+/** y[j] = dl * (grid[j] + delta) for the 8 values of one IQ1 grid entry. */
+void iq1_group(float dl, int index, bool minus, float* y) {
+  const float delta = minus ? -iq_tables::kIq1Delta : iq_tables::kIq1Delta;
+  for (int j = 0; j < 8; ++j) y[j] = dl * (static_cast<float>(iq_tables::kIq1sGrid[index][j]) + delta);
+}
+
+// IQ1_S (50 bytes / 256): fp16 d, 32 low bytes of 11-bit grid indices, then per 32 elements a u16:
+// four 3-bit high parts, a 3-bit scale and the delta's sign; dl = d * (2*scale + 1).
+void iq1_s_block(const uint8_t* block, float* y) {
+  const float d = half_to_float(load_u16(block));
+  const uint8_t* qs = block + 2;
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    const uint16_t qh = load_u16(block + 34 + 2 * ib);
+    const float dl = d * static_cast<float>(2 * ((qh >> 12) & 7) + 1);
+    for (int l = 0; l < 4; ++l) iq1_group(dl, qs[4 * ib + l] | ((qh >> (3 * l)) & 7) << 8, qh & 0x8000, y + 8 * l);
+  }
+}
+
+// IQ1_M (56 bytes / 256): 32 low bytes of 11-bit grid indices, 16 bytes holding per 8 elements a
+// 3-bit high part and the delta's sign, then four u16 of 3-bit scales (one per 16 elements) whose
+// top nibbles together are the fp16 d.
+void iq1_m_block(const uint8_t* block, float* y) {
+  const uint8_t* qs = block;
+  const uint8_t* qh = block + 32;
+  uint16_t sc[4];
+  for (int k = 0; k < 4; ++k) sc[k] = load_u16(block + 48 + 2 * k);
+  const float d = half_to_float(static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) |
+                                                      ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000)));
+  for (int ib = 0; ib < 8; ++ib, y += 32)
+    for (int l = 0; l < 4; ++l) {
+      const int scale = (sc[ib / 2] >> (6 * (ib % 2) + 3 * (l / 2))) & 7;
+      const float dl = d * static_cast<float>(2 * scale + 1);
+      const uint8_t h = qh[2 * ib + l / 2] >> (4 * (l % 2));  // this group's nibble
+      iq1_group(dl, qs[4 * ib + l] | (h & 7) << 8, h & 8, y + 8 * l);
+    }
+}
+
 }  // namespace
 
 std::vector<float> dequantize_float32(const GgufTensorInfo& info, const uint8_t* data,
@@ -282,6 +485,13 @@ std::vector<float> dequantize_float32(const GgufTensorInfo& info, const uint8_t*
     case GgmlType::q6_k: decode = q6_k_block; break;
     case GgmlType::iq4_nl: decode = iq4_nl_block; break;
     case GgmlType::iq4_xs: decode = iq4_xs_block; break;
+    case GgmlType::iq2_xxs: decode = iq2_xxs_block; break;
+    case GgmlType::iq2_xs: decode = iq2_xs_block; break;
+    case GgmlType::iq2_s: decode = iq2_s_block; break;
+    case GgmlType::iq3_xxs: decode = iq3_xxs_block; break;
+    case GgmlType::iq3_s: decode = iq3_s_block; break;
+    case GgmlType::iq1_s: decode = iq1_s_block; break;
+    case GgmlType::iq1_m: decode = iq1_m_block; break;
     default:
       throw UnsupportedError("tensor '" + info.name + "' has type " + info.traits.name +
                              ", which the converter cannot dequantise");
@@ -305,6 +515,41 @@ std::vector<uint8_t> permute_plain_rows(const GgufTensorInfo& info, const uint8_
   for (uint64_t r = 0; r < row_order.size(); ++r)
     std::memcpy(out.data() + r * row_bytes, data + row_order[r] * row_bytes, row_bytes);
   return out;
+}
+
+std::string supported_gguf_types() {
+  std::string kept, dense;
+  for (uint32_t id = 0; id < 64; ++id) {
+    auto traits = ggml_type_traits(id);
+    if (!traits) continue;
+    const auto type = static_cast<GgmlType>(id);
+    const bool plain = type == GgmlType::f32 || type == GgmlType::f16 || type == GgmlType::bf16;
+    std::string& list = has_exact_float32(type) ? dense : kept;
+    if (plain || affine_params_for(type) || type == GgmlType::mxfp4 || has_exact_float32(type))
+      list += (list.empty() ? "" : ", ") + std::string(traits->name);
+  }
+  return kept + "; " + dense + " stored as float32";
+}
+
+GgufTensorInfo slice_rows(const GgufTensorInfo& info, uint64_t begin, uint64_t count) {
+  GgufTensorInfo part = info;
+  if (info.dims.size() == 1) {
+    if (info.traits.block_elements != 1 || begin + count > info.dims[0])
+      throw UnsupportedError("tensor '" + info.name + "': cannot take elements " + std::to_string(begin) + ".." +
+                             std::to_string(begin + count) + " of it");
+    part.offset += begin * info.traits.block_bytes;
+    part.dims[0] = count;
+  } else {
+    if (info.dims.size() != 2 || begin + count > info.dims[1])
+      throw UnsupportedError("tensor '" + info.name + "': cannot take rows " + std::to_string(begin) + ".." +
+                             std::to_string(begin + count) + " of it");
+    part.offset += begin * (info.dims[0] / info.traits.block_elements * info.traits.block_bytes);
+    part.dims[1] = count;
+  }
+  part.n_elements = 1;
+  for (auto d : part.dims) part.n_elements *= d;
+  part.n_bytes = part.n_elements / info.traits.block_elements * info.traits.block_bytes;
+  return part;
 }
 
 std::vector<uint64_t> unpermute_qk_rows(uint64_t rows, uint64_t heads) {

@@ -12,10 +12,13 @@
  *   Q8_0 (d, 32 x i8):     x = d*q              -> 8 bits, g32, q+128, scale d, bias -128d
  *   Q4_K / Q5_K (d, dmin, 8 x (6-bit sc, m), 256 x u4/u5): x = (d*sc)*q - dmin*m per 32
  *                          -> 4/5 bits, g32, scale d*sc, bias -dmin*m
+ *   TQ1_0 / TQ2_0 (d, 256 ternary q): x = d*(q - 1) -> 2 bits, g128, scale d, bias -d
  *
- * Q2_K, Q3_K and Q6_K have 16-element sub-blocks, finer than any MLX group size, and IQ4_NL /
- * IQ4_XS index a non-linear grid: they are stored dequantised as float32 instead, each value the
- * one ggml's reference dequantisation computes (dequantize_float32).
+ * Q2_K, Q3_K and Q6_K have 16-element sub-blocks, finer than any MLX group size, IQ4_NL /
+ * IQ4_XS index a non-linear grid, and IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S
+ * index lattice codebooks of 4 or 8 values (tables generated at build time from the gguf package):
+ * they are stored dequantised as float32 instead, each value the one ggml's reference
+ * dequantisation computes (dequantize_float32).
  *
  * Scales and biases are float32: the fp16 d, m widen exactly, -8d, -16d and -128d are exact (powers of
  * two), d*q is exact (at most 11+8 significant bits), so MLX's float32 dequantisation gives the
@@ -23,6 +26,7 @@
  * (e.g. d*15 + m) would be rounded to 11 bits and differ. No MLX dependency. */
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "mlxrt/convert/gguf_file.h"
@@ -50,6 +54,18 @@ struct AffineTensor {
 AffineTensor repack_affine(const GgufTensorInfo& info, const uint8_t* data,
                            const std::vector<uint64_t>* row_order = nullptr);
 
+/** MXFP4 blocks (one E8M0 scale byte, 32 E2M1 codes: element j the low nibble of byte j, element
+ * 16 + j its high nibble) in MLX's mxfp4 form: the same codes packed little-end first, the scale
+ * bytes unchanged. MLX's value, code * 2^(scale - 127), is the one ggml computes for every scale byte
+ * below 255 (the MX "not a number" scale, refused with UnsupportedError); ggml's zero code 8 is
+ * +0 where MLX's is -0. */
+struct Mxfp4Tensor {
+  uint64_t rows = 0, cols = 0;
+  std::vector<uint32_t> weight;  // [rows, cols / 8]
+  std::vector<uint8_t> scales;   // [rows, cols / 32]
+};
+Mxfp4Tensor repack_mxfp4(const GgufTensorInfo& info, const uint8_t* data);
+
 /** Whether dequantize_float32 handles this type (exactly). */
 bool has_exact_float32(GgmlType type);
 
@@ -61,9 +77,17 @@ std::vector<float> dequantize_float32(const GgufTensorInfo& info, const uint8_t*
 std::vector<uint8_t> permute_plain_rows(const GgufTensorInfo& info, const uint8_t* data,
                                         const std::vector<uint64_t>& row_order);
 
+/** Rows [begin, begin + count) of a 2-D tensor (elements, of a 1-D plain one) as a tensor of
+ * their own: the same name and type, its offset moved to the first of them. */
+GgufTensorInfo slice_rows(const GgufTensorInfo& info, uint64_t begin, uint64_t count);
+
 /** Row order that undoes llama.cpp's Q/K permutation for its interleaved (GPT-J style) RoPE: for
  * each of `heads` heads of `rows / heads` rows, GGUF row 2j + a holds original row a*half + j. */
 std::vector<uint64_t> unpermute_qk_rows(uint64_t rows, uint64_t heads);
+
+/** The ggml tensor types the converter reads, by how: "F32, F16, ... (kept or repacked); Q2_K, ...
+ * stored as float32", for messages and help. */
+std::string supported_gguf_types();
 
 /** IEEE half to float, exact. */
 float half_to_float(uint16_t h);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include <mlx/mlx.h>
@@ -29,11 +30,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/** One GGUF tensor and where it goes. */
+/** One GGUF tensor (or rows of a fused one) and where it goes. */
 struct PlannedTensor {
-  const GgufTensorInfo* info;
+  GgufTensorInfo info;  // offset from the start of the data section
   TensorPlan plan;
   std::optional<AffineParams> affine;  // set for blocks kept quantized
+  bool mxfp4 = false;                  // MXFP4 blocks kept as MLX's mxfp4
   bool dense = false;                  // blocks stored dequantised as float32 (exact)
   uint64_t out_bytes = 0;
   int shard = 0;
@@ -45,32 +47,52 @@ mx::Dtype plain_dtype(GgmlType t) {
   return t == GgmlType::f32 ? mx::float32 : t == GgmlType::f16 ? mx::float16 : mx::bfloat16;
 }
 
+/** How one tensor (or part) is written, after checking that it can be. */
+PlannedTensor plan_one(const GgufFile& file, const GgufTensorInfo& t, const TensorPlan& plan) {
+  PlannedTensor p{t, plan, affine_params_for(t.type()), t.type() == GgmlType::mxfp4, has_exact_float32(t.type()), 0, 0};
+  if (!p.affine && !p.mxfp4 && !p.dense && !is_plain(t.type()))
+    throw UnsupportedError(file.source + ": tensor '" + t.name + "' has type " + t.traits.name +
+                           ", which the converter does not support (supported: " + supported_gguf_types() + ")");
+  if ((p.affine || p.mxfp4 || p.dense) && t.dims.size() != 2 && t.dims.size() != 3)
+    throw UnsupportedError(file.source + ": quantized tensor '" + t.name + "' has " + std::to_string(t.dims.size()) +
+                           " dimensions; only 2-D quantized weights (and 3-D stacked experts) are supported");
+  for (auto d : t.dims)
+    if (d > static_cast<uint64_t>(INT32_MAX))
+      throw UnsupportedError(file.source + ": tensor '" + t.name + "' has a dimension of " + std::to_string(d) +
+                             ", larger than MLX arrays allow");
+  if (p.mxfp4 && p.plan.qk_heads)
+    throw UnsupportedError(file.source + ": tensor '" + t.name + "': MXFP4 rows cannot be un-permuted");
+  if (p.affine) {
+    uint64_t groups = t.rows() * (t.dims[0] / p.affine->group_size);
+    p.out_bytes = t.n_elements * p.affine->bits / 8 + 2 * groups * sizeof(float);
+  } else if (p.mxfp4) {
+    p.out_bytes = t.n_elements / 2 + t.n_elements / 32;
+  } else if (p.dense) {
+    p.out_bytes = t.n_elements * sizeof(float);
+  } else {
+    p.out_bytes = t.n_bytes;
+  }
+  return p;
+}
+
 std::vector<PlannedTensor> plan_tensors(const GgufArchitecture& arch, const GgufFile& file) {
   std::vector<PlannedTensor> out;
   for (const auto& t : file.tensors) {
     auto plan = plan_tensor(arch, file, t);
     if (!plan) continue;
-    PlannedTensor p{&t, *plan, affine_params_for(t.type()), has_exact_float32(t.type()), 0, 0};
-    if (!p.affine && !p.dense && !is_plain(t.type()))
-      throw UnsupportedError(file.source + ": tensor '" + t.name + "' has type " + t.traits.name +
-                             ", which the converter does not support (supported: F32, F16, BF16, Q4_0, Q4_1, "
-                             "Q5_0, Q5_1, Q8_0, Q4_K, Q5_K; Q2_K, Q3_K, Q6_K, IQ4_NL and IQ4_XS stored as float32)");
-    if ((p.affine || p.dense) && t.dims.size() != 2 && t.dims.size() != 3)
-      throw UnsupportedError(file.source + ": quantized tensor '" + t.name + "' has " + std::to_string(t.dims.size()) +
-                             " dimensions; only 2-D quantized weights (and 3-D stacked experts) are supported");
-    for (auto d : t.dims)
-      if (d > static_cast<uint64_t>(INT32_MAX))
-        throw UnsupportedError(file.source + ": tensor '" + t.name + "' has a dimension of " + std::to_string(d) +
-                               ", larger than MLX arrays allow");
-    if (p.affine) {
-      uint64_t groups = t.rows() * (t.dims[0] / p.affine->group_size);
-      p.out_bytes = t.n_elements * p.affine->bits / 8 + 2 * groups * sizeof(float);
-    } else if (p.dense) {
-      p.out_bytes = t.n_elements * sizeof(float);
-    } else {
-      p.out_bytes = t.n_bytes;
+    if (plan->row_parts.empty()) {
+      out.push_back(plan_one(file, t, *plan));
+      continue;
     }
-    out.push_back(std::move(p));
+    // A fused tensor: one planned tensor per part, each a slice of its rows.
+    uint64_t row = 0;
+    for (const auto& [name, rows] : plan->row_parts) {
+      TensorPlan part = *plan;
+      part.hf_name = name;
+      part.row_parts.clear();
+      out.push_back(plan_one(file, slice_rows(t, row, rows), part));
+      row += rows;
+    }
   }
   return out;
 }
@@ -78,23 +100,30 @@ std::vector<PlannedTensor> plan_tensors(const GgufArchitecture& arch, const Gguf
 /** Module path of a weight ("model.layers.0.mlp.up_proj.weight" -> "model.layers.0.mlp.up_proj"). */
 std::string module_of(const std::string& hf_name) { return hf_name.substr(0, hf_name.rfind('.')); }
 
-nlohmann::ordered_json affine_json(const AffineParams& p) {
-  return {{"group_size", p.group_size}, {"bits", p.bits}, {"mode", "affine"}};
+/** A module's packing: (bits, group size, MLX mode). */
+using Packing = std::tuple<int, int, std::string>;
+
+std::optional<Packing> packing_of(const PlannedTensor& t) {
+  if (t.affine) return Packing{t.affine->bits, t.affine->group_size, "affine"};
+  if (t.mxfp4) return Packing{4, 32, "mxfp4"};
+  return std::nullopt;
+}
+
+nlohmann::ordered_json packing_json(const Packing& p) {
+  return {{"group_size", std::get<1>(p)}, {"bits", std::get<0>(p)}, {"mode", std::get<2>(p)}};
 }
 
 /** The quantization section: the most common packing as the default, the others per module. */
 std::optional<nlohmann::ordered_json> quantization_section(const std::vector<PlannedTensor>& tensors) {
-  std::map<std::pair<int, int>, int> counts;
+  std::map<Packing, int> counts;
   for (const auto& t : tensors)
-    if (t.affine) ++counts[{t.affine->bits, t.affine->group_size}];
+    if (auto p = packing_of(t)) ++counts[*p];
   if (counts.empty()) return std::nullopt;
-  auto best = std::max_element(counts.begin(), counts.end(),
-                               [](const auto& a, const auto& b) { return a.second < b.second; })->first;
-  AffineParams def{best.first, best.second};
-  nlohmann::ordered_json q = affine_json(def);
+  const Packing def = std::max_element(counts.begin(), counts.end(),
+                                       [](const auto& a, const auto& b) { return a.second < b.second; })->first;
+  nlohmann::ordered_json q = packing_json(def);
   for (const auto& t : tensors)
-    if (t.affine && (t.affine->bits != def.bits || t.affine->group_size != def.group_size))
-      q[module_of(t.plan.hf_name)] = affine_json(*t.affine);
+    if (auto p = packing_of(t); p && *p != def) q[module_of(t.plan.hf_name)] = packing_json(*p);
   return q;
 }
 
@@ -107,21 +136,27 @@ mx::array adopt(std::vector<T>&& values, mx::Shape shape, mx::Dtype dtype) {
 /** The checkpoint arrays of one GGUF tensor, named as mlx-lm expects. */
 void convert_tensor(const PlannedTensor& p, const uint8_t* data,
                     std::unordered_map<std::string, mx::array>& out) {
-  const auto& t = *p.info;
+  const auto& t = p.info;
   std::vector<uint64_t> order;
   if (p.plan.qk_heads) order = unpermute_qk_rows(t.rows(), *p.plan.qk_heads);
   const std::vector<uint64_t>* row_order = p.plan.qk_heads ? &order : nullptr;
+  // Rows of every leading dimension in order: a [experts, out, in] tensor repacks as experts*out
+  // rows and keeps its leading shape.
+  mx::Shape lead;
+  for (size_t i = t.dims.size(); i-- > 1;) lead.push_back(static_cast<int>(t.dims[i]));
+  auto with_last = [&](int last) {
+    mx::Shape s = lead;
+    s.push_back(last);
+    return s;
+  };
+  if (p.mxfp4) {
+    Mxfp4Tensor m = repack_mxfp4(t, data);
+    out.emplace(p.plan.hf_name, adopt(std::move(m.weight), with_last(static_cast<int>(m.cols / 8)), mx::uint32));
+    out.emplace(module_of(p.plan.hf_name) + ".scales", adopt(std::move(m.scales), with_last(static_cast<int>(m.cols / 32)), mx::uint8));
+    return;
+  }
   if (p.affine) {
     AffineTensor a = repack_affine(t, data, row_order);
-    // Rows of every leading dimension in order: a [experts, out, in] tensor repacks as experts*out
-    // rows and keeps its leading shape.
-    mx::Shape lead;
-    for (size_t i = t.dims.size(); i-- > 1;) lead.push_back(static_cast<int>(t.dims[i]));
-    auto with_last = [&](int last) {
-      mx::Shape s = lead;
-      s.push_back(last);
-      return s;
-    };
     int groups = static_cast<int>(a.cols / a.params.group_size);
     std::string module = module_of(p.plan.hf_name);
     out.emplace(p.plan.hf_name, adopt(std::move(a.weight), with_last(static_cast<int>(a.cols * a.params.bits / 32)), mx::uint32));
@@ -129,9 +164,21 @@ void convert_tensor(const PlannedTensor& p, const uint8_t* data,
     out.emplace(module + ".biases", adopt(std::move(a.biases), with_last(groups), mx::float32));
     return;
   }
+  if (p.plan.split_rows) {
+    // One 1-D tensor per row (plan_tensor checked a plain 2-D type): StableLM's per-head norms.
+    const uint64_t row_bytes = t.n_bytes / t.rows();
+    const auto at = p.plan.hf_name.find('#');
+    for (uint64_t r = 0; r < t.rows(); ++r) {
+      std::vector<uint8_t> bytes(data + r * row_bytes, data + (r + 1) * row_bytes);
+      std::string name = p.plan.hf_name.substr(0, at) + std::to_string(r) + p.plan.hf_name.substr(at + 1);
+      out.emplace(std::move(name), adopt(std::move(bytes), {static_cast<int>(t.dims[0])}, plain_dtype(t.type())));
+    }
+    return;
+  }
   mx::Shape shape;
   if (p.plan.as_row) shape.push_back(1);
   for (auto it = t.dims.rbegin(); it != t.dims.rend(); ++it) shape.push_back(static_cast<int>(*it));
+  if (p.plan.as_conv) shape.push_back(1);  // MLX's Conv1d weight: [out, kernel, in / groups]
   if (p.dense) {
     out.emplace(p.plan.hf_name, adopt(dequantize_float32(t, data, row_order), std::move(shape), mx::float32));
     return;
@@ -224,8 +271,8 @@ GgufConvertSummary convert_gguf(const GgufConvertOptions& options) {
 
   size_t dense = std::count_if(tensors.begin(), tensors.end(), [](const auto& t) { return t.dense; });
   if (dense > 0 && options.progress)
-    std::fprintf(stderr, "note: %zu Q2_K/Q3_K/Q6_K/IQ4 tensor%s stored as float32 (exact; MLX has no 16-element quantization groups "
-                 "or non-linear grids)\n",
+    std::fprintf(stderr, "note: %zu Q2_K/Q3_K/Q6_K/IQ tensor%s stored as float32 (exact; MLX has no 16-element quantization groups, "
+                 "non-linear grids or lattice codebooks)\n",
                  dense, dense == 1 ? "" : "s");
   StagingDir staging(options.out, "--out");
   GgufConvertSummary summary;
@@ -238,8 +285,8 @@ GgufConvertSummary convert_gguf(const GgufConvertOptions& options) {
     std::unordered_map<std::string, mx::array> arrays;
     for (const auto& t : tensors) {
       if (t.shard != s) continue;
-      progress.update(done, t.info->name);
-      convert_tensor(t, mapped.data() + file.data_start + t.info->offset, arrays);
+      progress.update(done, t.info.name);
+      convert_tensor(t, mapped.data() + file.data_start + t.info.offset, arrays);
       summary.bytes += t.out_bytes;
       ++done;
     }

@@ -77,6 +77,25 @@ TEST(GgufBlocks, Q4_1MapsToScaleDBiasM) {
   }
 }
 
+TEST(GgufBlocks, Mxfp4KeepsCodesAndScaleBytesInMlxOrder) {
+  std::vector<uint8_t> block(17);
+  block[0] = 130;  // E8M0: 2^3
+  for (int j = 0; j < 16; ++j) block[1 + j] = static_cast<uint8_t>(j | (15 - j) << 4);
+  auto m = repack_mxfp4(info(GgmlType::mxfp4, 32, 1), block.data());
+  ASSERT_EQ(m.weight.size(), 4u);
+  ASSERT_EQ(m.scales, std::vector<uint8_t>{130});
+  EXPECT_EQ(m.weight[0], 0x76543210u);  // element j < 16: low nibble of byte j, element 0 lowest
+  EXPECT_EQ(m.weight[1], 0xFEDCBA98u);
+  EXPECT_EQ(m.weight[2], 0x89ABCDEFu);  // elements 16..23: the high nibbles, 15 - j
+  block[0] = 255;                       // MX's not-a-number scale
+  try {
+    repack_mxfp4(info(GgmlType::mxfp4, 32, 1), block.data());
+    FAIL() << "expected UnsupportedError";
+  } catch (const mlxrt::UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("scale byte 255"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GgufBlocks, Q4_0MapsToBiasMinus8D) {
   std::vector<uint8_t> block(18);
   put_half(block, 0, -0.375f);
@@ -146,11 +165,12 @@ TEST(GgufBlocks, TypesWithoutAnExactAffineFormAreRefused) {
   EXPECT_FALSE(affine_params_for(GgmlType::q3_k).has_value());
   EXPECT_FALSE(affine_params_for(GgmlType::q6_k).has_value());  // 16-element groups: float32 instead
   EXPECT_THROW(repack_affine(t, data.data()), mlxrt::UnsupportedError);
-  // IQ2_XXS indexes ggml's lattice tables, which the converter does not carry.
-  auto grid = info(GgmlType::iq2_xxs, 256, 1);
-  std::vector<uint8_t> grid_data(grid.n_bytes);
-  EXPECT_FALSE(has_exact_float32(GgmlType::iq2_xxs));
-  EXPECT_THROW(dequantize_float32(grid, grid_data.data()), mlxrt::UnsupportedError);
+  // Q8_K is ggml's intermediate type for dot products, not a weight format the converter reads.
+  auto q8k = info(GgmlType::q8_k, 256, 1);
+  std::vector<uint8_t> q8k_data(q8k.n_bytes);
+  EXPECT_FALSE(has_exact_float32(GgmlType::q8_k));
+  EXPECT_THROW(dequantize_float32(q8k, q8k_data.data()), mlxrt::UnsupportedError);
+  EXPECT_TRUE(has_exact_float32(GgmlType::iq2_xxs));  // the IQ grids: float32 since the generated tables
 }
 
 TEST(GgufBlocks, Q5_0AndQ5_1UseTheHighBitsAndA5BitStream) {
