@@ -248,8 +248,8 @@ def test_read_ahead_changes_no_token(name, fixtures):
     budget = max(count // 2, 2 * top_k) * per_expert
     args = ["generate", "--model", path, "--prompt-tokens", "1,5,9,200,33", "--max-tokens", 32,
             "--expert-memory", f"{(budget + 1) / 1e9:.9f}"]
-    ahead = run_mlxrt(*args)
-    plain = run_mlxrt(*args, "--no-expert-prefetch")
+    ahead = run_mlxrt(*args, "--expert-prefetch")
+    plain = run_mlxrt(*args)
     assert parse_generated(ahead.stdout) == parse_generated(plain.stdout)
     with_ahead, without = check_stats(ahead.stderr, path, budget), check_stats(plain.stderr, path, budget)
     assert with_ahead["ahead"] > 0 and with_ahead["ahead_used"] > 0, ahead.stderr

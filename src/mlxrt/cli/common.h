@@ -34,7 +34,7 @@ model::LoadedModel load_cli_model(const std::string& model, const std::string& p
                                   std::shared_ptr<model::nn::ExpertStore>& experts,
                                   const std::string& adapter_path = {},
                                   const std::optional<model::Parallel>& parallel = std::nullopt,
-                                  bool expert_prefetch = true);
+                                  bool expert_prefetch = false);
 
 /** The --adapter-path help text, the same on every verb that takes it. */
 inline constexpr const char* kAdapterPathHelp =
@@ -45,6 +45,9 @@ inline constexpr const char* kAdapterPathHelp =
 inline constexpr const char* kExpertMemoryHelp =
     "Stream mixture-of-experts weights from disk, keeping at most this many GB of experts in memory "
     "(an LRU cache over all layers); default: every expert resident";
+inline constexpr const char* kExpertPrefetchHelp =
+    "With --expert-memory: while a MoE layer computes, read the experts the next layer's router picks "
+    "for this layer's input ahead, on a thread of its own (more bytes read, for fewer waits on disk)";
 
 /** With streamed experts, prints the run's expert-cache line (hit rate, bytes read, resident) on stderr. */
 void print_expert_stats(const std::shared_ptr<model::nn::ExpertStore>& experts);

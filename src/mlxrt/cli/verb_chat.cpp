@@ -27,6 +27,7 @@ struct ChatArgs {
   uint64_t seed = 0;
   std::optional<int> max_kv_size;
   std::optional<double> expert_memory;
+  bool expert_prefetch = false;
   int prefill_step_size = 2048, max_tokens = 256;
   DistributedArgs dist;
 };
@@ -62,7 +63,8 @@ void run(const ChatArgs& a) {
   // mx.random.seed(args.seed) comes before the model is built.
   auto rng = std::make_shared<generate::RandomState>(a.seed);
   rng->skip(model_construction_draws(a.model) + adapter_construction_draws(a.adapter_path));
-  auto session = load_session(a.model, a.profile_file, a.expert_memory, a.adapter_path, dist_run.parallel);
+  auto session = load_session(a.model, a.profile_file, a.expert_memory, a.adapter_path, dist_run.parallel,
+                              a.expert_prefetch);
   rng->skip(sharded_load_draws(a.model, session.loaded, dist_run.parallel.has_value()));
   if (!session.chat_template) throw UsageError("--model: " + a.model + " has no chat template to chat with");
   params.xtc_special_tokens = xtc_special_tokens(session);
@@ -155,6 +157,7 @@ void register_chat(CLI::App& app) {
   cmd->add_option("--seed", a->seed, "PRNG seed")->capture_default_str();
   cmd->add_option("--max-kv-size", a->max_kv_size, "Set the maximum key-value cache size");
   cmd->add_option("--expert-memory", a->expert_memory, kExpertMemoryHelp);
+  cmd->add_flag("--expert-prefetch", a->expert_prefetch, kExpertPrefetchHelp);
   cmd->add_option("--prefill-step-size", a->prefill_step_size, "Number of prompt tokens to process at a time")
       ->capture_default_str();
   cmd->add_option("--max-tokens,-m", a->max_tokens, "Maximum number of tokens to generate")->capture_default_str();

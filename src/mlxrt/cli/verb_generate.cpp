@@ -46,7 +46,7 @@ struct Args {
   bool ignore_chat_template = false, use_default_chat_template = false, trust_remote_code = false;
   std::optional<int> max_kv_size, kv_bits;
   std::optional<double> expert_memory;
-  bool no_expert_prefetch = false;
+  bool expert_prefetch = false;
   int kv_group_size = 64, quantized_kv_start = 5000, prefill_step_size = 2048;
   SamplingFlags sampling;
   DistributedArgs dist;
@@ -144,7 +144,7 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options, const 
   auto rng = make_rng(a);
   std::shared_ptr<model::nn::ExpertStore> experts;
   auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts, a.adapter_path, run.parallel,
-                               !a.no_expert_prefetch);
+                               a.expert_prefetch);
   if (a.seed) rng->skip(sharded_load_draws(a.model, loaded, run.parallel.has_value()));
   auto draft = load_draft(a);
   const int vocab = loaded.model->vocab_size();
@@ -333,7 +333,7 @@ void run(const Args& a) {
 
   auto rng = make_rng(a);
   auto session = load_session(a.model, a.profile_file, a.expert_memory, a.adapter_path, dist_run.parallel,
-                              !a.no_expert_prefetch);
+                              a.expert_prefetch);
   // mlx_lm.generate has no distributed mode: the keys are drawn as mlx_lm.chat's sharded_load draws them.
   if (a.seed) rng->skip(sharded_load_draws(a.model, session.loaded, dist_run.parallel.has_value()));
   for (const auto& t : a.extra_eos_token) add_eos_token(session, t, "--extra-eos-token");
@@ -429,8 +429,7 @@ void register_generate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-kv-size", a->max_kv_size, "Set the maximum key-value cache size");
   cmd->add_option("--expert-memory", a->expert_memory, kExpertMemoryHelp);
-  cmd->add_flag("--no-expert-prefetch", a->no_expert_prefetch,
-                "With --expert-memory: do not read the next MoE layer's likely experts ahead (ours; for comparison)");
+  cmd->add_flag("--expert-prefetch", a->expert_prefetch, kExpertPrefetchHelp);
   cmd->add_option("--prefill-step-size", a->prefill_step_size, "Number of prompt tokens to process at a time")
       ->capture_default_str();
   cmd->add_option("--prompt-cache-file", a->prompt_cache_file, "A file containing saved KV caches");

@@ -28,6 +28,7 @@ struct Args {
   bool incremental = false;
   std::optional<int> chunk_size, max_kv_size, kv_bits;
   std::optional<double> expert_memory;
+  bool expert_prefetch = false;
   int kv_group_size = cache::kDefaultKvGroupSize;
   int quantized_kv_start = cache::kDefaultQuantizedKvStart;
   DistributedArgs dist;
@@ -71,7 +72,8 @@ void run(const Args& a) {
   const auto dist_run = join_run(a.dist);
   QuietUnlessPrimary quiet(dist_run.primary());
   std::shared_ptr<model::nn::ExpertStore> experts;
-  auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts, a.adapter_path, dist_run.parallel);
+  auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts, a.adapter_path, dist_run.parallel,
+                               a.expert_prefetch);
   for (auto id : ids)
     if (id >= loaded.model->vocab_size())
       throw UsageError("--tokens: id " + std::to_string(id) + " is outside the vocabulary (size " +
@@ -94,6 +96,7 @@ void register_logits(CLI::App& app) {
   cmd->add_option("--chunk-size", a->chunk_size, "Tokens per model call through the KV cache");
   cmd->add_option("--max-kv-size", a->max_kv_size, "Rotating KV cache of this many positions (as mlx-lm)");
   cmd->add_option("--expert-memory", a->expert_memory, kExpertMemoryHelp);
+  cmd->add_flag("--expert-prefetch", a->expert_prefetch, kExpertPrefetchHelp);
   cmd->add_option("--kv-bits", a->kv_bits, "Quantize the KV cache to this many bits");
   cmd->add_option("--kv-group-size", a->kv_group_size, "Group size of the KV cache quantization")
       ->capture_default_str();

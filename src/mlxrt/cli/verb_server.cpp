@@ -26,6 +26,7 @@ struct Args {
   bool trust_remote_code = false, pipeline = false, no_chat_page = false;
   int kv_bits = 0;
   std::optional<double> expert_memory;
+  bool expert_prefetch = false;
   std::vector<std::string> adapters;
 };
 
@@ -82,6 +83,7 @@ void run(Args& a) {
     a.o.kv_bits = a.kv_bits;
   }
   a.o.expert_memory_bytes = expert_memory_bytes(a.expert_memory);
+  a.o.expert_prefetch = a.expert_prefetch;
   a.o.adapter_path = a.adapter_path;
   a.o.adapters = parse_adapter_specs(a.adapters);
 
@@ -152,6 +154,7 @@ void register_server(CLI::App& app) {
   cmd->add_option("--prompt-cache-bytes", a->prompt_cache_bytes, "Maximum size of the kept KV caches (e.g. 8G)");
   cmd->add_option("--kv-bits", a->kv_bits, "Bits for KV cache quantization (e.g. 4 or 8; default: none)");
   cmd->add_option("--expert-memory", a->expert_memory, kExpertMemoryHelp);
+  cmd->add_flag("--expert-prefetch", a->expert_prefetch, kExpertPrefetchHelp);
   cmd->add_option("--kv-group-size", o.kv_group_size, "Group size for KV cache quantization")->capture_default_str();
   cmd->add_option("--quantized-kv-start", o.quantized_kv_start, "Token position to start KV cache quantization")
       ->capture_default_str();

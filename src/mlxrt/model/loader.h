@@ -23,7 +23,7 @@ struct LoadOptions {
   /** This process's part of a distributed run (sharded_load); none: the whole model. */
   std::optional<Parallel> parallel;
   /** Streamed experts: read the next MoE block's likely experts ahead (nn::ExpertStore). */
-  bool expert_prefetch = true;
+  bool expert_prefetch = false;
 };
 
 struct LoadedModel {

@@ -91,6 +91,7 @@ ModelSession load_model_session(const ServerOptions& options, Logger& log) {
   std::shared_ptr<model::nn::ExpertStore> experts;
   model::LoadOptions load;
   load.adapter_path = options.adapter_path;
+  load.expert_prefetch = options.expert_prefetch;
   const auto adapters = adapter_list(options);
   if (!adapters.empty() && options.expert_memory_bytes)
     throw UsageError("--adapters cannot be combined with --expert-memory");

@@ -44,6 +44,7 @@ struct ServerOptions {
   int kv_group_size = 64;
   int quantized_kv_start = 5000;
   std::optional<uint64_t> expert_memory_bytes;  // --expert-memory: streamed experts (ours)
+  bool expert_prefetch = false;                  // --expert-prefetch: read the next MoE layer's guesses ahead
   std::string adapter_path;                     // --adapter-path: an mlx_lm.lora adapter on the model
   /** --adapters name=DIR ...: adapters preloaded beside the model, chosen per request (ours). */
   std::vector<std::pair<std::string, std::string>> adapters;

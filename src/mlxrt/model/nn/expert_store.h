@@ -140,7 +140,7 @@ class ExpertStore {
   /** `prefetch`: read the next block's likely experts ahead (set_predictor), on a thread of the
    * store's own, while the current block computes. It runs on decode-sized steps and only where the
    * budget holds two blocks' top-k experts, so that what it reads never evicts what the step uses. */
-  ExpertStore(uint64_t budget_bytes, std::vector<std::filesystem::path> files, bool prefetch = true);
+  ExpertStore(uint64_t budget_bytes, std::vector<std::filesystem::path> files, bool prefetch = false);
   const std::vector<std::filesystem::path>& files() const { return files_; }
   ~ExpertStore();
   ExpertStore(const ExpertStore&) = delete;
@@ -195,7 +195,7 @@ class ExpertStore {
   ExpertStats stats_;
   mutable std::mutex mutex_;
   // Read-ahead: keys queued and not yet started, keys being read, and read-ahead keys not used yet.
-  bool prefetch_ = true;
+  bool prefetch_ = false;
   std::deque<uint64_t> queued_;
   std::unordered_set<uint64_t> reading_;
   std::unordered_set<uint64_t> unused_prefetch_;
