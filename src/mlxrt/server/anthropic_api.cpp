@@ -174,7 +174,7 @@ json chat_tools(const json& body) {
 }
 
 /** tool_choice: auto (the default) and any give the model every tool, tool only the named one,
- * none no tools; the choice is not enforced on the output. */
+ * none no tools. any and tool are enforced (forced_tool_choice). */
 json apply_tool_choice(const json& body, json tools) {
   const json* choice = find(body, "tool_choice");
   if (!choice) return tools;
@@ -427,7 +427,12 @@ json anthropic_to_chat(const json& body, bool count_only) {
   chat["model"] = *model;
   chat["messages"] = chat_messages(body);
   json tools = apply_tool_choice(body, chat_tools(body));
-  if (tools.is_array() && !tools.empty()) chat["tools"] = std::move(tools);
+  if (tools.is_array() && !tools.empty()) {
+    chat["tools"] = std::move(tools);
+    // any / tool: the reply must be a tool_use (a call of the one named tool for tool).
+    if (const json* c = find(body, "tool_choice"); c && (c->value("type", json()) == "any" || c->value("type", json()) == "tool"))
+      chat["tool_choice"] = "required";
+  }
   if (!count_only) {
     const json* max_tokens = find(body, "max_tokens");
     if (!max_tokens) bad("max_tokens", "Field required");

@@ -129,6 +129,7 @@ void Generator::run(Job& job) {
       throw HttpError(400, e.what(), "response_format");
     }
   }
+  if (r.force_tool_call) force_tool_call(r, model.vocab_size(), go);
 
   auto hit = cache_.fetch(prompt, cache_key(adapter));
   const bool fresh = hit.cache.empty();
@@ -212,6 +213,27 @@ void Generator::run(Job& job) {
   job.push(DoneEvent{});
 }
 
+// tool_choice "required" / a named function: the reply is masked to one call in the model's format.
+// The format must be one whose call is a JSON object between two markers (json_tools: Qwen's and
+// Hermes' templates); for the others the choice only narrows the tools the template shows.
+void Generator::force_tool_call(const CompletionRequest& r, int vocab_size, generate::GenerateOptions& go) {
+  if (r.response_format != "text")
+    throw HttpError(400, "tool_choice that requires a tool call cannot be combined with response_format", "tool_choice");
+  const auto& parser = session_->tool_parser;
+  if (!parser || parser->type != "json_tools") {
+    log_.warning("tool_choice is not enforced for this model's tool-call format (" +
+                 (parser ? parser->type : std::string("none")) + "): the reply may be text");
+    return;
+  }
+  if (!grammar_) grammar_ = std::make_unique<structured::GrammarEngine>(session_->tokenizer, vocab_size, session_->eos_token_ids);
+  try {
+    go.logits_processors.push_back(
+        structured::constraint_processor(grammar_->tool_call(parser->start, parser->end, r.tools, "tools")));
+  } catch (const UsageError& e) {
+    throw HttpError(400, e.what(), "tools");
+  }
+}
+
 // --- continuous batching (mlx_lm.server's _generate batch path) ---
 
 bool Generator::batchable(const Job& job) const {
@@ -219,7 +241,7 @@ bool Generator::batchable(const Job& job) const {
   const ModelSession& session = session_of(job);
   if (session.unbatchable || job.request().seed || options_.kv_bits) return false;
   // Structured output masks each step with the request's own grammar state: it runs alone.
-  if (job.request().response_format != "text") return false;
+  if (job.request().response_format != "text" || job.request().force_tool_call) return false;
   // A request naming an unknown adapter runs alone, and gets its error there.
   try {
     requested_adapter(job.request(), options_, session);

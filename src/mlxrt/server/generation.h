@@ -37,6 +37,9 @@ class Generator {
   /** mlx_lm.server's _is_batchable: the model batches (every cache merges, no draft model), the
    * request has no seed and the server does not quantize its KV cache. */
   bool batchable(const Job& job) const;
+  /** tool_choice that requires a call: the constraint that masks the reply to one call (warns and
+   * leaves the reply free for a tool-call format it cannot enforce). HttpError(400) for bad tools. */
+  void force_tool_call(const CompletionRequest& r, int vocab_size, generate::GenerateOptions& go);
   /** Makes the BatchGenerator for `job`'s model (--decode-concurrency, --prompt-concurrency,
    * --prefill-step-size). */
   void batch_open(const Job& job);

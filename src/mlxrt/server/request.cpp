@@ -168,6 +168,32 @@ json normalize_message(const json& message, size_t index) {
   return out;
 }
 
+/** OpenAI's tool_choice: "auto" | "none" | "required" | {"type": "function", "function": {"name": N}}. */
+void parse_tool_choice(const json& choice, CompletionRequest& r) {
+  const char* expected = "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}";
+  if (choice.is_string()) {
+    const std::string c = choice.get<std::string>();
+    if (c != "auto" && c != "none" && c != "required") bad("tool_choice", expected);
+    if (c != "required") return;
+    if (!r.tools.is_array()) bad("tool_choice", "is \"required\" but the request gives no tools");
+    r.force_tool_call = true;
+    return;
+  }
+  const json* fn = choice.is_object() ? field(choice, "function") : nullptr;
+  const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+  if (!choice.is_object() || choice.value("type", json()) != "function" || !name || !name->is_string())
+    bad("tool_choice", expected);
+  if (r.tools.is_array())
+    for (const auto& tool : r.tools)
+      if (tool.is_object() && tool.contains("function") && tool["function"].is_object() &&
+          tool["function"].value("name", json()) == *name) {
+        r.tools = json::array({tool});
+        r.force_tool_call = true;
+        return;
+      }
+  bad("tool_choice.function.name", "names no tool in tools: '" + name->get<std::string>() + "'");
+}
+
 void parse_chat(const json& body, CompletionRequest& r) {
   auto messages = body.find("messages");
   if (messages == body.end()) throw HttpError(400, "Request did not contain messages", "messages");
@@ -181,6 +207,7 @@ void parse_chat(const json& body, CompletionRequest& r) {
       if (!t.is_object()) bad("tools", "must be a list of objects");
     if (!tools->empty()) r.tools = *tools;
   }
+  if (const json* choice = field(body, "tool_choice")) parse_tool_choice(*choice, r);
   if (const json* mapping = field(body, "role_mapping")) {
     if (!mapping->is_object()) bad("role_mapping", "must be of type dict");
     for (auto it = mapping->begin(); it != mapping->end(); ++it)

@@ -55,6 +55,11 @@ struct CompletionRequest {
   // chat
   nlohmann::ordered_json messages;      // a list of message objects
   nlohmann::ordered_json tools;         // null or a non-empty list
+  /** tool_choice "required" or a named function (chat; the Anthropic and Responses APIs' any / tool /
+   * required / function map to it): the reply must be a call of one of `tools` (then only the named
+   * one), enforced by constrained decoding. "auto" and "none" leave the reply free, as mlx_lm.server
+   * does (it reads no tool_choice). */
+  bool force_tool_call = false;
   nlohmann::ordered_json role_mapping;  // null or an object
   // text
   std::string prompt;

@@ -176,7 +176,7 @@ json chat_tools(const json& body) {
 }
 
 /** tool_choice: "auto" and "required" give the model every tool, a named function only that one,
- * "none" no tools; the choice is not enforced on the output. */
+ * "none" no tools. "required" and a named function are enforced (the chat request's tool_choice). */
 json apply_tool_choice(const json& body, json tools) {
   const json* choice = find(body, "tool_choice");
   if (!choice) return tools;
@@ -536,6 +536,9 @@ ResponsesTranslation responses_to_chat(const json& body, const ResponseStore& st
   chat["messages"] = std::move(messages);
 
   json tools = apply_tool_choice(body, chat_tools(body));
+  if (const json* c = find(body, "tool_choice"); c && (*c == "required" || c->is_object()) && tools.is_array() &&
+      !tools.empty())
+    chat["tool_choice"] = "required";
   if (tools.is_array() && !tools.empty()) chat["tools"] = std::move(tools);
   if (const json* n = find(body, "max_output_tokens")) {
     if (!n->is_number_integer() || n->get<int64_t>() < 1) bad("max_output_tokens", "must be a positive integer");

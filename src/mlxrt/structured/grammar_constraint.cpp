@@ -146,6 +146,54 @@ std::shared_ptr<TokenConstraint> GrammarEngine::gbnf(const std::string& grammar_
   }
 }
 
+namespace {
+
+// `text` as a string literal of xgrammar's EBNF.
+std::string ebnf_literal(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\', out += c;
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::shared_ptr<TokenConstraint> GrammarEngine::tool_call(const std::string& start, const std::string& end,
+                                                          const json& tools, const std::string& what) {
+  json calls = json::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const json& tool = tools[i];
+    const std::string where = what + "[" + std::to_string(i) + "]";
+    const json* fn = tool.is_object() && tool.contains("function") ? &tool["function"] : nullptr;
+    if (!fn || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+      throw UsageError(where + ": a function tool needs function.name to be called by tool_choice");
+    json params = fn->contains("parameters") ? (*fn)["parameters"] : json{{"type", "object"}};
+    if (!params.is_object()) throw UsageError(where + ".function.parameters: a JSON schema is an object");
+    if (auto problem = generate::unsupported_schema_keyword(params); !problem.empty())
+      throw UsageError(where + ".function.parameters: " + problem + " is not supported by constrained decoding");
+    replace_loose_formats(params);
+    calls.push_back(json{{"type", "object"},
+                         {"properties", json{{"name", json{{"const", (*fn)["name"]}}}, {"arguments", params}}},
+                         {"required", json::array({"name", "arguments"})},
+                         {"additionalProperties", false}});
+  }
+  if (calls.empty()) throw UsageError(what + ": tool_choice needs at least one tool");
+  const json schema = calls.size() == 1 ? calls[0] : json{{"anyOf", calls}};
+  try {
+    auto grammar = xgrammar::Grammar::Concat(
+        {xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(start + "\n")),
+         xgrammar::Grammar::FromJSONSchema(schema.dump(), /*any_whitespace=*/false, std::nullopt, std::nullopt,
+                                           /*strict_mode=*/true),
+         xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal("\n" + end))});
+    return constraint_for(impl_, impl_->compiler.CompileGrammar(grammar));
+  } catch (const std::exception& e) {
+    throw UsageError(what + ": " + engine_message(e));
+  }
+}
+
 generate::LogitsProcessor constraint_processor(std::shared_ptr<TokenConstraint> constraint) {
   auto prompt_length = std::make_shared<int>(-1);
   return [constraint = std::move(constraint), prompt_length](const mx::array& tokens, const mx::array& logits) {

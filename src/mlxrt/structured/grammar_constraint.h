@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <mlx/array.h>
+#include <nlohmann/json.hpp>
 
 #include "mlxrt/generate/generate_step.h"
 #include "mlxrt/tokenizer/tokenizer.h"
@@ -73,6 +74,15 @@ class GrammarEngine {
   /** A GBNF grammar (llama.cpp's notation, start rule `root`). UsageError "<what>: ..." when it
    * does not parse. */
   std::shared_ptr<TokenConstraint> gbnf(const std::string& grammar_text, const std::string& what);
+
+  /** A reply that is exactly one tool call written as `start` + "\n" + a JSON object
+   * {"name": NAME, "arguments": ARGS} + "\n" + `end` (the format of Qwen's and Hermes' templates,
+   * mlx-lm's json_tools), NAME one of `tools` (OpenAI chat tools: {"type": "function", "function":
+   * {"name", "parameters"}}) and ARGS valid against that tool's parameters (strict); then only a
+   * stop token. UsageError "<what>: ..." for a tool without a name or with parameters the engine
+   * does not enforce. */
+  std::shared_ptr<TokenConstraint> tool_call(const std::string& start, const std::string& end,
+                                             const nlohmann::ordered_json& tools, const std::string& what);
 
   int vocab_size() const;
 
