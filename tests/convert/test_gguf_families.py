@@ -15,12 +15,11 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFWriter
-from gguf.quants import quantize
 
 from gguf_support import convert
 from test_gguf_dequant import GLOBAL_NAMES, LAYER_NAMES, check_every_tensor
-from test_gguf_synthetic import (EXPERTS, FFN, HEAD_DIM, HEADS, HIDDEN, K_QUANTS, KV_HEADS, MERGES, TOKENS, TYPES,
-                                 assert_logits_equal_mlx_lm, random_k_blocks)
+from test_gguf_synthetic import (EXPERTS, FFN, HEAD_DIM, HEADS, HIDDEN, KV_HEADS, MERGES, TOKENS, TYPES,
+                                 add_random_tensor, assert_logits_equal_mlx_lm)
 
 Q_ROWS, KV_ROWS = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
 ATTN = [("attn_q", Q_ROWS, HIDDEN), ("attn_k", KV_ROWS, HIDDEN), ("attn_v", KV_ROWS, HIDDEN),
@@ -203,18 +202,8 @@ def write_family_gguf(path, case, rng, types=MATRIX_TYPES, meta=None, skip=(), e
     w.add_eos_token_id(2)
 
     def add(name, shape, qtype):
-        if name in skip:
-            return
-        values = rng.standard_normal(shape).astype(np.float32) * 0.2
-        if qtype in K_QUANTS:
-            blocks = random_k_blocks(int(np.prod(shape[:-1])), shape[-1], qtype, rng)
-            w.add_tensor(name, blocks.reshape(*shape[:-1], -1), raw_dtype=qtype)
-        elif qtype == Q.F32:
-            w.add_tensor(name, values)
-        elif qtype == Q.F16:
-            w.add_tensor(name, values.astype(np.float16))
-        else:
-            w.add_tensor(name, quantize(values, qtype), raw_dtype=qtype)
+        if name not in skip:
+            add_random_tensor(w, name, shape, qtype, rng)
 
     add("token_embd.weight", (len(TOKENS), HIDDEN), Q.F16)
     if not spec.get("no_output_norm"):

@@ -93,6 +93,21 @@ PHI3_ROTARY = 48
 MOE_LAYERS = {"qwen3moe": [0], "qwen2moe": [0, 1], "mixtral": [0, 1]}  # layers whose MLP is experts
 
 
+def add_random_tensor(w, name, shape, qtype, rng):
+    """Adds tensor `name` of `shape` to the GGUFWriter `w`, stored as `qtype`: random k-quant blocks,
+    or random values (float or quantized by the gguf package)."""
+    values = rng.standard_normal(shape).astype(np.float32) * 0.2
+    if qtype in K_QUANTS:
+        blocks = random_k_blocks(int(np.prod(shape[:-1])), shape[-1], qtype, rng)
+        w.add_tensor(name, blocks.reshape(*shape[:-1], -1), raw_dtype=qtype)
+    elif qtype == Q.F32:
+        w.add_tensor(name, values)
+    elif qtype == Q.F16:
+        w.add_tensor(name, values.astype(np.float16))
+    else:
+        w.add_tensor(name, quantize(values, qtype), raw_dtype=qtype)
+
+
 def write_gguf(path, arch, rng, layer=LAYER, layers=LAYERS):
     moe_layers = MOE_LAYERS.get(arch, [])
     w = GGUFWriter(str(path), "llama" if arch == "mixtral" else arch)
@@ -132,16 +147,7 @@ def write_gguf(path, arch, rng, layer=LAYER, layers=LAYERS):
     w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}")
 
     def add(name, shape, qtype):
-        values = rng.standard_normal(shape).astype(np.float32) * 0.2
-        if qtype in K_QUANTS:
-            blocks = random_k_blocks(int(np.prod(shape[:-1])), shape[-1], qtype, rng)
-            w.add_tensor(name, blocks.reshape(*shape[:-1], -1), raw_dtype=qtype)
-        elif qtype == Q.F32:
-            w.add_tensor(name, values)
-        elif qtype == Q.F16:
-            w.add_tensor(name, values.astype(np.float16))
-        else:
-            w.add_tensor(name, quantize(values, qtype), raw_dtype=qtype)
+        add_random_tensor(w, name, shape, qtype, rng)
 
     add("token_embd.weight", (len(TOKENS), HIDDEN), Q.F16)
     if arch == "phi3":

@@ -156,14 +156,16 @@ TEST(PromptCacheFile, RotatingBufferLongerThanMaxSizeInOrderStillLoads) {
   EXPECT_TRUE(same(a.keys, b.keys));
 }
 
-// A wrapped ring (idx inside the buffer) longer than max_size is nothing mlx-lm writes; it used to
-// fail later inside MLX with a broadcast error. It is refused naming the file and both sizes.
-TEST(PromptCacheFile, RotatingStoredLengthBeyondMaxSizeIsRefused) {
+namespace {
+
+// What loading a file holding one RotatingKVCache in state (stored length `stored`, offset
+// `offset`, max_size `max_size`, idx `idx`) throws as a ConfigError ("" when it loads).
+std::string rotating_load_error(const std::string& name, int max_size, int stored, int offset, int idx) {
   CacheList cache;
-  auto rotating = std::make_unique<RotatingKVCache>(8, 0);
-  rotating->set_state(kv(12, 1), kv(12, 2), 20, 0, 8, 3);
+  auto rotating = std::make_unique<RotatingKVCache>(max_size, 0);
+  rotating->set_state(kv(stored, 1), kv(stored, 2), offset, 0, max_size, idx);
   cache.push_back(std::move(rotating));
-  const auto dir = scratch_dir("bad_rotating");
+  const auto dir = scratch_dir(name);
   save_prompt_cache(dir / "c.safetensors", cache, {});
   std::string what;
   try {
@@ -172,6 +174,15 @@ TEST(PromptCacheFile, RotatingStoredLengthBeyondMaxSizeIsRefused) {
     what = e.what();
   }
   std::filesystem::remove_all(dir);
+  return what;
+}
+
+}  // namespace
+
+// A wrapped ring (idx inside the buffer) longer than max_size is nothing mlx-lm writes; it used to
+// fail later inside MLX with a broadcast error. It is refused naming the file and both sizes.
+TEST(PromptCacheFile, RotatingStoredLengthBeyondMaxSizeIsRefused) {
+  const auto what = rotating_load_error("bad_rotating", 8, 12, 20, 3);
   EXPECT_NE(what.find("c.safetensors"), std::string::npos) << what;
   EXPECT_NE(what.find("stored length 12 exceeds max_size 8"), std::string::npos) << what;
 }
@@ -179,19 +190,7 @@ TEST(PromptCacheFile, RotatingStoredLengthBeyondMaxSizeIsRefused) {
 // A ring buffer shorter than the window its offset fills (found by the fuzzer: stored length 6,
 // offset past max_size) made the next update allocate a negative size inside MLX. Refused instead.
 TEST(PromptCacheFile, RotatingStoredLengthShorterThanItsWindowIsRefused) {
-  CacheList cache;
-  auto rotating = std::make_unique<RotatingKVCache>(16, 0);
-  rotating->set_state(kv(6, 1), kv(6, 2), 40, 0, 16, 2);
-  cache.push_back(std::move(rotating));
-  const auto dir = scratch_dir("short_rotating");
-  save_prompt_cache(dir / "c.safetensors", cache, {});
-  std::string what;
-  try {
-    load_prompt_cache(dir / "c.safetensors");
-  } catch (const ConfigError& e) {
-    what = e.what();
-  }
-  std::filesystem::remove_all(dir);
+  const auto what = rotating_load_error("short_rotating", 16, 6, 40, 2);
   EXPECT_NE(what.find("stored length 6 is shorter than the 16 positions"), std::string::npos) << what;
 }
 
