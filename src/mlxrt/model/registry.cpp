@@ -92,10 +92,11 @@ bool graph_accepts(Graph graph, const std::string& model_type) {
 
 namespace {
 
-// mlx-lm 0.32.2: llama.py, qwen2.py, qwen3.py and qwen3_moe.py define shard(); of those, qwen2.py
-// and qwen3_moe.py build their model as a PipelineMixin. (Other mlx-lm files shard too; their
-// graphs here do not yet.)
-constexpr Graph kSharded[] = {Graph::llama, Graph::qwen2, Graph::qwen3, Graph::qwen3_moe};
+// mlx-lm 0.32.2: llama.py, qwen2.py, qwen3.py, qwen3_moe.py, ministral3.py and gpt_oss.py define
+// shard(); of those, qwen2.py and qwen3_moe.py build their model as a PipelineMixin. (Other mlx-lm
+// files shard too; their graphs here do not yet.)
+constexpr Graph kSharded[] = {Graph::llama, Graph::qwen2, Graph::qwen3, Graph::qwen3_moe, Graph::ministral3,
+                              Graph::gpt_oss};
 constexpr Graph kPipelined[] = {Graph::qwen2, Graph::qwen3_moe};
 
 }  // namespace

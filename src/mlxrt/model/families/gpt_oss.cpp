@@ -87,18 +87,26 @@ struct AttentionBlock {
   nn::Linear q_proj, k_proj, v_proj, o_proj;
   nn::Rope rope;
 
-  AttentionBlock(const ModelArgs& args, WeightBinder& w, const std::string& p)
+  // shard(): q/k/v all-to-sharded, o_proj sharded-to-all, this rank's heads and their sinks.
+  AttentionBlock(const ModelArgs& args, WeightBinder& w, const std::string& p, int shards)
       : head_dim(args.head_dim),
-        n_heads(args.num_attention_heads),
-        n_kv_heads(args.num_key_value_heads),
+        n_heads(args.num_attention_heads / shards),
+        n_kv_heads(args.num_key_value_heads / shards),
         sm_scale(static_cast<float>(1 / std::sqrt(static_cast<double>(args.head_dim)))),
         sinks(w.take(p + ".sinks", {args.num_attention_heads})),
-        q_proj(nn::Linear::load(w, p + ".q_proj", args.hidden_size, n_heads * head_dim, true)),
-        k_proj(nn::Linear::load(w, p + ".k_proj", args.hidden_size, n_kv_heads * head_dim, true)),
-        v_proj(nn::Linear::load(w, p + ".v_proj", args.hidden_size, n_kv_heads * head_dim, true)),
-        o_proj(nn::Linear::load(w, p + ".o_proj", head_dim * n_heads, args.hidden_size, true)),
+        q_proj(nn::Linear::load(w, p + ".q_proj", args.hidden_size, args.num_attention_heads * head_dim, true,
+                                shards > 1 ? nn::Shard::all_to_sharded : nn::Shard::none)),
+        k_proj(nn::Linear::load(w, p + ".k_proj", args.hidden_size, args.num_key_value_heads * head_dim, true,
+                                shards > 1 ? nn::Shard::all_to_sharded : nn::Shard::none)),
+        v_proj(nn::Linear::load(w, p + ".v_proj", args.hidden_size, args.num_key_value_heads * head_dim, true,
+                                shards > 1 ? nn::Shard::all_to_sharded : nn::Shard::none)),
+        o_proj(nn::Linear::load(w, p + ".o_proj", head_dim * args.num_attention_heads, args.hidden_size, true,
+                                shards > 1 ? nn::Shard::sharded_to_all : nn::Shard::none)),
         rope(nn::Rope::initialize(head_dim, args.rope_theta, false, args.rope_scaling, std::nullopt,
-                                  w.config().source())) {}
+                                  w.config().source())) {
+    // sinks[n_heads * rank : n_heads * (rank + 1)]: the rank's contiguous part, as keep_shard cuts it.
+    if (shards > 1) sinks = w.keep_shard(p + ".sinks", sinks, 0);
+  }
 
   mx::array operator()(const mx::array& x, const nn::AttentionMask& mask, cache::Cache* cache) const {
     const int B = x.shape(0), L = x.shape(1);
@@ -111,8 +119,10 @@ struct AttentionBlock {
   }
 };
 
-nn::SparseMoeOptions moe_options(const ModelArgs& a) {
+nn::SparseMoeOptions moe_options(const ModelArgs& a, int shards) {
   nn::SparseMoeOptions o;
+  o.sharded = shards > 1;
+  o.divide_down_bias = true;
   o.hidden_size = a.hidden_size;
   o.expert_hidden = a.intermediate_size;
   o.num_experts = a.num_local_experts;
@@ -132,9 +142,9 @@ struct TransformerBlock {
   nn::SparseMoe mlp;
   nn::RMSNorm input_layernorm, post_attention_layernorm;
 
-  TransformerBlock(const ModelArgs& args, WeightBinder& w, const std::string& p)
-      : self_attn(args, w, p + ".self_attn"),
-        mlp(nn::SparseMoe::load(w, p + ".mlp", moe_options(args))),
+  TransformerBlock(const ModelArgs& args, WeightBinder& w, const std::string& p, int shards)
+      : self_attn(args, w, p + ".self_attn", shards),
+        mlp(nn::SparseMoe::load(w, p + ".mlp", moe_options(args, shards))),
         input_layernorm(nn::RMSNorm::load(w, p + ".input_layernorm", args.hidden_size, args.rms_norm_eps)),
         post_attention_layernorm(
             nn::RMSNorm::load(w, p + ".post_attention_layernorm", args.hidden_size, args.rms_norm_eps)) {}
@@ -197,12 +207,14 @@ void sanitize(WeightBinder& w) {
 
 class Model final : public CausalLM {
  public:
-  Model(ModelArgs args, WeightBinder& w)
+  Model(ModelArgs args, WeightBinder& w, int shards)
       : args_(std::move(args)),
+        shards_(shards),
         embed_tokens_(nn::Embedding::load(w, "model.embed_tokens", args_.vocab_size, args_.hidden_size)),
         norm_(nn::RMSNorm::load(w, "model.norm", args_.hidden_size, args_.rms_norm_eps)),
         lm_head_(nn::Linear::load(w, "lm_head", args_.hidden_size, args_.vocab_size, false)) {
-    for (int i = 0; i < args_.num_hidden_layers; ++i) layers_.emplace_back(args_, w, "model.layers." + std::to_string(i));
+    for (int i = 0; i < args_.num_hidden_layers; ++i)
+      layers_.emplace_back(args_, w, "model.layers." + std::to_string(i), shards_);
     swa_idx_ = std::find(args_.sliding.begin(), args_.sliding.end(), true) - args_.sliding.begin();
     ga_idx_ = std::find(args_.sliding.begin(), args_.sliding.end(), false) - args_.sliding.begin();
   }
@@ -236,12 +248,13 @@ class Model final : public CausalLM {
   }
   bool defines_make_cache() const override { return true; }
   std::vector<KvShape> kv_shapes() const override {
-    return std::vector<KvShape>(layers_.size(), {args_.num_key_value_heads, args_.head_dim, args_.head_dim});
+    return std::vector<KvShape>(layers_.size(), {args_.num_key_value_heads / shards_, args_.head_dim, args_.head_dim});
   }
   int vocab_size() const override { return args_.vocab_size; }
 
  private:
   ModelArgs args_;
+  int shards_ = 1;  // tensor parallel: the group's size
   nn::Embedding embed_tokens_;
   std::vector<TransformerBlock> layers_;
   nn::RMSNorm norm_;
@@ -254,7 +267,22 @@ class Model final : public CausalLM {
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights) {
   auto args = ModelArgs::from_config(config);
   sanitize(weights);
-  return std::make_unique<Model>(std::move(args), weights);
+  // shard(): every layer's attention heads (with their sinks) and experts' hidden units split over
+  // the tensor group.
+  int shards = 1;
+  if (const auto* group = weights.tensor_group()) {
+    shards = group->size();
+    const std::string source = config.source();
+    auto check = [&](int value, const char* field) {
+      if (value % shards != 0)
+        throw ConfigError(source + ": '" + field + "' is " + std::to_string(value) + ", which does not divide across " +
+                          std::to_string(shards) + " ranks (tensor parallel)");
+    };
+    check(args.num_attention_heads, "num_attention_heads");
+    check(args.num_key_value_heads, "num_key_value_heads");
+    check(args.intermediate_size, "intermediate_size");
+  }
+  return std::make_unique<Model>(std::move(args), weights, shards);
 }
 
 }  // namespace mlxrt::model::gpt_oss

@@ -136,7 +136,10 @@ nn::DecoderOptions text_options(const JsonFields& fields, WeightBinder& weights,
     if (name.find("weight_scale_inv") != std::string::npos)
       throw UnsupportedError(fields.source() + ": the checkpoint holds FP8 weights (" + name +
                              "); convert it with mlx_lm.convert first");
-  return decoder_options(args, fields.source(), model, lm_head);
+  auto options = decoder_options(args, fields.source(), model, lm_head);
+  // ministral3.py's shard(): llama's (attention and MLP of every layer).
+  if (const auto* group = weights.tensor_group()) nn::shard_like_llama(options.layers, group->size(), fields.source());
+  return options;
 }
 
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights) {

@@ -87,6 +87,7 @@ SparseMoe SparseMoe::load(WeightBinder& w, const std::string& path, const Sparse
     if (!group || o.shared_expert_hidden || o.flatten_tokens)
       throw std::logic_error("a sharded SparseMoe needs a tensor group and qwen3_moe's layout: " + path);
     block.experts_.shard(w, path + "." + o.experts_name);
+    if (o.divide_down_bias) block.experts_.divide_down_bias(group->size());
     block.sum_over_ = *group;
   }
   return block;

@@ -76,6 +76,9 @@ struct SparseMoeOptions {
   /** Tensor parallel over the binder's group (qwen3_moe.py's shard()): the experts sharded in place,
    * the router replicated, the block's output summed over the group. */
   bool sharded = false;
+  /** Sharded: the experts' down-projection bias divided by the group size, as gpt_oss.py's shard()
+   * does (each rank adds it before the output is summed). */
+  bool divide_down_bias = false;
 };
 
 class SparseMoe {

@@ -48,6 +48,11 @@ class SwitchLinear {
    * weight/scales/biases [E, out, ...] and the last axis of bias [E, out]; sharded-to-all: the
    * last axis of each, bias whole). The layer itself does no communication. */
   void shard(WeightBinder& w, Shard shard, const std::string& path);
+  /** bias /= n (gpt_oss.py's shard(): the sharded-to-all down projection's bias, which every rank
+   * adds before the all_sum). */
+  void divide_bias(int n) {
+    if (bias_) bias_ = mx::divide(*bias_, mx::array(static_cast<float>(n), bias_->dtype()));
+  }
 
  private:
   SwitchLinear(mx::array weight, std::optional<mx::array> bias, std::optional<Quantized> q,
@@ -82,6 +87,8 @@ class SwitchGLU {
   /** qwen3_moe.py's shard(): gate/up all-to-sharded, down sharded-to-all, in place; the block that
    * holds this layer sums its output over the group. */
   void shard(WeightBinder& w, const std::string& path);
+  /** After shard(): the down projection's bias divided by the group size (gpt_oss.py). */
+  void divide_down_bias(int n) { down_proj_.divide_bias(n); }
   /** Streamed experts: lets the store guess this block's experts ahead (ExpertStore::set_predictor);
    * a no-op when the experts are resident. */
   void set_predictor(ExpertPredictor predict) const {
