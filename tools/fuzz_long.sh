@@ -24,7 +24,8 @@ long_build="$build/fuzz-long"
 cmake -S "$root/tests/fuzz" -B "$long_build" -G Ninja -DCMAKE_BUILD_TYPE= -DMLXRT_FUZZ_OPT="-O1 -g" \
   -DCMAKE_CXX_COMPILER="$(cache_value CMAKE_CXX_COMPILER)" -DMLXRT_SOURCE_DIR="$(cache_value MLXRT_SOURCE_DIR)" \
   -DMLXRT_MLX_INCLUDE_DIR="$(cache_value MLXRT_MLX_INCLUDE_DIR)" \
-  -DMLXRT_MLX_LIBRARY_DIR="$(cache_value MLXRT_MLX_LIBRARY_DIR)" >/dev/null || exit 2
+  -DMLXRT_MLX_LIBRARY_DIR="$(cache_value MLXRT_MLX_LIBRARY_DIR)" -DMLXRT_PYTHON="$(cache_value MLXRT_PYTHON)" \
+  >/dev/null || exit 2
 cmake --build "$long_build" || exit 2
 status=0
 summary=()
