@@ -4,7 +4,7 @@ rows of different adapters in one batch. Each row's tokens and logprobs equal th
 BatchGenerator running the same requests with every row on that row's adapter (and, for plain
 rows, on the plain model): the selection between adapters never changes a byte. Covered: LoRA on
 every layer, DoRA on the last layer, LoRA on the tied embedding (its rows and the head), on a bf16
-and a 4-bit base; greedy and seeded sampling; the batch-invariant mode; bad names and adapters
+and a 4-bit base, and LoRA on a mixture of experts' switch layers; greedy and seeded sampling; the batch-invariant mode; bad names and adapters
 that cannot share a batch refused with a clear message."""
 import json
 
@@ -25,7 +25,13 @@ PROMPTS = [
 EXTRA = {"dora_last": {"type": "dora", "num_layers": 1, "seed": 31, "lr": 5e-2},
          "embed": {"type": "lora", "num_layers": 1, "seed": 32, "lr": 5e-2,
                    "keys": ["model.embed_tokens", "mlp.up_proj"]}}
-BASES = ["qwen3_bf16_lora", "qwen3_q4_g64_dora"]
+# A mixture of experts too (float32: MLX's CPU gather_mm takes no other dtype): its own adapter is LoRA
+# on the experts' switch layers, the router and attention; the prefill's many (token, expert) pairs go
+# through the sorted gather, where each pair finds its row through its token.
+BASES = ["qwen3_bf16_lora", "qwen3_q4_g64_dora", "qwen3_moe_fp32_lora"]
+MOE_EXTRA = {"attn_only": {"type": "lora", "num_layers": 2, "seed": 33, "lr": 5e-2,
+                           "keys": ["self_attn.q_proj", "self_attn.v_proj"]},
+             "experts": {"type": "lora", "num_layers": 1, "seed": 34, "lr": 5e-2}}
 
 
 def adapters_of(base):
@@ -35,7 +41,7 @@ def adapters_of(base):
 
     model_dir = make_fixture(base)
     out = {"own": model_dir / "adapter"}
-    for name, spec in EXTRA.items():
+    for name, spec in (MOE_EXTRA if "moe" in base else EXTRA).items():
         path = FIXTURES / "mixed_adapters" / base / name
         stamp = path / "adapter-fixture.json"
         want = json.dumps({**spec, "model": str(model_dir)}, sort_keys=True)
@@ -64,7 +70,7 @@ def assign(requests, names):
 @pytest.mark.parametrize("base", BASES)
 def test_each_row_equals_mlx_lm_batch_on_its_adapter(base, tmp_path):
     model_dir, adapters = adapters_of(base)
-    names = ["own", "", "dora_last", "embed", "own"]
+    names = ["own", "", *[n for n in adapters if n != "own"], "own"]
     mixed = ours(model_dir, assign(PROMPTS, names), adapters, tmp_path)
     for name in sorted(set(names)):
         want = batch_tokens(model_dir, PROMPTS, [EOS], adapter_path=adapters[name] if name else None)
@@ -117,9 +123,13 @@ def test_bad_adapter_names_and_unmixable_adapters(tmp_path):
     assert proc.returncode != 0 and "the name 'own' is given twice" in proc.stderr
     proc = run_mlxrt("batch-generate", "--model", model_dir, "--requests", path, "--adapters", "own", check=False)
     assert proc.returncode != 0 and "expected NAME=DIR" in proc.stderr
-    # Switch-layer adapters cannot follow a row through the experts' sort: refused, saying so.
-    moe = make_fixture("qwen3_moe_fp32_lora")
-    path.write_text(json.dumps({"requests": assign(PROMPTS[:2], ["a", ""])}))
-    proc = run_mlxrt("batch-generate", "--model", moe, "--requests", path, "--adapters", f"a={moe / 'adapter'}",
+    # A full fine-tune carries its own copy of base tensors: it cannot share a batch, and says so.
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "adapter_config.json").write_text(json.dumps({"fine_tune_type": "full", "num_layers": 2}))
+    import mlx.core as mx
+    mx.save_safetensors(str(full / "adapters.safetensors"),
+                        {"model.norm.weight": mx.load(str(model_dir / "model.safetensors"))["model.norm.weight"]})
+    proc = run_mlxrt("batch-generate", "--model", model_dir, "--requests", path, "--adapters", f"own={full}",
                      check=False)
-    assert proc.returncode != 0 and "cannot share a batch" in proc.stderr and "switch layer" in proc.stderr
+    assert proc.returncode != 0 and "cannot share a batch" in proc.stderr and "full fine-tune" in proc.stderr

@@ -61,7 +61,7 @@ struct AdaptedModels {
   /** The model of mixed-adapter batches (nn/adapter_rows.h): slot 0 is `base` (its adapter, if
    * any), slot i the i-th of `adapted`; `rows` says which slot each row of its next forward call
    * runs. Null, with `mixed_unavailable` saying why, when some adapter is a full fine-tune (each
-   * has its own base tensors) or adapts a switch layer. */
+   * has its own base tensors). */
   std::unique_ptr<CausalLM> mixed;
   std::shared_ptr<nn::AdapterRows> rows;
   std::string mixed_unavailable;

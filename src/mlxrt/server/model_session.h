@@ -50,7 +50,7 @@ struct ModelSession {
   std::string key;
   /** --adapters whose requests share batches: one model computing each batch row with its own
    * adapter (nn/adapter_rows.h), the rows' assignment, and each adapter's slot ("" is slot 0).
-   * Null when the adapters cannot mix (a full fine-tune, or an adapted switch layer): a batch then
+   * Null when the adapters cannot mix (a full fine-tune): a batch then
    * runs one adapter's model. */
   std::unique_ptr<model::CausalLM> mixed_model;
   std::shared_ptr<model::nn::AdapterRows> adapter_rows;

@@ -26,12 +26,20 @@ class AdapterRows {
   /** Every row (any batch size) computes with `slot`. */
   void set_uniform(int slot);
 
+  using Adapted = std::function<std::optional<mx::array>(int slot)>;
   /** A layer's output from its `base` output and its slots' adapted outputs: `adapted(slot)` is
    * the layer's output with that slot's adapter, or nullopt when that adapter leaves the layer as
-   * it is. Rows are the leading axis of `base`. */
-  mx::array select(const mx::array& base, const std::function<std::optional<mx::array>(int slot)>& adapted) const;
+   * it is. The leading axis of `base` is the batch's rows, or their tokens flattened row by row
+   * (a multiple of the rows: olmoe's router, an unsorted switch layer over flattened tokens). */
+  mx::array select(const mx::array& base, const Adapted& adapted) const;
+  /** The same for a switch layer's (token, expert) pairs in expert order: element i of the leading
+   * axis belongs to token `token_of[i]` of `num_tokens`, the batch's tokens flattened row by row. */
+  mx::array select_pairs(const mx::array& base, const mx::array& token_of, int num_tokens, const Adapted& adapted) const;
 
  private:
+  /** select's loop: `mask(i)` is slot i's mask over the leading axis of `base`, shaped to broadcast. */
+  mx::array choose(const mx::array& base, const Adapted& adapted, const std::function<mx::array(size_t)>& mask) const;
+
   std::vector<int> slots_;             // the distinct slots in use, in first-row order
   std::vector<mx::array> masks_;       // per slot in slots_: [rows] bool, true where the row uses it
   bool uniform_ = true;

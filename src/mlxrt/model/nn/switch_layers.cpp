@@ -13,18 +13,19 @@ namespace mlxrt::model::nn {
 
 namespace {
 
+// _gather_sort: the (token, expert) pairs in expert order. x [..., 1, 1, D] -> [N, 1, D]. `rows`
+// is each pair's token.
 struct Sorted {
-  mx::array x, indices, inv_order;
+  mx::array x, indices, inv_order, rows;
 };
 
-// _gather_sort: the (token, expert) pairs in expert order. x [..., 1, 1, D] -> [N, 1, D].
 Sorted gather_sort(const mx::array& x, const mx::array& indices) {
   const int M = indices.shape(-1);
   auto flat = mx::flatten(indices);
   auto order = mx::argsort(flat);
   auto inv_order = mx::argsort(order);
   auto rows = mx::floor_divide(order, mx::array(M, order.dtype()));
-  return {mx::take(mx::flatten(x, 0, -3), rows, 0), mx::take(flat, order, 0), inv_order};
+  return {mx::take(mx::flatten(x, 0, -3), rows, 0), mx::take(flat, order, 0), inv_order, rows};
 }
 
 // _scatter_unsort: back to token order, [N, 1, D] -> indices.shape + [1, D].
@@ -37,9 +38,10 @@ template <typename Body>
 mx::array switch_apply(const mx::array& x_in, const mx::array& indices, Body body) {
   auto x = mx::expand_dims(x_in, {-2, -3});
   const bool do_sort = indices.size() >= static_cast<size_t>(kSwitchSortThreshold);
-  if (!do_sort) return mx::squeeze(body(x, indices, false), -2);
+  if (!do_sort) return mx::squeeze(body(x, indices, false, std::optional<SwitchLinear::PairTokens>()), -2);
   auto s = gather_sort(x, indices);
-  auto y = body(s.x, s.indices, true);
+  const int tokens = static_cast<int>(indices.size() / static_cast<size_t>(indices.shape(-1)));
+  auto y = body(s.x, s.indices, true, std::optional<SwitchLinear::PairTokens>(SwitchLinear::PairTokens{s.rows, tokens}));
   return mx::squeeze(scatter_unsort(y, s.inv_order, indices.shape()), -2);
 }
 
@@ -90,11 +92,7 @@ SwitchLinear SwitchLinear::load(WeightBinder& w, const std::string& path, int in
   // An adapter on the experts: LoRASwitchLinear (mlx-lm's tuner/lora.py) around this layer.
   std::shared_ptr<const LoraDelta> lora;
   if (auto* adapter = w.adapter()) lora = adapter->take_switch(path, num_experts, input_dims, output_dims);
-  // A mixed-adapter batch would have to follow each row through the experts' token sort; adapters
-  // of switch layers run one adapter per batch instead.
-  if (take_slot_deltas(w, [&](Adapter& a) { return a.take_switch(path, num_experts, input_dims, output_dims); }))
-    throw UnsupportedError(path + " is a mixture-of-experts switch layer that an adapter adapts: mixed-adapter "
-                           "batches do not cover switch layers");
+  auto slots = take_slot_deltas(w, [&](Adapter& a) { return a.take_switch(path, num_experts, input_dims, output_dims); });
   if (lora && w.expert_streaming())
     throw UnsupportedError(w.config().source() + ": " + path + " is adapted by the adapter, whose expert deltas "
                            "--expert-memory does not stream: leave out --expert-memory or the adapter");
@@ -127,6 +125,7 @@ SwitchLinear SwitchLinear::load(WeightBinder& w, const std::string& path, int in
   SwitchLinear out(std::move(*weight), std::move(b), std::move(q), std::move(global_scale));
   out.streamed_ = std::move(streamed);
   out.lora_ = std::move(lora);
+  out.slots_ = std::move(slots);
   return out;
 }
 
@@ -143,7 +142,7 @@ SwitchLinear SwitchLinear::with_experts(const std::vector<mx::array>& arrays, si
 }
 
 void SwitchLinear::shard(WeightBinder& w, Shard shard, const std::string& path) {
-  if (lora_ || !streamed_.empty() || global_scale_)
+  if (lora_ || slots_ || !streamed_.empty() || global_scale_)
     throw UnsupportedError(path + ": tensor parallel experts cannot be adapted, streamed (--expert-memory) or hold "
                            "an nvfp4 global scale");
   auto cut = [&](mx::array& t, int axis, const char* name) { t = w.keep_shard(path + "." + name, t, axis); };
@@ -157,13 +156,24 @@ void SwitchLinear::shard(WeightBinder& w, Shard shard, const std::string& path) 
   if (bias_ && shard == Shard::all_to_sharded) cut(*bias_, -1, "bias");
 }
 
-mx::array SwitchLinear::operator()(const mx::array& x, const mx::array& indices, bool sorted_indices) const {
+mx::array SwitchLinear::operator()(const mx::array& x, const mx::array& indices, bool sorted_indices,
+                                   const std::optional<PairTokens>& pairs) const {
   mx::array y = q_ ? mx::gather_qmm(x, weight_, q_->scales, q_->biases, std::nullopt, indices, true,
                                     q_->spec.group_size, q_->spec.bits, q_->spec.mode, global_scale_,
                                     sorted_indices)
                    : mx::gather_mm(x, mx::swapaxes(weight_, -1, -2), std::nullopt, indices, sorted_indices);
   if (bias_) y = mx::add(y, mx::expand_dims(mx::take(*bias_, indices, 0), -2));
   if (lora_) y = lora_switch(*lora_, x, y, indices, sorted_indices);
+  if (slots_) {
+    auto adapted = [&](int slot) -> std::optional<mx::array> {
+      const auto& d = slots_->deltas[static_cast<size_t>(slot)];
+      if (!d) return std::nullopt;
+      return lora_switch(*d, x, y, indices, sorted_indices);
+    };
+    // Sorted pairs are in expert order: each finds its row through its token.
+    return pairs ? slots_->rows->select_pairs(y, pairs->token_of, pairs->num_tokens, adapted)
+                 : slots_->rows->select(y, adapted);
+  }
   return y;
 }
 
@@ -206,13 +216,14 @@ void SwitchGLU::shard(WeightBinder& w, const std::string& path) {
 
 mx::array SwitchGLU::apply(const mx::array& x, const mx::array& indices, const SwitchLinear& gate,
                            const SwitchLinear& up, const SwitchLinear& down) const {
-  return switch_apply(x, indices, [&](const mx::array& h, const mx::array& idx, bool sorted) {
-    auto x_up = up(h, idx, sorted);
-    auto x_gate = gate(h, idx, sorted);
+  return switch_apply(x, indices, [&](const mx::array& h, const mx::array& idx, bool sorted,
+                                      const std::optional<SwitchLinear::PairTokens>& pairs) {
+    auto x_up = up(h, idx, sorted, pairs);
+    auto x_gate = gate(h, idx, sorted, pairs);
     auto act = activation_ == SwitchActivation::swiglu_oai ? swiglu_oai(x_gate, x_up)
                : activation_ == SwitchActivation::geglu    ? geglu(x_gate, x_up)
                                                            : swiglu(x_gate, x_up);
-    return down(act, idx, sorted);
+    return down(act, idx, sorted, pairs);
   });
 }
 
@@ -240,8 +251,9 @@ SwitchMLP SwitchMLP::load(WeightBinder& w, const std::string& path, int input_di
 
 mx::array SwitchMLP::apply(const mx::array& x, const mx::array& indices, const SwitchLinear& fc1,
                            const SwitchLinear& fc2) const {
-  return switch_apply(x, indices, [&](const mx::array& h, const mx::array& idx, bool sorted) {
-    return fc2(gelu_approx(fc1(h, idx, sorted)), idx, sorted);
+  return switch_apply(x, indices, [&](const mx::array& h, const mx::array& idx, bool sorted,
+                                      const std::optional<SwitchLinear::PairTokens>& pairs) {
+    return fc2(gelu_approx(fc1(h, idx, sorted, pairs)), idx, sorted, pairs);
   });
 }
 

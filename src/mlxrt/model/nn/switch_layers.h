@@ -30,8 +30,16 @@ class SwitchLinear {
   static SwitchLinear load(WeightBinder& w, const std::string& path, int input_dims, int output_dims,
                            int num_experts, bool bias);
 
-  /** x [..., 1, in] (broadcast against indices) -> [..., k, 1, out] for the experts in `indices`. */
-  mx::array operator()(const mx::array& x, const mx::array& indices, bool sorted_indices) const;
+  /** Where the elements of a sorted call come from (mixed-adapter batches): the token of each
+   * (token, expert) pair and how many tokens the call has. */
+  struct PairTokens {
+    mx::array token_of;
+    int num_tokens;
+  };
+  /** x [..., 1, in] (broadcast against indices) -> [..., k, 1, out] for the experts in `indices`.
+   * `pairs`: given with sorted indices, for a mixed-adapter model's row selection. */
+  mx::array operator()(const mx::array& x, const mx::array& indices, bool sorted_indices,
+                       const std::optional<PairTokens>& pairs = std::nullopt) const;
 
   /** The quantization of this projection, if any (for checks across a block's projections). */
   const std::optional<Quantized>& quantized() const { return q_; }
@@ -59,6 +67,7 @@ class SwitchLinear {
                std::optional<mx::array> global_scale)
       : weight_(std::move(weight)), bias_(std::move(bias)), q_(std::move(q)), global_scale_(std::move(global_scale)) {}
   std::shared_ptr<const LoraDelta> lora_;  // an adapter's LoRASwitchLinear delta, if any
+  std::shared_ptr<const SlotDeltas> slots_;  // a mixed-adapter model's deltas, by slot
   mx::array weight_;
   std::optional<mx::array> bias_;
   std::optional<Quantized> q_;
