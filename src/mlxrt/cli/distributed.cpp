@@ -8,6 +8,11 @@
 #include <cstdio>
 #include <iostream>
 
+#include <mlx/distributed/ops.h>
+#include <mlx/ops.h>
+#include <mlx/transforms.h>
+
+#include "mlxrt/cache/kv_cache.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::cli {
@@ -50,6 +55,96 @@ DistributedRun join_run(const DistributedArgs& args) {
     parallel = model::Parallel{args.pipeline ? model::Parallel::Mode::pipeline : model::Parallel::Mode::tensor,
                                group.raw()};
   return DistributedRun{group, parallel};
+}
+
+namespace {
+
+namespace mx = mlx::core;
+
+/** Every rank's `x` (the same shape and dtype on all of them), in rank order. */
+std::vector<mx::array> gather_parts(const mx::array& x, const mx::distributed::Group& group) {
+  auto all = mx::distributed::all_gather(mx::expand_dims(x, 0), group);  // [size, ...x]
+  mx::eval(all);
+  std::vector<mx::array> parts;
+  for (auto& part : mx::split(all, group.size(), 0)) parts.push_back(mx::squeeze(part, 0));
+  mx::eval(parts);
+  return parts;
+}
+
+const cache::KVCache& plain_layer(const cache::Cache& c) {
+  const auto* kv = dynamic_cast<const cache::KVCache*>(&c);
+  if (!kv)
+    throw UnsupportedError("a distributed prompt cache is gathered from KVCache layers only (no --max-kv-size, "
+                           "--kv-bits or recurrent layers)");
+  return *kv;
+}
+
+std::unique_ptr<cache::Cache> kv_layer(std::optional<mx::array> keys, std::optional<mx::array> values, int offset) {
+  auto out = std::make_unique<cache::KVCache>();
+  if (keys) out->set_state(std::move(keys), std::move(values), offset);
+  return out;
+}
+
+/** Tensor parallel: rank r holds heads [r * H/size, (r + 1) * H/size) of every layer's [B, H, T, D]. */
+cache::CacheList gather_heads(const cache::CacheList& local, const mx::distributed::Group& group) {
+  cache::CacheList out;
+  for (const auto& layer : local) {
+    const auto& kv = plain_layer(*layer);
+    auto b = kv.buffers();
+    if (!b) {
+      out.push_back(kv_layer(std::nullopt, std::nullopt, 0));
+      continue;
+    }
+    out.push_back(kv_layer(mx::concatenate(gather_parts(b->keys, group), 1),
+                           mx::concatenate(gather_parts(b->values, group), 1), kv.offset()));
+  }
+  return out;
+}
+
+/** Pipeline: each layer comes from the rank that ran it; the others send zeros of its shape. */
+cache::CacheList gather_layers(const cache::CacheList& local, const mx::distributed::Group& group) {
+  const int rank = group.rank(), size = group.size();
+  auto counts = gather_parts(mx::array(static_cast<int32_t>(local.size())), group);
+  cache::CacheList out;
+  for (int owner = size - 1; owner >= 0; --owner) {
+    const int n = counts[owner].item<int32_t>();
+    for (int j = 0; j < n; ++j) {
+      std::optional<cache::PlainKV> mine;
+      if (owner == rank) mine = plain_layer(*local[j]).buffers();
+      // The owner's shape first (the same for every layer of these families, but not assumed).
+      std::vector<int32_t> shape_of_mine(5, 0);
+      if (mine) {
+        for (int d = 0; d < 4; ++d) shape_of_mine[d] = mine->keys.shape(d);
+        shape_of_mine[4] = plain_layer(*local[j]).offset();
+      }
+      auto shapes = gather_parts(mx::array(shape_of_mine.data(), {5}, mx::int32), group);
+      const auto owner_shape = shapes[owner];
+      const int offset = owner_shape.data<int32_t>()[4];
+      if (owner_shape.data<int32_t>()[0] == 0) {
+        out.push_back(kv_layer(std::nullopt, std::nullopt, 0));
+        continue;
+      }
+      const mx::Shape shape(owner_shape.data<int32_t>(), owner_shape.data<int32_t>() + 4);
+      // Every rank's own layers have the dtype of the owner's (one model).
+      const auto dtype = plain_layer(*local[0]).buffers() ? plain_layer(*local[0]).buffers()->keys.dtype()
+                                                          : mx::float32;
+      auto keys = mine ? mine->keys : mx::zeros(shape, dtype);
+      auto values = mine ? mine->values : mx::zeros(shape, dtype);
+      out.push_back(kv_layer(gather_parts(keys, group)[owner], gather_parts(values, group)[owner], offset));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+cache::CacheList gather_prompt_cache(const cache::CacheList& local, const model::Parallel& parallel) {
+  for (const auto& layer : local) {
+    plain_layer(*layer);
+    mx::eval(layer->state());
+  }
+  return parallel.mode == model::Parallel::Mode::tensor ? gather_heads(local, parallel.group)
+                                                        : gather_layers(local, parallel.group);
 }
 
 void refuse_distributed(const std::string& verb) {
