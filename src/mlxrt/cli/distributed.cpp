@@ -151,7 +151,8 @@ void refuse_distributed(const std::string& verb) {
   auto group = dist::Group::init(dist::Backend::any);
   if (group.distributed())
     throw UnsupportedError("'" + verb + "' has no distributed mode yet (" + std::to_string(group.size()) +
-                           " processes were launched); distributed runs support: generate, logits, chat, benchmark");
+                           " processes were launched); distributed runs support: generate, logits, chat, benchmark, "
+                           "perplexity, embed, cache_prompt, batch-generate");
 }
 
 }  // namespace mlxrt::cli
