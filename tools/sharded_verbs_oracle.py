@@ -7,10 +7,12 @@ started by mlx.launch. Only rank 0 writes what it records.
   sharded_verbs_oracle.py [--pipeline] cache_prompt --model DIR --prompt P --prompt-cache-file OUT [flags]
   sharded_verbs_oracle.py [--pipeline] batch --model DIR --requests F.json --out OUT.json
   sharded_verbs_oracle.py [--pipeline] hidden --model DIR --tokens 1,2,3 --out OUT.safetensors
+  sharded_verbs_oracle.py [--pipeline] logits --model DIR --prompt-cache-file F --tokens 1,2,3 --out OUT.safetensors
 
 mlx_lm.cache_prompt has no distributed mode, and a rank's cache holds only its part of the model:
 here its save_prompt_cache first gathers the ranks' parts into the whole model's cache (key/value
-heads joined in rank order for tensor parallel, each layer from the rank that ran it for a pipeline).
+heads joined in rank order for tensor parallel, each layer from the rank that ran it for a pipeline);
+`logits` continues such a whole-model cache file on the sharded model, each rank keeping its part.
 """
 import json
 import sys
@@ -100,6 +102,21 @@ def main():
         mx.eval(hidden)
         if rank0:
             mx.save_safetensors(rest[rest.index("--out") + 1], {"hidden": hidden})
+    elif verb == "logits":
+        from mlx_lm.models.cache import load_prompt_cache
+        cache = load_prompt_cache(rest[rest.index("--prompt-cache-file") + 1])
+        r, n = group.rank(), group.size()
+        if pipeline:
+            cache = cache[model.model.start_idx:model.model.end_idx]
+        else:
+            for c in cache:
+                h = c.keys.shape[1] // n
+                c.state = (c.keys[:, r * h:(r + 1) * h], c.values[:, r * h:(r + 1) * h], c.offset)
+        ids = [int(t) for t in rest[rest.index("--tokens") + 1].split(",")]
+        logits = model(mx.array([ids]), cache=cache)[0]
+        mx.eval(logits)
+        if rank0:
+            mx.save_safetensors(rest[rest.index("--out") + 1], {"logits": logits})
     else:
         raise SystemExit(f"unknown verb {verb!r}")
     # Meet before leaving, so that no rank exits while another still talks to it.

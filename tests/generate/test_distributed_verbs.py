@@ -117,6 +117,27 @@ def test_cache_prompt_file_equals_mlx_lm_sharded(pipeline, tokenizer_models, tmp
     assert "==========" in cont.stdout
 
 
+@pytest.mark.parametrize("pipeline", [False, True], ids=["tensor", "pipeline"])
+def test_a_whole_cache_file_continues_on_the_sharded_model(pipeline, tokenizer_models, tmp_path):
+    """A saved prompt cache holds the whole model: each rank continues from its heads or layers."""
+    model = tokenizer_models[pipeline]
+    cache_file = tmp_path / "cache.safetensors"
+    one_process("cache_prompt", "--model", model, "--prompt", PROMPT, "--prompt-cache-file", cache_file)
+    args = ["--model", model, "--prompt-cache-file", cache_file, "--tokens", "5,6,7"]
+    launched("logits", *args, "--out", tmp_path / "ours.safetensors", *pipelined(pipeline))
+    oracle("logits", *args, "--out", tmp_path / "ref.safetensors", pipeline=pipeline)
+    ours = mx.load(str(tmp_path / "ours.safetensors"))["logits"]
+    assert raw(ours) == raw(mx.load(str(tmp_path / "ref.safetensors"))["logits"])
+    if pipeline:
+        one_process("logits", *args, "--out", tmp_path / "one.safetensors")
+        assert raw(ours) == raw(mx.load(str(tmp_path / "one.safetensors"))["logits"])
+    gen = ["generate", "--model", model, "--prompt-cache-file", cache_file, "--prompt", "and more", "--max-tokens", 6]
+    text = launched(*gen, *pipelined(pipeline)).stdout
+    assert text.count("==========") == 2
+    if pipeline:
+        assert text.split("==========")[1] == one_process(*gen).stdout.split("==========")[1]
+
+
 @pytest.mark.parametrize("name,pipeline", [("qwen3_bf16", False), ("llama_bias", False), ("qwen3_moe_fp32", True)])
 def test_batch_generate_equals_mlx_lm_batch_generator_sharded(name, pipeline, tmp_path):
     model = make_fixture(name)

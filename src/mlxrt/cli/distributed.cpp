@@ -147,6 +147,30 @@ cache::CacheList gather_prompt_cache(const cache::CacheList& local, const model:
                                                         : gather_layers(local, parallel.group);
 }
 
+cache::CacheList shard_prompt_cache(cache::CacheList whole, const model::Parallel& parallel,
+                                    const std::string& source) {
+  const int rank = parallel.rank(), size = parallel.size();
+  if (parallel.mode == model::Parallel::Mode::pipeline) {
+    const auto range = model::pipeline_layers(static_cast<int>(whole.size()), rank, size, source);
+    cache::CacheList mine;
+    for (int i = range.start; i < range.end; ++i) mine.push_back(std::move(whole[i]));
+    return mine;
+  }
+  cache::CacheList mine;
+  for (size_t i = 0; i < whole.size(); ++i) {
+    const auto& kv = plain_layer(*whole[i]);
+    auto b = kv.buffers();
+    if (!b) {
+      mine.push_back(kv_layer(std::nullopt, std::nullopt, 0));
+      continue;
+    }
+    const auto name = source + ": layer " + std::to_string(i) + "'s key/value heads";
+    mine.push_back(kv_layer(model::nn::shard_tensor(b->keys, 1, rank, size, name),
+                            model::nn::shard_tensor(b->values, 1, rank, size, name), kv.offset()));
+  }
+  return mine;
+}
+
 void refuse_distributed(const std::string& verb) {
   auto group = dist::Group::init(dist::Backend::any);
   if (group.distributed())

@@ -53,6 +53,11 @@ DistributedRun join_run(const DistributedArgs& args);
  * Plain KVCache layers only (UnsupportedError otherwise). */
 cache::CacheList gather_prompt_cache(const cache::CacheList& local, const model::Parallel& parallel);
 
+/** A whole model's prompt cache (as a file holds it, whoever saved it) cut to this rank's part, the
+ * inverse of gather_prompt_cache: tensor parallel keeps this rank's key/value heads of each layer, a
+ * pipeline the layers this rank runs. Plain KVCache layers only (UnsupportedError otherwise). */
+cache::CacheList shard_prompt_cache(cache::CacheList whole, const model::Parallel& parallel, const std::string& source);
+
 /** UnsupportedError naming `verb` when the launch environment describes several processes (a verb
  * with no distributed path). Every rank joins and refuses alike. */
 void refuse_distributed(const std::string& verb);
