@@ -33,8 +33,9 @@ def gather_parts(x, group):
 def gather_cache(cache, group, pipeline):
     if not pipeline:
         for c in cache:
-            k, v = mx.concatenate(gather_parts(c.keys, group), axis=1), mx.concatenate(gather_parts(c.values, group), axis=1)
-            c.state = (k, v, c.offset)
+            keys = mx.concatenate(gather_parts(c.keys, group), axis=1)
+            values = mx.concatenate(gather_parts(c.values, group), axis=1)
+            c.state = (keys, values, c.offset)
         return cache
     counts = [int(n) for n in gather_parts(mx.array(len(cache)), group)]
     whole = []

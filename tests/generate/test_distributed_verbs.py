@@ -5,6 +5,7 @@ tokens and logprobs, hidden states; a pipeline's also equal to one process's (it
 layers, so the arithmetic is the unsharded model's). Only rank 0 prints or writes, and a model that
 cannot be split is refused quickly. Every process runs under a timeout."""
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -27,10 +28,8 @@ PROMPT = "a prompt of a few words, cached by every rank"
 
 
 def run(cmd, timeout=TIMEOUT):
-    import os
-    proc = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=timeout,
+    return subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **ENV_OFFLINE})
-    return proc
 
 
 def launched(*args, check=True):
