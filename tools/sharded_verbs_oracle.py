@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import mlx.core as mx
+from mlx_lm.models.cache import KVCache, RotatingKVCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sharded_oracle import sharded_model  # noqa: E402
@@ -30,26 +31,41 @@ def gather_parts(x, group):
     return [all_[r] for r in range(group.size())]
 
 
+def layer_meta(c):
+    """kind (0 KVCache, 1 RotatingKVCache), offset, keep, max_size, idx."""
+    if isinstance(c, RotatingKVCache):
+        return [1, c.offset, c.keep, c.max_size, c._idx]
+    return [0, c.offset, 0, 0, 0]
+
+
+def make_layer(keys, values, meta):
+    kind, offset, keep, max_size, idx = meta
+    if kind == 1:
+        layer = RotatingKVCache(max_size, keep)
+        layer.state = (keys, values, offset, keep, max_size, idx)
+    else:
+        layer = KVCache()
+        layer.state = (keys, values, offset)
+    return layer
+
+
 def gather_cache(cache, group, pipeline):
-    if not pipeline:
+    if not pipeline:  # each layer's key/value heads joined in rank order
         for c in cache:
-            keys = mx.concatenate(gather_parts(c.keys, group), axis=1)
-            values = mx.concatenate(gather_parts(c.values, group), axis=1)
-            c.state = (keys, values, c.offset)
+            c.keys = mx.concatenate(gather_parts(c.keys, group), axis=1)
+            c.values = mx.concatenate(gather_parts(c.values, group), axis=1)
         return cache
     counts = [int(n) for n in gather_parts(mx.array(len(cache)), group)]
     whole = []
     for owner in reversed(range(group.size())):
         for j in range(counts[owner]):
             mine = cache[j] if owner == group.rank() else None
-            shape = gather_parts(mx.array(list(mine.keys.shape) if mine else [0] * 4), group)[owner].tolist()
-            offset = int(gather_parts(mx.array(mine.offset if mine else 0), group)[owner])
+            header = list(mine.keys.shape) + layer_meta(mine) if mine else [0] * 9
+            header = gather_parts(mx.array(header), group)[owner].tolist()
             dtype = cache[0].keys.dtype
-            k = gather_parts(mine.keys if mine else mx.zeros(shape, dtype), group)[owner]
-            v = gather_parts(mine.values if mine else mx.zeros(shape, dtype), group)[owner]
-            layer = type(cache[0])()
-            layer.state = (k, v, offset)
-            whole.append(layer)
+            k = gather_parts(mine.keys if mine else mx.zeros(header[:4], dtype), group)[owner]
+            v = gather_parts(mine.values if mine else mx.zeros(header[:4], dtype), group)[owner]
+            whole.append(make_layer(k, v, header[4:]))
     return whole
 
 
@@ -112,7 +128,7 @@ def main():
         else:
             for c in cache:
                 h = c.keys.shape[1] // n
-                c.state = (c.keys[:, r * h:(r + 1) * h], c.values[:, r * h:(r + 1) * h], c.offset)
+                c.keys, c.values = c.keys[:, r * h:(r + 1) * h], c.values[:, r * h:(r + 1) * h]
         ids = [int(t) for t in rest[rest.index("--tokens") + 1].split(",")]
         logits = model(mx.array([ids]), cache=cache)[0]
         mx.eval(logits)

@@ -93,12 +93,20 @@ def test_perplexity_losses_equal_mlx_lm_sharded(pipeline, tokenizer_models, tmp_
         assert raw(ours["losses"]) == raw(mx.load(str(tmp_path / "one.safetensors"))["losses"])
 
 
-@pytest.mark.parametrize("pipeline", [False, True], ids=["tensor", "pipeline"])
-def test_cache_prompt_file_equals_mlx_lm_sharded(pipeline, tokenizer_models, tmp_path):
+# (model with pipelining, --pipeline, flags): a rotating cache (--max-kv-size smaller than the prompt,
+# so that the ring wraps) is gathered too.
+CACHES = {"tensor": (False, False, []), "pipeline": (True, True, []),
+          "tensor-rotating": (True, False, ["--max-kv-size", 8]),
+          "pipeline-rotating": (True, True, ["--max-kv-size", 8])}
+
+
+@pytest.mark.parametrize("case", list(CACHES))
+def test_cache_prompt_file_equals_mlx_lm_sharded(case, tokenizer_models, tmp_path):
     """The ranks' parts of the cache are gathered into the whole model's: the file one process
     writes, here with the sharded model's keys and values."""
-    model = tokenizer_models[pipeline]
-    args = ["--model", model, "--prompt", PROMPT]
+    model_key, pipeline, flags = CACHES[case]
+    model = tokenizer_models[model_key]
+    args = ["--model", model, "--prompt", PROMPT, *flags]
     proc = launched("cache_prompt", *args, "--prompt-cache-file", tmp_path / "ours.safetensors", *pipelined(pipeline))
     assert proc.stdout.count("Saving...") == 1
     oracle("cache_prompt", *args, "--prompt-cache-file", tmp_path / "ref.safetensors", pipeline=pipeline)
@@ -116,12 +124,13 @@ def test_cache_prompt_file_equals_mlx_lm_sharded(pipeline, tokenizer_models, tmp
     assert "==========" in cont.stdout
 
 
-@pytest.mark.parametrize("pipeline", [False, True], ids=["tensor", "pipeline"])
-def test_a_whole_cache_file_continues_on_the_sharded_model(pipeline, tokenizer_models, tmp_path):
+@pytest.mark.parametrize("case", ["tensor", "pipeline", "tensor-rotating"])
+def test_a_whole_cache_file_continues_on_the_sharded_model(case, tokenizer_models, tmp_path):
     """A saved prompt cache holds the whole model: each rank continues from its heads or layers."""
-    model = tokenizer_models[pipeline]
+    model_key, pipeline, flags = CACHES[case]
+    model = tokenizer_models[model_key]
     cache_file = tmp_path / "cache.safetensors"
-    one_process("cache_prompt", "--model", model, "--prompt", PROMPT, "--prompt-cache-file", cache_file)
+    one_process("cache_prompt", "--model", model, "--prompt", PROMPT, "--prompt-cache-file", cache_file, *flags)
     args = ["--model", model, "--prompt-cache-file", cache_file, "--tokens", "5,6,7"]
     launched("logits", *args, "--out", tmp_path / "ours.safetensors", *pipelined(pipeline))
     oracle("logits", *args, "--out", tmp_path / "ref.safetensors", pipeline=pipeline)

@@ -6,6 +6,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 
 #include <mlx/distributed/ops.h>
@@ -13,6 +14,7 @@
 #include <mlx/transforms.h>
 
 #include "mlxrt/cache/kv_cache.h"
+#include "mlxrt/cache/rotating_kv_cache.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::cli {
@@ -71,66 +73,83 @@ std::vector<mx::array> gather_parts(const mx::array& x, const mx::distributed::G
   return parts;
 }
 
-const cache::KVCache& plain_layer(const cache::Cache& c) {
-  const auto* kv = dynamic_cast<const cache::KVCache*>(&c);
-  if (!kv)
-    throw UnsupportedError("a distributed prompt cache is gathered from KVCache layers only (no --max-kv-size, "
-                           "--kv-bits or recurrent layers)");
-  return *kv;
+/** What a layer's cache holds besides its key/value buffers: its kind and its positions. */
+struct LayerMeta {
+  enum Kind : int32_t { kv = 0, rotating = 1 } kind = kv;
+  int32_t offset = 0, keep = 0, max_size = 0, idx = 0;
+};
+
+/** The buffers and meta of a KVCache or RotatingKVCache layer (UnsupportedError for any other). */
+std::pair<std::optional<cache::PlainKV>, LayerMeta> layer_parts(const cache::Cache& c) {
+  if (const auto* kv = dynamic_cast<const cache::KVCache*>(&c))
+    return {kv->buffers(), LayerMeta{LayerMeta::kv, kv->offset()}};
+  if (const auto* r = dynamic_cast<const cache::RotatingKVCache*>(&c))
+    return {r->buffers(), LayerMeta{LayerMeta::rotating, r->offset(), r->keep(), r->max_size(), r->idx()}};
+  throw UnsupportedError("a distributed prompt cache holds KVCache and RotatingKVCache layers only (no --kv-bits "
+                         "or recurrent layers)");
 }
 
-std::unique_ptr<cache::Cache> kv_layer(std::optional<mx::array> keys, std::optional<mx::array> values, int offset) {
+std::unique_ptr<cache::Cache> make_layer(std::optional<mx::array> keys, std::optional<mx::array> values,
+                                         const LayerMeta& m) {
+  if (m.kind == LayerMeta::rotating) {
+    auto out = std::make_unique<cache::RotatingKVCache>(m.max_size, m.keep);
+    if (keys) out->set_state(std::move(keys), std::move(values), m.offset, m.keep, m.max_size, m.idx);
+    return out;
+  }
   auto out = std::make_unique<cache::KVCache>();
-  if (keys) out->set_state(std::move(keys), std::move(values), offset);
+  if (keys) out->set_state(std::move(keys), std::move(values), m.offset);
   return out;
 }
 
-/** Tensor parallel: rank r holds heads [r * H/size, (r + 1) * H/size) of every layer's [B, H, T, D]. */
-cache::CacheList gather_heads(const cache::CacheList& local, const mx::distributed::Group& group) {
+/** Each layer with its key/value buffers [B, H, T, D] replaced by f(buffer), the rest kept. */
+cache::CacheList map_buffers(const cache::CacheList& layers,
+                             const std::function<mx::array(const mx::array&, size_t)>& f) {
   cache::CacheList out;
-  for (const auto& layer : local) {
-    const auto& kv = plain_layer(*layer);
-    auto b = kv.buffers();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    auto [b, meta] = layer_parts(*layers[i]);
     if (!b) {
-      out.push_back(kv_layer(std::nullopt, std::nullopt, 0));
+      out.push_back(make_layer(std::nullopt, std::nullopt, meta));
       continue;
     }
-    out.push_back(kv_layer(mx::concatenate(gather_parts(b->keys, group), 1),
-                           mx::concatenate(gather_parts(b->values, group), 1), kv.offset()));
+    auto keys = f(b->keys, i);
+    out.push_back(make_layer(keys, f(b->values, i), meta));
   }
   return out;
 }
 
-/** Pipeline: each layer comes from the rank that ran it; the others send zeros of its shape. */
+/** Pipeline: each layer comes from the rank that ran it (its shape and meta first); the others
+ * send zeros of its shape. */
 cache::CacheList gather_layers(const cache::CacheList& local, const mx::distributed::Group& group) {
   const int rank = group.rank(), size = group.size();
   auto counts = gather_parts(mx::array(static_cast<int32_t>(local.size())), group);
+  const auto dtype = local.empty() || !layer_parts(*local[0]).first ? mx::float32
+                                                                     : layer_parts(*local[0]).first->keys.dtype();
   cache::CacheList out;
   for (int owner = size - 1; owner >= 0; --owner) {
-    const int n = counts[owner].item<int32_t>();
-    for (int j = 0; j < n; ++j) {
+    for (int j = 0; j < counts[owner].item<int32_t>(); ++j) {
       std::optional<cache::PlainKV> mine;
-      if (owner == rank) mine = plain_layer(*local[j]).buffers();
-      // The owner's shape first (the same for every layer of these families, but not assumed).
-      std::vector<int32_t> shape_of_mine(5, 0);
-      if (mine) {
-        for (int d = 0; d < 4; ++d) shape_of_mine[d] = mine->keys.shape(d);
-        shape_of_mine[4] = plain_layer(*local[j]).offset();
+      std::vector<int32_t> header(9, 0);  // 4 dims of the buffers, then kind, offset, keep, max_size, idx
+      if (owner == rank) {
+        auto [b, m] = layer_parts(*local[j]);
+        mine = b;
+        for (int d = 0; d < 4 && b; ++d) header[d] = b->keys.shape(d);
+        header[4] = m.kind;
+        header[5] = m.offset;
+        header[6] = m.keep;
+        header[7] = m.max_size;
+        header[8] = m.idx;
       }
-      auto shapes = gather_parts(mx::array(shape_of_mine.data(), {5}, mx::int32), group);
-      const auto owner_shape = shapes[owner];
-      const int offset = owner_shape.data<int32_t>()[4];
-      if (owner_shape.data<int32_t>()[0] == 0) {
-        out.push_back(kv_layer(std::nullopt, std::nullopt, 0));
+      auto sent = gather_parts(mx::array(header.data(), {9}, mx::int32), group)[owner];
+      const int32_t* h = sent.data<int32_t>();
+      const LayerMeta meta{static_cast<LayerMeta::Kind>(h[4]), h[5], h[6], h[7], h[8]};
+      if (h[0] == 0) {
+        out.push_back(make_layer(std::nullopt, std::nullopt, meta));
         continue;
       }
-      const mx::Shape shape(owner_shape.data<int32_t>(), owner_shape.data<int32_t>() + 4);
-      // Every rank's own layers have the dtype of the owner's (one model).
-      const auto dtype = plain_layer(*local[0]).buffers() ? plain_layer(*local[0]).buffers()->keys.dtype()
-                                                          : mx::float32;
-      auto keys = mine ? mine->keys : mx::zeros(shape, dtype);
-      auto values = mine ? mine->values : mx::zeros(shape, dtype);
-      out.push_back(kv_layer(gather_parts(keys, group)[owner], gather_parts(values, group)[owner], offset));
+      const mx::Shape shape(h, h + 4);
+      auto keys = gather_parts(mine ? mine->keys : mx::zeros(shape, dtype), group)[owner];
+      auto values = gather_parts(mine ? mine->values : mx::zeros(shape, dtype), group)[owner];
+      out.push_back(make_layer(keys, values, meta));
     }
   }
   return out;
@@ -140,11 +159,14 @@ cache::CacheList gather_layers(const cache::CacheList& local, const mx::distribu
 
 cache::CacheList gather_prompt_cache(const cache::CacheList& local, const model::Parallel& parallel) {
   for (const auto& layer : local) {
-    plain_layer(*layer);
+    layer_parts(*layer);
     mx::eval(layer->state());
   }
-  return parallel.mode == model::Parallel::Mode::tensor ? gather_heads(local, parallel.group)
-                                                        : gather_layers(local, parallel.group);
+  if (parallel.mode == model::Parallel::Mode::pipeline) return gather_layers(local, parallel.group);
+  // Tensor parallel: rank r holds heads [r * H/size, (r + 1) * H/size) of every layer.
+  return map_buffers(local, [&](const mx::array& x, size_t) {
+    return mx::concatenate(gather_parts(x, parallel.group), 1);
+  });
 }
 
 cache::CacheList shard_prompt_cache(cache::CacheList whole, const model::Parallel& parallel,
@@ -156,19 +178,9 @@ cache::CacheList shard_prompt_cache(cache::CacheList whole, const model::Paralle
     for (int i = range.start; i < range.end; ++i) mine.push_back(std::move(whole[i]));
     return mine;
   }
-  cache::CacheList mine;
-  for (size_t i = 0; i < whole.size(); ++i) {
-    const auto& kv = plain_layer(*whole[i]);
-    auto b = kv.buffers();
-    if (!b) {
-      mine.push_back(kv_layer(std::nullopt, std::nullopt, 0));
-      continue;
-    }
-    const auto name = source + ": layer " + std::to_string(i) + "'s key/value heads";
-    mine.push_back(kv_layer(model::nn::shard_tensor(b->keys, 1, rank, size, name),
-                            model::nn::shard_tensor(b->values, 1, rank, size, name), kv.offset()));
-  }
-  return mine;
+  return map_buffers(whole, [&](const mx::array& x, size_t i) {
+    return model::nn::shard_tensor(x, 1, rank, size, source + ": layer " + std::to_string(i) + "'s key/value heads");
+  });
 }
 
 void refuse_distributed(const std::string& verb) {

@@ -50,12 +50,13 @@ DistributedRun join_run(const DistributedArgs& args);
  * it, and every rank gets the result). Tensor parallel: each layer's key/value heads joined in rank
  * order, the order shard() split them. Pipeline: each rank's layers in model order (the last rank
  * holds the first layers). The result is the cache one process would hold, and saves as it does.
- * Plain KVCache layers only (UnsupportedError otherwise). */
+ * KVCache and RotatingKVCache layers only (UnsupportedError otherwise). */
 cache::CacheList gather_prompt_cache(const cache::CacheList& local, const model::Parallel& parallel);
 
 /** A whole model's prompt cache (as a file holds it, whoever saved it) cut to this rank's part, the
  * inverse of gather_prompt_cache: tensor parallel keeps this rank's key/value heads of each layer, a
- * pipeline the layers this rank runs. Plain KVCache layers only (UnsupportedError otherwise). */
+ * pipeline the layers this rank runs. KVCache and RotatingKVCache layers only (UnsupportedError
+ * otherwise). */
 cache::CacheList shard_prompt_cache(cache::CacheList whole, const model::Parallel& parallel, const std::string& source);
 
 /** UnsupportedError naming `verb` when the launch environment describes several processes (a verb

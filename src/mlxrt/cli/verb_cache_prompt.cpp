@@ -56,9 +56,9 @@ void run(const Args& a) {
   // whole model's cache, which rank 0 saves (the file one process would write, in mlx-lm's format).
   const auto dist_run = join_run(a.dist);
   QuietUnlessPrimary quiet(dist_run.primary());
-  if (dist_run.parallel && (a.max_kv_size || a.kv_bits))
-    throw UnsupportedError(std::string(a.max_kv_size ? "--max-kv-size" : "--kv-bits") +
-                           " is not supported in distributed mode (the ranks' caches are gathered as KVCache layers)");
+  if (dist_run.parallel && a.kv_bits)
+    throw UnsupportedError("--kv-bits is not supported in distributed mode (the ranks' caches are gathered from "
+                           "KVCache and RotatingKVCache layers)");
   auto session = load_session(a.model, a.profile_file, std::nullopt, a.adapter_path, dist_run.parallel);
   if (!a.eos_token.empty()) add_eos_token(session, a.eos_token, "--eos-token");
   std::string prompt = a.prompt;
