@@ -13,7 +13,7 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 from conftest import BIN, PY, ROOT, _chat_fixture, make_fixture
-from ring_ports import free_port_pair
+from ring_ports import free_port, free_port_pair
 
 TIMEOUT = 120
 MLX_LAUNCH = str(Path(PY).parent / "mlx.launch")
@@ -198,3 +198,28 @@ def test_cache_prompt_refuses_caches_it_cannot_gather(tokenizer_models, tmp_path
                     "--prompt-cache-file", tmp_path / "c.safetensors", check=False)
     assert proc.returncode != 0 and "--kv-bits is not supported in distributed mode" in proc.stderr, proc.stderr
     assert not (tmp_path / "c.safetensors").exists()
+
+
+def test_a_cache_file_of_another_layer_count_is_refused_on_every_rank(tmp_path):
+    """A pipeline's ranks would cut such a file differently from their layers: every rank refuses it."""
+    from mlx_lm.models.cache import KVCache, save_prompt_cache
+
+    model = make_fixture("qwen3_moe_fp32")  # 3 layers, 2 key/value heads of 32
+    layers = []
+    for _ in range(4):
+        layer = KVCache()
+        layer.update_and_fetch(mx.zeros((1, 2, 3, 32)), mx.zeros((1, 2, 3, 32)))
+        layers.append(layer)
+    save_prompt_cache(str(tmp_path / "four.safetensors"), layers)
+    # Two ranks started by hand with the ring environment mlx.launch gives, so that each one's
+    # error can be read.
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text(f'[["127.0.0.1:{free_port()}"], ["127.0.0.1:{free_port()}"]]\n')
+    args = ["logits", "--model", model, "--pipeline", "--prompt-cache-file", tmp_path / "four.safetensors",
+            "--tokens", "1,2", "--out", tmp_path / "x.safetensors"]
+    procs = [subprocess.Popen([BIN, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "MLX_RANK": str(rank), "MLX_HOSTFILE": str(hostfile)})
+             for rank in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=TIMEOUT)
+        assert p.returncode != 0 and "the cache has 4 layers, the model 3" in err, err

@@ -169,10 +169,18 @@ cache::CacheList gather_prompt_cache(const cache::CacheList& local, const model:
   });
 }
 
-cache::CacheList shard_prompt_cache(cache::CacheList whole, const model::Parallel& parallel,
+cache::CacheList shard_prompt_cache(cache::CacheList whole, const model::Parallel& parallel, int layers_here,
                                     const std::string& source) {
   const int rank = parallel.rank(), size = parallel.size();
   if (parallel.mode == model::Parallel::Mode::pipeline) {
+    // Every rank checks the whole count (a collective), so that all of them refuse a file of another
+    // model alike instead of some cutting it differently from their layers.
+    int total = 0;
+    for (const auto& n : gather_parts(mx::array(static_cast<int32_t>(layers_here)), parallel.group))
+      total += n.item<int32_t>();
+    if (static_cast<int>(whole.size()) != total)
+      throw ConfigError(source + ": the cache has " + std::to_string(whole.size()) + " layers, the model " +
+                        std::to_string(total) + " (was it saved from another model?)");
     const auto range = model::pipeline_layers(static_cast<int>(whole.size()), rank, size, source);
     cache::CacheList mine;
     for (int i = range.start; i < range.end; ++i) mine.push_back(std::move(whole[i]));

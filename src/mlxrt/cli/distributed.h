@@ -55,9 +55,11 @@ cache::CacheList gather_prompt_cache(const cache::CacheList& local, const model:
 
 /** A whole model's prompt cache (as a file holds it, whoever saved it) cut to this rank's part, the
  * inverse of gather_prompt_cache: tensor parallel keeps this rank's key/value heads of each layer, a
- * pipeline the layers this rank runs. KVCache and RotatingKVCache layers only (UnsupportedError
- * otherwise). */
-cache::CacheList shard_prompt_cache(cache::CacheList whole, const model::Parallel& parallel, const std::string& source);
+ * pipeline the layers this rank runs (`layers_here`: how many; a collective then, refusing a cache
+ * of another layer count on every rank alike). KVCache and RotatingKVCache layers only
+ * (UnsupportedError otherwise). */
+cache::CacheList shard_prompt_cache(cache::CacheList whole, const model::Parallel& parallel, int layers_here,
+                                    const std::string& source);
 
 /** UnsupportedError naming `verb` when the launch environment describes several processes (a verb
  * with no distributed path). Every rank joins and refuses alike. */

@@ -339,7 +339,9 @@ void run(const Args& a) {
   for (const auto& t : a.extra_eos_token) add_eos_token(session, t, "--extra-eos-token");
   // A saved cache holds the whole model's layers and heads: each rank continues from its part.
   if (prompt_cache && dist_run.parallel)
-    prompt_cache = shard_prompt_cache(std::move(*prompt_cache), *dist_run.parallel, a.prompt_cache_file);
+    prompt_cache = shard_prompt_cache(std::move(*prompt_cache), *dist_run.parallel,
+                                      static_cast<int>(model::make_prompt_cache(*session.loaded.model).size()),
+                                      a.prompt_cache_file);
   if (prompt_cache) model::check_prompt_cache(*session.loaded.model, *prompt_cache, a.prompt_cache_file);
   auto ids = prompt_ids(a, session, prompt_cache.has_value());
   if (!a.draft_model.empty()) check_draft_tokenizer(a, session.tokenizer);

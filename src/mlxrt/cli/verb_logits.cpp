@@ -43,7 +43,9 @@ model::CacheList initial_cache(const model::CausalLM& lm, const Args& a,
   if (a.prompt_cache_file.empty()) return model::make_prompt_cache(lm, a.max_kv_size);
   auto [cache, metadata] = cache::load_prompt_cache(a.prompt_cache_file);
   // A saved cache holds the whole model's layers and heads: each rank continues from its part.
-  if (parallel) cache = shard_prompt_cache(std::move(cache), *parallel, a.prompt_cache_file);
+  if (parallel)
+    cache = shard_prompt_cache(std::move(cache), *parallel, static_cast<int>(model::make_prompt_cache(lm).size()),
+                               a.prompt_cache_file);
   model::check_prompt_cache(lm, cache, a.prompt_cache_file);
   return std::move(cache);
 }
