@@ -47,6 +47,10 @@ BatchKVCache::BatchKVCache(const std::vector<int>& left_padding)
   host_offset_ = neg;
 }
 
+void BatchKVCache::depend_keys_on(const mx::array& x) {
+  if (keys_) keys_ = mx::depends({*keys_}, {x})[0];
+}
+
 CachedKV BatchKVCache::update_and_fetch(const mx::array& keys, const mx::array& values) {
   const int prev = idx_;
   const int length = keys.shape(2);

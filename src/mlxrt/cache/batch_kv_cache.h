@@ -52,6 +52,8 @@ class BatchKVCache final : public BatchCache {
   static std::unique_ptr<BatchKVCache> merge(const std::vector<const KVCache*>& caches);
 
   int size() const { return idx_; }
+  /** keys = mx.depends(keys, x), as the pipeline's last layer does with its cache. */
+  void depend_keys_on(const mx::array& x);
 
  private:
   std::optional<mx::array> keys_, values_;

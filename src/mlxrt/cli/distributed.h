@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "mlxrt/cache/cache.h"
 #include "mlxrt/dist/group.h"
 #include "mlxrt/model/parallel.h"
 
@@ -44,6 +45,21 @@ struct DistributedRun {
 /** Joins the run `args` and the environment describe. Outside a run of several processes --pipeline
  * has no effect, as in mlx-lm. */
 DistributedRun join_run(const DistributedArgs& args);
+
+/** The whole model's prompt cache, gathered from every rank's part (a collective: every rank calls
+ * it, and every rank gets the result). Tensor parallel: each layer's key/value heads joined in rank
+ * order, the order shard() split them. Pipeline: each rank's layers in model order (the last rank
+ * holds the first layers). The result is the cache one process would hold, and saves as it does.
+ * KVCache and RotatingKVCache layers only (UnsupportedError otherwise). */
+cache::CacheList gather_prompt_cache(const cache::CacheList& local, const model::Parallel& parallel);
+
+/** A whole model's prompt cache (as a file holds it, whoever saved it) cut to this rank's part, the
+ * inverse of gather_prompt_cache: tensor parallel keeps this rank's key/value heads of each layer, a
+ * pipeline the layers this rank runs (`layers_here`: how many; a collective then, refusing a cache
+ * of another layer count on every rank alike). KVCache and RotatingKVCache layers only
+ * (UnsupportedError otherwise). */
+cache::CacheList shard_prompt_cache(cache::CacheList whole, const model::Parallel& parallel, int layers_here,
+                                    const std::string& source);
 
 /** UnsupportedError naming `verb` when the launch environment describes several processes (a verb
  * with no distributed path). Every rank joins and refuses alike. */

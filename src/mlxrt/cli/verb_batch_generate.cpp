@@ -53,6 +53,7 @@ struct BatchArgs {
   std::string step_log;
   std::string step_graph;
   std::vector<std::string> adapters;
+  DistributedArgs dist;
 };
 
 using ojson = nlohmann::ordered_json;
@@ -112,7 +113,6 @@ generate::LogitsProcessorParams processor_params(const ojson& o, const std::stri
 }
 
 void run_batch_generate(const BatchArgs& a) {
-  refuse_distributed("batch-generate");  // under a distributed launch every rank would run the whole model
   check_sampling_flags(a.sampling);
   ojson doc;
   try {
@@ -127,9 +127,16 @@ void run_batch_generate(const BatchArgs& a) {
   std::vector<std::pair<std::string, std::filesystem::path>> adapters;
   for (const auto& [name, dir] : parse_adapter_specs(a.adapters)) adapters.emplace_back(name, dir);
   model::check_adapter_names(adapters);
+  // Every rank runs the same batch on its shard of the model, step for step (the same requests,
+  // the same greedy or seeded choices); rank 0 prints.
+  const auto dist_run = join_run(a.dist);
+  QuietUnlessPrimary quiet(dist_run.primary());
+  if (dist_run.parallel && !adapters.empty())
+    throw UnsupportedError("--adapters is not supported in distributed mode");
   std::shared_ptr<model::nn::ExpertStore> experts;
   auto adapted = adapters.empty()
-                     ? model::AdaptedModels{load_cli_model(a.model, "", std::nullopt, experts, ""), {}, nullptr, nullptr, {}}
+                     ? model::AdaptedModels{load_cli_model(a.model, "", std::nullopt, experts, "", dist_run.parallel),
+                                            {}, nullptr, nullptr, {}}
                      : model::load_model_with_adapters(io::resolve_model_dir(a.model), load_options(""), adapters);
   if (!adapters.empty() && !adapted.mixed)
     throw UnsupportedError("--adapters: these adapters cannot share a batch: " + adapted.mixed_unavailable);
@@ -140,7 +147,9 @@ void run_batch_generate(const BatchArgs& a) {
   auto rng = std::make_shared<generate::RandomState>();
   if (a.seed) {
     rng->seed(*a.seed);
-    rng->skip(model_construction_draws(a.model));
+    // Distributed, the keys are drawn as mlx-lm's sharded_load draws them (as generate does).
+    rng->skip(model_construction_draws(a.model) +
+              sharded_load_draws(a.model, loaded, dist_run.parallel.has_value()));
   }
 
   generate::BatchGeneratorOptions options;
@@ -184,7 +193,8 @@ void run_batch_generate(const BatchArgs& a) {
       if (!r["seed"].is_number_unsigned()) throw UsageError(where + ".seed: expected a non-negative integer");
       row_rng = std::make_shared<generate::RandomState>();
       row_rng->seed(r["seed"].get<uint64_t>());
-      row_rng->skip(model_construction_draws(a.model));
+      row_rng->skip(model_construction_draws(a.model) +
+                    sharded_load_draws(a.model, loaded, dist_run.parallel.has_value()));
     }
     if (r.contains("sampler")) {
       auto p = sampler_params(r["sampler"], where + ".sampler");
@@ -214,7 +224,7 @@ void run_batch_generate(const BatchArgs& a) {
   }
 
   // --step-graph: the op graph of the fourth decode step (past the first steps' special cases), as DOT.
-  if (!a.step_graph.empty()) {
+  if (!a.step_graph.empty() && dist_run.primary()) {
     options.inspect_step = [path = a.step_graph, n = 0](const std::vector<mx::array>& outputs) mutable {
       if (++n != 4) return;
       std::ofstream out(path);
@@ -236,7 +246,7 @@ void run_batch_generate(const BatchArgs& a) {
     pending.clear();
   };
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_log(nullptr, std::fclose);
-  if (!a.step_log.empty()) {
+  if (!a.step_log.empty() && dist_run.primary()) {
     step_log.reset(std::fopen(a.step_log.c_str(), "w"));
     if (!step_log) throw UsageError("--step-log " + a.step_log + ": cannot open for writing");
   }
@@ -270,7 +280,8 @@ void run_batch_generate(const BatchArgs& a) {
     std::cout << line.dump() << "\n";
   }
   std::cout.flush();
-  std::fprintf(stderr, "[batch_generate] %zu sequences, %zu tokens in %.3f s, %.3f tokens-per-sec\n", uids.size(),
+  if (dist_run.primary())
+    std::fprintf(stderr, "[batch_generate] %zu sequences, %zu tokens in %.3f s, %.3f tokens-per-sec\n", uids.size(),
                generated, seconds, seconds > 0 ? static_cast<double>(generated) / seconds : 0.0);
 }
 
@@ -303,6 +314,7 @@ void register_batch_generate(CLI::App& app) {
   cmd->add_option("--step-log", a->step_log,
                   "Write one line per decode step to this file: the rows it answered and its wall time in ms");
   cmd->add_option("--step-graph", a->step_graph, "Write the op graph of one batched decode step to this file (DOT)");
+  add_distributed_flags(cmd, a->dist);
   cmd->callback([a] { run_batch_generate(*a); });
 }
 

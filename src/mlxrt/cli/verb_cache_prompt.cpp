@@ -29,6 +29,7 @@ struct Args {
   std::optional<int> max_kv_size, kv_bits;
   int kv_group_size = cache::kDefaultKvGroupSize;
   int quantized_kv_start = cache::kDefaultQuantizedKvStart;
+  DistributedArgs dist;
 };
 
 // json.dumps(tokenizer_config) as mlx_lm.cache_prompt stores it ({"trust_remote_code": ...,
@@ -49,10 +50,16 @@ std::vector<int32_t> encode_prompt(const Session& session, const std::string& pr
 }
 
 void run(const Args& a) {
-  refuse_distributed("cache_prompt");  // under a distributed launch every rank would run the whole model
   if (a.max_kv_size && *a.max_kv_size < 1) throw UsageError("--max-kv-size must be at least 1");
   cache::validate_kv_quantization(a.kv_bits, a.kv_group_size, a.quantized_kv_start);
-  auto session = load_session(a.model, a.profile_file, std::nullopt, a.adapter_path);
+  // Every rank prefills the prompt on its shard; the ranks' parts of the cache are gathered into the
+  // whole model's cache, which rank 0 saves (the file one process would write, in mlx-lm's format).
+  const auto dist_run = join_run(a.dist);
+  QuietUnlessPrimary quiet(dist_run.primary());
+  if (dist_run.parallel && a.kv_bits)
+    throw UnsupportedError("--kv-bits is not supported in distributed mode (the ranks' caches are gathered from "
+                           "KVCache and RotatingKVCache layers)");
+  auto session = load_session(a.model, a.profile_file, std::nullopt, a.adapter_path, dist_run.parallel);
   if (!a.eos_token.empty()) add_eos_token(session, a.eos_token, "--eos-token");
   std::string prompt = a.prompt;
   if (prompt == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
@@ -82,8 +89,10 @@ void run(const Args& a) {
   std::cout << "\n";
   std::printf("Peak memory: %.3f GB\n", mlx::core::get_peak_memory() / 1e9);
   std::cout << "Saving..." << std::endl;
-  cache::save_prompt_cache(a.prompt_cache_file, gen.cache(),
-                           {{"model", a.model}, {"tokenizer_config", tokenizer_config_json(a)}});
+  const cache::PromptCacheMetadata metadata{{"model", a.model}, {"tokenizer_config", tokenizer_config_json(a)}};
+  if (!dist_run.parallel) return cache::save_prompt_cache(a.prompt_cache_file, gen.cache(), metadata);
+  auto whole = gather_prompt_cache(gen.cache(), *dist_run.parallel);
+  if (dist_run.primary()) cache::save_prompt_cache(a.prompt_cache_file, whole, metadata);
 }
 
 }  // namespace
@@ -104,6 +113,7 @@ void register_cache_prompt(CLI::App& app) {
                   "When --kv-bits is set, start quantizing the KV cache from this step onwards")
       ->capture_default_str();
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
+  add_distributed_flags(cmd, a->dist);
   cmd->callback([a] { run(*a); });
 }
 

@@ -25,6 +25,7 @@ struct Args {
   std::vector<std::string> texts, tokens;
   std::optional<int> dimensions;
   bool normalize = false, no_normalize = false;
+  DistributedArgs dist;
 };
 
 std::vector<std::string> file_lines(const std::string& path) {
@@ -40,7 +41,6 @@ std::vector<std::string> file_lines(const std::string& path) {
 }
 
 void run(const Args& a) {
-  refuse_distributed("embed");  // under a distributed launch every rank would run the whole model
   if (a.encoding_format != "float" && a.encoding_format != "base64")
     throw UsageError("--encoding-format must be 'float' or 'base64', got '" + a.encoding_format + "'");
   if (a.dimensions && *a.dimensions < 1) throw UsageError("--dimensions must be at least 1");
@@ -66,8 +66,12 @@ void run(const Args& a) {
   }
   if (inputs.empty()) throw UsageError("embed: give texts, --file or --tokens");
 
+  // Every rank runs each input through its shard of the model (the final hidden states are whole on
+  // every rank: all_sum in tensor parallel, all_gather after a pipeline); rank 0 prints.
+  const auto dist_run = join_run(a.dist);
+  QuietUnlessPrimary quiet(dist_run.primary());
   std::shared_ptr<model::nn::ExpertStore> experts;
-  auto loaded = load_cli_model(a.model, a.profile_file, std::nullopt, experts, a.adapter_path);
+  auto loaded = load_cli_model(a.model, a.profile_file, std::nullopt, experts, a.adapter_path, dist_run.parallel);
   if (!loaded.model->has_hidden_states())
     throw UnsupportedError("embed: the " + loaded.config.model_type() +
                            " family does not expose its hidden states here; embeddings need them");
@@ -111,6 +115,7 @@ void register_embed(CLI::App& app) {
   cmd->add_option("--encoding-format", a->encoding_format, "float (default) or base64 (little-endian float32)");
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
   cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
+  add_distributed_flags(cmd, a->dist);
   cmd->callback([a] { run(*a); });
 }
 

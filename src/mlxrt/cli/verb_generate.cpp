@@ -337,6 +337,11 @@ void run(const Args& a) {
   // mlx_lm.generate has no distributed mode: the keys are drawn as mlx_lm.chat's sharded_load draws them.
   if (a.seed) rng->skip(sharded_load_draws(a.model, session.loaded, dist_run.parallel.has_value()));
   for (const auto& t : a.extra_eos_token) add_eos_token(session, t, "--extra-eos-token");
+  // A saved cache holds the whole model's layers and heads: each rank continues from its part.
+  if (prompt_cache && dist_run.parallel)
+    prompt_cache = shard_prompt_cache(std::move(*prompt_cache), *dist_run.parallel,
+                                      static_cast<int>(model::make_prompt_cache(*session.loaded.model).size()),
+                                      a.prompt_cache_file);
   if (prompt_cache) model::check_prompt_cache(*session.loaded.model, *prompt_cache, a.prompt_cache_file);
   auto ids = prompt_ids(a, session, prompt_cache.has_value());
   if (!a.draft_model.empty()) check_draft_tokenizer(a, session.tokenizer);

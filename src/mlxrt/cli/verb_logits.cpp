@@ -38,20 +38,26 @@ struct Args {
   }
 };
 
-model::CacheList initial_cache(const model::CausalLM& lm, const Args& a) {
+model::CacheList initial_cache(const model::CausalLM& lm, const Args& a,
+                               const std::optional<model::Parallel>& parallel) {
   if (a.prompt_cache_file.empty()) return model::make_prompt_cache(lm, a.max_kv_size);
   auto [cache, metadata] = cache::load_prompt_cache(a.prompt_cache_file);
+  // A saved cache holds the whole model's layers and heads: each rank continues from its part.
+  if (parallel)
+    cache = shard_prompt_cache(std::move(cache), *parallel, static_cast<int>(model::make_prompt_cache(lm).size()),
+                               a.prompt_cache_file);
   model::check_prompt_cache(lm, cache, a.prompt_cache_file);
   return std::move(cache);
 }
 
-mx::array compute_logits(model::CausalLM& lm, const std::vector<int32_t>& ids, const Args& a) {
+mx::array compute_logits(model::CausalLM& lm, const std::vector<int32_t>& ids, const Args& a,
+                         const std::optional<model::Parallel>& parallel) {
   const int total = static_cast<int>(ids.size());
   model::check_token_ids(lm, ids);
   mx::array tokens(ids.data(), {1, total}, mx::int32);
   if (!a.uses_cache()) return mx::squeeze(lm(tokens, nullptr), 0);
   const int chunk = a.incremental ? 1 : a.chunk_size.value_or(total);
-  auto cache = initial_cache(lm, a);
+  auto cache = initial_cache(lm, a, parallel);
   std::vector<mx::array> rows;
   for (int t = 0; t < total; t += chunk) {
     const int end = std::min(total, t + chunk);
@@ -78,7 +84,7 @@ void run(const Args& a) {
     if (id >= loaded.model->vocab_size())
       throw UsageError("--tokens: id " + std::to_string(id) + " is outside the vocabulary (size " +
                        std::to_string(loaded.model->vocab_size()) + ")");
-  auto logits = compute_logits(*loaded.model, ids, a);
+  auto logits = compute_logits(*loaded.model, ids, a, dist_run.parallel);
   mx::eval(logits);
   if (dist_run.primary()) write_safetensors_output(a.out, {{"logits", logits}}, "--out");
   print_expert_stats(experts);

@@ -37,6 +37,7 @@ struct Args {
   int batch_size = 8, sequence_length = 512, num_samples = 256;
   int64_t seed = 123;
   bool trust_remote_code = false;
+  DistributedArgs dist;
 };
 
 std::string read_file(const fs::path& path, const std::string& flag) {
@@ -143,15 +144,20 @@ double total_parameters(const model::LoadedModel& loaded, const fs::path& dir) {
 }
 
 void run(const Args& a) {
-  refuse_distributed("perplexity");  // under a distributed launch every rank would run the whole model
   if (a.batch_size < 1) throw UsageError("--batch-size: must be positive");
   if (a.sequence_length < 2) throw UsageError("--sequence-length: must be at least 2");
   if (a.seed < 0 || a.seed > 0xffffffffLL) throw UsageError("--seed: must be between 0 and 2**32 - 1");
   auto texts = load_texts(a);
+  // Every rank evaluates the same batches on its shard of the model (mlx_lm.perplexity has no
+  // distributed mode; this is its loop over a model sharded as sharded_load shards it); rank 0 prints.
+  const auto dist_run = join_run(a.dist);
+  QuietUnlessPrimary quiet(dist_run.primary());
 
   std::printf("Loading model from %s...\n", a.model.c_str());
   const auto dir = io::resolve_model_dir(a.model);
-  auto loaded = model::load_model(dir, load_options(a.profile_file));
+  auto options = load_options(a.profile_file);
+  options.parallel = dist_run.parallel;
+  auto loaded = model::load_model(dir, options);
   auto tok = tokenizer::Tokenizer::from_dir(dir);
   std::printf("Model loaded: %.1fM parameters\n", total_parameters(loaded, dir) / 1e6);
 
@@ -180,7 +186,7 @@ void run(const Args& a) {
   std::printf("\nDataset statistics:\n");
   std::printf("  Total samples: %d\n", data.shape(0));
   std::printf("  Total tokens: %zu\n", data.size());
-  if (!a.losses_file.empty()) {
+  if (!a.losses_file.empty() && dist_run.primary()) {
     write_safetensors_output(a.losses_file, {{"losses", result.losses}, {"tokens", data}}, "--losses-file");
   }
 }
@@ -206,6 +212,7 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("--losses-file", a->losses_file,
                   "Write every token's loss and the evaluated tokens to this .safetensors file");
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
+  add_distributed_flags(cmd, a->dist);
   cmd->callback([a] { run(*a); });
 }
 

@@ -10,6 +10,7 @@
 #include <mlx/fast.h>
 #include <mlx/ops.h>
 
+#include "mlxrt/cache/batch_kv_cache.h"
 #include "mlxrt/cache/kv_cache.h"
 #include "mlxrt/cache/rotating_kv_cache.h"
 #include "mlxrt/model/nn/activations.h"
@@ -340,8 +341,10 @@ mx::array Decoder::pipeline_hidden(mx::array h, CacheList* cache) {
         kv->depend_keys_on(h);
       else if (auto* rotating = dynamic_cast<cache::RotatingKVCache*>(cache->back().get()))
         rotating->depend_keys_on(h);
+      else if (auto* batch = dynamic_cast<cache::BatchKVCache*>(cache->back().get()))
+        batch->depend_keys_on(h);
       else
-        throw UnsupportedError("pipeline parallel runs with a KVCache or RotatingKVCache (not --kv-bits)");
+        throw UnsupportedError("pipeline parallel runs with a KVCache, RotatingKVCache or BatchKVCache (not --kv-bits)");
     }
   }
   if (size > 1) {
