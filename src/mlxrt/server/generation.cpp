@@ -117,14 +117,12 @@ void Generator::run(Job& job) {
     throw HttpError(400, e.what());
   }
   if (r.response_format != "text") {
-    // The token table is built once, on the first structured request.
-    if (!grammar_)
-      grammar_ = std::make_unique<structured::GrammarEngine>(session_->tokenizer, model.vocab_size(), session_->eos_token_ids);
     try {
+      auto& grammar = grammar_engine(model.vocab_size());
       go.logits_processors.push_back(structured::constraint_processor(
           r.response_format == "json_object"
-              ? grammar_->json_object()
-              : grammar_->json_schema(r.json_schema, r.json_schema_strict, "response_format.json_schema.schema")));
+              ? grammar.json_object()
+              : grammar.json_schema(r.json_schema, r.json_schema_strict, "response_format.json_schema.schema")));
     } catch (const UsageError& e) {
       throw HttpError(400, e.what(), "response_format");
     }
@@ -213,6 +211,12 @@ void Generator::run(Job& job) {
   job.push(DoneEvent{});
 }
 
+structured::GrammarEngine& Generator::grammar_engine(int vocab_size) {
+  // The token table is built once, on the first constrained request.
+  if (!grammar_) grammar_ = std::make_unique<structured::GrammarEngine>(session_->tokenizer, vocab_size, session_->eos_token_ids);
+  return *grammar_;
+}
+
 // tool_choice "required" / a named function: the reply is masked to one call in the model's format.
 // The format must be one whose call is a JSON object between two markers (json_tools: Qwen's and
 // Hermes' templates); for the others the choice only narrows the tools the template shows.
@@ -225,10 +229,9 @@ void Generator::force_tool_call(const CompletionRequest& r, int vocab_size, gene
                  (parser ? parser->type : std::string("none")) + "): the reply may be text");
     return;
   }
-  if (!grammar_) grammar_ = std::make_unique<structured::GrammarEngine>(session_->tokenizer, vocab_size, session_->eos_token_ids);
   try {
     go.logits_processors.push_back(
-        structured::constraint_processor(grammar_->tool_call(parser->start, parser->end, r.tools, "tools")));
+        structured::constraint_processor(grammar_engine(vocab_size).tool_call(parser->start, parser->end, r.tools, "tools")));
   } catch (const UsageError& e) {
     throw HttpError(400, e.what(), "tools");
   }

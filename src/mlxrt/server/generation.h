@@ -40,6 +40,8 @@ class Generator {
   /** tool_choice that requires a call: the constraint that masks the reply to one call (warns and
    * leaves the reply free for a tool-call format it cannot enforce). HttpError(400) for bad tools. */
   void force_tool_call(const CompletionRequest& r, int vocab_size, generate::GenerateOptions& go);
+  /** The constrained-decoding engine of the current model, made on first use. */
+  structured::GrammarEngine& grammar_engine(int vocab_size);
   /** Makes the BatchGenerator for `job`'s model (--decode-concurrency, --prompt-concurrency,
    * --prefill-step-size). */
   void batch_open(const Job& job);

@@ -263,6 +263,13 @@ void ExpertStore::bring_in(std::unique_lock<std::mutex>& lock, int block_id, int
   lru_.insert({block_id, e}, block.expert_bytes);
 }
 
+void ExpertStore::evict_to(uint64_t budget) {
+  for (const auto& k : lru_.evict_to(budget)) {
+    held_.erase(pack_key(k.block, k.expert));
+    unused_prefetch_.erase(pack_key(k.block, k.expert));
+  }
+}
+
 void ExpertStore::queue_prefetch(int block_id, const mx::array& guess) {
   const Block& block = blocks_[block_id];
   const uint32_t* idx = guess.data<uint32_t>();
@@ -307,7 +314,7 @@ void ExpertStore::prefetch_loop() {
       ++stats_.prefetched;
       // Room is made among what the current step does not use; if there is none, the read is dropped.
       if (!lru_.holds({block_id, e}) && budget_ >= block.expert_bytes) {
-        for (const auto& k : lru_.evict_to(budget_ - block.expert_bytes)) held_.erase(pack_key(k.block, k.expert));
+        evict_to(budget_ - block.expert_bytes);
         if (lru_.bytes() + block.expert_bytes <= budget_) {
           held_[key] = std::move(data);
           lru_.insert({block_id, e}, block.expert_bytes);
@@ -362,10 +369,7 @@ ExpertStore::Selection ExpertStore::select(int block_id, const mx::array& indice
   lru_.next_step();
   for (int e : experts) bring_in(lock, block_id, e);
   stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, lru_.bytes());
-  for (const auto& k : lru_.evict_to(budget_)) {
-    held_.erase(pack_key(k.block, k.expert));
-    unused_prefetch_.erase(pack_key(k.block, k.expert));
-  }
+  evict_to(budget_);
   std::vector<const std::vector<mx::array>*> parts;
   for (int e : experts) parts.push_back(&held_.at(pack_key(block_id, e)));
 
@@ -380,10 +384,7 @@ ExpertStore::Selection ExpertStore::select(int block_id, const mx::array& indice
   // them; the compact stacks keep what they need, and the cache drops back to its budget.
   if (lru_.bytes() > budget_) {
     lru_.next_step();
-    for (const auto& k : lru_.evict_to(budget_)) {
-      held_.erase(pack_key(k.block, k.expert));
-      unused_prefetch_.erase(pack_key(k.block, k.expert));
-    }
+    evict_to(budget_);
   }
   if (guess) queue_prefetch(static_cast<int>(block_id) + 1, *guess);
   return sel;

@@ -185,6 +185,8 @@ class ExpertStore {
   /** Makes `key` (needed now) resident: waits for its read-ahead, or reads it; holds the lock. */
   void bring_in(std::unique_lock<std::mutex>& lock, int block, int expert);
   void prefetch_loop();
+  /** Evicts (ExpertLru::evict_to) down to `budget`, dropping the evicted experts' data; holds the lock. */
+  void evict_to(uint64_t budget);
 
   uint64_t budget_;
   std::vector<std::filesystem::path> files_;

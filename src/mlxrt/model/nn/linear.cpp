@@ -45,17 +45,15 @@ Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int o
   std::optional<mx::array> b;
   if (bias) b = w.take(path + ".bias", {out_dims});
   Linear linear(std::move(weight), std::move(b), std::move(q));
-  if (auto* adapter = w.adapter()) {
-    // DoRALinear.set_linear: m = |W.astype(float32)| per output row, when the adapter lacks it.
-    linear.lora_ = adapter->take(path, in_dims, out_dims, out_dims, [&linear] {
-      return mx::linalg::norm(mx::astype(linear.dequantized_weight(), mx::float32), std::vector<int>{1}, false);
-    });
-  }
-  linear.slots_ = take_slot_deltas(w, [&](Adapter& adapter) {
+  // The adapter's delta of this layer (LoRALinear / DoRALinear). DoRALinear.set_linear: m =
+  // |W.astype(float32)| per output row, when the adapter lacks it.
+  auto take = [&](Adapter& adapter) {
     return adapter.take(path, in_dims, out_dims, out_dims, [&linear] {
       return mx::linalg::norm(mx::astype(linear.dequantized_weight(), mx::float32), std::vector<int>{1}, false);
     });
-  });
+  };
+  if (auto* adapter = w.adapter()) linear.lora_ = take(*adapter);
+  linear.slots_ = take_slot_deltas(w, take);
   w.note_quantizable({path, QuantizableModule::Kind::linear, linear.q_ ? std::optional(linear.q_->spec) : std::nullopt,
                       linear.lora_});
   return linear;
@@ -128,17 +126,9 @@ Embedding Embedding::load(WeightBinder& w, const std::string& path, int num_embe
   mx::array weight = mx::array(0.0f);
   auto q = load_quantized(w, path, dims, num_embeddings, weight);
   Embedding embedding(std::move(weight), std::move(q));
-  if (auto* adapter = w.adapter()) {
-    if (embedding.q_ && adapter->config().fine_tune_type == "dora" &&
-        (adapter->tensors().count(path + ".lora_a") || adapter->tensors().count(path + ".lora_b")))
-      throw UnsupportedError(adapter->weights_file().string() + ": a DoRA adapter of the quantized embedding " + path +
-                             " (DoRAEmbedding does not support quantization in mlx-lm either)");
-    // DoRAEmbedding.set_embedding: m = |weight| per row, when the adapter lacks it.
-    embedding.lora_ = adapter->take(path, num_embeddings, dims, num_embeddings, [&embedding] {
-      return mx::linalg::norm(embedding.weight_, std::vector<int>{1}, false);
-    });
-  }
-  embedding.slots_ = take_slot_deltas(w, [&](Adapter& adapter) {
+  // The adapter's delta of this embedding (LoRAEmbedding / DoRAEmbedding). DoRAEmbedding.set_embedding:
+  // m = |weight| per row, when the adapter lacks it.
+  auto take = [&](Adapter& adapter) {
     if (embedding.q_ && adapter.config().fine_tune_type == "dora" &&
         (adapter.tensors().count(path + ".lora_a") || adapter.tensors().count(path + ".lora_b")))
       throw UnsupportedError(adapter.weights_file().string() + ": a DoRA adapter of the quantized embedding " + path +
@@ -146,7 +136,9 @@ Embedding Embedding::load(WeightBinder& w, const std::string& path, int num_embe
     return adapter.take(path, num_embeddings, dims, num_embeddings, [&embedding] {
       return mx::linalg::norm(embedding.weight_, std::vector<int>{1}, false);
     });
-  });
+  };
+  if (auto* adapter = w.adapter()) embedding.lora_ = take(*adapter);
+  embedding.slots_ = take_slot_deltas(w, take);
   w.note_quantizable({path, QuantizableModule::Kind::embedding,
                       embedding.q_ ? std::optional(embedding.q_->spec) : std::nullopt, embedding.lora_});
   return embedding;
