@@ -1,5 +1,7 @@
 #include "mlxrt/model/loader.h"
 
+#include "mlxrt/kernels/cpu/quantized_matmul.h"
+
 #include <algorithm>
 #include <cctype>
 #include <string>
@@ -113,13 +115,15 @@ struct Bound {
 };
 
 Bound bind_weights(const io::ModelConfig& config, const ResolvedProfile& profile,
-                   const std::shared_ptr<nn::Adapter>& adapter, const std::optional<Parallel>& parallel) {
+                   const std::shared_ptr<nn::Adapter>& adapter, const std::optional<Parallel>& parallel,
+                   std::shared_ptr<const kernels::cpu::CpuKernels> cpu_kernels = nullptr) {
   auto weights = io::load_weights(config.dir());
   check_layer_count(config, weights);
   if (adapter) prepare_adapter(*adapter, config, weights);
   auto binder = std::make_unique<WeightBinder>(std::move(weights), config);
   binder->set_adapter(adapter);
   binder->set_parallel(parallel);
+  binder->set_cpu_kernels(std::move(cpu_kernels));
   // Tensor parallel: each rank reads its slices of the weight files, not the whole tensors.
   if (parallel && parallel->mode == Parallel::Mode::tensor) binder->set_locations(io::tensor_locations(config.dir()));
   auto model = graph_entry(profile.profile.execution.graph).build(config, *binder);
@@ -129,6 +133,11 @@ Bound bind_weights(const io::ModelConfig& config, const ResolvedProfile& profile
 
 }  // namespace
 
+std::shared_ptr<const kernels::cpu::CpuKernels> cpu_kernels_for(const LoadOptions& options) {
+  if (!options.cpu_kernels || mx::default_device() != mx::Device::cpu) return nullptr;
+  return kernels::cpu::CpuKernels::from_environment();
+}
+
 LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& options) {
   auto [config, profile] = resolve_model(path, options);
   assert_resolved_profile(config, profile);
@@ -137,7 +146,7 @@ LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& opt
     check_same_model_on_all_ranks(*options.parallel, config);
   }
   auto adapter = load_adapter(options);
-  auto bound = bind_weights(config, profile, adapter, options.parallel);
+  auto bound = bind_weights(config, profile, adapter, options.parallel, cpu_kernels_for(options));
   if (!options.lazy) {
     // Tensor parallel: the sharded tensors are this rank's slices, read from the files (or cut from
     // a tensor a sanitize made); the whole tensors are never evaluated.
@@ -190,6 +199,7 @@ AdaptedModels load_model_with_adapters(const std::filesystem::path& path, const 
   const auto weights = io::load_weights(config.dir());
   check_layer_count(config, weights);
   std::vector<mx::array> resident;
+  const auto cpu_kernels = cpu_kernels_for(options);
   // One model bound to a shallow copy of the tensor map: the arrays (and the data they will hold)
   // are shared between the models.
   auto build = [&](const std::shared_ptr<nn::Adapter>& adapter) {
@@ -197,6 +207,7 @@ AdaptedModels load_model_with_adapters(const std::filesystem::path& path, const 
     if (adapter) prepare_adapter(*adapter, config, copy);
     WeightBinder binder(std::move(copy), config);
     binder.set_adapter(adapter);
+    binder.set_cpu_kernels(cpu_kernels);
     auto model = graph_entry(profile.profile.execution.graph).build(config, binder);
     binder.finish();
     resident.insert(resident.end(), binder.taken().begin(), binder.taken().end());
@@ -228,6 +239,7 @@ AdaptedModels load_model_with_adapters(const std::filesystem::path& path, const 
     auto rows = slots.rows;
     WeightBinder binder(std::move(copy), config);
     binder.set_adapter_slots(std::move(slots));
+    binder.set_cpu_kernels(cpu_kernels);
     try {
       out.mixed = graph_entry(profile.profile.execution.graph).build(config, binder);
       binder.finish();

@@ -24,7 +24,13 @@ struct LoadOptions {
   std::optional<Parallel> parallel;
   /** Streamed experts: read the next MoE block's likely experts ahead (nn::ExpertStore). */
   bool expert_prefetch = false;
+  /** Our CPU kernels where they give MLX's bytes (kernels/cpu/quantized_matmul.h), as the
+   * environment asks (MLXRT_CPU_KERNELS, MLXRT_CPU_THREADS); false: MLX's kernels only. */
+  bool cpu_kernels = true;
 };
+
+/** The CPU kernels a model loaded with `options` computes with (null: MLX's own). */
+std::shared_ptr<const kernels::cpu::CpuKernels> cpu_kernels_for(const LoadOptions& options);
 
 struct LoadedModel {
   io::ModelConfig config;

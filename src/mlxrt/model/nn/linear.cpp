@@ -20,9 +20,13 @@ std::optional<Quantized> load_quantized(WeightBinder& w, const std::string& path
   }
   // mx.quantize packs `bits`-bit values into uint32 words; scales/biases hold one per group.
   weight = w.take(path + ".weight", {out_dims, in_dims * spec->bits / 32});
-  Quantized q{w.take(path + ".scales", {out_dims, in_dims / spec->group_size}), std::nullopt, *spec};
+  Quantized q{w.take(path + ".scales", {out_dims, in_dims / spec->group_size}), std::nullopt, *spec, w.cpu_kernels()};
   if (spec->mode == "affine") q.biases = w.take(path + ".biases", {out_dims, in_dims / spec->group_size});
   return q;
+}
+
+mx::array Quantized::matmul(const mx::array& x, const mx::array& weight) const {
+  return kernels::cpu::quantized_matmul(cpu, x, weight, scales, biases, spec.group_size, spec.bits, spec.mode);
 }
 
 std::shared_ptr<const SlotDeltas> take_slot_deltas(
@@ -107,15 +111,12 @@ mx::array Linear::operator()(const mx::array& x) const {
 mx::array Linear::base(const mx::array& x) const {
   if (sum_over_) {
     // ShardedToAllLinear: x @ W.T (or the quantized matmul), all_sum, then `+ bias` (not addmm).
-    auto y = q_ ? mx::quantized_matmul(x, weight_, q_->scales, q_->biases, true, q_->spec.group_size, q_->spec.bits,
-                                       q_->spec.mode)
-                : mx::matmul(x, mx::transpose(weight_));
+    auto y = q_ ? q_->matmul(x, weight_) : mx::matmul(x, mx::transpose(weight_));
     y = mx::distributed::all_sum(y, *sum_over_);
     return bias_ ? mx::add(y, *bias_) : y;
   }
   if (q_) {
-    auto y = mx::quantized_matmul(x, weight_, q_->scales, q_->biases, true, q_->spec.group_size,
-                                  q_->spec.bits, q_->spec.mode);
+    auto y = q_->matmul(x, weight_);
     return bias_ ? mx::add(y, *bias_) : y;
   }
   if (bias_) return mx::addmm(*bias_, x, mx::transpose(weight_));
@@ -180,8 +181,7 @@ mx::array Embedding::as_linear(const mx::array& x) const {
 
 mx::array Embedding::base_as_linear(const mx::array& x) const {
   if (!q_) return mx::matmul(x, mx::transpose(weight_));
-  return mx::quantized_matmul(x, weight_, q_->scales, q_->biases, true, q_->spec.group_size,
-                              q_->spec.bits, q_->spec.mode);
+  return q_->matmul(x, weight_);
 }
 
 }  // namespace mlxrt::model::nn

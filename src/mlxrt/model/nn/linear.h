@@ -9,6 +9,7 @@
 #include <mlx/distributed/distributed.h>
 
 #include "mlxrt/io/quantization.h"
+#include "mlxrt/kernels/cpu/quantized_matmul.h"
 #include "mlxrt/model/nn/adapter_rows.h"
 #include "mlxrt/model/nn/lora.h"
 #include "mlxrt/model/nn/weight_binder.h"
@@ -22,6 +23,10 @@ struct Quantized {
   mx::array scales;
   std::optional<mx::array> biases;  // affine mode only
   io::QuantSpec spec;
+  /** Our CPU kernels, where the binder gave them (null: MLX's). */
+  std::shared_ptr<const kernels::cpu::CpuKernels> cpu;
+  /** mx::quantized_matmul(x, weight, scales, biases, transpose = true, ...) of this layer. */
+  mx::array matmul(const mx::array& x, const mx::array& weight) const;
 };
 
 class Linear {

@@ -16,6 +16,10 @@
 #include "mlxrt/io/weights.h"
 #include "mlxrt/model/parallel.h"
 
+namespace mlxrt::kernels::cpu {
+class CpuKernels;
+}
+
 namespace mlxrt::model {
 
 namespace mx = mlx::core;
@@ -136,6 +140,11 @@ class WeightBinder {
   void set_expert_streaming(nn::ExpertStreaming* streaming) { streaming_ = streaming; }
   nn::ExpertStreaming* expert_streaming() const { return streaming_; }
 
+  /** The CPU kernels the quantized layers compute with where they give MLX's bytes (null: MLX's
+   * own kernels everywhere). */
+  void set_cpu_kernels(std::shared_ptr<const kernels::cpu::CpuKernels> k) { cpu_kernels_ = std::move(k); }
+  const std::shared_ptr<const kernels::cpu::CpuKernels>& cpu_kernels() const { return cpu_kernels_; }
+
   /** The distributed split this process binds (none: the whole model). */
   void set_parallel(std::optional<Parallel> parallel) { parallel_ = std::move(parallel); }
   /** The group of a tensor-parallel run (null otherwise): the layers a family shards slice their
@@ -187,6 +196,7 @@ class WeightBinder {
   std::shared_ptr<nn::Adapter> adapter_;
   AdapterSlots slots_;
   nn::ExpertStreaming* streaming_ = nullptr;
+  std::shared_ptr<const kernels::cpu::CpuKernels> cpu_kernels_;
 };
 
 }  // namespace mlxrt::model

@@ -1,0 +1,125 @@
+#include "mlxrt/kernels/cpu/cpu_workers.h"
+
+#include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace mlxrt::kernels::cpu {
+
+namespace {
+
+// How long a waiting thread polls before it sleeps: a decode step makes a few hundred kernel
+// calls a few tens of microseconds apart, and a condition-variable wake costs about as much as a
+// small call; beyond this the thread yields the core (other processes may need it).
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+inline void relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+template <class Ready>
+bool spin_until(Ready ready) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (ready()) return true;
+    relax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) return false;
+  }
+}
+
+}  // namespace
+
+CpuWorkers::CpuWorkers(int threads) : threads_(std::max(1, threads)), scratch_(static_cast<size_t>(threads_)) {
+  for (int slot = 1; slot < threads_; ++slot) workers_.emplace_back([this, slot] { work(slot); });
+}
+
+CpuWorkers::~CpuWorkers() {
+  {
+    std::lock_guard lock(m_);
+    stop_ = true;
+    generation_.fetch_add(1);
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+float* CpuWorkers::scratch(int slot, long long floats) {
+  auto& s = scratch_[static_cast<size_t>(slot)];
+  if (static_cast<long long>(s.size()) < floats) s.resize(static_cast<size_t>(floats));
+  return s.data();
+}
+
+void CpuWorkers::run(int units, long long scratch_floats, const std::function<void(float*, int, int)>& fn) {
+  if (units <= 0) return;
+  std::unique_lock run_lock(run_mutex_, std::try_to_lock);
+  if (!run_lock.owns_lock() || threads_ == 1 || units == 1) {
+    if (run_lock.owns_lock()) {
+      fn(scratch(0, scratch_floats), 0, units);
+    } else {
+      std::vector<float> own(static_cast<size_t>(scratch_floats));
+      fn(own.data(), 0, units);
+    }
+    return;
+  }
+  const int parts = std::min(threads_, units);
+  {
+    std::lock_guard lock(m_);
+    fn_ = &fn;
+    units_ = units;
+    parts_ = parts;
+    scratch_floats_ = scratch_floats;
+    pending_ = parts - 1;
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  wake_.notify_all();
+  fn(scratch(0, scratch_floats), 0, units / parts);
+  auto finished = [this] {
+    std::lock_guard lock(m_);
+    return pending_ == 0;
+  };
+  if (!spin_until(finished)) {
+    std::unique_lock lock(m_);
+    done_.wait(lock, [this] { return pending_ == 0; });
+  }
+}
+
+void CpuWorkers::work(int slot) {
+  std::uint64_t seen = 0;
+  for (;;) {
+    if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
+      std::unique_lock lock(m_);
+      wake_.wait(lock, [&] { return generation_.load() != seen; });
+    }
+    const std::function<void(float*, int, int)>* fn;
+    int units, parts;
+    long long floats;
+    {
+      std::lock_guard lock(m_);
+      if (stop_) return;
+      seen = generation_.load();
+      fn = fn_;
+      units = units_;
+      parts = parts_;
+      floats = scratch_floats_;
+    }
+    if (slot >= parts) continue;  // fewer ranges than threads this time
+    const int begin = static_cast<int>(static_cast<long long>(units) * slot / parts);
+    const int end = static_cast<int>(static_cast<long long>(units) * (slot + 1) / parts);
+    (*fn)(scratch(slot, floats), begin, end);
+    bool last;
+    {
+      std::lock_guard lock(m_);
+      last = --pending_ == 0;
+    }
+    if (last) done_.notify_one();
+  }
+}
+
+}  // namespace mlxrt::kernels::cpu

@@ -1,0 +1,52 @@
+#pragma once
+/** The affine quantized matmul on the CPU, computed by our own vectorised, multithreaded kernel
+ * where it gives MLX's bytes exactly (L1), by MLX's own kernel everywhere else.
+ *
+ * MLX's Linux x86-64 CPU backend computes `quantized_matmul` one output at a time with scalar
+ * float arithmetic (its SIMD path is for Arm and Accelerate only); ours runs the same operations
+ * in the same order for 8 or 16 outputs at once on AVX2 or AVX-512, over several threads. Where
+ * it cannot promise the same bytes (another platform or device, 3/5/6 bits, other quantization
+ * modes, batched weights) it leaves MLX's node in place. */
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <mlx/array.h>
+
+namespace mlxrt::kernels::cpu {
+
+namespace mx = mlx::core;
+
+class CpuWorkers;
+
+/** The CPU kernels of one loaded model: the instruction set found and the worker threads. */
+class CpuKernels {
+ public:
+  /** Null where no kernel of ours runs (not x86-64 Linux, or no AVX2 + F16C). `threads` <= 0: the
+   * machine's hardware threads. `allow_avx512` false: the AVX2 kernels even where AVX-512 runs
+   * (for tests). */
+  static std::shared_ptr<CpuKernels> create(int threads, bool allow_avx512 = true);
+  /** From the environment, for the loader: MLXRT_CPU_KERNELS=mlx keeps MLX's kernels (null),
+   * MLXRT_CPU_THREADS=N sets the thread count. */
+  static std::shared_ptr<CpuKernels> from_environment();
+
+  ~CpuKernels();
+  const char* instruction_set() const { return avx512_ ? "avx512" : "avx2"; }
+  bool avx512() const { return avx512_; }
+  CpuWorkers& workers() const { return *workers_; }
+  int threads() const;
+
+ private:
+  CpuKernels(bool avx512, int threads);
+  bool avx512_;
+  std::unique_ptr<CpuWorkers> workers_;
+};
+
+/** mx::quantized_matmul(x, w, scales, biases, transpose = true, group_size, bits, mode): the same
+ * node with our kernel in place of MLX's when `kernels` is set and the call is one it computes
+ * exactly (CPU stream; affine mode; 2, 4 or 8 bits; a 2-D weight; float32, bfloat16 or float16). */
+mx::array quantized_matmul(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x, const mx::array& w,
+                           const mx::array& scales, const std::optional<mx::array>& biases, int group_size, int bits,
+                           const std::string& mode);
+
+}  // namespace mlxrt::kernels::cpu
