@@ -1,7 +1,10 @@
 // `mlxrt server` (alias `serve`): mlx_lm.server's command, with its flags and defaults.
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
@@ -29,6 +32,14 @@ struct Args {
   bool expert_prefetch = false;
   std::vector<std::string> adapters;
 };
+
+// Written by the SIGINT/SIGTERM handler, read by the thread that stops the server.
+int stop_pipe[2] = {-1, -1};
+
+void on_stop_signal(int) {
+  const char stop = 1;
+  [[maybe_unused]] auto n = ::write(stop_pipe[1], &stop, 1);  // async-signal-safe
+}
 
 /** mlx-lm's _parse_size: a byte count with an optional K/M/G/T suffix (powers of 1000). */
 size_t parse_size(const std::string& text) {
@@ -87,8 +98,16 @@ void run(Args& a) {
   a.o.adapter_path = a.adapter_path;
   a.o.adapters = parse_adapter_specs(a.adapters);
 
-  // SIGINT/SIGTERM are taken by one thread that stops the server, so every other thread
-  // (HTTP workers, the generation thread) runs with them blocked.
+  // SIGINT/SIGTERM stop the server. Our threads (HTTP workers, the generation thread) run with them
+  // blocked, but threads a library started before main (OpenBLAS's pool) do not, and the kernel may
+  // hand the signal to one of those: so a handler, on whichever thread takes it, wakes the waiter.
+  if (::pipe2(stop_pipe, O_CLOEXEC) != 0) throw Error("mlxrt server: cannot create the stop pipe");
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -98,12 +117,15 @@ void run(Args& a) {
 
   server::Server srv(a.o);
   std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    srv.stop();
+    pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);  // one thread of ours always takes them
+    char what = 0;
+    while (::read(stop_pipe[0], &what, 1) < 0 && errno == EINTR) {
+    }
+    if (what == 1) srv.stop();
   });
   srv.serve();
-  pthread_kill(waiter.native_handle(), SIGTERM);
+  const char done = 0;  // the server stopped on its own: end the waiter
+  [[maybe_unused]] auto n = ::write(stop_pipe[1], &done, 1);
   waiter.join();
 }
 
