@@ -1,6 +1,6 @@
 #include "mlxrt/model/loader.h"
 
-#include "mlxrt/kernels/cpu/quantized_matmul.h"
+#include "mlxrt/kernels/cpu/matmul.h"
 
 #include <algorithm>
 #include <cctype>

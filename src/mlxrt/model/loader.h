@@ -24,7 +24,7 @@ struct LoadOptions {
   std::optional<Parallel> parallel;
   /** Streamed experts: read the next MoE block's likely experts ahead (nn::ExpertStore). */
   bool expert_prefetch = false;
-  /** Our CPU kernels where they give MLX's bytes (kernels/cpu/quantized_matmul.h), as the
+  /** Our CPU kernels where they give MLX's bytes (kernels/cpu/matmul.h), as the
    * environment asks (MLXRT_CPU_KERNELS, MLXRT_CPU_THREADS); false: MLX's kernels only. */
   bool cpu_kernels = true;
 };

@@ -1,6 +1,6 @@
-// Our CPU affine quantized matmul against MLX's own, byte for byte: every element type, bit width
-// and group size it takes, ragged shapes, special values, strided inputs, both instruction sets
-// and several thread counts.
+// Our CPU matmuls (affine quantized, gathered, bfloat16) against MLX's own, byte for byte:
+// every element type, bit width and group size they take, ragged shapes, special values, strided
+// inputs, both instruction sets and several thread counts.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,7 +12,7 @@
 #include <mlx/mlx.h>
 #include <mlx/primitives.h>
 
-#include "mlxrt/kernels/cpu/quantized_matmul.h"
+#include "mlxrt/kernels/cpu/matmul.h"
 
 namespace mx = mlx::core;
 using mlxrt::kernels::cpu::CpuKernels;
@@ -188,6 +188,85 @@ TEST(AffineQmm, LeavesMlxNodeWhereItCannotMatch) {
   auto theirs = mx::quantized_matmul(x, qb[0], qb[1], qb[2], true, 64, 4, "affine");
   EXPECT_EQ(ours.dtype(), mx::float32);
   EXPECT_EQ(bytes_of(ours), bytes_of(theirs));
+}
+
+}  // namespace
+
+namespace {
+
+// The switch layers' expert matmul: gathered blocks of stacked experts, as mlx-lm's SwitchGLU
+// calls it for a decode step (x [tokens, 1, 1, K], indices [tokens, top_k]) and for sorted pairs.
+TEST(AffineGatherQmm, EqualsMlxBytes) {
+  for (bool avx512 : {true, false}) {
+    auto kernels = CpuKernels::create(2, avx512);
+    if (!kernels) GTEST_SKIP() << "no AVX2 + F16C here";
+    for (auto dtype : {mx::float32, mx::bfloat16, mx::float16})
+      for (int bits : {4, 8}) {
+        const int experts = 6, n = 48, k = 128;
+        auto q = mx::quantize(
+            mx::astype(mx::random::normal({experts, n, k}, mx::float32, 0.0f, 0.05f, mx::random::key(bits)), dtype), 64,
+            bits);
+        auto x = make_x(5, k, dtype, 11, true);
+        auto decode_x = mx::reshape(x, {5, 1, 1, k});
+        auto idx = mx::array({0u, 3u, 5u, 1u, 1u, 2u, 4u, 0u, 5u, 2u}, {5, 2}, mx::uint32);
+        auto ours = mlxrt::kernels::cpu::gather_qmm(kernels, decode_x, q[0], q[1], q[2], idx, 64, bits, "affine",
+                                                    std::nullopt, false);
+        auto theirs = mx::gather_qmm(decode_x, q[0], q[1], q[2], std::nullopt, idx, true, 64, bits, "affine");
+        ASSERT_STREQ(ours.primitive().name(), "AffineGatherQuantizedMatmul");
+        EXPECT_EQ(ours.shape(), theirs.shape());
+        EXPECT_EQ(bytes_of(ours), bytes_of(theirs)) << "decode, bits " << bits;
+        // Sorted pairs: x [pairs, 1, K] (rows of tokens repeated), one expert index per pair.
+        auto pairs_x = mx::reshape(mx::take(x, mx::array({0, 0, 1, 2, 3, 4, 4}), 0), {7, 1, k});
+        auto sorted = mx::array({0u, 1u, 1u, 2u, 3u, 5u, 5u}, {7}, mx::uint32);
+        auto a = mlxrt::kernels::cpu::gather_qmm(kernels, pairs_x, q[0], q[1], q[2], sorted, 64, bits, "affine",
+                                                 std::nullopt, true);
+        auto b = mx::gather_qmm(pairs_x, q[0], q[1], q[2], std::nullopt, sorted, true, 64, bits, "affine", std::nullopt,
+                                true);
+        EXPECT_EQ(bytes_of(a), bytes_of(b)) << "sorted pairs, bits " << bits;
+      }
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// x @ w.T and addmm(bias, x, w.T) in bfloat16 against MLX's simd_gemm: ragged shapes (odd k, n
+// not a multiple of a vector, 1 to 70 rows), special values, both instruction sets.
+TEST(Bf16Matmul, EqualsMlxBytes) {
+  for (bool avx512 : {true, false}) {
+    auto kernels = CpuKernels::create(2, avx512);
+    if (!kernels) GTEST_SKIP() << "no AVX2 + F16C here";
+    uint64_t seed = 40;
+    for (int rows : {1, 3, 4, 5, 70})
+      for (int n : {16, 40, 130})
+        for (int k : {1, 2, 33, 64, 129}) {
+          auto x = make_x(rows, k, mx::bfloat16, seed++, rows == 70);
+          auto w = mx::astype(mx::random::normal({n, k}, mx::float32, 0.0f, 0.1f, mx::random::key(seed++)), mx::bfloat16);
+          auto bias = mx::astype(mx::random::normal({n}, mx::float32, 0.0f, 1.0f, mx::random::key(seed++)), mx::bfloat16);
+          auto ours = mlxrt::kernels::cpu::matmul_transposed(kernels, x, w, std::nullopt);
+          ASSERT_STREQ(ours.primitive().name(), "Bf16MatmulTransposed");
+          EXPECT_EQ(bytes_of(ours), bytes_of(mx::matmul(x, mx::transpose(w))))
+              << "matmul rows " << rows << " n " << n << " k " << k << " on " << kernels->instruction_set();
+          auto ours_b = mlxrt::kernels::cpu::matmul_transposed(kernels, x, w, bias);
+          EXPECT_EQ(bytes_of(ours_b), bytes_of(mx::addmm(bias, x, mx::transpose(w))))
+              << "addmm rows " << rows << " n " << n << " k " << k << " on " << kernels->instruction_set();
+        }
+    // A 3-D x (batch of sequences), as a layer sees it.
+    auto x3 = make_x(6, 64, mx::bfloat16, 99, false);
+    x3 = mx::reshape(x3, {2, 3, 64});
+    auto w = mx::astype(mx::random::normal({24, 64}, mx::float32, 0.0f, 0.1f, mx::random::key(100)), mx::bfloat16);
+    EXPECT_EQ(bytes_of(mlxrt::kernels::cpu::matmul_transposed(kernels, x3, w, std::nullopt)),
+              bytes_of(mx::matmul(x3, mx::transpose(w))));
+  }
+}
+
+TEST(Bf16Matmul, OtherTypesKeepMlxNode) {
+  auto kernels = CpuKernels::create(2);
+  if (!kernels) GTEST_SKIP() << "no AVX2 + F16C here";
+  auto x = mx::ones({2, 8}, mx::float16);
+  auto w = mx::ones({4, 8}, mx::float16);
+  EXPECT_STREQ(mlxrt::kernels::cpu::matmul_transposed(kernels, x, w, std::nullopt).primitive().name(), "Matmul");
 }
 
 }  // namespace

@@ -43,3 +43,27 @@ inline long long scratch_floats(const AffineQmmArgs& a) {
 }
 
 }  // namespace mlxrt::kernels::cpu
+
+namespace mlxrt::kernels::cpu {
+
+/** out[r][n] = x[r] · w[n] (+ bias[n]) over bfloat16 buffers, row-contiguous: x rows × k, w n × k,
+ * bias n (or null), out rows × n. */
+struct Bf16MatmulArgs {
+  std::uint16_t* out = nullptr;
+  const std::uint16_t* x = nullptr;
+  const std::uint16_t* w = nullptr;
+  const std::uint16_t* bias = nullptr;
+  int rows = 0;
+  int n = 0;
+  int k = 0;
+};
+
+/** As affine_qmm_units_*, for Bf16MatmulArgs (units numbered the same way). */
+void bf16_matmul_units_avx512(const Bf16MatmulArgs& a, int begin, int end, float* scratch);
+void bf16_matmul_units_avx2(const Bf16MatmulArgs& a, int begin, int end, float* scratch);
+
+inline long long scratch_floats(const Bf16MatmulArgs& a) {
+  return static_cast<long long>(a.k) * kColumnsPerUnit + static_cast<long long>(a.k) * kRowsPerUnit;
+}
+
+}  // namespace mlxrt::kernels::cpu

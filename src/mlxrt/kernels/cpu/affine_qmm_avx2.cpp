@@ -1,4 +1,4 @@
-// The affine quantized matmul (affine_qmm_impl.h) on 8-lane AVX2 vectors. Compiled with -mavx2
+// The affine quantized matmul (affine_qmm_impl.h) and the bfloat16 matmul (bf16_matmul_impl.h) on 8-lane AVX2 vectors. Compiled with -mavx2
 // -mf16c -ffp-contract=off (CMakeLists.txt); called only when the CPU has them.
 #include <immintrin.h>
 
@@ -7,6 +7,7 @@
 
 #include "mlxrt/kernels/cpu/affine_qmm_args.h"
 #include "mlxrt/kernels/cpu/affine_qmm_impl.h"
+#include "mlxrt/kernels/cpu/bf16_matmul_impl.h"
 
 namespace mlxrt::kernels::cpu {
 
@@ -36,6 +37,11 @@ struct Vec256 {
   static I gather(const std::uint32_t* base, I index) {
     return _mm256_i32gather_epi32(reinterpret_cast<const int*>(base), index, 4);
   }
+  static I gather_bytes(const char* base, I byte_offsets) {
+    return _mm256_i32gather_epi32(reinterpret_cast<const int*>(base), byte_offsets, 1);
+  }
+  static F low_bf16(I v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
+  static F high_bf16(I v) { return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)))); }
   static I srl(I v, int n) { return _mm256_srl_epi32(v, _mm_cvtsi32_si128(n)); }
   static I and_(I a, I b) { return _mm256_and_si256(a, b); }
   static F to_float(I v) { return _mm256_cvtepi32_ps(v); }
@@ -57,6 +63,10 @@ struct Vec256 {
 };
 
 }  // namespace
+
+void bf16_matmul_units_avx2(const Bf16MatmulArgs& a, int begin, int end, float* scratch) {
+  detail::run_bf16_units<Vec256>(a, begin, end, scratch);
+}
 
 void affine_qmm_units_avx2(const AffineQmmArgs& a, int begin, int end, float* scratch) {
   detail::run_units<Vec256>(a, begin, end, scratch);

@@ -1,4 +1,4 @@
-// The affine quantized matmul (affine_qmm_impl.h) on 16-lane AVX-512 vectors. Compiled with
+// The affine quantized matmul (affine_qmm_impl.h) and the bfloat16 matmul (bf16_matmul_impl.h) on 16-lane AVX-512 vectors. Compiled with
 // -mavx512f -mavx512bw -mavx512vl -mf16c -ffp-contract=off (CMakeLists.txt); called only when
 // the CPU has them.
 #include <immintrin.h>
@@ -8,6 +8,7 @@
 
 #include "mlxrt/kernels/cpu/affine_qmm_args.h"
 #include "mlxrt/kernels/cpu/affine_qmm_impl.h"
+#include "mlxrt/kernels/cpu/bf16_matmul_impl.h"
 
 namespace mlxrt::kernels::cpu {
 
@@ -36,6 +37,10 @@ struct Vec512 {
   static I set1i(int x) { return _mm512_set1_epi32(x); }
   static I loadi(const int* p) { return _mm512_loadu_si512(p); }
   static I gather(const std::uint32_t* base, I index) { return _mm512_i32gather_epi32(index, base, 4); }
+  static I gather_bytes(const char* base, I byte_offsets) { return _mm512_i32gather_epi32(byte_offsets, base, 1); }
+  // The bfloat16 in the low / high half of each 32-bit lane, as float.
+  static F low_bf16(I v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
+  static F high_bf16(I v) { return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)))); }
   static I srl(I v, int n) { return _mm512_srl_epi32(v, _mm_cvtsi32_si128(n)); }
   static I and_(I a, I b) { return _mm512_and_si512(a, b); }
   static F to_float(I v) { return _mm512_cvtepi32_ps(v); }
@@ -61,6 +66,10 @@ struct Vec512 {
 };
 
 }  // namespace
+
+void bf16_matmul_units_avx512(const Bf16MatmulArgs& a, int begin, int end, float* scratch) {
+  detail::run_bf16_units<Vec512>(a, begin, end, scratch);
+}
 
 void affine_qmm_units_avx512(const AffineQmmArgs& a, int begin, int end, float* scratch) {
   detail::run_units<Vec512>(a, begin, end, scratch);

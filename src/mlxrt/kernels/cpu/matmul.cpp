@@ -1,8 +1,9 @@
-#include "mlxrt/kernels/cpu/quantized_matmul.h"
+#include "mlxrt/kernels/cpu/matmul.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -58,72 +59,232 @@ std::vector<char> dense_copy(const mx::array& a) {
   return out;
 }
 
-class AffineQuantizedMatmul : public mx::UnaryPrimitive {
- public:
-  AffineQuantizedMatmul(mx::Stream stream, std::shared_ptr<const CpuKernels> kernels, int group_size, int bits)
-      : mx::UnaryPrimitive(stream), kernels_(std::move(kernels)), group_size_(group_size), bits_(bits) {}
+QmmElem elem_of(mx::Dtype t) {
+  return t == mx::bfloat16 ? QmmElem::bf16 : t == mx::float16 ? QmmElem::f16 : QmmElem::f32;
+}
 
-  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
-    out.set_data(mx::allocator::malloc(out.nbytes()));
-    if (out.size() == 0) return;
-    auto& encoder = mx::cpu::get_command_encoder(stream());
-    encoder.dispatch([out = mx::array::unsafe_weak_copy(out), x = mx::array::unsafe_weak_copy(inputs[0]),
-                      w = mx::array::unsafe_weak_copy(inputs[1]), scales = mx::array::unsafe_weak_copy(inputs[2]),
-                      biases = mx::array::unsafe_weak_copy(inputs[3]), kernels = kernels_, group_size = group_size_,
-                      bits = bits_]() mutable { compute(*kernels, out, x, w, scales, biases, group_size, bits); });
+// An input as the kernel reads it: its data with the strides of each dimension, in elements.
+// `dense_last` dimensions must be row-contiguous, or the whole array is copied row-major first.
+struct Operand {
+  const char* data;
+  mx::Shape shape;
+  mx::Strides strides;
+  std::vector<char> copy;
+
+  Operand(const mx::array& a, int dense_last) : data(static_cast<const char*>(a.data<void>())), shape(a.shape()),
+                                                strides(a.strides()) {
+    bool dense = true;
+    int64_t expect = 1;
+    for (int d = static_cast<int>(a.ndim()) - 1; d >= static_cast<int>(a.ndim()) - dense_last && d >= 0; --d) {
+      if (shape[static_cast<size_t>(d)] != 1 && strides[static_cast<size_t>(d)] != expect) dense = false;
+      expect *= shape[static_cast<size_t>(d)];
+    }
+    if (dense) return;
+    copy = dense_copy(a);
+    data = copy.data();
+    int64_t stride = 1;
+    for (int d = static_cast<int>(a.ndim()) - 1; d >= 0; --d) {
+      strides[static_cast<size_t>(d)] = stride;
+      stride *= shape[static_cast<size_t>(d)];
+    }
   }
 
-  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
-    throw std::runtime_error("[AffineQuantizedMatmul] runs on the CPU only");
+  // The offset (elements) of row-major flat index i, as MLX's elem_to_loc.
+  int64_t offset(int64_t i) const {
+    int64_t at = 0;
+    for (int d = static_cast<int>(shape.size()) - 1; d >= 0 && i > 0; --d) {
+      const int64_t n = shape[static_cast<size_t>(d)];
+      at += (i % n) * strides[static_cast<size_t>(d)];
+      i /= n;
+    }
+    return at;
   }
+};
 
-  const char* name() const override { return "AffineQuantizedMatmul"; }
-
-  bool is_equivalent(const mx::Primitive& other) const override {
-    const auto* o = dynamic_cast<const AffineQuantizedMatmul*>(&other);
-    return o && o->group_size_ == group_size_ && o->bits_ == bits_ && o->kernels_ == kernels_;
-  }
-
- private:
-  static void compute(const CpuKernels& kernels, mx::array& out, const mx::array& x, const mx::array& w,
-                      const mx::array& scales, const mx::array& biases, int group_size, int bits) {
-    std::vector<char> copies[4];
-    auto dense = [&copies](int i, const mx::array& a) -> const void* {
-      if (a.flags().row_contiguous) return a.data<void>();
-      copies[i] = dense_copy(a);
-      return copies[i].data();
-    };
-    AffineQmmArgs args;
-    args.out = out.data<void>();
-    args.x = dense(0, x);
-    args.w = static_cast<const std::uint32_t*>(dense(1, w));
-    args.scales = dense(2, scales);
-    args.biases = dense(3, biases);
-    args.k = x.shape(-1);
-    args.rows = static_cast<int>(x.size() / static_cast<size_t>(args.k));
-    args.n = out.shape(-1);
-    args.bits = bits;
-    args.group_size = group_size;
-    args.elem = out.dtype() == mx::bfloat16 ? QmmElem::bf16 : out.dtype() == mx::float16 ? QmmElem::f16 : QmmElem::f32;
-    const int column_units = (args.n + kColumnsPerUnit - 1) / kColumnsPerUnit;
-    const int row_units = (args.rows + kRowsPerUnit - 1) / kRowsPerUnit;
-    const bool avx512 = kernels.avx512();
-    kernels.workers().run(column_units * row_units, scratch_floats(args), [&](float* scratch, int begin, int end) {
+// Runs `count` matmuls of one shape, matmul i being args_of(i), with every work unit of every
+// matmul one item for the threads.
+void run_matmuls(const CpuKernels& kernels, int count, const AffineQmmArgs& shape,
+                 const std::function<AffineQmmArgs(int)>& args_of) {
+  const int units = ((shape.n + kColumnsPerUnit - 1) / kColumnsPerUnit) * ((shape.rows + kRowsPerUnit - 1) / kRowsPerUnit);
+  const bool avx512 = kernels.avx512();
+  kernels.workers().run(count * units, scratch_floats(shape), [&](float* scratch, int begin, int end) {
+    for (int u = begin; u < end;) {
+      const int i = u / units;
+      const int stop = std::min(end, (i + 1) * units);
+      const AffineQmmArgs args = args_of(i);
 #if defined(MLXRT_CPU_X86_KERNELS)
       if (avx512)
-        affine_qmm_units_avx512(args, begin, end, scratch);
+        affine_qmm_units_avx512(args, u - i * units, stop - i * units, scratch);
       else
-        affine_qmm_units_avx2(args, begin, end, scratch);
+        affine_qmm_units_avx2(args, u - i * units, stop - i * units, scratch);
 #else
-      (void)avx512, (void)scratch, (void)begin, (void)end;
+      (void)avx512, (void)scratch, (void)args;
 #endif
-    });
+      u = stop;
+    }
+  });
+}
+
+// The shape of one matmul of out [..., M, N] from x [..., M, K].
+AffineQmmArgs matmul_shape(const mx::array& out, const mx::array& x, int rows, int group_size, int bits) {
+  AffineQmmArgs args;
+  args.k = x.shape(-1);
+  args.rows = rows;
+  args.n = out.shape(-1);
+  args.bits = bits;
+  args.group_size = group_size;
+  args.elem = elem_of(out.dtype());
+  return args;
+}
+
+// What both primitives share: the CPU kernels, the quantization, and running on the CPU only.
+class AffinePrimitive : public mx::UnaryPrimitive {
+ public:
+  AffinePrimitive(mx::Stream stream, std::shared_ptr<const CpuKernels> kernels, int group_size, int bits)
+      : mx::UnaryPrimitive(stream), kernels_(std::move(kernels)), group_size_(group_size), bits_(bits) {}
+
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error(std::string("[") + name() + "] runs on the CPU only");
+  }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto* o = dynamic_cast<const AffinePrimitive*>(&other);
+    return o && std::string(o->name()) == name() && o->group_size_ == group_size_ && o->bits_ == bits_ &&
+           o->kernels_ == kernels_;
+  }
+
+ protected:
+  // Allocates `out` and schedules fn(out, inputs) on the stream, as MLX's CPU primitives do.
+  template <class Fn>
+  void schedule(const std::vector<mx::array>& inputs, mx::array& out, Fn fn) {
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    if (out.size() == 0) return;
+    std::vector<mx::array> in;
+    for (const auto& a : inputs) in.push_back(mx::array::unsafe_weak_copy(a));
+    mx::cpu::get_command_encoder(stream()).dispatch(
+        [out = mx::array::unsafe_weak_copy(out), in = std::move(in), fn]() mutable { fn(out, in); });
   }
 
   std::shared_ptr<const CpuKernels> kernels_;
   int group_size_;
   int bits_;
 };
+
+// MLX's QuantizedMatmul (transposed, affine) with a 2-D weight: x's rows all against one matrix.
+class AffineQuantizedMatmul : public AffinePrimitive {
+ public:
+  using AffinePrimitive::AffinePrimitive;
+  const char* name() const override { return "AffineQuantizedMatmul"; }
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    schedule(inputs, out, [k = kernels_, g = group_size_, b = bits_](mx::array& out, const std::vector<mx::array>& in) {
+      const Operand x(in[0], static_cast<int>(in[0].ndim())), w(in[1], 2), scales(in[2], 2), biases(in[3], 2);
+      AffineQmmArgs args = matmul_shape(out, in[0], static_cast<int>(in[0].size() / static_cast<size_t>(in[0].shape(-1))), g, b);
+      args.out = out.data<void>();
+      args.x = x.data;
+      args.w = reinterpret_cast<const std::uint32_t*>(w.data);
+      args.scales = scales.data;
+      args.biases = biases.data;
+      run_matmuls(*k, 1, args, [&args](int) { return args; });
+    });
+  }
+};
+
+// MLX's GatherQMM (transposed, affine): output block i is x's block lhs[i] (M rows) against
+// expert rhs[i]'s matrix, as MLX's _bs_qmm_dispatch_typed walks them.
+class AffineGatherQuantizedMatmul : public AffinePrimitive {
+ public:
+  using AffinePrimitive::AffinePrimitive;
+  const char* name() const override { return "AffineGatherQuantizedMatmul"; }
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    schedule(inputs, out, [k = kernels_, g = group_size_, b = bits_](mx::array& out, const std::vector<mx::array>& in) {
+      const Operand x(in[0], 2), w(in[1], 2), scales(in[2], 2), biases(in[3], 2);
+      const Operand lhs(in[4], 0), rhs(in[5], 0);
+      const int m = in[0].shape(-2);
+      const AffineQmmArgs shape = matmul_shape(out, in[0], m, g, b);
+      const int64_t x_block = static_cast<int64_t>(m) * shape.k;
+      const int64_t w_block = static_cast<int64_t>(in[1].shape(-1)) * in[1].shape(-2);
+      const int64_t g_block = static_cast<int64_t>(in[2].shape(-1)) * in[2].shape(-2);
+      const size_t item = out.itemsize();
+      const auto* lhs_ids = reinterpret_cast<const std::uint32_t*>(lhs.data);
+      const auto* rhs_ids = reinterpret_cast<const std::uint32_t*>(rhs.data);
+      char* out_data = static_cast<char*>(out.data<void>());
+      run_matmuls(*k, static_cast<int>(in[4].size()), shape, [&](int i) {
+        const int64_t xi = lhs_ids[lhs.offset(i)];
+        const int64_t wi = rhs_ids[rhs.offset(i)];
+        AffineQmmArgs args = shape;
+        args.out = out_data + static_cast<size_t>(i) * static_cast<size_t>(m) * shape.n * item;
+        args.x = x.data + x.offset(xi * x_block) * static_cast<int64_t>(item);
+        args.w = reinterpret_cast<const std::uint32_t*>(w.data) + w.offset(wi * w_block);
+        args.scales = scales.data + scales.offset(wi * g_block) * static_cast<int64_t>(item);
+        args.biases = biases.data + biases.offset(wi * g_block) * static_cast<int64_t>(item);
+        return args;
+      });
+    });
+  }
+};
+
+// x @ w.T (+ bias) in bfloat16 with a 2-D weight: MLX's Matmul / AddMM (alpha = beta = 1).
+class Bf16MatmulTransposed : public mx::UnaryPrimitive {
+ public:
+  Bf16MatmulTransposed(mx::Stream stream, std::shared_ptr<const CpuKernels> kernels)
+      : mx::UnaryPrimitive(stream), kernels_(std::move(kernels)) {}
+  const char* name() const override { return "Bf16MatmulTransposed"; }
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error("[Bf16MatmulTransposed] runs on the CPU only");
+  }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto* o = dynamic_cast<const Bf16MatmulTransposed*>(&other);
+    return o && o->kernels_ == kernels_;
+  }
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    if (out.size() == 0) return;
+    std::vector<mx::array> in;
+    for (const auto& a : inputs) in.push_back(mx::array::unsafe_weak_copy(a));
+    mx::cpu::get_command_encoder(stream()).dispatch(
+        [out = mx::array::unsafe_weak_copy(out), in = std::move(in), k = kernels_]() mutable {
+          const Operand x(in[0], static_cast<int>(in[0].ndim())), w(in[1], 2);
+          std::optional<Operand> bias;
+          if (in.size() > 2) bias.emplace(in[2], 1);
+          Bf16MatmulArgs args;
+          args.out = static_cast<std::uint16_t*>(out.data<void>());
+          args.x = reinterpret_cast<const std::uint16_t*>(x.data);
+          args.w = reinterpret_cast<const std::uint16_t*>(w.data);
+          args.bias = bias ? reinterpret_cast<const std::uint16_t*>(bias->data) : nullptr;
+          args.k = in[0].shape(-1);
+          args.rows = static_cast<int>(in[0].size() / static_cast<size_t>(args.k));
+          args.n = out.shape(-1);
+          const int units = ((args.n + kColumnsPerUnit - 1) / kColumnsPerUnit) * ((args.rows + kRowsPerUnit - 1) / kRowsPerUnit);
+          const bool avx512 = k->avx512();
+          k->workers().run(units, scratch_floats(args), [&](float* scratch, int begin, int end) {
+#if defined(MLXRT_CPU_X86_KERNELS)
+            if (avx512)
+              bf16_matmul_units_avx512(args, begin, end, scratch);
+            else
+              bf16_matmul_units_avx2(args, begin, end, scratch);
+#else
+            (void)avx512, (void)scratch, (void)begin, (void)end;
+#endif
+          });
+        });
+  }
+
+ private:
+  std::shared_ptr<const CpuKernels> kernels_;
+};
+
+// Whether our kernel computes this affine call exactly as MLX's (see matmul.h).
+bool computes_exactly(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& y, const std::string& mode,
+                      bool has_biases, int group_size, int bits) {
+  if (!kernels || mode != "affine" || !has_biases) return false;
+  if (bits != 2 && bits != 4 && bits != 8) return false;
+  if (group_size != 32 && group_size != 64 && group_size != 128) return false;  // MLX's CPU kernel's set
+  if (y.dtype() != mx::float32 && y.dtype() != mx::bfloat16 && y.dtype() != mx::float16) return false;
+  return y.primitive().stream().device == mx::Device::cpu;
+}
 
 int parse_threads(const char* v) {
   if (!v || !*v) return 0;
@@ -160,13 +321,35 @@ mx::array quantized_matmul(const std::shared_ptr<const CpuKernels>& kernels, con
   // MLX's own node first: its checks, its type promotion and its inputs (x, scales and biases cast
   // to the result type) are what ours computes from.
   auto y = mx::quantized_matmul(x, w, scales, biases, true, group_size, bits, mode);
-  if (!kernels || mode != "affine" || !biases || w.ndim() != 2) return y;
-  if (bits != 2 && bits != 4 && bits != 8) return y;
-  if (group_size != 32 && group_size != 64 && group_size != 128) return y;  // MLX's CPU kernel's set
-  if (y.dtype() != mx::float32 && y.dtype() != mx::bfloat16 && y.dtype() != mx::float16) return y;
-  const mx::Stream stream = y.primitive().stream();
-  if (stream.device != mx::Device::cpu) return y;
-  return mx::array(y.shape(), y.dtype(), std::make_shared<AffineQuantizedMatmul>(stream, kernels, group_size, bits),
+  if (w.ndim() != 2 || !computes_exactly(kernels, y, mode, biases.has_value(), group_size, bits)) return y;
+  return mx::array(y.shape(), y.dtype(),
+                   std::make_shared<AffineQuantizedMatmul>(y.primitive().stream(), kernels, group_size, bits), y.inputs());
+}
+
+mx::array matmul_transposed(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x, const mx::array& w,
+                            const std::optional<mx::array>& bias) {
+  auto y = bias ? mx::addmm(*bias, x, mx::transpose(w)) : mx::matmul(x, mx::transpose(w));
+  const bool ours = kernels && x.dtype() == mx::bfloat16 && w.dtype() == mx::bfloat16 && w.ndim() == 2 &&
+                    x.ndim() >= 1 && x.shape(-1) > 0 && (!bias || (bias->dtype() == mx::bfloat16 && bias->ndim() == 1)) &&
+                    y.dtype() == mx::bfloat16 && y.shape(-1) == w.shape(0) &&
+                    y.primitive().stream().device == mx::Device::cpu;
+  if (!ours) return y;
+  std::vector<mx::array> inputs{x, w};
+  if (bias) inputs.push_back(*bias);
+  return mx::array(y.shape(), y.dtype(), std::make_shared<Bf16MatmulTransposed>(y.primitive().stream(), kernels),
+                   std::move(inputs));
+}
+
+mx::array gather_qmm(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x, const mx::array& w,
+                     const mx::array& scales, const std::optional<mx::array>& biases, const mx::array& rhs_indices,
+                     int group_size, int bits, const std::string& mode, const std::optional<mx::array>& global_scale,
+                     bool sorted_indices) {
+  auto y = mx::gather_qmm(x, w, scales, biases, std::nullopt, rhs_indices, true, group_size, bits, mode, global_scale,
+                          sorted_indices);
+  if (global_scale || y.inputs().size() != 6 || !computes_exactly(kernels, y, mode, biases.has_value(), group_size, bits))
+    return y;
+  return mx::array(y.shape(), y.dtype(),
+                   std::make_shared<AffineGatherQuantizedMatmul>(y.primitive().stream(), kernels, group_size, bits),
                    y.inputs());
 }
 

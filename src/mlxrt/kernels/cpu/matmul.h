@@ -1,6 +1,7 @@
 #pragma once
-/** The affine quantized matmul on the CPU, computed by our own vectorised, multithreaded kernel
- * where it gives MLX's bytes exactly (L1), by MLX's own kernel everywhere else.
+/** The matmuls of a layer on the CPU (affine quantized, and bfloat16 x @ w.T), computed by our own
+ * vectorised, multithreaded kernels where they give MLX's bytes exactly (L1), by MLX's own
+ * kernels everywhere else.
  *
  * MLX's Linux x86-64 CPU backend computes `quantized_matmul` one output at a time with scalar
  * float arithmetic (its SIMD path is for Arm and Accelerate only); ours runs the same operations
@@ -48,5 +49,17 @@ class CpuKernels {
 mx::array quantized_matmul(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x, const mx::array& w,
                            const mx::array& scales, const std::optional<mx::array>& biases, int group_size, int bits,
                            const std::string& mode);
+
+/** mx::matmul(x, w.T), or mx::addmm(bias, x, w.T) with a bias: ours for bfloat16 x, w and bias
+ * with a 2-D weight on the CPU (MLX computes these with scalar float sums, simd_gemm). */
+mx::array matmul_transposed(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x, const mx::array& w,
+                            const std::optional<mx::array>& bias);
+
+/** mx::gather_qmm(x, w, scales, biases, lhs = none, rhs_indices, transpose = true, ...) (the
+ * switch layers' expert matmul), with our kernel for each gathered block on the same terms. */
+mx::array gather_qmm(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x, const mx::array& w,
+                     const mx::array& scales, const std::optional<mx::array>& biases, const mx::array& rhs_indices,
+                     int group_size, int bits, const std::string& mode, const std::optional<mx::array>& global_scale,
+                     bool sorted_indices);
 
 }  // namespace mlxrt::kernels::cpu

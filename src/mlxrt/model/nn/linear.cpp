@@ -49,6 +49,7 @@ Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int o
   std::optional<mx::array> b;
   if (bias) b = w.take(path + ".bias", {out_dims});
   Linear linear(std::move(weight), std::move(b), std::move(q));
+  linear.cpu_ = w.cpu_kernels();
   // The adapter's delta of this layer (LoRALinear / DoRALinear). DoRALinear.set_linear: m =
   // |W.astype(float32)| per output row, when the adapter lacks it.
   auto take = [&](Adapter& adapter) {
@@ -111,7 +112,7 @@ mx::array Linear::operator()(const mx::array& x) const {
 mx::array Linear::base(const mx::array& x) const {
   if (sum_over_) {
     // ShardedToAllLinear: x @ W.T (or the quantized matmul), all_sum, then `+ bias` (not addmm).
-    auto y = q_ ? q_->matmul(x, weight_) : mx::matmul(x, mx::transpose(weight_));
+    auto y = q_ ? q_->matmul(x, weight_) : kernels::cpu::matmul_transposed(cpu_, x, weight_, std::nullopt);
     y = mx::distributed::all_sum(y, *sum_over_);
     return bias_ ? mx::add(y, *bias_) : y;
   }
@@ -119,14 +120,15 @@ mx::array Linear::base(const mx::array& x) const {
     auto y = q_->matmul(x, weight_);
     return bias_ ? mx::add(y, *bias_) : y;
   }
-  if (bias_) return mx::addmm(*bias_, x, mx::transpose(weight_));
-  return mx::matmul(x, mx::transpose(weight_));
+  // mlx.nn.Linear: addmm with a bias, else x @ W.T.
+  return kernels::cpu::matmul_transposed(cpu_, x, weight_, bias_);
 }
 
 Embedding Embedding::load(WeightBinder& w, const std::string& path, int num_embeddings, int dims) {
   mx::array weight = mx::array(0.0f);
   auto q = load_quantized(w, path, dims, num_embeddings, weight);
   Embedding embedding(std::move(weight), std::move(q));
+  embedding.cpu_ = w.cpu_kernels();
   // The adapter's delta of this embedding (LoRAEmbedding / DoRAEmbedding). DoRAEmbedding.set_embedding:
   // m = |weight| per row, when the adapter lacks it.
   auto take = [&](Adapter& adapter) {
@@ -180,7 +182,7 @@ mx::array Embedding::as_linear(const mx::array& x) const {
 }
 
 mx::array Embedding::base_as_linear(const mx::array& x) const {
-  if (!q_) return mx::matmul(x, mx::transpose(weight_));
+  if (!q_) return kernels::cpu::matmul_transposed(cpu_, x, weight_, std::nullopt);
   return q_->matmul(x, weight_);
 }
 

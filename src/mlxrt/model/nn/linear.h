@@ -9,7 +9,7 @@
 #include <mlx/distributed/distributed.h>
 
 #include "mlxrt/io/quantization.h"
-#include "mlxrt/kernels/cpu/quantized_matmul.h"
+#include "mlxrt/kernels/cpu/matmul.h"
 #include "mlxrt/model/nn/adapter_rows.h"
 #include "mlxrt/model/nn/lora.h"
 #include "mlxrt/model/nn/weight_binder.h"
@@ -54,6 +54,7 @@ class Linear {
   std::shared_ptr<const SlotDeltas> slots_;  // a mixed-adapter model's deltas, by slot
   /** ShardedToAllLinear: the group the partial products are summed over (before the bias). */
   std::optional<mx::distributed::Group> sum_over_;
+  std::shared_ptr<const kernels::cpu::CpuKernels> cpu_;  // our CPU kernels (null: MLX's)
 };
 
 class Embedding {
@@ -73,6 +74,7 @@ class Embedding {
   std::optional<Quantized> q_;
   std::shared_ptr<const LoraDelta> lora_;  // an adapter's delta (LoRAEmbedding / DoRAEmbedding)
   std::shared_ptr<const SlotDeltas> slots_;  // a mixed-adapter model's deltas, by slot
+  std::shared_ptr<const kernels::cpu::CpuKernels> cpu_;  // our CPU kernels (null: MLX's)
 };
 
 /** The deltas each slot's adapter has for module `path` (WeightBinder::adapter_slots); null when

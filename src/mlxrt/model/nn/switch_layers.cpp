@@ -103,7 +103,7 @@ SwitchLinear SwitchLinear::load(WeightBinder& w, const std::string& path, int in
     // mx.quantize packs `bits`-bit values into uint32 words; scales/biases hold one per group.
     weight = take_expert_tensor(w, path + ".weight", {num_experts, output_dims, input_dims * spec->bits / 32}, streamed);
     const mx::Shape groups{num_experts, output_dims, input_dims / spec->group_size};
-    q = Quantized{take_expert_tensor(w, path + ".scales", groups, streamed), std::nullopt, *spec};
+    q = Quantized{take_expert_tensor(w, path + ".scales", groups, streamed), std::nullopt, *spec, w.cpu_kernels()};
     if (takes_global_scale(w, path)) {
       // _quantize_experts: one float32 scale per expert, no biases; nvfp4 only.
       if (spec->mode != "nvfp4")
@@ -158,9 +158,9 @@ void SwitchLinear::shard(WeightBinder& w, Shard shard, const std::string& path) 
 
 mx::array SwitchLinear::operator()(const mx::array& x, const mx::array& indices, bool sorted_indices,
                                    const std::optional<PairTokens>& pairs) const {
-  mx::array y = q_ ? mx::gather_qmm(x, weight_, q_->scales, q_->biases, std::nullopt, indices, true,
-                                    q_->spec.group_size, q_->spec.bits, q_->spec.mode, global_scale_,
-                                    sorted_indices)
+  mx::array y = q_ ? kernels::cpu::gather_qmm(q_->cpu, x, weight_, q_->scales, q_->biases, indices,
+                                              q_->spec.group_size, q_->spec.bits, q_->spec.mode, global_scale_,
+                                              sorted_indices)
                    : mx::gather_mm(x, mx::swapaxes(weight_, -1, -2), std::nullopt, indices, sorted_indices);
   if (bias_) y = mx::add(y, mx::expand_dims(mx::take(*bias_, indices, 0), -2));
   if (lora_) y = lora_switch(*lora_, x, y, indices, sorted_indices);

