@@ -63,6 +63,7 @@ LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& opt
   check_expert_budget(*experts, config, *expert_memory_bytes);
   // Everything but the streamed experts is read now, as load_model reads it.
   std::vector<mx::array> resident;
+  resident.insert(resident.end(), binder.derived().begin(), binder.derived().end());
   for (const auto& a : binder.taken())
     if (!streaming.is_streamed(a)) resident.push_back(a);
   if (adapter) resident.insert(resident.end(), adapter->taken().begin(), adapter->taken().end());

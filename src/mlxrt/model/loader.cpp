@@ -102,6 +102,8 @@ std::pair<io::ModelConfig, ResolvedProfile> resolve_model(const std::filesystem:
   ResolveOptions ro;
   ro.artifact_profiles = options.artifact_profiles;
   auto profile = resolve_profile(config, ro);
+  // At l3 the model no longer promises mlx-lm's bytes: the profile says so, for every report.
+  if (options.fidelity == FidelityTier::l3) profile.profile.fidelity = {FidelityTier::l3, Oracle::none, Claim::measured};
   return {std::move(config), std::move(profile)};
 }
 
@@ -134,8 +136,17 @@ Bound bind_weights(const io::ModelConfig& config, const ResolvedProfile& profile
 }  // namespace
 
 std::shared_ptr<const kernels::cpu::CpuKernels> cpu_kernels_for(const LoadOptions& options) {
+  const bool l3 = options.fidelity == FidelityTier::l3;
+  if (l3 && mx::default_device() != mx::Device::cpu)
+    throw UnsupportedError("--fidelity l3: this build has L3 kernels for the CPU only; run the GPU at --fidelity l1");
+  if (l3 && options.parallel)
+    throw UnsupportedError("--fidelity l3 is not supported in distributed mode; run the ranks at --fidelity l1");
+  if (l3 && !options.cpu_kernels)
+    throw UsageError("--fidelity l3 runs mlxrt's own CPU kernels, which this load turned off");
+  if (options.fidelity == FidelityTier::l2)
+    throw UsageError("fidelity l2 is an artifact's contract (mlx-optiq), not a load option");
   if (!options.cpu_kernels || mx::default_device() != mx::Device::cpu) return nullptr;
-  return kernels::cpu::CpuKernels::from_environment();
+  return kernels::cpu::CpuKernels::from_environment(l3);
 }
 
 LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& options) {
@@ -151,6 +162,7 @@ LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& opt
     // Tensor parallel: the sharded tensors are this rank's slices, read from the files (or cut from
     // a tensor a sanitize made); the whole tensors are never evaluated.
     mx::eval(bound.binder->taken());
+    mx::eval(bound.binder->derived());
     if (adapter) mx::eval(adapter->taken());
   }
   if (options.parallel) barrier(*options.parallel);
@@ -211,6 +223,7 @@ AdaptedModels load_model_with_adapters(const std::filesystem::path& path, const 
     auto model = graph_entry(profile.profile.execution.graph).build(config, binder);
     binder.finish();
     resident.insert(resident.end(), binder.taken().begin(), binder.taken().end());
+    resident.insert(resident.end(), binder.derived().begin(), binder.derived().end());
     if (adapter) resident.insert(resident.end(), adapter->taken().begin(), adapter->taken().end());
     return model;
   };

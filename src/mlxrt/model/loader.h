@@ -27,6 +27,11 @@ struct LoadOptions {
   /** Our CPU kernels where they give MLX's bytes (kernels/cpu/matmul.h), as the
    * environment asks (MLXRT_CPU_KERNELS, MLXRT_CPU_THREADS); false: MLX's kernels only. */
   bool cpu_kernels = true;
+  /** l1 (the default): bit-exact against mlx-lm. l3: mlxrt's own measured kernels where it has
+   * them (the x86-64 CPU's quantized matmuls, kernels/cpu/l3_matmul.h), L1 everywhere else; the
+   * resolved profile then declares {l3, no oracle, measured}. UnsupportedError where no L3 kernel
+   * runs (another device or CPU). l2 is not a load option (it is an artifact's contract). */
+  FidelityTier fidelity = FidelityTier::l1;
 };
 
 /** The CPU kernels a model loaded with `options` computes with (null: MLX's own). */

@@ -16,15 +16,34 @@
 
 #include "mlxrt/kernels/cpu/affine_qmm_args.h"
 #include "mlxrt/kernels/cpu/cpu_workers.h"
+#include "mlxrt/kernels/cpu/operand.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::kernels::cpu {
 
 namespace {
 
+using detail::Operand;
+
 bool cpu_has_avx2() {
 #if defined(MLXRT_CPU_X86_KERNELS)
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_fma() {
+#if defined(MLXRT_CPU_X86_KERNELS)
+  return __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx512_vnni() {
+#if defined(MLXRT_CPU_X86_KERNELS)
+  return __builtin_cpu_supports("avx512vnni");
 #else
   return false;
 #endif
@@ -39,67 +58,9 @@ bool cpu_has_avx512() {
 #endif
 }
 
-// A row-contiguous copy of an input MLX gave us strided (MLX's kernel copies such inputs too).
-std::vector<char> dense_copy(const mx::array& a) {
-  std::vector<char> out(a.nbytes());
-  const size_t item = a.itemsize();
-  const char* src = static_cast<const char*>(a.data<void>());
-  const auto& shape = a.shape();
-  const auto& strides = a.strides();
-  std::vector<int> index(shape.size(), 0);
-  for (size_t i = 0; i < a.size(); ++i) {
-    long long offset = 0;
-    for (size_t d = 0; d < shape.size(); ++d) offset += static_cast<long long>(index[d]) * strides[d];
-    std::memcpy(out.data() + i * item, src + offset * static_cast<long long>(item), item);
-    for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
-      if (++index[static_cast<size_t>(d)] < shape[static_cast<size_t>(d)]) break;
-      index[static_cast<size_t>(d)] = 0;
-    }
-  }
-  return out;
-}
-
 QmmElem elem_of(mx::Dtype t) {
   return t == mx::bfloat16 ? QmmElem::bf16 : t == mx::float16 ? QmmElem::f16 : QmmElem::f32;
 }
-
-// An input as the kernel reads it: its data with the strides of each dimension, in elements.
-// `dense_last` dimensions must be row-contiguous, or the whole array is copied row-major first.
-struct Operand {
-  const char* data;
-  mx::Shape shape;
-  mx::Strides strides;
-  std::vector<char> copy;
-
-  Operand(const mx::array& a, int dense_last) : data(static_cast<const char*>(a.data<void>())), shape(a.shape()),
-                                                strides(a.strides()) {
-    bool dense = true;
-    int64_t expect = 1;
-    for (int d = static_cast<int>(a.ndim()) - 1; d >= static_cast<int>(a.ndim()) - dense_last && d >= 0; --d) {
-      if (shape[static_cast<size_t>(d)] != 1 && strides[static_cast<size_t>(d)] != expect) dense = false;
-      expect *= shape[static_cast<size_t>(d)];
-    }
-    if (dense) return;
-    copy = dense_copy(a);
-    data = copy.data();
-    int64_t stride = 1;
-    for (int d = static_cast<int>(a.ndim()) - 1; d >= 0; --d) {
-      strides[static_cast<size_t>(d)] = stride;
-      stride *= shape[static_cast<size_t>(d)];
-    }
-  }
-
-  // The offset (elements) of row-major flat index i, as MLX's elem_to_loc.
-  int64_t offset(int64_t i) const {
-    int64_t at = 0;
-    for (int d = static_cast<int>(shape.size()) - 1; d >= 0 && i > 0; --d) {
-      const int64_t n = shape[static_cast<size_t>(d)];
-      at += (i % n) * strides[static_cast<size_t>(d)];
-      i /= n;
-    }
-    return at;
-  }
-};
 
 // Runs `count` matmuls of one shape, matmul i being args_of(i), with every work unit of every
 // matmul one item for the threads.
@@ -157,12 +118,7 @@ class AffinePrimitive : public mx::UnaryPrimitive {
   // Allocates `out` and schedules fn(out, inputs) on the stream, as MLX's CPU primitives do.
   template <class Fn>
   void schedule(const std::vector<mx::array>& inputs, mx::array& out, Fn fn) {
-    out.set_data(mx::allocator::malloc(out.nbytes()));
-    if (out.size() == 0) return;
-    std::vector<mx::array> in;
-    for (const auto& a : inputs) in.push_back(mx::array::unsafe_weak_copy(a));
-    mx::cpu::get_command_encoder(stream()).dispatch(
-        [out = mx::array::unsafe_weak_copy(out), in = std::move(in), fn]() mutable { fn(out, in); });
+    detail::schedule_on_cpu(stream(), inputs, out, fn);
   }
 
   std::shared_ptr<const CpuKernels> kernels_;
@@ -297,22 +253,30 @@ int parse_threads(const char* v) {
 
 }  // namespace
 
-CpuKernels::CpuKernels(bool avx512, int threads) : avx512_(avx512), workers_(std::make_unique<CpuWorkers>(threads)) {}
+CpuKernels::CpuKernels(bool avx512, bool vnni, bool l3, int threads)
+    : avx512_(avx512), vnni_(vnni), l3_(l3), workers_(std::make_unique<CpuWorkers>(threads)) {}
 CpuKernels::~CpuKernels() = default;
 int CpuKernels::threads() const { return workers_->threads(); }
 
-std::shared_ptr<CpuKernels> CpuKernels::create(int threads, bool allow_avx512) {
-  if (!cpu_has_avx2()) return nullptr;
+std::shared_ptr<CpuKernels> CpuKernels::create(int threads, bool allow_avx512, bool l3) {
+  if (!cpu_has_avx2() || (l3 && !cpu_has_fma())) return nullptr;
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::shared_ptr<CpuKernels>(new CpuKernels(allow_avx512 && cpu_has_avx512(), threads));
+  const bool avx512 = allow_avx512 && cpu_has_avx512();
+  return std::shared_ptr<CpuKernels>(new CpuKernels(avx512, avx512 && cpu_has_avx512_vnni(), l3, threads));
 }
 
-std::shared_ptr<CpuKernels> CpuKernels::from_environment() {
+std::shared_ptr<CpuKernels> CpuKernels::from_environment(bool l3) {
   const char* choice = std::getenv("MLXRT_CPU_KERNELS");
-  if (choice && std::string(choice) == "mlx") return nullptr;
-  if (choice && *choice && std::string(choice) != "native")
+  if (choice && *choice && std::string(choice) != "native" && std::string(choice) != "mlx")
     throw UsageError(std::string("MLXRT_CPU_KERNELS must be 'native' or 'mlx', got '") + choice + "'");
-  return create(parse_threads(std::getenv("MLXRT_CPU_THREADS")));
+  if (choice && std::string(choice) == "mlx") {
+    if (l3) throw UsageError("--fidelity l3 runs mlxrt's own CPU kernels; MLXRT_CPU_KERNELS=mlx asks for MLX's only");
+    return nullptr;
+  }
+  auto kernels = create(parse_threads(std::getenv("MLXRT_CPU_THREADS")), true, l3);
+  if (l3 && !kernels)
+    throw UnsupportedError("--fidelity l3: this build's L3 CPU kernels need an x86-64 CPU with AVX2, FMA and F16C");
+  return kernels;
 }
 
 mx::array quantized_matmul(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x, const mx::array& w,

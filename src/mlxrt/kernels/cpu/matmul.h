@@ -26,20 +26,28 @@ class CpuKernels {
   /** Null where no kernel of ours runs (not x86-64 Linux, or no AVX2 + F16C). `threads` <= 0: the
    * machine's hardware threads. `allow_avx512` false: the AVX2 kernels even where AVX-512 runs
    * (for tests). */
-  static std::shared_ptr<CpuKernels> create(int threads, bool allow_avx512 = true);
+  static std::shared_ptr<CpuKernels> create(int threads, bool allow_avx512 = true, bool l3 = false);
   /** From the environment, for the loader: MLXRT_CPU_KERNELS=mlx keeps MLX's kernels (null),
-   * MLXRT_CPU_THREADS=N sets the thread count. */
-  static std::shared_ptr<CpuKernels> from_environment();
+   * MLXRT_CPU_THREADS=N sets the thread count. `l3`: also the L3 kernels (--fidelity l3), which
+   * need ours (UsageError with MLXRT_CPU_KERNELS=mlx, UnsupportedError on a CPU without them). */
+  static std::shared_ptr<CpuKernels> from_environment(bool l3 = false);
 
   ~CpuKernels();
   const char* instruction_set() const { return avx512_ ? "avx512" : "avx2"; }
   bool avx512() const { return avx512_; }
+  /** Whether the L3 kernels run (kernels/cpu/l3_matmul.h): measured, not bit-exact. */
+  bool l3() const { return l3_; }
+  /** The L3 kernels' instruction set: "avx512vnni" or "avx2". */
+  const char* l3_instruction_set() const { return vnni_ ? "avx512vnni" : "avx2"; }
+  bool vnni() const { return vnni_; }
   CpuWorkers& workers() const { return *workers_; }
   int threads() const;
 
  private:
-  CpuKernels(bool avx512, int threads);
+  CpuKernels(bool avx512, bool vnni, bool l3, int threads);
   bool avx512_;
+  bool vnni_;
+  bool l3_;
   std::unique_ptr<CpuWorkers> workers_;
 };
 

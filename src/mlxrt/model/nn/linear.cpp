@@ -7,6 +7,7 @@
 #include <mlx/linalg.h>
 #include <mlx/ops.h>
 
+#include "mlxrt/kernels/cpu/l3_matmul.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::model::nn {
@@ -22,10 +23,24 @@ std::optional<Quantized> load_quantized(WeightBinder& w, const std::string& path
   weight = w.take(path + ".weight", {out_dims, in_dims * spec->bits / 32});
   Quantized q{w.take(path + ".scales", {out_dims, in_dims / spec->group_size}), std::nullopt, *spec, w.cpu_kernels()};
   if (spec->mode == "affine") q.biases = w.take(path + ".biases", {out_dims, in_dims / spec->group_size});
+  q.pack_l3(w, weight);
   return q;
 }
 
+void Quantized::pack_l3(WeightBinder& w, const mx::array& weight) {
+  l3 = kernels::cpu::l3_pack(cpu, weight, scales, biases, spec.group_size, spec.bits, spec.mode);
+  if (l3) w.derive(*l3);
+}
+
 mx::array Quantized::matmul(const mx::array& x, const mx::array& weight) const {
+  const auto t = x.dtype();
+  if (l3 && (t == mx::float32 || t == mx::bfloat16 || t == mx::float16) && mx::default_device() == mx::Device::cpu) {
+    // mx::quantized_matmul's result type: x, scales and biases promoted together.
+    auto dtype = mx::promote_types(t, scales.dtype());
+    if (biases) dtype = mx::promote_types(dtype, biases->dtype());
+    return kernels::cpu::l3_quantized_matmul(cpu, x, *l3, weight.shape(0), weight.shape(1) * 32 / spec.bits,
+                                             spec.group_size, spec.bits, dtype);
+  }
   return kernels::cpu::quantized_matmul(cpu, x, weight, scales, biases, spec.group_size, spec.bits, spec.mode);
 }
 

@@ -25,8 +25,13 @@ struct Quantized {
   io::QuantSpec spec;
   /** Our CPU kernels, where the binder gave them (null: MLX's). */
   std::shared_ptr<const kernels::cpu::CpuKernels> cpu;
-  /** mx::quantized_matmul(x, weight, scales, biases, transpose = true, ...) of this layer. */
+  /** The weights packed for the L3 kernels (--fidelity l3), where they apply. */
+  std::optional<mx::array> l3;
+  /** mx::quantized_matmul(x, weight, scales, biases, transpose = true, ...) of this layer; at L3
+   * the L3 kernel's product where it applies. */
   mx::array matmul(const mx::array& x, const mx::array& weight) const;
+  /** Packs the weights for the L3 kernels when the binder's kernels run them (noted as derived). */
+  void pack_l3(WeightBinder& w, const mx::array& weight);
 };
 
 class Linear {

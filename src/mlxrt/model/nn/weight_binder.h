@@ -118,6 +118,10 @@ class WeightBinder {
   const std::vector<mx::array>& taken() const { return taken_; }
   /** Their names, in the order the family took them (parallel to taken()). */
   const std::vector<std::string>& taken_names() const { return taken_names_; }
+  /** Arrays a layer made from its tensors at load (the L3 kernels' packed weights): a non-lazy
+   * load evaluates them with the taken tensors. */
+  void derive(mx::array a) { derived_.push_back(std::move(a)); }
+  const std::vector<mx::array>& derived() const { return derived_; }
 
   /** Notes a module mlx.nn.quantize could quantize (Linear::load, Embedding::load, SwitchLinear::load). */
   void note_quantizable(QuantizableModule module) { quantizable_.push_back(std::move(module)); }
@@ -192,6 +196,7 @@ class WeightBinder {
   std::vector<std::string> misshaped_;
   std::vector<mx::array> taken_;
   std::vector<std::string> taken_names_;
+  std::vector<mx::array> derived_;
   std::vector<QuantizableModule> quantizable_;
   std::shared_ptr<nn::Adapter> adapter_;
   AdapterSlots slots_;

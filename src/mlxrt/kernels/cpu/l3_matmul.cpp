@@ -1,0 +1,253 @@
+#include "mlxrt/kernels/cpu/l3_matmul.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <mlx/ops.h>
+#include <mlx/primitives.h>
+#include <mlx/types/half_types.h>
+
+#include "mlxrt/kernels/cpu/cpu_workers.h"
+#include "mlxrt/kernels/cpu/l3_qmm_args.h"
+#include "mlxrt/kernels/cpu/matmul.h"
+#include "mlxrt/kernels/cpu/operand.h"
+
+namespace mlxrt::kernels::cpu {
+
+namespace {
+
+using detail::Operand;
+
+bool l3_applies(int k, int group_size, int bits) {
+  return (bits == 4 || bits == 8) && (group_size == 32 || group_size == 64 || group_size == 128) && k > 0 &&
+         k % group_size == 0;
+}
+
+// Element i of a float32, bfloat16 or float16 buffer, as float.
+float element(const char* data, mx::Dtype t, long long i) {
+  if (t == mx::float32) {
+    float f;
+    std::memcpy(&f, data + i * 4, 4);
+    return f;
+  }
+  std::uint16_t h;
+  std::memcpy(&h, data + i * 2, 2);
+  if (t == mx::bfloat16) {
+    const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  mx::float16_t v;
+  std::memcpy(&v, &h, 2);
+  return static_cast<float>(v);
+}
+
+class CpuOnly : public mx::UnaryPrimitive {
+ public:
+  CpuOnly(mx::Stream stream, std::shared_ptr<const CpuKernels> kernels)
+      : mx::UnaryPrimitive(stream), kernels_(std::move(kernels)) {}
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error(std::string("[") + name() + "] runs on the CPU only");
+  }
+
+ protected:
+  std::shared_ptr<const CpuKernels> kernels_;
+};
+
+// w, scales, biases -> tiles of 16 rows (l3_qmm_args.h), scales and biases as float32.
+class L3PackWeights : public CpuOnly {
+ public:
+  L3PackWeights(mx::Stream stream, std::shared_ptr<const CpuKernels> kernels, int group_size, int bits)
+      : CpuOnly(stream, std::move(kernels)), group_size_(group_size), bits_(bits) {}
+  const char* name() const override { return "L3PackWeights"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto* o = dynamic_cast<const L3PackWeights*>(&other);
+    return o && o->group_size_ == group_size_ && o->bits_ == bits_;
+  }
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    detail::schedule_on_cpu(stream(), inputs, out, [g = group_size_, bits = bits_](mx::array& out, const std::vector<mx::array>& in) {
+      const Operand w(in[0], 2), scales(in[1], 2), biases(in[2], 2);
+      const int n = in[0].shape(0);
+      const int words = in[0].shape(1);
+      const int k = words * 32 / bits;
+      const int groups = k / g;
+      const long long tile_words = l3_tile_words(k, bits, g);
+      auto* dst = out.data<std::uint32_t>();
+      const auto* src = reinterpret_cast<const std::uint32_t*>(w.data);
+      const auto sdt = in[1].dtype(), bdt = in[2].dtype();
+      const int tiles = (n + kL3TileRows - 1) / kL3TileRows;
+      for (int t = 0; t < tiles; ++t) {
+        std::uint32_t* tile = dst + t * tile_words;
+        for (int j = 0; j < words; ++j)
+          for (int i = 0; i < kL3TileRows; ++i) {
+            const int row = t * kL3TileRows + i;
+            tile[static_cast<long long>(j) * kL3TileRows + i] = row < n ? src[static_cast<long long>(row) * words + j] : 0u;
+          }
+        float* sb = reinterpret_cast<float*>(tile + static_cast<long long>(words) * kL3TileRows);
+        for (int gi = 0; gi < groups; ++gi)
+          for (int i = 0; i < kL3TileRows; ++i) {
+            const int row = t * kL3TileRows + i;
+            const long long at = static_cast<long long>(row) * groups + gi;
+            sb[gi * 2 * kL3TileRows + i] = row < n ? element(scales.data, sdt, at) : 0.0f;
+            sb[gi * 2 * kL3TileRows + kL3TileRows + i] = row < n ? element(biases.data, bdt, at) : 0.0f;
+          }
+      }
+    });
+  }
+
+ private:
+  int group_size_;
+  int bits_;
+};
+
+// x's rows quantized as l3_qmm_args.h defines (the first step).
+struct QuantizedRows {
+  std::vector<std::int8_t> q;
+  std::vector<float> block_d;
+  std::vector<float> group_xs;
+};
+
+void quantize_row(const char* x, mx::Dtype t, long long row, int k, int bits, int group_size, std::int8_t* q,
+                  float* block_d, float* group_xs) {
+  const int blocks = k / kL3Block;
+  std::vector<int> block_sum(static_cast<size_t>(blocks));
+  for (int b = 0; b < blocks; ++b) {
+    float v[kL3Block];
+    float amax = 0.0f;
+    for (int i = 0; i < kL3Block; ++i) {
+      v[i] = element(x, t, row * k + b * kL3Block + i);
+      amax = std::max(amax, std::fabs(v[i]));
+    }
+    // A NaN anywhere makes d NaN, so the outputs that read this block say so.
+    for (int i = 0; i < kL3Block; ++i)
+      if (std::isnan(v[i])) amax = v[i];
+    const float d = amax / 127.0f;
+    const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int sum = 0;
+    std::int8_t qi[kL3Block];
+    for (int i = 0; i < kL3Block; ++i) {
+      const float r = std::nearbyint(v[i] * inverse);
+      const int c = std::isnan(r) ? 0 : static_cast<int>(std::clamp(r, -127.0f, 127.0f));
+      qi[i] = static_cast<std::int8_t>(c);
+      sum += c;
+    }
+    // The order of the weights' bytes: 8 bits in k order; 4 bits per word of 8 values, the even
+    // ones (low nibbles) then the odd ones (high nibbles).
+    std::int8_t* out = q + b * kL3Block;
+    if (bits == 8) {
+      std::memcpy(out, qi, kL3Block);
+    } else {
+      for (int word = 0; word < kL3Block / 8; ++word)
+        for (int i = 0; i < 4; ++i) {
+          out[word * 8 + i] = qi[word * 8 + 2 * i];
+          out[word * 8 + 4 + i] = qi[word * 8 + 2 * i + 1];
+        }
+    }
+    block_d[b] = d;
+    block_sum[static_cast<size_t>(b)] = sum;
+  }
+  const int per_group = group_size / kL3Block;
+  for (int g = 0; g < k / group_size; ++g) {
+    float xs = 0.0f;
+    for (int b = g * per_group; b < (g + 1) * per_group; ++b) xs += block_d[b] * static_cast<float>(block_sum[static_cast<size_t>(b)]);
+    group_xs[g] = xs;
+  }
+}
+
+QmmElem elem_of(mx::Dtype t) {
+  return t == mx::bfloat16 ? QmmElem::bf16 : t == mx::float16 ? QmmElem::f16 : QmmElem::f32;
+}
+
+class L3QuantizedMatmul : public CpuOnly {
+ public:
+  L3QuantizedMatmul(mx::Stream stream, std::shared_ptr<const CpuKernels> kernels, int n, int group_size, int bits)
+      : CpuOnly(stream, std::move(kernels)), n_(n), group_size_(group_size), bits_(bits) {}
+  const char* name() const override { return "L3QuantizedMatmul"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto* o = dynamic_cast<const L3QuantizedMatmul*>(&other);
+    return o && o->n_ == n_ && o->group_size_ == group_size_ && o->bits_ == bits_ && o->kernels_ == kernels_;
+  }
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    detail::schedule_on_cpu(stream(), inputs, out, [kr = kernels_, n = n_, g = group_size_, bits = bits_](mx::array& out, const std::vector<mx::array>& in) {
+      const Operand x(in[0], static_cast<int>(in[0].ndim()));
+      const int k = in[0].shape(-1);
+      const int rows = static_cast<int>(in[0].size() / static_cast<size_t>(k));
+      QuantizedRows qx;
+      qx.q.resize(static_cast<size_t>(rows) * static_cast<size_t>(k));
+      qx.block_d.resize(static_cast<size_t>(rows) * static_cast<size_t>(k / kL3Block));
+      qx.group_xs.resize(static_cast<size_t>(rows) * static_cast<size_t>(k / g));
+      const auto dt = in[0].dtype();
+      kr->workers().run(rows, 0, [&](float*, int begin, int end) {
+        for (int r = begin; r < end; ++r)
+          quantize_row(x.data, dt, r, k, bits, g, qx.q.data() + static_cast<long long>(r) * k,
+                       qx.block_d.data() + static_cast<long long>(r) * (k / kL3Block),
+                       qx.group_xs.data() + static_cast<long long>(r) * (k / g));
+      });
+      L3QmmArgs args;
+      args.out = out.data<void>();
+      args.x = {qx.q.data(), qx.block_d.data(), qx.group_xs.data()};
+      args.packed = in[1].data<std::uint32_t>();
+      args.rows = rows;
+      args.n = n;
+      args.k = k;
+      args.bits = bits;
+      args.group_size = g;
+      args.elem = elem_of(out.dtype());
+      const int tiles = (n + kL3TileRows - 1) / kL3TileRows;
+      const int column_units = (tiles * kL3TileRows + kColumnsPerUnit - 1) / kColumnsPerUnit;
+      const int units = column_units * ((rows + kRowsPerUnit - 1) / kRowsPerUnit);
+      const bool vnni = kr->vnni();
+      kr->workers().run(units, 0, [&](float*, int begin, int end) {
+#if defined(MLXRT_CPU_X86_KERNELS)
+        if (vnni)
+          l3_qmm_units_avx512vnni(args, begin, end);
+        else
+          l3_qmm_units_avx2(args, begin, end);
+#else
+        (void)vnni, (void)begin, (void)end;
+#endif
+      });
+    });
+  }
+
+ private:
+  int n_;
+  int group_size_;
+  int bits_;
+};
+
+}  // namespace
+
+std::optional<mx::array> l3_pack(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& w,
+                                 const mx::array& scales, const std::optional<mx::array>& biases, int group_size,
+                                 int bits, const std::string& mode) {
+  if (!kernels || !kernels->l3() || mode != "affine" || !biases || w.ndim() != 2 || w.dtype() != mx::uint32)
+    return std::nullopt;
+  const int k = w.shape(1) * 32 / bits;
+  if (!l3_applies(k, group_size, bits) || scales.ndim() != 2 || scales.shape(1) != k / group_size) return std::nullopt;
+  const int n = w.shape(0);
+  const long long tiles = (n + kL3TileRows - 1) / kL3TileRows;
+  const long long words = tiles * l3_tile_words(k, bits, group_size);
+  const auto cpu = mx::default_stream(mx::Device::cpu);
+  return mx::array({static_cast<int>(words)}, mx::uint32,
+                   std::make_shared<L3PackWeights>(cpu, kernels, group_size, bits), {w, scales, *biases});
+}
+
+mx::array l3_quantized_matmul(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x,
+                              const mx::array& packed, int n, int k, int group_size, int bits, mx::Dtype dtype) {
+  if (x.ndim() < 1 || x.shape(-1) != k)
+    throw std::invalid_argument("[l3_quantized_matmul] x's last dimension must be " + std::to_string(k));
+  auto shape = x.shape();
+  shape.back() = n;
+  const auto cpu = mx::default_stream(mx::Device::cpu);
+  return mx::array(shape, dtype, std::make_shared<L3QuantizedMatmul>(cpu, kernels, n, group_size, bits), {x, packed});
+}
+
+}  // namespace mlxrt::kernels::cpu

@@ -1,0 +1,59 @@
+#pragma once
+/** The plain-data call of the L3 affine quantized matmul (l3_matmul.h): what its instruction-set
+ * files see. As affine_qmm_args.h, nothing here may pull in inline functions of other headers.
+ *
+ * The L3 arithmetic, the same bits on every instruction set (the scalar reference in
+ * tests/unit/kernels/cpu_l3_matmul_test.cpp is its definition), per output (row r, column n):
+ *  - x's row is quantized in blocks of 32 along k, as llama.cpp's Q8: amax = max |x|,
+ *    d = amax / 127, xi = nearbyint(x * (127 / amax)) (all 0 where amax is 0).
+ *  - The weights stay affine 4 or 8 bits. For each block b, isum_b = sum of q * xi, exact in
+ *    integers; acc = fma(float(isum_b), scale_g * d_b, acc) over the blocks in order.
+ *  - The biases: xs_g = sum over the group's blocks, in order, of d_b * float(sum of xi over b);
+ *    bacc = fma(bias_g, xs_g, bacc) over the groups in order.
+ *  - out = T(acc + bacc), rounded once to the output type.
+ * Every output is computed alone, so its bits depend neither on the rows beside it (batching,
+ * chunked prefill) nor on the instruction set or the number of threads. */
+#include <cstdint>
+
+#include "mlxrt/kernels/cpu/affine_qmm_args.h"
+
+namespace mlxrt::kernels::cpu {
+
+constexpr int kL3Block = 32;     // k values per activation scale
+constexpr int kL3TileRows = 16;  // weight rows (outputs) interleaved in one packed tile
+
+/** A weight matrix as the L3 kernels read it: tiles of 16 rows (the last padded with zeros), each
+ * tile `tile_words` 32-bit words: first, for each word j of a row (k · bits / 32 of them), that
+ * word of the tile's 16 rows; then, for each group, the 16 rows' scales and the 16 rows' biases
+ * as float32. */
+inline long long l3_tile_words(int k, int bits, int group_size) {
+  return static_cast<long long>(k) * bits / 32 * kL3TileRows + static_cast<long long>(k / group_size) * 2 * kL3TileRows;
+}
+
+/** x's rows quantized (the first step above). Per row: the int8 values, in the order of the
+ * weights' bytes (8 bits: k in order; 4 bits: for each word, the 4 even then the 4 odd k of its
+ * 8, as a byte's low and high nibbles pair up), d per block and xs per group. */
+struct L3Rows {
+  const std::int8_t* q = nullptr;
+  const float* block_d = nullptr;
+  const float* group_xs = nullptr;
+};
+
+struct L3QmmArgs {
+  void* out = nullptr;  // rows × n, row-contiguous
+  L3Rows x;
+  const std::uint32_t* packed = nullptr;  // ceil(n / 16) tiles
+  int rows = 0;
+  int n = 0;
+  int k = 0;
+  int bits = 0;  // 4 or 8
+  int group_size = 0;
+  QmmElem elem = QmmElem::f32;  // of out
+};
+
+/** Tiles one work unit covers (kColumnsPerUnit columns) by kRowsPerUnit rows, numbered as the
+ * affine_qmm_units_* units are. One function per instruction set. */
+void l3_qmm_units_avx512vnni(const L3QmmArgs& a, int begin, int end);
+void l3_qmm_units_avx2(const L3QmmArgs& a, int begin, int end);
+
+}  // namespace mlxrt::kernels::cpu

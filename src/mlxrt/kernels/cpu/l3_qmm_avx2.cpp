@@ -1,0 +1,78 @@
+// The L3 affine quantized matmul (l3_qmm_impl.h) on AVX2 with FMA: half a packed tile (8 outputs)
+// per vector; the integer products by vpmaddubsw and vpmaddwd, which give the same exact sums as
+// VNNI's vpdpbusd (an 8-bit weight is split into nibbles first, so no 16-bit sum saturates).
+// Compiled with -mavx2 -mfma -mf16c -ffp-contract=off (CMakeLists.txt); called only when the CPU
+// has them.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "mlxrt/kernels/cpu/l3_qmm_args.h"
+#include "mlxrt/kernels/cpu/l3_qmm_impl.h"
+
+namespace mlxrt::kernels::cpu {
+
+namespace {
+
+struct Vec256Dot {
+  static constexpr int kWidth = 8;
+  using F = __m256;
+  using I = __m256i;
+  static F zero() { return _mm256_setzero_ps(); }
+  static I zeroi() { return _mm256_setzero_si256(); }
+  static F set1(float x) { return _mm256_set1_ps(x); }
+  static I set1i(int x) { return _mm256_set1_epi32(x); }
+  static F load(const float* p) { return _mm256_loadu_ps(p); }
+  static I loadi(const std::uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static I and_(I a, I b) { return _mm256_and_si256(a, b); }
+  static I srli4(I v) { return _mm256_srli_epi32(v, 4); }
+  static I addi(I a, I b) { return _mm256_add_epi32(a, b); }
+  static I broadcast4(const std::int8_t* x4) {
+    int v;
+    std::memcpy(&v, x4, 4);
+    return _mm256_set1_epi32(v);
+  }
+  // Products of bytes below 16 with signed bytes (|x| <= 127): pairs sum to at most 3810, far from
+  // vpmaddubsw's saturation.
+  static I dot_small(I w, I x) { return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)); }
+  static I dot_nibbles(I acc, I w, const std::int8_t* x4) { return _mm256_add_epi32(acc, dot_small(w, broadcast4(x4))); }
+  static I dot_bytes(I acc, I w, const std::int8_t* x4) {
+    const I x = broadcast4(x4);
+    const I mask = _mm256_set1_epi8(0x0F);
+    const I lo = dot_small(_mm256_and_si256(w, mask), x);
+    const I hi = dot_small(_mm256_and_si256(_mm256_srli_epi16(w, 4), mask), x);
+    return _mm256_add_epi32(acc, _mm256_add_epi32(lo, _mm256_slli_epi32(hi, 4)));
+  }
+  static F to_float(I v) { return _mm256_cvtepi32_ps(v); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F add(F a, F b) { return _mm256_add_ps(a, b); }
+  static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static void store_f32(float* p, F v, int count) {
+    if (count == kWidth) {
+      _mm256_storeu_ps(p, v);
+      return;
+    }
+    alignas(32) float t[kWidth];
+    _mm256_store_ps(t, v);
+    std::memcpy(p, t, sizeof(float) * static_cast<size_t>(count));
+  }
+  static void store_bf16(std::uint16_t* p, F v, int count) {
+    alignas(32) float t[kWidth];
+    _mm256_store_ps(t, v);
+    for (int i = 0; i < count; ++i) p[i] = detail::l3_bf16_bits(t[i]);
+  }
+  static void store_f16(std::uint16_t* p, F v, int count) {
+    alignas(16) std::uint16_t t[kWidth];
+    _mm_store_si128(reinterpret_cast<__m128i*>(t), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    std::memcpy(p, t, sizeof(std::uint16_t) * static_cast<size_t>(count));
+  }
+};
+
+}  // namespace
+
+void l3_qmm_units_avx2(const L3QmmArgs& a, int begin, int end) {
+  detail::L3Qmm<Vec256Dot>(a).units(begin, end);
+}
+
+}  // namespace mlxrt::kernels::cpu

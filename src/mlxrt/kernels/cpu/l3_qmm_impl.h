@@ -1,0 +1,168 @@
+#pragma once
+// The body of the L3 affine quantized matmul (the arithmetic is defined in l3_qmm_args.h), written
+// once over a vector type of W 32-bit lanes, one output per lane (Vec512Vnni: 16, a whole packed
+// tile; Vec256Dot: 8, half a tile). Included only by the instruction-set files, inside their
+// anonymous namespace. Those are compiled with -ffp-contract=off: the only fused multiply-adds are
+// the ones the definition names.
+//
+// The integer products of a block are summed in two chains per output (even and odd words for 8
+// bits; low and high nibbles for 4 bits) and several outputs and rows run at once, so the
+// multiply-accumulate instructions do not wait on each other; integer sums are exact, so none of
+// this changes a bit.
+
+#include <cstdint>
+
+#include "mlxrt/kernels/cpu/l3_qmm_args.h"
+
+namespace mlxrt::kernels::cpu::detail {
+
+template <class V>
+struct L3Qmm {
+  using F = typename V::F;
+  using I = typename V::I;
+  static constexpr int W = V::kWidth;
+  static constexpr int kSubtilesPerTile = kL3TileRows / W;
+  static constexpr int kTilesPerUnit = kColumnsPerUnit / kL3TileRows;
+
+  const L3QmmArgs& a;
+  const int words;        // per weight row: k · bits / 32
+  const int groups;       // per row
+  const int blocks;       // per row
+  const int blocks_per_group;
+  const int words_per_block;  // bits
+  const long long tile_words;
+  const int tiles;
+  const long long q_stride;  // int8 values per x row
+
+  explicit L3Qmm(const L3QmmArgs& args)
+      : a(args),
+        words(args.k / 32 * args.bits),
+        groups(args.k / args.group_size),
+        blocks(args.k / kL3Block),
+        blocks_per_group(args.group_size / kL3Block),
+        words_per_block(args.bits),
+        tile_words(l3_tile_words(args.k, args.bits, args.group_size)),
+        tiles((args.n + kL3TileRows - 1) / kL3TileRows),
+        q_stride(args.k) {}
+
+  // Subtile s (W outputs): tile s / kSubtilesPerTile, lanes (s % kSubtilesPerTile) · W on.
+  const std::uint32_t* subtile_words(int s) const {
+    return a.packed + static_cast<long long>(s / kSubtilesPerTile) * tile_words + (s % kSubtilesPerTile) * W;
+  }
+
+  // Rows r0 .. r0 + R of x against subtiles s0 .. s0 + S, written to out.
+  template <int R, int S>
+  void block(int r0, int s0) const {
+    const std::uint32_t* base[S];
+    for (int s = 0; s < S; ++s) base[s] = subtile_words(s0 + s);
+    const std::int8_t* xq[R];
+    const float* xd[R];
+    const float* xs[R];
+    for (int r = 0; r < R; ++r) {
+      xq[r] = a.x.q + static_cast<long long>(r0 + r) * q_stride;
+      xd[r] = a.x.block_d + static_cast<long long>(r0 + r) * blocks;
+      xs[r] = a.x.group_xs + static_cast<long long>(r0 + r) * groups;
+    }
+    const long long sb0 = static_cast<long long>(words) * kL3TileRows;  // scales and biases after the words
+    F acc[R][S], bacc[R][S];
+    for (int r = 0; r < R; ++r)
+      for (int s = 0; s < S; ++s) acc[r][s] = bacc[r][s] = V::zero();
+    const I nibbles = V::set1i(0x0F0F0F0F);
+    int b = 0;
+    for (int g = 0; g < groups; ++g) {
+      F scale[S];
+      for (int s = 0; s < S; ++s) scale[s] = V::load(reinterpret_cast<const float*>(base[s] + sb0 + static_cast<long long>(g) * 2 * kL3TileRows));
+      for (int bb = 0; bb < blocks_per_group; ++bb, ++b) {
+        I even[R][S], odd[R][S];
+        for (int r = 0; r < R; ++r)
+          for (int s = 0; s < S; ++s) even[r][s] = odd[r][s] = V::zeroi();
+        const int j0 = b * words_per_block;
+        if (a.bits == 4) {
+          for (int j = j0; j < j0 + 4; ++j) {
+            for (int s = 0; s < S; ++s) {
+              const I wv = V::loadi(base[s] + static_cast<long long>(j) * kL3TileRows);
+              const I lo = V::and_(wv, nibbles);
+              const I hi = V::and_(V::srli4(wv), nibbles);
+              for (int r = 0; r < R; ++r) {
+                even[r][s] = V::dot_nibbles(even[r][s], lo, xq[r] + 8 * j);
+                odd[r][s] = V::dot_nibbles(odd[r][s], hi, xq[r] + 8 * j + 4);
+              }
+            }
+          }
+        } else {
+          for (int j = j0; j < j0 + 8; j += 2) {
+            for (int s = 0; s < S; ++s) {
+              const I w0 = V::loadi(base[s] + static_cast<long long>(j) * kL3TileRows);
+              const I w1 = V::loadi(base[s] + static_cast<long long>(j + 1) * kL3TileRows);
+              for (int r = 0; r < R; ++r) {
+                even[r][s] = V::dot_bytes(even[r][s], w0, xq[r] + 4 * j);
+                odd[r][s] = V::dot_bytes(odd[r][s], w1, xq[r] + 4 * j + 4);
+              }
+            }
+          }
+        }
+        for (int r = 0; r < R; ++r) {
+          const F d = V::set1(xd[r][b]);
+          for (int s = 0; s < S; ++s)
+            acc[r][s] = V::fma(V::to_float(V::addi(even[r][s], odd[r][s])), V::mul(scale[s], d), acc[r][s]);
+        }
+      }
+      for (int s = 0; s < S; ++s) {
+        const F bias = V::load(reinterpret_cast<const float*>(base[s] + sb0 + static_cast<long long>(g) * 2 * kL3TileRows + kL3TileRows));
+        for (int r = 0; r < R; ++r) bacc[r][s] = V::fma(bias, V::set1(xs[r][g]), bacc[r][s]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int s = 0; s < S; ++s) store(r0 + r, s0 + s, V::add(acc[r][s], bacc[r][s]));
+  }
+
+  void store(int row, int s, F v) const {
+    const int n0 = (s / kSubtilesPerTile) * kL3TileRows + (s % kSubtilesPerTile) * W;
+    const int count = a.n - n0 < W ? a.n - n0 : W;
+    if (count <= 0) return;
+    const long long at = static_cast<long long>(row) * a.n + n0;
+    if (a.elem == QmmElem::f32) {
+      V::store_f32(static_cast<float*>(a.out) + at, v, count);
+    } else if (a.elem == QmmElem::bf16) {
+      V::store_bf16(static_cast<std::uint16_t*>(a.out) + at, v, count);
+    } else {
+      V::store_f16(static_cast<std::uint16_t*>(a.out) + at, v, count);
+    }
+  }
+
+  // Rows [r0, r1) against subtiles [s0, s1): four rows at a time, then one; two tiles at a time
+  // for a lone row (more independent chains), one tile for four.
+  void rows_block(int r0, int r1, int s0, int s1) const {
+    int r = r0;
+    for (; r + 4 <= r1; r += 4) {
+      int s = s0;
+      for (; s + kSubtilesPerTile <= s1; s += kSubtilesPerTile) block<4, kSubtilesPerTile>(r, s);
+      for (; s < s1; ++s) block<4, 1>(r, s);
+    }
+    for (; r < r1; ++r) {
+      int s = s0;
+      for (; s + 2 * kSubtilesPerTile <= s1; s += 2 * kSubtilesPerTile) block<1, 2 * kSubtilesPerTile>(r, s);
+      for (; s < s1; ++s) block<1, 1>(r, s);
+    }
+  }
+
+  void units(int begin, int end) const {
+    const int column_units = (tiles + kTilesPerUnit - 1) / kTilesPerUnit;
+    for (int u = begin; u < end; ++u) {
+      const int rb = u / column_units, cb = u % column_units;
+      const int r0 = rb * kRowsPerUnit, r1 = r0 + kRowsPerUnit < a.rows ? r0 + kRowsPerUnit : a.rows;
+      const int t0 = cb * kTilesPerUnit, t1 = t0 + kTilesPerUnit < tiles ? t0 + kTilesPerUnit : tiles;
+      rows_block(r0, r1, t0 * kSubtilesPerTile, t1 * kSubtilesPerTile);
+    }
+  }
+};
+
+// float -> bfloat16, round to nearest even, NaN -> 0x7FC0 (as MLX's conversion).
+inline std::uint16_t l3_bf16_bits(float f) {
+  std::uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
+  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+}  // namespace mlxrt::kernels::cpu::detail

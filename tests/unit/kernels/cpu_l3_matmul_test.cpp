@@ -1,0 +1,196 @@
+// The L3 quantized matmul against its definition (l3_qmm_args.h), written out here as scalar code:
+// the same bits from the AVX-512 VNNI and the AVX2 kernels, for every element type, bit width and
+// group size, ragged shapes (a partial tile, blocks that do not fill a vector), any batch of rows
+// (a row's output does not depend on the rows beside it) and thread count. And how far it is from
+// L1 (MLX's quantized_matmul) on random data: near, which says the definition is the right one.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <mlx/mlx.h>
+
+#include "mlxrt/kernels/cpu/l3_matmul.h"
+#include "mlxrt/kernels/cpu/matmul.h"
+
+namespace mx = mlx::core;
+using mlxrt::kernels::cpu::CpuKernels;
+
+namespace {
+
+struct Case {
+  int rows, n, k, bits, group;
+  mx::Dtype dtype;
+};
+
+std::string describe(const Case& c) {
+  return "rows " + std::to_string(c.rows) + " n " + std::to_string(c.n) + " k " + std::to_string(c.k) + " bits " +
+         std::to_string(c.bits) + " group " + std::to_string(c.group) + " dtype " +
+         (c.dtype == mx::float32 ? "float32" : c.dtype == mx::bfloat16 ? "bfloat16" : "float16");
+}
+
+std::vector<float> floats_of(const mx::array& a) {
+  auto f = mx::astype(a, mx::float32);
+  mx::eval(f);
+  return std::vector<float>(f.data<float>(), f.data<float>() + f.size());
+}
+
+std::vector<char> bytes_of(mx::array a) {
+  a = mx::contiguous(a);
+  mx::eval(a);
+  const char* p = static_cast<const char*>(a.data<void>());
+  return std::vector<char>(p, p + a.nbytes());
+}
+
+// The definition, one output at a time, in float32 as rounded to the output type by MLX.
+mx::array reference(const Case& c, const mx::array& x, const mx::array& w, const mx::array& scales,
+                    const mx::array& biases, mx::Dtype out_type) {
+  const auto xv = floats_of(x), sv = floats_of(scales), bv = floats_of(biases);
+  auto wq = mx::contiguous(w);
+  mx::eval(wq);
+  const uint32_t* words = wq.data<uint32_t>();
+  const int per_word = 32 / c.bits, words_per_row = c.k / per_word, blocks = c.k / 32, groups = c.k / c.group;
+  std::vector<float> out(static_cast<size_t>(c.rows) * c.n);
+  for (int r = 0; r < c.rows; ++r) {
+    std::vector<int> xi(static_cast<size_t>(c.k));
+    std::vector<float> d(static_cast<size_t>(blocks));
+    std::vector<int> block_sum(static_cast<size_t>(blocks));
+    for (int b = 0; b < blocks; ++b) {
+      float amax = 0.0f;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xv[static_cast<size_t>(r) * c.k + b * 32 + i]));
+      d[b] = amax / 127.0f;
+      const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+      int sum = 0;
+      for (int i = 0; i < 32; ++i) {
+        const float q = std::nearbyint(xv[static_cast<size_t>(r) * c.k + b * 32 + i] * inverse);
+        xi[b * 32 + i] = static_cast<int>(std::clamp(q, -127.0f, 127.0f));
+        sum += xi[b * 32 + i];
+      }
+      block_sum[b] = sum;
+    }
+    for (int n = 0; n < c.n; ++n) {
+      float acc = 0.0f, bacc = 0.0f;
+      for (int b = 0; b < blocks; ++b) {
+        int isum = 0;
+        for (int i = 0; i < 32; ++i) {
+          const int kk = b * 32 + i;
+          const uint32_t word = words[static_cast<size_t>(n) * words_per_row + kk / per_word];
+          const int q = static_cast<int>((word >> ((kk % per_word) * c.bits)) & ((1u << c.bits) - 1u));
+          isum += q * xi[kk];
+        }
+        const int g = b * 32 / c.group;
+        acc = std::fma(static_cast<float>(isum), sv[static_cast<size_t>(n) * groups + g] * d[b], acc);
+      }
+      for (int g = 0; g < groups; ++g) {
+        float xs = 0.0f;
+        for (int b = g * c.group / 32; b < (g + 1) * c.group / 32; ++b) {
+          const float t = d[b] * static_cast<float>(block_sum[b]);
+          xs = xs + t;
+        }
+        bacc = std::fma(bv[static_cast<size_t>(n) * groups + g], xs, bacc);
+      }
+      out[static_cast<size_t>(r) * c.n + n] = acc + bacc;
+    }
+  }
+  // float32 -> the output type: MLX's conversions (round to nearest even) are the definition's.
+  return mx::astype(mx::array(out.data(), {c.rows, c.n}, mx::float32), out_type);
+}
+
+struct Inputs {
+  mx::array x, w, scales, biases;
+};
+
+Inputs make_inputs(const Case& c, uint64_t seed) {
+  auto w_float = mx::random::normal({c.n, c.k}, mx::float32, 0.0f, 0.05f, mx::random::key(seed + 1));
+  auto q = mx::quantize(mx::astype(w_float, c.dtype), c.group, c.bits);
+  auto x = mx::astype(mx::random::normal({c.rows, c.k}, mx::float32, 0.0f, 1.0f, mx::random::key(seed)), c.dtype);
+  return {x, q[0], q[1], q[2]};
+}
+
+mx::array l3(const std::shared_ptr<CpuKernels>& kernels, const Case& c, const Inputs& in) {
+  auto packed = mlxrt::kernels::cpu::l3_pack(kernels, in.w, in.scales, in.biases, c.group, c.bits, "affine");
+  EXPECT_TRUE(packed.has_value()) << describe(c);
+  return mlxrt::kernels::cpu::l3_quantized_matmul(kernels, in.x, *packed, c.n, c.k, c.group, c.bits, c.dtype);
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (auto dtype : {mx::float32, mx::bfloat16, mx::float16})
+    for (int bits : {4, 8})
+      for (int group : {32, 64, 128}) {
+        out.push_back({1, 64, group * 2, bits, group, dtype});
+        out.push_back({3, 40, group * 3, bits, group, dtype});
+        out.push_back({9, 130, group, bits, group, dtype});
+      }
+  return out;
+}
+
+TEST(L3QuantizedMatmul, MatchesItsDefinitionOnBothInstructionSets) {
+  auto avx512 = CpuKernels::create(3, true, true);
+  auto avx2 = CpuKernels::create(2, false, true);
+  if (!avx2) GTEST_SKIP() << "no L3 kernels on this CPU (they need AVX2, FMA and F16C)";
+  uint64_t seed = 11;
+  for (const auto& c : cases()) {
+    const auto in = make_inputs(c, seed++);
+    const auto want = bytes_of(reference(c, in.x, in.w, in.scales, in.biases, c.dtype));
+    EXPECT_EQ(bytes_of(l3(avx2, c, in)), want) << "avx2, " << describe(c);
+    if (avx512 && avx512->vnni()) EXPECT_EQ(bytes_of(l3(avx512, c, in)), want) << "avx512vnni, " << describe(c);
+  }
+}
+
+TEST(L3QuantizedMatmul, ARowsOutputDoesNotDependOnTheBatch) {
+  auto kernels = CpuKernels::create(2, true, true);
+  if (!kernels) GTEST_SKIP() << "no L3 kernels on this CPU";
+  const Case c{70, 72, 256, 4, 64, mx::bfloat16};  // more than one unit of rows, a partial tile
+  const auto in = make_inputs(c, 5);
+  const auto all = bytes_of(l3(kernels, c, in));
+  const size_t row_bytes = static_cast<size_t>(c.n) * 2;
+  for (int r : {0, 3, 4, 65, 69}) {
+    Case one = c;
+    one.rows = 1;
+    Inputs single = in;
+    single.x = mx::slice(in.x, {r, 0}, {r + 1, c.k});
+    const auto got = bytes_of(l3(kernels, one, single));
+    EXPECT_EQ(got, std::vector<char>(all.begin() + static_cast<long>(r * row_bytes),
+                                     all.begin() + static_cast<long>((r + 1) * row_bytes)))
+        << "row " << r;
+  }
+}
+
+TEST(L3QuantizedMatmul, IsCloseToL1) {
+  auto kernels = CpuKernels::create(2, true, true);
+  if (!kernels) GTEST_SKIP() << "no L3 kernels on this CPU";
+  for (int bits : {4, 8}) {
+    const Case c{4, 256, 512, bits, 64, mx::float32};
+    const auto in = make_inputs(c, 21);
+    const auto ours = floats_of(l3(kernels, c, in));
+    const auto l1 = floats_of(mx::quantized_matmul(in.x, in.w, in.scales, in.biases, true, c.group, c.bits, "affine"));
+    double err = 0.0, norm = 0.0;
+    for (size_t i = 0; i < ours.size(); ++i) {
+      err += (ours[i] - l1[i]) * (ours[i] - l1[i]);
+      norm += l1[i] * l1[i];
+    }
+    // int8 activations: a relative error of about 1/127 per block, averaged down over k.
+    EXPECT_LT(std::sqrt(err / norm), 0.01) << "bits " << bits;
+    EXPECT_GT(std::sqrt(err / norm), 0.0) << "bits " << bits << ": identical to L1, so L3 did not run";
+  }
+}
+
+TEST(L3QuantizedMatmul, PacksOnlyWhatItComputes) {
+  auto kernels = CpuKernels::create(1, true, true);
+  if (!kernels) GTEST_SKIP() << "no L3 kernels on this CPU";
+  auto q = mx::quantize(mx::zeros({16, 64}, mx::float32), 64, 2);
+  EXPECT_FALSE(mlxrt::kernels::cpu::l3_pack(kernels, q[0], q[1], q[2], 64, 2, "affine").has_value()) << "2 bits";
+  auto q4 = mx::quantize(mx::zeros({16, 64}, mx::float32), 64, 4);
+  EXPECT_FALSE(mlxrt::kernels::cpu::l3_pack(kernels, q4[0], q4[1], std::nullopt, 64, 4, "affine").has_value())
+      << "no biases";
+  auto l1_only = CpuKernels::create(1, true, false);
+  EXPECT_FALSE(mlxrt::kernels::cpu::l3_pack(l1_only, q4[0], q4[1], q4[2], 64, 4, "affine").has_value())
+      << "kernels without l3";
+  EXPECT_TRUE(mlxrt::kernels::cpu::l3_pack(kernels, q4[0], q4[1], q4[2], 64, 4, "affine").has_value());
+}
+
+}  // namespace
