@@ -66,12 +66,51 @@ model::LoadedModel load_cli_model(const std::string& model, const std::string& p
                                   std::optional<double> expert_memory_gb,
                                   std::shared_ptr<model::nn::ExpertStore>& experts,
                                   const std::string& adapter_path, const std::optional<model::Parallel>& parallel,
-                                  bool expert_prefetch) {
+                                  bool expert_prefetch, model::FidelityTier fidelity) {
   auto bytes = expert_memory_bytes(expert_memory_gb);
   auto options = load_options(profile_file, adapter_path);
   options.parallel = parallel;
   options.expert_prefetch = expert_prefetch;
+  options.fidelity = fidelity;
   return model::load_model(model, options, bytes, experts);
+}
+
+const char* fidelity_name(model::FidelityTier tier) {
+  switch (tier) {
+    case model::FidelityTier::l1: return "l1";
+    case model::FidelityTier::l2: return "l2";
+    case model::FidelityTier::l3: return "l3";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr const char* kFidelityValues =
+    "expected l1 (bit-exact against mlx-lm, the default) or l3 (mlxrt's own kernels where it has them, "
+    "measured against l1 by `mlxrt fidelity`)";
+
+}  // namespace
+
+model::FidelityTier parse_fidelity(const std::string& text, const std::string& flag) {
+  if (text == "l1") return model::FidelityTier::l1;
+  if (text == "l3") return model::FidelityTier::l3;
+  throw UsageError(flag + ": " + kFidelityValues + ", got '" + text + "'");
+}
+
+CLI::Option* add_fidelity_flag(CLI::App* cmd, model::FidelityTier& tier, const std::string& name,
+                               const std::string& help) {
+  // CLI11 reports a validator's message as "NAME: <message>".
+  CLI::Validator tiers(
+      [](std::string& value) {
+        return value == "l1" || value == "l3" ? std::string() : std::string(kFidelityValues) + ", got '" + value + "'";
+      },
+      "l1|l3");
+  return cmd
+      ->add_option_function<std::string>(
+          name, [&tier, name](const std::string& value) { tier = parse_fidelity(value, name); }, help)
+      ->check(tiers)
+      ->default_str(fidelity_name(tier));
 }
 
 void print_expert_stats(const std::shared_ptr<model::nn::ExpertStore>& experts) {

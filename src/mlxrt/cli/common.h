@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <mlx/array.h>
 
 #include "mlxrt/model/loader.h"
@@ -27,14 +28,29 @@ model::LoadOptions load_options(const std::string& profile_file, const std::stri
 /** --expert-memory GB in bytes (unset: every expert resident). UsageError unless positive. */
 std::optional<uint64_t> expert_memory_bytes(std::optional<double> expert_memory_gb);
 
-/** load_model with the common --profile-file and --expert-memory flags; `experts` receives the
- * streamed-experts store (null without --expert-memory). */
+/** load_model with the common --profile-file, --expert-memory and --fidelity flags; `experts`
+ * receives the streamed-experts store (null without --expert-memory). */
 model::LoadedModel load_cli_model(const std::string& model, const std::string& profile_file,
                                   std::optional<double> expert_memory_gb,
                                   std::shared_ptr<model::nn::ExpertStore>& experts,
                                   const std::string& adapter_path = {},
                                   const std::optional<model::Parallel>& parallel = std::nullopt,
-                                  bool expert_prefetch = false);
+                                  bool expert_prefetch = false,
+                                  model::FidelityTier fidelity = model::FidelityTier::l1);
+
+/** The --fidelity help text. */
+inline constexpr const char* kFidelityHelp =
+    "Fidelity tier: l1 computes mlx-lm's bytes; l3 runs mlxrt's own faster kernels where it has them "
+    "(the CPU's quantized matmuls), measured against l1 by `mlxrt fidelity`";
+/** Adds --fidelity l1|l3 (or the option `name`) to a verb that loads a model for inference; its
+ * default is `tier`'s value (l1 for the inference verbs). A value other than l1 or l3 is a parse
+ * error naming the option and both values. */
+CLI::Option* add_fidelity_flag(CLI::App* cmd, model::FidelityTier& tier, const std::string& name = "--fidelity",
+                               const std::string& help = kFidelityHelp);
+/** --fidelity's spelling of a tier: "l1", "l2", "l3". */
+const char* fidelity_name(model::FidelityTier tier);
+/** "l1" or "l3" as the tier; UsageError naming `flag` otherwise (l2 is an artifact's contract). */
+model::FidelityTier parse_fidelity(const std::string& text, const std::string& flag);
 
 /** The --adapter-path help text, the same on every verb that takes it. */
 inline constexpr const char* kAdapterPathHelp =

@@ -54,10 +54,17 @@ struct BatchArgs {
   std::string step_graph;
   std::vector<std::string> adapters;
   DistributedArgs dist;
+  model::FidelityTier fidelity = model::FidelityTier::l1;  // --fidelity
 };
 
 using ojson = nlohmann::ordered_json;
 namespace mx = mlx::core;
+
+model::LoadOptions adapter_load_options(const BatchArgs& a) {
+  auto options = load_options("");
+  options.fidelity = a.fidelity;
+  return options;
+}
 
 /** A typed read of one field of a requests-file object; errors name `where.key`. */
 struct FieldReader {
@@ -135,9 +142,11 @@ void run_batch_generate(const BatchArgs& a) {
     throw UnsupportedError("--adapters is not supported in distributed mode");
   std::shared_ptr<model::nn::ExpertStore> experts;
   auto adapted = adapters.empty()
-                     ? model::AdaptedModels{load_cli_model(a.model, "", std::nullopt, experts, "", dist_run.parallel),
+                     ? model::AdaptedModels{load_cli_model(a.model, "", std::nullopt, experts, "", dist_run.parallel,
+                                                           false, a.fidelity),
                                             {}, nullptr, nullptr, {}}
-                     : model::load_model_with_adapters(io::resolve_model_dir(a.model), load_options(""), adapters);
+                     : model::load_model_with_adapters(io::resolve_model_dir(a.model), adapter_load_options(a),
+                                                       adapters);
   if (!adapters.empty() && !adapted.mixed)
     throw UnsupportedError("--adapters: these adapters cannot share a batch: " + adapted.mixed_unavailable);
   const auto& loaded = adapted.base;
@@ -314,6 +323,7 @@ void register_batch_generate(CLI::App& app) {
   cmd->add_option("--step-log", a->step_log,
                   "Write one line per decode step to this file: the rows it answered and its wall time in ms");
   cmd->add_option("--step-graph", a->step_graph, "Write the op graph of one batched decode step to this file (DOT)");
+  add_fidelity_flag(cmd, a->fidelity);
   add_distributed_flags(cmd, a->dist);
   cmd->callback([a] { run_batch_generate(*a); });
 }

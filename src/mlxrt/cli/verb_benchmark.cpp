@@ -29,6 +29,7 @@ struct BenchArgs {
   int prefill_step_size = 2048, delay = 0;
   bool trust_remote_code = false;
   DistributedArgs dist;
+  model::FidelityTier fidelity = model::FidelityTier::l1;  // --fidelity
 };
 
 void run(const BenchArgs& a) {
@@ -46,7 +47,8 @@ void run(const BenchArgs& a) {
   QuietUnlessPrimary quiet(dist_run.primary());
   generate::RandomState rng(0);
   rng.skip(model_construction_draws(a.model) + adapter_construction_draws(a.adapter_path));
-  auto session = load_session(a.model, a.profile_file, std::nullopt, a.adapter_path, dist_run.parallel);
+  auto session = load_session(a.model, a.profile_file, std::nullopt, a.adapter_path, dist_run.parallel, false,
+                              a.fidelity);
   rng.skip(sharded_load_draws(a.model, session.loaded, dist_run.parallel.has_value()));
   const int vocab = session.loaded.model->vocab_size();
   auto prompts = mx::random::randint(mx::array(0), mx::array(vocab), {a.batch_size, a.prompt_tokens}, mx::int32,
@@ -102,6 +104,7 @@ void register_benchmark(CLI::App& app) {
   cmd->add_flag("--trust-remote-code", a->trust_remote_code,
                 "Accepted for compatibility (no code from the model directory is ever run)");
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
+  add_fidelity_flag(cmd, a->fidelity);
   cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
   add_distributed_flags(cmd, a->dist);
   cmd->add_flag_callback(

@@ -30,6 +30,7 @@ struct ChatArgs {
   bool expert_prefetch = false;
   int prefill_step_size = 2048, max_tokens = 256;
   DistributedArgs dist;
+  model::FidelityTier fidelity = model::FidelityTier::l1;  // --fidelity
 };
 
 /** sp[:57] + "..." for a system prompt over 60 characters (code points, as Python counts). */
@@ -64,7 +65,7 @@ void run(const ChatArgs& a) {
   auto rng = std::make_shared<generate::RandomState>(a.seed);
   rng->skip(model_construction_draws(a.model) + adapter_construction_draws(a.adapter_path));
   auto session = load_session(a.model, a.profile_file, a.expert_memory, a.adapter_path, dist_run.parallel,
-                              a.expert_prefetch);
+                              a.expert_prefetch, a.fidelity);
   rng->skip(sharded_load_draws(a.model, session.loaded, dist_run.parallel.has_value()));
   if (!session.chat_template) throw UsageError("--model: " + a.model + " has no chat template to chat with");
   params.xtc_special_tokens = xtc_special_tokens(session);
@@ -164,6 +165,7 @@ void register_chat(CLI::App& app) {
   cmd->add_option("--system-prompt", a->system_prompt, "System prompt to be used for the chat template")
       ->each([a](const std::string&) { a->has_system_prompt = true; });
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
+  add_fidelity_flag(cmd, a->fidelity);
   cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
   add_distributed_flags(cmd, a->dist);
   cmd->callback([a] {

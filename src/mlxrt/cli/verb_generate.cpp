@@ -50,6 +50,7 @@ struct Args {
   int kv_group_size = 64, quantized_kv_start = 5000, prefill_step_size = 2048;
   SamplingFlags sampling;
   DistributedArgs dist;
+  model::FidelityTier fidelity = model::FidelityTier::l1;  // --fidelity
 };
 
 /** str2bool of mlx_lm.generate. */
@@ -118,7 +119,8 @@ struct DraftModel {
 std::optional<DraftModel> load_draft(const Args& a) {
   if (a.draft_model.empty()) return std::nullopt;
   DraftModel d;
-  d.loaded = load_cli_model(a.draft_model, a.profile_file, std::nullopt, d.experts);
+  d.loaded =
+      load_cli_model(a.draft_model, a.profile_file, std::nullopt, d.experts, {}, std::nullopt, false, a.fidelity);
   return d;
 }
 
@@ -144,7 +146,7 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options, const 
   auto rng = make_rng(a);
   std::shared_ptr<model::nn::ExpertStore> experts;
   auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts, a.adapter_path, run.parallel,
-                               a.expert_prefetch);
+                               a.expert_prefetch, a.fidelity);
   if (a.seed) rng->skip(sharded_load_draws(a.model, loaded, run.parallel.has_value()));
   auto draft = load_draft(a);
   const int vocab = loaded.model->vocab_size();
@@ -333,7 +335,7 @@ void run(const Args& a) {
 
   auto rng = make_rng(a);
   auto session = load_session(a.model, a.profile_file, a.expert_memory, a.adapter_path, dist_run.parallel,
-                              a.expert_prefetch);
+                              a.expert_prefetch, a.fidelity);
   // mlx_lm.generate has no distributed mode: the keys are drawn as mlx_lm.chat's sharded_load draws them.
   if (a.seed) rng->skip(sharded_load_draws(a.model, session.loaded, dist_run.parallel.has_value()));
   for (const auto& t : a.extra_eos_token) add_eos_token(session, t, "--extra-eos-token");
@@ -446,6 +448,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--logprobs-file", a->logprobs_file,
                   "Write every generated token's logprobs [T, vocab] to this .safetensors file");
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
+  add_fidelity_flag(cmd, a->fidelity);
   cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
   cmd->add_option("--json-schema", a->json_schema,
                   "Constrain the output to JSON valid against this JSON schema file (strict: no properties it does not name)");

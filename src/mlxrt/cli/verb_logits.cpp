@@ -32,6 +32,7 @@ struct Args {
   int kv_group_size = cache::kDefaultKvGroupSize;
   int quantized_kv_start = cache::kDefaultQuantizedKvStart;
   DistributedArgs dist;
+  model::FidelityTier fidelity = model::FidelityTier::l1;  // --fidelity
 
   bool uses_cache() const {
     return incremental || chunk_size || max_kv_size || kv_bits || !prompt_cache_file.empty();
@@ -79,7 +80,7 @@ void run(const Args& a) {
   QuietUnlessPrimary quiet(dist_run.primary());
   std::shared_ptr<model::nn::ExpertStore> experts;
   auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts, a.adapter_path, dist_run.parallel,
-                               a.expert_prefetch);
+                               a.expert_prefetch, a.fidelity);
   for (auto id : ids)
     if (id >= loaded.model->vocab_size())
       throw UsageError("--tokens: id " + std::to_string(id) + " is outside the vocabulary (size " +
@@ -110,6 +111,7 @@ void register_logits(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--prompt-cache-file", a->prompt_cache_file, "Start from this saved prompt cache");
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
+  add_fidelity_flag(cmd, a->fidelity);
   cmd->add_option("--adapter-path", a->adapter_path, kAdapterPathHelp);
   add_distributed_flags(cmd, a->dist);
   cmd->callback([a] { run(*a); });

@@ -38,6 +38,7 @@ struct Args {
   int64_t seed = 123;
   bool trust_remote_code = false;
   DistributedArgs dist;
+  model::FidelityTier fidelity = model::FidelityTier::l1;  // --fidelity
 };
 
 std::string read_file(const fs::path& path, const std::string& flag) {
@@ -157,6 +158,7 @@ void run(const Args& a) {
   const auto dir = io::resolve_model_dir(a.model);
   auto options = load_options(a.profile_file);
   options.parallel = dist_run.parallel;
+  options.fidelity = a.fidelity;
   auto loaded = model::load_model(dir, options);
   auto tok = tokenizer::Tokenizer::from_dir(dir);
   std::printf("Model loaded: %.1fM parameters\n", total_parameters(loaded, dir) / 1e6);
@@ -212,6 +214,7 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("--losses-file", a->losses_file,
                   "Write every token's loss and the evaluated tokens to this .safetensors file");
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
+  add_fidelity_flag(cmd, a->fidelity);
   add_distributed_flags(cmd, a->dist);
   cmd->callback([a] { run(*a); });
 }

@@ -142,6 +142,7 @@ void register_server(CLI::App& app) {
   cmd->add_option("--adapters", a->adapters,
                   "Adapters preloaded beside the model, as NAME=DIR (mlx_lm.lora adapter directories); a request "
                   "picks one by its 'adapters' field or a model name MODEL@NAME");
+  add_fidelity_flag(cmd, o.fidelity);
   cmd->add_option("--max-models", o.max_models,
                   "Models held in memory at once; a request's 'model' (a model directory or a Hugging Face cache "
                   "id org/name) is loaded when not held, replacing the least recently used")

@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include "mlxrt/io/model_dir.h"
+#include "mlxrt/model/profile.h"
 #include "mlxrt/server/http_error.h"
 #include "mlxrt/util/errors.h"
 
@@ -29,6 +30,13 @@ fs::path canonical_or_given(const fs::path& dir) {
   return ec ? dir : c;
 }
 
+/** The tier a model computes at, as its resolved profile declares it: "fidelity l1 bit-exact" unless
+ * --fidelity l3 (or an artifact's profile) says otherwise. */
+std::string fidelity_text(const ModelSession& session) {
+  const auto fidelity = model::to_json(session.loaded.profile.profile)["fidelity"];
+  return "fidelity " + fidelity["tier"].get<std::string>() + " " + fidelity["claim"].get<std::string>();
+}
+
 }  // namespace
 
 ModelPool::ModelPool(const ServerOptions& options, Logger& log, ServerMetrics& metrics)
@@ -43,6 +51,7 @@ ModelPool::ModelPool(const ServerOptions& options, Logger& log, ServerMetrics& m
     startup_repo_id_ = fp->substr(3, at == std::string::npos ? std::string::npos : at - 3);
   }
   startup_id_ = startup_repo_id_ ? *startup_repo_id_ : startup_dir_.filename().string();
+  log.info("model '" + startup_id_ + "': " + fidelity_text(*session));
   startup_ = session;
   resident_.emplace_front("", std::move(session));
   metrics_.model_loaded(1);
@@ -189,8 +198,8 @@ std::shared_ptr<ModelSession> ModelPool::load(const std::string& key, const fs::
   if (admission) admission->models_resident(dirs);
   metrics_.model_loaded(count);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  log_.info("loaded model '" + name + "' in " + std::to_string(seconds) + " s (" + std::to_string(count) +
-            " resident, --max-models " + std::to_string(max_models_) + ")");
+  log_.info("loaded model '" + name + "' in " + std::to_string(seconds) + " s, " + fidelity_text(*session) + " (" +
+            std::to_string(count) + " resident, --max-models " + std::to_string(max_models_) + ")");
   return session;
 }
 

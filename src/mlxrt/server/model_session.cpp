@@ -92,6 +92,7 @@ ModelSession load_model_session(const ServerOptions& options, Logger& log) {
   model::LoadOptions load;
   load.adapter_path = options.adapter_path;
   load.expert_prefetch = options.expert_prefetch;
+  load.fidelity = options.fidelity;
   const auto adapters = adapter_list(options);
   if (!adapters.empty() && options.expert_memory_bytes)
     throw UsageError("--adapters cannot be combined with --expert-memory");
@@ -134,7 +135,9 @@ ModelSession load_model_session(const ServerOptions& options, Logger& log) {
     // mlx-lm refuses each request; a server that could serve none of them stops here.
     generate::check_speculative_cache(*s.loaded.model);
     std::shared_ptr<model::nn::ExpertStore> none;
-    s.draft_model = std::move(model::load_model(draft_dir, {}, std::nullopt, none).model);
+    model::LoadOptions draft_load;
+    draft_load.fidelity = options.fidelity;
+    s.draft_model = std::move(model::load_model(draft_dir, draft_load, std::nullopt, none).model);
     if (tokenizer::Tokenizer::from_dir(draft_dir).base_vocab_size() != s.tokenizer.base_vocab_size())
       log.warning("Draft model tokenizer does not match model tokenizer. Speculative decoding may not work as expected.");
   }

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mlxrt/model/profile.h"
+
 namespace mlxrt::server {
 
 enum class LogLevel { debug, info, warning, error, critical };
@@ -50,6 +52,8 @@ struct ServerOptions {
   std::vector<std::pair<std::string, std::string>> adapters;
   /** --max-models: models held at once, loaded as requests name them (ours; mlx_lm.server holds 1). */
   int max_models = 1;
+  /** --fidelity: every model (and draft) loaded at this tier (ours; l1 computes mlx-lm's bytes). */
+  model::FidelityTier fidelity = model::FidelityTier::l1;
 
   // Limits (ours; mlx_lm.server has none).
   size_t max_body_bytes = 16u << 20;
