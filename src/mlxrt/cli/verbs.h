@@ -21,6 +21,7 @@ void register_manage(CLI::App& app);
 void register_embed(CLI::App& app);
 void register_fit(CLI::App& app);
 void register_launch(CLI::App& app);
+void register_fidelity(CLI::App& app);
 
 /** Thrown by a verb whose exit status is another process's (launch): main returns `code` quietly. */
 struct ExitCode {
@@ -45,6 +46,7 @@ inline void register_verbs(CLI::App& app) {
   register_embed(app);
   register_fit(app);
   register_launch(app);
+  register_fidelity(app);
 }
 
 }  // namespace mlxrt::cli
