@@ -42,8 +42,10 @@ FUZZ_SECONDS ?= 600
 fuzz-long: build
 	@tools/fuzz_long.sh $(BUILD) $(FUZZ_SECONDS)
 
+# FIDELITY=l3: the demo at mlxrt's own measured kernels (default l1: mlx-lm's bytes).
+FIDELITY ?= l1
 demo: build
-	@tools/demo.sh $(BUILD)
+	@FIDELITY=$(FIDELITY) tools/demo.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

