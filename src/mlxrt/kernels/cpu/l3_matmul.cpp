@@ -113,49 +113,68 @@ struct QuantizedRows {
   std::vector<float> group_xs;
 };
 
+// One level of a block: d = max|v| / 127, q = nearbyint(v * (127 / max|v|)) (0 where max|v| is 0);
+// returns the sum of q. A NaN in v makes d NaN, so every output that reads the block says so.
+int quantize_level(const float* v, std::int8_t* q, float& d) {
+  float amax = 0.0f;
+  for (int i = 0; i < kL3Block; ++i) amax = std::max(amax, std::fabs(v[i]));
+  for (int i = 0; i < kL3Block; ++i)
+    if (std::isnan(v[i])) amax = v[i];
+  d = amax / 127.0f;
+  const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+  int sum = 0;
+  for (int i = 0; i < kL3Block; ++i) {
+    const float r = std::nearbyint(v[i] * inverse);
+    const int c = std::isnan(r) ? 0 : static_cast<int>(std::clamp(r, -127.0f, 127.0f));
+    q[i] = static_cast<std::int8_t>(c);
+    sum += c;
+  }
+  return sum;
+}
+
 void quantize_row(const char* x, mx::Dtype t, long long row, int k, int bits, int group_size, std::int8_t* q,
                   float* block_d, float* group_xs) {
   const int blocks = k / kL3Block;
-  std::vector<int> block_sum(static_cast<size_t>(blocks));
+  std::vector<int> block_sum(static_cast<size_t>(blocks) * kL3Levels);
+  const int per_word = 32 / bits;
   for (int b = 0; b < blocks; ++b) {
-    float v[kL3Block];
-    float amax = 0.0f;
+    float v[kL3Block], rest[kL3Block];
+    for (int i = 0; i < kL3Block; ++i) v[i] = element(x, t, row * k + b * kL3Block + i);
+    std::int8_t level[kL3Levels][kL3Block];
+    float d1, d2;
+    block_sum[2 * static_cast<size_t>(b)] = quantize_level(v, level[0], d1);
     for (int i = 0; i < kL3Block; ++i) {
-      v[i] = element(x, t, row * k + b * kL3Block + i);
-      amax = std::max(amax, std::fabs(v[i]));
+      const float approx = d1 * static_cast<float>(level[0][i]);
+      rest[i] = v[i] - approx;
     }
-    // A NaN anywhere makes d NaN, so the outputs that read this block say so.
-    for (int i = 0; i < kL3Block; ++i)
-      if (std::isnan(v[i])) amax = v[i];
-    const float d = amax / 127.0f;
-    const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
-    int sum = 0;
-    std::int8_t qi[kL3Block];
-    for (int i = 0; i < kL3Block; ++i) {
-      const float r = std::nearbyint(v[i] * inverse);
-      const int c = std::isnan(r) ? 0 : static_cast<int>(std::clamp(r, -127.0f, 127.0f));
-      qi[i] = static_cast<std::int8_t>(c);
-      sum += c;
-    }
-    // The order of the weights' bytes: 8 bits in k order; 4 bits per word of 8 values, the even
-    // ones (low nibbles) then the odd ones (high nibbles).
-    std::int8_t* out = q + b * kL3Block;
-    if (bits == 8) {
-      std::memcpy(out, qi, kL3Block);
-    } else {
-      for (int word = 0; word < kL3Block / 8; ++word)
-        for (int i = 0; i < 4; ++i) {
-          out[word * 8 + i] = qi[word * 8 + 2 * i];
-          out[word * 8 + 4 + i] = qi[word * 8 + 2 * i + 1];
+    block_sum[2 * static_cast<size_t>(b) + 1] = quantize_level(rest, level[1], d2);
+    block_d[2 * b] = d1;
+    block_d[2 * b + 1] = d2;
+    // Each word's values, level by level, in the order of the word's bytes (l3_qmm_args.h).
+    for (int word = 0; word < kL3Block / per_word; ++word) {
+      std::int8_t* out = q + (static_cast<long long>(b) * kL3Block + word * per_word) * kL3Levels;
+      for (int l = 0; l < kL3Levels; ++l) {
+        const std::int8_t* in = level[l] + word * per_word;
+        std::int8_t* dst = out + l * per_word;
+        if (bits == 8) {
+          std::memcpy(dst, in, 4);
+        } else {
+          for (int i = 0; i < 4; ++i) {
+            dst[i] = in[2 * i];
+            dst[4 + i] = in[2 * i + 1];
+          }
         }
+      }
     }
-    block_d[b] = d;
-    block_sum[static_cast<size_t>(b)] = sum;
   }
   const int per_group = group_size / kL3Block;
   for (int g = 0; g < k / group_size; ++g) {
     float xs = 0.0f;
-    for (int b = g * per_group; b < (g + 1) * per_group; ++b) xs += block_d[b] * static_cast<float>(block_sum[static_cast<size_t>(b)]);
+    for (int b = g * per_group; b < (g + 1) * per_group; ++b)
+      for (int l = 0; l < kL3Levels; ++l) {
+        const float part = block_d[2 * b + l] * static_cast<float>(block_sum[2 * static_cast<size_t>(b) + l]);
+        xs = xs + part;
+      }
     group_xs[g] = xs;
   }
 }
@@ -180,14 +199,14 @@ class L3QuantizedMatmul : public CpuOnly {
       const int k = in[0].shape(-1);
       const int rows = static_cast<int>(in[0].size() / static_cast<size_t>(k));
       QuantizedRows qx;
-      qx.q.resize(static_cast<size_t>(rows) * static_cast<size_t>(k));
-      qx.block_d.resize(static_cast<size_t>(rows) * static_cast<size_t>(k / kL3Block));
+      qx.q.resize(static_cast<size_t>(rows) * static_cast<size_t>(k) * kL3Levels);
+      qx.block_d.resize(static_cast<size_t>(rows) * static_cast<size_t>(k / kL3Block) * kL3Levels);
       qx.group_xs.resize(static_cast<size_t>(rows) * static_cast<size_t>(k / g));
       const auto dt = in[0].dtype();
       kr->workers().run(rows, 0, [&](float*, int begin, int end) {
         for (int r = begin; r < end; ++r)
-          quantize_row(x.data, dt, r, k, bits, g, qx.q.data() + static_cast<long long>(r) * k,
-                       qx.block_d.data() + static_cast<long long>(r) * (k / kL3Block),
+          quantize_row(x.data, dt, r, k, bits, g, qx.q.data() + static_cast<long long>(r) * k * kL3Levels,
+                       qx.block_d.data() + static_cast<long long>(r) * (k / kL3Block) * kL3Levels,
                        qx.group_xs.data() + static_cast<long long>(r) * (k / g));
       });
       L3QmmArgs args;

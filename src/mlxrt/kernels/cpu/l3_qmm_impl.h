@@ -43,7 +43,7 @@ struct L3Qmm {
         words_per_block(args.bits),
         tile_words(l3_tile_words(args.k, args.bits, args.group_size)),
         tiles((args.n + kL3TileRows - 1) / kL3TileRows),
-        q_stride(args.k) {}
+        q_stride(static_cast<long long>(args.k) * kL3Levels) {}
 
   // Subtile s (W outputs): tile s / kSubtilesPerTile, lanes (s % kSubtilesPerTile) · W on.
   const std::uint32_t* subtile_words(int s) const {
@@ -60,7 +60,7 @@ struct L3Qmm {
     const float* xs[R];
     for (int r = 0; r < R; ++r) {
       xq[r] = a.x.q + static_cast<long long>(r0 + r) * q_stride;
-      xd[r] = a.x.block_d + static_cast<long long>(r0 + r) * blocks;
+      xd[r] = a.x.block_d + static_cast<long long>(r0 + r) * blocks * kL3Levels;
       xs[r] = a.x.group_xs + static_cast<long long>(r0 + r) * groups;
     }
     const long long sb0 = static_cast<long long>(words) * kL3TileRows;  // scales and biases after the words
@@ -73,9 +73,10 @@ struct L3Qmm {
       F scale[S];
       for (int s = 0; s < S; ++s) scale[s] = V::load(reinterpret_cast<const float*>(base[s] + sb0 + static_cast<long long>(g) * 2 * kL3TileRows));
       for (int bb = 0; bb < blocks_per_group; ++bb, ++b) {
-        I even[R][S], odd[R][S];
+        // Per level: two chains (low and high nibbles, or even and odd words).
+        I first[R][S][2], second[R][S][2];
         for (int r = 0; r < R; ++r)
-          for (int s = 0; s < S; ++s) even[r][s] = odd[r][s] = V::zeroi();
+          for (int s = 0; s < S; ++s) first[r][s][0] = first[r][s][1] = second[r][s][0] = second[r][s][1] = V::zeroi();
         const int j0 = b * words_per_block;
         if (a.bits == 4) {
           for (int j = j0; j < j0 + 4; ++j) {
@@ -84,8 +85,11 @@ struct L3Qmm {
               const I lo = V::and_(wv, nibbles);
               const I hi = V::and_(V::srli4(wv), nibbles);
               for (int r = 0; r < R; ++r) {
-                even[r][s] = V::dot_nibbles(even[r][s], lo, xq[r] + 8 * j);
-                odd[r][s] = V::dot_nibbles(odd[r][s], hi, xq[r] + 8 * j + 4);
+                const std::int8_t* x = xq[r] + 16 * j;
+                first[r][s][0] = V::dot_nibbles(first[r][s][0], lo, x);
+                first[r][s][1] = V::dot_nibbles(first[r][s][1], hi, x + 4);
+                second[r][s][0] = V::dot_nibbles(second[r][s][0], lo, x + 8);
+                second[r][s][1] = V::dot_nibbles(second[r][s][1], hi, x + 12);
               }
             }
           }
@@ -95,16 +99,24 @@ struct L3Qmm {
               const I w0 = V::loadi(base[s] + static_cast<long long>(j) * kL3TileRows);
               const I w1 = V::loadi(base[s] + static_cast<long long>(j + 1) * kL3TileRows);
               for (int r = 0; r < R; ++r) {
-                even[r][s] = V::dot_bytes(even[r][s], w0, xq[r] + 4 * j);
-                odd[r][s] = V::dot_bytes(odd[r][s], w1, xq[r] + 4 * j + 4);
+                const std::int8_t* x = xq[r] + 8 * j;
+                first[r][s][0] = V::dot_bytes(first[r][s][0], w0, x);
+                second[r][s][0] = V::dot_bytes(second[r][s][0], w0, x + 4);
+                first[r][s][1] = V::dot_bytes(first[r][s][1], w1, x + 8);
+                second[r][s][1] = V::dot_bytes(second[r][s][1], w1, x + 12);
               }
             }
           }
         }
         for (int r = 0; r < R; ++r) {
-          const F d = V::set1(xd[r][b]);
-          for (int s = 0; s < S; ++s)
-            acc[r][s] = V::fma(V::to_float(V::addi(even[r][s], odd[r][s])), V::mul(scale[s], d), acc[r][s]);
+          const F d1 = V::set1(xd[r][2 * b]);
+          const F d2 = V::set1(xd[r][2 * b + 1]);
+          for (int s = 0; s < S; ++s) {
+            const F i1 = V::to_float(V::addi(first[r][s][0], first[r][s][1]));
+            const F i2 = V::to_float(V::addi(second[r][s][0], second[r][s][1]));
+            acc[r][s] = V::fma(i1, V::mul(scale[s], d1), acc[r][s]);
+            acc[r][s] = V::fma(i2, V::mul(scale[s], d2), acc[r][s]);
+          }
         }
       }
       for (int s = 0; s < S; ++s) {

@@ -21,7 +21,7 @@ std::optional<Quantized> load_quantized(WeightBinder& w, const std::string& path
   }
   // mx.quantize packs `bits`-bit values into uint32 words; scales/biases hold one per group.
   weight = w.take(path + ".weight", {out_dims, in_dims * spec->bits / 32});
-  Quantized q{w.take(path + ".scales", {out_dims, in_dims / spec->group_size}), std::nullopt, *spec, w.cpu_kernels()};
+  Quantized q{w.take(path + ".scales", {out_dims, in_dims / spec->group_size}), std::nullopt, *spec, w.cpu_kernels(), std::nullopt};
   if (spec->mode == "affine") q.biases = w.take(path + ".biases", {out_dims, in_dims / spec->group_size});
   q.pack_l3(w, weight);
   return q;

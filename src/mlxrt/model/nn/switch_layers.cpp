@@ -103,7 +103,7 @@ SwitchLinear SwitchLinear::load(WeightBinder& w, const std::string& path, int in
     // mx.quantize packs `bits`-bit values into uint32 words; scales/biases hold one per group.
     weight = take_expert_tensor(w, path + ".weight", {num_experts, output_dims, input_dims * spec->bits / 32}, streamed);
     const mx::Shape groups{num_experts, output_dims, input_dims / spec->group_size};
-    q = Quantized{take_expert_tensor(w, path + ".scales", groups, streamed), std::nullopt, *spec, w.cpu_kernels()};
+    q = Quantized{take_expert_tensor(w, path + ".scales", groups, streamed), std::nullopt, *spec, w.cpu_kernels(), std::nullopt};
     if (takes_global_scale(w, path)) {
       // _quantize_experts: one float32 scale per expert, no biases; nvfp4 only.
       if (spec->mode != "nvfp4")
