@@ -229,8 +229,11 @@ int launch_local(const LaunchOptions& o) {
     if (failed >= 0 && first_failure < 0) {
       first_failure = failed;
       result = exit_code(failed_status);
-      std::cerr << "mlxrt launch: rank " << failed << " " << describe(failed_status) << "; stopping the other ranks"
-                << std::endl;
+      // One write: the ranks share this stderr, and a line written in pieces interleaves with theirs.
+      const std::string line = "mlxrt launch: rank " + std::to_string(failed) + " " + describe(failed_status) +
+                               "; stopping the other ranks\n";
+      std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
+      std::cerr.flush();
       for (auto& other : ranks)
         if (other.running) ::kill(other.pid, SIGTERM);
       stop_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(o.grace_seconds * 1000));

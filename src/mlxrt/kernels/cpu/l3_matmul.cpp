@@ -9,7 +9,6 @@
 
 #include <mlx/ops.h>
 #include <mlx/primitives.h>
-#include <mlx/types/half_types.h>
 
 #include "mlxrt/kernels/cpu/cpu_workers.h"
 #include "mlxrt/kernels/cpu/l3_qmm_args.h"
@@ -27,25 +26,7 @@ bool l3_applies(int k, int group_size, int bits) {
          k % group_size == 0;
 }
 
-// Element i of a float32, bfloat16 or float16 buffer, as float.
-float element(const char* data, mx::Dtype t, long long i) {
-  if (t == mx::float32) {
-    float f;
-    std::memcpy(&f, data + i * 4, 4);
-    return f;
-  }
-  std::uint16_t h;
-  std::memcpy(&h, data + i * 2, 2);
-  if (t == mx::bfloat16) {
-    const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  mx::float16_t v;
-  std::memcpy(&v, &h, 2);
-  return static_cast<float>(v);
-}
+using detail::load_float;
 
 class CpuOnly : public mx::UnaryPrimitive {
  public:
@@ -94,8 +75,8 @@ class L3PackWeights : public CpuOnly {
           for (int i = 0; i < kL3TileRows; ++i) {
             const int row = t * kL3TileRows + i;
             const long long at = static_cast<long long>(row) * groups + gi;
-            sb[gi * 2 * kL3TileRows + i] = row < n ? element(scales.data, sdt, at) : 0.0f;
-            sb[gi * 2 * kL3TileRows + kL3TileRows + i] = row < n ? element(biases.data, bdt, at) : 0.0f;
+            sb[gi * 2 * kL3TileRows + i] = row < n ? load_float(scales.data, sdt, at) : 0.0f;
+            sb[gi * 2 * kL3TileRows + kL3TileRows + i] = row < n ? load_float(biases.data, bdt, at) : 0.0f;
           }
       }
     });
@@ -139,7 +120,7 @@ void quantize_row(const char* x, mx::Dtype t, long long row, int k, int bits, in
   const int per_word = 32 / bits;
   for (int b = 0; b < blocks; ++b) {
     float v[kL3Block], rest[kL3Block];
-    for (int i = 0; i < kL3Block; ++i) v[i] = element(x, t, row * k + b * kL3Block + i);
+    for (int i = 0; i < kL3Block; ++i) v[i] = load_float(x, t, row * k + b * kL3Block + i);
     std::int8_t level[kL3Levels][kL3Block];
     float d1, d2;
     block_sum[2 * static_cast<size_t>(b)] = quantize_level(v, level[0], d1);

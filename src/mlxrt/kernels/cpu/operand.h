@@ -1,10 +1,13 @@
 #pragma once
 /** An MLX array's data as the CPU kernels read it (row-contiguous where they need it). */
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include <mlx/allocator.h>
 #include <mlx/array.h>
 #include <mlx/backend/cpu/encoder.h>
+#include <mlx/types/half_types.h>
 
 namespace mlxrt::kernels::cpu::detail {
 
@@ -50,6 +53,39 @@ struct Operand {
     return at;
   }
 };
+
+/** Element i of a float32, bfloat16 or float16 buffer, as float. */
+inline float load_float(const char* data, mx::Dtype t, long long i) {
+  if (t == mx::float32) {
+    float f;
+    std::memcpy(&f, data + i * 4, 4);
+    return f;
+  }
+  std::uint16_t h;
+  std::memcpy(&h, data + i * 2, 2);
+  if (t == mx::bfloat16) {
+    const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  mx::float16_t v;
+  std::memcpy(&v, &h, 2);
+  return static_cast<float>(v);
+}
+
+/** Stores f at element i of a float32, bfloat16 or float16 buffer, rounded as MLX rounds. */
+inline void store_float(char* data, mx::Dtype t, long long i, float f) {
+  if (t == mx::float32) {
+    std::memcpy(data + i * 4, &f, 4);
+  } else if (t == mx::bfloat16) {
+    const mx::bfloat16_t v(f);
+    std::memcpy(data + i * 2, &v, 2);
+  } else {
+    const mx::float16_t v(f);
+    std::memcpy(data + i * 2, &v, 2);
+  }
+}
 
 /** Allocates `out` and schedules fn(out, inputs) on `stream`'s CPU encoder, as MLX's CPU primitives
  * do (the arrays captured as weak copies: the graph keeps them alive until it has run). */

@@ -14,6 +14,7 @@
 #include "mlxrt/cache/kv_cache.h"
 #include "mlxrt/cache/rotating_kv_cache.h"
 #include "mlxrt/model/nn/activations.h"
+#include "mlxrt/kernels/cpu/l3_fused.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::model::nn {
@@ -22,11 +23,13 @@ Norm Norm::load(WeightBinder& w, const std::string& path, int dims, float eps, K
   auto weight = w.take(path + ".weight", {dims});
   std::optional<mx::array> bias;
   if (kind == Kind::layer) bias = w.take(path + ".bias", {dims});
-  return Norm(kind, std::move(weight), std::move(bias), eps);
+  Norm norm(kind, std::move(weight), std::move(bias), eps);
+  norm.cpu_ = w.cpu_kernels();
+  return norm;
 }
 
 mx::array Norm::operator()(const mx::array& x) const {
-  if (kind_ == Kind::rms) return mx::fast::rms_norm(x, weight_, eps_);
+  if (kind_ == Kind::rms) return kernels::cpu::rms_norm(cpu_, x, weight_, eps_);
   return mx::fast::layer_norm(x, weight_, bias_, eps_);
 }
 
@@ -84,6 +87,7 @@ Attention::Attention(const AttentionOptions& options, WeightBinder& w, const std
                            attention_shard(o_, Shard::sharded_to_all))),
       q_norm_(load_qk_norm(o_, w, path + "." + o_.q_norm, o_.n_heads)),
       k_norm_(load_qk_norm(o_, w, path + "." + o_.k_norm, o_.n_kv_heads)) {
+  if (o_.rope) o_.rope->set_cpu_kernels(w.cpu_kernels());  // the fused L3 RoPE at --fidelity l3
   // shard(): n_heads //= N, n_kv_heads //= N (shard_like_llama checked that N divides them).
   if (o_.sharded) {
     const int n = w.tensor_group()->size();

@@ -37,6 +37,7 @@ class Norm {
   mx::array weight_;
   std::optional<mx::array> bias_;
   float eps_;
+  std::shared_ptr<const kernels::cpu::CpuKernels> cpu_;  // the fused L3 RMSNorm where it runs
 };
 
 /** Where the q/k norms sit: none; per_head: over head_dim after splitting the heads (qwen3);

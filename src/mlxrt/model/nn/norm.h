@@ -6,6 +6,7 @@
 #include <mlx/fast.h>
 #include <mlx/ops.h>
 
+#include "mlxrt/kernels/cpu/l3_fused.h"
 #include "mlxrt/model/nn/weight_binder.h"
 
 namespace mlxrt::model::nn {
@@ -13,14 +14,16 @@ namespace mlxrt::model::nn {
 class RMSNorm {
  public:
   static RMSNorm load(WeightBinder& w, const std::string& path, int dims, float eps) {
-    return RMSNorm(w.take(path + ".weight", {dims}), eps);
+    return RMSNorm(w.take(path + ".weight", {dims}), eps, w.cpu_kernels());
   }
-  mx::array operator()(const mx::array& x) const { return mx::fast::rms_norm(x, weight_, eps_); }
+  mx::array operator()(const mx::array& x) const { return kernels::cpu::rms_norm(cpu_, x, weight_, eps_); }
 
  private:
-  RMSNorm(mx::array weight, float eps) : weight_(std::move(weight)), eps_(eps) {}
+  RMSNorm(mx::array weight, float eps, std::shared_ptr<const kernels::cpu::CpuKernels> cpu)
+      : weight_(std::move(weight)), eps_(eps), cpu_(std::move(cpu)) {}
   mx::array weight_;
   float eps_;
+  std::shared_ptr<const kernels::cpu::CpuKernels> cpu_;  // the fused L3 RMSNorm where it runs
 };
 
 /** Gemma's RMSNorm (gemma.py, gemma2.py, gemma3_text.py): it scales by 1 + weight, the checkpoint

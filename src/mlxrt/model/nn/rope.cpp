@@ -7,6 +7,7 @@
 #include <mlx/fast.h>
 #include <mlx/ops.h>
 
+#include "mlxrt/kernels/cpu/l3_fused.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::model::nn {
@@ -208,13 +209,13 @@ mx::array Rope::operator()(const mx::array& x, int offset) const {
     double base = dynamic_base_ * std::pow((dynamic_factor_ * seq_len / dynamic_max_positions_) -
                                                (dynamic_factor_ - 1),
                                            static_cast<double>(dims_) / (dims_ - 2));
-    return mx::fast::rope(x, dims_, traditional_, static_cast<float>(base), 1.0f, offset);
+    return kernels::cpu::rope(cpu_, x, dims_, traditional_, static_cast<float>(base), 1.0f, offset, std::nullopt);
   }
   if (freqs_) {
     mx::array in = input_scale_ ? scale_features(x, dims_, *input_scale_) : x;
-    return mx::fast::rope(in, dims_, traditional_, std::nullopt, scale_, offset, *freqs_);
+    return kernels::cpu::rope(cpu_, in, dims_, traditional_, std::nullopt, scale_, offset, *freqs_);
   }
-  return mx::fast::rope(x, dims_, traditional_, base_, scale_, offset);
+  return kernels::cpu::rope(cpu_, x, dims_, traditional_, base_, scale_, offset, std::nullopt);
 }
 
 mx::array Rope::operator()(const mx::array& x, const mx::array& offset) const {

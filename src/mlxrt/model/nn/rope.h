@@ -3,11 +3,16 @@
  * linear, dynamic, llama3, yarn, longrope, mrope (for text positions a plain RoPE), proportional. Frequencies are
  * computed with MLX ops in float32, exactly as the reference computes them, so the rotated values
  * match bit for bit. */
+#include <memory>
 #include <optional>
 #include <string>
 
 #include <mlx/array.h>
 #include <nlohmann/json.hpp>
+
+namespace mlxrt::kernels::cpu {
+class CpuKernels;
+}
 
 namespace mlxrt::model::nn {
 
@@ -41,6 +46,9 @@ class Rope {
   /** The rope variant's name ("default", "linear", "llama3", ...), for profiles and logs. */
   const std::string& type() const { return type_; }
 
+  /** The CPU kernels of the model: at --fidelity l3, one offset runs the fused L3 RoPE. */
+  void set_cpu_kernels(std::shared_ptr<const kernels::cpu::CpuKernels> k) { cpu_ = std::move(k); }
+
  private:
   Rope() = default;
   std::string type_ = "default";
@@ -53,6 +61,7 @@ class Rope {
   // dynamic NTK: base recomputed from the sequence length at each call
   double dynamic_base_ = 0, dynamic_factor_ = 1;
   int dynamic_max_positions_ = 0;
+  std::shared_ptr<const kernels::cpu::CpuKernels> cpu_;
 };
 
 }  // namespace mlxrt::model::nn

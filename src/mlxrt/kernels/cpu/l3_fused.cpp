@@ -1,0 +1,195 @@
+#include "mlxrt/kernels/cpu/l3_fused.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <mlx/fast.h>
+#include <mlx/ops.h>
+#include <mlx/primitives.h>
+
+#include "mlxrt/kernels/cpu/matmul.h"
+#include "mlxrt/kernels/cpu/operand.h"
+
+namespace mlxrt::kernels::cpu {
+
+namespace {
+
+using detail::load_float;
+using detail::Operand;
+using detail::store_float;
+
+bool l3_on_cpu(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x) {
+  const auto t = x.dtype();
+  return kernels && kernels->l3() && mx::default_device() == mx::Device::cpu &&
+         (t == mx::float32 || t == mx::bfloat16 || t == mx::float16);
+}
+
+class L3Primitive : public mx::UnaryPrimitive {
+ public:
+  using mx::UnaryPrimitive::UnaryPrimitive;
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error(std::string("[") + name() + "] runs on the CPU only");
+  }
+};
+
+class L3RmsNorm : public L3Primitive {
+ public:
+  L3RmsNorm(mx::Stream stream, float eps, bool has_weight) : L3Primitive(stream), eps_(eps), has_weight_(has_weight) {}
+  const char* name() const override { return "L3RmsNorm"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto* o = dynamic_cast<const L3RmsNorm*>(&other);
+    return o && o->eps_ == eps_ && o->has_weight_ == has_weight_;
+  }
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    detail::schedule_on_cpu(stream(), inputs, out, [eps = eps_, has_weight = has_weight_](mx::array& out, const std::vector<mx::array>& in) {
+      const Operand x(in[0], 1);
+      const int d = in[0].shape(-1);
+      const long long rows = static_cast<long long>(in[0].size()) / d;
+      const auto t = in[0].dtype();
+      std::vector<float> w(static_cast<size_t>(d), 1.0f);
+      if (has_weight) {
+        const Operand wo(in[1], 1);
+        for (int i = 0; i < d; ++i) w[static_cast<size_t>(i)] = load_float(wo.data, t, wo.offset(i));
+      }
+      char* dst = static_cast<char*>(out.data<void>());
+      const size_t item = in[0].itemsize();
+      std::vector<float> v(static_cast<size_t>(d));
+      for (long long r = 0; r < rows; ++r) {
+        const char* row = x.data + x.offset(r * d) * static_cast<long long>(item);
+        // Eight partial sums (the compiler keeps them in one vector), added pairwise.
+        float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int i = 0; i < d; ++i) {
+          v[static_cast<size_t>(i)] = load_float(row, t, i);
+          part[i % 8] += v[static_cast<size_t>(i)] * v[static_cast<size_t>(i)];
+        }
+        const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+        const float inverse = 1.0f / std::sqrt(sum / static_cast<float>(d) + eps);
+        for (int i = 0; i < d; ++i) {
+          // Rounded to x's type before the weight, as the reference's normed x is.
+          const float normed = load_float_rounded(t, v[static_cast<size_t>(i)] * inverse);
+          store_float(dst, t, r * d + i, normed * w[static_cast<size_t>(i)]);
+        }
+      }
+    });
+  }
+
+ private:
+  static float load_float_rounded(mx::Dtype t, float f) {
+    char b[4];
+    store_float(b, t, 0, f);
+    return load_float(b, t, 0);
+  }
+  float eps_;
+  bool has_weight_;
+};
+
+// What one RoPE call computes, and its parameters.
+struct RopeCall {
+  int dims_;
+  bool traditional_;
+  float base_;
+  float scale_;
+  int offset_;
+  bool has_freqs_;
+
+  bool operator==(const RopeCall& o) const {
+    return dims_ == o.dims_ && traditional_ == o.traditional_ && base_ == o.base_ && scale_ == o.scale_ &&
+           offset_ == o.offset_ && has_freqs_ == o.has_freqs_;
+  }
+
+  void compute(const std::vector<mx::array>& in, mx::array& out) const {
+    const Operand x(in[0], 1);
+    const int d = in[0].shape(-1);
+    const int length = in[0].shape(-2);
+    const long long rows = static_cast<long long>(in[0].size()) / d;
+    const auto t = in[0].dtype();
+    const size_t item = in[0].itemsize();
+    const int half = dims_ / 2;
+    // The inverse frequencies: base^(-i / half), or 1 / freqs[i].
+    std::vector<double> inverse(static_cast<size_t>(half));
+    if (has_freqs_) {
+      const Operand f(in[1], 1);
+      for (int i = 0; i < half; ++i)
+        inverse[static_cast<size_t>(i)] = 1.0 / static_cast<double>(load_float(f.data, in[1].dtype(), f.offset(i)));
+    } else {
+      for (int i = 0; i < half; ++i)
+        inverse[static_cast<size_t>(i)] = std::pow(static_cast<double>(base_), -static_cast<double>(i) / half);
+    }
+    // cos and sin per position of this call, shared by every head and batch row.
+    std::vector<float> cosines(static_cast<size_t>(length) * half), sines(static_cast<size_t>(length) * half);
+    for (int l = 0; l < length; ++l)
+      for (int i = 0; i < half; ++i) {
+        const double theta = static_cast<double>(scale_) * static_cast<double>(offset_ + l) * inverse[static_cast<size_t>(i)];
+        cosines[static_cast<size_t>(l) * half + i] = static_cast<float>(std::cos(theta));
+        sines[static_cast<size_t>(l) * half + i] = static_cast<float>(std::sin(theta));
+      }
+    char* dst = static_cast<char*>(out.data<void>());
+    for (long long r = 0; r < rows; ++r) {
+      const char* row = x.data + x.offset(r * d) * static_cast<long long>(item);
+      const float* c = cosines.data() + (r % length) * half;
+      const float* s = sines.data() + (r % length) * half;
+      for (int i = 0; i < half; ++i) {
+        const int a = traditional_ ? 2 * i : i;
+        const int b = traditional_ ? 2 * i + 1 : i + half;
+        const float x1 = load_float(row, t, a), x2 = load_float(row, t, b);
+        store_float(dst, t, r * d + a, x1 * c[i] - x2 * s[i]);
+        store_float(dst, t, r * d + b, x1 * s[i] + x2 * c[i]);
+      }
+      for (int i = 2 * half; i < d; ++i) store_float(dst, t, r * d + i, load_float(row, t, i));
+    }
+  }
+
+};
+
+class L3Rope : public L3Primitive {
+ public:
+  L3Rope(mx::Stream stream, RopeCall call) : L3Primitive(stream), call_(call) {}
+  const char* name() const override { return "L3Rope"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto* o = dynamic_cast<const L3Rope*>(&other);
+    return o && o->call_ == call_;
+  }
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    detail::schedule_on_cpu(stream(), inputs, out, [call = call_](mx::array& out, const std::vector<mx::array>& in) {
+      call.compute(in, out);
+    });
+  }
+
+ private:
+  RopeCall call_;
+};
+
+}  // namespace
+
+mx::array rms_norm(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x,
+                   const std::optional<mx::array>& weight, float eps) {
+  const bool fused = l3_on_cpu(kernels, x) && x.ndim() >= 1 && x.shape(-1) > 0 &&
+                     (!weight || (weight->dtype() == x.dtype() && weight->ndim() == 1 && weight->shape(0) == x.shape(-1)));
+  if (!fused) return mx::fast::rms_norm(x, weight, eps);
+  std::vector<mx::array> inputs{x};
+  if (weight) inputs.push_back(*weight);
+  return mx::array(x.shape(), x.dtype(),
+                   std::make_shared<L3RmsNorm>(mx::default_stream(mx::Device::cpu), eps, weight.has_value()), inputs);
+}
+
+mx::array rope(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x, int dims, bool traditional,
+               std::optional<float> base, float scale, int offset, const std::optional<mx::array>& freqs) {
+  const bool fused = l3_on_cpu(kernels, x) && x.ndim() >= 3 && dims > 0 && dims % 2 == 0 && dims <= x.shape(-1) &&
+                     (freqs ? freqs->ndim() == 1 && freqs->shape(0) == dims / 2 &&
+                                  (freqs->dtype() == mx::float32 || freqs->dtype() == mx::bfloat16 ||
+                                   freqs->dtype() == mx::float16)
+                            : base.has_value());
+  if (!fused) return mx::fast::rope(x, dims, traditional, base, scale, offset, freqs);
+  std::vector<mx::array> inputs{x};
+  if (freqs) inputs.push_back(*freqs);
+  return mx::array(x.shape(), x.dtype(),
+                   std::make_shared<L3Rope>(mx::default_stream(mx::Device::cpu),
+                                            RopeCall{dims, traditional, base.value_or(0.0f), scale, offset, freqs.has_value()}),
+                   inputs);
+}
+
+}  // namespace mlxrt::kernels::cpu

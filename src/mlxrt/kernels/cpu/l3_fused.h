@@ -1,0 +1,29 @@
+#pragma once
+/** The decode step's small operations fused for the CPU at L3 (--fidelity l3): one node each where
+ * MLX's CPU backend expands mx::fast::rms_norm into about ten and mx::fast::rope into about thirty
+ * (its fast kernels are for the GPUs), which at decode cost more than the arithmetic (a
+ * SmolLM2-135M step is some 3,500 nodes). They compute in float32 and round once to the element
+ * type; `mlxrt fidelity` measures them with the rest of L3. Where they do not apply (no L3
+ * kernels, another device or dtype) each returns MLX's own op. */
+#include <memory>
+#include <optional>
+
+#include <mlx/array.h>
+
+namespace mlxrt::kernels::cpu {
+
+namespace mx = mlx::core;
+
+class CpuKernels;
+
+/** mx::fast::rms_norm(x, weight, eps): x * rsqrt(mean(x²) + eps), rounded to x's type, times the
+ * weight. Fused where the weight has x's type. */
+mx::array rms_norm(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x,
+                   const std::optional<mx::array>& weight, float eps);
+
+/** mx::fast::rope(x, dims, traditional, base, scale, offset, freqs) with one offset. Fused for
+ * x of 3 or more dimensions (positions along axis -2); the angles in double precision. */
+mx::array rope(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x, int dims, bool traditional,
+               std::optional<float> base, float scale, int offset, const std::optional<mx::array>& freqs);
+
+}  // namespace mlxrt::kernels::cpu
