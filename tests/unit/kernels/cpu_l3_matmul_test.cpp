@@ -12,7 +12,9 @@
 #include <vector>
 
 #include <mlx/mlx.h>
+#include <mlx/primitives.h>
 
+#include "mlxrt/kernels/cpu/l3_fused.h"
 #include "mlxrt/kernels/cpu/l3_matmul.h"
 #include "mlxrt/kernels/cpu/matmul.h"
 
@@ -206,6 +208,83 @@ TEST(L3QuantizedMatmul, PacksOnlyWhatItComputes) {
   EXPECT_FALSE(mlxrt::kernels::cpu::l3_pack(l1_only, q4[0], q4[1], q4[2], 64, 4, "affine").has_value())
       << "kernels without l3";
   EXPECT_TRUE(mlxrt::kernels::cpu::l3_pack(kernels, q4[0], q4[1], q4[2], 64, 4, "affine").has_value());
+}
+
+}  // namespace
+
+namespace {
+
+double max_relative(const mx::array& got, const mx::array& want) {
+  const auto g = floats_of(got), w = floats_of(want);
+  double err = 0.0, scale = 0.0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    err = std::max(err, std::fabs(static_cast<double>(g[i]) - w[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(w[i])));
+  }
+  return err / std::max(scale, 1e-30);
+}
+
+// The fused L3 ops stand in for MLX's: close to them (float32 arithmetic, rounded once), never
+// MLX's node, and not used without L3.
+TEST(L3FusedOps, AttentionIsMlxsWithinFloatRounding) {
+  auto kernels = CpuKernels::create(2, true, true);
+  if (!kernels) GTEST_SKIP() << "no L3 kernels on this CPU";
+  struct Shape {
+    int hq, hkv, lq, lk, d;
+    bool causal;
+  };
+  for (auto dtype : {mx::float32, mx::bfloat16, mx::float16})
+    for (const Shape& s : {Shape{9, 3, 1, 37, 64, false}, Shape{4, 4, 21, 21, 128, true}, Shape{6, 2, 5, 70, 64, true}}) {
+      auto key = mx::random::key(7);
+      auto q = mx::astype(mx::random::normal({2, s.lq, s.hq, s.d}, mx::float32, 0.0f, 1.0f, key), dtype);
+      q = mx::transpose(q, {0, 2, 1, 3});  // strided, as the projections' split heads are
+      // Keys and values: the first lk positions of a longer cache buffer.
+      auto k = mx::astype(mx::random::normal({2, s.hkv, s.lk + 9, s.d}, mx::float32, 0.0f, 1.0f, mx::random::key(8)), dtype);
+      auto v = mx::astype(mx::random::normal({2, s.hkv, s.lk + 9, s.d}, mx::float32, 0.0f, 1.0f, mx::random::key(9)), dtype);
+      k = mx::slice(k, {0, 0, 0, 0}, {2, s.hkv, s.lk, s.d});
+      v = mx::slice(v, {0, 0, 0, 0}, {2, s.hkv, s.lk, s.d});
+      const float scale = 1.0f / std::sqrt(static_cast<float>(s.d));
+      auto ours = mlxrt::kernels::cpu::attention(kernels, q, k, v, scale, s.causal);
+      ASSERT_TRUE(ours.has_value());
+      EXPECT_STREQ(ours->primitive().name(), "L3Attention");
+      auto want = mx::fast::scaled_dot_product_attention(mx::astype(q, mx::float32), mx::astype(k, mx::float32),
+                                                         mx::astype(v, mx::float32), scale, s.causal ? "causal" : "");
+      const double tolerance = dtype == mx::float32 ? 1e-5 : dtype == mx::float16 ? 2e-3 : 1e-2;
+      EXPECT_LT(max_relative(*ours, want), tolerance) << "hq " << s.hq << " lq " << s.lq << " lk " << s.lk;
+    }
+  auto l1_only = CpuKernels::create(1, true, false);
+  auto q = mx::zeros({1, 2, 1, 64});
+  EXPECT_FALSE(mlxrt::kernels::cpu::attention(l1_only, q, q, q, 1.0f, false).has_value());
+  EXPECT_FALSE(mlxrt::kernels::cpu::attention(kernels, mx::zeros({1, 2, 1, 60}), mx::zeros({1, 2, 1, 60}),
+                                              mx::zeros({1, 2, 1, 60}), 1.0f, false)
+                   .has_value())
+      << "a head dimension that is not a multiple of 8";
+}
+
+TEST(L3FusedOps, RmsNormAndRopeAreMlxsWithinFloatRounding) {
+  auto kernels = CpuKernels::create(2, true, true);
+  if (!kernels) GTEST_SKIP() << "no L3 kernels on this CPU";
+  for (auto dtype : {mx::float32, mx::bfloat16, mx::float16}) {
+    auto x = mx::astype(mx::random::normal({3, 5, 96}, mx::float32, 0.0f, 2.0f, mx::random::key(3)), dtype);
+    auto w = mx::astype(mx::random::normal({96}, mx::float32, 1.0f, 0.1f, mx::random::key(4)), dtype);
+    auto ours = mlxrt::kernels::cpu::rms_norm(kernels, x, w, 1e-5f);
+    EXPECT_STREQ(ours.primitive().name(), "L3RmsNorm");
+    const double tolerance = dtype == mx::float32 ? 1e-5 : dtype == mx::float16 ? 2e-3 : 1.6e-2;
+    EXPECT_LT(max_relative(ours, mx::fast::rms_norm(x, w, 1e-5f)), tolerance);
+    auto heads = mx::transpose(mx::reshape(x, {3, 5, 3, 32}), {0, 2, 1, 3});
+    for (bool traditional : {false, true}) {
+      auto rope = mlxrt::kernels::cpu::rope(kernels, heads, 24, traditional, 10000.0f, 1.0f, 17, std::nullopt);
+      EXPECT_STREQ(rope.primitive().name(), "L3Rope");
+      auto want = mx::fast::rope(heads, 24, traditional, 10000.0f, 1.0f, 17);
+      EXPECT_LT(max_relative(rope, want), tolerance) << "traditional " << traditional;
+    }
+    auto freqs = mx::array({1.0f, 3.0f, 9.0f, 27.0f, 81.0f, 243.0f});
+    auto rope = mlxrt::kernels::cpu::rope(kernels, heads, 12, false, std::nullopt, 0.5f, 3, freqs);
+    EXPECT_LT(max_relative(rope, mx::fast::rope(heads, 12, false, std::nullopt, 0.5f, 3, freqs)), tolerance);
+  }
+  auto l1_only = CpuKernels::create(1, true, false);
+  auto x = mx::ones({2, 8});
+  EXPECT_STRNE(mlxrt::kernels::cpu::rms_norm(l1_only, x, mx::ones({8}), 1e-5f).primitive().name(), "L3RmsNorm");
 }
 
 }  // namespace

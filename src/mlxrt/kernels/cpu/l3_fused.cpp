@@ -9,6 +9,8 @@
 #include <mlx/ops.h>
 #include <mlx/primitives.h>
 
+#include "mlxrt/kernels/cpu/cpu_workers.h"
+#include "mlxrt/kernels/cpu/l3_attention_args.h"
 #include "mlxrt/kernels/cpu/matmul.h"
 #include "mlxrt/kernels/cpu/operand.h"
 
@@ -163,7 +165,72 @@ class L3Rope : public L3Primitive {
   RopeCall call_;
 };
 
+class L3Attention : public L3Primitive {
+ public:
+  L3Attention(mx::Stream stream, std::shared_ptr<const CpuKernels> kernels, float scale, bool causal)
+      : L3Primitive(stream), kernels_(std::move(kernels)), scale_(scale), causal_(causal) {}
+  const char* name() const override { return "L3Attention"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto* o = dynamic_cast<const L3Attention*>(&other);
+    return o && o->scale_ == scale_ && o->causal_ == causal_ && o->kernels_ == kernels_;
+  }
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    detail::schedule_on_cpu(stream(), inputs, out, [k = kernels_, scale = scale_, causal = causal_](mx::array& out, const std::vector<mx::array>& in) {
+      const Operand q(in[0], 1), keys(in[1], 1), values(in[2], 1);
+      L3AttentionArgs a;
+      a.out = out.data<void>();
+      a.q = q.data;
+      a.k = keys.data;
+      a.v = values.data;
+      for (int d = 0; d < 3; ++d) {
+        a.q_strides[d] = q.strides[static_cast<size_t>(d)];
+        a.k_strides[d] = keys.strides[static_cast<size_t>(d)];
+        a.v_strides[d] = values.strides[static_cast<size_t>(d)];
+      }
+      a.batch = in[0].shape(0);
+      a.q_heads = in[0].shape(1);
+      a.kv_heads = in[1].shape(1);
+      a.q_length = in[0].shape(2);
+      a.kv_length = in[1].shape(2);
+      a.dims = in[0].shape(3);
+      a.v_dims = in[2].shape(3);
+      a.scale = scale;
+      a.causal = causal;
+      const auto t = in[0].dtype();
+      a.elem = t == mx::bfloat16 ? QmmElem::bf16 : t == mx::float16 ? QmmElem::f16 : QmmElem::f32;
+      k->workers().run(l3_attention_units(a), l3_attention_scratch(a), [&a](float* scratch, int begin, int end) {
+#if defined(MLXRT_CPU_X86_KERNELS)
+        l3_attention_units_avx2(a, begin, end, scratch);
+#else
+        (void)scratch, (void)begin, (void)end;
+#endif
+      });
+    });
+  }
+
+ private:
+  std::shared_ptr<const CpuKernels> kernels_;
+  float scale_;
+  bool causal_;
+};
+
 }  // namespace
+
+std::optional<mx::array> attention(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& q,
+                                   const mx::array& k, const mx::array& v, float scale, bool causal) {
+  if (!l3_on_cpu(kernels, q) || q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4) return std::nullopt;
+  if (k.dtype() != q.dtype() || v.dtype() != q.dtype()) return std::nullopt;
+  const int hq = q.shape(1), hkv = k.shape(1);
+  const bool shapes = k.shape(0) == q.shape(0) && v.shape(0) == q.shape(0) && v.shape(1) == hkv && hkv > 0 &&
+                      hq % hkv == 0 && v.shape(2) == k.shape(2) && k.shape(3) == q.shape(3) && q.shape(3) % 8 == 0 &&
+                      v.shape(3) % 8 == 0 && q.shape(3) <= 256 && v.shape(3) > 0 && q.shape(2) > 0 &&
+                      (!causal || q.shape(2) <= k.shape(2));
+  if (!shapes) return std::nullopt;
+  return mx::array({q.shape(0), hq, q.shape(2), v.shape(3)}, q.dtype(),
+                   std::make_shared<L3Attention>(mx::default_stream(mx::Device::cpu), kernels, scale, causal),
+                   {q, k, v});
+}
 
 mx::array rms_norm(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x,
                    const std::optional<mx::array>& weight, float eps) {

@@ -26,4 +26,12 @@ mx::array rms_norm(const std::shared_ptr<const CpuKernels>& kernels, const mx::a
 mx::array rope(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x, int dims, bool traditional,
                std::optional<float> base, float scale, int offset, const std::optional<mx::array>& freqs);
 
+/** mx::fast::scaled_dot_product_attention(q, k, v, scale, causal ? "causal" : "") over q
+ * [B, Hq, Lq, D] and k, v [B, Hkv, Lk, D or Dv] (Hq a multiple of Hkv): one node, threaded over
+ * heads and query rows, in place of MLX's CPU composition (matmuls, a mask, a softmax). Fused for
+ * head dimensions that are multiples of 8; nullopt where it does not apply (the caller then runs
+ * MLX's own). */
+std::optional<mx::array> attention(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& q,
+                                   const mx::array& k, const mx::array& v, float scale, bool causal);
+
 }  // namespace mlxrt::kernels::cpu

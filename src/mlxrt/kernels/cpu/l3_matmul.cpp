@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -98,15 +99,22 @@ struct QuantizedRows {
 // returns the sum of q. A NaN in v makes d NaN, so every output that reads the block says so.
 int quantize_level(const float* v, std::int8_t* q, float& d) {
   float amax = 0.0f;
-  for (int i = 0; i < kL3Block; ++i) amax = std::max(amax, std::fabs(v[i]));
-  for (int i = 0; i < kL3Block; ++i)
-    if (std::isnan(v[i])) amax = v[i];
+  bool nan = false;
+  for (int i = 0; i < kL3Block; ++i) {
+    amax = std::max(amax, std::fabs(v[i]));
+    nan = nan || v[i] != v[i];
+  }
+  if (nan) amax = std::numeric_limits<float>::quiet_NaN();
   d = amax / 127.0f;
   const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+  // Round to nearest even by adding and taking away 1.5 * 2^23 (|v * inverse| <= 127.5, where the
+  // sum's last bit is the integer's): nearbyint without a call per value.
+  constexpr float kRound = 12582912.0f;
   int sum = 0;
   for (int i = 0; i < kL3Block; ++i) {
-    const float r = std::nearbyint(v[i] * inverse);
-    const int c = std::isnan(r) ? 0 : static_cast<int>(std::clamp(r, -127.0f, 127.0f));
+    const float y = v[i] * inverse;
+    const float r = std::clamp((y + kRound) - kRound, -127.0f, 127.0f);
+    const int c = r == r ? static_cast<int>(r) : 0;
     q[i] = static_cast<std::int8_t>(c);
     sum += c;
   }

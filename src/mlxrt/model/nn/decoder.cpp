@@ -88,6 +88,7 @@ Attention::Attention(const AttentionOptions& options, WeightBinder& w, const std
       q_norm_(load_qk_norm(o_, w, path + "." + o_.q_norm, o_.n_heads)),
       k_norm_(load_qk_norm(o_, w, path + "." + o_.k_norm, o_.n_kv_heads)) {
   if (o_.rope) o_.rope->set_cpu_kernels(w.cpu_kernels());  // the fused L3 RoPE at --fidelity l3
+  cpu_ = w.cpu_kernels();
   // shard(): n_heads //= N, n_kv_heads //= N (shard_like_llama checked that N divides them).
   if (o_.sharded) {
     const int n = w.tensor_group()->size();
@@ -132,6 +133,12 @@ cache::CachedKV Attention::position_and_cache(mx::array& queries, const mx::arra
 }
 
 mx::array Attention::sdpa(const mx::array& queries, const cache::CachedKV& kv, const AttentionMask& mask) const {
+  // At --fidelity l3 on the CPU: one fused node over plain keys and values, causal or unmasked.
+  const auto* plain_kv = std::get_if<cache::PlainKV>(&kv);
+  if (cpu_ && cpu_->l3() && o_.sdpa_cast == SdpaCast::none && plain_kv && mask.kind != AttentionMask::Kind::array)
+    if (auto fused = kernels::cpu::attention(cpu_, queries, plain_kv->keys, plain_kv->values, o_.scale,
+                                             mask.kind == AttentionMask::Kind::causal))
+      return *fused;
   if (o_.sdpa_cast == SdpaCast::none) return scaled_dot_product_attention(queries, kv, o_.scale, mask);
   if (o_.sdpa_cast == SdpaCast::float16_queries_f32) {
     const auto dtype = queries.dtype() == mx::float16 ? mx::float32 : queries.dtype();

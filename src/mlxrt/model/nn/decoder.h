@@ -105,6 +105,7 @@ class Attention {
   std::optional<Linear> q_proj_, k_proj_, v_proj_, qkv_proj_;
   Linear o_proj_;
   std::optional<Norm> q_norm_, k_norm_;
+  std::shared_ptr<const kernels::cpu::CpuKernels> cpu_;  // the fused L3 attention where it runs
 };
 
 struct MlpOptions {

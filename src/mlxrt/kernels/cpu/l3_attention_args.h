@@ -1,0 +1,42 @@
+#pragma once
+/** The plain-data call of the L3 CPU attention (l3_fused.h's attention): what its instruction-set
+ * file sees (as affine_qmm_args.h, no header with inline functions).
+ *
+ * Per query row: s_j = scale * (q · k_j) in float32 over the keys it may see (all, or under a
+ * causal mask the first Lk - Lq + i + 1), p_j = exp(s_j - max s), out = (sum of p_j v_j) / (sum of
+ * p_j), rounded once to the element type. */
+#include <cstdint>
+
+#include "mlxrt/kernels/cpu/affine_qmm_args.h"
+
+namespace mlxrt::kernels::cpu {
+
+struct L3AttentionArgs {
+  void* out = nullptr;  // B × Hq × Lq × Dv, contiguous
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  // Element strides of the batch, head and position dimensions; the last dimension is contiguous.
+  long long q_strides[3] = {0, 0, 0};
+  long long k_strides[3] = {0, 0, 0};
+  long long v_strides[3] = {0, 0, 0};
+  int batch = 0, q_heads = 0, kv_heads = 0, q_length = 0, kv_length = 0, dims = 0, v_dims = 0;
+  float scale = 1.0f;
+  bool causal = false;
+  QmmElem elem = QmmElem::f32;  // of q, k, v and out
+};
+
+/** Query rows one work unit covers (of one batch row and head). */
+constexpr int kL3AttentionRowsPerUnit = 16;
+
+inline int l3_attention_units(const L3AttentionArgs& a) {
+  return a.batch * a.q_heads * ((a.q_length + kL3AttentionRowsPerUnit - 1) / kL3AttentionRowsPerUnit);
+}
+
+/** Floats of scratch one thread needs: the scores of one query row and its output accumulator. */
+inline long long l3_attention_scratch(const L3AttentionArgs& a) { return a.kv_length + a.v_dims + 16; }
+
+/** Units [begin, end) of `a`. AVX2 with FMA and F16C; dims and v_dims multiples of 8. */
+void l3_attention_units_avx2(const L3AttentionArgs& a, int begin, int end, float* scratch);
+
+}  // namespace mlxrt::kernels::cpu

@@ -1,0 +1,168 @@
+// The L3 CPU attention (l3_attention_args.h) on AVX2 with FMA and F16C: eight lanes of the head
+// dimension per vector, the scores' exponentials by a vectorised polynomial. Compiled with -mavx2
+// -mfma -mf16c (CMakeLists.txt); called only at --fidelity l3, which needs them.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "mlxrt/kernels/cpu/l3_attention_args.h"
+
+namespace mlxrt::kernels::cpu {
+
+namespace {
+
+// Eight elements at p as float.
+template <QmmElem E>
+__m256 load8(const void* p, long long at) {
+  if constexpr (E == QmmElem::f32) {
+    return _mm256_loadu_ps(static_cast<const float*>(p) + at);
+  } else if constexpr (E == QmmElem::bf16) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(p) + at));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(p) + at)));
+  }
+}
+
+float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+// exp(x) for x <= 0 (scores minus their maximum): 2^n · e^r with |r| <= ln2 / 2, e^r by a degree-6
+// polynomial (relative error about 2e-7); below -87 the result is 0 as the true one nearly is.
+__m256 exp_nonpositive(__m256 x) {
+  const __m256 low = _mm256_set1_ps(-87.0f);
+  const __m256 under = _mm256_cmp_ps(x, low, _CMP_LT_OQ);
+  x = _mm256_max_ps(x, low);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+std::uint16_t to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
+  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+template <QmmElem E>
+void query_row(const L3AttentionArgs& a, int b, int h, int i, float* scratch) {
+  const int kv_head = h / (a.q_heads / a.kv_heads);
+  const long long q_at = b * a.q_strides[0] + h * a.q_strides[1] + i * a.q_strides[2];
+  const long long k_at = b * a.k_strides[0] + kv_head * a.k_strides[1];
+  const long long v_at = b * a.v_strides[0] + kv_head * a.v_strides[1];
+  const int seen = a.causal ? a.kv_length - a.q_length + i + 1 : a.kv_length;
+  float* scores = scratch;
+  float* acc = scratch + a.kv_length + 8 - (a.kv_length % 8);
+  if (seen <= 0) {  // a row that sees no key (never under mlx-lm's masks): zeros
+    for (int d = 0; d < a.v_dims; ++d) acc[d] = 0.0f;
+  } else {
+    // The query, scaled once, in registers when it fits (head dims up to 256).
+    constexpr int kMaxVectors = 32;
+    __m256 qv[kMaxVectors];
+    const int vectors = a.dims / 8;
+    const __m256 scale = _mm256_set1_ps(a.scale);
+    float max_score = -3.4e38f;
+    for (int j = 0; j < seen; ++j) {
+      const long long kj = k_at + j * a.k_strides[2];
+      __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+      if (vectors <= kMaxVectors) {
+        if (j == 0)
+          for (int c = 0; c < vectors; ++c) qv[c] = _mm256_mul_ps(load8<E>(a.q, q_at + 8 * c), scale);
+        int c = 0;
+        for (; c + 1 < vectors; c += 2) {
+          s0 = _mm256_fmadd_ps(qv[c], load8<E>(a.k, kj + 8 * c), s0);
+          s1 = _mm256_fmadd_ps(qv[c + 1], load8<E>(a.k, kj + 8 * c + 8), s1);
+        }
+        if (c < vectors) s0 = _mm256_fmadd_ps(qv[c], load8<E>(a.k, kj + 8 * c), s0);
+      } else {
+        for (int c = 0; c < vectors; ++c)
+          s0 = _mm256_fmadd_ps(_mm256_mul_ps(load8<E>(a.q, q_at + 8 * c), scale), load8<E>(a.k, kj + 8 * c), s0);
+      }
+      const float s = hsum(_mm256_add_ps(s0, s1));
+      scores[j] = s;
+      max_score = s > max_score ? s : max_score;
+    }
+    // Exponentials and their sum.
+    const __m256 m = _mm256_set1_ps(max_score);
+    __m256 total = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= seen; j += 8) {
+      const __m256 p = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(scores + j), m));
+      _mm256_storeu_ps(scores + j, p);
+      total = _mm256_add_ps(total, p);
+    }
+    float sum = hsum(total);
+    if (j < seen) {
+      alignas(32) float tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int t = 0; t < seen - j; ++t) tail[t] = scores[j + t] - max_score;
+      alignas(32) float p[8];
+      _mm256_store_ps(p, exp_nonpositive(_mm256_load_ps(tail)));
+      for (int t = 0; t < seen - j; ++t) {
+        scores[j + t] = p[t];
+        sum += p[t];
+      }
+    }
+    // The weighted values.
+    for (int d = 0; d < a.v_dims; d += 8) _mm256_storeu_ps(acc + d, _mm256_setzero_ps());
+    for (int jj = 0; jj < seen; ++jj) {
+      const __m256 p = _mm256_set1_ps(scores[jj]);
+      const long long vj = v_at + jj * a.v_strides[2];
+      for (int d = 0; d < a.v_dims; d += 8)
+        _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(p, load8<E>(a.v, vj + d), _mm256_loadu_ps(acc + d)));
+    }
+    const __m256 inverse = _mm256_set1_ps(1.0f / sum);
+    for (int d = 0; d < a.v_dims; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), inverse));
+  }
+  const long long out_at = ((static_cast<long long>(b) * a.q_heads + h) * a.q_length + i) * a.v_dims;
+  if constexpr (E == QmmElem::f32) {
+    std::memcpy(static_cast<float*>(a.out) + out_at, acc, sizeof(float) * static_cast<size_t>(a.v_dims));
+  } else if constexpr (E == QmmElem::bf16) {
+    auto* o = static_cast<std::uint16_t*>(a.out) + out_at;
+    for (int d = 0; d < a.v_dims; ++d) o[d] = to_bf16(acc[d]);
+  } else {
+    auto* o = static_cast<std::uint16_t*>(a.out) + out_at;
+    for (int d = 0; d < a.v_dims; d += 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + d),
+                       _mm256_cvtps_ph(_mm256_loadu_ps(acc + d), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+}
+
+template <QmmElem E>
+void run(const L3AttentionArgs& a, int begin, int end, float* scratch) {
+  const int blocks = (a.q_length + kL3AttentionRowsPerUnit - 1) / kL3AttentionRowsPerUnit;
+  for (int u = begin; u < end; ++u) {
+    const int block = u % blocks;
+    const int h = (u / blocks) % a.q_heads;
+    const int b = u / blocks / a.q_heads;
+    const int i1 = (block + 1) * kL3AttentionRowsPerUnit < a.q_length ? (block + 1) * kL3AttentionRowsPerUnit : a.q_length;
+    for (int i = block * kL3AttentionRowsPerUnit; i < i1; ++i) query_row<E>(a, b, h, i, scratch);
+  }
+}
+
+}  // namespace
+
+void l3_attention_units_avx2(const L3AttentionArgs& a, int begin, int end, float* scratch) {
+  if (a.elem == QmmElem::f32)
+    run<QmmElem::f32>(a, begin, end, scratch);
+  else if (a.elem == QmmElem::bf16)
+    run<QmmElem::bf16>(a, begin, end, scratch);
+  else
+    run<QmmElem::f16>(a, begin, end, scratch);
+}
+
+}  // namespace mlxrt::kernels::cpu
