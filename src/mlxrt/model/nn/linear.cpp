@@ -29,7 +29,10 @@ std::optional<Quantized> load_quantized(WeightBinder& w, const std::string& path
 
 void Quantized::pack_l3(WeightBinder& w, const mx::array& weight) {
   l3 = kernels::cpu::l3_pack(cpu, weight, scales, biases, spec.group_size, spec.bits, spec.mode);
-  if (l3) w.derive(*l3);
+  if (!l3) return;
+  w.derive(*l3);
+  l3_n = weight.shape(0);
+  l3_k = weight.shape(1) * 32 / spec.bits;
 }
 
 mx::array Quantized::matmul(const mx::array& x, const mx::array& weight) const {
@@ -38,9 +41,10 @@ mx::array Quantized::matmul(const mx::array& x, const mx::array& weight) const {
     // mx::quantized_matmul's result type: x, scales and biases promoted together.
     auto dtype = mx::promote_types(t, scales.dtype());
     if (biases) dtype = mx::promote_types(dtype, biases->dtype());
-    return kernels::cpu::l3_quantized_matmul(cpu, x, *l3, weight.shape(0), weight.shape(1) * 32 / spec.bits,
-                                             spec.group_size, spec.bits, dtype);
+    return kernels::cpu::l3_quantized_matmul(cpu, x, *l3, l3_n, l3_k, spec.group_size, spec.bits, dtype);
   }
+  if (weight.size() == 0)
+    throw UnsupportedError("a layer loaded at --fidelity l3 keeps only its packed weights, for float inputs on the CPU");
   return kernels::cpu::quantized_matmul(cpu, x, weight, scales, biases, spec.group_size, spec.bits, spec.mode);
 }
 
@@ -76,6 +80,10 @@ Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int o
   linear.slots_ = take_slot_deltas(w, take);
   w.note_quantizable({path, QuantizableModule::Kind::linear, linear.q_ ? std::optional(linear.q_->spec) : std::nullopt,
                       linear.lora_});
+  // At L3 the packed copy is the one the layer computes with: the unpacked weight goes once the
+  // packing has read it, so the model is held once, not twice (an adapted layer keeps it: DoRA
+  // and the mixed-adapter rows read it).
+  if (linear.q_ && linear.q_->l3 && !linear.lora_ && !linear.slots_) linear.weight_ = mx::zeros({0}, mx::uint32);
   return linear;
 }
 

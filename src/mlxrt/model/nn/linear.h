@@ -25,8 +25,10 @@ struct Quantized {
   io::QuantSpec spec;
   /** Our CPU kernels, where the binder gave them (null: MLX's). */
   std::shared_ptr<const kernels::cpu::CpuKernels> cpu;
-  /** The weights packed for the L3 kernels (--fidelity l3), where they apply. */
+  /** The weights packed for the L3 kernels (--fidelity l3), where they apply, and the matrix's
+   * output and input dimensions (the layer may then drop its unpacked weight). */
   std::optional<mx::array> l3;
+  int l3_n = 0, l3_k = 0;
   /** mx::quantized_matmul(x, weight, scales, biases, transpose = true, ...) of this layer; at L3
    * the L3 kernel's product where it applies. */
   mx::array matmul(const mx::array& x, const mx::array& weight) const;
