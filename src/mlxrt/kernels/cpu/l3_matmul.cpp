@@ -209,7 +209,7 @@ class L3QuantizedMatmul : public CpuOnly {
       args.group_size = g;
       args.elem = elem_of(out.dtype());
       const int tiles = (n + kL3TileRows - 1) / kL3TileRows;
-      const int column_units = (tiles * kL3TileRows + kColumnsPerUnit - 1) / kColumnsPerUnit;
+      const int column_units = (tiles + kL3TilesPerUnit - 1) / kL3TilesPerUnit;
       const int units = column_units * ((rows + kRowsPerUnit - 1) / kRowsPerUnit);
       const bool vnni = kr->vnni();
       kr->workers().run(units, 0, [&](float*, int begin, int end) {

@@ -57,8 +57,12 @@ struct L3QmmArgs {
   QmmElem elem = QmmElem::f32;  // of out
 };
 
-/** Tiles one work unit covers (kColumnsPerUnit columns) by kRowsPerUnit rows, numbered as the
- * affine_qmm_units_* units are. One function per instruction set. */
+/** Tiles one work unit covers: two (32 columns), so that the narrow matrices of a decode step
+ * (a 192-row key projection is 12 tiles) still split evenly over the threads. */
+constexpr int kL3TilesPerUnit = 2;
+
+/** Units of kL3TilesPerUnit tiles by kRowsPerUnit rows, numbered as the affine_qmm_units_* units
+ * are (row block major). One function per instruction set. */
 void l3_qmm_units_avx512vnni(const L3QmmArgs& a, int begin, int end);
 void l3_qmm_units_avx2(const L3QmmArgs& a, int begin, int end);
 

@@ -22,7 +22,7 @@ struct L3Qmm {
   using I = typename V::I;
   static constexpr int W = V::kWidth;
   static constexpr int kSubtilesPerTile = kL3TileRows / W;
-  static constexpr int kTilesPerUnit = kColumnsPerUnit / kL3TileRows;
+  static constexpr int kTilesPerUnit = kL3TilesPerUnit;
 
   const L3QmmArgs& a;
   const int words;        // per weight row: k · bits / 32
