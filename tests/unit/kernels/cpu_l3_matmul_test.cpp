@@ -288,3 +288,42 @@ TEST(L3FusedOps, RmsNormAndRopeAreMlxsWithinFloatRounding) {
 }
 
 }  // namespace
+
+namespace {
+
+// The experts' product computes each (token, expert) block as the plain L3 product of that
+// expert's matrix computes it: the same bits, for sorted and unsorted indices.
+TEST(L3QuantizedMatmul, GatheredExpertsAreEachExpertsProduct) {
+  auto kernels = CpuKernels::create(2, true, true);
+  if (!kernels) GTEST_SKIP() << "no L3 kernels on this CPU";
+  const int experts = 5, n = 40, k = 128, tokens = 6, top = 2;
+  for (int bits : {4, 8}) {
+    auto w_float = mx::random::normal({experts, n, k}, mx::float32, 0.0f, 0.05f, mx::random::key(31));
+    auto q = mx::quantize(mx::astype(w_float, mx::bfloat16), 64, bits);
+    auto packed = mlxrt::kernels::cpu::l3_pack(kernels, q[0], q[1], q[2], 64, bits, "affine");
+    ASSERT_TRUE(packed.has_value());
+    auto x = mx::astype(mx::random::normal({tokens, 1, 1, k}, mx::float32, 0.0f, 1.0f, mx::random::key(32)), mx::bfloat16);
+    auto indices = mx::array({0, 3, 4, 1, 2, 2, 3, 0, 1, 4, 4, 3}, {tokens, top}, mx::uint32);
+    auto ours = mlxrt::kernels::cpu::l3_gather_qmm(kernels, x, q[0], q[1], q[2], *packed, indices, 64, bits, false);
+    ASSERT_TRUE(ours.has_value());
+    EXPECT_STREQ(ours->primitive().name(), "L3GatherQuantizedMatmul");
+    ASSERT_EQ(ours->shape(), (mx::Shape{tokens, top, 1, n}));
+    mx::eval(*ours, indices);
+    const auto got = bytes_of(*ours);
+    const auto* ids = indices.data<uint32_t>();
+    for (int t = 0; t < tokens; ++t)
+      for (int j = 0; j < top; ++j) {
+        const int e = static_cast<int>(ids[t * top + j]);
+        auto one = mlxrt::kernels::cpu::l3_pack(kernels, mx::squeeze(mx::slice(q[0], {e, 0, 0}, {e + 1, n, k * bits / 32}), 0),
+                                                mx::squeeze(mx::slice(q[1], {e, 0, 0}, {e + 1, n, k / 64}), 0),
+                                                mx::squeeze(mx::slice(q[2], {e, 0, 0}, {e + 1, n, k / 64}), 0), 64, bits, "affine");
+        auto row = mx::reshape(mx::slice(x, {t, 0, 0, 0}, {t + 1, 1, 1, k}), {1, k});
+        const auto want = bytes_of(mlxrt::kernels::cpu::l3_quantized_matmul(kernels, row, *one, n, k, 64, bits, mx::bfloat16));
+        const size_t at = static_cast<size_t>(t * top + j) * n * 2;
+        EXPECT_EQ(std::vector<char>(got.begin() + static_cast<long>(at), got.begin() + static_cast<long>(at + n * 2)), want)
+            << "bits " << bits << " token " << t << " expert " << e;
+      }
+  }
+}
+
+}  // namespace

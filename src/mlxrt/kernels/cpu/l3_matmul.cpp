@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -41,7 +42,8 @@ class CpuOnly : public mx::UnaryPrimitive {
   std::shared_ptr<const CpuKernels> kernels_;
 };
 
-// w, scales, biases -> tiles of 16 rows (l3_qmm_args.h), scales and biases as float32.
+// w, scales, biases -> tiles of 16 rows (l3_qmm_args.h), scales and biases as float32; a 3-D w
+// (experts) packs each matrix in turn.
 class L3PackWeights : public CpuOnly {
  public:
   L3PackWeights(mx::Stream stream, std::shared_ptr<const CpuKernels> kernels, int group_size, int bits)
@@ -54,16 +56,20 @@ class L3PackWeights : public CpuOnly {
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     detail::schedule_on_cpu(stream(), inputs, out, [g = group_size_, bits = bits_](mx::array& out, const std::vector<mx::array>& in) {
-      const Operand w(in[0], 2), scales(in[1], 2), biases(in[2], 2);
-      const int n = in[0].shape(0);
-      const int words = in[0].shape(1);
+      const int dims = static_cast<int>(in[0].ndim());
+      const Operand w(in[0], dims), scales(in[1], dims), biases(in[2], dims);
+      const int experts = dims == 3 ? in[0].shape(0) : 1;
+      const int n = in[0].shape(-2);
+      const int words = in[0].shape(-1);
       const int k = words * 32 / bits;
       const int groups = k / g;
       const long long tile_words = l3_tile_words(k, bits, g);
-      auto* dst = out.data<std::uint32_t>();
-      const auto* src = reinterpret_cast<const std::uint32_t*>(w.data);
       const auto sdt = in[1].dtype(), bdt = in[2].dtype();
       const int tiles = (n + kL3TileRows - 1) / kL3TileRows;
+      for (int e = 0; e < experts; ++e) {
+      auto* dst = out.data<std::uint32_t>() + static_cast<long long>(e) * tiles * tile_words;
+      const auto* src = reinterpret_cast<const std::uint32_t*>(w.data) + static_cast<long long>(e) * n * words;
+      const long long sb_at = static_cast<long long>(e) * n * groups;
       for (int t = 0; t < tiles; ++t) {
         std::uint32_t* tile = dst + t * tile_words;
         for (int j = 0; j < words; ++j)
@@ -75,10 +81,11 @@ class L3PackWeights : public CpuOnly {
         for (int gi = 0; gi < groups; ++gi)
           for (int i = 0; i < kL3TileRows; ++i) {
             const int row = t * kL3TileRows + i;
-            const long long at = static_cast<long long>(row) * groups + gi;
+            const long long at = sb_at + static_cast<long long>(row) * groups + gi;
             sb[gi * 2 * kL3TileRows + i] = row < n ? load_float(scales.data, sdt, at) : 0.0f;
             sb[gi * 2 * kL3TileRows + kL3TileRows + i] = row < n ? load_float(biases.data, bdt, at) : 0.0f;
           }
+      }
       }
     });
   }
@@ -93,6 +100,11 @@ struct QuantizedRows {
   std::vector<std::int8_t> q;
   std::vector<float> block_d;
   std::vector<float> group_xs;
+
+  // Row r onwards, for rows of k values and groups of g.
+  L3Rows row(long long r, int k, int g) const {
+    return {q.data() + r * k * kL3Levels, block_d.data() + r * (k / kL3Block) * kL3Levels, group_xs.data() + r * (k / g)};
+  }
 };
 
 // One level of a block: d = max|v| / 127, q = nearbyint(v * (127 / max|v|)) (0 where max|v| is 0);
@@ -168,6 +180,46 @@ void quantize_row(const char* x, mx::Dtype t, long long row, int k, int bits, in
   }
 }
 
+// The rows of a row-contiguous x, quantized over the threads.
+QuantizedRows quantize_rows(const CpuKernels& kernels, const char* x, mx::Dtype t, int rows, int k, int bits, int g) {
+  QuantizedRows qx;
+  qx.q.resize(static_cast<size_t>(rows) * static_cast<size_t>(k) * kL3Levels);
+  qx.block_d.resize(static_cast<size_t>(rows) * static_cast<size_t>(k / kL3Block) * kL3Levels);
+  qx.group_xs.resize(static_cast<size_t>(rows) * static_cast<size_t>(k / g));
+  kernels.workers().run(rows, 0, [&](float*, int begin, int end) {
+    for (int r = begin; r < end; ++r) {
+      const L3Rows at = qx.row(r, k, g);
+      quantize_row(x, t, r, k, bits, g, const_cast<std::int8_t*>(at.q), const_cast<float*>(at.block_d),
+                   const_cast<float*>(at.group_xs));
+    }
+  });
+  return qx;
+}
+
+// Runs `count` products of one shape (product i being args_of(i)), every work unit of every product
+// one item for the threads.
+void run_l3(const CpuKernels& kernels, int count, const L3QmmArgs& shape, const std::function<L3QmmArgs(int)>& args_of) {
+  const int tiles = (shape.n + kL3TileRows - 1) / kL3TileRows;
+  const int units = ((tiles + kL3TilesPerUnit - 1) / kL3TilesPerUnit) * ((shape.rows + kRowsPerUnit - 1) / kRowsPerUnit);
+  const bool vnni = kernels.vnni();
+  kernels.workers().run(count * units, 0, [&](float*, int begin, int end) {
+    for (int u = begin; u < end;) {
+      const int i = u / units;
+      const int stop = std::min(end, (i + 1) * units);
+      const L3QmmArgs args = args_of(i);
+#if defined(MLXRT_CPU_X86_KERNELS)
+      if (vnni)
+        l3_qmm_units_avx512vnni(args, u - i * units, stop - i * units);
+      else
+        l3_qmm_units_avx2(args, u - i * units, stop - i * units);
+#else
+      (void)vnni, (void)args;
+#endif
+      u = stop;
+    }
+  });
+}
+
 QmmElem elem_of(mx::Dtype t) {
   return t == mx::bfloat16 ? QmmElem::bf16 : t == mx::float16 ? QmmElem::f16 : QmmElem::f32;
 }
@@ -187,20 +239,10 @@ class L3QuantizedMatmul : public CpuOnly {
       const Operand x(in[0], static_cast<int>(in[0].ndim()));
       const int k = in[0].shape(-1);
       const int rows = static_cast<int>(in[0].size() / static_cast<size_t>(k));
-      QuantizedRows qx;
-      qx.q.resize(static_cast<size_t>(rows) * static_cast<size_t>(k) * kL3Levels);
-      qx.block_d.resize(static_cast<size_t>(rows) * static_cast<size_t>(k / kL3Block) * kL3Levels);
-      qx.group_xs.resize(static_cast<size_t>(rows) * static_cast<size_t>(k / g));
-      const auto dt = in[0].dtype();
-      kr->workers().run(rows, 0, [&](float*, int begin, int end) {
-        for (int r = begin; r < end; ++r)
-          quantize_row(x.data, dt, r, k, bits, g, qx.q.data() + static_cast<long long>(r) * k * kL3Levels,
-                       qx.block_d.data() + static_cast<long long>(r) * (k / kL3Block) * kL3Levels,
-                       qx.group_xs.data() + static_cast<long long>(r) * (k / g));
-      });
+      const QuantizedRows qx = quantize_rows(*kr, x.data, in[0].dtype(), rows, k, bits, g);
       L3QmmArgs args;
       args.out = out.data<void>();
-      args.x = {qx.q.data(), qx.block_d.data(), qx.group_xs.data()};
+      args.x = qx.row(0, k, g);
       args.packed = in[1].data<std::uint32_t>();
       args.rows = rows;
       args.n = n;
@@ -208,19 +250,55 @@ class L3QuantizedMatmul : public CpuOnly {
       args.bits = bits;
       args.group_size = g;
       args.elem = elem_of(out.dtype());
+      run_l3(*kr, 1, args, [&args](int) { return args; });
+    });
+  }
+
+ private:
+  int n_;
+  int group_size_;
+  int bits_;
+};
+
+// MLX's GatherQMM (transposed, affine) over packed experts: output block i is x's block lhs[i]
+// (M rows) against expert rhs[i]. Each x block is quantized once, however many experts read it.
+class L3GatherQuantizedMatmul : public CpuOnly {
+ public:
+  L3GatherQuantizedMatmul(mx::Stream stream, std::shared_ptr<const CpuKernels> kernels, int n, int group_size, int bits)
+      : CpuOnly(stream, std::move(kernels)), n_(n), group_size_(group_size), bits_(bits) {}
+  const char* name() const override { return "L3GatherQuantizedMatmul"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto* o = dynamic_cast<const L3GatherQuantizedMatmul*>(&other);
+    return o && o->n_ == n_ && o->group_size_ == group_size_ && o->bits_ == bits_ && o->kernels_ == kernels_;
+  }
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    detail::schedule_on_cpu(stream(), inputs, out, [kr = kernels_, n = n_, g = group_size_, bits = bits_](mx::array& out, const std::vector<mx::array>& in) {
+      const Operand x(in[0], static_cast<int>(in[0].ndim()));  // dense: blocks one after another
+      const Operand lhs(in[2], 0), rhs(in[3], 0);
+      const int k = in[0].shape(-1);
+      const int m = in[0].shape(-2);
+      const int rows = static_cast<int>(in[0].size() / static_cast<size_t>(k));
+      const QuantizedRows qx = quantize_rows(*kr, x.data, in[0].dtype(), rows, k, bits, g);
       const int tiles = (n + kL3TileRows - 1) / kL3TileRows;
-      const int column_units = (tiles + kL3TilesPerUnit - 1) / kL3TilesPerUnit;
-      const int units = column_units * ((rows + kRowsPerUnit - 1) / kRowsPerUnit);
-      const bool vnni = kr->vnni();
-      kr->workers().run(units, 0, [&](float*, int begin, int end) {
-#if defined(MLXRT_CPU_X86_KERNELS)
-        if (vnni)
-          l3_qmm_units_avx512vnni(args, begin, end);
-        else
-          l3_qmm_units_avx2(args, begin, end);
-#else
-        (void)vnni, (void)begin, (void)end;
-#endif
+      const long long expert_words = static_cast<long long>(tiles) * l3_tile_words(k, bits, g);
+      const auto* lhs_ids = reinterpret_cast<const std::uint32_t*>(lhs.data);
+      const auto* rhs_ids = reinterpret_cast<const std::uint32_t*>(rhs.data);
+      char* out_data = static_cast<char*>(out.data<void>());
+      const size_t item = out.itemsize();
+      L3QmmArgs shape;
+      shape.rows = m;
+      shape.n = n;
+      shape.k = k;
+      shape.bits = bits;
+      shape.group_size = g;
+      shape.elem = elem_of(out.dtype());
+      run_l3(*kr, static_cast<int>(in[2].size()), shape, [&](int i) {
+        L3QmmArgs args = shape;
+        args.out = out_data + static_cast<size_t>(i) * static_cast<size_t>(m) * static_cast<size_t>(n) * item;
+        args.x = qx.row(static_cast<long long>(lhs_ids[lhs.offset(i)]) * m, k, g);
+        args.packed = in[1].data<std::uint32_t>() + static_cast<long long>(rhs_ids[rhs.offset(i)]) * expert_words;
+        return args;
       });
     });
   }
@@ -236,13 +314,17 @@ class L3QuantizedMatmul : public CpuOnly {
 std::optional<mx::array> l3_pack(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& w,
                                  const mx::array& scales, const std::optional<mx::array>& biases, int group_size,
                                  int bits, const std::string& mode) {
-  if (!kernels || !kernels->l3() || mode != "affine" || !biases || w.ndim() != 2 || w.dtype() != mx::uint32)
+  if (!kernels || !kernels->l3() || mode != "affine" || !biases || (w.ndim() != 2 && w.ndim() != 3) ||
+      w.dtype() != mx::uint32)
     return std::nullopt;
-  const int k = w.shape(1) * 32 / bits;
-  if (!l3_applies(k, group_size, bits) || scales.ndim() != 2 || scales.shape(1) != k / group_size) return std::nullopt;
-  const int n = w.shape(0);
+  const int k = w.shape(-1) * 32 / bits;
+  if (!l3_applies(k, group_size, bits) || scales.ndim() != w.ndim() || scales.shape(-1) != k / group_size)
+    return std::nullopt;
+  const int n = w.shape(-2);
+  const long long experts = w.ndim() == 3 ? w.shape(0) : 1;
   const long long tiles = (n + kL3TileRows - 1) / kL3TileRows;
-  const long long words = tiles * l3_tile_words(k, bits, group_size);
+  const long long words = experts * tiles * l3_tile_words(k, bits, group_size);
+  if (words > std::numeric_limits<int>::max()) return std::nullopt;
   const auto cpu = mx::default_stream(mx::Device::cpu);
   return mx::array({static_cast<int>(words)}, mx::uint32,
                    std::make_shared<L3PackWeights>(cpu, kernels, group_size, bits), {w, scales, *biases});
@@ -256,6 +338,28 @@ mx::array l3_quantized_matmul(const std::shared_ptr<const CpuKernels>& kernels, 
   shape.back() = n;
   const auto cpu = mx::default_stream(mx::Device::cpu);
   return mx::array(shape, dtype, std::make_shared<L3QuantizedMatmul>(cpu, kernels, n, group_size, bits), {x, packed});
+}
+
+}  // namespace mlxrt::kernels::cpu
+
+namespace mlxrt::kernels::cpu {
+
+std::optional<mx::array> l3_gather_qmm(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x,
+                                       const mx::array& w, const mx::array& scales, const mx::array& biases,
+                                       const mx::array& packed, const mx::array& rhs_indices, int group_size, int bits,
+                                       bool sorted_indices) {
+  const auto t = x.dtype();
+  if (!kernels || !kernels->l3() || mx::default_device() != mx::Device::cpu ||
+      (t != mx::float32 && t != mx::bfloat16 && t != mx::float16) || w.ndim() != 3)
+    return std::nullopt;
+  // MLX's node first: its checks, its broadcasting of x and the indices, its result type.
+  auto y = mx::gather_qmm(x, w, scales, biases, std::nullopt, rhs_indices, true, group_size, bits, "affine",
+                          std::nullopt, sorted_indices);
+  if (y.inputs().size() != 6) return std::nullopt;
+  const auto& in = y.inputs();
+  return mx::array(y.shape(), y.dtype(),
+                   std::make_shared<L3GatherQuantizedMatmul>(y.primitive().stream(), kernels, w.shape(-2), group_size, bits),
+                   {in[0], packed, in[4], in[5]});
 }
 
 }  // namespace mlxrt::kernels::cpu

@@ -31,8 +31,8 @@ void Quantized::pack_l3(WeightBinder& w, const mx::array& weight) {
   l3 = kernels::cpu::l3_pack(cpu, weight, scales, biases, spec.group_size, spec.bits, spec.mode);
   if (!l3) return;
   w.derive(*l3);
-  l3_n = weight.shape(0);
-  l3_k = weight.shape(1) * 32 / spec.bits;
+  l3_n = weight.shape(-2);
+  l3_k = weight.shape(-1) * 32 / spec.bits;
 }
 
 mx::array Quantized::matmul(const mx::array& x, const mx::array& weight) const {

@@ -5,6 +5,7 @@
 #include <mlx/compile.h>
 #include <mlx/ops.h>
 
+#include "mlxrt/kernels/cpu/l3_matmul.h"
 #include "mlxrt/model/nn/activations.h"
 #include "mlxrt/model/nn/lora.h"
 #include "mlxrt/util/errors.h"
@@ -115,6 +116,9 @@ SwitchLinear SwitchLinear::load(WeightBinder& w, const std::string& path, int in
       global_scale = w.take(path + ".global_scale", {num_experts});
     } else if (spec->mode == "affine") {
       q->biases = take_expert_tensor(w, path + ".biases", groups, streamed);
+      // At --fidelity l3 the experts are packed for the L3 kernels (not streamed ones: --expert-memory
+      // reads experts into place as the router picks them).
+      if (streamed.empty()) q->pack_l3(w, *weight);
     }
   } else {
     weight = take_expert_tensor(w, path + ".weight", {num_experts, output_dims, input_dims}, streamed);
@@ -158,10 +162,15 @@ void SwitchLinear::shard(WeightBinder& w, Shard shard, const std::string& path) 
 
 mx::array SwitchLinear::operator()(const mx::array& x, const mx::array& indices, bool sorted_indices,
                                    const std::optional<PairTokens>& pairs) const {
-  mx::array y = q_ ? kernels::cpu::gather_qmm(q_->cpu, x, weight_, q_->scales, q_->biases, indices,
-                                              q_->spec.group_size, q_->spec.bits, q_->spec.mode, global_scale_,
-                                              sorted_indices)
-                   : mx::gather_mm(x, mx::swapaxes(weight_, -1, -2), std::nullopt, indices, sorted_indices);
+  std::optional<mx::array> l3;
+  if (q_ && q_->l3)
+    l3 = kernels::cpu::l3_gather_qmm(q_->cpu, x, weight_, q_->scales, *q_->biases, *q_->l3, indices, q_->spec.group_size,
+                                     q_->spec.bits, sorted_indices);
+  mx::array y = l3 ? *l3
+                : q_ ? kernels::cpu::gather_qmm(q_->cpu, x, weight_, q_->scales, q_->biases, indices,
+                                                q_->spec.group_size, q_->spec.bits, q_->spec.mode, global_scale_,
+                                                sorted_indices)
+                     : mx::gather_mm(x, mx::swapaxes(weight_, -1, -2), std::nullopt, indices, sorted_indices);
   if (bias_) y = mx::add(y, mx::expand_dims(mx::take(*bias_, indices, 0), -2));
   if (lora_) y = lora_switch(*lora_, x, y, indices, sorted_indices);
   if (slots_) {
