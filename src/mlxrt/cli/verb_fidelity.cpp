@@ -49,6 +49,7 @@ struct Args {
   int tokens = 1024;
   int prefill_chunk = 512;
   bool json = false, gate = false;
+  bool float32_reference = false;
 };
 
 enum class Mode { decode, prefill };
@@ -146,10 +147,23 @@ double position_kl(const float* lp, const float* lq, int vocab) {
 /** The greedy choice: the first index of the largest log-probability (mx::argmax's choice). */
 int greedy(const float* row, int vocab) { return static_cast<int>(std::max_element(row, row + vocab) - row); }
 
-model::LoadOptions tier_options(const Args& a, model::FidelityTier tier) {
+model::LoadOptions tier_options(const Args& a, model::FidelityTier tier, bool float32 = false) {
   auto options = load_options(a.profile_file);
   options.fidelity = tier;
+  options.float32 = float32;
   return options;
+}
+
+/** Adds KL(p || q) and agreement of one position to `r`. */
+void add_position(ModeResult& r, const float* p, const float* q, int vocab, int pos) {
+  const double kl = position_kl(p, q, vocab);
+  r.sum_kl += kl;
+  if (!std::isnan(r.max_kl) && !(kl <= r.max_kl)) {  // a NaN, once seen, stays the largest
+    r.max_kl = kl;
+    r.max_kl_position = pos;
+  }
+  r.agree += greedy(p, vocab) == greedy(q, vocab);
+  r.positions += 1;
 }
 
 /** What computes at `tier` on this machine: MLX's kernels or ours (which, at l3, include the L3
@@ -168,8 +182,9 @@ std::string kernels_description(const Args& a, model::FidelityTier tier) {
 /** Loads the model at `tier` and runs both modes, each call's rows handed to `take(mode, rows)`;
  * returns the fidelity its resolved profile declares. */
 ojson run_tier(const Args& a, const std::filesystem::path& dir, model::FidelityTier tier,
-               const std::vector<int32_t>& ids, const std::function<void(Mode, const Rows&)>& take) {
-  auto loaded = model::load_model(dir, tier_options(a, tier));
+               const std::vector<int32_t>& ids, const std::function<void(Mode, const Rows&)>& take,
+               bool float32 = false) {
+  auto loaded = model::load_model(dir, tier_options(a, tier, float32));
   model::check_token_ids(*loaded.model, ids);
   for (Mode m : kModes)
     forward_log_probs(*loaded.model, ids, m == Mode::decode ? 1 : a.prefill_chunk,
@@ -178,40 +193,55 @@ ojson run_tier(const Args& a, const std::filesystem::path& dir, model::FidelityT
   return model::to_json(loaded.profile.profile)["fidelity"];
 }
 
-/** The reference's rows, then the tier's compared with them position by position. */
-std::array<ModeResult, 2> measure(const Args& a, const std::filesystem::path& dir, const std::vector<int32_t>& ids,
-                                  ojson& tier_fidelity) {
-  const size_t n = ids.size() - 1;
-  Reference ref;
-  run_tier(a, dir, a.against, ids, [&](Mode m, const Rows& rows) {
+/** A load's rows, kept per mode. */
+std::function<void(Mode, const Rows&)> keep_rows(Reference& ref, size_t n) {
+  return [&ref, n](Mode m, const Rows& rows) {
     ref.vocab = rows.width;
     auto& out = ref.rows[static_cast<int>(m)];
     if (out.empty()) out.resize(n * static_cast<size_t>(ref.vocab));
     std::copy(rows.data, rows.data + size_t(rows.count) * ref.vocab,
               out.begin() + static_cast<ptrdiff_t>(size_t(rows.first) * ref.vocab));
+  };
+}
+
+/** Compares a load's rows with `ref`'s, position by position, into `results`. */
+void compare_rows(const Reference& ref, Mode m, const Rows& rows, std::array<ModeResult, 2>& results) {
+  const int vocab = rows.width;
+  if (vocab != ref.vocab)
+    throw UnsupportedError("the model's logits differ in width between the two loads (" + std::to_string(ref.vocab) +
+                           " and " + std::to_string(vocab) + ")");
+  const float* ref_rows = ref.rows[static_cast<int>(m)].data();
+  for (int i = 0; i < rows.count; ++i)
+    add_position(results[static_cast<int>(m)], ref_rows + size_t(rows.first + i) * vocab, rows.data + size_t(i) * vocab,
+                 vocab, rows.first + i);
+}
+
+/** Against and tier each measured against the model computed in float32 (--float32-reference). */
+struct Float32Figures {
+  std::array<ModeResult, 2> against, tier;
+};
+
+/** The reference's rows, then the tier's compared with them position by position (and, with
+ * `float32`, both compared with the float32 computation's rows, loaded first). */
+std::array<ModeResult, 2> measure(const Args& a, const std::filesystem::path& dir, const std::vector<int32_t>& ids,
+                                  ojson& tier_fidelity, Float32Figures* float32) {
+  const size_t n = ids.size() - 1;
+  Reference exact;
+  if (float32) {
+    run_tier(a, dir, model::FidelityTier::l1, ids, keep_rows(exact, n), true);
+    mx::clear_cache();
+  }
+  Reference ref;
+  const auto keep = keep_rows(ref, n);
+  run_tier(a, dir, a.against, ids, [&](Mode m, const Rows& rows) {
+    keep(m, rows);
+    if (float32) compare_rows(exact, m, rows, float32->against);
   });
   mx::clear_cache();  // the reference's weights are gone: give their memory back before the next load
   std::array<ModeResult, 2> results;
   tier_fidelity = run_tier(a, dir, a.tier, ids, [&](Mode m, const Rows& rows) {
-    const int vocab = rows.width;
-    if (vocab != ref.vocab)
-      throw UnsupportedError("the model's logits differ in width between the two loads (" +
-                             std::to_string(ref.vocab) + " and " + std::to_string(vocab) + ")");
-    auto& r = results[static_cast<int>(m)];
-    const float* ref_rows = ref.rows[static_cast<int>(m)].data();
-    for (int i = 0; i < rows.count; ++i) {
-      const int pos = rows.first + i;
-      const float* p = ref_rows + size_t(pos) * vocab;
-      const float* q = rows.data + size_t(i) * vocab;
-      const double kl = position_kl(p, q, vocab);
-      r.sum_kl += kl;
-      if (!std::isnan(r.max_kl) && !(kl <= r.max_kl)) {  // a NaN, once seen, stays the largest
-        r.max_kl = kl;
-        r.max_kl_position = pos;
-      }
-      r.agree += greedy(p, vocab) == greedy(q, vocab);
-      r.positions += 1;
-    }
+    compare_rows(ref, m, rows, results);
+    if (float32) compare_rows(exact, m, rows, float32->tier);
   });
   return results;
 }
@@ -257,7 +287,8 @@ void run(const Args& a) {
   // Before anything loads: a tier that cannot run here fails now, not after the reference's run.
   report["kernels"] = {{"against", kernels_description(a, a.against)}, {"tier", kernels_description(a, a.tier)}};
   ojson tier_fidelity;
-  const auto results = measure(a, dir, ids, tier_fidelity);
+  Float32Figures float32;
+  const auto results = measure(a, dir, ids, tier_fidelity, a.float32_reference ? &float32 : nullptr);
   report["fidelity"] = tier_fidelity;
   report["corpus"] = a.corpus.empty() ? "built-in" : a.corpus;
   report["corpus_tokens"] = available;
@@ -276,8 +307,32 @@ void run(const Args& a) {
     }
   }
   report["gate"] = {{"mean_kl_at_most", kGateMeanKl}, {"agreement_at_least", kGateAgreement}, {"pass", pass}};
-  if (a.json) std::cout << report.dump() << std::endl;
-  else print_table(a, report, results, pass);
+  if (a.float32_reference) {
+    // Which tier is nearer the model computed in float32: on a bfloat16 checkpoint MLX's CPU
+    // quantized matmul sums in bfloat16, so l1 itself sits some way from it.
+    for (Mode m : kModes) {
+      const auto& ra = float32.against[static_cast<int>(m)];
+      const auto& rt = float32.tier[static_cast<int>(m)];
+      report["float32_reference"][mode_name(m)] = {
+          {"against", {{"mean_kl", ra.mean_kl()}, {"max_kl", ra.max_kl}, {"agreement", ra.agreement()}}},
+          {"tier", {{"mean_kl", rt.mean_kl()}, {"max_kl", rt.max_kl}, {"agreement", rt.agreement()}}}};
+    }
+  }
+  if (a.json) {
+    std::cout << report.dump() << std::endl;
+  } else {
+    print_table(a, report, results, pass);
+    if (a.float32_reference) {
+      std::printf("\nagainst the model computed in float32 (mean KL, agreement):\n");
+      std::printf("%-8s %24s %24s\n", "mode", fidelity_name(a.against), fidelity_name(a.tier));
+      for (Mode m : kModes) {
+        const auto& ra = float32.against[static_cast<int>(m)];
+        const auto& rt = float32.tier[static_cast<int>(m)];
+        std::printf("%-8s %14s %8.2f%% %14s %8.2f%%\n", mode_name(m), sci(ra.mean_kl()).c_str(), 100.0 * ra.agreement(),
+                    sci(rt.mean_kl()).c_str(), 100.0 * rt.agreement());
+      }
+    }
+  }
   std::fflush(stdout);
   if (a.gate && !pass)
     throw Error("--gate: fidelity " + std::string(fidelity_name(a.tier)) + " fails the gate (mean KL <= " +
@@ -297,6 +352,9 @@ void register_fidelity(CLI::App& app) {
       ->required();
   add_fidelity_flag(cmd, a->tier, "--tier", "The tier measured");
   add_fidelity_flag(cmd, a->against, "--against", "The tier it is measured against (the reference)");
+  cmd->add_flag("--float32-reference", a->float32_reference,
+                "Also measure both tiers against the model computed in float32 (its floating tensors read as "
+                "float32, at l1): which of them is nearer the exact computation");
   cmd->add_option("--tokens", a->tokens, "Positions measured: the corpus's first N + 1 tokens are fed")
       ->capture_default_str();
   cmd->add_option("--corpus", a->corpus, "A UTF-8 text file to measure on (default: the built-in corpus)");

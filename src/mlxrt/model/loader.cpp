@@ -118,7 +118,7 @@ struct Bound {
 
 Bound bind_weights(const io::ModelConfig& config, const ResolvedProfile& profile,
                    const std::shared_ptr<nn::Adapter>& adapter, const std::optional<Parallel>& parallel,
-                   std::shared_ptr<const kernels::cpu::CpuKernels> cpu_kernels = nullptr) {
+                   std::shared_ptr<const kernels::cpu::CpuKernels> cpu_kernels = nullptr, bool float32 = false) {
   auto weights = io::load_weights(config.dir());
   check_layer_count(config, weights);
   if (adapter) prepare_adapter(*adapter, config, weights);
@@ -126,6 +126,7 @@ Bound bind_weights(const io::ModelConfig& config, const ResolvedProfile& profile
   binder->set_adapter(adapter);
   binder->set_parallel(parallel);
   binder->set_cpu_kernels(std::move(cpu_kernels));
+  binder->set_float32(float32);
   // Tensor parallel: each rank reads its slices of the weight files, not the whole tensors.
   if (parallel && parallel->mode == Parallel::Mode::tensor) binder->set_locations(io::tensor_locations(config.dir()));
   auto model = graph_entry(profile.profile.execution.graph).build(config, *binder);
@@ -157,7 +158,7 @@ LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& opt
     check_same_model_on_all_ranks(*options.parallel, config);
   }
   auto adapter = load_adapter(options);
-  auto bound = bind_weights(config, profile, adapter, options.parallel, cpu_kernels_for(options));
+  auto bound = bind_weights(config, profile, adapter, options.parallel, cpu_kernels_for(options), options.float32);
   if (!options.lazy) {
     // Tensor parallel: the sharded tensors are this rank's slices, read from the files (or cut from
     // a tensor a sanitize made); the whole tensors are never evaluated.

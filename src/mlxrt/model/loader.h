@@ -32,6 +32,10 @@ struct LoadOptions {
    * resolved profile then declares {l3, no oracle, measured}. UnsupportedError where no L3 kernel
    * runs (another device or CPU). l2 is not a load option (it is an artifact's contract). */
   FidelityTier fidelity = FidelityTier::l1;
+  /** Every floating tensor of the checkpoint read as float32 (quantized weights stay as they are;
+   * their scales and biases become float32), so MLX computes the whole model in float32: the
+   * reference `mlxrt fidelity --float32-reference` measures both tiers against. */
+  bool float32 = false;
 };
 
 /** The CPU kernels a model loaded with `options` computes with (null: MLX's own). */

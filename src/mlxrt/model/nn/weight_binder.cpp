@@ -45,6 +45,7 @@ mx::array WeightBinder::take(const std::string& name, const mx::Shape& shape) {
     misshaped_.push_back(name + ": expected shape " + shape_str(shape) + " but the checkpoint has " +
                          shape_str(a.shape()));
   }
+  if (float32_ && mx::issubdtype(a.dtype(), mx::floating) && a.dtype() != mx::float32) return mx::astype(a, mx::float32);
   return a;
 }
 

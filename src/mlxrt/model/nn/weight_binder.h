@@ -121,6 +121,8 @@ class WeightBinder {
   /** Arrays a layer made from its tensors at load (the L3 kernels' packed weights): a non-lazy
    * load evaluates them with the taken tensors. */
   void derive(mx::array a) { derived_.push_back(std::move(a)); }
+  /** take() returns floating tensors as float32 (LoadOptions::float32). */
+  void set_float32(bool on) { float32_ = on; }
   const std::vector<mx::array>& derived() const { return derived_; }
 
   /** Notes a module mlx.nn.quantize could quantize (Linear::load, Embedding::load, SwitchLinear::load). */
@@ -197,6 +199,7 @@ class WeightBinder {
   std::vector<mx::array> taken_;
   std::vector<std::string> taken_names_;
   std::vector<mx::array> derived_;
+  bool float32_ = false;
   std::vector<QuantizableModule> quantizable_;
   std::shared_ptr<nn::Adapter> adapter_;
   AdapterSlots slots_;
