@@ -17,34 +17,20 @@
 #include "mlxrt/kernels/cpu/l3_fused.h"
 #include "mlxrt/kernels/cpu/l3_matmul.h"
 #include "mlxrt/kernels/cpu/matmul.h"
+#include "matmul_case.h"
 
 namespace mx = mlx::core;
 using mlxrt::kernels::cpu::CpuKernels;
+using mlxrt::kernels::test::bytes_of;
+using mlxrt::kernels::test::Case;
+using mlxrt::kernels::test::describe;
 
 namespace {
-
-struct Case {
-  int rows, n, k, bits, group;
-  mx::Dtype dtype;
-};
-
-std::string describe(const Case& c) {
-  return "rows " + std::to_string(c.rows) + " n " + std::to_string(c.n) + " k " + std::to_string(c.k) + " bits " +
-         std::to_string(c.bits) + " group " + std::to_string(c.group) + " dtype " +
-         (c.dtype == mx::float32 ? "float32" : c.dtype == mx::bfloat16 ? "bfloat16" : "float16");
-}
 
 std::vector<float> floats_of(const mx::array& a) {
   auto f = mx::astype(a, mx::float32);
   mx::eval(f);
   return std::vector<float>(f.data<float>(), f.data<float>() + f.size());
-}
-
-std::vector<char> bytes_of(mx::array a) {
-  a = mx::contiguous(a);
-  mx::eval(a);
-  const char* p = static_cast<const char*>(a.data<void>());
-  return std::vector<char>(p, p + a.nbytes());
 }
 
 // The definition, one output at a time, in float32 as rounded to the output type by MLX.

@@ -13,18 +13,15 @@
 #include <mlx/primitives.h>
 
 #include "mlxrt/kernels/cpu/matmul.h"
+#include "matmul_case.h"
 
 namespace mx = mlx::core;
 using mlxrt::kernels::cpu::CpuKernels;
+using mlxrt::kernels::test::bytes_of;
+using mlxrt::kernels::test::Case;
+using mlxrt::kernels::test::describe;
 
 namespace {
-
-std::vector<char> bytes_of(mx::array a) {
-  a = mx::contiguous(a);
-  mx::eval(a);
-  const char* p = static_cast<const char*>(a.data<void>());
-  return std::vector<char>(p, p + a.nbytes());
-}
 
 // Random x with some special values mixed in (signed zero, infinities, NaN, subnormals, large).
 mx::array make_x(int rows, int k, mx::Dtype dtype, uint64_t seed, bool specials) {
@@ -40,17 +37,6 @@ mx::array make_x(int rows, int k, mx::Dtype dtype, uint64_t seed, bool specials)
     x = mx::array(v.data(), {rows, k}, mx::float32);
   }
   return mx::astype(x, dtype);
-}
-
-struct Case {
-  int rows, n, k, bits, group;
-  mx::Dtype dtype;
-};
-
-std::string describe(const Case& c) {
-  return "rows " + std::to_string(c.rows) + " n " + std::to_string(c.n) + " k " + std::to_string(c.k) + " bits " +
-         std::to_string(c.bits) + " group " + std::to_string(c.group) + " dtype " +
-         (c.dtype == mx::float32 ? "float32" : c.dtype == mx::bfloat16 ? "bfloat16" : "float16");
 }
 
 void expect_same_bytes(const Case& c, const std::shared_ptr<CpuKernels>& kernels, bool specials, uint64_t seed) {
