@@ -247,7 +247,7 @@ TEST(L3FusedOps, AttentionIsMlxsWithinFloatRounding) {
       << "a head dimension that is not a multiple of 8";
 }
 
-TEST(L3FusedOps, RmsNormAndRopeAreMlxsWithinFloatRounding) {
+TEST(L3FusedOps, RmsNormRopeAndSwigluAreMlxsWithinFloatRounding) {
   auto kernels = CpuKernels::create(2, true, true);
   if (!kernels) GTEST_SKIP() << "no L3 kernels on this CPU";
   for (auto dtype : {mx::float32, mx::bfloat16, mx::float16}) {
@@ -268,7 +268,20 @@ TEST(L3FusedOps, RmsNormAndRopeAreMlxsWithinFloatRounding) {
     auto rope = mlxrt::kernels::cpu::rope(kernels, heads, 12, false, std::nullopt, 0.5f, 3, freqs);
     EXPECT_LT(max_relative(rope, mx::fast::rope(heads, 12, false, std::nullopt, 0.5f, 3, freqs)), tolerance);
   }
+  for (auto dtype : {mx::float32, mx::bfloat16, mx::float16}) {
+    // 3 x 7 x 13 elements: a tail that does not fill a vector; values far into both tails of exp.
+    auto g = mx::astype(mx::random::normal({3, 7, 13}, mx::float32, 0.0f, 6.0f, mx::random::key(5)), dtype);
+    auto u = mx::astype(mx::random::normal({3, 7, 13}, mx::float32, 0.0f, 1.0f, mx::random::key(6)), dtype);
+    auto ours = mlxrt::kernels::cpu::swiglu(kernels, g, u);
+    ASSERT_TRUE(ours.has_value());
+    EXPECT_STREQ(ours->primitive().name(), "L3Swiglu");
+    auto g32 = mx::astype(g, mx::float32);
+    auto want = mx::multiply(mx::multiply(g32, mx::sigmoid(g32)), mx::astype(u, mx::float32));
+    const double tolerance = dtype == mx::float32 ? 1e-5 : dtype == mx::float16 ? 2e-3 : 1.6e-2;
+    EXPECT_LT(max_relative(*ours, want), tolerance);
+  }
   auto l1_only = CpuKernels::create(1, true, false);
+  EXPECT_FALSE(mlxrt::kernels::cpu::swiglu(l1_only, mx::ones({8}), mx::ones({8})).has_value());
   auto x = mx::ones({2, 8});
   EXPECT_STRNE(mlxrt::kernels::cpu::rms_norm(l1_only, x, mx::ones({8}), 1e-5f).primitive().name(), "L3RmsNorm");
 }

@@ -1,5 +1,6 @@
 #include "mlxrt/kernels/cpu/l3_fused.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -10,7 +11,7 @@
 #include <mlx/primitives.h>
 
 #include "mlxrt/kernels/cpu/cpu_workers.h"
-#include "mlxrt/kernels/cpu/l3_attention_args.h"
+#include "mlxrt/kernels/cpu/l3_fused_args.h"
 #include "mlxrt/kernels/cpu/matmul.h"
 #include "mlxrt/kernels/cpu/operand.h"
 
@@ -215,7 +216,48 @@ class L3Attention : public L3Primitive {
   bool causal_;
 };
 
+class L3Swiglu : public L3Primitive {
+ public:
+  L3Swiglu(mx::Stream stream, std::shared_ptr<const CpuKernels> kernels)
+      : L3Primitive(stream), kernels_(std::move(kernels)) {}
+  const char* name() const override { return "L3Swiglu"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto* o = dynamic_cast<const L3Swiglu*>(&other);
+    return o && o->kernels_ == kernels_;
+  }
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    detail::schedule_on_cpu(stream(), inputs, out, [k = kernels_](mx::array& out, const std::vector<mx::array>& in) {
+      const Operand gate(in[0], static_cast<int>(in[0].ndim())), up(in[1], static_cast<int>(in[1].ndim()));
+      const auto t = in[0].dtype();
+      const QmmElem elem = t == mx::bfloat16 ? QmmElem::bf16 : t == mx::float16 ? QmmElem::f16 : QmmElem::f32;
+      const long long count = static_cast<long long>(out.size());
+      constexpr long long kPerUnit = 8192;
+      void* dst = out.data<void>();
+      k->workers().run(static_cast<int>((count + kPerUnit - 1) / kPerUnit), 0, [&](float*, int begin, int end) {
+#if defined(MLXRT_CPU_X86_KERNELS)
+        l3_swiglu_avx2(gate.data, up.data, dst, elem, begin * kPerUnit, std::min(count, end * kPerUnit));
+#else
+        (void)begin, (void)end, (void)elem, (void)dst;
+#endif
+      });
+    });
+  }
+
+ private:
+  std::shared_ptr<const CpuKernels> kernels_;
+};
+
 }  // namespace
+
+std::optional<mx::array> swiglu(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& gate,
+                                const mx::array& up) {
+  if (!l3_on_cpu(kernels, gate) || up.dtype() != gate.dtype() || up.shape() != gate.shape() || gate.size() == 0 ||
+      gate.size() > (1ull << 40))
+    return std::nullopt;
+  return mx::array(gate.shape(), gate.dtype(), std::make_shared<L3Swiglu>(mx::default_stream(mx::Device::cpu), kernels),
+                   {gate, up});
+}
 
 std::optional<mx::array> attention(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& q,
                                    const mx::array& k, const mx::array& v, float scale, bool causal) {

@@ -197,12 +197,17 @@ Mlp::Mlp(const MlpOptions& options, WeightBinder& w, const std::string& path) : 
   down_proj_.emplace(Linear::load(w, path + "." + o_.down_proj, o_.hidden, o_.dims, o_.bias, out));
   if (o_.kind != Kind::fused_swiglu)
     up_proj_.emplace(Linear::load(w, path + "." + o_.up_proj, o_.dims, o_.hidden, o_.bias, in));
+  cpu_ = w.cpu_kernels();
 }
 
 mx::array Mlp::operator()(const mx::array& x) const {
   switch (o_.kind) {
-    case MlpOptions::Kind::swiglu:
-      return (*down_proj_)(swiglu((*gate_proj_)(x), (*up_proj_)(x)));
+    case MlpOptions::Kind::swiglu: {
+      auto gate = (*gate_proj_)(x), up = (*up_proj_)(x);
+      // At --fidelity l3 on the CPU: one node with a vectorised exp (MLX's compiled kernel calls libm).
+      auto fused = cpu_ && cpu_->l3() ? kernels::cpu::swiglu(cpu_, gate, up) : std::nullopt;
+      return (*down_proj_)(fused ? *fused : swiglu(gate, up));
+    }
     case MlpOptions::Kind::fused_swiglu: {
       auto halves = mx::split((*gate_up_proj_)(x), 2, -1);  // gate, x
       return (*down_proj_)(swiglu(halves[0], halves[1]));

@@ -138,6 +138,7 @@ class Mlp {
   MlpOptions o_;
   std::optional<Linear> gate_proj_, up_proj_, gate_up_proj_, down_proj_;
   MlpOptions::FeedForward custom_;
+  std::shared_ptr<const kernels::cpu::CpuKernels> cpu_;  // the fused L3 SwiGLU where it runs
 };
 
 /** One transformer block. The norms are named by their weight path; an empty name is a norm the

@@ -1,12 +1,12 @@
-// The L3 CPU attention (l3_attention_args.h) on AVX2 with FMA and F16C: eight lanes of the head
-// dimension per vector, the scores' exponentials by a vectorised polynomial. Compiled with -mavx2
+// The L3 CPU attention and SwiGLU (l3_fused_args.h) on AVX2 with FMA and F16C: eight lanes of the
+// head dimension (or of the elements) per vector, exponentials by a vectorised polynomial. Compiled with -mavx2
 // -mfma -mf16c (CMakeLists.txt); called only at --fidelity l3, which needs them.
 #include <immintrin.h>
 
 #include <cstdint>
 #include <cstring>
 
-#include "mlxrt/kernels/cpu/l3_attention_args.h"
+#include "mlxrt/kernels/cpu/l3_fused_args.h"
 
 namespace mlxrt::kernels::cpu {
 
@@ -143,6 +143,48 @@ void query_row(const L3AttentionArgs& a, int b, int h, int i, float* scratch) {
 }
 
 template <QmmElem E>
+void store8(void* p, long long at, __m256 v) {
+  if constexpr (E == QmmElem::f32) {
+    _mm256_storeu_ps(static_cast<float*>(p) + at, v);
+  } else if constexpr (E == QmmElem::bf16) {
+    alignas(32) float t[8];
+    _mm256_store_ps(t, v);
+    auto* o = static_cast<std::uint16_t*>(p) + at;
+    for (int i = 0; i < 8; ++i) o[i] = to_bf16(t[i]);
+  } else {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(p) + at),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+}
+
+// silu(g) * u: g · sigmoid(g), sigmoid from e = exp(-|g|) <= 1 so nothing overflows.
+__m256 swiglu8(__m256 g, __m256 u) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 e = exp_nonpositive(_mm256_or_ps(g, sign));  // exp(-|g|)
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 positive = _mm256_div_ps(one, _mm256_add_ps(one, e));
+  const __m256 negative = _mm256_div_ps(e, _mm256_add_ps(one, e));
+  const __m256 sigmoid = _mm256_blendv_ps(positive, negative, g);  // g's sign bit picks
+  return _mm256_mul_ps(_mm256_mul_ps(g, sigmoid), u);
+}
+
+template <QmmElem E>
+void swiglu(const void* gate, const void* up, void* out, long long begin, long long end) {
+  long long i = begin;
+  for (; i + 8 <= end; i += 8) store8<E>(out, i, swiglu8(load8<E>(gate, i), load8<E>(up, i)));
+  if (i < end) {
+    // The tail through a zero-padded copy of eight.
+    alignas(32) unsigned char g[32] = {}, u[32] = {}, o[32];
+    const size_t item = E == QmmElem::f32 ? 4 : 2;
+    const size_t bytes = static_cast<size_t>(end - i) * item;
+    std::memcpy(g, static_cast<const unsigned char*>(gate) + static_cast<size_t>(i) * item, bytes);
+    std::memcpy(u, static_cast<const unsigned char*>(up) + static_cast<size_t>(i) * item, bytes);
+    store8<E>(o, 0, swiglu8(load8<E>(g, 0), load8<E>(u, 0)));
+    std::memcpy(static_cast<unsigned char*>(out) + static_cast<size_t>(i) * item, o, bytes);
+  }
+}
+
+template <QmmElem E>
 void run(const L3AttentionArgs& a, int begin, int end, float* scratch) {
   const int blocks = (a.q_length + kL3AttentionRowsPerUnit - 1) / kL3AttentionRowsPerUnit;
   for (int u = begin; u < end; ++u) {
@@ -163,6 +205,15 @@ void l3_attention_units_avx2(const L3AttentionArgs& a, int begin, int end, float
     run<QmmElem::bf16>(a, begin, end, scratch);
   else
     run<QmmElem::f16>(a, begin, end, scratch);
+}
+
+void l3_swiglu_avx2(const void* gate, const void* up, void* out, QmmElem elem, long long begin, long long end) {
+  if (elem == QmmElem::f32)
+    swiglu<QmmElem::f32>(gate, up, out, begin, end);
+  else if (elem == QmmElem::bf16)
+    swiglu<QmmElem::bf16>(gate, up, out, begin, end);
+  else
+    swiglu<QmmElem::f16>(gate, up, out, begin, end);
 }
 
 }  // namespace mlxrt::kernels::cpu

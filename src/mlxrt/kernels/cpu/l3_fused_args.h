@@ -1,7 +1,8 @@
 #pragma once
-/** The plain-data call of the L3 CPU attention (l3_fused.h's attention): what its instruction-set
- * file sees (as affine_qmm_args.h, no header with inline functions).
+/** The plain-data calls of the L3 CPU attention and SwiGLU (l3_fused.h): what their
+ * instruction-set file sees (as affine_qmm_args.h, no header with inline functions).
  *
+ * Attention:
  * Per query row: s_j = scale * (q · k_j) in float32 over the keys it may see (all, or under a
  * causal mask the first Lk - Lq + i + 1), p_j = exp(s_j - max s), out = (sum of p_j v_j) / (sum of
  * p_j), rounded once to the element type. */
@@ -38,5 +39,9 @@ inline long long l3_attention_scratch(const L3AttentionArgs& a) { return a.kv_le
 
 /** Units [begin, end) of `a`. AVX2 with FMA and F16C; dims and v_dims multiples of 8. */
 void l3_attention_units_avx2(const L3AttentionArgs& a, int begin, int end, float* scratch);
+
+/** SwiGLU: out[i] = silu(gate[i]) * up[i] = gate / (1 + exp(-gate)) * up in float32, rounded once,
+ * for elements [begin, end) of three contiguous buffers of one element type. */
+void l3_swiglu_avx2(const void* gate, const void* up, void* out, QmmElem elem, long long begin, long long end);
 
 }  // namespace mlxrt::kernels::cpu
