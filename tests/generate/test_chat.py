@@ -57,6 +57,8 @@ def test_in_a_terminal(chat_model):
     target = "chat"
     subprocess.run(["tmux", "-L", socket, "new-session", "-d", "-s", target, "-x", "100", "-y", "40",
                     BIN, "chat", "--model", str(chat_model), "--max-tokens", "8"], check=True)
+    # Keep the pane once chat exits: "bye" is its last line, and a loaded machine may poll after the exit.
+    subprocess.run(["tmux", "-L", socket, "set-window-option", "-t", target, "remain-on-exit", "on"], check=True)
     try:
         _wait_for(socket, target, r"commands\s+q exit\s+r reset\s+h help")
         subprocess.run(["tmux", "-L", socket, "send-keys", "-t", target, "hello", "Enter"], check=True)
