@@ -276,6 +276,15 @@ FIXTURES = {
         **QWEN3_5_TEXT, "model_type": "qwen3_5_moe_text", "num_experts": 4, "num_experts_per_tok": 2,
         "moe_intermediate_size": 64, "shared_expert_intermediate_size": 128}},
         quant={"bits": 4, "group_size": 64}, seed=77, cast_predicate=True),
+    # tensor parallel over two ranks: every expert's hidden units (and the shared expert's) split into
+    # whole quantization groups (64 of 128 per rank)
+    "qwen3_5_moe_q4_g64_tp2": fx({"model_type": "qwen3_5_moe", "text_config": {
+        **QWEN3_5_TEXT, "model_type": "qwen3_5_moe_text", "num_experts": 4, "num_experts_per_tok": 2,
+        "moe_intermediate_size": 128, "shared_expert_intermediate_size": 128}},
+        quant={"bits": 4, "group_size": 64}, seed=79, cast_predicate=True),
+    # one key head in the gated delta nets: two ranks cannot split them
+    "qwen3_5_one_key_head": fx({**QWEN3_5_TEXT, "model_type": "qwen3_5", "linear_num_key_heads": 1}, seed=82,
+                               cast_predicate=True),
     # mistral3 / ministral3: the text model of text_config under language_model. (llama.py's for a
     # "mistral" text model, ministral3.py's otherwise); ministral3 scales the rotated queries by
     # 1 + beta * log(1 + floor(pos / original_max_position_embeddings)), here over 4 positions

@@ -193,6 +193,24 @@ def test_a_model_that_does_not_split_is_refused_quickly(verb, tmp_path):
     assert time.monotonic() - started < 30
 
 
+def test_a_qwen3_5_whose_key_heads_do_not_split_is_refused_quickly_on_every_rank(tmp_path):
+    # qwen3_5_one_key_head's gated delta nets have one key head: two ranks cannot split it. Each rank
+    # is started by hand (the ring environment mlx.launch gives), so that every one's error is read.
+    model = make_fixture("qwen3_5_one_key_head")
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text(f'[["127.0.0.1:{free_port()}"], ["127.0.0.1:{free_port()}"]]\n')
+    started = time.monotonic()
+    procs = [subprocess.Popen([BIN, "embed", "--model", str(model), "--tokens", "1,2"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "MLX_RANK": str(rank), "MLX_HOSTFILE": str(hostfile)})
+             for rank in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=TIMEOUT)
+        assert p.returncode != 0
+        assert "'linear_num_key_heads' is 1, which does not divide across 2 ranks" in err, err
+    assert time.monotonic() - started < 30
+
+
 def test_cache_prompt_refuses_caches_it_cannot_gather(tokenizer_models, tmp_path):
     proc = launched("cache_prompt", "--model", tokenizer_models[False], "--prompt", PROMPT, "--kv-bits", 4,
                     "--prompt-cache-file", tmp_path / "c.safetensors", check=False)

@@ -1,7 +1,8 @@
-// Port of mlx_lm/models/pipeline.py's layer split (mlx-lm 0.32.2) and of _shard in
-// mlx/nn/layers/distributed.py (mlx 0.32.4).
+// Port of mlx_lm/models/pipeline.py's layer split and base.py's gather_last_axis (mlx-lm 0.32.2), and
+// of _shard in mlx/nn/layers/distributed.py (mlx 0.32.4).
 #include "mlxrt/model/parallel.h"
 
+#include <mlx/distributed/ops.h>
 #include <mlx/ops.h>
 
 #include "mlxrt/util/errors.h"
@@ -32,6 +33,35 @@ mx::array shard_tensor(const mx::array& t, int axis, int rank, int size, const s
   start[ax] = rank * (n / size);
   stop[ax] = (rank + 1) * (n / size);
   return mx::contiguous(mx::slice(t, start, stop));
+}
+
+mx::array shard_tensor(const mx::array& t, int axis, const std::vector<int>& segments, int rank, int size,
+                       const std::string& name) {
+  if (segments.empty()) return shard_tensor(t, axis, rank, size, name);
+  const int ax = axis < 0 ? axis + static_cast<int>(t.ndim()) : axis;
+  // mx.concatenate([mx.split(part, N, axis)[r] for part in mx.split(t, segments, axis)], axis)
+  std::vector<mx::array> kept;
+  for (const auto& part : mx::split(t, mx::Shape(segments.begin(), segments.end()), ax)) {
+    const int n = part.shape(ax);
+    if (n % size != 0)
+      throw ConfigError(name + ": a segment of size " + std::to_string(n) + " of its axis " + std::to_string(ax) +
+                        " does not split evenly across " + std::to_string(size) + " ranks (tensor parallel)");
+    mx::Shape start(part.ndim(), 0), stop = part.shape();
+    start[ax] = rank * (n / size);
+    stop[ax] = (rank + 1) * (n / size);
+    kept.push_back(mx::slice(part, start, stop));
+  }
+  return mx::contiguous(mx::concatenate(kept, ax));
+}
+
+mx::array gather_last_axis(const mx::array& x, const mx::distributed::Group& group) {
+  const int n = group.size(), size = x.shape(-1);
+  auto parts = mx::distributed::all_gather(mx::reshape(x, {-1, size}), group);
+  // (ranks * rows, size) to (rows, ranks * size), in rank order.
+  parts = mx::transpose(mx::reshape(parts, {n, -1, size}), {1, 0, 2});
+  mx::Shape shape = x.shape();
+  shape.back() = n * size;
+  return mx::reshape(parts, shape);
 }
 
 }  // namespace nn

@@ -3,6 +3,7 @@
  * it: tensor parallel (`model.shard(group)`: every layer, each rank a slice of its heads and hidden
  * units) or pipeline parallel (`model.model.pipeline(group)`: each rank a range of whole layers). */
 #include <string>
+#include <vector>
 
 #include <mlx/array.h>
 #include <mlx/distributed/distributed.h>
@@ -41,6 +42,16 @@ enum class Shard {
  * segment: mx.contiguous(mx.split(t, size, axis)[rank])). ConfigError naming `name` when the axis
  * does not divide. */
 mx::array shard_tensor(const mx::array& t, int axis, int rank, int size, const std::string& name);
+
+/** _shard with segments: `t` cut along `axis` at the indices `segments` (e.g. a fused q/k/v at
+ * [key_dim, 2 * key_dim]), each part split into `size` equal parts and part `rank` kept, the kept
+ * parts concatenated and made contiguous. ConfigError naming `name` when a part does not divide. */
+mx::array shard_tensor(const mx::array& t, int axis, const std::vector<int>& segments, int rank, int size,
+                       const std::string& name);
+
+/** mlx_lm.models.base.gather_last_axis: x's last axis, split across `group` in rank order,
+ * gathered whole on every rank (all_gather of the rows, then the ranks' parts side by side). */
+mx::array gather_last_axis(const mx::array& x, const mx::distributed::Group& group);
 
 }  // namespace nn
 

@@ -92,12 +92,12 @@ bool graph_accepts(Graph graph, const std::string& model_type) {
 
 namespace {
 
-// mlx-lm 0.32.2: llama.py, qwen2.py, qwen3.py, qwen3_moe.py, ministral3.py and gpt_oss.py define
-// shard(); of those, qwen2.py and qwen3_moe.py build their model as a PipelineMixin. (Other mlx-lm
-// files shard too; their graphs here do not yet.)
+// mlx-lm 0.32.2: llama.py, qwen2.py, qwen3.py, qwen3_moe.py, ministral3.py, gpt_oss.py and qwen3_5.py
+// (qwen3_5_moe.py inherits it) define shard(); qwen2.py, qwen3_moe.py, qwen3_5.py and qwen3_next.py
+// build their model as a PipelineMixin. (Other mlx-lm files shard too; their graphs here do not yet.)
 constexpr Graph kSharded[] = {Graph::llama, Graph::qwen2, Graph::qwen3, Graph::qwen3_moe, Graph::ministral3,
-                              Graph::gpt_oss};
-constexpr Graph kPipelined[] = {Graph::qwen2, Graph::qwen3_moe};
+                              Graph::gpt_oss, Graph::qwen3_5};
+constexpr Graph kPipelined[] = {Graph::qwen2, Graph::qwen3_moe, Graph::qwen3_5, Graph::qwen3_next};
 
 }  // namespace
 

@@ -1,7 +1,10 @@
 // Port of mlx_lm/models/qwen3_5.py (mlx-lm 0.32.2): Qwen3.5's text model, from a text-only config or
 // a multimodal checkpoint's text_config (the vision tower dropped, as mlx-lm's sanitize drops it).
-// Its attention, MLP, gated RMSNorm and MoE block are qwen3_next.py's.
+// Its attention, MLP, gated RMSNorm and MoE block are qwen3_next.py's, and so is the split of
+// Model.shard() over them (qwen3_next.cpp); the gated delta net's own projections split here.
 #include "mlxrt/model/families/qwen3_5.h"
+
+#include <vector>
 
 #include <mlx/ops.h>
 
@@ -72,15 +75,17 @@ Args text_model_args(const JsonFields& f) {
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 // Qwen3.5's GatedDeltaNet: separate q/k/v, z, b and a projections in front of the shared core.
+// Sharded (shard()): each projection all-to-sharded in place, in_proj_qkv by its q, k and v segments;
+// the core then holds this rank's heads.
 class GatedDeltaNet final : public qwen3_next::LinearAttention {
  public:
   GatedDeltaNet(const Args& args, WeightBinder& w, const std::string& p)
       : core_(args, w, p),
-        in_proj_qkv_(nn::Linear::load(w, p + ".in_proj_qkv", args.hidden_size, core_.key_dim * 2 + core_.value_dim,
-                                      false)),
-        in_proj_z_(nn::Linear::load(w, p + ".in_proj_z", args.hidden_size, core_.value_dim, false)),
-        in_proj_b_(nn::Linear::load(w, p + ".in_proj_b", args.hidden_size, core_.num_v_heads, false)),
-        in_proj_a_(nn::Linear::load(w, p + ".in_proj_a", args.hidden_size, core_.num_v_heads, false)) {}
+        in_proj_qkv_(projection(args, w, p + ".in_proj_qkv", 2 * key_dim(args) + value_dim(args),
+                                {key_dim(args), 2 * key_dim(args)})),
+        in_proj_z_(projection(args, w, p + ".in_proj_z", value_dim(args))),
+        in_proj_b_(projection(args, w, p + ".in_proj_b", args.linear_num_value_heads)),
+        in_proj_a_(projection(args, w, p + ".in_proj_a", args.linear_num_value_heads)) {}
 
   mx::array operator()(const mx::array& inputs, cache::ArraysCache* cache) const override {
     const int B = inputs.shape(0), S = inputs.shape(1);
@@ -92,6 +97,14 @@ class GatedDeltaNet final : public qwen3_next::LinearAttention {
   }
 
  private:
+  static int key_dim(const Args& a) { return a.linear_key_head_dim * a.linear_num_key_heads; }
+  static int value_dim(const Args& a) { return a.linear_value_head_dim * a.linear_num_value_heads; }
+  static nn::Linear projection(const Args& args, WeightBinder& w, const std::string& path, int out_dims,
+                               const std::vector<int>& segments = {}) {
+    const auto shard = w.tensor_group() ? nn::Shard::all_to_sharded : nn::Shard::none;
+    return nn::Linear::load_sharded_inplace(w, path, args.hidden_size, out_dims, false, shard, segments);
+  }
+
   qwen3_next::GatedDeltaCore core_;
   nn::Linear in_proj_qkv_, in_proj_z_, in_proj_b_, in_proj_a_;
 };
@@ -128,6 +141,8 @@ void sanitize(WeightBinder& w) {
 
 std::unique_ptr<CausalLM> build_with(const io::ModelConfig& config, WeightBinder& weights, Args args,
                                      const std::function<void(WeightBinder&)>& after_sanitize) {
+  // shard(): refused before anything is read when the world size does not split the model.
+  args.check_tensor_split(qwen3_next::tensor_shards(weights), config.source());
   sanitize(weights);
   if (after_sanitize) after_sanitize(weights);
   auto factory = [](const Args& a, WeightBinder& w, const std::string& p) -> std::unique_ptr<qwen3_next::LinearAttention> {

@@ -1,11 +1,13 @@
 // Port of mlx_lm/models/qwen3_next.py (mlx-lm 0.32.2): its blocks, which qwen3_5.py shares, and the
 // qwen3_next family (fused, head-interleaved qkvz / ba projections; MLX-layout checkpoints, or
-// Hugging Face's per-expert layout as sanitize converts it).
+// Hugging Face's per-expert layout as sanitize converts it); the blocks' split as qwen3_5.py's
+// shard() makes it, and PipelineMixin's split and forward as both files' models run it.
 #include "mlxrt/model/families/qwen3_next.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include <mlx/distributed/ops.h>
 #include <mlx/fast.h>
 #include <mlx/ops.h>
 
@@ -14,6 +16,7 @@
 #include "mlxrt/model/nn/activations.h"
 #include "mlxrt/model/nn/gated_delta.h"
 #include "mlxrt/model/nn/gated_delta_cuda.h"
+#include "mlxrt/model/parallel.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::model::qwen3_next {
@@ -62,6 +65,85 @@ void Args::validate(const std::string& source) const {
   }
 }
 
+void Args::check_tensor_split(int n, const std::string& source) const {
+  if (n <= 1) return;
+  auto check = [&](const char* field, int value) {
+    if (value % n != 0)
+      throw ConfigError(source + ": '" + field + "' is " + std::to_string(value) + ", which does not divide across " +
+                        std::to_string(n) + " ranks (tensor parallel splits it evenly; use a world size that " +
+                        "divides it, or --pipeline)");
+  };
+  check("num_attention_heads", num_attention_heads);
+  // repeat_kv_layer_inplace: fewer key/value heads than ranks are repeated, N / heads times each.
+  if (num_key_value_heads >= n || n % num_key_value_heads != 0) check("num_key_value_heads", num_key_value_heads);
+  if (full_attention_interval > 1) {  // some layer is a gated delta net
+    check("linear_num_key_heads", linear_num_key_heads);
+    check("linear_num_value_heads", linear_num_value_heads);
+  }
+  if (num_experts > 0) {
+    check("moe_intermediate_size", moe_intermediate_size);
+    check("shared_expert_intermediate_size", shared_expert_intermediate_size);
+  } else {
+    check("intermediate_size", intermediate_size);
+  }
+  // shard(): `assert vocab % N == 0` before the untied head is split by rows.
+  if (!tie_word_embeddings) check("vocab_size", vocab_size);
+}
+
+int tensor_shards(const WeightBinder& w) { return w.tensor_group() ? w.tensor_group()->size() : 1; }
+
+namespace {
+
+nn::Shard shard_if_grouped(const WeightBinder& w, nn::Shard shard) {
+  return w.tensor_group() ? shard : nn::Shard::none;
+}
+
+// repeat_kv_layer_inplace: with fewer key/value heads `h` than ranks N, every parameter of the layer
+// ([h * head_dim, ...]) has each head repeated N / h times, so that sharding gives each rank one
+// head. Returns the layer's output size then.
+int repeat_kv_heads(WeightBinder& w, const std::string& path, int h, int out_dims) {
+  const int n = tensor_shards(w);
+  if (n <= h) return out_dims;
+  for (const char* suffix : {"weight", "scales", "biases", "bias"}) {
+    const auto name = path + "." + suffix;
+    if (!w.has(name)) continue;
+    const auto p = w.remaining().at(name);
+    mx::Shape heads = p.shape();
+    heads[0] /= h;
+    heads.insert(heads.begin(), h);
+    mx::Shape back = p.shape();
+    back[0] = -1;
+    w.replace(name, mx::reshape(mx::repeat(mx::reshape(p, heads), n / h, 0), back));
+  }
+  return out_dims * (n / h);
+}
+
+nn::Linear load_kv_proj(const Args& args, WeightBinder& w, const std::string& path) {
+  const int out = repeat_kv_heads(w, path, args.num_key_value_heads, args.num_key_value_heads * args.head_dim);
+  return nn::Linear::load(w, path, args.hidden_size, out, args.attention_bias,
+                          shard_if_grouped(w, nn::Shard::all_to_sharded));
+}
+
+// shard_inplace(conv1d, lambda p, w: (0, [key_dim, 2 * key_dim])): the q, k and v channels each split.
+mx::array load_conv1d(const Args& args, WeightBinder& w, const std::string& name) {
+  const int key_dim = args.linear_key_head_dim * args.linear_num_key_heads;
+  const int conv_dim = key_dim * 2 + args.linear_value_head_dim * args.linear_num_value_heads;
+  auto weight = w.take(name, {conv_dim, args.linear_conv_kernel_dim, 1});
+  const auto* group = w.tensor_group();
+  if (!group) return weight;
+  auto kept = nn::shard_tensor(weight, 0, {key_dim, 2 * key_dim}, group->rank(), group->size(), name);
+  w.retake(weight, kept);
+  return kept;
+}
+
+// dt_bias / A_log: mx.contiguous(mx.split(x, N)[rank]).
+mx::array load_per_head(WeightBinder& w, const std::string& name, int heads) {
+  auto t = w.take(name, {heads});
+  return w.tensor_group() ? w.keep_shard(name, t, 0) : t;
+}
+
+}  // namespace
+
 RMSNormGated RMSNormGated::load(WeightBinder& w, const std::string& path, int dims, float eps) {
   return RMSNormGated(w.take(path + ".weight", {dims}), eps);
 }
@@ -73,15 +155,16 @@ mx::array RMSNormGated::operator()(const mx::array& hidden_states, const std::op
 }
 
 Attention::Attention(const Args& args, WeightBinder& w, const std::string& p)
-    : num_attention_heads(args.num_attention_heads),
-      num_key_value_heads(args.num_key_value_heads),
+    : num_attention_heads(args.num_attention_heads / tensor_shards(w)),
+      num_key_value_heads(std::max(1, args.num_key_value_heads / tensor_shards(w))),
       head_dim(args.head_dim),
       scale(static_cast<float>(std::pow(static_cast<double>(args.head_dim), -0.5))),
-      q_proj(nn::Linear::load(w, p + ".q_proj", args.hidden_size, num_attention_heads * head_dim * 2,
-                              args.attention_bias)),
-      k_proj(nn::Linear::load(w, p + ".k_proj", args.hidden_size, num_key_value_heads * head_dim, args.attention_bias)),
-      v_proj(nn::Linear::load(w, p + ".v_proj", args.hidden_size, num_key_value_heads * head_dim, args.attention_bias)),
-      o_proj(nn::Linear::load(w, p + ".o_proj", num_attention_heads * head_dim, args.hidden_size, args.attention_bias)),
+      q_proj(nn::Linear::load(w, p + ".q_proj", args.hidden_size, args.num_attention_heads * head_dim * 2,
+                              args.attention_bias, shard_if_grouped(w, nn::Shard::all_to_sharded))),
+      k_proj(load_kv_proj(args, w, p + ".k_proj")),
+      v_proj(load_kv_proj(args, w, p + ".v_proj")),
+      o_proj(nn::Linear::load(w, p + ".o_proj", args.num_attention_heads * head_dim, args.hidden_size,
+                              args.attention_bias, shard_if_grouped(w, nn::Shard::sharded_to_all))),
       q_norm(nn::RMSNorm::load(w, p + ".q_norm", head_dim, args.rms_norm_eps)),
       k_norm(nn::RMSNorm::load(w, p + ".k_norm", head_dim, args.rms_norm_eps)),
       rope(nn::Rope::initialize(static_cast<int>(head_dim * args.partial_rotary_factor), args.rope_theta, false,
@@ -104,26 +187,33 @@ mx::array Attention::operator()(const mx::array& x, const nn::AttentionMask& mas
 }
 
 MLP::MLP(int dim, int hidden_dim, WeightBinder& w, const std::string& p)
-    : gate_proj(nn::Linear::load(w, p + ".gate_proj", dim, hidden_dim, false)),
-      down_proj(nn::Linear::load(w, p + ".down_proj", hidden_dim, dim, false)),
-      up_proj(nn::Linear::load(w, p + ".up_proj", dim, hidden_dim, false)) {}
+    : gate_proj(nn::Linear::load(w, p + ".gate_proj", dim, hidden_dim, false,
+                                 shard_if_grouped(w, nn::Shard::all_to_sharded))),
+      down_proj(nn::Linear::load(w, p + ".down_proj", hidden_dim, dim, false,
+                                 shard_if_grouped(w, nn::Shard::sharded_to_all))),
+      up_proj(nn::Linear::load(w, p + ".up_proj", dim, hidden_dim, false,
+                               shard_if_grouped(w, nn::Shard::all_to_sharded))) {}
 
 mx::array MLP::operator()(const mx::array& x) const { return down_proj(nn::swiglu(gate_proj(x), up_proj(x))); }
 
 GatedDeltaCore::GatedDeltaCore(const Args& args, WeightBinder& w, const std::string& p)
-    : num_v_heads(args.linear_num_value_heads),
-      num_k_heads(args.linear_num_key_heads),
+    : num_v_heads(args.linear_num_value_heads / tensor_shards(w)),
+      num_k_heads(args.linear_num_key_heads / tensor_shards(w)),
       head_k_dim(args.linear_key_head_dim),
       head_v_dim(args.linear_value_head_dim),
       key_dim(head_k_dim * num_k_heads),
       value_dim(head_v_dim * num_v_heads),
       conv_kernel_size(args.linear_conv_kernel_dim),
       conv_dim(key_dim * 2 + value_dim),
-      conv1d_weight_(w.take(p + ".conv1d.weight", {conv_dim, conv_kernel_size, 1})),
-      dt_bias_(w.take(p + ".dt_bias", {num_v_heads})),
-      A_log_(w.take(p + ".A_log", {num_v_heads})),
+      conv1d_weight_(load_conv1d(args, w, p + ".conv1d.weight")),
+      dt_bias_(load_per_head(w, p + ".dt_bias", args.linear_num_value_heads)),
+      A_log_(load_per_head(w, p + ".A_log", args.linear_num_value_heads)),
       norm_(RMSNormGated::load(w, p + ".norm", head_v_dim, args.rms_norm_eps)),
-      out_proj_(nn::Linear::load(w, p + ".out_proj", value_dim, args.hidden_size, false)) {}
+      out_proj_(nn::Linear::load_sharded_inplace(w, p + ".out_proj", args.linear_value_head_dim * args.linear_num_value_heads,
+                                                 args.hidden_size, false,
+                                                 shard_if_grouped(w, nn::Shard::sharded_to_all))) {
+  if (const auto* group = w.tensor_group()) sum_over_ = *group;
+}
 
 mx::array GatedDeltaCore::operator()(const mx::array& mixed_qkv, const mx::array& z, const mx::array& b,
                                      const mx::array& a, cache::ArraysCache* cache) const {
@@ -152,7 +242,8 @@ mx::array GatedDeltaCore::operator()(const mx::array& mixed_qkv, const mx::array
     cache->advance(S);
   }
   out = norm_(out, z);
-  return out_proj_(mx::reshape(out, {B, S, -1}));
+  out = out_proj_(mx::reshape(out, {B, S, -1}));
+  return sum_over_ ? mx::distributed::all_sum(out, *sum_over_) : out;
 }
 
 nn::SparseMoe sparse_moe_block(const Args& args, WeightBinder& w, const std::string& p) {
@@ -165,6 +256,7 @@ nn::SparseMoe sparse_moe_block(const Args& args, WeightBinder& w, const std::str
   o.how = nn::TopK::partition_tail;
   o.norm_topk_prob = args.norm_topk_prob;
   o.shared_expert_hidden = args.shared_expert_intermediate_size;
+  o.sharded = w.tensor_group() != nullptr;
   return nn::SparseMoe::load(w, p, o);
 }
 
@@ -182,8 +274,18 @@ HybridModel::HybridModel(Args args, WeightBinder& w, const std::string& prefix,
     : args_(std::move(args)),
       embed_tokens_(nn::Embedding::load(w, prefix + "model.embed_tokens", args_.vocab_size, args_.hidden_size)),
       norm_(nn::RMSNorm::load(w, prefix + "model.norm", args_.hidden_size, args_.rms_norm_eps)),
-      fa_idx_(args_.full_attention_interval - 1) {
-  for (int i = 0; i < args_.num_hidden_layers; ++i) {
+      shards_(tensor_shards(w)) {
+  const int n_layers = args_.num_hidden_layers;
+  LayerRange stage{0, n_layers};
+  if (const auto* group = w.pipeline_group()) {
+    // PipelineMixin.pipeline: this rank keeps layers [start, end); every stage keeps the
+    // embeddings, the final norm and the head. The other ranks' layers are never built.
+    pipeline_ = *group;
+    stage = pipeline_layers(n_layers, group->rank(), group->size(), w.config().source());
+    for (int i = 0; i < n_layers; ++i)
+      if (i < stage.start || i >= stage.end) w.discard_prefix(prefix + "model.layers." + std::to_string(i) + ".");
+  }
+  for (int i = stage.start; i < stage.end; ++i) {
     const auto p = prefix + "model.layers." + std::to_string(i);
     const bool linear = args_.is_linear(i);
     std::unique_ptr<LinearAttention> la;
@@ -207,24 +309,74 @@ HybridModel::HybridModel(Args args, WeightBinder& w, const std::string& prefix,
     layers_.push_back(DecoderLayer{linear, std::move(la), std::move(sa), std::move(in_norm), std::move(post_norm),
                                    std::move(mlp)});
   }
-  if (!args_.tie_word_embeddings)
-    lm_head_.emplace(nn::Linear::load(w, prefix + "lm_head", args_.hidden_size, args_.vocab_size, false));
+  if (pipeline_) {
+    // pipeline(): the first linear and the first full-attention layer of this rank's (a rank may
+    // hold only one kind).
+    for (size_t e = 0; e < layers_.size(); ++e) {
+      if (!ssm_idx_ && layers_[e].is_linear) ssm_idx_ = e;
+      if (!fa_idx_ && !layers_[e].is_linear) fa_idx_ = e;
+    }
+  } else {
+    ssm_idx_ = 0;
+    fa_idx_ = static_cast<size_t>(args_.full_attention_interval - 1);
+  }
+  if (!args_.tie_word_embeddings) {
+    // shard(): an untied head split by vocabulary rows (shard_linear), its slices gathered after it.
+    lm_head_.emplace(nn::Linear::load(w, prefix + "lm_head", args_.hidden_size, args_.vocab_size, false,
+                                      shard_if_grouped(w, nn::Shard::all_to_sharded)));
+    if (const auto* group = w.tensor_group()) head_group_ = *group;
+  }
 }
 
 mx::array HybridModel::operator()(const mx::array& inputs, CacheList* cache) {
   auto out = hidden_states(inputs, cache);
-  return lm_head_ ? (*lm_head_)(out) : embed_tokens_.as_linear(out);
+  if (!lm_head_) return embed_tokens_.as_linear(out);
+  out = (*lm_head_)(out);
+  return head_group_ ? nn::gather_last_axis(out, *head_group_) : out;
 }
 
 mx::array HybridModel::hidden_states(const mx::array& inputs, CacheList* cache) {
   auto h = embed_tokens_(inputs);
+  if (pipeline_) return norm_(pipeline_hidden(std::move(h), cache));
   auto layer_cache = [&](size_t i) { return cache ? (*cache)[i].get() : nullptr; };
-  auto fa_mask = nn::create_attention_mask(h.shape(1), layer_cache(static_cast<size_t>(fa_idx_)));
+  auto fa_mask = nn::create_attention_mask(h.shape(1), layer_cache(*fa_idx_));
   // create_ssm_mask: the ArraysCache's make_mask, which is no mask for one sequence.
-  auto ssm_mask = layer_cache(static_cast<size_t>(ssm_idx_)) ? layer_cache(static_cast<size_t>(ssm_idx_))->make_mask(h.shape(1))
-                                                              : nn::AttentionMask{};
+  auto ssm_mask = layer_cache(*ssm_idx_) ? layer_cache(*ssm_idx_)->make_mask(h.shape(1)) : nn::AttentionMask{};
   for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i](h, layers_[i].is_linear ? ssm_mask : fa_mask, layer_cache(i));
   return norm_(h);
+}
+
+mx::array HybridModel::pipeline_hidden(mx::array h, CacheList* cache) {
+  const int rank = pipeline_->rank(), size = pipeline_->size();
+  auto layer_cache = [&](size_t i) { return cache ? (*cache)[i].get() : nullptr; };
+  nn::AttentionMask fa_mask, ssm_mask;
+  if (fa_idx_) fa_mask = nn::create_attention_mask(h.shape(1), layer_cache(*fa_idx_));
+  if (ssm_idx_ && layer_cache(*ssm_idx_)) ssm_mask = layer_cache(*ssm_idx_)->make_mask(h.shape(1));
+  if (rank < size - 1) h = mx::distributed::recv_like(h, rank + 1, *pipeline_);
+  for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i](h, layers_[i].is_linear ? ssm_mask : fa_mask, layer_cache(i));
+  if (rank != 0) {
+    h = mx::distributed::send(h, (rank - 1 + size) % size, *pipeline_);
+    // The last layer's cache depends on the send (keys, or the conv state of a linear layer), so a
+    // prefill that evaluates only the cache still sends.
+    if (cache && !cache->empty()) {
+      if (auto* kv = dynamic_cast<cache::KVCache*>(cache->back().get())) {
+        kv->depend_keys_on(h);
+      } else if (auto* arrays = dynamic_cast<cache::ArraysCache*>(cache->back().get())) {
+        if ((*arrays)[0]) arrays->set(0, mx::depends({*(*arrays)[0]}, {h})[0]);
+      } else {
+        throw UnsupportedError("pipeline parallel runs with a KVCache or an ArraysCache (not --kv-bits)");
+      }
+    }
+  }
+  if (size > 1) {
+    // Broadcast h while keeping it in the graph: all_gather(h)[: B].
+    const int B = h.shape(0);
+    auto all = mx::distributed::all_gather(h, *pipeline_);
+    mx::Shape start(all.ndim(), 0), stop = all.shape();
+    stop[0] = B;
+    h = mx::slice(all, start, stop);
+  }
+  return h;
 }
 
 CacheList HybridModel::make_cache() const {
@@ -241,13 +393,17 @@ CacheList HybridModel::make_cache() const {
 
 std::vector<CausalLM::KvShape> HybridModel::kv_shapes() const {
   // Linear layers hold no keys and values; their entries are never compared.
-  return std::vector<KvShape>(layers_.size(), {args_.num_key_value_heads, args_.head_dim, args_.head_dim});
+  std::vector<KvShape> shapes;
+  for (const auto& l : layers_)
+    shapes.push_back({l.self_attn ? l.self_attn->num_key_value_heads : args_.num_key_value_heads, args_.head_dim,
+                      args_.head_dim});
+  return shapes;
 }
 
 std::vector<std::vector<mx::Shape>> HybridModel::array_state_shapes() const {
-  // Conv state [1, kernel - 1, conv_dim] and recurrent state [1, Hv, Dv, Dk].
-  const int conv_dim = 2 * args_.linear_num_key_heads * args_.linear_key_head_dim +
-                       args_.linear_num_value_heads * args_.linear_value_head_dim;
+  // Conv state [1, kernel - 1, conv_dim] and recurrent state [1, Hv, Dv, Dk] (sharded: this rank's).
+  const int conv_dim = (2 * args_.linear_num_key_heads * args_.linear_key_head_dim +
+                        args_.linear_num_value_heads * args_.linear_value_head_dim) / shards_;
   std::vector<std::vector<mx::Shape>> shapes;
   for (const auto& l : layers_) {
     if (!l.is_linear) {
@@ -255,7 +411,8 @@ std::vector<std::vector<mx::Shape>> HybridModel::array_state_shapes() const {
       continue;
     }
     shapes.push_back({{1, args_.linear_conv_kernel_dim - 1, conv_dim},
-                      {1, args_.linear_num_value_heads, args_.linear_value_head_dim, args_.linear_key_head_dim}});
+                      {1, args_.linear_num_value_heads / shards_, args_.linear_value_head_dim,
+                       args_.linear_key_head_dim}});
   }
   return shapes;
 }
@@ -363,6 +520,10 @@ class Qwen3NextGatedDeltaNet final : public LinearAttention {
 
 std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& weights) {
   auto args = args_from_config(config);
+  // Pipelined as a PipelineMixin; qwen3_next.py defines no shard() (check_parallel_support refuses
+  // tensor parallel before this).
+  if (weights.tensor_group())
+    throw UnsupportedError(config.source() + ": model_type 'qwen3_next' has no tensor-parallel sharding");
   // sanitize(): only a checkpoint with per-expert tensors (Hugging Face's layout) is rewritten.
   bool per_expert = false;
   for (const auto& name : weights.names())

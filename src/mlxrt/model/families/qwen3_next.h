@@ -2,7 +2,11 @@
 /** The blocks of mlx_lm/models/qwen3_next.py that qwen3_5.py imports (its Attention, MLP,
  * RMSNormGated and sparse MoE block), the gated delta net's shared second half, and the hybrid
  * decoder both families build: every full_attention_interval-th layer softmax attention over a
- * KVCache, the others a gated delta net over an ArraysCache (conv state, recurrent state). */
+ * KVCache, the others a gated delta net over an ArraysCache (conv state, recurrent state).
+ *
+ * Distributed (both models are PipelineMixins; only qwen3_5.py defines shard()): with the binder's
+ * tensor group each block binds this rank's part as qwen3_5.py's shard() splits it, and with its
+ * pipeline group the model binds and runs only this rank's layers. */
 #include <memory>
 #include <optional>
 #include <string>
@@ -11,6 +15,7 @@
 #include <vector>
 
 #include <mlx/array.h>
+#include <mlx/distributed/distributed.h>
 #include <nlohmann/json.hpp>
 
 #include "mlxrt/cache/arrays_cache.h"
@@ -44,7 +49,14 @@ struct Args {
   /** Checks what both families' constructors would fail on later (or never, computing garbage):
    * positive sizes, heads that divide, an interval that names at least one full-attention layer. */
   void validate(const std::string& source) const;
+  /** qwen3_5.py's shard() over `group_size` ranks splits every one of these evenly: ConfigError
+   * naming the config field that the world size does not divide (the key/value heads are repeated
+   * instead when there are fewer of them than ranks, which then must be a multiple of them). */
+  void check_tensor_split(int group_size, const std::string& source) const;
 };
+
+/** The world size of the binder's tensor group (1 when the model is not sharded). */
+int tensor_shards(const WeightBinder& w);
 
 /** Qwen3NextRMSNormGated: rms_norm with the weight, then precise_swiglu(x, gate, normed). */
 class RMSNormGated {
@@ -58,7 +70,9 @@ class RMSNormGated {
   float eps_;
 };
 
-/** Qwen3NextAttention: q_proj doubled into queries and an output gate, q/k norms, partial RoPE. */
+/** Qwen3NextAttention: q_proj doubled into queries and an output gate, q/k norms, partial RoPE.
+ * Sharded: q/k/v all-to-sharded (k/v first repeated to one head per rank when there are fewer key/
+ * value heads than ranks), o_proj sharded-to-all; the head counts are this rank's. */
 struct Attention {
   int num_attention_heads, num_key_value_heads, head_dim;
   float scale;
@@ -70,7 +84,7 @@ struct Attention {
   mx::array operator()(const mx::array& x, const nn::AttentionMask& mask, cache::Cache* cache) const;
 };
 
-/** Qwen3NextMLP: down(swiglu(gate(x), up(x))). */
+/** Qwen3NextMLP: down(swiglu(gate(x), up(x))). Sharded: gate/up all-to-sharded, down sharded-to-all. */
 struct MLP {
   nn::Linear gate_proj, down_proj, up_proj;
   MLP(int dim, int hidden_dim, WeightBinder& w, const std::string& p);
@@ -84,7 +98,9 @@ nn::SparseMoe sparse_moe_block(const Args& args, WeightBinder& w, const std::str
 /** The gated delta net after its input projections, shared by both families: the causal
  * depthwise convolution over [conv state, mixed qkv] with SiLU, q/k normalisation, the gated delta
  * recurrence, the gated RMSNorm and out_proj. The projections (fused and reordered in
- * qwen3_next, separate in qwen3_5) stay in each family's file. */
+ * qwen3_next, separate in qwen3_5) stay in each family's file. Sharded (qwen3_5.py's shard()):
+ * the convolution's q, k and v channels, dt_bias and A_log split across the group, out_proj
+ * sharded-to-all in place and its output summed over the group; the sizes below are this rank's. */
 class GatedDeltaCore {
  public:
   GatedDeltaCore(const Args& args, WeightBinder& w, const std::string& p);
@@ -99,6 +115,7 @@ class GatedDeltaCore {
   mx::array dt_bias_, A_log_;
   RMSNormGated norm_;
   nn::Linear out_proj_;
+  std::optional<mx::distributed::Group> sum_over_;  // sharded: the group out_proj's output is summed over
 };
 
 /** A layer's linear-attention half: the family's projections in front of GatedDeltaCore. */
@@ -144,12 +161,21 @@ class HybridModel final : public CausalLM {
   int vocab_size() const override { return args_.vocab_size; }
 
  private:
+  /** PipelineMixin's __call__: the hidden state from the rank after this one (the earlier layers),
+   * this rank's layers, sent on to the rank before it, and rank 0's result gathered by every rank. */
+  mx::array pipeline_hidden(mx::array h, CacheList* cache);
+
   Args args_;
   nn::Embedding embed_tokens_;
-  std::vector<DecoderLayer> layers_;
+  std::vector<DecoderLayer> layers_;  // pipeline: only this rank's, in order
   nn::RMSNorm norm_;
   std::optional<nn::Linear> lm_head_;
-  int fa_idx_, ssm_idx_ = 0;
+  // The layers whose caches make the full-attention and the SSM masks (pipeline: the first of each
+  // kind on this rank, if it holds one).
+  std::optional<size_t> fa_idx_, ssm_idx_;
+  int shards_ = 1;                                   // tensor parallel: the world size
+  std::optional<mx::distributed::Group> head_group_;  // sharded untied head: its vocabulary slices are gathered
+  std::optional<mx::distributed::Group> pipeline_;
 };
 
 /** qwen3_next.py's and qwen3_5.py's sanitize for checkpoints in Hugging Face's layout (mlx-lm

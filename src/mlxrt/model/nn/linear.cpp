@@ -87,27 +87,45 @@ Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int o
   return linear;
 }
 
-Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int out_dims, bool bias, Shard shard) {
-  if (shard == Shard::none) return load(w, path, in_dims, out_dims, bias);
-  const auto* group = w.tensor_group();
-  if (!group) throw std::logic_error("a sharded Linear without a tensor group: " + path);
+void Linear::keep_shard(WeightBinder& w, const std::string& path, Shard shard, const std::vector<int>& segments) {
+  if (!w.tensor_group()) throw std::logic_error("a sharded Linear without a tensor group: " + path);
   if (w.adapter())
     throw UnsupportedError("adapters are not supported in distributed mode (as in mlx-lm): " + path);
-  Linear linear = load(w, path, in_dims, out_dims, bias);
   // _all_to_sharded splits every parameter along axis max(ndim - 2, 0) (rows), a bias along -1;
-  // _sharded_to_all splits along -1 (columns) and keeps the bias whole.
+  // _sharded_to_all splits along -1 (columns) and keeps the bias whole. Segments cut every
+  // parameter at the same indices.
   const int axis = shard == Shard::all_to_sharded ? 0 : -1;
-  auto cut = [&](const mx::array& t, const std::string& name) { return w.keep_shard(path + "." + name, t, axis); };
-  linear.weight_ = cut(linear.weight_, "weight");
-  if (linear.q_) {
-    linear.q_->scales = cut(linear.q_->scales, "scales");
-    if (linear.q_->biases) linear.q_->biases = cut(*linear.q_->biases, "biases");
+  auto cut = [&](const mx::array& t, const std::string& name, int ax) {
+    if (segments.empty()) return w.keep_shard(path + "." + name, t, ax);
+    const auto* group = w.tensor_group();
+    auto kept = shard_tensor(t, ax, segments, group->rank(), group->size(), path + "." + name);
+    w.retake(t, kept);
+    return kept;
+  };
+  weight_ = cut(weight_, "weight", axis);
+  if (q_) {
+    q_->scales = cut(q_->scales, "scales", axis);
+    if (q_->biases) q_->biases = cut(*q_->biases, "biases", axis);
   }
-  if (linear.bias_ && shard == Shard::all_to_sharded) linear.bias_ = w.keep_shard(path + ".bias", *linear.bias_, -1);
-  if (shard == Shard::sharded_to_all) linear.sum_over_ = *group;
+  if (bias_ && shard == Shard::all_to_sharded) bias_ = cut(*bias_, "bias", -1);
+}
+
+Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int out_dims, bool bias, Shard shard) {
+  if (shard == Shard::none) return load(w, path, in_dims, out_dims, bias);
+  Linear linear = load(w, path, in_dims, out_dims, bias);
+  linear.keep_shard(w, path, shard, {});
+  if (shard == Shard::sharded_to_all) linear.sum_over_ = *w.tensor_group();
   // (Quantized)AllToShardedLinear / ShardedToAllLinear.__init__: mx.random.uniform for the weight,
   // and for a bias unless quantized (whose bias starts as zeros).
   w.count_shard_draws(1 + (linear.bias_ && !linear.q_ ? 1 : 0));
+  return linear;
+}
+
+Linear Linear::load_sharded_inplace(WeightBinder& w, const std::string& path, int in_dims, int out_dims, bool bias,
+                                    Shard shard, const std::vector<int>& segments) {
+  if (shard == Shard::none) return load(w, path, in_dims, out_dims, bias);
+  Linear linear = load(w, path, in_dims, out_dims, bias);
+  linear.keep_shard(w, path, shard, segments);
   return linear;
 }
 

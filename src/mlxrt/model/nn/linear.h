@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <mlx/array.h>
 #include <mlx/distributed/distributed.h>
@@ -46,6 +47,12 @@ class Linear {
    * (AllToShardedLinear / ShardedToAllLinear or their quantized twins): this rank's rows or columns
    * of weight, scales and biases. `shard` none is load() above. */
   static Linear load(WeightBinder& w, const std::string& path, int in_dims, int out_dims, bool bias, Shard shard);
+  /** The layer as mlx's shard_inplace leaves it: this rank's part of every parameter as above, the
+   * sharded axis first cut at `segments` (each segment split across the group; empty: one), but
+   * still a Linear / QuantizedLinear: nothing is drawn from the PRNG and no all_sum is added (the
+   * module that owns the layer sums where its mlx-lm code does). */
+  static Linear load_sharded_inplace(WeightBinder& w, const std::string& path, int in_dims, int out_dims, bool bias,
+                                     Shard shard, const std::vector<int>& segments = {});
 
   mx::array operator()(const mx::array& x) const;
 
@@ -54,6 +61,8 @@ class Linear {
       : weight_(std::move(weight)), bias_(std::move(bias)), q_(std::move(q)) {}
   mx::array base(const mx::array& x) const;
   mx::array dequantized_weight() const;
+  /** This rank's rows (all_to_sharded) or columns (sharded_to_all) of every parameter. */
+  void keep_shard(WeightBinder& w, const std::string& path, Shard shard, const std::vector<int>& segments);
   mx::array weight_;
   std::optional<mx::array> bias_;
   std::optional<Quantized> q_;

@@ -44,10 +44,11 @@ mx::array combine_experts(const mx::array& y, const mx::array& scores) {
   return mx::sum(mx::multiply(y, mx::expand_dims(scores, -1)), -2);
 }
 
-GluMLP GluMLP::load(WeightBinder& w, const std::string& path, int dim, int hidden) {
-  auto gate = Linear::load(w, path + ".gate_proj", dim, hidden, false);
-  auto down = Linear::load(w, path + ".down_proj", hidden, dim, false);
-  auto up = Linear::load(w, path + ".up_proj", dim, hidden, false);
+GluMLP GluMLP::load(WeightBinder& w, const std::string& path, int dim, int hidden, bool sharded) {
+  const Shard in = sharded ? Shard::all_to_sharded : Shard::none, out = sharded ? Shard::sharded_to_all : Shard::none;
+  auto gate = Linear::load_sharded_inplace(w, path + ".gate_proj", dim, hidden, false, in);
+  auto down = Linear::load_sharded_inplace(w, path + ".down_proj", hidden, dim, false, out);
+  auto up = Linear::load_sharded_inplace(w, path + ".up_proj", dim, hidden, false, in);
   return GluMLP(std::move(gate), std::move(up), std::move(down));
 }
 
@@ -73,7 +74,7 @@ SparseMoe SparseMoe::load(WeightBinder& w, const std::string& path, const Sparse
   std::optional<GluMLP> shared;
   std::optional<Linear> shared_gate;
   if (o.shared_expert_hidden) {
-    shared = GluMLP::load(w, path + ".shared_expert", o.hidden_size, *o.shared_expert_hidden);
+    shared = GluMLP::load(w, path + ".shared_expert", o.hidden_size, *o.shared_expert_hidden, o.sharded);
     shared_gate = Linear::load(w, path + ".shared_expert_gate", o.hidden_size, 1, false);
   }
   SparseMoe block(o, std::move(gate), std::move(experts), std::move(shared), std::move(shared_gate));
@@ -84,7 +85,7 @@ SparseMoe SparseMoe::load(WeightBinder& w, const std::string& path, const Sparse
   });
   if (o.sharded) {
     const auto* group = w.tensor_group();
-    if (!group || o.shared_expert_hidden || o.flatten_tokens)
+    if (!group || o.flatten_tokens)
       throw std::logic_error("a sharded SparseMoe needs a tensor group and qwen3_moe's layout: " + path);
     block.experts_.shard(w, path + "." + o.experts_name);
     if (o.divide_down_bias) block.experts_.divide_down_bias(group->size());
@@ -100,8 +101,9 @@ mx::array SparseMoe::operator()(const mx::array& x_in) const {
   auto y = experts_(x, r.indices);
   auto out = combine_experts(y, r.scores);
   if (o_.cast_to_input_dtype) out = mx::astype(out, y.dtype());
-  if (sum_over_) out = mx::distributed::all_sum(out, *sum_over_);
   if (shared_) out = mx::add(out, mx::multiply(mx::sigmoid((*shared_gate_)(x)), (*shared_)(x)));
+  // Sharded: the partial sums of the experts (and of the shared expert) added over the group.
+  if (sum_over_) out = mx::distributed::all_sum(out, *sum_over_);
   if (o_.flatten_tokens) out = mx::reshape(out, x_in.shape());
   return out;
 }

@@ -48,7 +48,9 @@ mx::array combine_experts(const mx::array& y, const mx::array& scores);
 /** The dense SwiGLU MLP (gate_proj, up_proj, down_proj; no biases) of the Qwen MoE files. */
 class GluMLP {
  public:
-  static GluMLP load(WeightBinder& w, const std::string& path, int dim, int hidden);
+  /** `sharded`: shard_inplace over the binder's tensor group (gate/up all-to-sharded, down
+   * sharded-to-all, no all_sum: the owner sums), as qwen3_5.py's shard() does the shared expert. */
+  static GluMLP load(WeightBinder& w, const std::string& path, int dim, int hidden, bool sharded = false);
   mx::array operator()(const mx::array& x) const;
 
  private:
@@ -74,7 +76,9 @@ struct SparseMoeOptions {
   bool cast_to_input_dtype = false;  // qwen3_moe's .astype(y.dtype) after the sum
   std::optional<int> shared_expert_hidden;  // qwen2_moe: shared_expert + sigmoid shared_expert_gate
   /** Tensor parallel over the binder's group (qwen3_moe.py's shard()): the experts sharded in place,
-   * the router replicated, the block's output summed over the group. */
+   * the router replicated, the block's output summed over the group. With a shared expert
+   * (qwen3_5.py's shard()): it is sharded in place too, its gate replicated, and the sum taken
+   * after its gated output is added. */
   bool sharded = false;
   /** Sharded: the experts' down-projection bias divided by the group size, as gpt_oss.py's shard()
    * does (each rank adds it before the output is summed). */
