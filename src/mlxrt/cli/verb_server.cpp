@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <exception>
 #include <iostream>
 #include <thread>
 
@@ -26,7 +27,8 @@ struct Args {
   server::ServerOptions o;
   std::string adapter_path, draft_model, allowed_origins = "*", log_level = "INFO";
   std::string chat_template_args = "{}", prompt_cache_bytes;
-  bool trust_remote_code = false, pipeline = false, no_chat_page = false;
+  bool trust_remote_code = false, no_chat_page = false;
+  DistributedArgs dist;
   int kv_bits = 0;
   std::optional<double> expert_memory;
   bool expert_prefetch = false;
@@ -69,9 +71,13 @@ std::vector<std::string> split_commas(const std::string& s) {
 }
 
 void run(Args& a) {
-  // mlx_lm.server under mlx.launch serves from rank 0 while the others follow its batches; that
-  // follower loop is not ported yet.
-  refuse_distributed("server");
+  // Under mlx.launch (or mlxrt launch), as mlx_lm.server: rank 0 serves HTTP, the other ranks run
+  // its requests on their parts of the model.
+  const auto dist_run = join_run(a.dist);
+  if (dist_run.parallel && (!a.draft_model.empty() || !a.adapter_path.empty() || !a.adapters.empty()))
+    throw UsageError("--draft-model, --adapter-path and --adapters cannot be used when the server runs distributed "
+                     "(as mlx_lm.server: adapters and draft models are not supported in distributed mode)");
+  a.o.parallel = dist_run.parallel;
   a.o.draft_model = a.draft_model;
   if (!a.draft_model.empty() && (a.o.num_draft_tokens < 0 || a.o.num_draft_tokens > generate::kMaxDraftTokens))
     throw UsageError("--num-draft-tokens: must be between 0 and " + std::to_string(generate::kMaxDraftTokens) +
@@ -123,10 +129,16 @@ void run(Args& a) {
     }
     if (what == 1) srv.stop();
   });
-  srv.serve();
+  std::exception_ptr failed;
+  try {
+    srv.serve();
+  } catch (...) {
+    failed = std::current_exception();  // distributed: a rank has gone
+  }
   const char done = 0;  // the server stopped on its own: end the waiter
   [[maybe_unused]] auto n = ::write(stop_pipe[1], &done, 1);
   waiter.join();
+  if (failed) std::rethrow_exception(failed);
 }
 
 }  // namespace
@@ -181,7 +193,7 @@ void register_server(CLI::App& app) {
   cmd->add_option("--kv-group-size", o.kv_group_size, "Group size for KV cache quantization")->capture_default_str();
   cmd->add_option("--quantized-kv-start", o.quantized_kv_start, "Token position to start KV cache quantization")
       ->capture_default_str();
-  cmd->add_flag("--pipeline", a->pipeline, "Accepted for compatibility (one process: no effect; distributed serving is not supported yet)");
+  add_distributed_flags(cmd, a->dist);
   cmd->add_option("--request-timeout", o.request_timeout_s, "Seconds a request may take, queueing included (0: none)")
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest accepted request body")->capture_default_str();

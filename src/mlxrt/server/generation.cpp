@@ -60,13 +60,29 @@ std::vector<TopToken> top_tokens(const mx::array& logprobs, int n, const tokeniz
 }  // namespace
 
 Generator::Generator(std::shared_ptr<ModelSession> session, const ServerOptions& options, Logger& log,
-                     ServerMetrics& metrics)
+                     ServerMetrics& metrics, std::shared_ptr<Lockstep> lockstep)
     : options_(options),
       log_(log),
       metrics_(metrics),
       cache_(static_cast<size_t>(std::max(0, options.prompt_cache_size)), options.prompt_cache_bytes),
-      rng_(std::make_shared<generate::RandomState>()) {
+      rng_(std::make_shared<generate::RandomState>()),
+      lockstep_(std::move(lockstep)) {
+  if (lockstep_) {
+    // mlx_lm.server's _generate: every rank seeds its PRNG from the sum of their keys, so a
+    // sampled request draws the same tokens on every rank.
+    rng_->seed(lockstep_->summed_seed(rng_->key()));
+    cache_.set_agreement([this](bool mine) { return lockstep_->agree(mine); });
+  }
   use(session);
+}
+
+std::vector<int> Generator::stopping_jobs() const {
+  std::vector<int32_t> uids;
+  if (!lockstep_ || lockstep_->leader())
+    for (const auto& [uid, b] : batch_)
+      if (b.job->should_stop()) uids.push_back(uid);
+  if (lockstep_) uids = lockstep_->share(uids);
+  return {uids.begin(), uids.end()};
 }
 
 void Generator::use(const std::shared_ptr<ModelSession>& session) {
@@ -148,7 +164,7 @@ void Generator::run(Job& job) {
   // chunk: there is no "0/N" report, so such streams do not start with ": keepalive 0/N".
   const bool batch_path = !r.seed && !options_.kv_bits && !draft;
   go.prompt_progress = [&job, batch_path](int processed, int total) {
-    if (job.should_stop()) throw Abandoned{};
+    if (job.stop_now()) throw Abandoned{};
     if (batch_path && processed == 0) return;
     job.push(ProgressEvent{processed, total});
   };
@@ -167,7 +183,7 @@ void Generator::run(Job& job) {
     auto matcher = StopSequences::matcher(stop_sequences(r.stop));
     const auto& eos = session_->eos_token_ids;
     for (int n = 0;; ++n) {
-      if (job.should_stop()) break;
+      if (job.stop_now()) break;
       auto step = plain ? plain->next() : speculative->next();
       if (!step) break;
       TokenEvent ev{"", step->token, 0.0f, std::nullopt, {}};
@@ -345,8 +361,10 @@ void Generator::batch_serve(const std::function<bool()>& arrived) {
   Seconds in_next{0}, in_events{0};
   int steps = 0;
   size_t tokens = 0;
-  for (bool first = true; Seconds(std::chrono::steady_clock::now() - start).count() <= 0.5; first = false) {
-    if (!first && arrived && arrived()) break;
+  for (bool first = true;; first = false) {
+    bool go_on = Seconds(std::chrono::steady_clock::now() - start).count() <= 0.5 && (first || !arrived || !arrived());
+    if (lockstep_) go_on = lockstep_->agree(go_on);
+    if (!go_on) break;
     const auto before_next = std::chrono::steady_clock::now();
     auto [prompt_responses, gen_responses] = batcher_->next();
     const auto after_next = std::chrono::steady_clock::now();
@@ -354,11 +372,13 @@ void Generator::batch_serve(const std::function<bool()>& arrived) {
     if (prompt_responses.empty() && gen_responses.empty()) break;
     ++steps;
     tokens += gen_responses.size();
+    const std::vector<int> stopping = stopping_jobs();
+    auto stops = [&](int uid) { return std::find(stopping.begin(), stopping.end(), uid) != stopping.end(); };
     for (const auto& p : prompt_responses) {
       auto it = batch_.find(p.uid);
       if (it == batch_.end()) continue;
       it->second.job->push(ProgressEvent{p.processed, p.total});
-      if (it->second.job->should_stop()) to_remove.push_back(p.uid);
+      if (stops(p.uid)) to_remove.push_back(p.uid);
     }
     for (auto& g : gen_responses) {
       auto it = batch_.find(g.uid);
@@ -393,7 +413,7 @@ void Generator::batch_serve(const std::function<bool()>& arrived) {
         if (session_->experts) log_.info(model::nn::format_expert_stats(session_->experts->stats()));
         continue;
       }
-      if (b.job->should_stop()) to_remove.push_back(g.uid);
+      if (stops(g.uid)) to_remove.push_back(g.uid);
     }
     in_events += std::chrono::steady_clock::now() - after_next;
   }

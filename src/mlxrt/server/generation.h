@@ -13,6 +13,7 @@
 #include "mlxrt/structured/grammar_constraint.h"
 #include "mlxrt/generate/random_state.h"
 #include "mlxrt/server/job.h"
+#include "mlxrt/server/lockstep.h"
 #include "mlxrt/server/logger.h"
 #include "mlxrt/server/metrics.h"
 #include "mlxrt/server/model_session.h"
@@ -23,8 +24,12 @@ namespace mlxrt::server {
 
 class Generator {
  public:
-  /** `session`: the model jobs without a model of their own run on (the start-up model). */
-  Generator(std::shared_ptr<ModelSession> session, const ServerOptions& options, Logger& log, ServerMetrics& metrics);
+  /** `session`: the model jobs without a model of their own run on (the start-up model).
+   * `lockstep`: the ranks of a distributed server (null: one process); the PRNG then starts from
+   * the seed every rank agrees on, and every decision that depends on time or clients is the
+   * leader's. */
+  Generator(std::shared_ptr<ModelSession> session, const ServerOptions& options, Logger& log, ServerMetrics& metrics,
+            std::shared_ptr<Lockstep> lockstep = nullptr);
 
   /** Serves `job`: StartedEvent, ProgressEvents, TokenEvents (the last with a finish reason
    * unless stopped early), DoneEvent. HttpError(400) for parameters the sampler refuses. */
@@ -77,6 +82,10 @@ class Generator {
   /** The prompt cache's key: the model, then the adapter (mlx-lm keys by model, adapter, draft). */
   std::string cache_key(const std::string& adapter) const { return session_->key + '\n' + adapter; }
 
+  /** The batch's jobs that stop now (client gone, cancelled, deadline): the leader's list on
+   * every rank of a distributed server. */
+  std::vector<int> stopping_jobs() const;
+
   std::shared_ptr<ModelSession> session_;
   const ServerOptions& options_;
   Logger& log_;
@@ -92,6 +101,7 @@ class Generator {
   std::string batch_adapter_;
   std::map<int, BatchJob> batch_;
   std::unique_ptr<structured::GrammarEngine> grammar_;  // structured output, made on first use
+  std::shared_ptr<Lockstep> lockstep_;
 };
 
 }  // namespace mlxrt::server

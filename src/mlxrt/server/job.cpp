@@ -1,5 +1,7 @@
 #include "mlxrt/server/job.h"
 
+#include "mlxrt/server/lockstep.h"
+
 namespace mlxrt::server {
 
 void Job::push(JobEvent event) {
@@ -38,5 +40,7 @@ bool Job::should_stop() {
   }
   return false;
 }
+
+bool Job::stop_now() { return lockstep_ ? lockstep_->agree(should_stop()) : should_stop(); }
 
 }  // namespace mlxrt::server

@@ -20,6 +20,7 @@
 namespace mlxrt::server {
 
 struct ModelSession;
+class Lockstep;
 
 /** A tokenized prompt and the text state it starts in ("normal", or "reasoning" when the prompt
  * leaves a think block open). */
@@ -98,6 +99,11 @@ class Job {
   void clear_probe();
   /** cancelled, past the deadline, or the client has gone away. */
   bool should_stop();
+  /** should_stop() as the generation thread asks it: in a distributed server, the leader's answer
+   * on every rank (see Lockstep), so every rank stops the job at the same step. */
+  bool stop_now();
+  /** The distributed server's ranks this job runs on (null: one process). */
+  void set_lockstep(std::shared_ptr<Lockstep> lockstep) { lockstep_ = std::move(lockstep); }
 
  private:
   CompletionRequest request_;
@@ -106,6 +112,7 @@ class Job {
   Clock::time_point queued_at_;
   std::function<void(Job&)> task_;
   std::shared_ptr<ModelSession> session_;
+  std::shared_ptr<Lockstep> lockstep_;
   std::atomic<bool> cancelled_{false};
   std::atomic<bool> finished_{false};
 

@@ -88,6 +88,13 @@ std::shared_ptr<ModelSession> ModelPool::acquire(const std::string& model, Sched
   std::string key;
   fs::path dir;
   if (!names_startup(model)) {
+    // Every rank would have to load it at the same step, which a distributed server here does
+    // not do: it serves its --model.
+    if (options_.parallel)
+      throw HttpError(404,
+                      "model '" + model + "' cannot be served: this server runs distributed over " +
+                          std::to_string(options_.parallel->size()) + " processes and serves only its --model",
+                      "model");
     try {
       dir = canonical_or_given(io::resolve_model_dir(model));
     } catch (const Error& e) {

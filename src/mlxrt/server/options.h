@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mlxrt/model/parallel.h"
 #include "mlxrt/model/profile.h"
 
 namespace mlxrt::server {
@@ -54,6 +55,9 @@ struct ServerOptions {
   int max_models = 1;
   /** --fidelity: every model (and draft) loaded at this tier (ours; l1 computes mlx-lm's bytes). */
   model::FidelityTier fidelity = model::FidelityTier::l1;
+  /** Under mlx.launch / `mlxrt launch`: how this rank holds its part of the model (tensor or
+   * pipeline parallel, as mlx_lm.server's sharded_load); nullopt for one process. */
+  std::optional<model::Parallel> parallel;
 
   // Limits (ours; mlx_lm.server has none).
   size_t max_body_bytes = 16u << 20;

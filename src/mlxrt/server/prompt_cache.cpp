@@ -68,7 +68,11 @@ void PromptCache::insert(std::vector<int32_t> tokens, cache::CacheList cache, co
 }
 
 void PromptCache::evict() {
-  while (!entries_.empty() && (entries_.size() > max_entries_ || (max_bytes_ && nbytes_ > *max_bytes_))) {
+  while (!entries_.empty()) {
+    const bool over_count = entries_.size() > max_entries_;
+    bool over_bytes = max_bytes_ && nbytes_ > *max_bytes_;
+    if (max_bytes_ && agree_) over_bytes = agree_(over_bytes);
+    if (!over_count && !over_bytes) break;
     nbytes_ -= entries_.front().nbytes;
     entries_.pop_front();
   }

@@ -8,6 +8,7 @@
  * entry's arrays until the request writes. Not thread-safe: only the generation thread uses it. */
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <optional>
 #include <string>
@@ -38,6 +39,11 @@ class PromptCache {
   void insert(std::vector<int32_t> tokens, cache::CacheList cache, const std::string& model_key = {});
 
   size_t size() const { return entries_.size(); }
+
+  /** A distributed server's ranks hold different bytes for the same entries (a pipeline's ranks
+   * hold different layers), so whether the byte budget is exceeded is the leader's answer,
+   * `agree(mine)` (Lockstep::agree); the count limit needs no agreement. */
+  void set_agreement(std::function<bool(bool)> agree) { agree_ = std::move(agree); }
   size_t nbytes() const { return nbytes_; }
 
  private:
@@ -53,6 +59,7 @@ class PromptCache {
   std::optional<size_t> max_bytes_;
   std::list<Entry> entries_;  // front: least recently used
   size_t nbytes_ = 0;
+  std::function<bool(bool)> agree_;
 };
 
 /** Bytes held by a cache list. */

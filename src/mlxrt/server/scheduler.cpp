@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "mlxrt/server/http_error.h"
+#include "mlxrt/util/errors.h"
 
 namespace mlxrt::server {
 
@@ -78,8 +79,8 @@ void SerialScheduler::loop() {
 
 // Port of the request loop of ResponseGenerator._generate (mlx_lm/server.py, mlx-lm 0.32.2).
 
-BatchingScheduler::BatchingScheduler(BatchHooks hooks, size_t max_queued)
-    : hooks_(std::move(hooks)), max_queued_(max_queued), thread_([this] { loop(); }) {}
+BatchingScheduler::BatchingScheduler(BatchHooks hooks, size_t max_queued, std::shared_ptr<Lockstep> lockstep)
+    : hooks_(std::move(hooks)), max_queued_(max_queued), lockstep_(std::move(lockstep)), thread_([this] { loop(); }) {}
 
 BatchingScheduler::~BatchingScheduler() { shutdown(); }
 
@@ -133,6 +134,45 @@ std::shared_ptr<Job> BatchingScheduler::next_job(std::optional<std::chrono::mill
   return job;
 }
 
+bool BatchingScheduler::stopping_agreed() {
+  bool stop;
+  {
+    std::lock_guard lock(mutex_);
+    stop = stopping_;
+  }
+  return lockstep_ ? lockstep_->agree(stop) : stop;
+}
+
+std::shared_ptr<Job> BatchingScheduler::share_job(std::shared_ptr<Job> job, bool from_unprocessed,
+                                                  std::vector<std::shared_ptr<Job>>& unprocessed) {
+  // What the leader sends: nothing, "u" (the last unprocessed job), or "j" and a new job.
+  std::optional<std::string> wire;
+  if (lockstep_->leader() && job) {
+    if (from_unprocessed) {
+      wire = "u";
+    } else if (job->task()) {
+      job->push(ErrorEvent{501, "embeddings are not served when the server runs distributed (mlx.launch): "
+                                "only completions are"});
+      job.reset();
+    } else {
+      wire = "j" + job_to_wire(*job);
+    }
+  }
+  auto shared = lockstep_->share(wire);
+  if (!lockstep_->leader()) {
+    if (!shared) return nullptr;
+    if (*shared == "u") {
+      if (unprocessed.empty()) throw Error("distributed server: rank 0 resumed a request this rank does not hold");
+      job = std::move(unprocessed.back());
+      unprocessed.pop_back();
+    } else {
+      job = job_from_wire(shared->substr(1));
+    }
+  }
+  if (job) job->set_lockstep(lockstep_);
+  return job;
+}
+
 void BatchingScheduler::loop() {
   bool open = false, drain = false;
   std::vector<std::shared_ptr<Job>> unprocessed;  // taken from the queue, not yet placed
@@ -147,6 +187,9 @@ void BatchingScheduler::loop() {
     }
     try {
       hooks_.run_single(*job);
+    } catch (const LockstepError& e) {
+      job->push(ErrorEvent{500, e.what()});
+      throw;  // the ranks are out of step: the loop ends
     } catch (const HttpError& e) {
       job->push(ErrorEvent{e.status(), e.what()});
     } catch (const std::exception& e) {
@@ -170,19 +213,25 @@ void BatchingScheduler::loop() {
     }
     return nullptr;
   };
+  const bool follower = lockstep_ && !lockstep_->leader();
   try {
-    while (!stopping()) {
+    while (lockstep_ ? !stopping_agreed() : !stopping()) {
       std::shared_ptr<Job> job;
-      if (!drain) job = admitted_waiting();
-      if (!drain && !job) {
+      bool from_unprocessed = false;
+      if (!drain && !follower) job = admitted_waiting();
+      if (!drain && !job && !follower) {
         if (!unprocessed.empty()) {
           job = std::move(unprocessed.back());
           unprocessed.pop_back();
+          from_unprocessed = true;
         } else {
           // Poll while the batch has work; otherwise wait (a tenth of a second with a batch open).
+          // Distributed, the other ranks wait in a collective for what the leader takes: it looks
+          // every tenth of a second, as mlx_lm.server does, so they hear of a shutdown.
           std::optional<std::chrono::milliseconds> wait;
           if (open) wait = std::chrono::milliseconds(hooks_.jobs() > 0 ? 0 : 100);
           if (!waiting_memory_.empty()) wait = std::chrono::milliseconds(wait ? 0 : 100);
+          if (lockstep_ && !wait) wait = std::chrono::milliseconds(100);
           job = next_job(wait);
           // A job that does not fit beside the running ones waits for their memory.
           if (job && !job->should_stop() && admission_ && !admission_->try_admit(job)) {
@@ -193,9 +242,10 @@ void BatchingScheduler::loop() {
           }
         }
       }
+      if (lockstep_ && !drain) job = share_job(std::move(job), from_unprocessed, unprocessed);
       if (job) {
         // A job whose client left (or whose time ran out) while it waited is not started.
-        if (job->should_stop()) {
+        if (job->stop_now()) {
           job->push(ErrorEvent{job->timed_out() ? 504 : 499, job->timed_out() ? "request timed out in the queue"
                                                                               : "client closed the request"});
           continue;
@@ -205,6 +255,9 @@ void BatchingScheduler::loop() {
         if (open && batchable && (!hooks_.joinable || hooks_.joinable(*job))) {
           try {
             hooks_.insert(job);
+          } catch (const LockstepError& e) {
+            job->push(ErrorEvent{500, e.what()});
+            throw;  // the ranks are out of step: the loop ends
           } catch (const std::exception& e) {
             job->push(ErrorEvent{500, e.what()});
           }
@@ -242,6 +295,8 @@ void BatchingScheduler::loop() {
           std::lock_guard lock(mutex_);
           return !queue_.empty();
         });
+      } catch (const LockstepError&) {
+        throw;  // the ranks are out of step: the loop ends
       } catch (const std::exception& e) {
         hooks_.fail(500, e.what());
         open = false;
@@ -250,18 +305,42 @@ void BatchingScheduler::loop() {
       batch_jobs_ = hooks_.jobs();
       if (admission_) admission_->release_finished();
     }
-  } catch (const std::exception&) {
-    // The loop itself failed; the jobs still held are answered below.
+  } catch (const std::exception& e) {
+    // The loop itself failed (distributed: a rank is gone); the jobs still held are answered below.
+    std::lock_guard lock(mutex_);
+    failure_ = e.what();
   }
   if (open) hooks_.fail(503, "the server is shutting down");
   batch_jobs_ = 0;
   for (auto& job : unprocessed) job->push(ErrorEvent{503, "the server is shutting down"});
+  std::function<void(const std::string&)> on_failure;
+  std::string failure;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& queued : queue_) queued->push(ErrorEvent{503, "the server is shutting down"});
+    queue_.clear();
+    for (auto& waiting : waiting_memory_) waiting->push(ErrorEvent{503, "the server is shutting down"});
+    waiting_memory_.clear();
+    alive_ = false;
+    on_failure = on_failure_;
+    failure = failure_;
+  }
+  if (!failure.empty() && on_failure) on_failure(failure);
+}
+
+void BatchingScheduler::set_on_failure(std::function<void(const std::string&)> on_failure) {
   std::lock_guard lock(mutex_);
-  for (auto& queued : queue_) queued->push(ErrorEvent{503, "the server is shutting down"});
-  queue_.clear();
-  for (auto& waiting : waiting_memory_) waiting->push(ErrorEvent{503, "the server is shutting down"});
-  waiting_memory_.clear();
-  alive_ = false;
+  on_failure_ = std::move(on_failure);
+}
+
+std::string BatchingScheduler::failure() const {
+  std::lock_guard lock(mutex_);
+  return failure_;
+}
+
+void BatchingScheduler::wait() {
+  std::lock_guard join_lock(join_mutex_);
+  if (thread_.joinable()) thread_.join();
 }
 
 }  // namespace mlxrt::server

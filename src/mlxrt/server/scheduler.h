@@ -12,8 +12,10 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "mlxrt/server/job.h"
+#include "mlxrt/server/lockstep.h"
 #include "mlxrt/server/memory_admission.h"
 
 namespace mlxrt::server {
@@ -81,7 +83,11 @@ struct BatchHooks {
  * drained, then runs alone (as does every job while no batch is open and the job cannot batch). */
 class BatchingScheduler final : public Scheduler {
  public:
-  BatchingScheduler(BatchHooks hooks, size_t max_queued);
+  /** `lockstep`: the ranks of a distributed server (null: one process). The leader (rank 0) takes
+   * the jobs submitted to it and hands each to the other ranks as it starts it; the others take
+   * none of their own, and run the leader's jobs through the same loop, every decision the
+   * leader's (see Lockstep). The loop ends on every rank when the leader's is shut down. */
+  BatchingScheduler(BatchHooks hooks, size_t max_queued, std::shared_ptr<Lockstep> lockstep = nullptr);
   ~BatchingScheduler() override;
 
   /** Memory admission (null: none): submit refuses a job that could never fit with 503, and a
@@ -94,10 +100,26 @@ class BatchingScheduler final : public Scheduler {
   size_t queued() const override;
   size_t running() const override;
 
+  /** Called on the generation thread when its loop ends by an error (distributed: a rank has
+   * gone), after every job it held has been answered. */
+  void set_on_failure(std::function<void(const std::string&)> on_failure);
+  /** The error that ended the loop ("" while it runs, or when it was shut down). */
+  std::string failure() const;
+  /** Until the loop ends (a follower rank's loop ends when the leader's does). */
+  void wait();
+
  private:
   void loop();
   /** A queued job, waiting at most `wait` (forever when nullopt); null when none or stopping. */
   std::shared_ptr<Job> next_job(std::optional<std::chrono::milliseconds> wait);
+  /** Distributed: the job the leader took (`job`, from the queue or `unprocessed`, which then no
+   * longer holds it) on every rank: a follower takes the same one from its own `unprocessed`, or
+   * a copy of a new one. A job the ranks cannot share (one that runs a task) is answered here and
+   * taken by none. */
+  std::shared_ptr<Job> share_job(std::shared_ptr<Job> job, bool from_unprocessed,
+                                 std::vector<std::shared_ptr<Job>>& unprocessed);
+  /** Whether the loop stops: the leader's answer on every rank. */
+  bool stopping_agreed();
 
   BatchHooks hooks_;
   size_t max_queued_;
@@ -110,6 +132,9 @@ class BatchingScheduler final : public Scheduler {
   std::atomic<size_t> batch_jobs_{0};
   bool stopping_ = false;
   std::atomic<bool> alive_{true};
+  std::shared_ptr<Lockstep> lockstep_;
+  std::string failure_;
+  std::function<void(const std::string&)> on_failure_;
   std::mutex join_mutex_;
   std::thread thread_;
 };

@@ -3,11 +3,13 @@
 #include "mlxrt/model/nn/expert_store.h"
 #include "mlxrt/server/generation.h"
 #include "mlxrt/server/http_front.h"
+#include "mlxrt/server/lockstep.h"
 #include "mlxrt/server/logger.h"
 #include "mlxrt/server/model_pool.h"
 #include "mlxrt/server/memory_admission.h"
 #include "mlxrt/server/model_session.h"
 #include "mlxrt/server/scheduler.h"
+#include "mlxrt/util/errors.h"
 
 namespace mlxrt::server {
 
@@ -15,6 +17,7 @@ struct Server::Parts {
   Logger log;
   ServerMetrics metrics;
   ModelPool models;  // before the scheduler: its load jobs run on the generation thread
+  std::shared_ptr<Lockstep> lockstep;
   Generator generator;
   BatchingScheduler scheduler;
   HttpFront front;
@@ -23,7 +26,8 @@ struct Server::Parts {
   explicit Parts(const ServerOptions& o)
       : log(o.log_level),
         models(o, log, metrics),
-        generator(models.startup(), o, log, metrics),
+        lockstep(o.parallel ? std::make_shared<Lockstep>(o.parallel->group) : nullptr),
+        generator(models.startup(), o, log, metrics, lockstep),
         scheduler(
             BatchHooks{
                 [this](Job& job) {
@@ -42,15 +46,20 @@ struct Server::Parts {
                 [this](int status, const std::string& message) { generator.batch_fail(status, message); },
                 [this](const Job& job) { return generator.batch_joinable(job); },
             },
-            static_cast<size_t>(std::max(1, o.max_queued_requests))),
+            static_cast<size_t>(std::max(1, o.max_queued_requests)), lockstep),
         front(o, log, models, scheduler, metrics) {}
+
+  bool leader() const { return !lockstep || lockstep->leader(); }
 };
 
 Server::Server(ServerOptions options) : options_(std::move(options)) {
   parts_ = std::make_unique<Parts>(options_);
+  if (!parts_->leader()) return;  // no requests of its own: no admission, no port
   auto admission = make_memory_admission(*parts_->models.startup(), options_, parts_->metrics, parts_->log);
   parts_->models.set_admission(admission);
   parts_->scheduler.set_admission(std::move(admission));
+  // Distributed, a rank gone ends the generation loop: the HTTP side stops too, and serve() says why.
+  parts_->scheduler.set_on_failure([this](const std::string&) { parts_->front.stop(); });
   parts_->port = parts_->front.bind();
 }
 
@@ -61,15 +70,21 @@ Server::~Server() {
 int Server::port() const { return parts_->port; }
 
 void Server::serve() {
-  parts_->front.serve();
+  if (parts_->leader())
+    parts_->front.serve();
+  else
+    parts_->scheduler.wait();
   parts_->scheduler.shutdown();
+  if (const auto failure = parts_->scheduler.failure(); !failure.empty() && parts_->lockstep)
+    throw Error("mlxrt server: rank " + std::to_string(parts_->lockstep->rank()) + " of " +
+                std::to_string(parts_->lockstep->size()) + " stopped serving: " + failure);
 }
 
 void Server::stop() {
   // The generation thread first: running jobs end at once, so the HTTP threads waiting on them
-  // can answer and the HTTP server can join them.
+  // can answer and the HTTP server can join them. (A rank other than 0 stops when rank 0 does.)
   parts_->scheduler.shutdown();
-  parts_->front.stop();
+  if (parts_->leader()) parts_->front.stop();
 }
 
 }  // namespace mlxrt::server
