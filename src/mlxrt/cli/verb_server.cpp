@@ -201,6 +201,15 @@ void register_server(CLI::App& app) {
                   "Connections served at once (a thread each, added as connections arrive: idle or slow clients "
                   "cannot hold every one)")
       ->capture_default_str();
+  cmd->add_option("--header-timeout", o.header_timeout_s,
+                  "Seconds a connection has to send a request's whole header block, from accept (kept alive: from "
+                  "the previous response); a client that trickles it is closed (0: none)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--body-timeout", o.body_timeout_s,
+                  "Seconds a request's whole body may take to arrive after its headers; later: 408 and closed (0: none)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-prompt-tokens", o.max_prompt_tokens,
                   "Longest prompt, in tokens, a request may bring (longer: a 400 before any prefill; default: any)")
       ->check(CLI::PositiveNumber);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <sstream>
 
 #include "mlxrt/server/anthropic_api.h"
 #include "mlxrt/server/connection_pool.h"
@@ -13,6 +14,7 @@
 #include "mlxrt/server/http_error.h"
 #include "mlxrt/server/models_list.h"
 #include "mlxrt/server/python_json.h"
+#include "mlxrt/server/read_deadline.h"
 #include "mlxrt/server/request.h"
 #include "mlxrt/server/responses.h"
 #include "mlxrt/server/responses_api.h"
@@ -30,6 +32,16 @@ namespace {
 size_t drain_limit(size_t max_body_bytes) { return max_body_bytes + std::max<size_t>(max_body_bytes * 3, 16u << 20); }
 
 bool is_known_method(const std::string& m) { return m == "GET" || m == "POST" || m == "OPTIONS" || m == "HEAD"; }
+
+/** What a connection whose body is late gets before it is closed (read_deadline.h). */
+std::string body_timeout_reply(double seconds) {
+  std::ostringstream limit;
+  limit << seconds;
+  std::string body = python_dumps(
+      error_body(408, "the request body did not arrive within " + limit.str() + " seconds (--body-timeout)"));
+  return "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+}
 
 }  // namespace
 
@@ -81,6 +93,8 @@ void HttpFront::install_routes() {
   using Handled = httplib::Server::HandlerResponse;
 
   http_->set_pre_routing_handler([this](const Request& req, Response& res) {
+    // Called once the header block is read, before the body.
+    if (read_deadline_) read_deadline_->headers_read(req.remote_addr, req.remote_port);
     size_t header_bytes = req.target.size();
     for (const auto& [k, v] : req.headers) header_bytes += k.size() + v.size() + 4;
     if (req.headers.size() > options_.max_header_count || header_bytes > options_.max_header_bytes) {
@@ -121,6 +135,14 @@ void HttpFront::install_routes() {
     return Handled::Unhandled;
   });
 
+  // Every route starts by telling the read deadline that its request is read and being answered:
+  // from here on (generation, streaming) the connection is not cut.
+  auto handled = [this](httplib::Server::Handler handler) -> httplib::Server::Handler {
+    return [this, handler = std::move(handler)](const Request& req, Response& res) {
+      if (read_deadline_) read_deadline_->handling(req.remote_addr, req.remote_port);
+      handler(req, res);
+    };
+  };
   auto completion = [this](Endpoint e) {
     return [this, e](const Request& req, Response& res) {
       if (req.body.size() > options_.max_body_bytes) {
@@ -131,60 +153,63 @@ void HttpFront::install_routes() {
       handle_completion_request(options_, log_, models_, scheduler_, fingerprint_, req, res, e);
     };
   };
-  http_->Post("/v1/chat/completions", completion(Endpoint::chat));
-  http_->Post("/chat/completions", completion(Endpoint::chat));
-  http_->Post("/v1/completions", completion(Endpoint::text));
+  http_->Post("/v1/chat/completions", handled(completion(Endpoint::chat)));
+  http_->Post("/chat/completions", handled(completion(Endpoint::chat)));
+  http_->Post("/v1/completions", handled(completion(Endpoint::text)));
   // The Anthropic Messages and OpenAI Responses APIs (their own body limits and error shapes).
   auto api = [this](auto handler) {
     return [this, handler](const Request& req, Response& res) {
       handler(ApiContext{options_, log_, models_, scheduler_}, req, res);
     };
   };
-  http_->Post("/v1/messages", api(handle_anthropic_messages));
-  http_->Post("/v1/messages/count_tokens", api(handle_anthropic_count_tokens));
-  http_->Post("/v1/responses", api([this](const ApiContext& c, const Request& req, Response& res) {
-                responses_api_->handle(c, req, res);
-              }));
+  http_->Post("/v1/messages", handled(api(handle_anthropic_messages)));
+  http_->Post("/v1/messages/count_tokens", handled(api(handle_anthropic_count_tokens)));
+  auto responses = api([this](const ApiContext& c, const Request& req, Response& res) {
+    responses_api_->handle(c, req, res);
+  });
+  http_->Post("/v1/responses", handled(responses));
   auto embeddings = api([this](const ApiContext& c, const Request& req, Response& res) {
     embeddings_api_->handle(c, req, res);
   });
-  http_->Post("/v1/embeddings", embeddings);
-  http_->Post("/embeddings", embeddings);
-  http_->Post(R"(.*)", [this](const Request&, Response& res) { send_error(res, 404, "Not Found"); });
+  http_->Post("/v1/embeddings", handled(embeddings));
+  http_->Post("/embeddings", handled(embeddings));
+  http_->Post(R"(.*)", handled([this](const Request&, Response& res) { send_error(res, 404, "Not Found"); }));
 
-  http_->Get("/health", [this](const Request&, Response& res) {
+  http_->Get("/health", handled([this](const Request&, Response& res) {
     bool ok = scheduler_.healthy();
     res.status = ok ? 200 : 503;
     res.set_content(python_dumps({{"status", ok ? "ok" : "unavailable"}}), "application/json");
-  });
-  http_->Get("/metrics", [this](const Request&, Response& res) {
+  }));
+  http_->Get("/metrics", handled([this](const Request&, Response& res) {
     res.set_content(metrics_.render({scheduler_.queued(), scheduler_.running()}), "text/plain; version=0.0.4");
-  });
-  http_->Get(R"(/v1/models.*)", [this](const Request& req, Response& res) {
+  }));
+  http_->Get(R"(/v1/models.*)", handled([this](const Request& req, Response& res) {
     std::optional<std::string> filter;
     if (req.path.rfind("/v1/models/", 0) == 0) filter = req.path.substr(11);
     auto created = static_cast<int64_t>(std::time(nullptr));
     res.set_content(python_dumps(list_models(models_.startup_id(), models_.startup_repo_id(), filter, created)),
                     "application/json");
-  });
+  }));
   if (options_.chat_page)
-    http_->Get(R"(/|/ui/[^/]+)", [this](const Request& req, Response& res) { serve_page(req, res); });
-  http_->Get(R"(.*)", [this](const Request&, Response& res) { send_error(res, 404, "Not Found"); });
-  http_->Options(R"(.*)", [](const Request&, Response& res) {
+    http_->Get(R"(/|/ui/[^/]+)", handled([this](const Request& req, Response& res) { serve_page(req, res); }));
+  http_->Get(R"(.*)", handled([this](const Request&, Response& res) { send_error(res, 404, "Not Found"); }));
+  http_->Options(R"(.*)", handled([](const Request&, Response& res) {
     res.status = 204;
     res.set_header("Content-Type", "application/json");
-  });
+  }));
   auto unsupported = [this](const Request& req, Response& res) {
     send_error(res, 501, "Unsupported method ('" + req.method + "')");
   };
-  http_->Put(R"(.*)", unsupported);
-  http_->Patch(R"(.*)", unsupported);
-  http_->Delete(R"(.*)", unsupported);
+  http_->Put(R"(.*)", handled(unsupported));
+  http_->Patch(R"(.*)", handled(unsupported));
+  http_->Delete(R"(.*)", handled(unsupported));
 
   http_->set_post_routing_handler([this](const Request& req, Response& res) { set_cors(req, res); });
   // Called once a request has been answered (a stream: once it has ended), with its final status.
+  // The connection may now carry its next request: its header deadline starts again.
   http_->set_logger([this](const Request& req, const Response& res) {
-    metrics_.request_answered(req.method, req.path, res.status);
+    bool cut = read_deadline_ && read_deadline_->answered(req.remote_addr, req.remote_port);
+    metrics_.request_answered(req.method, req.path, cut ? 408 : res.status);  // cut: the client got the 408
   });
   http_->set_error_handler(httplib::Server::HandlerWithResponse([this](const Request& req, Response& res) {
     if (!is_known_method(req.method) && res.status == 404) res.status = 501;
@@ -236,7 +261,12 @@ int HttpFront::bind() {
 
 void HttpFront::serve() {
   log_.info("Starting httpd at " + options_.host + " on port " + std::to_string(bound_port_) + "...");
+  if (options_.header_timeout_s > 0 || options_.body_timeout_s > 0)
+    read_deadline_ = std::make_unique<ReadDeadline>(
+        bound_port_, options_.header_timeout_s, options_.body_timeout_s, body_timeout_reply(options_.body_timeout_s),
+        [this](ReadPhase phase) { metrics_.read_timed_out(phase); });
   http_->listen_after_bind();
+  read_deadline_.reset();  // every connection's thread has been joined
 }
 
 void HttpFront::stop() { http_->stop(); }

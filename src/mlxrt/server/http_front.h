@@ -21,6 +21,7 @@ namespace mlxrt::server {
 
 class ResponsesApi;
 class EmbeddingsApi;
+class ReadDeadline;
 
 class HttpFront {
  public:
@@ -31,7 +32,8 @@ class HttpFront {
   /** Binds options.host:options.port (port 0: any free port); UsageError when it cannot. Returns
    * the bound port. */
   int bind();
-  /** Serves until stop(). */
+  /** Serves until stop(), each request read under the header and body deadlines
+   * (--header-timeout, --body-timeout: read_deadline.h). */
   void serve();
   void stop();
 
@@ -52,6 +54,7 @@ class HttpFront {
   std::unique_ptr<ResponsesApi> responses_api_;  // /v1/responses and its store
   std::unique_ptr<EmbeddingsApi> embeddings_api_;  // /v1/embeddings
   int bound_port_ = 0;
+  std::unique_ptr<ReadDeadline> read_deadline_;  // while serving; none when both timeouts are 0
 };
 
 }  // namespace mlxrt::server

@@ -85,6 +85,11 @@ void ServerMetrics::request_answered(const std::string& method, const std::strin
   ++requests_[{method_label, route_label(path), status}];
 }
 
+void ServerMetrics::read_timed_out(ReadPhase phase) {
+  std::lock_guard lock(mutex_);
+  ++(phase == ReadPhase::body ? body_timeouts_ : header_timeouts_);
+}
+
 void ServerMetrics::job_started(size_t prompt_tokens, size_t cached_tokens, double queue_seconds) {
   std::lock_guard lock(mutex_);
   ++jobs_started_;
@@ -144,6 +149,11 @@ std::string ServerMetrics::render(const MetricsGauges& g) const {
     out += "mlxrt_http_requests_total{method=\"" + method + "\",endpoint=\"" + endpoint + "\",status=\"" +
            std::to_string(status) + "\"} " + std::to_string(n) + "\n";
   }
+  header(out, "mlxrt_http_read_timeouts_total", "counter",
+         "Connections closed for not sending their request's headers (--header-timeout) or body (--body-timeout) in "
+         "time, by phase.");
+  out += "mlxrt_http_read_timeouts_total{phase=\"headers\"} " + std::to_string(header_timeouts_) + "\n";
+  out += "mlxrt_http_read_timeouts_total{phase=\"body\"} " + std::to_string(body_timeouts_) + "\n";
   counter(out, "mlxrt_requests_started_total", "Requests that reached the model.", jobs_started_);
   counter(out, "mlxrt_requests_finished_total", "Requests whose generation ended (finished, stopped or abandoned).",
           jobs_finished_);

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "mlxrt/server/read_deadline.h"
+
 namespace mlxrt::server {
 
 /** A cumulative histogram with fixed upper bounds (seconds). */
@@ -43,6 +45,9 @@ class ServerMetrics {
   /** One answered HTTP request. `method` and `path` are reduced to the server's own methods and
    * routes ("other" for the rest), so that the label set stays bounded whatever clients send. */
   void request_answered(const std::string& method, const std::string& path, int status);
+  /** A connection was closed for not delivering its request's headers or body in time
+   * (--header-timeout, --body-timeout). */
+  void read_timed_out(ReadPhase phase);
   /** A job reached the model: its prompt length, the tokens the prompt cache supplied, and how long
    * it waited in the queue. */
   void job_started(size_t prompt_tokens, size_t cached_tokens, double queue_seconds);
@@ -71,6 +76,7 @@ class ServerMetrics {
   unsigned long long jobs_started_ = 0, jobs_finished_ = 0, prompt_cache_hits_ = 0;
   size_t kv_cache_bytes_ = 0, prompt_cache_entries_ = 0;
   unsigned long long model_loads_ = 0;
+  unsigned long long header_timeouts_ = 0, body_timeouts_ = 0;
   unsigned long long mixed_adapter_joins_ = 0;
   size_t models_resident_ = 0;
   size_t memory_weights_bytes_ = 0, admitted_kv_bytes_ = 0, memory_budget_bytes_ = 0, memory_waits_ = 0;
