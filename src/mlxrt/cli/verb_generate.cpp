@@ -47,6 +47,7 @@ struct Args {
   std::optional<int> max_kv_size, kv_bits;
   std::optional<double> expert_memory;
   bool expert_prefetch = false;
+  bool spec_exact = false;  // --spec-exact
   int kv_group_size = 64, quantized_kv_start = 5000, prefill_step_size = 2048;
   SamplingFlags sampling;
   DistributedArgs dist;
@@ -146,7 +147,7 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options, const 
   auto rng = make_rng(a);
   std::shared_ptr<model::nn::ExpertStore> experts;
   auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts, a.adapter_path, run.parallel,
-                               a.expert_prefetch, a.fidelity);
+                               a.expert_prefetch, a.fidelity, a.spec_exact);
   if (a.seed) rng->skip(sharded_load_draws(a.model, loaded, run.parallel.has_value()));
   auto draft = load_draft(a);
   const int vocab = loaded.model->vocab_size();
@@ -307,6 +308,7 @@ void run(const Args& a) {
   if (a.max_kv_size && *a.max_kv_size < 1) throw UsageError("--max-kv-size: must be positive");
   parse_template_config(a.chat_template_config);
   check_draft_flags(a);
+  if (a.spec_exact && a.kv_bits) throw UsageError("--spec-exact cannot be combined with --kv-bits (a quantized KV cache)");
   const auto constraint_file = read_constraint_file(a);
   const bool verbose = str2bool(a.verbose);
   // Every rank runs the same generation on its shard (the same flags reach each); rank 0 prints.
@@ -335,7 +337,7 @@ void run(const Args& a) {
 
   auto rng = make_rng(a);
   auto session = load_session(a.model, a.profile_file, a.expert_memory, a.adapter_path, dist_run.parallel,
-                              a.expert_prefetch, a.fidelity);
+                              a.expert_prefetch, a.fidelity, a.spec_exact);
   // mlx_lm.generate has no distributed mode: the keys are drawn as mlx_lm.chat's sharded_load draws them.
   if (a.seed) rng->skip(sharded_load_draws(a.model, session.loaded, dist_run.parallel.has_value()));
   for (const auto& t : a.extra_eos_token) add_eos_token(session, t, "--extra-eos-token");
@@ -455,6 +457,9 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--grammar", a->grammar, "Constrain the output to this GBNF grammar file (start rule `root`)");
   add_unsupported(cmd, "--image", "this engine runs text-only models");
   cmd->add_option("--draft-model", a->draft_model, "A model to be used for speculative decoding.");
+  cmd->add_flag("--spec-exact", a->spec_exact,
+                "Compute every position as a one-token decoding step does, so the tokens (greedy) equal decoding "
+                "one token at a time, whatever the prefill chunks and with any --draft-model (ours; CPU)");
   cmd->add_option("--num-draft-tokens", a->num_draft_tokens,
                   "Number of tokens to draft when using speculative decoding.")
       ->capture_default_str();

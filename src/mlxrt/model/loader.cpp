@@ -118,7 +118,8 @@ struct Bound {
 
 Bound bind_weights(const io::ModelConfig& config, const ResolvedProfile& profile,
                    const std::shared_ptr<nn::Adapter>& adapter, const std::optional<Parallel>& parallel,
-                   std::shared_ptr<const kernels::cpu::CpuKernels> cpu_kernels = nullptr, bool float32 = false) {
+                   std::shared_ptr<const kernels::cpu::CpuKernels> cpu_kernels = nullptr, bool float32 = false,
+                   bool row_exact = false) {
   auto weights = io::load_weights(config.dir());
   check_layer_count(config, weights);
   if (adapter) prepare_adapter(*adapter, config, weights);
@@ -127,6 +128,7 @@ Bound bind_weights(const io::ModelConfig& config, const ResolvedProfile& profile
   binder->set_parallel(parallel);
   binder->set_cpu_kernels(std::move(cpu_kernels));
   binder->set_float32(float32);
+  binder->set_row_exact(row_exact);
   // Tensor parallel: each rank reads its slices of the weight files, not the whole tensors.
   if (parallel && parallel->mode == Parallel::Mode::tensor) binder->set_locations(io::tensor_locations(config.dir()));
   auto model = graph_entry(profile.profile.execution.graph).build(config, *binder);
@@ -135,6 +137,25 @@ Bound bind_weights(const io::ModelConfig& config, const ResolvedProfile& profile
 }
 
 }  // namespace
+
+// Row-exact runs where its guarantee is tested: the CPU (on a GPU every op would need checking,
+// and each row of a linear layer alone gives up what speculation saves), L1, one process, and the
+// families on the shared decoder whose attention is causal without a window.
+static void check_row_exact(const LoadOptions& options, const io::ModelConfig& config) {
+  if (!options.row_exact) return;
+  if (mx::default_device() != mx::Device::cpu)
+    throw UnsupportedError("--spec-exact runs on the CPU only (on this device a many-row step's bytes are not yet "
+                           "known to match a one-row step's)");
+  if (options.fidelity != FidelityTier::l1) throw UsageError("--spec-exact runs at --fidelity l1");
+  if (options.parallel) throw UnsupportedError("--spec-exact is not supported in distributed mode");
+  if (!options.adapter_path.empty()) throw UnsupportedError("--spec-exact cannot be combined with an adapter");
+  static const std::vector<std::string> kFamilies = {"llama", "mistral", "qwen2", "qwen3"};
+  if (std::find(kFamilies.begin(), kFamilies.end(), config.model_type()) == kFamilies.end()) {
+    std::string list;
+    for (const auto& f : kFamilies) list += (list.empty() ? "" : ", ") + f;
+    throw UnsupportedError("--spec-exact: model_type '" + config.model_type() + "' is not supported (" + list + ")");
+  }
+}
 
 std::shared_ptr<const kernels::cpu::CpuKernels> cpu_kernels_for(const LoadOptions& options) {
   const bool l3 = options.fidelity == FidelityTier::l3;
@@ -158,7 +179,9 @@ LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& opt
     check_same_model_on_all_ranks(*options.parallel, config);
   }
   auto adapter = load_adapter(options);
-  auto bound = bind_weights(config, profile, adapter, options.parallel, cpu_kernels_for(options), options.float32);
+  check_row_exact(options, config);
+  auto bound = bind_weights(config, profile, adapter, options.parallel, cpu_kernels_for(options), options.float32,
+                            options.row_exact);
   if (!options.lazy) {
     // Tensor parallel: the sharded tensors are this rank's slices, read from the files (or cut from
     // a tensor a sanitize made); the whole tensors are never evaluated.

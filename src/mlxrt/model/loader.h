@@ -36,6 +36,12 @@ struct LoadOptions {
    * their scales and biases become float32), so MLX computes the whole model in float32: the
    * reference `mlxrt fidelity --float32-reference` measures both tiers against. */
   bool float32 = false;
+  /** Every position computed with the arithmetic of a one-token decoding step (--spec-exact): a
+   * layer whose matmul is not row-invariant here runs one row at a time, and each query attends
+   * alone over its prefix. Then any prefill chunking, and a speculative step's verification, give
+   * the bytes of decoding one token at a time (what mlx-lm computes with prefill_step_size 1).
+   * CPU, L1, one process, no adapter, and the families tests/generate/test_spec_exact.py checks. */
+  bool row_exact = false;
 };
 
 /** The CPU kernels a model loaded with `options` computes with (null: MLX's own). */

@@ -69,6 +69,7 @@ Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int o
   if (bias) b = w.take(path + ".bias", {out_dims});
   Linear linear(std::move(weight), std::move(b), std::move(q));
   linear.cpu_ = w.cpu_kernels();
+  linear.per_row_ = w.row_exact() && !row_invariant_matmul(linear.weight_, linear.q_);
   // The adapter's delta of this layer (LoRALinear / DoRALinear). DoRALinear.set_linear: m =
   // |W.astype(float32)| per output row, when the adapter lacks it.
   auto take = [&](Adapter& adapter) {
@@ -134,7 +135,34 @@ mx::array Linear::dequantized_weight() const {
   return mx::dequantize(weight_, q_->scales, q_->biases, q_->spec.group_size, q_->spec.bits, q_->spec.mode);
 }
 
+bool row_invariant_matmul(const mx::array& weight, const std::optional<Quantized>& q) {
+  if (mx::default_device() != mx::Device::cpu) return false;
+  if (q) return q->spec.mode == "affine" && !q->l3;
+  return weight.dtype() == mx::bfloat16 || weight.dtype() == mx::float16;
+}
+
+std::optional<mx::array> each_row(const mx::array& x, const std::function<mx::array(const mx::array&)>& f) {
+  const int dims = x.shape(-1);
+  const int rows = dims == 0 ? 0 : static_cast<int>(x.size() / static_cast<size_t>(dims));
+  if (rows <= 1) return std::nullopt;
+  // A decoding step's input is [1, 1, D]: each row goes in that shape.
+  auto flat = mx::reshape(x, {rows, 1, 1, dims});
+  std::vector<mx::array> outs;
+  outs.reserve(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) outs.push_back(f(mx::reshape(mx::slice(flat, {r, 0, 0, 0}, {r + 1, 1, 1, dims}), {1, 1, dims})));
+  auto y = mx::concatenate(outs, 0);
+  auto shape = x.shape();
+  shape.back() = y.shape(-1);
+  return mx::reshape(y, shape);
+}
+
 mx::array Linear::operator()(const mx::array& x) const {
+  if (per_row_)
+    if (auto y = each_row(x, [this](const mx::array& row) { return forward(row); })) return *y;
+  return forward(x);
+}
+
+mx::array Linear::forward(const mx::array& x) const {
   if (slots_) {
     // The base output once, shared by every LoRA slot (LoRALinear adds its delta to it).
     auto y = base(x);
@@ -170,6 +198,7 @@ Embedding Embedding::load(WeightBinder& w, const std::string& path, int num_embe
   auto q = load_quantized(w, path, dims, num_embeddings, weight);
   Embedding embedding(std::move(weight), std::move(q));
   embedding.cpu_ = w.cpu_kernels();
+  embedding.per_row_ = w.row_exact() && !row_invariant_matmul(embedding.weight_, embedding.q_);
   // The adapter's delta of this embedding (LoRAEmbedding / DoRAEmbedding). DoRAEmbedding.set_embedding:
   // m = |weight| per row, when the adapter lacks it.
   auto take = [&](Adapter& adapter) {
@@ -210,6 +239,12 @@ mx::array Embedding::base(const mx::array& ids) const {
 }
 
 mx::array Embedding::as_linear(const mx::array& x) const {
+  if (per_row_)
+    if (auto y = each_row(x, [this](const mx::array& row) { return as_linear_rows(row); })) return *y;
+  return as_linear_rows(x);
+}
+
+mx::array Embedding::as_linear_rows(const mx::array& x) const {
   if (slots_) {
     auto y = base_as_linear(x);
     return slots_->rows->select(y, [&](int slot) -> std::optional<mx::array> {

@@ -59,6 +59,7 @@ class Linear {
  private:
   Linear(mx::array weight, std::optional<mx::array> bias, std::optional<Quantized> q)
       : weight_(std::move(weight)), bias_(std::move(bias)), q_(std::move(q)) {}
+  mx::array forward(const mx::array& x) const;
   mx::array base(const mx::array& x) const;
   mx::array dequantized_weight() const;
   /** This rank's rows (all_to_sharded) or columns (sharded_to_all) of every parameter. */
@@ -71,7 +72,22 @@ class Linear {
   /** ShardedToAllLinear: the group the partial products are summed over (before the bias). */
   std::optional<mx::distributed::Group> sum_over_;
   std::shared_ptr<const kernels::cpu::CpuKernels> cpu_;  // our CPU kernels (null: MLX's)
+  /** Row-exact loads, where this layer's matmul does not give each row of a many-row call the
+   * bytes of a one-row call: one call per row (see row_invariant_matmul). */
+  bool per_row_ = false;
 };
+
+/** Whether the matmul of a layer with this weight (quantized as `q`, or dense) gives each row of an
+ * M-row input the bytes it gives that row alone, on the device models run on now. On the CPU, MLX's
+ * quantized matmul (affine) and its bfloat16 / float16 matmul (simd_gemm), and our kernels that
+ * reproduce their bytes, compute every output element by the same loop whatever M is; float32 goes
+ * to the BLAS, whose sgemm may take a gemv path for one row. A GPU picks its kernel by M (qmv /
+ * qmm, cuBLAS heuristics). Checked end to end by tests/generate/test_spec_exact.py. */
+bool row_invariant_matmul(const mx::array& weight, const std::optional<Quantized>& q);
+
+/** `f` applied to each row of `x` (all axes but the last) alone, as [1, 1, D], the results put back
+ * in `x`'s shape; nullopt when `x` has one row (then `f(x)` is already that). */
+std::optional<mx::array> each_row(const mx::array& x, const std::function<mx::array(const mx::array&)>& f);
 
 class Embedding {
  public:
@@ -84,6 +100,7 @@ class Embedding {
 
  private:
   mx::array base(const mx::array& ids) const;
+  mx::array as_linear_rows(const mx::array& x) const;
   mx::array base_as_linear(const mx::array& x) const;
   Embedding(mx::array weight, std::optional<Quantized> q) : weight_(std::move(weight)), q_(std::move(q)) {}
   mx::array weight_;
@@ -91,6 +108,7 @@ class Embedding {
   std::shared_ptr<const LoraDelta> lora_;  // an adapter's delta (LoRAEmbedding / DoRAEmbedding)
   std::shared_ptr<const SlotDeltas> slots_;  // a mixed-adapter model's deltas, by slot
   std::shared_ptr<const kernels::cpu::CpuKernels> cpu_;  // our CPU kernels (null: MLX's)
+  bool per_row_ = false;  // as Linear's, for as_linear
 };
 
 /** The deltas each slot's adapter has for module `path` (WeightBinder::adapter_slots); null when

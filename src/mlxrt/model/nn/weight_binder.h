@@ -123,6 +123,9 @@ class WeightBinder {
   void derive(mx::array a) { derived_.push_back(std::move(a)); }
   /** take() returns floating tensors as float32 (LoadOptions::float32). */
   void set_float32(bool on) { float32_ = on; }
+  /** Every position computed as a one-token call would compute it (LoadOptions::row_exact). */
+  void set_row_exact(bool on) { row_exact_ = on; }
+  bool row_exact() const { return row_exact_; }
   const std::vector<mx::array>& derived() const { return derived_; }
 
   /** Notes a module mlx.nn.quantize could quantize (Linear::load, Embedding::load, SwitchLinear::load). */
@@ -200,6 +203,7 @@ class WeightBinder {
   std::vector<std::string> taken_names_;
   std::vector<mx::array> derived_;
   bool float32_ = false;
+  bool row_exact_ = false;
   std::vector<QuantizableModule> quantizable_;
   std::shared_ptr<nn::Adapter> adapter_;
   AdapterSlots slots_;
