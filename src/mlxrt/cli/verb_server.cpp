@@ -78,6 +78,7 @@ void run(Args& a) {
     throw UsageError("--draft-model, --adapter-path and --adapters cannot be used when the server runs distributed "
                      "(as mlx_lm.server: adapters and draft models are not supported in distributed mode)");
   a.o.parallel = dist_run.parallel;
+  if (a.o.row_exact) a.o.batch_invariant = true;  // a batch's rows each run alone, as one-token steps
   a.o.draft_model = a.draft_model;
   if (!a.draft_model.empty() && (a.o.num_draft_tokens < 0 || a.o.num_draft_tokens > generate::kMaxDraftTokens))
     throw UsageError("--num-draft-tokens: must be between 0 and " + std::to_string(generate::kMaxDraftTokens) +
@@ -99,6 +100,7 @@ void run(Args& a) {
     if (a.kv_bits < 2 || a.kv_bits > 8) throw UsageError("--kv-bits: expected 2 to 8 bits");
     a.o.kv_bits = a.kv_bits;
   }
+  if (a.o.row_exact && a.o.kv_bits) throw UsageError("--spec-exact cannot be combined with --kv-bits (a quantized KV cache)");
   a.o.expert_memory_bytes = expert_memory_bytes(a.expert_memory);
   a.o.expert_prefetch = a.expert_prefetch;
   a.o.adapter_path = a.adapter_path;
@@ -184,6 +186,10 @@ void register_server(CLI::App& app) {
   cmd->add_flag("--batch-invariant", o.batch_invariant,
                 "Each batched request's tokens and logprobs equal the same request served alone (each row runs "
                 "its own forward)");
+  cmd->add_flag("--spec-exact", o.row_exact,
+                "Compute every position as a one-token decoding step does: each request's tokens and logprobs "
+                "(greedy) equal decoding it alone one token at a time, whatever the prompt cache reuses, the prefill "
+                "chunks, the batch or the draft model (ours; CPU; implies --batch-invariant)");
   cmd->add_option("--prompt-cache-size", o.prompt_cache_size, "Maximum number of distinct KV caches kept")
       ->capture_default_str();
   cmd->add_option("--prompt-cache-bytes", a->prompt_cache_bytes, "Maximum size of the kept KV caches (e.g. 8G)");

@@ -94,6 +94,7 @@ ModelSession load_model_session(const ServerOptions& options, Logger& log) {
   load.expert_prefetch = options.expert_prefetch;
   load.fidelity = options.fidelity;
   load.parallel = options.parallel;
+  load.row_exact = options.row_exact;
   const auto adapters = adapter_list(options);
   if (!adapters.empty() && options.expert_memory_bytes)
     throw UsageError("--adapters cannot be combined with --expert-memory");

@@ -41,6 +41,9 @@ struct ServerOptions {
   int prompt_concurrency = 8;
   int prefill_step_size = 2048;
   bool batch_invariant = false;  // --batch-invariant: each batched request equals its solo run
+  /** --spec-exact: the model computes every position as a one-token step (LoadOptions::row_exact);
+   * batches then run batch-invariant, so every request gets one-token decoding's bytes. */
+  bool row_exact = false;
   int prompt_cache_size = 10;
   std::optional<size_t> prompt_cache_bytes;
   std::optional<int> kv_bits;  // quantize the KV cache past quantized_kv_start positions
