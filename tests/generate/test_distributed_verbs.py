@@ -146,7 +146,8 @@ def test_a_whole_cache_file_continues_on_the_sharded_model(case, tokenizer_model
         assert text.split("==========")[1] == one_process(*gen).stdout.split("==========")[1]
 
 
-@pytest.mark.parametrize("name,pipeline", [("qwen3_bf16", False), ("llama_bias", False), ("qwen3_moe_fp32", True)])
+@pytest.mark.parametrize("name,pipeline", [("qwen3_bf16", False), ("llama_bias", False), ("qwen3_moe_fp32", True),
+                                           ("gpt_oss_fp32", False)])
 def test_batch_generate_equals_mlx_lm_batch_generator_sharded(name, pipeline, tmp_path):
     model = make_fixture(name)
     requests = tmp_path / "requests.json"
@@ -160,7 +161,8 @@ def test_batch_generate_equals_mlx_lm_batch_generator_sharded(name, pipeline, tm
     assert [[r["tokens"], r["logprobs"], r["finish_reason"]] for r in ours] == ref
 
 
-@pytest.mark.parametrize("name,pipeline", [("qwen3_bf16", False), ("qwen3_moe_fp32", True)])
+@pytest.mark.parametrize("name,pipeline", [("qwen3_bf16", False), ("qwen3_moe_fp32", True), ("gpt_oss_fp32", False),
+                                           ("ministral3_q4_g64", False)])
 def test_embed_equals_mlx_lm_hidden_states_sharded(name, pipeline, tmp_path):
     model = make_fixture(name)
     args = ["embed", "--model", model, "--tokens", "1,17,300,42,5", "--tokens", "9,8", "--pooling", "last",
