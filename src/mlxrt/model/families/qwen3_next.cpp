@@ -168,7 +168,8 @@ Attention::Attention(const Args& args, WeightBinder& w, const std::string& p)
       q_norm(nn::RMSNorm::load(w, p + ".q_norm", head_dim, args.rms_norm_eps)),
       k_norm(nn::RMSNorm::load(w, p + ".k_norm", head_dim, args.rms_norm_eps)),
       rope(nn::Rope::initialize(static_cast<int>(head_dim * args.partial_rotary_factor), args.rope_theta, false,
-                                args.rope_scaling, args.max_position_embeddings, w.config().source())) {}
+                                args.rope_scaling, args.max_position_embeddings, w.config().source())),
+      per_query_row(w.row_exact()) {}
 
 mx::array Attention::operator()(const mx::array& x, const nn::AttentionMask& mask, cache::Cache* cache) const {
   const int B = x.shape(0), L = x.shape(1);
@@ -181,7 +182,12 @@ mx::array Attention::operator()(const mx::array& x, const nn::AttentionMask& mas
   keys = mx::transpose(k_norm(mx::reshape(keys, {B, L, num_key_value_heads, -1})), {0, 2, 1, 3});
   values = mx::transpose(mx::reshape(values, {B, L, num_key_value_heads, -1}), {0, 2, 1, 3});
   auto kv = nn::rope_and_update_cache(rope, queries, keys, values, cache);
-  auto output = nn::scaled_dot_product_attention(queries, kv, scale, mask);
+  auto output = per_query_row && L > 1
+                    ? nn::attend_each_query(queries, kv, mask,
+                                            [this](const mx::array& q, const cache::CachedKV& prefix) {
+                                              return nn::scaled_dot_product_attention(q, prefix, scale, {});
+                                            })
+                    : nn::scaled_dot_product_attention(queries, kv, scale, mask);
   output = mx::reshape(mx::transpose(output, {0, 2, 1, 3}), {B, L, -1});
   return o_proj(mx::multiply(output, mx::sigmoid(gate)));
 }
@@ -213,10 +219,27 @@ GatedDeltaCore::GatedDeltaCore(const Args& args, WeightBinder& w, const std::str
                                                  args.hidden_size, false,
                                                  shard_if_grouped(w, nn::Shard::sharded_to_all))) {
   if (const auto* group = w.tensor_group()) sum_over_ = *group;
+  per_token_ = w.row_exact();
 }
 
 mx::array GatedDeltaCore::operator()(const mx::array& mixed_qkv, const mx::array& z, const mx::array& b,
                                      const mx::array& a, cache::ArraysCache* cache) const {
+  const int S = mixed_qkv.shape(1);
+  if (!per_token_ || S == 1 || !cache) return step(mixed_qkv, z, b, a, cache);
+  std::vector<mx::array> outs;
+  outs.reserve(static_cast<size_t>(S));
+  auto at = [](const mx::array& t, int s) {
+    auto start = mx::Shape(t.ndim(), 0), stop = t.shape();
+    start[1] = s;
+    stop[1] = s + 1;
+    return mx::slice(t, start, stop);
+  };
+  for (int s = 0; s < S; ++s) outs.push_back(step(at(mixed_qkv, s), at(z, s), at(b, s), at(a, s), cache));
+  return mx::concatenate(outs, 1);
+}
+
+mx::array GatedDeltaCore::step(const mx::array& mixed_qkv, const mx::array& z, const mx::array& b,
+                               const mx::array& a, cache::ArraysCache* cache) const {
   const int B = mixed_qkv.shape(0), S = mixed_qkv.shape(1);
   // A fresh conv state is zeros in the layer input's dtype, which the projections keep.
   mx::array conv_state = cache && (*cache)[0] ? *(*cache)[0]

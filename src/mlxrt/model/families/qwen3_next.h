@@ -79,6 +79,7 @@ struct Attention {
   nn::Linear q_proj, k_proj, v_proj, o_proj;
   nn::RMSNorm q_norm, k_norm;
   nn::Rope rope;
+  bool per_query_row = false;  // row-exact loads: each query attends alone (nn::attend_each_query)
 
   Attention(const Args& args, WeightBinder& w, const std::string& p);
   mx::array operator()(const mx::array& x, const nn::AttentionMask& mask, cache::Cache* cache) const;
@@ -116,6 +117,11 @@ class GatedDeltaCore {
   RMSNormGated norm_;
   nn::Linear out_proj_;
   std::optional<mx::distributed::Group> sum_over_;  // sharded: the group out_proj's output is summed over
+  /** Row-exact loads: a many-token input runs as one-token steps (the convolution over a chunk and
+   * the recurrence's chunked form are not a decoding step's arithmetic). */
+  bool per_token_ = false;
+  mx::array step(const mx::array& mixed_qkv, const mx::array& z, const mx::array& b, const mx::array& a,
+                 cache::ArraysCache* cache) const;
 };
 
 /** A layer's linear-attention half: the family's projections in front of GatedDeltaCore. */

@@ -3,9 +3,13 @@
 #include "mlxrt/model/nn/attention.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include <mlx/backend/cuda/cuda.h>
+#include <mlx/device.h>
 #include <mlx/fast.h>
 #include <mlx/ops.h>
 #include <mlx/types/limits.h>
@@ -70,12 +74,69 @@ mx::array dtype_lowest(mx::Dtype dtype) {
   return mx::array(v, dtype);
 }
 
+int padded_attention_length(int keys, int capacity) {
+  constexpr int kStep = 256;  // KVCache::kStep: the buffer grows by it, so capacity is a multiple
+  return std::max(keys, std::min((keys + kStep - 1) / kStep * kStep, capacity));
+}
+
 namespace {
+
+// Prefill attention at a new length, on MLX's CUDA backend (issue 14). MLX runs a causal prefill's
+// fused attention through cuDNN and keeps one cuDNN graph per query/key shape and strides; building
+// one (heuristics, execution plan) costs more than the whole prefill of a small model, so every
+// prompt length the process had not seen paid it. Run at the padded length instead: the queries
+// with zero rows appended, the keys and values read further into the cache's own buffer (up to the
+// end of its 256-position step, so the buffer, and with it every later step, is the one the
+// unpadded prefill makes), the output's real rows kept. Under the causal mask a real row attends to
+// the same keys as before, the extra keys masked out, and cuDNN computes each row on its own:
+// the rows keep their bytes (bench/gpu/shape_cost.py `bytes` checks that on the device, on the op
+// and end to end) while the graph shapes repeat once per 256 positions. Everywhere else (CPU,
+// Metal, attention cuDNN does not take: its fallback's softmax would sum longer rows in another
+// order) the attention runs unpadded.
+
+/** Whether MLX's CUDA backend runs this attention through cuDNN (supports_sdpa_cudnn in
+ * mlx/backend/cuda/scaled_dot_product_attention.cpp, MLX 0.32.4), for a prefill query. */
+bool runs_on_cudnn(const mx::array& q, const mx::array& k, const mx::array& v) {
+  static const bool cudnn_gpu = [] {
+    if (!mx::cu::is_available()) return false;
+    const char* env = std::getenv("MLX_CUDA_USE_CUDNN_SDPA");
+    if (env && std::atoi(env) == 0) return false;
+    const auto& info = mx::device_info(mx::Device::gpu);
+    auto it = info.find("compute_capability_major");
+    return it != info.end() && std::get<size_t>(it->second) >= 8;
+  }();
+  if (!cudnn_gpu || mx::default_device() != mx::Device::gpu) return false;
+  auto head_ok = [](int d) { return d % 8 == 0 && d <= 128; };
+  return (q.dtype() == mx::bfloat16 || q.dtype() == mx::float16) && k.dtype() == q.dtype() &&
+         v.dtype() == q.dtype() && head_ok(q.shape(-1)) && head_ok(v.shape(-1)) && q.shape(2) <= k.shape(2);
+}
+
+/** The causal prefill attention at padded_attention_length (above), or nullopt where it must run
+ * as it is. */
+std::optional<mx::array> padded_prefill_attention(const mx::array& q, const cache::PlainKV& kv, float scale) {
+  const int L = q.shape(2), Tk = kv.keys.shape(2);
+  if (L < 2 || !kv.keys_buffer || !kv.values_buffer || !runs_on_cudnn(q, kv.keys, kv.values)) return std::nullopt;
+  const int Tp = padded_attention_length(Tk, kv.keys_buffer->shape(2));
+  if (Tp == Tk || kv.values_buffer->shape(2) < Tp) return std::nullopt;
+  auto prefix = [](const mx::array& a, int n) {
+    mx::Shape stop = a.shape();
+    stop[2] = n;
+    return mx::slice(a, mx::Shape(a.ndim(), 0), stop);
+  };
+  mx::Shape pad = q.shape();
+  pad[2] = Tp - Tk;
+  auto queries = mx::concatenate({q, mx::zeros(pad, q.dtype())}, 2);
+  auto out = mx::fast::scaled_dot_product_attention(queries, prefix(*kv.keys_buffer, Tp),
+                                                    prefix(*kv.values_buffer, Tp), scale, "causal");
+  return prefix(out, L);
+}
 
 mx::array fused_attention(const mx::array& q, const cache::PlainKV& kv, float scale, const AttentionMask& mask,
                           const std::optional<mx::array>& sinks = std::nullopt) {
   switch (mask.kind) {
     case AttentionMask::Kind::causal:
+      if (!sinks)
+        if (auto padded = padded_prefill_attention(q, kv, scale)) return *padded;
       return mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, scale, "causal", std::nullopt, sinks);
     case AttentionMask::Kind::array:
       return mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, scale, "array", mask.mask, sinks);
@@ -139,6 +200,27 @@ mx::array scaled_dot_product_attention(const mx::array& queries, const cache::Ca
     throw UnsupportedError("Quantized SDPA does not support attention sinks. (--kv-bits cannot be used with this "
                            "model's attention sinks)");
   return fused_attention(queries, std::get<cache::PlainKV>(kv), scale, mask, sinks);
+}
+
+mx::array attend_each_query(const mx::array& queries, const cache::CachedKV& kv, const AttentionMask& mask,
+                            const std::function<mx::array(const mx::array&, const cache::CachedKV&)>& one) {
+  const auto* plain = std::get_if<cache::PlainKV>(&kv);
+  if (!plain) throw UnsupportedError("--spec-exact: a quantized KV cache (--kv-bits) is not supported");
+  if (mask.kind == AttentionMask::Kind::array)
+    throw UnsupportedError("--spec-exact: this model's attention takes a mask array (a sliding window or padded "
+                           "rows), which row-exact attention does not support");
+  const int B = queries.shape(0), H = queries.shape(1), L = queries.shape(2), D = queries.shape(3);
+  const int T = plain->keys.shape(2), Hkv = plain->keys.shape(1), Dv = plain->values.shape(3);
+  std::vector<mx::array> rows;
+  rows.reserve(static_cast<size_t>(L));
+  for (int l = 0; l < L; ++l) {
+    // mlx-lm passes no mask for one query.
+    const int keep = mask.kind == AttentionMask::Kind::causal ? T - L + l + 1 : T;
+    cache::CachedKV prefix = cache::PlainKV{mx::slice(plain->keys, {0, 0, 0, 0}, {B, Hkv, keep, D}),
+                                            mx::slice(plain->values, {0, 0, 0, 0}, {B, Hkv, keep, Dv})};
+    rows.push_back(one(mx::slice(queries, {0, 0, l, 0}, {B, H, l + 1, D}), prefix));
+  }
+  return mx::concatenate(rows, 2);
 }
 
 }  // namespace mlxrt::model::nn

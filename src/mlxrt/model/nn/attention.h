@@ -1,5 +1,7 @@
 #pragma once
 /** The attention pieces shared by the families (mlx_lm/models/base.py). */
+#include <functional>
+
 #include <mlx/array.h>
 
 #include "mlxrt/cache/cache.h"
@@ -26,10 +28,23 @@ cache::CachedKV rope_and_update_cache(const Rope& rope, mx::array& queries, cons
 /** mx.finfo(dtype).min as a scalar of that dtype (what a boolean mask fills masked scores with). */
 mx::array dtype_lowest(mx::Dtype dtype);
 
+/** The key length at which a causal prefill's fused attention over `keys` positions is run on
+ * MLX's CUDA backend (attention.cpp): `keys` rounded up to the KV cache's 256-position step, never
+ * past the cache buffer's `capacity`. */
+int padded_attention_length(int keys, int capacity);
+
 /** mlx-lm's scaled_dot_product_attention: the fused kernel over plain keys/values, or
  * quantized_scaled_dot_product_attention over a quantized cache's tensors. */
 mx::array scaled_dot_product_attention(const mx::array& queries, const cache::CachedKV& kv, float scale,
                                        const AttentionMask& mask);
+
+/** Row-exact attention (LoadOptions::row_exact): each of the L queries attends alone, through
+ * `one(query, prefix)`, over the keys a decoding step at its position sees (causal, aligned at the
+ * end: its own prefix; unmasked: all), and the rows are joined. A many-query call does not give a
+ * row the bytes of a one-query call (the softmax and the product with the values run over the masked
+ * length). UnsupportedError for a quantized cache or a mask array (a window, padded rows). */
+mx::array attend_each_query(const mx::array& queries, const cache::CachedKV& kv, const AttentionMask& mask,
+                            const std::function<mx::array(const mx::array&, const cache::CachedKV&)>& one);
 
 /** The same with attention sinks (gpt-oss): one learned logit per query head that takes part in
  * the softmax. A quantized cache cannot attend with sinks (UnsupportedError, as mlx-lm refuses). */

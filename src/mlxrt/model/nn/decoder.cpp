@@ -133,34 +133,13 @@ cache::CachedKV Attention::position_and_cache(mx::array& queries, const mx::arra
   return cache->update_and_fetch(keys, values);
 }
 
-mx::array Attention::sdpa_each_query(const mx::array& queries, const cache::PlainKV& kv,
-                                     const AttentionMask& mask) const {
-  if (mask.kind == AttentionMask::Kind::array)
-    throw UnsupportedError("--spec-exact: this model's attention takes a mask array (a sliding window or padded "
-                           "rows), which row-exact attention does not support");
-  const int B = queries.shape(0), H = queries.shape(1), L = queries.shape(2), D = queries.shape(3);
-  const int T = kv.keys.shape(2), Hkv = kv.keys.shape(1), Dv = kv.values.shape(3);
-  std::vector<mx::array> rows;
-  rows.reserve(static_cast<size_t>(L));
-  for (int l = 0; l < L; ++l) {
-    // Query l sees the keys up to its own position (causal, aligned at the end), exactly the keys a
-    // decoding step at that position sees, with no mask (mlx-lm passes none for one query).
-    const int keep = mask.kind == AttentionMask::Kind::causal ? T - L + l + 1 : T;
-    cache::PlainKV prefix{mx::slice(kv.keys, {0, 0, 0, 0}, {B, Hkv, keep, D}),
-                          mx::slice(kv.values, {0, 0, 0, 0}, {B, Hkv, keep, Dv})};
-    rows.push_back(sdpa(mx::slice(queries, {0, 0, l, 0}, {B, H, l + 1, D}), prefix, AttentionMask{}));
-  }
-  return mx::concatenate(rows, 2);
-}
-
 mx::array Attention::sdpa(const mx::array& queries, const cache::CachedKV& kv, const AttentionMask& mask) const {
   // Row-exact: a many-query call does not give a row the bytes of a one-query call (the softmax and
   // the product with the values run over the masked length), so each query runs alone.
-  if (per_query_row_ && queries.shape(2) > 1) {
-    const auto* plain = std::get_if<cache::PlainKV>(&kv);
-    if (!plain) throw UnsupportedError("--spec-exact: a quantized KV cache (--kv-bits) is not supported");
-    return sdpa_each_query(queries, *plain, mask);
-  }
+  if (per_query_row_ && queries.shape(2) > 1)
+    return attend_each_query(queries, kv, mask, [this](const mx::array& q, const cache::CachedKV& prefix) {
+      return sdpa(q, prefix, AttentionMask{});
+    });
   // At --fidelity l3 on the CPU: one fused node over plain keys and values, causal or unmasked.
   const auto* plain_kv = std::get_if<cache::PlainKV>(&kv);
   if (cpu_ && cpu_->l3() && o_.sdpa_cast == SdpaCast::none && plain_kv && mask.kind != AttentionMask::Kind::array)

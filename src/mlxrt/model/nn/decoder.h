@@ -101,10 +101,8 @@ class Attention {
 
  private:
   mx::array sdpa(const mx::array& queries, const cache::CachedKV& kv, const AttentionMask& mask) const;
-  /** Row-exact loads: each query row's attention as a decoding step computes it (see sdpa). */
-  mx::array sdpa_each_query(const mx::array& queries, const cache::PlainKV& kv, const AttentionMask& mask) const;
   AttentionOptions o_;
-  bool per_query_row_ = false;
+  bool per_query_row_ = false;  // row-exact loads: each query attends alone (attend_each_query)
   std::optional<Linear> q_proj_, k_proj_, v_proj_, qkv_proj_;
   Linear o_proj_;
   std::optional<Norm> q_norm_, k_norm_;
