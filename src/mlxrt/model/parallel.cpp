@@ -9,6 +9,14 @@
 
 namespace mlxrt::model {
 
+mx::array pipeline_output_everywhere(const mx::array& h, const mx::distributed::Group& group) {
+  const int B = h.shape(0);
+  auto all = mx::distributed::all_gather(h, group);
+  mx::Shape start(all.ndim(), 0), stop = all.shape();
+  stop[0] = B;
+  return mx::slice(all, start, stop);
+}
+
 LayerRange pipeline_layers(int num_layers, int rank, int size, const std::string& source) {
   if (num_layers < size)
     throw ConfigError(source + ": 'num_hidden_layers' is " + std::to_string(num_layers) + ", fewer than the " +

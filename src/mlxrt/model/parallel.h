@@ -21,6 +21,10 @@ struct Parallel {
   int size() const { return group.size(); }
 };
 
+/** The pipeline's output on every rank while it stays in the graph, as mlx-lm's PipelineMixin
+ * broadcasts it: all_gather(h)[:B]. */
+mx::array pipeline_output_everywhere(const mx::array& h, const mx::distributed::Group& group);
+
 /** The layers [start, end) rank `rank` of `size` runs in mlx-lm's PipelineMixin.pipeline with its
  * even split: the ranks are ordered last layers first (rank 0 runs the last layers, rank size-1 the
  * first), and the low ranks take the extra layers. ConfigError when a rank would get none. */

@@ -44,12 +44,16 @@ bool matches(int fd, const std::string& remote_addr, int remote_port, int local_
   return pport == remote_port && lport == local_port && paddr == remote_addr;
 }
 
-/** The open descriptors: /proc/self/fd where there is one, else every number below the limit. */
-std::vector<int> open_fds() {
+}  // namespace
+
+std::vector<int> open_descriptors() {
   std::vector<int> fds;
-  if (DIR* d = opendir("/proc/self/fd")) {
+  for (const char* dir : {"/proc/self/fd", "/dev/fd"}) {
+    DIR* d = opendir(dir);
+    if (!d) continue;
     while (dirent* e = readdir(d))
-      if (e->d_name[0] >= '0' && e->d_name[0] <= '9') fds.push_back(std::atoi(e->d_name));
+      if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && std::atoi(e->d_name) != dirfd(d))
+        fds.push_back(std::atoi(e->d_name));
     closedir(d);
     return fds;
   }
@@ -59,10 +63,8 @@ std::vector<int> open_fds() {
   return fds;
 }
 
-}  // namespace
-
 ConnectionProbe::ConnectionProbe(const std::string& remote_addr, int remote_port, int local_port) {
-  for (int fd : open_fds()) {
+  for (int fd : open_descriptors()) {
     if (matches(fd, remote_addr, remote_port, local_port)) {
       fd_ = fd;
       return;

@@ -5,8 +5,13 @@
  * and peer addresses are the request's (unique while the connection is open). It then checks
  * without reading: a peer that has closed or reset its side shows as hang-up / end of stream. */
 #include <string>
+#include <vector>
 
 namespace mlxrt::server {
+
+/** The process's open descriptors: from /proc/self/fd or /dev/fd (the directory's own descriptor
+ * left out), else every number below the descriptor limit. */
+std::vector<int> open_descriptors();
 
 class ConnectionProbe {
  public:

@@ -1,5 +1,7 @@
 #include "mlxrt/server/read_deadline.h"
 
+#include "mlxrt/server/connection_probe.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -53,24 +55,6 @@ std::optional<std::pair<std::string, int>> peer_of(int fd, int local_port) {
   if (getnameinfo(reinterpret_cast<const sockaddr*>(&sa), len, host.data(), host.size(), nullptr, 0, NI_NUMERICHOST))
     return std::nullopt;
   return std::pair<std::string, int>(host.data(), port);
-}
-
-/** The open descriptors: from /proc/self/fd or /dev/fd, else every number below the limit. */
-std::vector<int> open_fds() {
-  std::vector<int> fds;
-  for (const char* dir : {"/proc/self/fd", "/dev/fd"}) {
-    DIR* d = opendir(dir);
-    if (!d) continue;
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && std::atoi(e->d_name) != dirfd(d))
-        fds.push_back(std::atoi(e->d_name));
-    closedir(d);
-    return fds;
-  }
-  rlimit lim{};
-  int top = getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < 65536 ? static_cast<int>(lim.rlim_cur) : 65536;
-  for (int fd = 0; fd < top; ++fd) fds.push_back(fd);
-  return fds;
 }
 
 }  // namespace
@@ -129,7 +113,7 @@ void ReadDeadline::watch() {
     // The scan runs unlocked (a system call or two per descriptor): requests report meanwhile.
     Clock::time_point start = Clock::now();
     std::vector<Socket> sockets;
-    for (int fd : open_fds())
+    for (int fd : open_descriptors())
       if (auto peer = peer_of(fd, local_port_)) sockets.push_back({fd, std::move(*peer)});
     lock.lock();
     update(sockets, start);

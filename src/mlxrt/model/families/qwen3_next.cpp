@@ -391,14 +391,7 @@ mx::array HybridModel::pipeline_hidden(mx::array h, CacheList* cache) {
       }
     }
   }
-  if (size > 1) {
-    // Broadcast h while keeping it in the graph: all_gather(h)[: B].
-    const int B = h.shape(0);
-    auto all = mx::distributed::all_gather(h, *pipeline_);
-    mx::Shape start(all.ndim(), 0), stop = all.shape();
-    stop[0] = B;
-    h = mx::slice(all, start, stop);
-  }
+  if (size > 1) h = pipeline_output_everywhere(h, *pipeline_);
   return h;
 }
 

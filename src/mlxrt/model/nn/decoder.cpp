@@ -370,13 +370,7 @@ mx::array Decoder::pipeline_hidden(mx::array h, CacheList* cache) {
         throw UnsupportedError("pipeline parallel runs with a KVCache, RotatingKVCache or BatchKVCache (not --kv-bits)");
     }
   }
-  if (size > 1) {
-    const int B = h.shape(0);
-    auto all = mx::distributed::all_gather(h, *pipeline_);
-    mx::Shape start(all.ndim(), 0), stop = all.shape();
-    stop[0] = B;
-    h = mx::slice(all, start, stop);
-  }
+  if (size > 1) h = pipeline_output_everywhere(h, *pipeline_);
   return h;
 }
 
