@@ -49,7 +49,10 @@ CachedKV KVCache::update_and_fetch(const mx::array& keys, const mx::array& value
   mx::Shape v_stop = {values_->shape(0), values_->shape(1), offset_, values_->shape(3)};
   keys_ = mx::slice_update(*keys_, keys, start, k_stop);
   values_ = mx::slice_update(*values_, values, start, v_stop);
-  return *keys_and_values();
+  auto kv = *keys_and_values();
+  kv.keys_buffer = keys_;
+  kv.values_buffer = values_;
+  return kv;
 }
 
 std::optional<PlainKV> KVCache::keys_and_values() const {

@@ -83,16 +83,28 @@ namespace {
 
 // Prefill attention at a new length, on MLX's CUDA backend (issue 14). MLX runs a causal prefill's
 // fused attention through cuDNN and keeps one cuDNN graph per query/key shape and strides; building
-// one (heuristics, execution plan) costs more than the whole prefill of a small model, so every
-// prompt length the process had not seen paid it. Run at the padded length instead: the queries
-// with zero rows appended, the keys and values read further into the cache's own buffer (up to the
-// end of its 256-position step, so the buffer, and with it every later step, is the one the
-// unpadded prefill makes), the output's real rows kept. Under the causal mask a real row attends to
-// the same keys as before, the extra keys masked out, and cuDNN computes each row on its own:
-// the rows keep their bytes (bench/gpu/shape_cost.py `bytes` checks that on the device, on the op
-// and end to end) while the graph shapes repeat once per 256 positions. Everywhere else (CPU,
-// Metal, attention cuDNN does not take: its fallback's softmax would sum longer rows in another
-// order) the attention runs unpadded.
+// one costs 40-60 ms on an H200 (and as much again for the first decode step's graph when the KV
+// buffer reaches a new multiple of 256), against 16 ms for a whole warm 512-token prefill of
+// Qwen3-0.6B q4, so every prompt length a process has not seen pays it. Padded, the attention runs
+// at a length that repeats: the queries with zero rows appended, the keys and values read further
+// into the cache's own buffer (up to the end of its 256-position step, so the buffer, and with it
+// every later step, is the one the unpadded prefill makes), the output's real rows kept. Under the
+// causal mask a real row attends to the same keys as before, the extra keys masked out.
+//
+// Opt-in (MLXRT_PAD_PREFILL_ATTENTION=1), not L1 by default: on the op, padded equals unpadded byte
+// for byte (bench/gpu/shape_cost.py bytes: 168 of 168 cases, 16/8 and 32/8 heads, 28 lengths, 3
+// offsets), but end to end it is not yet proven, because MLX's own prefill on the H200 gives a
+// second run of the same prompt other bytes in 6 of 12 prompts (bench/RESULTS.md, 2026-12-03), so
+// the comparison cannot tell padding from that. Everywhere else (CPU, Metal, attention cuDNN does
+// not take: the unfused fallback's softmax would sum longer rows in another order) it never pads.
+
+bool padding_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("MLXRT_PAD_PREFILL_ATTENTION");
+    return env && *env && std::string(env) != "0";
+  }();
+  return on;
+}
 
 /** Whether MLX's CUDA backend runs this attention through cuDNN (supports_sdpa_cudnn in
  * mlx/backend/cuda/scaled_dot_product_attention.cpp, MLX 0.32.4), for a prefill query. */
@@ -115,7 +127,8 @@ bool runs_on_cudnn(const mx::array& q, const mx::array& k, const mx::array& v) {
  * as it is. */
 std::optional<mx::array> padded_prefill_attention(const mx::array& q, const cache::PlainKV& kv, float scale) {
   const int L = q.shape(2), Tk = kv.keys.shape(2);
-  if (L < 2 || !kv.keys_buffer || !kv.values_buffer || !runs_on_cudnn(q, kv.keys, kv.values)) return std::nullopt;
+  if (L < 2 || !padding_enabled() || !kv.keys_buffer || !kv.values_buffer || !runs_on_cudnn(q, kv.keys, kv.values))
+    return std::nullopt;
   const int Tp = padded_attention_length(Tk, kv.keys_buffer->shape(2));
   if (Tp == Tk || kv.values_buffer->shape(2) < Tp) return std::nullopt;
   auto prefix = [](const mx::array& a, int n) {
