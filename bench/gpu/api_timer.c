@@ -1,0 +1,107 @@
+/* Counts and times the calls through which MLX's CUDA backend prepares work for a new shape, for
+ * LD_PRELOAD into a process that runs MLX (bench/gpu/shape_cost.py reads it through ctypes):
+ * NVRTC compiles (MLX's JIT kernels), CUDA module loads (a JIT kernel's cubin, from the compile
+ * or MLX's on-disk cache), cuDNN backend finalizes (an SDPA graph's heuristics and execution
+ * plans) and executes/graph population, and cuBLASLt's algorithm heuristic. libmlx.so calls each
+ * through its dynamic symbol table, so a definition here comes first.
+ *
+ * Build: cc -O2 -shared -fPIC -o api_timer.so api_timer.c -ldl
+ * Read:  api_timer_report(buf, size) writes "name count ms" lines; api_timer_reset() zeroes them. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { NVRTC_COMPILE, MODULE_LOAD, CUDNN_FINALIZE, CUDNN_EXECUTE, CUDNN_POPULATE, CUDNN_UPDATE, CUBLASLT_HEURISTIC, N_API };
+static const char* kNames[N_API] = {"nvrtcCompileProgram", "cuModuleLoadDataEx", "cudnnBackendFinalize",
+                                    "cudnnBackendExecute", "cudnnBackendPopulateCudaGraph",
+                                    "cudnnBackendUpdateCudaGraph", "cublasLtMatmulAlgoGetHeuristic"};
+static long counts[N_API];
+static double ms[N_API];
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* The library's own definition. Python opens MLX's extension (and so libmlx's dependencies)
+ * RTLD_LOCAL, out of RTLD_NEXT's reach: then the library is asked by name. */
+static void* next(const char* name, const char* library) {
+  void* f = dlsym(RTLD_NEXT, name);
+  if (!f) {
+    void* lib = dlopen(library, RTLD_LAZY | RTLD_NOLOAD);
+    if (!lib) lib = dlopen(library, RTLD_LAZY);
+    if (lib) f = dlsym(lib, name);
+  }
+  if (!f) {
+    fprintf(stderr, "api_timer: %s not found in %s\n", name, library);
+    abort();
+  }
+  return f;
+}
+
+#define TIMED(id, call)              \
+  double t0 = now_ms();              \
+  int rc = call;                     \
+  __atomic_add_fetch(&counts[id], 1, __ATOMIC_RELAXED); \
+  ms[id] += now_ms() - t0;           \
+  return rc;
+
+typedef void* P;
+
+int nvrtcCompileProgram(P prog, int n, const char* const* opts) {
+  static int (*f)(P, int, const char* const*);
+  if (!f) f = next("nvrtcCompileProgram", "libnvrtc.so.13");
+  TIMED(NVRTC_COMPILE, f(prog, n, opts))
+}
+
+int cuModuleLoadDataEx(P module, const void* image, unsigned n, P options, P values) {
+  static int (*f)(P, const void*, unsigned, P, P);
+  if (!f) f = next("cuModuleLoadDataEx", "libcuda.so.1");
+  TIMED(MODULE_LOAD, f(module, image, n, options, values))
+}
+
+int cudnnBackendFinalize(P desc) {
+  static int (*f)(P);
+  if (!f) f = next("cudnnBackendFinalize", "libcudnn.so.9");
+  TIMED(CUDNN_FINALIZE, f(desc))
+}
+
+int cudnnBackendExecute(P handle, P plan, P pack) {
+  static int (*f)(P, P, P);
+  if (!f) f = next("cudnnBackendExecute", "libcudnn.so.9");
+  TIMED(CUDNN_EXECUTE, f(handle, plan, pack))
+}
+
+int cudnnBackendPopulateCudaGraph(P handle, P plan, P pack, P graph) {
+  static int (*f)(P, P, P, P);
+  if (!f) f = next("cudnnBackendPopulateCudaGraph", "libcudnn.so.9");
+  TIMED(CUDNN_POPULATE, f(handle, plan, pack, graph))
+}
+
+int cudnnBackendUpdateCudaGraph(P handle, P plan, P pack, P graph) {
+  static int (*f)(P, P, P, P);
+  if (!f) f = next("cudnnBackendUpdateCudaGraph", "libcudnn.so.9");
+  TIMED(CUDNN_UPDATE, f(handle, plan, pack, graph))
+}
+
+int cublasLtMatmulAlgoGetHeuristic(P h, P op, P a, P b, P c, P d, P pref, int requested, P results, int* returned) {
+  static int (*f)(P, P, P, P, P, P, P, int, P, int*);
+  if (!f) f = next("cublasLtMatmulAlgoGetHeuristic", "libcublasLt.so.13");
+  TIMED(CUBLASLT_HEURISTIC, f(h, op, a, b, c, d, pref, requested, results, returned))
+}
+
+int api_timer_report(char* buf, int size) {
+  int used = 0;
+  for (int i = 0; i < N_API && used < size; ++i)
+    used += snprintf(buf + used, size - used, "%s %ld %.3f\n", kNames[i], counts[i], ms[i]);
+  return used;
+}
+
+void api_timer_reset(void) {
+  memset(counts, 0, sizeof counts);
+  memset(ms, 0, sizeof ms);
+}
