@@ -7,8 +7,12 @@
 #include <string>
 #include <vector>
 
+#include <mlx/backend/cuda/cuda.h>
+#include <mlx/version.h>
+
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/util/errors.h"
+#include "mlxrt/util/kernel_cache.h"
 
 namespace mlxrt::cli {
 /** `batch-generate` (verb_batch_generate.cpp). */
@@ -60,6 +64,8 @@ std::string distributed_hint(const std::string& what) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // MLX's run-time compiled CUDA kernels kept where a reboot does not empty them (kernel_cache.h).
+  if (mlx::core::cu::is_available()) mlxrt::configure_kernel_cache(mlx::core::version());
   CLI::App app{"mlxrt: a native runtime for MLX language models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("mlxrt 0.1.0"));
