@@ -77,7 +77,7 @@ void run(Args& a) {
   if (dist_run.parallel && (!a.draft_model.empty() || !a.adapter_path.empty() || !a.adapters.empty()))
     throw UsageError("--draft-model, --adapter-path and --adapters cannot be used when the server runs distributed "
                      "(as mlx_lm.server: adapters and draft models are not supported in distributed mode)");
-  a.o.parallel = dist_run.parallel;
+  if (dist_run.parallel) a.o.parallel = std::make_shared<const model::Parallel>(*dist_run.parallel);
   if (a.o.row_exact) a.o.batch_invariant = true;  // a batch's rows each run alone, as one-token steps
   a.o.draft_model = a.draft_model;
   if (!a.draft_model.empty() && (a.o.num_draft_tokens < 0 || a.o.num_draft_tokens > generate::kMaxDraftTokens))

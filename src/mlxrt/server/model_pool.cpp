@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include "mlxrt/io/model_dir.h"
+#include "mlxrt/model/parallel.h"
 #include "mlxrt/model/profile.h"
 #include "mlxrt/server/http_error.h"
 #include "mlxrt/util/errors.h"

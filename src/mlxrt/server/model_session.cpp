@@ -8,6 +8,7 @@
 #include "mlxrt/generate/speculative.h"
 #include "mlxrt/io/model_dir.h"
 #include "mlxrt/model/expert_loading.h"
+#include "mlxrt/model/parallel.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::server {
@@ -93,7 +94,7 @@ ModelSession load_model_session(const ServerOptions& options, Logger& log) {
   load.adapter_path = options.adapter_path;
   load.expert_prefetch = options.expert_prefetch;
   load.fidelity = options.fidelity;
-  load.parallel = options.parallel;
+  if (options.parallel) load.parallel = *options.parallel;
   load.row_exact = options.row_exact;
   const auto adapters = adapter_list(options);
   if (!adapters.empty() && options.expert_memory_bytes)

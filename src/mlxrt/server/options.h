@@ -3,6 +3,7 @@
  * keep one client from exhausting the server. */
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -10,8 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mlxrt/model/parallel.h"
 #include "mlxrt/model/profile.h"
+
+namespace mlxrt::model {
+struct Parallel;
+}
 
 namespace mlxrt::server {
 
@@ -59,8 +63,9 @@ struct ServerOptions {
   /** --fidelity: every model (and draft) loaded at this tier (ours; l1 computes mlx-lm's bytes). */
   model::FidelityTier fidelity = model::FidelityTier::l1;
   /** Under mlx.launch / `mlxrt launch`: how this rank holds its part of the model (tensor or
-   * pipeline parallel, as mlx_lm.server's sharded_load); nullopt for one process. */
-  std::optional<model::Parallel> parallel;
+   * pipeline parallel, as mlx_lm.server's sharded_load); null for one process. (A pointer, so that
+   * this header needs no MLX: the request parser's fuzzer builds without it.) */
+  std::shared_ptr<const model::Parallel> parallel;
 
   // Limits (ours; mlx_lm.server has none).
   size_t max_body_bytes = 16u << 20;

@@ -1,6 +1,7 @@
 #include "mlxrt/server/server.h"
 
 #include "mlxrt/model/nn/expert_store.h"
+#include "mlxrt/model/parallel.h"
 #include "mlxrt/server/generation.h"
 #include "mlxrt/server/http_front.h"
 #include "mlxrt/server/lockstep.h"
