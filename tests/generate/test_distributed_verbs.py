@@ -146,8 +146,13 @@ def test_a_whole_cache_file_continues_on_the_sharded_model(case, tokenizer_model
         assert text.split("==========")[1] == one_process(*gen).stdout.split("==========")[1]
 
 
+# gpt_oss and ministral3 (sharded as their own shard() does) repeat what the others prove for these
+# verbs: `make test-long` runs them.
+LONG = pytest.mark.long
+
+
 @pytest.mark.parametrize("name,pipeline", [("qwen3_bf16", False), ("llama_bias", False), ("qwen3_moe_fp32", True),
-                                           ("gpt_oss_fp32", False)])
+                                           pytest.param("gpt_oss_fp32", False, marks=LONG)])
 def test_batch_generate_equals_mlx_lm_batch_generator_sharded(name, pipeline, tmp_path):
     model = make_fixture(name)
     requests = tmp_path / "requests.json"
@@ -161,8 +166,9 @@ def test_batch_generate_equals_mlx_lm_batch_generator_sharded(name, pipeline, tm
     assert [[r["tokens"], r["logprobs"], r["finish_reason"]] for r in ours] == ref
 
 
-@pytest.mark.parametrize("name,pipeline", [("qwen3_bf16", False), ("qwen3_moe_fp32", True), ("gpt_oss_fp32", False),
-                                           ("ministral3_q4_g64", False)])
+@pytest.mark.parametrize("name,pipeline", [("qwen3_bf16", False), ("qwen3_moe_fp32", True),
+                                           pytest.param("gpt_oss_fp32", False, marks=LONG),
+                                           pytest.param("ministral3_q4_g64", False, marks=LONG)])
 def test_embed_equals_mlx_lm_hidden_states_sharded(name, pipeline, tmp_path):
     model = make_fixture(name)
     args = ["embed", "--model", model, "--tokens", "1,17,300,42,5", "--tokens", "9,8", "--pooling", "last",
