@@ -36,7 +36,7 @@ test: build
 test-long: build
 	MLXRT_TEST_LONG=1 MLXRT_TOOL_FORMATS=all ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
-# Every libFuzzer target under ASan+UBSan for FUZZ_SECONDS each (CTest runs them for 10 s, built at -O0; this builds an -O1 copy), with
+# Every libFuzzer target under ASan+UBSan for FUZZ_SECONDS each (CTest runs them for 5 s, built at -O0; this builds an -O1 copy), with
 # executions, coverage and findings printed per target (tools/fuzz_long.sh).
 FUZZ_SECONDS ?= 600
 fuzz-long: build

@@ -74,7 +74,8 @@ def tokenizer_models(chat_model):
     return {False: chat_model, True: _chat_fixture("qwen2_qwen3_tokenizer", "qwen3", config)}
 
 
-@pytest.mark.parametrize("pipeline", [False, True], ids=["tensor", "pipeline"])
+# The pipeline case checks against one process too; the tensor case repeats the sharded losses.
+@pytest.mark.parametrize("pipeline", [pytest.param(False, marks=pytest.mark.long), True], ids=["tensor", "pipeline"])
 def test_perplexity_losses_equal_mlx_lm_sharded(pipeline, tokenizer_models, tmp_path):
     model = tokenizer_models[pipeline]
     words = "the quick brown fox jumps over a lazy dog while seven small birds sing".split()
@@ -100,7 +101,10 @@ CACHES = {"tensor": (False, False, []), "pipeline": (True, True, []),
           "pipeline-rotating": (True, True, ["--max-kv-size", 8])}
 
 
-@pytest.mark.parametrize("case", list(CACHES))
+# `make test` gathers a plain cache over heads and a rotating one over layers; the other two pairings
+# repeat those paths.
+@pytest.mark.parametrize("case", [c if c in ("tensor", "pipeline-rotating") else pytest.param(c, marks=pytest.mark.long)
+                                  for c in CACHES])
 def test_cache_prompt_file_equals_mlx_lm_sharded(case, tokenizer_models, tmp_path):
     """The ranks' parts of the cache are gathered into the whole model's: the file one process
     writes, here with the sharded model's keys and values."""
@@ -124,7 +128,7 @@ def test_cache_prompt_file_equals_mlx_lm_sharded(case, tokenizer_models, tmp_pat
     assert "==========" in cont.stdout
 
 
-@pytest.mark.parametrize("case", ["tensor", "pipeline", "tensor-rotating"])
+@pytest.mark.parametrize("case", ["tensor", "pipeline", pytest.param("tensor-rotating", marks=pytest.mark.long)])
 def test_a_whole_cache_file_continues_on_the_sharded_model(case, tokenizer_models, tmp_path):
     """A saved prompt cache holds the whole model: each rank continues from its heads or layers."""
     model_key, pipeline, flags = CACHES[case]
