@@ -132,7 +132,8 @@ def fx(config, dtype="bfloat16", quant=None, shards=False, seed=0, **extra):
     """`extra` (only when given, so other recipes keep their stamps): drop_lm_head (save the model
     as mlx_lm.convert saves a checkpoint without one, through the model's sanitize),
     extra_tensors ({name: shape}, saved beside the model, e.g. a vision tower sanitize drops) and
-    randomize (parameter names, the last part of the key, to randomise around one)."""
+    randomize (parameter names, the last part of the key, to randomise around one) and mtp (a
+    multi-token-prediction head, tools/mtp_reference.py's add_head)."""
     return {"config": config, "dtype": dtype, "quant": quant, "shards": shards, "seed": seed, **extra}
 
 
@@ -282,6 +283,13 @@ FIXTURES = {
         **QWEN3_5_TEXT, "model_type": "qwen3_5_moe_text", "num_experts": 4, "num_experts_per_tok": 2,
         "moe_intermediate_size": 128, "shared_expert_intermediate_size": 128}},
         quant={"bits": 4, "group_size": 64}, seed=79, cast_predicate=True),
+    # with a multi-token-prediction head (mtp.*, tools/mtp_reference.py): random (it seldom agrees
+    # with the main model), and a "bigram" head that predicts from the token alone, beside a main
+    # model whose layers add little to the residual stream (it agrees often, not always)
+    "qwen3_5_mtp_bf16": fx({"model_type": "qwen3_5", "text_config": QWEN3_5_TEXT}, seed=83, cast_predicate=True,
+                           mtp={"seed": 1, "mode": "random"}),
+    "qwen3_5_mtp_bigram_bf16": fx({"model_type": "qwen3_5", "text_config": QWEN3_5_TEXT}, seed=84,
+                                  cast_predicate=True, mtp={"seed": 2, "mode": "bigram", "layer_scale": 0.25}),
     # one key head in the gated delta nets: two ranks cannot split them
     "qwen3_5_one_key_head": fx({**QWEN3_5_TEXT, "model_type": "qwen3_5", "linear_num_key_heads": 1}, seed=82,
                                cast_predicate=True),
@@ -441,6 +449,10 @@ def build(name, recipe, out: Path):
                             if k.split(".")[-1] in recipe["randomize"]], strict=False)
     if recipe.get("drop_lm_head"):
         model.sanitize({k: v for k, v in tree_flatten(model.parameters()) if not k.endswith("lm_head.weight")})
+    if recipe.get("mtp", {}).get("layer_scale"):
+        import mtp_reference
+
+        mtp_reference.scale_layer_outputs(model, recipe["mtp"]["layer_scale"])
     if recipe.get("cast_predicate"):
         # mlx_lm.convert's dtype cast, which leaves what the model's cast_predicate excludes (e.g.
         # the gated delta nets' A_log) in float32.
@@ -485,6 +497,10 @@ def build(name, recipe, out: Path):
         index = json.loads(index_path.read_text())
         index["weight_map"].update({k: "model-extra.safetensors" for k in extra})
         index_path.write_text(json.dumps(index, indent=4))
+    if recipe.get("mtp"):
+        import mtp_reference
+
+        mtp_reference.add_head(tmp, model, recipe["mtp"], getattr(mx, recipe["dtype"]))
     if recipe.get("per_expert"):
         split_experts(tmp, **recipe["per_expert"])
     if recipe.get("openai_experts"):

@@ -35,11 +35,25 @@ class ArraysCache final : public Cache {
   void set_state(std::vector<std::optional<mx::array>> slots, int offset);
   const std::vector<std::optional<mx::array>>& slots() const { return slots_; }
 
+  /** A speculative verify window (multi-token prediction): while one is open the layer appends,
+   * for each call, the inputs a state-only replay needs (its own layout: GatedDeltaCore's), and
+   * the slots and offset from before the window are kept, so the layer can later leave the state
+   * after any prefix of the window (GatedDeltaCore::keep_window). */
+  struct Window {
+    std::vector<std::optional<mx::array>> before;
+    int offset_before = 0;
+    std::vector<std::vector<mx::array>> calls;
+  };
+  void open_window() { window_ = Window{slots_, offset_, {}}; }
+  void close_window() { window_.reset(); }
+  Window* window() { return window_ ? &*window_ : nullptr; }
+
   std::unique_ptr<Cache> clone() const override { return std::make_unique<ArraysCache>(*this); }
 
  private:
   std::vector<std::optional<mx::array>> slots_;
   int offset_ = 0;
+  std::optional<Window> window_;
 };
 
 }  // namespace mlxrt::cache

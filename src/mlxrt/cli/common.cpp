@@ -66,10 +66,12 @@ model::LoadedModel load_cli_model(const std::string& model, const std::string& p
                                   std::optional<double> expert_memory_gb,
                                   std::shared_ptr<model::nn::ExpertStore>& experts,
                                   const std::string& adapter_path, const std::optional<model::Parallel>& parallel,
-                                  bool expert_prefetch, model::FidelityTier fidelity, bool row_exact) {
+                                  bool expert_prefetch, model::FidelityTier fidelity, bool row_exact,
+                                  bool multi_token_prediction) {
   auto bytes = expert_memory_bytes(expert_memory_gb);
   auto options = load_options(profile_file, adapter_path);
   options.row_exact = row_exact;
+  options.multi_token_prediction = multi_token_prediction;
   options.parallel = parallel;
   options.expert_prefetch = expert_prefetch;
   options.fidelity = fidelity;

@@ -36,7 +36,8 @@ model::LoadedModel load_cli_model(const std::string& model, const std::string& p
                                   const std::string& adapter_path = {},
                                   const std::optional<model::Parallel>& parallel = std::nullopt,
                                   bool expert_prefetch = false,
-                                  model::FidelityTier fidelity = model::FidelityTier::l1, bool row_exact = false);
+                                  model::FidelityTier fidelity = model::FidelityTier::l1, bool row_exact = false,
+                                  bool multi_token_prediction = false);
 
 /** The --fidelity help text. */
 inline constexpr const char* kFidelityHelp =

@@ -307,10 +307,10 @@ int adapter_construction_draws(const std::string& adapter_path) {
 Session load_session(const std::string& model, const std::string& profile_file,
                      std::optional<double> expert_memory_gb, const std::string& adapter_path,
                      const std::optional<model::Parallel>& parallel, bool expert_prefetch,
-                     model::FidelityTier fidelity, bool row_exact) {
+                     model::FidelityTier fidelity, bool row_exact, bool multi_token_prediction) {
   std::shared_ptr<model::nn::ExpertStore> experts;
   auto loaded = load_cli_model(model, profile_file, expert_memory_gb, experts, adapter_path, parallel, expert_prefetch,
-                               fidelity, row_exact);
+                               fidelity, row_exact, multi_token_prediction);
   auto dir = io::resolve_model_dir(model);
   auto tok = tokenizer::Tokenizer::from_dir(dir);
   auto chat_template = tmpl::load_chat_template(dir);

@@ -78,7 +78,8 @@ struct Session {
 Session load_session(const std::string& model, const std::string& profile_file,
                      std::optional<double> expert_memory_gb = std::nullopt, const std::string& adapter_path = {},
                      const std::optional<model::Parallel>& parallel = std::nullopt, bool expert_prefetch = false,
-                     model::FidelityTier fidelity = model::FidelityTier::l1, bool row_exact = false);
+                     model::FidelityTier fidelity = model::FidelityTier::l1, bool row_exact = false,
+                     bool multi_token_prediction = false);
 
 /** TokenizerWrapper.add_eos_token: an integer id, else the token's id (the unknown token's id
  * when it has none, as transformers does); UsageError naming `flag` when neither exists. */

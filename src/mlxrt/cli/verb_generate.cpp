@@ -2,7 +2,8 @@
 // flags and defaults, the prompt rendered with the chat template as it does, text streamed as it
 // is generated, the same footer. Ours besides: --prompt-tokens (ids instead of text), the penalty
 // and --logit-bias flags, --logprobs-file, --profile-file. With --draft-model, speculative decoding
-// as mlx-lm's speculative_generate_step does it (generate/speculative.h).
+// as mlx-lm's speculative_generate_step does it (generate/speculative.h); with --mtp, the same with
+// the model's own multi-token-prediction head as the drafter (generate/mtp_speculative.h).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "mlxrt/cache/quantized_kv_cache.h"
 #include "mlxrt/cli/common.h"
 #include "mlxrt/cli/distributed.h"
+#include "mlxrt/generate/mtp_speculative.h"
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/default_model.h"
@@ -48,6 +50,7 @@ struct Args {
   std::optional<double> expert_memory;
   bool expert_prefetch = false;
   bool spec_exact = false;  // --spec-exact
+  bool mtp = false;         // --mtp
   int kv_group_size = 64, quantized_kv_start = 5000, prefill_step_size = 2048;
   SamplingFlags sampling;
   DistributedArgs dist;
@@ -91,6 +94,27 @@ std::shared_ptr<generate::RandomState> make_rng(const Args& a) {
     if (!a.draft_model.empty()) rng->skip(model_construction_draws(a.draft_model));
   }
   return rng;
+}
+
+/** Row-exact loading: --spec-exact, and greedy --mtp (its accepted tokens then equal plain decoding's). */
+bool row_exact(const Args& a) { return a.spec_exact || (a.mtp && a.sampling.sampler.temp == 0); }
+
+/** --mtp's checks that need no model. */
+void check_mtp_flags(const Args& a) {
+  if (!a.mtp) return;
+  if (!a.draft_model.empty()) throw UsageError("--mtp and --draft-model: choose one drafter");
+  if (a.num_draft_tokens < 1 || a.num_draft_tokens > generate::kMaxDraftTokens)
+    throw UsageError("--num-draft-tokens: must be between 1 and " + std::to_string(generate::kMaxDraftTokens) +
+                     " (got " + std::to_string(a.num_draft_tokens) + ")");
+  if (!a.prompt_cache_file.empty())
+    throw UsageError("--prompt-cache-file: not supported with --mtp (the MTP head needs the main model's hidden state "
+                     "at every prompt position, which the file does not hold)");
+  if (a.kv_bits) throw UsageError("--mtp cannot be combined with --kv-bits (a quantized KV cache)");
+}
+
+/** The footer's line for --mtp: how many drafted tokens the main model accepted. */
+void print_mtp_stats(int accepted, int drafted) {
+  std::cout << "MTP: " << accepted << " of " << drafted << " drafted tokens accepted\n";
 }
 
 /** --draft-model's checks that need no model: the flags it combines with, and its directory. */
@@ -147,7 +171,7 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options, const 
   auto rng = make_rng(a);
   std::shared_ptr<model::nn::ExpertStore> experts;
   auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts, a.adapter_path, run.parallel,
-                               a.expert_prefetch, a.fidelity, a.spec_exact);
+                               a.expert_prefetch, a.fidelity, row_exact(a), a.mtp);
   if (a.seed) rng->skip(sharded_load_draws(a.model, loaded, run.parallel.has_value()));
   auto draft = load_draft(a);
   const int vocab = loaded.model->vocab_size();
@@ -170,8 +194,11 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options, const 
   auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - tic).count(); };
   std::optional<generate::TokenGenerator> plain;
   std::optional<generate::SpeculativeTokenGenerator> speculative;
+  std::optional<generate::MtpTokenGenerator> mtp;
   if (draft)
     speculative.emplace(*loaded.model, *draft->loaded.model, ids, options, a.num_draft_tokens);
+  else if (a.mtp)
+    mtp.emplace(*loaded.model, ids, options, a.num_draft_tokens);
   else
     plain.emplace(*loaded.model, ids, options);
   std::vector<uint8_t> from_draft;
@@ -180,7 +207,7 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options, const 
   std::vector<mx::array> rows;
   bool printed = false;
   for (int n = 0;; ++n) {
-    auto step = plain ? plain->next() : speculative->next();
+    auto step = plain ? plain->next() : mtp ? mtp->next() : speculative->next();
     if (!step) break;
     if (n == 0) {
       stats.prompt_tps = ids.size() / since();
@@ -203,7 +230,8 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options, const 
     print_footer(stats);
   else
     std::cout << "No text generated for this prompt\n";
-  if (run.primary()) write_logprobs(a.logprobs_file, rows, draft ? &from_draft : nullptr);
+  if (mtp) print_mtp_stats(mtp->accepted(), mtp->drafted());
+  if (run.primary()) write_logprobs(a.logprobs_file, rows, draft || mtp ? &from_draft : nullptr);
   std::cout << std::flush;
   print_expert_stats(experts);
 }
@@ -308,6 +336,7 @@ void run(const Args& a) {
   if (a.max_kv_size && *a.max_kv_size < 1) throw UsageError("--max-kv-size: must be positive");
   parse_template_config(a.chat_template_config);
   check_draft_flags(a);
+  check_mtp_flags(a);
   if (a.spec_exact && a.kv_bits) throw UsageError("--spec-exact cannot be combined with --kv-bits (a quantized KV cache)");
   const auto constraint_file = read_constraint_file(a);
   const bool verbose = str2bool(a.verbose);
@@ -337,7 +366,7 @@ void run(const Args& a) {
 
   auto rng = make_rng(a);
   auto session = load_session(a.model, a.profile_file, a.expert_memory, a.adapter_path, dist_run.parallel,
-                              a.expert_prefetch, a.fidelity, a.spec_exact);
+                              a.expert_prefetch, a.fidelity, row_exact(a), a.mtp);
   // mlx_lm.generate has no distributed mode: the keys are drawn as mlx_lm.chat's sharded_load draws them.
   if (a.seed) rng->skip(sharded_load_draws(a.model, session.loaded, dist_run.parallel.has_value()));
   for (const auto& t : a.extra_eos_token) add_eos_token(session, t, "--extra-eos-token");
@@ -367,6 +396,8 @@ void run(const Args& a) {
     options.draft_model = draft->loaded.model.get();
     options.num_draft_tokens = a.num_draft_tokens;
   }
+  options.mtp = a.mtp;
+  if (a.mtp) options.num_draft_tokens = a.num_draft_tokens;
 
   if (verbose) std::cout << "==========\n";
   std::string text;
@@ -384,7 +415,7 @@ void run(const Args& a) {
         return true;
       },
       prompt_cache ? &*prompt_cache : nullptr);
-  if (dist_run.primary()) write_logprobs(a.logprobs_file, rows, draft ? &from_draft : nullptr);
+  if (dist_run.primary()) write_logprobs(a.logprobs_file, rows, draft || a.mtp ? &from_draft : nullptr);
   if (!verbose) {
     std::cout << text << "\n";
     print_expert_stats(session.experts);
@@ -460,6 +491,10 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--spec-exact", a->spec_exact,
                 "Compute every position as a one-token decoding step does, so the tokens (greedy) equal decoding "
                 "one token at a time, whatever the prefill chunks and with any --draft-model (ours; CPU)");
+  cmd->add_flag("--mtp", a->mtp,
+                "Speculative decoding with the model's own multi-token-prediction head (Qwen3.5 / Qwen3-Next "
+                "checkpoints that keep their mtp.* tensors), --num-draft-tokens per step; greedy runs exact, as "
+                "--spec-exact (ours; vLLM's speculative method 'mtp')");
   cmd->add_option("--num-draft-tokens", a->num_draft_tokens,
                   "Number of tokens to draft when using speculative decoding.")
       ->capture_default_str();

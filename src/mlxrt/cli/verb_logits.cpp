@@ -2,6 +2,7 @@
 // from one forward over all tokens or, through a prompt cache, in chunks (--incremental: one token
 // at a time), with mlx-lm's cache options: --max-kv-size, --kv-bits (maybe_quantize_kv_cache after
 // every model call, as generate_step does) and --prompt-cache-file (continue a saved cache).
+// With --mtp, the model's multi-token-prediction head's logits instead (tools/mtp_reference.py's).
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "mlxrt/cli/distributed.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/model/make_prompt_cache.h"
+#include "mlxrt/model/mtp.h"
 
 namespace mlxrt::cli {
 
@@ -26,6 +28,7 @@ namespace {
 struct Args {
   std::string model, tokens, out, profile_file, prompt_cache_file, adapter_path;
   bool incremental = false;
+  bool mtp = false;  // --mtp
   std::optional<int> chunk_size, max_kv_size, kv_bits;
   std::optional<double> expert_memory;
   bool expert_prefetch = false;
@@ -70,7 +73,23 @@ mx::array compute_logits(model::CausalLM& lm, const std::vector<int32_t>& ids, c
   return mx::concatenate(rows, 0);
 }
 
+/** The MTP head's logits [T - 1, vocab] for entries j = 0..T-2 (token j + 1 with the main model's
+ * hidden state at j), from fresh caches: the main model over tokens 0..T-2, the head over all
+ * entries in one call. */
+mx::array compute_mtp_logits(model::CausalLM& lm, const std::vector<int32_t>& ids) {
+  const int total = static_cast<int>(ids.size());
+  if (total < 2) throw UsageError("--tokens: --mtp needs at least two tokens (entry j pairs token j + 1 with position j)");
+  auto* mtp = lm.multi_token_predictor();
+  mx::array tokens(ids.data(), {1, total}, mx::int32);
+  auto cache = model::make_prompt_cache(lm);
+  auto hidden = mtp->forward_with_hidden(mx::slice(tokens, {0, 0}, {1, total - 1}), &cache).first;
+  auto mtp_cache = mtp->make_mtp_cache();
+  return mx::squeeze(mtp->predict(mx::slice(tokens, {0, 1}, {1, total}), hidden, &mtp_cache).second, 0);
+}
+
 void run(const Args& a) {
+  if (a.mtp && a.uses_cache())
+    throw UsageError("--mtp: the MTP head's logits come from one call over fresh caches (no cache options)");
   auto ids = parse_token_list(a.tokens, "--tokens");
   if (a.chunk_size && *a.chunk_size < 1) throw UsageError("--chunk-size must be at least 1");
   if (a.max_kv_size && *a.max_kv_size < 1) throw UsageError("--max-kv-size must be at least 1");
@@ -80,12 +99,12 @@ void run(const Args& a) {
   QuietUnlessPrimary quiet(dist_run.primary());
   std::shared_ptr<model::nn::ExpertStore> experts;
   auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts, a.adapter_path, dist_run.parallel,
-                               a.expert_prefetch, a.fidelity);
+                               a.expert_prefetch, a.fidelity, false, a.mtp);
   for (auto id : ids)
     if (id >= loaded.model->vocab_size())
       throw UsageError("--tokens: id " + std::to_string(id) + " is outside the vocabulary (size " +
                        std::to_string(loaded.model->vocab_size()) + ")");
-  auto logits = compute_logits(*loaded.model, ids, a, dist_run.parallel);
+  auto logits = a.mtp ? compute_mtp_logits(*loaded.model, ids) : compute_logits(*loaded.model, ids, a, dist_run.parallel);
   mx::eval(logits);
   if (dist_run.primary()) write_safetensors_output(a.out, {{"logits", logits}}, "--out");
   print_expert_stats(experts);
@@ -100,6 +119,9 @@ void register_logits(CLI::App& app) {
   cmd->add_option("--tokens", a->tokens, "Comma-separated token ids")->required();
   cmd->add_option("--out", a->out, "Output .safetensors file (tensor 'logits' [T, vocab])")->required();
   cmd->add_flag("--incremental", a->incremental, "One token at a time through the KV cache");
+  cmd->add_flag("--mtp", a->mtp,
+                "The multi-token-prediction head's logits [T - 1, vocab] instead: entry j drafts token j + 2 from "
+                "token j + 1 and the main model's hidden state at j");
   cmd->add_option("--chunk-size", a->chunk_size, "Tokens per model call through the KV cache");
   cmd->add_option("--max-kv-size", a->max_kv_size, "Rotating KV cache of this many positions (as mlx-lm)");
   cmd->add_option("--expert-memory", a->expert_memory, kExpertMemoryHelp);

@@ -6,6 +6,7 @@
 
 #include <mlx/memory.h>
 
+#include "mlxrt/generate/mtp_speculative.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::generate {
@@ -39,13 +40,18 @@ struct TextGenerator::State {
         tic(Clock::now()) {
     // Prefill runs here, after the rest is set up.
     const auto& step_options = static_cast<const GenerateOptions&>(options);
+    if (options.draft_model && options.mtp) throw UsageError("--mtp and --draft-model: choose one drafter");
     if (options.draft_model)
       speculative.emplace(model, *options.draft_model, prompt_ids, step_options, options.num_draft_tokens, cache);
+    else if (options.mtp)
+      mtp.emplace(model, prompt_ids, step_options, options.num_draft_tokens, cache);
     else
       plain.emplace(model, prompt_ids, step_options, cache);
   }
 
-  std::optional<GeneratedToken> next_token() { return plain ? plain->next() : speculative->next(); }
+  std::optional<GeneratedToken> next_token() {
+    return plain ? plain->next() : mtp ? mtp->next() : speculative->next();
+  }
 
   bool is_eos(int32_t t) const { return std::find(eos.begin(), eos.end(), t) != eos.end(); }
 
@@ -70,6 +76,7 @@ struct TextGenerator::State {
   Clock::time_point tic;
   std::optional<TokenGenerator> plain;
   std::optional<SpeculativeTokenGenerator> speculative;
+  std::optional<MtpTokenGenerator> mtp;
   double prompt_tps = 0;
   int n = 0;
   bool finished = false;
@@ -89,7 +96,8 @@ TextGenerator::~TextGenerator() = default;
 TextGenerator::TextGenerator(TextGenerator&&) noexcept = default;
 
 model::CacheList& TextGenerator::cache() {
-  return state_->plain ? state_->plain->cache() : state_->speculative->model_cache();
+  if (state_->plain) return state_->plain->cache();
+  return state_->mtp ? state_->mtp->model_cache() : state_->speculative->model_cache();
 }
 
 std::optional<GenerationResponse> TextGenerator::next() {

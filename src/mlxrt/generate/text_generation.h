@@ -62,6 +62,9 @@ struct TextGenerationOptions : GenerateOptions {
   model::CausalLM* draft_model = nullptr;
   /** Tokens drafted per step (mlx-lm's num_draft_tokens). */
   int num_draft_tokens = 3;
+  /** Speculative decoding with the model's own multi-token-prediction head (MtpTokenGenerator;
+   * the model must have been loaded with it). A caller's cache must then be empty. */
+  bool mtp = false;
 };
 
 /** The prompt ids stream_generate makes from a string: special tokens added unless the tokenizer

@@ -15,6 +15,8 @@ namespace mx = mlx::core;
 
 using CacheList = cache::CacheList;
 
+class MultiTokenPredictor;  // mtp.h
+
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
@@ -42,6 +44,9 @@ class CausalLM {
   virtual mx::array hidden_states(const mx::array& inputs, CacheList* cache);
   /** True when the family implements hidden_states. */
   virtual bool has_hidden_states() const { return false; }
+  /** The model's native multi-token-prediction head, when it was loaded with one
+   * (LoadOptions::multi_token_prediction); null otherwise. */
+  virtual MultiTokenPredictor* multi_token_predictor() { return nullptr; }
 };
 
 inline mx::array CausalLM::hidden_states(const mx::array&, CacheList*) {

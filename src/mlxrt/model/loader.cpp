@@ -119,7 +119,7 @@ struct Bound {
 Bound bind_weights(const io::ModelConfig& config, const ResolvedProfile& profile,
                    const std::shared_ptr<nn::Adapter>& adapter, const std::optional<Parallel>& parallel,
                    std::shared_ptr<const kernels::cpu::CpuKernels> cpu_kernels = nullptr, bool float32 = false,
-                   bool row_exact = false) {
+                   bool row_exact = false, bool multi_token_prediction = false) {
   auto weights = io::load_weights(config.dir());
   check_layer_count(config, weights);
   if (adapter) prepare_adapter(*adapter, config, weights);
@@ -129,6 +129,7 @@ Bound bind_weights(const io::ModelConfig& config, const ResolvedProfile& profile
   binder->set_cpu_kernels(std::move(cpu_kernels));
   binder->set_float32(float32);
   binder->set_row_exact(row_exact);
+  binder->set_multi_token_prediction(multi_token_prediction);
   // Tensor parallel: each rank reads its slices of the weight files, not the whole tensors.
   if (parallel && parallel->mode == Parallel::Mode::tensor) binder->set_locations(io::tensor_locations(config.dir()));
   auto model = graph_entry(profile.profile.execution.graph).build(config, *binder);
@@ -181,7 +182,10 @@ LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& opt
   auto adapter = load_adapter(options);
   check_row_exact(options, config);
   auto bound = bind_weights(config, profile, adapter, options.parallel, cpu_kernels_for(options), options.float32,
-                            options.row_exact);
+                            options.row_exact, options.multi_token_prediction);
+  if (options.multi_token_prediction && !bound.model->multi_token_predictor())
+    throw UnsupportedError("--mtp: model_type '" + config.model_type() +
+                           "' has no multi-token-prediction head (qwen3_5, qwen3_5_moe, qwen3_next have one)");
   if (!options.lazy) {
     // Tensor parallel: the sharded tensors are this rank's slices, read from the files (or cut from
     // a tensor a sanitize made); the whole tensors are never evaluated.

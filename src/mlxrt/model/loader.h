@@ -40,8 +40,13 @@ struct LoadOptions {
    * layer whose matmul is not row-invariant here runs one row at a time, and each query attends
    * alone over its prefix. Then any prefill chunking, and a speculative step's verification, give
    * the bytes of decoding one token at a time (what mlx-lm computes with prefill_step_size 1).
-   * CPU, L1, one process, no adapter, and the families tests/generate/test_spec_exact.py checks. */
+   * CPU or CUDA, L1, one process, no adapter, and the families tests/generate/test_spec_exact.py
+   * checks. */
   bool row_exact = false;
+  /** Bind the checkpoint's native multi-token-prediction head too (--mtp: qwen3_5, qwen3_5_moe,
+   * qwen3_next; CausalLM::multi_token_predictor). WeightsError naming what is missing when the
+   * checkpoint has no complete head; UnsupportedError for a family without one. */
+  bool multi_token_prediction = false;
 };
 
 /** The CPU kernels a model loaded with `options` computes with (null: MLX's own). */

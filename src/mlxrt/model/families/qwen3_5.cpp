@@ -46,6 +46,8 @@ Args text_model_args(const JsonFields& f) {
   a.shared_expert_intermediate_size = f.value_or<int>("shared_expert_intermediate_size", 0);
   a.moe_intermediate_size = f.value_or<int>("moe_intermediate_size", 0);
   a.norm_topk_prob = f.value_or<bool>("norm_topk_prob", true);
+  // Qwen3.5's config field for the MTP head's layers (Hugging Face's Qwen3_5TextConfig; vLLM's qwen3_5_mtp.py).
+  a.mtp_num_hidden_layers = f.value_or<int>("mtp_num_hidden_layers", 1);
   if (a.num_attention_heads < 1)
     throw ConfigError(f.source() + ": 'num_attention_heads' must be a positive integer, got " +
                       std::to_string(a.num_attention_heads));
@@ -95,6 +97,7 @@ class GatedDeltaNet final : public qwen3_next::LinearAttention {
     auto a = in_proj_a_(inputs);
     return core_(qkv, z, b, a, cache);
   }
+  const qwen3_next::GatedDeltaCore& core() const override { return core_; }
 
  private:
   static int key_dim(const Args& a) { return a.linear_key_head_dim * a.linear_num_key_heads; }
@@ -132,10 +135,11 @@ void sanitize(WeightBinder& w) {
     }
   }
   // TextModel.sanitize: the multi-token-prediction head is not part of the model (the tensors stay
-  // in the checkpoint); Hugging Face's conv layout is moved, and its norms then get their 1 added.
-  // Its tie check pops "lm_head.weight", which the renaming above has already moved, so a tied
-  // checkpoint that still holds a head is refused, as mlx-lm's strict load refuses it.
-  w.discard_containing("mtp.");
+  // in the checkpoint) unless --mtp asks for it (then it is bound as language_model.mtp.*, its
+  // norms shifted with the others); Hugging Face's conv layout is moved, and its norms then get
+  // their 1 added. Its tie check pops "lm_head.weight", which the renaming above has already
+  // moved, so a tied checkpoint that still holds a head is refused, as mlx-lm's strict load refuses it.
+  if (!w.multi_token_prediction()) w.discard_containing("mtp.");
   qwen3_next::sanitize_conv_and_norms(w, /*norms_when_conv_moved=*/true, /*norms_always=*/false);
 }
 

@@ -13,6 +13,7 @@
 
 #include "mlxrt/cache/kv_cache.h"
 #include "mlxrt/model/families/families.h"
+#include "mlxrt/model/families/qwen3_next_mtp.h"
 #include "mlxrt/model/nn/activations.h"
 #include "mlxrt/model/nn/gated_delta.h"
 #include "mlxrt/model/nn/gated_delta_cuda.h"
@@ -259,6 +260,8 @@ mx::array GatedDeltaCore::step(const mx::array& mixed_qkv, const mx::array& z, c
   auto v = mx::reshape(parts[2], {B, S, num_v_heads, head_v_dim});
   std::optional<mx::array> state = cache ? (*cache)[1] : std::nullopt;
   std::tie(q, k) = nn::normalize_qk(q, k, std::pow(static_cast<double>(head_k_dim), -0.5), 1e-6);
+  // A verify window keeps what keep_window's replay reads: the convolution's and the recurrence's inputs.
+  if (auto* window = cache ? cache->window() : nullptr) window->calls.push_back({mixed_qkv, k, v, a, b});
   auto [out, new_state] = nn::gated_delta_update(q, k, v, a, b, A_log_, dt_bias_, state);
   if (cache) {
     cache->set(1, new_state);
@@ -267,6 +270,42 @@ mx::array GatedDeltaCore::step(const mx::array& mixed_qkv, const mx::array& z, c
   out = norm_(out, z);
   out = out_proj_(mx::reshape(out, {B, S, -1}));
   return sum_over_ ? mx::distributed::all_sum(out, *sum_over_) : out;
+}
+
+void GatedDeltaCore::keep_window(cache::ArraysCache& cache, int keep) const {
+  auto* window = cache.window();
+  if (!window) throw std::logic_error("[GatedDeltaCore::keep_window] no verify window is open");
+  // The window's inputs, in order, over all its calls: mixed_qkv, normalised k, v, a, b.
+  std::vector<mx::array> inputs;
+  for (size_t field = 0; field < 5; ++field) {
+    std::vector<mx::array> parts;
+    for (const auto& call : window->calls) parts.push_back(call[field]);
+    inputs.push_back(parts.size() == 1 ? parts[0] : mx::concatenate(parts, 1));
+  }
+  const auto& mixed_qkv = inputs[0];
+  const int B = mixed_qkv.shape(0), T = mixed_qkv.shape(1);
+  if (keep < 0 || keep > T)
+    throw std::logic_error("[GatedDeltaCore::keep_window] keep " + std::to_string(keep) + " of a window of " +
+                           std::to_string(T));
+  if (keep == T) {
+    cache.close_window();
+    return;
+  }
+  const auto before = window->before;
+  const int offset = window->offset_before + keep;
+  cache.close_window();
+  if (keep == 0) {
+    cache.set_state(before, offset);
+    return;
+  }
+  // The conv state after `keep` positions: the kernel - 1 inputs before position `keep` of
+  // [state before the window, window inputs] (step() keeps the same rows, copied alike).
+  mx::array conv_before = before[0] ? *before[0] : mx::zeros({B, conv_kernel_size - 1, conv_dim}, mixed_qkv.dtype());
+  auto conv_input = mx::concatenate({conv_before, mixed_qkv}, 1);
+  auto conv_state = mx::contiguous(mx::slice(conv_input, {0, keep, 0}, {B, keep + conv_kernel_size - 1, conv_dim}));
+  auto state = nn::gated_delta_replay_state(inputs[1], inputs[2], inputs[3], inputs[4], A_log_, dt_bias_, before[1],
+                                            keep);
+  cache.set_state({conv_state, state}, offset);
 }
 
 nn::SparseMoe sparse_moe_block(const Args& args, WeightBinder& w, const std::string& p) {
@@ -292,6 +331,28 @@ mx::array DecoderLayer::operator()(const mx::array& x, const nn::AttentionMask& 
   return mx::add(h, out);
 }
 
+bool Args::sparse_at(int layer, SparseLayers sparse) const {
+  const bool only_mlp = std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end();
+  return num_experts > 0 && (sparse == SparseLayers::all || (!only_mlp && (layer + 1) % decoder_sparse_step == 0));
+}
+
+DecoderLayer load_decoder_layer(const Args& args, WeightBinder& w, const std::string& p, bool linear, bool moe,
+                                const LinearAttentionFactory& linear_attention) {
+  std::unique_ptr<LinearAttention> la;
+  std::optional<Attention> sa;
+  if (linear) {
+    la = linear_attention(args, w, p + ".linear_attn");
+  } else {
+    sa.emplace(args, w, p + ".self_attn");
+  }
+  auto in_norm = nn::RMSNorm::load(w, p + ".input_layernorm", args.hidden_size, args.rms_norm_eps);
+  auto post_norm = nn::RMSNorm::load(w, p + ".post_attention_layernorm", args.hidden_size, args.rms_norm_eps);
+  std::variant<MLP, nn::SparseMoe> mlp =
+      moe ? std::variant<MLP, nn::SparseMoe>(sparse_moe_block(args, w, p + ".mlp"))
+          : std::variant<MLP, nn::SparseMoe>(MLP(args.hidden_size, args.intermediate_size, w, p + ".mlp"));
+  return DecoderLayer{linear, std::move(la), std::move(sa), std::move(in_norm), std::move(post_norm), std::move(mlp)};
+}
+
 HybridModel::HybridModel(Args args, WeightBinder& w, const std::string& prefix,
                          const LinearAttentionFactory& linear_attention, SparseLayers sparse)
     : args_(std::move(args)),
@@ -309,28 +370,10 @@ HybridModel::HybridModel(Args args, WeightBinder& w, const std::string& prefix,
       if (i < stage.start || i >= stage.end) w.discard_prefix(prefix + "model.layers." + std::to_string(i) + ".");
   }
   for (int i = stage.start; i < stage.end; ++i) {
-    const auto p = prefix + "model.layers." + std::to_string(i);
-    const bool linear = args_.is_linear(i);
-    std::unique_ptr<LinearAttention> la;
-    std::optional<Attention> sa;
-    if (linear) {
-      la = linear_attention(args_, w, p + ".linear_attn");
-    } else {
-      sa.emplace(args_, w, p + ".self_attn");
-    }
-    auto in_norm = nn::RMSNorm::load(w, p + ".input_layernorm", args_.hidden_size, args_.rms_norm_eps);
-    auto post_norm = nn::RMSNorm::load(w, p + ".post_attention_layernorm", args_.hidden_size, args_.rms_norm_eps);
     // qwen3_next: experts on every decoder_sparse_step-th layer outside mlp_only_layers; qwen3_5:
     // on every layer once num_experts > 0.
-    const bool only_mlp = std::find(args_.mlp_only_layers.begin(), args_.mlp_only_layers.end(), i) !=
-                          args_.mlp_only_layers.end();
-    const bool moe = args_.num_experts > 0 &&
-                     (sparse == SparseLayers::all || (!only_mlp && (i + 1) % args_.decoder_sparse_step == 0));
-    std::variant<MLP, nn::SparseMoe> mlp =
-        moe ? std::variant<MLP, nn::SparseMoe>(sparse_moe_block(args_, w, p + ".mlp"))
-            : std::variant<MLP, nn::SparseMoe>(MLP(args_.hidden_size, args_.intermediate_size, w, p + ".mlp"));
-    layers_.push_back(DecoderLayer{linear, std::move(la), std::move(sa), std::move(in_norm), std::move(post_norm),
-                                   std::move(mlp)});
+    layers_.push_back(load_decoder_layer(args_, w, prefix + "model.layers." + std::to_string(i), args_.is_linear(i),
+                                         args_.sparse_at(i, sparse), linear_attention));
   }
   if (pipeline_) {
     // pipeline(): the first linear and the first full-attention layer of this rank's (a rank may
@@ -349,13 +392,51 @@ HybridModel::HybridModel(Args args, WeightBinder& w, const std::string& prefix,
                                       shard_if_grouped(w, nn::Shard::all_to_sharded)));
     if (const auto* group = w.tensor_group()) head_group_ = *group;
   }
+  if (w.multi_token_prediction()) {
+    if (pipeline_ || shards_ > 1)
+      throw UnsupportedError(w.config().source() + ": --mtp is not supported in distributed mode");
+    mtp_ = std::make_unique<MtpHead>(args_, w, prefix, sparse, linear_attention);
+  }
 }
 
-mx::array HybridModel::operator()(const mx::array& inputs, CacheList* cache) {
-  auto out = hidden_states(inputs, cache);
-  if (!lm_head_) return embed_tokens_.as_linear(out);
-  out = (*lm_head_)(out);
+HybridModel::~HybridModel() = default;
+
+mx::array HybridModel::head(const mx::array& hidden) const {
+  if (!lm_head_) return embed_tokens_.as_linear(hidden);
+  auto out = (*lm_head_)(hidden);
   return head_group_ ? nn::gather_last_axis(out, *head_group_) : out;
+}
+
+mx::array HybridModel::operator()(const mx::array& inputs, CacheList* cache) { return head(hidden_states(inputs, cache)); }
+
+std::pair<mx::array, mx::array> HybridModel::forward_with_hidden(const mx::array& inputs, CacheList* cache) {
+  auto hidden = hidden_states(inputs, cache);
+  return {hidden, head(hidden)};
+}
+
+std::pair<mx::array, mx::array> HybridModel::predict(const mx::array& tokens, const mx::array& hidden,
+                                                     CacheList* mtp_cache) {
+  auto out = (*mtp_)(embed_tokens_(tokens), hidden, mtp_cache);
+  return {out, head(out)};
+}
+
+CacheList HybridModel::make_mtp_cache() const { return mtp_->make_cache(); }
+
+void HybridModel::open_window(CacheList& cache) {
+  for (size_t i = 0; i < layers_.size(); ++i)
+    if (layers_[i].is_linear) static_cast<cache::ArraysCache&>(*cache.at(i)).open_window();
+}
+
+void HybridModel::keep_window(CacheList& cache, int window, int keep) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i].is_linear) {
+      layers_[i].linear_attn->core().keep_window(static_cast<cache::ArraysCache&>(*cache.at(i)), keep);
+    } else if (window > keep) {
+      if (cache.at(i)->trim(window - keep) != window - keep)
+        throw std::logic_error("[HybridModel::keep_window] layer " + std::to_string(i) + " could not drop " +
+                               std::to_string(window - keep) + " positions");
+    }
+  }
 }
 
 mx::array HybridModel::hidden_states(const mx::array& inputs, CacheList* cache) {
@@ -434,8 +515,12 @@ std::vector<std::vector<mx::Shape>> HybridModel::array_state_shapes() const {
 }
 
 bool sanitize_conv_and_norms(WeightBinder& w, bool norms_when_conv_moved, bool norms_always) {
+  // mlx-lm's norm_keys, and the MTP head's own norms (bound only with --mtp; the head's layer norms
+  // already end like the decoder layers'): the same zero-centred RMSNorms (qwen3_next_mtp.h).
   static const char* const norm_keys[] = {".input_layernorm.weight", ".post_attention_layernorm.weight",
-                                          "model.norm.weight", ".q_norm.weight", ".k_norm.weight"};
+                                          "model.norm.weight", ".q_norm.weight", ".k_norm.weight",
+                                          "mtp.norm.weight", "mtp.pre_fc_norm_embedding.weight",
+                                          "mtp.pre_fc_norm_hidden.weight"};
   auto ends_with = [](const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
@@ -497,6 +582,8 @@ Args args_from_config(const io::ModelConfig& config) {
   a.attention_bias = f.value_or<bool>("attention_bias", false);
   a.rope_scaling = f.has("rope_scaling") ? f.raw()["rope_scaling"] : json();
   a.full_attention_interval = f.value_or<int>("full_attention_interval", 4);
+  // vLLM's qwen3_next_mtp.py reads the MTP head's layer count from num_nextn_predict_layers (default 1).
+  a.mtp_num_hidden_layers = f.value_or<int>("num_nextn_predict_layers", 1);
   a.validate(config.source());
   return a;
 }
@@ -526,6 +613,7 @@ class Qwen3NextGatedDeltaNet final : public LinearAttention {
         {mx::reshape(qkvz[0], {B, S, -1}), mx::reshape(qkvz[1], {B, S, -1}), mx::reshape(v, {B, S, -1})}, -1);
     return core_(mixed_qkv, z, b, a, cache);
   }
+  const GatedDeltaCore& core() const override { return core_; }
 
  private:
   GatedDeltaCore core_;
@@ -546,7 +634,12 @@ std::unique_ptr<CausalLM> build(const io::ModelConfig& config, WeightBinder& wei
     if (name.rfind("model.layers.", 0) == 0 && name.find(".mlp.experts.0.up_proj.weight") != std::string::npos)
       per_expert = true;
   if (per_expert) {
-    weights.discard_containing("mtp.");
+    if (!weights.multi_token_prediction()) weights.discard_containing("mtp.");
+    // --mtp: the MTP layer's experts are stacked as the decoder layers' are.
+    if (weights.has("mtp.layers.0.mlp.experts.0.up_proj.weight"))
+      weights.stack_experts("mtp.layers.0.mlp.experts", "mtp.layers.0.mlp.switch_mlp", args.num_experts,
+                            {{"up_proj", "up_proj"}, {"down_proj", "down_proj"}, {"gate_proj", "gate_proj"}},
+                            {"weight"});
     if (args.tie_word_embeddings) weights.discard("lm_head.weight");
     for (int l = 0; l < args.num_hidden_layers; ++l) {
       const std::string prefix = "model.layers." + std::to_string(l) + ".mlp";

@@ -20,6 +20,7 @@
 
 #include "mlxrt/cache/arrays_cache.h"
 #include "mlxrt/model/causal_lm.h"
+#include "mlxrt/model/mtp.h"
 #include "mlxrt/model/nn/attention.h"
 #include "mlxrt/model/nn/linear.h"
 #include "mlxrt/model/nn/moe.h"
@@ -28,6 +29,10 @@
 #include "mlxrt/model/nn/weight_binder.h"
 
 namespace mlxrt::model::qwen3_next {
+
+/** Which layers get the sparse MoE block (qwen3_next honours decoder_sparse_step and
+ * mlp_only_layers; qwen3_5 makes every layer sparse when num_experts > 0). */
+enum class SparseLayers { by_step, all };
 
 /** The arguments both families' layers read (qwen3_next.ModelArgs, qwen3_5.TextModelArgs). */
 struct Args {
@@ -45,7 +50,11 @@ struct Args {
   nlohmann::json rope_scaling;
   int full_attention_interval = 4;
 
+  int mtp_num_hidden_layers = 1;  // the multi-token-prediction head's decoder layers (qwen3_next_mtp.h)
+
   bool is_linear(int layer) const { return (layer + 1) % full_attention_interval != 0; }
+  /** Whether layer `layer` gets the sparse MoE block (SparseLayers below). */
+  bool sparse_at(int layer, SparseLayers sparse) const;
   /** Checks what both families' constructors would fail on later (or never, computing garbage):
    * positive sizes, heads that divide, an interval that names at least one full-attention layer. */
   void validate(const std::string& source) const;
@@ -108,6 +117,11 @@ class GatedDeltaCore {
   /** mixed_qkv [B, S, conv_dim], z [B, S, Hv, Dv], b and a [B, S, Hv] -> [B, S, hidden]. */
   mx::array operator()(const mx::array& mixed_qkv, const mx::array& z, const mx::array& b, const mx::array& a,
                        cache::ArraysCache* cache) const;
+  /** Ends `cache`'s open verify window (ArraysCache::Window) keeping its first `keep` positions:
+   * the conv state is the window's inputs from `keep` back, the recurrent state the state-only
+   * replay of those positions (nn::gated_delta_replay_state), byte-equal to what a forward over
+   * only those positions leaves. */
+  void keep_window(cache::ArraysCache& cache, int keep) const;
 
   int num_v_heads, num_k_heads, head_k_dim, head_v_dim, key_dim, value_dim, conv_kernel_size, conv_dim;
 
@@ -129,6 +143,7 @@ class LinearAttention {
  public:
   virtual ~LinearAttention() = default;
   virtual mx::array operator()(const mx::array& x, cache::ArraysCache* cache) const = 0;
+  virtual const GatedDeltaCore& core() const = 0;
 };
 
 using LinearAttentionFactory =
@@ -146,15 +161,20 @@ struct DecoderLayer {
   mx::array operator()(const mx::array& x, const nn::AttentionMask& mask, cache::Cache* cache) const;
 };
 
-/** Which layers get the sparse MoE block (qwen3_next honours decoder_sparse_step and
- * mlp_only_layers; qwen3_5 makes every layer sparse when num_experts > 0). */
-enum class SparseLayers { by_step, all };
 
-/** The hybrid decoder with its head: `prefix` is "" (qwen3_next) or "language_model." (qwen3_5). */
-class HybridModel final : public CausalLM {
+/** A DecoderLayer bound from `p` (the linear attention from `linear_attention`). */
+DecoderLayer load_decoder_layer(const Args& args, WeightBinder& w, const std::string& p, bool linear, bool moe,
+                                const LinearAttentionFactory& linear_attention);
+
+class MtpHead;  // qwen3_next_mtp.h
+
+/** The hybrid decoder with its head: `prefix` is "" (qwen3_next) or "language_model." (qwen3_5).
+ * With the binder's multi_token_prediction, also the checkpoint's MTP head (one process only). */
+class HybridModel final : public CausalLM, public MultiTokenPredictor {
  public:
   HybridModel(Args args, WeightBinder& w, const std::string& prefix, const LinearAttentionFactory& linear_attention,
               SparseLayers sparse);
+  ~HybridModel() override;
 
   mx::array operator()(const mx::array& inputs, CacheList* cache) override;
   /** model.model(...): the final norm's output, what the head reads. */
@@ -166,7 +186,18 @@ class HybridModel final : public CausalLM {
   std::vector<std::vector<mx::Shape>> array_state_shapes() const override;
   int vocab_size() const override { return args_.vocab_size; }
 
+  MultiTokenPredictor* multi_token_predictor() override { return mtp_ ? this : nullptr; }
+  std::pair<mx::array, mx::array> forward_with_hidden(const mx::array& inputs, CacheList* cache) override;
+  std::pair<mx::array, mx::array> predict(const mx::array& tokens, const mx::array& hidden,
+                                          CacheList* mtp_cache) override;
+  CacheList make_mtp_cache() const override;
+  void open_window(CacheList& cache) override;
+  void keep_window(CacheList& cache, int window, int keep) override;
+
  private:
+  /** The output head over hidden states (lm_head, or the tied embedding). */
+  mx::array head(const mx::array& hidden) const;
+
   /** PipelineMixin's __call__: the hidden state from the rank after this one (the earlier layers),
    * this rank's layers, sent on to the rank before it, and rank 0's result gathered by every rank. */
   mx::array pipeline_hidden(mx::array h, CacheList* cache);
@@ -182,6 +213,7 @@ class HybridModel final : public CausalLM {
   int shards_ = 1;                                   // tensor parallel: the world size
   std::optional<mx::distributed::Group> head_group_;  // sharded untied head: its vocabulary slices are gathered
   std::optional<mx::distributed::Group> pipeline_;
+  std::unique_ptr<MtpHead> mtp_;
 };
 
 /** qwen3_next.py's and qwen3_5.py's sanitize for checkpoints in Hugging Face's layout (mlx-lm

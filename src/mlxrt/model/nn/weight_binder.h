@@ -126,6 +126,10 @@ class WeightBinder {
   /** Every position computed as a one-token call would compute it (LoadOptions::row_exact). */
   void set_row_exact(bool on) { row_exact_ = on; }
   bool row_exact() const { return row_exact_; }
+  /** Bind the checkpoint's multi-token-prediction head too (LoadOptions::multi_token_prediction):
+   * the families that have one keep its `mtp.` tensors instead of dropping them. */
+  void set_multi_token_prediction(bool on) { multi_token_prediction_ = on; }
+  bool multi_token_prediction() const { return multi_token_prediction_; }
   const std::vector<mx::array>& derived() const { return derived_; }
 
   /** Notes a module mlx.nn.quantize could quantize (Linear::load, Embedding::load, SwitchLinear::load). */
@@ -204,6 +208,7 @@ class WeightBinder {
   std::vector<mx::array> derived_;
   bool float32_ = false;
   bool row_exact_ = false;
+  bool multi_token_prediction_ = false;
   std::vector<QuantizableModule> quantizable_;
   std::shared_ptr<nn::Adapter> adapter_;
   AdapterSlots slots_;

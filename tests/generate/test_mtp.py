@@ -1,0 +1,109 @@
+"""`mlxrt generate --mtp`: speculative decoding with the model's own multi-token-prediction head
+(Qwen3.5 / Qwen3-Next's mtp.* tensors; docs/exact-mode.md). The head's logits equal
+tools/mtp_reference.py's (written from the published architecture) byte for byte; greedy --mtp
+runs exact, so its tokens and logprobs are the bytes of plain one-token-at-a-time decoding, with
+drafts accepted and rejected (a random head, which seldom agrees, and one that drafts the token it
+is given, which agrees whenever the main model repeats one), and with chunked prefill. Then bad input."""
+import sys
+
+import mlx.core as mx
+import pytest
+from conftest import ROOT, make_fixture, run_mlxrt
+from oracle import raw_bytes
+
+sys.path.insert(0, str(ROOT / "tools"))
+import mtp_reference  # noqa: E402
+
+PROMPT = [1, 5, 9, 200, 33, 17, 80, 41, 7, 300, 12, 99, 4, 8, 15, 16, 23, 42, 108, 3, 77, 55, 21, 34]
+PROMPT_FLAG = ",".join(map(str, PROMPT))
+MAX_TOKENS = 40
+
+
+def generate(model, flags, tmp_path, max_tokens=MAX_TOKENS):
+    out = tmp_path / "logprobs.safetensors"
+    proc = run_mlxrt("generate", "--model", model, "--prompt-tokens", PROMPT_FLAG, "-m", max_tokens,
+                     "--logprobs-file", out, *flags)
+    tokens = [int(t) for t in proc.stdout.split("==========\n")[1].split()]
+    saved = mx.load(str(out))
+    from_draft = saved["from_draft"].tolist() if "from_draft" in saved else None
+    return tokens, raw_bytes(saved["logprobs"]), from_draft, proc.stdout
+
+
+@pytest.fixture(scope="module")
+def one_token_runs(tmp_path_factory):
+    """Each model's reference: plain greedy decoding with a prefill of one token at a time."""
+    cache = {}
+
+    def get(name, max_tokens=MAX_TOKENS):
+        if (name, max_tokens) not in cache:
+            cache[name, max_tokens] = generate(make_fixture(name), ["--prefill-step-size", "1"],
+                                               tmp_path_factory.mktemp(name), max_tokens)[:2]
+        return cache[name, max_tokens]
+
+    return get
+
+
+def test_mtp_logits_equal_the_reference(tmp_path):
+    model_dir = make_fixture("qwen3_5_mtp_bf16")
+    out = tmp_path / "mtp.safetensors"
+    run_mlxrt("logits", "--model", model_dir, "--tokens", PROMPT_FLAG, "--mtp", "--out", out)
+    got = mx.load(str(out))["logits"]
+    from mlx_lm.utils import load_model
+
+    model, _ = load_model(model_dir)
+    want = mtp_reference.draft_logits(model, mtp_reference.load_head(model_dir, model), PROMPT)
+    assert got.shape == (len(PROMPT) - 1, 512) and got.dtype == want.dtype
+    assert raw_bytes(got) == raw_bytes(want)
+
+
+CASES = [("qwen3_5_mtp_bf16", ["--num-draft-tokens", "3"]),
+         ("qwen3_5_mtp_bigram_bf16", ["--num-draft-tokens", "3"]),
+         ("qwen3_5_mtp_bigram_bf16", ["--num-draft-tokens", "2", "--prefill-step-size", "5"])]
+
+
+@pytest.mark.parametrize("model,flags", CASES, ids=["random-head", "bigram-head", "bigram-head-chunked"])
+def test_greedy_mtp_equals_one_token_decoding(model, flags, one_token_runs, tmp_path):
+    want_tokens, want_logprobs = one_token_runs(model)
+    tokens, logprobs, from_draft, stdout = generate(make_fixture(model), ["--mtp", *flags], tmp_path)
+    assert tokens == want_tokens
+    assert logprobs == want_logprobs
+    accepted = sum(from_draft)
+    assert f"MTP: {accepted} of " in stdout
+    if "bigram" in model:
+        # Drafts are both accepted and rejected: the rollback runs on either path.
+        assert 0 < accepted < len(tokens)
+
+
+def test_without_exact_mode_the_head_still_drafts(tmp_path):
+    """Sampling turns exact mode off (it is the default for greedy only): drafts are verified with
+    the sampler, as mlx-lm's draft-model path verifies them."""
+    tokens, _, from_draft, _ = generate(make_fixture("qwen3_5_mtp_bigram_bf16"),
+                                        ["--mtp", "--temp", "0.5", "--seed", "3"], tmp_path)
+    assert len(tokens) == len(from_draft) > 0
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("model,flags", CASES, ids=["random-head", "bigram-head", "bigram-head-chunked"])
+def test_greedy_mtp_equals_one_token_decoding_256(model, flags, one_token_runs, tmp_path):
+    want_tokens, want_logprobs = one_token_runs(model, 256)
+    tokens, logprobs, _, _ = generate(make_fixture(model), ["--mtp", *flags], tmp_path, 256)
+    assert tokens == want_tokens
+    assert logprobs == want_logprobs
+
+
+@pytest.mark.parametrize("model,flags,message", [
+    ("qwen3_5_bf16", [], "--mtp needs the checkpoint's multi-token-prediction head (the mtp.* tensors of the "
+                         "original Hugging Face checkpoint, which mlx_lm.convert drops); missing: "
+                         "mtp.pre_fc_norm_embedding.weight, mtp.pre_fc_norm_hidden.weight, mtp.norm.weight, "
+                         "mtp.layers.0.input_layernorm.weight, mtp.layers.0.self_attn.q_proj.weight"),
+    ("qwen3_bf16", [], "--mtp: model_type 'qwen3' has no multi-token-prediction head"),
+    ("qwen3_5_mtp_bf16", ["--draft-model", "{self}"], "--mtp and --draft-model: choose one drafter"),
+    ("qwen3_5_mtp_bf16", ["--num-draft-tokens", "0"], "--num-draft-tokens: must be between 1 and 64"),
+])
+def test_refused(model, flags, message):
+    path = make_fixture(model)
+    flags = [str(path) if f == "{self}" else f for f in flags]
+    proc = run_mlxrt("generate", "--model", path, "--prompt-tokens", PROMPT_FLAG, "-m", 4, "--mtp", *flags,
+                     check=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr
