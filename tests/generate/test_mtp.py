@@ -1,9 +1,12 @@
 """`mlxrt generate --mtp`: speculative decoding with the model's own multi-token-prediction head
 (Qwen3.5 / Qwen3-Next's mtp.* tensors; docs/exact-mode.md). The head's logits equal
-tools/mtp_reference.py's (written from the published architecture) byte for byte; greedy --mtp
-runs exact, so its tokens and logprobs are the bytes of plain one-token-at-a-time decoding, with
-drafts accepted and rejected (a random head, which seldom agrees, and one that drafts the token it
-is given, which agrees whenever the main model repeats one), and with chunked prefill. Then bad input."""
+tools/mtp_reference.py's (written from the published architecture) byte for byte. The invariance
+suite on qwen3_5: greedy --mtp runs exact, so its tokens and logprobs are the bytes of plain
+one-token-at-a-time decoding, with drafts accepted and rejected (a random head, which seldom
+agrees, and a "bigram" head that agrees often by construction), with chunked prefill; and so do
+--spec-exact with any prefill chunks and with draft models (the model itself, another qwen3_5),
+whose rejected drafts the hybrid model's verify windows roll back. 40 tokens here, 256 under
+make test-long. Then bad input."""
 import sys
 
 import mlx.core as mx
@@ -56,39 +59,64 @@ def test_mtp_logits_equal_the_reference(tmp_path):
     assert raw_bytes(got) == raw_bytes(want)
 
 
-CASES = [("qwen3_5_mtp_bf16", ["--num-draft-tokens", "3"]),
-         ("qwen3_5_mtp_bigram_bf16", ["--num-draft-tokens", "3"]),
-         ("qwen3_5_mtp_bigram_bf16", ["--num-draft-tokens", "2", "--prefill-step-size", "5"])]
+# The invariance suite on qwen3_5: every variant gives plain one-token decoding's tokens and logprobs.
+# (name, model, flags); "{self}" is the model itself, other names are fixtures.
+VARIANTS = [
+    ("spec-exact", "qwen3_5_mtp_bigram_bf16", ["--spec-exact"]),
+    ("spec-exact-chunked", "qwen3_5_mtp_bigram_bf16", ["--spec-exact", "--prefill-step-size", "7"]),
+    # draft models on a model whose caches cannot be trimmed: verify windows roll them back
+    ("draft-itself", "qwen3_5_mtp_bigram_bf16", ["--spec-exact", "--draft-model", "{self}", "--num-draft-tokens", "4"]),
+    ("draft-other-init-chunked", "qwen3_5_mtp_bigram_bf16",
+     ["--spec-exact", "--draft-model", "qwen3_5_mtp_bf16", "--num-draft-tokens", "3", "--prefill-step-size", "5"]),
+    ("mtp-random-head", "qwen3_5_mtp_bf16", ["--mtp", "--num-draft-tokens", "3"]),
+    ("mtp-bigram-head", "qwen3_5_mtp_bigram_bf16", ["--mtp", "--num-draft-tokens", "3"]),
+    ("mtp-bigram-head-chunked", "qwen3_5_mtp_bigram_bf16", ["--mtp", "--num-draft-tokens", "2", "--prefill-step-size", "5"]),
+    ("mtp-bigram-head-5-drafts", "qwen3_5_mtp_bigram_bf16", ["--mtp", "--num-draft-tokens", "5", "--prefill-step-size", "3"]),
+]
+SHORT = {"draft-other-init-chunked", "mtp-random-head", "mtp-bigram-head", "mtp-bigram-head-chunked"}
 
 
-@pytest.mark.parametrize("model,flags", CASES, ids=["random-head", "bigram-head", "bigram-head-chunked"])
-def test_greedy_mtp_equals_one_token_decoding(model, flags, one_token_runs, tmp_path):
-    want_tokens, want_logprobs = one_token_runs(model)
-    tokens, logprobs, from_draft, stdout = generate(make_fixture(model), ["--mtp", *flags], tmp_path)
+def variant_flags(model, flags):
+    out = []
+    for f in flags:
+        out.append(str(make_fixture(model)) if f == "{self}" else str(make_fixture(f)) if f.startswith("qwen") else f)
+    return out
+
+
+def check_variant(model, flags, one_token_runs, tmp_path, max_tokens):
+    want_tokens, want_logprobs = one_token_runs(model, max_tokens)
+    tokens, logprobs, from_draft, stdout = generate(make_fixture(model), variant_flags(model, flags), tmp_path,
+                                                    max_tokens)
     assert tokens == want_tokens
     assert logprobs == want_logprobs
-    accepted = sum(from_draft)
-    assert f"MTP: {accepted} of " in stdout
-    if "bigram" in model:
-        # Drafts are both accepted and rejected: the rollback runs on either path.
-        assert 0 < accepted < len(tokens)
+    return from_draft, stdout
 
 
-def test_without_exact_mode_the_head_still_drafts(tmp_path):
-    """Sampling turns exact mode off (it is the default for greedy only): drafts are verified with
-    the sampler, as mlx-lm's draft-model path verifies them."""
-    tokens, _, from_draft, _ = generate(make_fixture("qwen3_5_mtp_bigram_bf16"),
-                                        ["--mtp", "--temp", "0.5", "--seed", "3"], tmp_path)
-    assert len(tokens) == len(from_draft) > 0
+@pytest.mark.parametrize("name,model,flags", [v for v in VARIANTS if v[0] in SHORT],
+                         ids=[v[0] for v in VARIANTS if v[0] in SHORT])
+def test_greedy_variants_equal_one_token_decoding(name, model, flags, one_token_runs, tmp_path):
+    from_draft, stdout = check_variant(model, flags, one_token_runs, tmp_path, MAX_TOKENS)
+    if "--mtp" in flags:
+        accepted = sum(from_draft)
+        assert f"MTP: {accepted} of " in stdout
+        if "bigram" in name:
+            # Drafts are both accepted and rejected: the rollback runs on either path.
+            assert 0 < accepted < len(from_draft)
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("model,flags", CASES, ids=["random-head", "bigram-head", "bigram-head-chunked"])
-def test_greedy_mtp_equals_one_token_decoding_256(model, flags, one_token_runs, tmp_path):
-    want_tokens, want_logprobs = one_token_runs(model, 256)
-    tokens, logprobs, _, _ = generate(make_fixture(model), ["--mtp", *flags], tmp_path, 256)
-    assert tokens == want_tokens
-    assert logprobs == want_logprobs
+@pytest.mark.parametrize("name,model,flags", VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_greedy_variants_equal_one_token_decoding_256(name, model, flags, one_token_runs, tmp_path):
+    check_variant(model, flags, one_token_runs, tmp_path, 256)
+
+
+def test_sampled_mtp_drafts_and_verifies(tmp_path):
+    """Sampling turns exact mode off (it is the default for greedy only): drafts are verified with
+    the sampler, as mlx-lm's draft-model path verifies them."""
+    tokens, _, from_draft, stdout = generate(make_fixture("qwen3_5_mtp_bigram_bf16"),
+                                             ["--mtp", "--temp", "0.5", "--seed", "3"], tmp_path)
+    assert len(tokens) == len(from_draft) == MAX_TOKENS
+    assert f"MTP: {sum(from_draft)} of " in stdout
 
 
 @pytest.mark.parametrize("model,flags,message", [

@@ -179,7 +179,7 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options, const 
   if (draft && draft->loaded.model->vocab_size() != vocab)
     throw UsageError("--draft-model: the draft model's vocabulary (" + std::to_string(draft->loaded.model->vocab_size()) +
                      " tokens) differs from the model's (" + std::to_string(vocab) + ")");
-  if (draft) generate::check_speculative_cache(*loaded.model);
+  if (draft) generate::check_speculative_cache(*loaded.model, a.spec_exact);
   for (auto id : ids)
     if (id >= vocab)
       throw UsageError("--prompt-tokens: id " + std::to_string(id) + " is outside the vocabulary (size " +
@@ -379,7 +379,7 @@ void run(const Args& a) {
   auto ids = prompt_ids(a, session, prompt_cache.has_value());
   if (!a.draft_model.empty()) check_draft_tokenizer(a, session.tokenizer);
   auto draft = load_draft(a);
-  if (draft) generate::check_speculative_cache(*session.loaded.model);
+  if (draft) generate::check_speculative_cache(*session.loaded.model, a.spec_exact);
 
   auto params = a.sampling.sampler;
   params.xtc_special_tokens = xtc_special_tokens(session);

@@ -130,7 +130,7 @@ void MtpTokenGenerator::run_round() {
   std::vector<mx::array> window_tokens{y_};
   window_tokens.insert(window_tokens.end(), drafts.begin(), drafts.end());
   auto window = mx::concatenate(window_tokens);  // [num_draft + 1]
-  mtp_->open_window(*cache_);
+  model_.open_window(*cache_);
   auto [hidden, logits] = mtp_->forward_with_hidden(mx::expand_dims(window, 0), cache_);
   auto [tokens, logprobs] = sample(mx::squeeze(logits, 0));
   mx::eval({tokens, window});
@@ -156,7 +156,7 @@ void MtpTokenGenerator::run_round() {
 
   // Rollback: the main model keeps the last token and the accepted drafts; the MTP cache keeps the
   // entry its first call ended with (a main-model hidden state) and drops the chained ones.
-  mtp_->keep_window(*cache_, num_draft + 1, n + 1);
+  model_.keep_window(*cache_, num_draft + 1, n + 1);
   if (num_draft > 1) cache::trim_prompt_cache(mtp_cache_, num_draft - 1);
   // Pending for the next round: entry i pairs the hidden state of window position i with the token
   // after it (the accepted drafts, then the main model's token).

@@ -12,7 +12,7 @@
  *    the same row (mlx-lm's accept rule); the first disagreement, or the row after the last draft,
  *    gives one more token from the main model;
  *  - rollback: the main model's recurrent layers are left at the accepted prefix by a state-only
- *    replay of the window (MultiTokenPredictor::keep_window), its KV caches trimmed; the MTP cache
+ *    replay of the window (CausalLM::keep_window), its KV caches trimmed; the MTP cache
  *    drops the entries its chained draft steps wrote, and the accepted positions are entered anew
  *    with the main model's hidden states in the next round.
  *

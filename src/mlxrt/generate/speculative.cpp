@@ -63,7 +63,10 @@ void check_trimmable(const model::CacheList& cache) {
 
 }  // namespace
 
-void check_speculative_cache(const model::CausalLM& model) { check_trimmable(model::make_prompt_cache(model)); }
+void check_speculative_cache(const model::CausalLM& model, bool windows) {
+  if (windows && model.supports_verify_window()) return;
+  check_trimmable(model::make_prompt_cache(model));
+}
 
 SpeculativeTokenGenerator::SpeculativeTokenGenerator(model::CausalLM& model, model::CausalLM& draft_model,
                                                      const std::vector<int32_t>& prompt_ids, GenerateOptions options,
@@ -104,7 +107,11 @@ SpeculativeTokenGenerator::SpeculativeTokenGenerator(model::CausalLM& model, mod
     model_cache_ = model::make_prompt_cache(model_);
     draft_cache_ = model::make_prompt_cache(draft_);
   }
-  check_trimmable(model_cache_);
+  // Caches that cannot be trimmed (recurrent layers) are rolled back by verify windows where the
+  // model has them (ours: mlx-lm refuses them, and so does the CLI unless --spec-exact).
+  main_windows_ = !cache::can_trim_prompt_cache(model_cache_) && model_.supports_verify_window();
+  draft_windows_ = !cache::can_trim_prompt_cache(draft_cache_) && draft_.supports_verify_window();
+  if (!main_windows_) check_trimmable(model_cache_);
 
   mx::array y = mx::astype(mx::array(prompt_ids.data(), {static_cast<int>(prompt_ids.size())}, mx::int32), mx::uint32);
   draft_y_ = y;
@@ -186,8 +193,17 @@ mx::array SpeculativeTokenGenerator::draft_generate(mx::array y, int num_draft) 
 }
 
 void SpeculativeTokenGenerator::rewind(int num_draft, int num_accept) {
-  cache::trim_prompt_cache(model_cache_, num_draft - num_accept);
-  cache::trim_prompt_cache(draft_cache_, std::max(num_draft - num_accept - 1, 0));
+  if (main_windows_) {
+    model_.keep_window(model_cache_, num_draft + 1, num_accept + 1);
+  } else {
+    cache::trim_prompt_cache(model_cache_, num_draft - num_accept);
+  }
+  const int drop = std::max(num_draft - num_accept - 1, 0);
+  if (draft_windows_) {
+    draft_.keep_window(draft_cache_, draft_window_, draft_window_ - drop);
+  } else {
+    cache::trim_prompt_cache(draft_cache_, drop);
+  }
 }
 
 void SpeculativeTokenGenerator::check_for_draft(int32_t token) const {
@@ -200,9 +216,15 @@ void SpeculativeTokenGenerator::check_for_draft(int32_t token) const {
 
 void SpeculativeTokenGenerator::run_round() {
   num_draft_ = std::min(options_.max_tokens - ntoks_, num_draft_tokens_);
+  if (draft_windows_) {
+    // The draft model takes draft_y_, then each draft but the last.
+    draft_window_ = num_draft_ == 0 ? 0 : size_of(draft_y_) + num_draft_ - 1;
+    draft_.open_window(draft_cache_);
+  }
   auto draft_tokens = draft_generate(draft_y_, num_draft_);
   if (prev_tokens_) prev_tokens_ = head(*prev_tokens_, size_of(*prev_tokens_) - size_of(y_) - num_draft_ + 1);
   y_ = mx::concatenate({y_, draft_tokens});
+  if (main_windows_) model_.open_window(model_cache_);
   auto [tokens, logprobs] = step(model_, model_cache_, y_, num_draft_ + 1);
   mx::eval({tokens, draft_tokens});
   draft_tokens_ = to_ids(draft_tokens);

@@ -22,8 +22,9 @@ namespace mlxrt::generate {
 inline constexpr int kMaxDraftTokens = 64;
 
 /** UnsupportedError with mlx-lm's message when `model`'s fresh cache cannot be trimmed (recurrent
- * layers), which speculative decoding needs to drop rejected drafts. */
-void check_speculative_cache(const model::CausalLM& model);
+ * layers), which speculative decoding needs to drop rejected drafts; with `windows` (ours: the CLI
+ * passes --spec-exact) a model that rolls back verify windows (CausalLM::keep_window) passes too. */
+void check_speculative_cache(const model::CausalLM& model, bool windows = false);
 
 class SpeculativeTokenGenerator {
  public:
@@ -77,6 +78,10 @@ class SpeculativeTokenGenerator {
   bool round_open_ = false;  // tokens of the current round may still be handed out
   bool done_ = false;
   std::vector<int32_t> draft_tokens_, tokens_;
+  // Caches rolled back by verify windows (CausalLM::keep_window) instead of trimmed; the draft's
+  // window is the positions it took this round.
+  bool main_windows_ = false, draft_windows_ = false;
+  int draft_window_ = 0;
 };
 
 }  // namespace mlxrt::generate

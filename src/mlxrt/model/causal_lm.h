@@ -44,6 +44,13 @@ class CausalLM {
   virtual mx::array hidden_states(const mx::array& inputs, CacheList* cache);
   /** True when the family implements hidden_states. */
   virtual bool has_hidden_states() const { return false; }
+  /** Verify windows over caches that cannot be trimmed (recurrent layers), for speculative
+   * decoding: open_window before a forward over `window` positions, then keep_window leaves every
+   * layer's cache at the first `keep` of them (recurrent states replayed to that prefix, KV caches
+   * trimmed). True where the family implements them (the hybrid qwen3_next / qwen3_5 models). */
+  virtual bool supports_verify_window() const { return false; }
+  virtual void open_window(CacheList& cache);
+  virtual void keep_window(CacheList& cache, int window, int keep);
   /** The model's native multi-token-prediction head, when it was loaded with one
    * (LoadOptions::multi_token_prediction); null otherwise. */
   virtual MultiTokenPredictor* multi_token_predictor() { return nullptr; }
@@ -51,6 +58,14 @@ class CausalLM {
 
 inline mx::array CausalLM::hidden_states(const mx::array&, CacheList*) {
   throw UnsupportedError("this model family does not expose its hidden states (embeddings need them)");
+}
+
+inline void CausalLM::open_window(CacheList&) {
+  throw UnsupportedError("this model family cannot roll its caches back to part of a verify window");
+}
+
+inline void CausalLM::keep_window(CacheList&, int, int) {
+  throw UnsupportedError("this model family cannot roll its caches back to part of a verify window");
 }
 
 /** Token ids must index the model's embedding table: MLX's gather does not check its indices, so an

@@ -1,8 +1,8 @@
 #pragma once
 /** A model with a native multi-token-prediction (MTP) head, as Qwen3-Next and Qwen3.5 publish one:
  * besides its forward, it drafts the token after next from a token and the hidden state the main
- * model computed for the position before it, and it can roll its recurrent layers back to any
- * prefix of a verify window (speculative decoding with the model's own head; generate/mtp_speculative.h). */
+ * model computed for the position before it (speculative decoding with the model's own head;
+ * generate/mtp_speculative.h; the model rolls a verify window back with CausalLM::keep_window). */
 #include <utility>
 
 #include <mlx/array.h>
@@ -29,13 +29,6 @@ class MultiTokenPredictor {
 
   /** The MTP head's own caches (one KVCache per MTP layer). */
   virtual cache::CacheList make_mtp_cache() const = 0;
-
-  /** Opens a verify window on the main model's caches: the next forward's recurrent inputs are
-   * kept so that keep_window can leave any prefix of it. */
-  virtual void open_window(cache::CacheList& cache) = 0;
-  /** Closes the window of `window` positions keeping its first `keep`: the recurrent layers'
-   * states replayed to that prefix, the KV caches trimmed by window - keep. */
-  virtual void keep_window(cache::CacheList& cache, int window, int keep) = 0;
 };
 
 }  // namespace mlxrt::model

@@ -275,6 +275,10 @@ mx::array GatedDeltaCore::step(const mx::array& mixed_qkv, const mx::array& z, c
 void GatedDeltaCore::keep_window(cache::ArraysCache& cache, int keep) const {
   auto* window = cache.window();
   if (!window) throw std::logic_error("[GatedDeltaCore::keep_window] no verify window is open");
+  if (window->calls.empty()) {  // nothing went through the layer
+    cache.close_window();
+    return;
+  }
   // The window's inputs, in order, over all its calls: mixed_qkv, normalised k, v, a, b.
   std::vector<mx::array> inputs;
   for (size_t field = 0; field < 5; ++field) {

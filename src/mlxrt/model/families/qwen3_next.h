@@ -191,6 +191,7 @@ class HybridModel final : public CausalLM, public MultiTokenPredictor {
   std::pair<mx::array, mx::array> predict(const mx::array& tokens, const mx::array& hidden,
                                           CacheList* mtp_cache) override;
   CacheList make_mtp_cache() const override;
+  bool supports_verify_window() const override { return !pipeline_ && shards_ == 1; }
   void open_window(CacheList& cache) override;
   void keep_window(CacheList& cache, int window, int keep) override;
 
