@@ -34,6 +34,7 @@ test: build
 # The longer sweeps that `make test` samples: every tool-call format served side by side, and the
 # cases marked `long` (tools/long_tests.py): real-weight repeats, a second seed of each sampler.
 test-long: build
+	@tools/setup/install-llama-cpp-converter.sh >/dev/null
 	MLXRT_TEST_LONG=1 MLXRT_TOOL_FORMATS=all ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 # Every libFuzzer target under ASan+UBSan for FUZZ_SECONDS each (CTest runs them for 5 s, built at -O0; this builds an -O1 copy), with

@@ -156,6 +156,26 @@ std::vector<TensorRename> qwen2_moe_layer() {
   return layer;
 }
 
+// Qwen3-Next and Qwen3.5: gated delta net layers (llama.cpp's ssm_* and attn_qkv / attn_gate)
+// beside gated full-attention layers, an MLP or experts behind a shared expert, norms after
+// attention as post_attention_norm. The names are mlx-lm's; llama.cpp's transforms of the linear
+// attention tensors are undone after conversion (gguf_gated_delta.h), where attn_qkv and attn_gate
+// of Qwen3-Next go back into one in_proj_qkvz.
+std::vector<TensorRename> gated_delta_layer(bool qwen35) {
+  auto layer = qwen2_moe_layer();
+  for (auto& r : layer)
+    if (std::string(r.gguf) == "ffn_norm") r.gguf = "post_attention_norm";
+  layer.insert(layer.end(), {{"ssm_conv1d", "linear_attn.conv1d"}, {"ssm_dt", "linear_attn.dt_bias"},
+                             {"ssm_a", "linear_attn.A_log"},      {"ssm_norm", "linear_attn.norm"},
+                             {"ssm_out", "linear_attn.out_proj"}, {"attn_qkv", "linear_attn.in_proj_qkv"},
+                             {"attn_gate", "linear_attn.in_proj_z"}});
+  if (qwen35)
+    layer.insert(layer.end(), {{"ssm_alpha", "linear_attn.in_proj_a"}, {"ssm_beta", "linear_attn.in_proj_b"}});
+  else
+    layer.push_back({"ssm_ba", "linear_attn.in_proj_ba"});
+  return layer;
+}
+
 // llama.cpp writes Mixtral as architecture "llama" with experts.
 const GgufArchitecture& mixtral() {
   static const GgufArchitecture arch{"llama", "mixtral", "MixtralForCausalLM", true, kDecoderGlobals,
@@ -202,6 +222,13 @@ const std::vector<GgufArchitecture>& architectures() {
       {"lfm2", "lfm2", "Lfm2ForCausalLM", false, kLfm2Globals, kLfm2Layer},
       {"phi2", "phi", "PhiForCausalLM", false, kPhi2Globals, kPhi2Layer},
       {"hunyuan-dense", "hunyuan_v1_dense", "HunYuanDenseV1ForCausalLM", false, kDecoderGlobals, hunyuan_layer()},
+      {"qwen3next", "qwen3_next", "Qwen3NextForCausalLM", false, kDecoderGlobals, gated_delta_layer(false)},
+      // Qwen3.5's text model, named as mlx_lm.convert writes the multimodal checkpoints (mlx-lm's
+      // qwen3_5 keeps it under language_model).
+      {"qwen35", "qwen3_5", "Qwen3_5ForConditionalGeneration", false, kDecoderGlobals, gated_delta_layer(true),
+       "language_model."},
+      {"qwen35moe", "qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", false, kDecoderGlobals,
+       gated_delta_layer(true), "language_model."},
   };
   return table;
 }
@@ -246,6 +273,11 @@ void check_per_head_rows(const GgufArchitecture& arch, const GgufFile& file, con
 
 }  // namespace
 
+bool is_gated_delta(const GgufArchitecture& arch) {
+  const std::string type = arch.model_type;
+  return type == "qwen3_next" || type == "qwen3_5" || type == "qwen3_5_moe";
+}
+
 std::string supported_gguf_architectures() {
   std::string supported;
   for (const auto& a : architectures()) supported += (supported.empty() ? "" : ", ") + std::string(a.gguf_name);
@@ -268,7 +300,10 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
   auto dot = tensor.name.rfind('.');
   std::string base = dot == std::string::npos ? tensor.name : tensor.name.substr(0, dot);
   std::string suffix = dot == std::string::npos ? "" : tensor.name.substr(dot);
-  if (suffix != ".weight" && suffix != ".bias")
+  // llama.cpp names the gated delta nets' A (its -exp(A_log)) without a suffix.
+  const bool gated_delta = is_gated_delta(arch);
+  if (gated_delta && suffix == ".ssm_a") base = tensor.name, suffix = "";
+  if (suffix != ".weight" && suffix != ".bias" && !(gated_delta && base.ends_with(".ssm_a")))
     throw UnsupportedError(file.source + ": tensor '" + tensor.name + "' is not a .weight or .bias");
   // Phi-3's LongRoPE factors go into config.json's rope_scaling (build_model_config).
   if (std::string(arch.model_type) == "phi3" && (base == "rope_factors_long" || base == "rope_factors_short"))
@@ -284,10 +319,15 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
   const std::string family = arch.model_type;
   const bool gemma_norm = (family == "gemma" || family == "gemma2" || family == "gemma3_text") && suffix == ".weight" &&
                           base.size() >= 4 && base.compare(base.size() - 4, 4, "norm") == 0;
+  // The gated delta families' float32 tensors that came from the model's 16-bit type (A is
+  // float32 in the checkpoint too: mlx-lm's cast_predicate leaves A_log as it is).
+  const bool narrow = gated_delta && tensor.type() == GgmlType::f32 && !base.ends_with(".ssm_a");
   for (const auto& r : arch.global_tensors)
     if (base == r.gguf) {
-      TensorPlan plan{std::string(r.hf) + suffix, std::nullopt};
+      TensorPlan plan{arch.prefix + std::string(r.hf) + suffix, std::nullopt};
       plan.minus_one = gemma_norm;
+      plan.narrow = narrow;
+      plan.narrow_rounds = narrow && base == "output_norm";
       return plan;
     }
   if (base.rfind("blk.", 0) == 0) {
@@ -298,7 +338,11 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
       std::string rest = base.substr(layer_end + 1);
       for (const auto& r : arch.layer_tensors) {
         if (rest != r.gguf) continue;
-        TensorPlan plan{"model.layers." + layer + "." + r.hf + suffix, std::nullopt};
+        TensorPlan plan{arch.prefix + ("model.layers." + layer + "." + r.hf + suffix), std::nullopt};
+        plan.narrow = narrow;
+        plan.narrow_rounds = narrow && (rest == "attn_norm" || rest == "post_attention_norm" || rest == "attn_q_norm" ||
+                                        rest == "attn_k_norm");
+        if (gated_delta) plan.keep_with = "blk." + layer;
         // Stacked experts: [experts, out, in] weights and [experts, out] biases.
         const size_t expert_dims = suffix == ".weight" ? 3 : 2;
         if (rest.ends_with("_exps") && tensor.dims.size() != expert_dims)
@@ -306,14 +350,18 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
                              " dimensions, expected " + std::to_string(expert_dims) + " (stacked experts)");
         // gpt-oss's sinks are a parameter of the attention module itself ("sinks", no ".weight").
         if (rest == "attn_sinks") plan.hf_name = "model.layers." + layer + "." + r.hf;
+        // Parameters of the linear attention module itself (no ".weight" / ".bias" in mlx-lm).
+        if (rest == "ssm_a" || rest == "ssm_dt") plan.hf_name = arch.prefix + ("model.layers." + layer + "." + r.hf);
         plan.split_rows = std::string(r.hf).find('#') != std::string::npos;
         if (rest == "attn_qkv" && std::string(arch.model_type) == "phi") plan.row_parts = qkv_parts(arch, file, tensor, layer, suffix);
-        plan.as_conv = rest == "shortconv.conv" && suffix == ".weight";
+        plan.as_conv = (rest == "shortconv.conv" || (gated_delta && rest == "ssm_conv1d")) && suffix == ".weight";
         if (plan.as_conv && (tensor.dims.size() != 2 || !is_plain_type(tensor.type())))
           throw WeightsError(file.source + ": tensor '" + tensor.name + "' must be a 2-D F32/F16/BF16 tensor "
                              "[channels, kernel] (a depthwise convolution)");
         if (plan.split_rows) check_per_head_rows(arch, file, tensor, rest == "attn_q_norm");
         plan.as_row = rest == "ffn_gate_inp_shexp" && tensor.dims.size() == 1;
+        if (rest == "ssm_a" && (tensor.type() != GgmlType::f32 || tensor.dims.size() != 1))
+          throw WeightsError(file.source + ": tensor '" + tensor.name + "' must be a 1-D F32 vector (the heads' -exp(A_log))");
         plan.minus_one = gemma_norm;
         if (arch.permuted_qk && (rest == "attn_q" || rest == "attn_k")) {
           std::string heads_key = rest == "attn_q" ? "attention.head_count" : "attention.head_count_kv";
@@ -537,6 +585,76 @@ void add_family_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, 
   }
 }
 
+/** Qwen3-Next and Qwen3.5: the gated delta nets' sizes (llama.cpp's ssm.* keys, as its
+ * Qwen3NextModel.set_gguf_parameters writes them), which layers are linear (mlx-lm's models take
+ * every full_attention_interval-th layer as full attention: llama.cpp's per-layer flags must say
+ * the same), the partial rotary, and the experts of the MoE variants. */
+void add_gated_delta_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, const GgufFile& file) {
+  auto u = [&](const char* key) { return file.require_uint(arch_key(arch, key)); };
+  const std::string type = arch.model_type;
+  const uint64_t layers = c["num_hidden_layers"].get<uint64_t>(), head_dim = c["head_dim"].get<uint64_t>();
+  const uint64_t v_heads = u("ssm.time_step_rank"), k_heads = u("ssm.group_count"), inner = u("ssm.inner_size");
+  if (k_heads == 0 || v_heads % k_heads != 0 || inner % v_heads != 0)
+    throw ConfigError(file.source + ": " + arch_key(arch, "ssm.time_step_rank") + " = " + std::to_string(v_heads) +
+                      " must be a multiple of " + arch_key(arch, "ssm.group_count") + " = " + std::to_string(k_heads) +
+                      " and divide " + arch_key(arch, "ssm.inner_size") + " = " + std::to_string(inner));
+  c["linear_conv_kernel_dim"] = u("ssm.conv_kernel");
+  c["linear_key_head_dim"] = u("ssm.state_size");
+  c["linear_num_key_heads"] = k_heads;
+  c["linear_num_value_heads"] = v_heads;
+  c["linear_value_head_dim"] = inner / v_heads;
+  const uint64_t interval = u("full_attention_interval");
+  const std::string flags_key = arch_key(arch, "attention.recurrent_layers");
+  const auto* flags = file.get_integers(flags_key);
+  if (interval == 0 || (flags && flags->size() != layers))
+    throw ConfigError(file.source + ": " + arch_key(arch, "full_attention_interval") + " must be positive and '" +
+                      flags_key + "' hold one flag per layer (" + std::to_string(layers) + ")");
+  for (uint64_t i = 0; flags && i < layers; ++i)
+    if (((*flags)[i] != 0) != ((i + 1) % interval != 0))
+      throw UnsupportedError(file.source + ": metadata '" + flags_key + "' makes layer " + std::to_string(i) +
+                             ((*flags)[i] ? " linear" : " full attention") + ", but mlx-lm's " + type +
+                             " takes every " + std::to_string(interval) + "th layer as full attention");
+  c["full_attention_interval"] = interval;
+  const auto rot = file.require_uint(arch_key(arch, "rope.dimension_count"));
+  const double rotary_factor = static_cast<double>(rot) / static_cast<double>(head_dim);
+  const uint64_t experts = file.get_uint(arch_key(arch, "expert_count")).value_or(0);
+  if (experts > 0) {
+    const uint64_t used = u("expert_used_count");
+    if (used == 0 || used > experts)
+      throw ConfigError(file.source + ": " + arch_key(arch, "expert_used_count") + " = " + std::to_string(used) +
+                        " must be between 1 and " + std::to_string(experts));
+    c["num_experts"] = experts;
+    c["num_experts_per_tok"] = used;
+    c["moe_intermediate_size"] = u("expert_feed_forward_length");
+    c["shared_expert_intermediate_size"] = u("expert_shared_feed_forward_length");
+    c["norm_topk_prob"] = true;  // llama.cpp's graphs renormalise the top-k weights (build_moe_ffn norm_w)
+  }
+  nlohmann::ordered_json dense = nlohmann::ordered_json::array();
+  for (uint64_t i = 0; i < layers; ++i)
+    if (!file.find_tensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight")) dense.push_back(i);
+  if (type == "qwen3_next") {
+    // qwen3_next.ModelArgs requires these; a layer without a router keeps the dense MLP.
+    if (experts == 0) {
+      c["num_experts"] = 0, c["num_experts_per_tok"] = 0, c["moe_intermediate_size"] = 0;
+      c["shared_expert_intermediate_size"] = 0;
+    }
+    c["decoder_sparse_step"] = 1;
+    c["mlp_only_layers"] = experts > 0 ? dense : nlohmann::ordered_json::array();
+    c["partial_rotary_factor"] = rotary_factor;
+    return;
+  }
+  // Qwen3.5: the MoE variant routes on every layer; the RoPE from rope_parameters (interleaved
+  // MRoPE, whose sections are all the same position for text).
+  if ((experts > 0) != (type == "qwen3_5_moe") || (experts > 0 && !dense.empty()))
+    throw UnsupportedError(file.source + ": " + type + " needs " +
+                           (experts > 0 ? "experts in every layer" : "no experts"));
+  const auto* sections = file.get_integers(arch_key(arch, "rope.dimension_sections"));
+  nlohmann::ordered_json mrope = nlohmann::ordered_json::array();
+  for (size_t i = 0; sections && i < 3 && i < sections->size(); ++i) mrope.push_back((*sections)[i]);
+  c["rope_parameters"] = {{"rope_type", "default"}, {"mrope_section", mrope}, {"mrope_interleaved", true},
+                          {"rope_theta", c["rope_theta"]}, {"partial_rotary_factor", rotary_factor}};
+}
+
 bool is_moe(const std::string& type) {
   return type == "qwen3_moe" || type == "qwen2_moe" || type == "mixtral" || type == "gpt_oss" || type == "olmoe";
 }
@@ -671,7 +789,7 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   uint64_t head_dim = opt_u("attention.key_length").value_or(hidden / heads);
   const std::string type = arch.model_type;
   const bool phi3 = type == "phi3";
-  const bool partial_ok = phi3 || type == "stablelm" || type == "glm4" || type == "phi";
+  const bool partial_ok = phi3 || type == "stablelm" || type == "glm4" || type == "phi" || is_gated_delta(arch);
   const auto rot = opt_u("rope.dimension_count");
   if (rot && *rot != head_dim && !(partial_ok && *rot > 0 && *rot < head_dim))
     throw UnsupportedError(file.source + ": partial rotary embeddings (" + arch_key(arch, "rope.dimension_count") +
@@ -703,7 +821,9 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["model_type"] = arch.model_type;
   c["hidden_size"] = hidden;
   const bool moe = is_moe(type);
-  c["intermediate_size"] = moe ? opt_u("feed_forward_length").value_or(expert_width(arch, file)) : u("feed_forward_length");
+  c["intermediate_size"] = moe ? opt_u("feed_forward_length").value_or(expert_width(arch, file))
+                          : is_gated_delta(arch) ? opt_u("feed_forward_length").value_or(0)
+                                                 : u("feed_forward_length");
   c["num_hidden_layers"] = u("block_count");
   c["num_attention_heads"] = heads;
   // LFM2's head_count_kv is a list, zero on its convolution layers (add_family_fields).
@@ -722,6 +842,7 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   if (moe) add_moe_fields(c, arch, file);
   if (type == "gemma3_text" || type == "gemma2") add_gemma_fields(c, arch, file);
   if (phi3) add_phi3_fields(c, arch, file, data);
+  if (is_gated_delta(arch)) add_gated_delta_fields(c, arch, file);
   add_family_fields(c, arch, file, layer_norm ? shortest_float32(*eps) : 0.0);
   if (auto bos = file.get_uint("tokenizer.ggml.bos_token_id")) c["bos_token_id"] = *bos;
   if (auto eos = file.get_uint("tokenizer.ggml.eos_token_id")) c["eos_token_id"] = *eos;

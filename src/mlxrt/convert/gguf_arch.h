@@ -26,10 +26,15 @@ struct GgufArchitecture {
   bool permuted_qk;            // llama.cpp's converter permuted the Q and K rows
   std::vector<TensorRename> global_tensors;
   std::vector<TensorRename> layer_tensors;
+  const char* prefix = "";     // put before every checkpoint name (Qwen3.5's "language_model.")
 };
 
 /** The entry for `general.architecture`, or UnsupportedError listing the supported ones. */
 const GgufArchitecture& find_architecture(const GgufFile& file);
+
+/** Qwen3-Next and Qwen3.5 (dense or MoE): gated delta net layers, whose tensors llama.cpp
+ * transforms (undone by gguf_gated_delta.h after conversion). */
+bool is_gated_delta(const GgufArchitecture& arch);
 
 /** The `general.architecture` names the converter reads, comma-separated, for messages and help. */
 std::string supported_gguf_architectures();
@@ -42,6 +47,15 @@ struct TensorPlan {
   bool minus_one = false;            // a Gemma norm weight, which llama.cpp stores plus one
   bool split_rows = false;           // one 1-D tensor per row, hf_name's "#" replaced by the row index
   bool as_conv = false;              // a plain [channels, kernel] depthwise conv weight, held as [channels, kernel, 1]
+  // A float32 vector that llama.cpp's converter widened from the file's 16-bit type (its norms and
+  // convolutions): written back as that type (general.file_type's BF16 or F16) when every value
+  // is exact in it, else kept float32.
+  bool narrow = false;
+  // A norm weight that llama.cpp and mlx-lm's sanitize both store plus one: llama.cpp adds in
+  // float32, mlx-lm in the checkpoint's 16-bit type. Written rounded to that type, as mlx-lm has it.
+  bool narrow_rounds = false;
+  // Tensors transformed together after conversion (gguf_gated_delta.h) share one shard: the layer.
+  std::string keep_with;
   // A fused tensor split by rows (elements of a 1-D one) into these checkpoint tensors, in order:
   // (name, rows). Empty for a tensor kept whole under hf_name.
   std::vector<std::pair<std::string, uint64_t>> row_parts;

@@ -17,6 +17,7 @@
 #include "mlxrt/convert/gguf_arch.h"
 #include "mlxrt/convert/gguf_blocks.h"
 #include "mlxrt/convert/gguf_file.h"
+#include "mlxrt/convert/gguf_gated_delta.h"
 #include "mlxrt/convert/gguf_tokenizer.h"
 #include "mlxrt/convert/mapped_file.h"
 #include "mlxrt/convert/progress.h"
@@ -39,6 +40,7 @@ struct PlannedTensor {
   bool dense = false;                  // blocks stored dequantised as float32 (exact)
   uint64_t out_bytes = 0;
   int shard = 0;
+  std::optional<mx::Dtype> narrow_to;  // plan.narrow, resolved against general.file_type
 };
 
 bool is_plain(GgmlType t) { return t == GgmlType::f32 || t == GgmlType::f16 || t == GgmlType::bf16; }
@@ -49,7 +51,7 @@ mx::Dtype plain_dtype(GgmlType t) {
 
 /** How one tensor (or part) is written, after checking that it can be. */
 PlannedTensor plan_one(const GgufFile& file, const GgufTensorInfo& t, const TensorPlan& plan) {
-  PlannedTensor p{t, plan, affine_params_for(t.type()), t.type() == GgmlType::mxfp4, has_exact_float32(t.type()), 0, 0};
+  PlannedTensor p{t, plan, affine_params_for(t.type()), t.type() == GgmlType::mxfp4, has_exact_float32(t.type()), 0, 0, std::nullopt};
   if (!p.affine && !p.mxfp4 && !p.dense && !is_plain(t.type()))
     throw UnsupportedError(file.source + ": tensor '" + t.name + "' has type " + t.traits.name +
                            ", which the converter does not support (supported: " + supported_gguf_types() + ")");
@@ -75,13 +77,24 @@ PlannedTensor plan_one(const GgufFile& file, const GgufTensorInfo& t, const Tens
   return p;
 }
 
+/** The 16-bit type llama.cpp's converter wrote the model's matrices in (general.file_type
+ * MOSTLY_F16 = 1, MOSTLY_BF16 = 32), which its float32 vectors were widened from. */
+std::optional<mx::Dtype> file_float_type(const GgufFile& file) {
+  const auto type = file.get_uint("general.file_type");
+  if (type == 1u) return mx::float16;
+  if (type == 32u) return mx::bfloat16;
+  return std::nullopt;
+}
+
 std::vector<PlannedTensor> plan_tensors(const GgufArchitecture& arch, const GgufFile& file) {
   std::vector<PlannedTensor> out;
+  const auto narrow_to = file_float_type(file);
   for (const auto& t : file.tensors) {
     auto plan = plan_tensor(arch, file, t);
     if (!plan) continue;
     if (plan->row_parts.empty()) {
       out.push_back(plan_one(file, t, *plan));
+      if (plan->narrow) out.back().narrow_to = narrow_to;
       continue;
     }
     // A fused tensor: one planned tensor per part, each a slice of its rows.
@@ -196,7 +209,13 @@ void convert_tensor(const PlannedTensor& p, const uint8_t* data,
   }
   std::vector<uint8_t> bytes = row_order ? permute_plain_rows(t, data, order)
                                          : std::vector<uint8_t>(data, data + t.n_bytes);
-  out.emplace(p.plan.hf_name, adopt(std::move(bytes), std::move(shape), plain_dtype(t.type())));
+  mx::array array = adopt(std::move(bytes), std::move(shape), plain_dtype(t.type()));
+  if (p.narrow_to) {
+    // Back to the model's 16-bit type when that loses nothing, or when mlx-lm rounds it there too.
+    mx::array narrow = mx::astype(array, *p.narrow_to);
+    if (p.plan.narrow_rounds || mx::array_equal(mx::astype(narrow, mx::float32), array).item<bool>()) array = narrow;
+  }
+  out.emplace(p.plan.hf_name, std::move(array));
 }
 
 template <typename Json>
@@ -216,8 +235,11 @@ void write_json(const fs::path& path, const Json& value, const std::string& sour
 int assign_shards(std::vector<PlannedTensor>& tensors, uint64_t max_bytes) {
   int shard = 0;
   uint64_t used = 0;
+  const PlannedTensor* last = nullptr;
   for (auto& t : tensors) {
-    if (used > 0 && used + t.out_bytes > max_bytes) {
+    const bool together = last && !t.plan.keep_with.empty() && t.plan.keep_with == last->plan.keep_with;
+    last = &t;
+    if (used > 0 && used + t.out_bytes > max_bytes && !together) {
       ++shard;
       used = 0;
     }
@@ -290,6 +312,7 @@ GgufConvertSummary convert_gguf(const GgufConvertOptions& options) {
       summary.bytes += t.out_bytes;
       ++done;
     }
+    if (is_gated_delta(arch)) restore_gated_delta_layers(arch, file, arrays);
     for (const auto& [name, _] : arrays) weight_map[name] = shard_name(s, summary.shards);
     summary.tensors += arrays.size();
     mx::save_safetensors((staging.path() / shard_name(s, summary.shards)).string(), std::move(arrays),

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Tiny random checkpoints in the Hugging Face layout (config.json as transformers writes it,
+tensor names and shapes of the transformers model, a real tokenizer), for the tests that need what
+an HF checkpoint is before anyone converts it: llama.cpp's converter reads these, and so does
+mlx_lm.convert, so the two conversions can be compared (tests/convert/test_gguf_llama_cpp.py).
+
+The tensor shapes come from the pinned mlx-lm model of the family (its parameters after sanitize),
+mapped back to transformers' names and layouts: per-expert or fused expert tensors, Conv1d weights
+[channels, 1, kernel], and Qwen3-Next's zero-centred RMSNorm weights (transformers scales by
+1 + weight; mlx-lm's sanitize adds the one).
+
+Usage: hf_fixtures.py --out DIR [--only NAME ...]"""
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+from mlx_lm import utils as lm_utils
+
+ROOT = Path(__file__).resolve().parent.parent
+QWEN_TOKENIZER = ROOT.parent / "shared" / "data" / "tokenizers" / "qwen3"
+
+# The Qwen tokenizer's 151,669 tokens need Qwen's padded vocabulary; a narrow model keeps the
+# embedding and head small. Gated delta nets: 2 key heads, 4 value heads (llama.cpp reorders the
+# value heads when they outnumber the key heads), conv kernel 4, full attention every 2nd layer.
+QWEN_LINEAR = {"hidden_size": 64, "num_hidden_layers": 4, "intermediate_size": 128, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "head_dim": 32, "rms_norm_eps": 1e-6, "vocab_size": 151936,
+               "max_position_embeddings": 4096, "linear_num_value_heads": 4, "linear_num_key_heads": 2,
+               "linear_key_head_dim": 32, "linear_value_head_dim": 32, "linear_conv_kernel_dim": 4,
+               "full_attention_interval": 2, "tie_word_embeddings": False, "bos_token_id": 151643,
+               "eos_token_id": 151645, "hidden_act": "silu", "attention_bias": False}
+QWEN3_NEXT = {**QWEN_LINEAR, "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+              "rope_theta": 10000000.0, "partial_rotary_factor": 0.25, "num_experts": 4, "num_experts_per_tok": 2,
+              "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48, "decoder_sparse_step": 1,
+              "mlp_only_layers": [], "norm_topk_prob": True, "layer_types": [
+                  "linear_attention", "full_attention", "linear_attention", "full_attention"]}
+QWEN3_5_TEXT = {**QWEN_LINEAR, "model_type": "qwen3_5_text", "layer_types": QWEN3_NEXT["layer_types"],
+                "rope_parameters": {"rope_type": "default", "mrope_section": [2, 1, 1], "mrope_interleaved": True,
+                                    "rope_theta": 10000000.0, "partial_rotary_factor": 0.25}}
+QWEN3_5 = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+           "text_config": QWEN3_5_TEXT, "tie_word_embeddings": False}
+QWEN3_5_MOE = {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+               "tie_word_embeddings": False,
+               "text_config": {**QWEN3_5_TEXT, "model_type": "qwen3_5_moe_text", "num_experts": 4,
+                               "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                               "shared_expert_intermediate_size": 48}}
+
+# name: (config, dtype, seed). MLX's CPU gather_mm runs float32 only: the MoE ones are float32.
+FIXTURES = {
+    "hf_qwen3_next_fp32": (QWEN3_NEXT, "float32", 1),
+    "hf_qwen3_5_bf16": (QWEN3_5, "bfloat16", 2),
+    "hf_qwen3_5_moe_fp32": (QWEN3_5_MOE, "float32", 3),
+}
+
+# transformers' Qwen3-Next / Qwen3.5 RMSNorm: weight stored zero-centred (scale 1 + weight).
+ZERO_CENTRED = (".input_layernorm.weight", ".post_attention_layernorm.weight", "model.norm.weight",
+                ".q_norm.weight", ".k_norm.weight")
+
+
+def mlx_parameters(config):
+    model_class, args_class = lm_utils._get_classes(config=config)
+    return dict(tree_flatten(model_class(args_class.from_dict(config)).parameters()))
+
+
+def hf_tensors(config, dtype, seed):
+    """Random tensors under transformers' names, shaped as transformers holds them."""
+    mx.random.seed(seed)
+    text = config.get("text_config", config)
+    out = {}
+
+    def put(name, shape, kind):
+        if kind == "zero_norm":
+            v = 0.1 * mx.random.normal(shape)
+        elif kind == "norm":
+            v = 1.0 + 0.1 * mx.random.normal(shape)
+        elif kind == "A_log":
+            v = mx.log(mx.random.uniform(1.0, 16.0, shape))
+        elif kind == "dt_bias":
+            v = 1.0 + 0.5 * mx.random.normal(shape)
+        else:
+            v = mx.random.normal(shape) * (shape[-1] ** -0.5 if len(shape) > 1 else 0.1)
+        # A_log stays float32 (as Qwen's checkpoints keep it and mlx-lm's cast_predicate leaves it).
+        out[name] = v.astype(mx.float32 if kind == "A_log" else getattr(mx, dtype))
+
+    for name, p in mlx_parameters(config).items():
+        name = name.removeprefix("language_model.")
+        if "text_config" in config:
+            name = name.replace("model.", "model.language_model.", 1)
+        shape = list(p.shape)
+        if ".switch_mlp." in name:
+            experts = text["num_experts"]
+            if "qwen3_next" == config["model_type"]:  # one tensor per expert
+                for e in range(experts):
+                    put(name.replace(".switch_mlp.", f".experts.{e}."), shape[1:], "matrix")
+            elif name.endswith("gate_proj.weight"):  # Qwen3.5-MoE: gate and up fused, no ".weight"
+                put(name.replace(".switch_mlp.gate_proj.weight", ".experts.gate_up_proj"),
+                    [experts, 2 * shape[1], shape[2]], "matrix")
+            elif name.endswith("down_proj.weight"):
+                put(name.replace(".switch_mlp.down_proj.weight", ".experts.down_proj"), shape, "matrix")
+            continue
+        if name.endswith("conv1d.weight"):  # MLX [channels, kernel, 1], torch [channels, 1, kernel]
+            put(name, [shape[0], 1, shape[1]], "matrix")
+        elif name.endswith(ZERO_CENTRED):
+            put(name, shape, "zero_norm")
+        elif name.endswith("norm.weight"):
+            put(name, shape, "norm")
+        elif name.endswith(("A_log", "dt_bias")):
+            put(name, shape, name.rsplit(".", 1)[-1])
+        else:
+            put(name, shape, "matrix")
+    return out
+
+
+def build(name, out: Path):
+    config, dtype, seed = FIXTURES[name]
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    mx.save_safetensors(str(tmp / "model.safetensors"), hf_tensors(config, dtype, seed), metadata={"format": "pt"})
+    torch_dtype = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}[dtype]
+    full = {**config, "torch_dtype": torch_dtype}
+    if "text_config" in full:
+        full["text_config"] = {**full["text_config"], "torch_dtype": torch_dtype}
+    (tmp / "config.json").write_text(json.dumps(full, indent=2))
+    for f in QWEN_TOKENIZER.iterdir():
+        shutil.copyfile(f, tmp / f.name)
+    (tmp / "fixture.json").write_text(json.dumps([config, dtype, seed], sort_keys=True))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+
+def ensure(out: Path, names=None):
+    for name in names or FIXTURES:
+        config, dtype, seed = FIXTURES[name]
+        stamp = out / name / "fixture.json"
+        if stamp.is_file() and stamp.read_text() == json.dumps([config, dtype, seed], sort_keys=True):
+            continue
+        build(name, out / name)
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--only", nargs="*")
+    args = parser.parse_args()
+    ensure(args.out, args.only)
+
+
+if __name__ == "__main__":
+    main()
