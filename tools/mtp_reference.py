@@ -170,7 +170,8 @@ def main():
     a = ap.parse_args()
     from mlx_lm.utils import load_model
 
-    model, _ = load_model(Path(a.model))
+    # strict=False: qwen3_next.py's sanitize keeps mtp.* tensors of an MLX-layout checkpoint
+    model, _ = load_model(Path(a.model), strict=False)
     head = load_head(a.model, model)
     logits = draft_logits(model, head, [int(t) for t in a.tokens.split(",")])
     mx.save_safetensors(a.out, {"logits": logits})

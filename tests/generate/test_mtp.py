@@ -4,9 +4,9 @@ tools/mtp_reference.py's (written from the published architecture) byte for byte
 suite on qwen3_5: greedy --mtp runs exact, so its tokens and logprobs are the bytes of plain
 one-token-at-a-time decoding, with drafts accepted and rejected (a random head, which seldom
 agrees, and a "bigram" head that agrees often by construction), with chunked prefill; and so do
---spec-exact with any prefill chunks and with draft models (the model itself, another qwen3_5),
-whose rejected drafts the hybrid model's verify windows roll back. 40 tokens here, 256 under
-make test-long. Then bad input."""
+--spec-exact with any prefill chunks, with draft models (the model itself, another qwen3_5), whose
+rejected drafts the hybrid model's verify windows roll back, and continuing a prompt cache saved
+by mlx-lm. 40 tokens here, 256 under make test-long. Then bad input."""
 import sys
 
 import mlx.core as mx
@@ -46,14 +46,15 @@ def one_token_runs(tmp_path_factory):
     return get
 
 
-def test_mtp_logits_equal_the_reference(tmp_path):
-    model_dir = make_fixture("qwen3_5_mtp_bf16")
+@pytest.mark.parametrize("fixture", ["qwen3_5_mtp_bf16", "qwen3_next_dense_mtp_bf16"])
+def test_mtp_logits_equal_the_reference(fixture, tmp_path):
+    model_dir = make_fixture(fixture)
     out = tmp_path / "mtp.safetensors"
     run_mlxrt("logits", "--model", model_dir, "--tokens", PROMPT_FLAG, "--mtp", "--out", out)
     got = mx.load(str(out))["logits"]
     from mlx_lm.utils import load_model
 
-    model, _ = load_model(model_dir)
+    model, _ = load_model(model_dir, strict=False)  # qwen3_next.py keeps an MLX checkpoint's mtp.* tensors
     want = mtp_reference.draft_logits(model, mtp_reference.load_head(model_dir, model), PROMPT)
     assert got.shape == (len(PROMPT) - 1, 512) and got.dtype == want.dtype
     assert raw_bytes(got) == raw_bytes(want)
@@ -108,6 +109,34 @@ def test_greedy_variants_equal_one_token_decoding(name, model, flags, one_token_
 @pytest.mark.parametrize("name,model,flags", VARIANTS, ids=[v[0] for v in VARIANTS])
 def test_greedy_variants_equal_one_token_decoding_256(name, model, flags, one_token_runs, tmp_path):
     check_variant(model, flags, one_token_runs, tmp_path, 256)
+
+
+def one_token_prompt_cache(model_dir, ids, out):
+    """mlx-lm's prompt cache after `ids`, fed one token at a time (plain decoding's bytes)."""
+    from mlx_lm.models.cache import make_prompt_cache, save_prompt_cache
+    from mlx_lm.utils import load_model
+
+    model, _ = load_model(model_dir)
+    cache = make_prompt_cache(model)
+    for t in ids:
+        model(mx.array([[t]]), cache=cache)
+        mx.eval([c.state for c in cache])
+    save_prompt_cache(str(out), cache, {"model": str(model_dir)})
+
+
+@pytest.mark.parametrize("max_tokens", [MAX_TOKENS, pytest.param(256, marks=pytest.mark.long)])
+def test_prompt_cache_reuse_equals_one_token_decoding(max_tokens, one_token_runs, tmp_path):
+    """The prompt's first 16 tokens from a saved cache, the rest (and the answer) with --spec-exact."""
+    model = "qwen3_5_mtp_bigram_bf16"
+    model_dir = make_fixture(model)
+    cache_file = tmp_path / "prefix.safetensors"
+    one_token_prompt_cache(model_dir, PROMPT[:16], cache_file)
+    want_tokens, want_logprobs = one_token_runs(model, max_tokens)
+    out = tmp_path / "logprobs.safetensors"
+    proc = run_mlxrt("generate", "--model", model_dir, "--prompt-tokens", ",".join(map(str, PROMPT[16:])),
+                     "--prompt-cache-file", cache_file, "--spec-exact", "-m", max_tokens, "--logprobs-file", out)
+    assert [int(t) for t in proc.stdout.split("==========\n")[1].split()] == want_tokens
+    assert raw_bytes(mx.load(str(out))["logprobs"]) == want_logprobs
 
 
 def test_sampled_mtp_drafts_and_verifies(tmp_path):

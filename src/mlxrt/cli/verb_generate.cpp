@@ -99,6 +99,17 @@ std::shared_ptr<generate::RandomState> make_rng(const Args& a) {
 /** Row-exact loading: --spec-exact, and greedy --mtp (its accepted tokens then equal plain decoding's). */
 bool row_exact(const Args& a) { return a.spec_exact || (a.mtp && a.sampling.sampler.temp == 0); }
 
+/** `load()`, whose refusal of exact mode says that greedy --mtp asked for it (the flag was not given). */
+template <class Load>
+auto load_naming_mtp(const Args& a, Load&& load) {
+  try {
+    return load();
+  } catch (const UnsupportedError& e) {
+    if (!a.mtp || a.spec_exact || !row_exact(a)) throw;
+    throw UnsupportedError(std::string("greedy --mtp runs in exact mode (--spec-exact), which refused: ") + e.what());
+  }
+}
+
 /** --mtp's checks that need no model. */
 void check_mtp_flags(const Args& a) {
   if (!a.mtp) return;
@@ -165,14 +176,26 @@ void check_draft_tokenizer(const Args& a, const tokenizer::Tokenizer& main_token
                      std::to_string(main_tokenizer.base_vocab_size()) + ")");
 }
 
-/** --prompt-tokens without tokenizer files: the ids are printed instead of text. */
+cache::CacheList load_cache_file(const Args& a);
+
+/** --prompt-tokens without tokenizer files: the ids are printed instead of text. With
+ * --prompt-cache-file the ids continue the saved cache (they are what follows its prompt). */
 void run_ids_only(const Args& a, generate::TextGenerationOptions options, const DistributedRun& run) {
   auto ids = parse_token_list(a.prompt_tokens, "--prompt-tokens");
+  std::optional<cache::CacheList> prompt_cache;
+  if (!a.prompt_cache_file.empty()) prompt_cache = load_cache_file(a);
   auto rng = make_rng(a);
   std::shared_ptr<model::nn::ExpertStore> experts;
-  auto loaded = load_cli_model(a.model, a.profile_file, a.expert_memory, experts, a.adapter_path, run.parallel,
-                               a.expert_prefetch, a.fidelity, row_exact(a), a.mtp);
+  auto loaded = load_naming_mtp(a, [&] {
+    return load_cli_model(a.model, a.profile_file, a.expert_memory, experts, a.adapter_path, run.parallel,
+                          a.expert_prefetch, a.fidelity, row_exact(a), a.mtp);
+  });
   if (a.seed) rng->skip(sharded_load_draws(a.model, loaded, run.parallel.has_value()));
+  if (prompt_cache && run.parallel)
+    prompt_cache = shard_prompt_cache(std::move(*prompt_cache), *run.parallel,
+                                      static_cast<int>(model::make_prompt_cache(*loaded.model).size()),
+                                      a.prompt_cache_file);
+  if (prompt_cache) model::check_prompt_cache(*loaded.model, *prompt_cache, a.prompt_cache_file);
   auto draft = load_draft(a);
   const int vocab = loaded.model->vocab_size();
   // No tokenizer to compare: the two models' vocabularies must have the same size.
@@ -200,7 +223,7 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options, const 
   else if (a.mtp)
     mtp.emplace(*loaded.model, ids, options, a.num_draft_tokens);
   else
-    plain.emplace(*loaded.model, ids, options);
+    plain.emplace(*loaded.model, ids, options, prompt_cache ? &*prompt_cache : nullptr);
   std::vector<uint8_t> from_draft;
   generate::GenerationResponse stats{"", 0, mx::array(0.0f)};
   stats.prompt_tokens = static_cast<int>(ids.size());
@@ -355,7 +378,6 @@ void run(const Args& a) {
   options.quantized_kv_start = a.quantized_kv_start;
 
   if (!a.prompt_tokens.empty() && !has_tokenizer_files(a.model)) {
-    if (!a.prompt_cache_file.empty()) throw UsageError("--prompt-cache-file: needs a model with a tokenizer");
     if (constraint_file)
       throw UsageError(constraint_file->first.substr(0, constraint_file->first.find(' ')) +
                        ": needs a model with a tokenizer (the grammar is matched against token text)");
@@ -365,8 +387,10 @@ void run(const Args& a) {
   if (!a.prompt_cache_file.empty()) prompt_cache = load_cache_file(a);
 
   auto rng = make_rng(a);
-  auto session = load_session(a.model, a.profile_file, a.expert_memory, a.adapter_path, dist_run.parallel,
-                              a.expert_prefetch, a.fidelity, row_exact(a), a.mtp);
+  auto session = load_naming_mtp(a, [&] {
+    return load_session(a.model, a.profile_file, a.expert_memory, a.adapter_path, dist_run.parallel,
+                        a.expert_prefetch, a.fidelity, row_exact(a), a.mtp);
+  });
   // mlx_lm.generate has no distributed mode: the keys are drawn as mlx_lm.chat's sharded_load draws them.
   if (a.seed) rng->skip(sharded_load_draws(a.model, session.loaded, dist_run.parallel.has_value()));
   for (const auto& t : a.extra_eos_token) add_eos_token(session, t, "--extra-eos-token");
