@@ -6,6 +6,7 @@
 #include <cctype>
 #include <string>
 
+#include <mlx/backend/cuda/cuda.h>
 #include <mlx/transforms.h>
 
 #include "mlxrt/io/model_dir.h"
@@ -139,14 +140,14 @@ Bound bind_weights(const io::ModelConfig& config, const ResolvedProfile& profile
 
 }  // namespace
 
-// Row-exact runs where its guarantee is tested: the CPU (on a GPU every op would need checking,
-// and each row of a linear layer alone gives up what speculation saves), L1, one process, and the
-// families on the shared decoder whose attention is causal without a window.
+// Row-exact runs where its guarantee is tested: the CPU and CUDA (docs/exact-mode.md has each
+// backend's rules; Metal's are not worked out), L1, one process, and the families on the shared
+// decoder whose attention is causal without a window.
 static void check_row_exact(const LoadOptions& options, const io::ModelConfig& config) {
   if (!options.row_exact) return;
-  if (mx::default_device() != mx::Device::cpu)
-    throw UnsupportedError("--spec-exact runs on the CPU only (on this device a many-row step's bytes are not yet "
-                           "known to match a one-row step's)");
+  if (mx::default_device() != mx::Device::cpu && !mx::cu::is_available())
+    throw UnsupportedError("--spec-exact runs on the CPU and on CUDA GPUs only (on this device a many-row step's "
+                           "bytes are not yet known to match a one-row step's)");
   if (options.fidelity != FidelityTier::l1) throw UsageError("--spec-exact runs at --fidelity l1");
   if (options.parallel) throw UnsupportedError("--spec-exact is not supported in distributed mode");
   if (!options.adapter_path.empty()) throw UnsupportedError("--spec-exact cannot be combined with an adapter");

@@ -16,6 +16,7 @@
 
 #include "mlxrt/cache/batch_cache.h"
 #include "mlxrt/cache/batch_kv_cache.h"
+#include "mlxrt/cache/kv_cache.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::model::nn {
@@ -215,6 +216,43 @@ mx::array scaled_dot_product_attention(const mx::array& queries, const cache::Ca
   return fused_attention(queries, std::get<cache::PlainKV>(kv), scale, mask, sinks);
 }
 
+namespace {
+
+// a[..., :n, :]
+mx::array first_positions(const mx::array& a, int n) {
+  mx::Shape stop = a.shape();
+  stop[2] = n;
+  return mx::slice(a, mx::Shape(a.ndim(), 0), stop);
+}
+
+/** The keys (or values) a one-token decoding step at a position with `keep` keys reads on a GPU: a
+ * [..., :keep, :] view of a buffer of ceil(keep / 256) * 256 positions, the KVCache's capacity at
+ * that step. MLX's CUDA attention depends on that buffer, not only on the keys: a one-query call
+ * over 256 keys or more of a buffer whose length is a multiple of 256 runs cuDNN over the whole
+ * buffer with a padding mask (use_cudnn_for_decoding and unslice_kv in
+ * mlx/backend/cuda/scaled_dot_product_attention.cpp), anything else the vector kernel or the
+ * unfused ops. `buffer` is the cache's (its first `have` positions written); `blocks` keeps the
+ * copies made for other capacities, one per capacity, shared by the queries that need it. */
+mx::array decode_step_view(const mx::array& buffer, int have, int keep, std::vector<std::optional<mx::array>>& blocks) {
+  const int step = cache::KVCache::kStep;
+  const int capacity = (keep + step - 1) / step * step;
+  if (buffer.shape(2) == capacity) return keep == capacity ? buffer : first_positions(buffer, keep);
+  auto& block = blocks[static_cast<size_t>(capacity / step)];
+  if (!block) {
+    // What the cache held at that step: the positions written so far, zeros after them.
+    const int written = std::min(have, capacity);
+    mx::Shape shape = buffer.shape();
+    shape[2] = capacity;
+    mx::Shape stop = shape;
+    stop[2] = written;
+    block = mx::slice_update(mx::zeros(shape, buffer.dtype()), first_positions(buffer, written),
+                             mx::Shape(shape.size(), 0), stop);
+  }
+  return keep == capacity ? *block : first_positions(*block, keep);
+}
+
+}  // namespace
+
 mx::array attend_each_query(const mx::array& queries, const cache::CachedKV& kv, const AttentionMask& mask,
                             const std::function<mx::array(const mx::array&, const cache::CachedKV&)>& one) {
   const auto* plain = std::get_if<cache::PlainKV>(&kv);
@@ -224,13 +262,24 @@ mx::array attend_each_query(const mx::array& queries, const cache::CachedKV& kv,
                            "rows), which row-exact attention does not support");
   const int B = queries.shape(0), H = queries.shape(1), L = queries.shape(2), D = queries.shape(3);
   const int T = plain->keys.shape(2), Hkv = plain->keys.shape(1), Dv = plain->values.shape(3);
+  // On a GPU each query reads its keys from a buffer shaped as the cache's was at its decoding step
+  // (decode_step_view); the CPU computes the same bytes from any view of the same keys.
+  const bool as_decode_buffer = mx::default_device() != mx::Device::cpu;
+  const mx::array key_buffer = plain->keys_buffer.value_or(plain->keys);
+  const mx::array value_buffer = plain->values_buffer.value_or(plain->values);
+  const int step = cache::KVCache::kStep;
+  std::vector<std::optional<mx::array>> key_blocks(static_cast<size_t>(T / step + 2)), value_blocks(key_blocks.size());
   std::vector<mx::array> rows;
   rows.reserve(static_cast<size_t>(L));
   for (int l = 0; l < L; ++l) {
     // mlx-lm passes no mask for one query.
     const int keep = mask.kind == AttentionMask::Kind::causal ? T - L + l + 1 : T;
-    cache::CachedKV prefix = cache::PlainKV{mx::slice(plain->keys, {0, 0, 0, 0}, {B, Hkv, keep, D}),
-                                            mx::slice(plain->values, {0, 0, 0, 0}, {B, Hkv, keep, Dv})};
+    cache::CachedKV prefix =
+        as_decode_buffer
+            ? cache::PlainKV{decode_step_view(key_buffer, T, keep, key_blocks),
+                             decode_step_view(value_buffer, T, keep, value_blocks)}
+            : cache::PlainKV{mx::slice(plain->keys, {0, 0, 0, 0}, {B, Hkv, keep, D}),
+                             mx::slice(plain->values, {0, 0, 0, 0}, {B, Hkv, keep, Dv})};
     rows.push_back(one(mx::slice(queries, {0, 0, l, 0}, {B, H, l + 1, D}), prefix));
   }
   return mx::concatenate(rows, 2);

@@ -1,6 +1,7 @@
 // Port of mlx/nn/layers/linear.py, embedding.py and quantized.py (mlx 0.32.4).
 #include "mlxrt/model/nn/linear.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <mlx/distributed/ops.h>
@@ -69,7 +70,7 @@ Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int o
   if (bias) b = w.take(path + ".bias", {out_dims});
   Linear linear(std::move(weight), std::move(b), std::move(q));
   linear.cpu_ = w.cpu_kernels();
-  linear.per_row_ = w.row_exact() && !row_invariant_matmul(linear.weight_, linear.q_);
+  if (w.row_exact()) linear.rows_per_call_ = row_invariant_rows(linear.weight_, linear.q_);
   // The adapter's delta of this layer (LoRALinear / DoRALinear). DoRALinear.set_linear: m =
   // |W.astype(float32)| per output row, when the adapter lacks it.
   auto take = [&](Adapter& adapter) {
@@ -135,21 +136,35 @@ mx::array Linear::dequantized_weight() const {
   return mx::dequantize(weight_, q_->scales, q_->biases, q_->spec.group_size, q_->spec.bits, q_->spec.mode);
 }
 
-bool row_invariant_matmul(const mx::array& weight, const std::optional<Quantized>& q) {
-  if (mx::default_device() != mx::Device::cpu) return false;
-  if (q) return q->spec.mode == "affine" && !q->l3;
-  return weight.dtype() == mx::bfloat16 || weight.dtype() == mx::float16;
+int row_invariant_rows(const mx::array& weight, const std::optional<Quantized>& q) {
+  if (mx::default_device() == mx::Device::cpu) {
+    if (q) return q->spec.mode == "affine" && !q->l3 ? 0 : 1;
+    return weight.dtype() == mx::bfloat16 || weight.dtype() == mx::float16 ? 0 : 1;
+  }
+  // MLX's CUDA QuantizedMatmul::eval_gpu: qmv while M * B < 8 on the sm80 / naive GEMM paths (and
+  // for every M where neither applies); the sm_90 GEMM, taken when group_size >= K, leaves qmv to
+  // one row alone. Modes other than affine are not checked here: one row per call.
+  if (!q || q->spec.mode != "affine") return 1;
+  const int in_dims = weight.shape(-1) * 32 / q->spec.bits;
+  if (q->spec.group_size >= in_dims || in_dims % 8 != 0) return 1;
+  return 7;
 }
 
-std::optional<mx::array> each_row(const mx::array& x, const std::function<mx::array(const mx::array&)>& f) {
+std::optional<mx::array> each_row(const mx::array& x, const std::function<mx::array(const mx::array&)>& f,
+                                  int per_call) {
   const int dims = x.shape(-1);
   const int rows = dims == 0 ? 0 : static_cast<int>(x.size() / static_cast<size_t>(dims));
-  if (rows <= 1) return std::nullopt;
-  // A decoding step's input is [1, 1, D]: each row goes in that shape.
-  auto flat = mx::reshape(x, {rows, 1, 1, dims});
+  per_call = std::max(per_call, 1);
+  if (rows <= per_call) return std::nullopt;
+  // A decoding step's input is [1, 1, D]: one row goes in that shape, several as [1, m, D].
+  auto flat = mx::reshape(x, {rows, dims});
   std::vector<mx::array> outs;
-  outs.reserve(static_cast<size_t>(rows));
-  for (int r = 0; r < rows; ++r) outs.push_back(f(mx::reshape(mx::slice(flat, {r, 0, 0, 0}, {r + 1, 1, 1, dims}), {1, 1, dims})));
+  outs.reserve(static_cast<size_t>((rows + per_call - 1) / per_call));
+  for (int r = 0; r < rows; r += per_call) {
+    const int m = std::min(per_call, rows - r);
+    auto y = f(mx::reshape(mx::slice(flat, {r, 0}, {r + m, dims}), {1, m, dims}));
+    outs.push_back(mx::reshape(y, {m, y.shape(-1)}));
+  }
   auto y = mx::concatenate(outs, 0);
   auto shape = x.shape();
   shape.back() = y.shape(-1);
@@ -157,8 +172,8 @@ std::optional<mx::array> each_row(const mx::array& x, const std::function<mx::ar
 }
 
 mx::array Linear::operator()(const mx::array& x) const {
-  if (per_row_)
-    if (auto y = each_row(x, [this](const mx::array& row) { return forward(row); })) return *y;
+  if (rows_per_call_ > 0)
+    if (auto y = each_row(x, [this](const mx::array& rows) { return forward(rows); }, rows_per_call_)) return *y;
   return forward(x);
 }
 
@@ -198,7 +213,7 @@ Embedding Embedding::load(WeightBinder& w, const std::string& path, int num_embe
   auto q = load_quantized(w, path, dims, num_embeddings, weight);
   Embedding embedding(std::move(weight), std::move(q));
   embedding.cpu_ = w.cpu_kernels();
-  embedding.per_row_ = w.row_exact() && !row_invariant_matmul(embedding.weight_, embedding.q_);
+  if (w.row_exact()) embedding.rows_per_call_ = row_invariant_rows(embedding.weight_, embedding.q_);
   // The adapter's delta of this embedding (LoRAEmbedding / DoRAEmbedding). DoRAEmbedding.set_embedding:
   // m = |weight| per row, when the adapter lacks it.
   auto take = [&](Adapter& adapter) {
@@ -239,8 +254,8 @@ mx::array Embedding::base(const mx::array& ids) const {
 }
 
 mx::array Embedding::as_linear(const mx::array& x) const {
-  if (per_row_)
-    if (auto y = each_row(x, [this](const mx::array& row) { return as_linear_rows(row); })) return *y;
+  if (rows_per_call_ > 0)
+    if (auto y = each_row(x, [this](const mx::array& rows) { return as_linear_rows(rows); }, rows_per_call_)) return *y;
   return as_linear_rows(x);
 }
 

@@ -72,22 +72,28 @@ class Linear {
   /** ShardedToAllLinear: the group the partial products are summed over (before the bias). */
   std::optional<mx::distributed::Group> sum_over_;
   std::shared_ptr<const kernels::cpu::CpuKernels> cpu_;  // our CPU kernels (null: MLX's)
-  /** Row-exact loads, where this layer's matmul does not give each row of a many-row call the
-   * bytes of a one-row call: one call per row (see row_invariant_matmul). */
-  bool per_row_ = false;
+  /** Row-exact loads: the most rows one call of this layer's matmul may take and still give each
+   * row a one-row call's bytes (row_invariant_rows; 0: any number, the layer runs as it is). */
+  int rows_per_call_ = 0;
 };
 
-/** Whether the matmul of a layer with this weight (quantized as `q`, or dense) gives each row of an
- * M-row input the bytes it gives that row alone, on the device models run on now. On the CPU, MLX's
- * quantized matmul (affine) and its bfloat16 / float16 matmul (simd_gemm), and our kernels that
- * reproduce their bytes, compute every output element by the same loop whatever M is; float32 goes
- * to the BLAS, whose sgemm may take a gemv path for one row. A GPU picks its kernel by M (qmv /
- * qmm, cuBLAS heuristics). Checked end to end by tests/generate/test_spec_exact.py. */
-bool row_invariant_matmul(const mx::array& weight, const std::optional<Quantized>& q);
+/** How many rows one matmul call of a layer with this weight (quantized as `q`, or dense) may take
+ * while giving each row the bytes that row gets alone, as a decoding step's [1, 1, D] input, on the
+ * device models run on now: 0 for any number, else the most rows per call (docs/exact-mode.md has
+ * the rules and MLX's source lines). On the CPU, MLX's affine quantized matmul and its bfloat16 /
+ * float16 matmul (simd_gemm), and our kernels that reproduce their bytes, compute every output
+ * element by the same loop whatever M is (0); float32 goes to the BLAS, whose sgemm may take a gemv
+ * path for one row (1). On CUDA an affine quantized matmul of fewer than 8 rows runs the qmv kernel,
+ * one warp per output whatever M is, as one row does (7), except where MLX's sm_90 quantized GEMM
+ * takes one-group rows (group_size >= in_dims: 1); a dense matmul of one row is a gemv and of more
+ * a cuBLASLt GEMM (1). Checked end to end by tests/generate/test_spec_exact.py. */
+int row_invariant_rows(const mx::array& weight, const std::optional<Quantized>& q);
 
-/** `f` applied to each row of `x` (all axes but the last) alone, as [1, 1, D], the results put back
- * in `x`'s shape; nullopt when `x` has one row (then `f(x)` is already that). */
-std::optional<mx::array> each_row(const mx::array& x, const std::function<mx::array(const mx::array&)>& f);
+/** `f` applied to the rows of `x` (all axes but the last) in calls of at most `per_call` rows, each
+ * call shaped [1, m, D] (one row: a decoding step's [1, 1, D]), the results put back in `x`'s shape;
+ * nullopt when one call would take them all (then `f(x)` is already that). */
+std::optional<mx::array> each_row(const mx::array& x, const std::function<mx::array(const mx::array&)>& f,
+                                  int per_call = 1);
 
 class Embedding {
  public:
@@ -108,7 +114,7 @@ class Embedding {
   std::shared_ptr<const LoraDelta> lora_;  // an adapter's delta (LoRAEmbedding / DoRAEmbedding)
   std::shared_ptr<const SlotDeltas> slots_;  // a mixed-adapter model's deltas, by slot
   std::shared_ptr<const kernels::cpu::CpuKernels> cpu_;  // our CPU kernels (null: MLX's)
-  bool per_row_ = false;  // as Linear's, for as_linear
+  int rows_per_call_ = 0;  // as Linear's, for as_linear
 };
 
 /** The deltas each slot's adapter has for module `path` (WeightBinder::adapter_slots); null when
