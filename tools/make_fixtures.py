@@ -258,8 +258,8 @@ FIXTURES = {
                        cast_predicate=True),
     # qwen3_next without experts: fused, head-interleaved qkvz and ba projections
     "qwen3_next_dense_bf16": fx(QWEN3_NEXT, seed=74, cast_predicate=True),
-    # with a multi-token-prediction head (tools/mtp_reference.py), bound with --mtp
-    "qwen3_next_dense_mtp_bf16": fx(QWEN3_NEXT, seed=85, cast_predicate=True, mtp={"seed": 3, "mode": "random"}),
+    # the same model with a multi-token-prediction head (tools/mtp_reference.py), bound with --mtp
+    "qwen3_next_dense_mtp_bf16": fx(QWEN3_NEXT, seed=74, cast_predicate=True, mtp={"seed": 3, "mode": "random"}),
     # with experts: 4 experts, 2 per token, a sigmoid-gated shared expert; layer 3 dense (mlp_only_layers);
     # 4-bit with qwen3_next's quant_predicate (router and shared-expert gate at 8 bits g64)
     "qwen3_next_bf16": fx({**QWEN3_NEXT, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
@@ -269,6 +269,10 @@ FIXTURES = {
     "qwen3_next_fp32": fx({**QWEN3_NEXT, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
                            "shared_expert_intermediate_size": 96, "mlp_only_layers": [3], "norm_topk_prob": True},
                           dtype="float32", seed=78),
+    # the same model with a multi-token-prediction head, its layer sparse as layer 0 is
+    "qwen3_next_mtp_fp32": fx({**QWEN3_NEXT, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+                               "shared_expert_intermediate_size": 96, "mlp_only_layers": [3], "norm_topk_prob": True},
+                              dtype="float32", seed=78, mtp={"seed": 4, "mode": "random"}),
     # (every quantized Linear has at least two groups per row: MLX 0.32.4's CUDA quantized matmul reads
     # garbage when a row is one group, bench/RESULTS.md)
     "qwen3_next_q4_g64": fx({**QWEN3_NEXT, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
