@@ -80,3 +80,27 @@ def test_l3_is_no_farther_from_float32_than_l1(name, fixtures_dir, tmp_path):
         assert l3_error == l3_error, f"{name} {mode}: KL is NaN"
         assert l3_error <= l1_error + SLACK, \
             f"{name} {mode}: KL from float32: l3 {l3_error:.3e}, l1 {l1_error:.3e} (l1 vs l3 {mean_kl(l1, l3):.3e})"
+
+
+# Families whose layers take the fused L3 blocks (kernels/cpu/l3_block.h) in part or whole: llama
+# (every piece), qwen3 8-bit (q/k norms: the attention stays separate nodes), smollm3 (NoPE layers),
+# qwen2 (q/k/v biases: the attention stays separate nodes).
+BLOCK_FIXTURES = ["llama_q4_g64", "qwen3_q8_g32", "smollm3_q4_g64", "qwen2_q4_g64"]
+
+
+@pytest.mark.parametrize("name", BLOCK_FIXTURES)
+def test_l3_blocks_give_the_bytes_of_the_separate_nodes(name, fixtures_dir, tmp_path):
+    import os
+    import subprocess
+    from conftest import BIN
+    for incremental in (False, True):
+        outs = []
+        for blocks in ("1", "0"):
+            out = tmp_path / f"blocks{blocks}.safetensors"
+            args = [BIN, "logits", "--model", fixtures_dir / name, "--tokens", ",".join(map(str, TOKENS)), "--out", out,
+                    "--fidelity", "l3", *(["--incremental"] if incremental else [])]
+            proc = subprocess.run(list(map(str, args)), capture_output=True, text=True,
+                                  env={**os.environ, "MLXRT_L3_BLOCKS": blocks})
+            assert proc.returncode == 0, proc.stderr
+            outs.append(out.read_bytes())
+        assert outs[0] == outs[1], f"{name} ({'incremental' if incremental else 'full'}): blocks differ"

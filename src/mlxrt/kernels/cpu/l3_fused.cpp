@@ -12,6 +12,7 @@
 
 #include "mlxrt/kernels/cpu/cpu_workers.h"
 #include "mlxrt/kernels/cpu/l3_fused_args.h"
+#include "mlxrt/kernels/cpu/l3_rows.h"
 #include "mlxrt/kernels/cpu/matmul.h"
 #include "mlxrt/kernels/cpu/operand.h"
 
@@ -37,6 +38,30 @@ class L3Primitive : public mx::UnaryPrimitive {
   }
 };
 
+float load_float_rounded(mx::Dtype t, float f) {
+  char b[4];
+  store_float(b, t, 0, f);
+  return load_float(b, t, 0);
+}
+
+// One row of d values of type t: x * rsqrt(mean(x²) + eps), rounded to t, times w (d floats).
+// `v`: d floats of scratch.
+void rms_norm_row(const char* row, mx::Dtype t, int d, const float* w, float eps, char* dst, float* v) {
+  // Eight partial sums (the compiler keeps them in one vector), added pairwise.
+  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int i = 0; i < d; ++i) {
+    v[i] = load_float(row, t, i);
+    part[i % 8] += v[i] * v[i];
+  }
+  const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+  const float inverse = 1.0f / std::sqrt(sum / static_cast<float>(d) + eps);
+  for (int i = 0; i < d; ++i) {
+    // Rounded to x's type before the weight, as the reference's normed x is.
+    const float normed = load_float_rounded(t, v[i] * inverse);
+    store_float(dst, t, i, normed * w[i]);
+  }
+}
+
 class L3RmsNorm : public L3Primitive {
  public:
   L3RmsNorm(mx::Stream stream, float eps, bool has_weight) : L3Primitive(stream), eps_(eps), has_weight_(has_weight) {}
@@ -60,31 +85,13 @@ class L3RmsNorm : public L3Primitive {
       char* dst = static_cast<char*>(out.data<void>());
       const size_t item = in[0].itemsize();
       std::vector<float> v(static_cast<size_t>(d));
-      for (long long r = 0; r < rows; ++r) {
-        const char* row = x.data + x.offset(r * d) * static_cast<long long>(item);
-        // Eight partial sums (the compiler keeps them in one vector), added pairwise.
-        float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int i = 0; i < d; ++i) {
-          v[static_cast<size_t>(i)] = load_float(row, t, i);
-          part[i % 8] += v[static_cast<size_t>(i)] * v[static_cast<size_t>(i)];
-        }
-        const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-        const float inverse = 1.0f / std::sqrt(sum / static_cast<float>(d) + eps);
-        for (int i = 0; i < d; ++i) {
-          // Rounded to x's type before the weight, as the reference's normed x is.
-          const float normed = load_float_rounded(t, v[static_cast<size_t>(i)] * inverse);
-          store_float(dst, t, r * d + i, normed * w[static_cast<size_t>(i)]);
-        }
-      }
+      for (long long r = 0; r < rows; ++r)
+        rms_norm_row(x.data + x.offset(r * d) * static_cast<long long>(item), t, d, w.data(), eps,
+                     dst + r * d * static_cast<long long>(item), v.data());
     });
   }
 
  private:
-  static float load_float_rounded(mx::Dtype t, float f) {
-    char b[4];
-    store_float(b, t, 0, f);
-    return load_float(b, t, 0);
-  }
   float eps_;
   bool has_weight_;
 };
@@ -110,39 +117,16 @@ struct RopeCall {
     const long long rows = static_cast<long long>(in[0].size()) / d;
     const auto t = in[0].dtype();
     const size_t item = in[0].itemsize();
-    const int half = dims_ / 2;
-    // The inverse frequencies: base^(-i / half), or 1 / freqs[i].
-    std::vector<double> inverse(static_cast<size_t>(half));
+    std::vector<float> freqs;
     if (has_freqs_) {
       const Operand f(in[1], 1);
-      for (int i = 0; i < half; ++i)
-        inverse[static_cast<size_t>(i)] = 1.0 / static_cast<double>(load_float(f.data, in[1].dtype(), f.offset(i)));
-    } else {
-      for (int i = 0; i < half; ++i)
-        inverse[static_cast<size_t>(i)] = std::pow(static_cast<double>(base_), -static_cast<double>(i) / half);
+      for (int i = 0; i < dims_ / 2; ++i) freqs.push_back(load_float(f.data, in[1].dtype(), f.offset(i)));
     }
-    // cos and sin per position of this call, shared by every head and batch row.
-    std::vector<float> cosines(static_cast<size_t>(length) * half), sines(static_cast<size_t>(length) * half);
-    for (int l = 0; l < length; ++l)
-      for (int i = 0; i < half; ++i) {
-        const double theta = static_cast<double>(scale_) * static_cast<double>(offset_ + l) * inverse[static_cast<size_t>(i)];
-        cosines[static_cast<size_t>(l) * half + i] = static_cast<float>(std::cos(theta));
-        sines[static_cast<size_t>(l) * half + i] = static_cast<float>(std::sin(theta));
-      }
+    const auto table = detail::rope_table({dims_, traditional_, base_, scale_}, freqs, offset_, length);
     char* dst = static_cast<char*>(out.data<void>());
-    for (long long r = 0; r < rows; ++r) {
-      const char* row = x.data + x.offset(r * d) * static_cast<long long>(item);
-      const float* c = cosines.data() + (r % length) * half;
-      const float* s = sines.data() + (r % length) * half;
-      for (int i = 0; i < half; ++i) {
-        const int a = traditional_ ? 2 * i : i;
-        const int b = traditional_ ? 2 * i + 1 : i + half;
-        const float x1 = load_float(row, t, a), x2 = load_float(row, t, b);
-        store_float(dst, t, r * d + a, x1 * c[i] - x2 * s[i]);
-        store_float(dst, t, r * d + b, x1 * s[i] + x2 * c[i]);
-      }
-      for (int i = 2 * half; i < d; ++i) store_float(dst, t, r * d + i, load_float(row, t, i));
-    }
+    for (long long r = 0; r < rows; ++r)
+      detail::rope_row(table, x.data + x.offset(r * d) * static_cast<long long>(item), t, d, r % length,
+                       dst + r * d * static_cast<long long>(item));
   }
 
 };
@@ -178,35 +162,7 @@ class L3Attention : public L3Primitive {
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     detail::schedule_on_cpu(stream(), inputs, out, [k = kernels_, scale = scale_, causal = causal_](mx::array& out, const std::vector<mx::array>& in) {
-      const Operand q(in[0], 1), keys(in[1], 1), values(in[2], 1);
-      L3AttentionArgs a;
-      a.out = out.data<void>();
-      a.q = q.data;
-      a.k = keys.data;
-      a.v = values.data;
-      for (int d = 0; d < 3; ++d) {
-        a.q_strides[d] = q.strides[static_cast<size_t>(d)];
-        a.k_strides[d] = keys.strides[static_cast<size_t>(d)];
-        a.v_strides[d] = values.strides[static_cast<size_t>(d)];
-      }
-      a.batch = in[0].shape(0);
-      a.q_heads = in[0].shape(1);
-      a.kv_heads = in[1].shape(1);
-      a.q_length = in[0].shape(2);
-      a.kv_length = in[1].shape(2);
-      a.dims = in[0].shape(3);
-      a.v_dims = in[2].shape(3);
-      a.scale = scale;
-      a.causal = causal;
-      const auto t = in[0].dtype();
-      a.elem = t == mx::bfloat16 ? QmmElem::bf16 : t == mx::float16 ? QmmElem::f16 : QmmElem::f32;
-      k->workers().run(l3_attention_units(a), l3_attention_scratch(a), [&a](float* scratch, int begin, int end) {
-#if defined(MLXRT_CPU_X86_KERNELS)
-        l3_attention_units_avx2(a, begin, end, scratch);
-#else
-        (void)scratch, (void)begin, (void)end;
-#endif
-      });
+      detail::attend_into(*k, in[0], in[1], in[2], scale, causal, out.data<void>());
     });
   }
 
@@ -259,16 +215,20 @@ std::optional<mx::array> swiglu(const std::shared_ptr<const CpuKernels>& kernels
                    {gate, up});
 }
 
+bool attention_applies(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& q, const mx::array& k,
+                       const mx::array& v, bool causal) {
+  if (!l3_on_cpu(kernels, q) || q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4) return false;
+  if (k.dtype() != q.dtype() || v.dtype() != q.dtype()) return false;
+  const int hq = q.shape(1), hkv = k.shape(1);
+  return k.shape(0) == q.shape(0) && v.shape(0) == q.shape(0) && v.shape(1) == hkv && hkv > 0 && hq % hkv == 0 &&
+         v.shape(2) == k.shape(2) && k.shape(3) == q.shape(3) && q.shape(3) % 8 == 0 && v.shape(3) % 8 == 0 &&
+         q.shape(3) <= 256 && v.shape(3) > 0 && q.shape(2) > 0 && (!causal || q.shape(2) <= k.shape(2));
+}
+
 std::optional<mx::array> attention(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& q,
                                    const mx::array& k, const mx::array& v, float scale, bool causal) {
-  if (!l3_on_cpu(kernels, q) || q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4) return std::nullopt;
-  if (k.dtype() != q.dtype() || v.dtype() != q.dtype()) return std::nullopt;
-  const int hq = q.shape(1), hkv = k.shape(1);
-  const bool shapes = k.shape(0) == q.shape(0) && v.shape(0) == q.shape(0) && v.shape(1) == hkv && hkv > 0 &&
-                      hq % hkv == 0 && v.shape(2) == k.shape(2) && k.shape(3) == q.shape(3) && q.shape(3) % 8 == 0 &&
-                      v.shape(3) % 8 == 0 && q.shape(3) <= 256 && v.shape(3) > 0 && q.shape(2) > 0 &&
-                      (!causal || q.shape(2) <= k.shape(2));
-  if (!shapes) return std::nullopt;
+  if (!attention_applies(kernels, q, k, v, causal)) return std::nullopt;
+  const int hq = q.shape(1);
   return mx::array({q.shape(0), hq, q.shape(2), v.shape(3)}, q.dtype(),
                    std::make_shared<L3Attention>(mx::default_stream(mx::Device::cpu), kernels, scale, causal),
                    {q, k, v});
@@ -300,5 +260,96 @@ mx::array rope(const std::shared_ptr<const CpuKernels>& kernels, const mx::array
                                             RopeCall{dims, traditional, base.value_or(0.0f), scale, offset, freqs.has_value()}),
                    inputs);
 }
+
+namespace detail {
+
+void attend_into(const CpuKernels& kernels, const mx::array& queries, const mx::array& keys_in,
+                 const mx::array& values_in, float scale, bool causal, void* out) {
+  const Operand q(queries, 1), keys(keys_in, 1), values(values_in, 1);
+  L3AttentionArgs a;
+  a.out = out;
+  a.q = q.data;
+  a.k = keys.data;
+  a.v = values.data;
+  for (int d = 0; d < 3; ++d) {
+    a.q_strides[d] = q.strides[static_cast<size_t>(d)];
+    a.k_strides[d] = keys.strides[static_cast<size_t>(d)];
+    a.v_strides[d] = values.strides[static_cast<size_t>(d)];
+  }
+  a.batch = queries.shape(0);
+  a.q_heads = queries.shape(1);
+  a.kv_heads = keys_in.shape(1);
+  a.q_length = queries.shape(2);
+  a.kv_length = keys_in.shape(2);
+  a.dims = queries.shape(3);
+  a.v_dims = values_in.shape(3);
+  a.scale = scale;
+  a.causal = causal;
+  a.elem = elem_of(queries.dtype());
+  kernels.workers().run(l3_attention_units(a), l3_attention_scratch(a), [&a](float* scratch, int begin, int end) {
+#if defined(MLXRT_CPU_X86_KERNELS)
+    l3_attention_units_avx2(a, begin, end, scratch);
+#else
+    (void)scratch, (void)begin, (void)end;
+#endif
+  });
+}
+
+RopeTable rope_table(const L3RopeSpec& spec, const std::vector<float>& freqs, int offset, int length) {
+  RopeTable table{spec, spec.dims / 2, {}, {}};
+  const int half = table.half;
+  // The inverse frequencies: base^(-i / half), or 1 / freqs[i].
+  std::vector<double> inverse(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i)
+    inverse[static_cast<size_t>(i)] = !freqs.empty() ? 1.0 / static_cast<double>(freqs[static_cast<size_t>(i)])
+                                                     : std::pow(static_cast<double>(spec.base), -static_cast<double>(i) / half);
+  // cos and sin per position of this call, shared by every head and batch row.
+  table.cosines.resize(static_cast<size_t>(length) * half);
+  table.sines.resize(static_cast<size_t>(length) * half);
+  for (int l = 0; l < length; ++l)
+    for (int i = 0; i < half; ++i) {
+      const double theta = static_cast<double>(spec.scale) * static_cast<double>(offset + l) * inverse[static_cast<size_t>(i)];
+      table.cosines[static_cast<size_t>(l) * half + i] = static_cast<float>(std::cos(theta));
+      table.sines[static_cast<size_t>(l) * half + i] = static_cast<float>(std::sin(theta));
+    }
+  return table;
+}
+
+void rope_row(const RopeTable& table, const char* row, mx::Dtype t, int d, long long position, char* dst) {
+  const int half = table.half;
+  const float* c = table.cosines.data() + position * half;
+  const float* s = table.sines.data() + position * half;
+  for (int i = 0; i < half; ++i) {
+    const int a = table.spec.traditional ? 2 * i : i;
+    const int b = table.spec.traditional ? 2 * i + 1 : i + half;
+    const float x1 = load_float(row, t, a), x2 = load_float(row, t, b);
+    store_float(dst, t, a, x1 * c[i] - x2 * s[i]);
+    store_float(dst, t, b, x1 * s[i] + x2 * c[i]);
+  }
+  for (int i = 2 * half; i < d; ++i) store_float(dst, t, i, load_float(row, t, i));
+}
+
+void rms_norm_rows(const char* x, mx::Dtype t, long long rows, int d, const float* weight, float eps, char* out) {
+  std::vector<float> ones, v(static_cast<size_t>(d));
+  if (!weight) {
+    ones.assign(static_cast<size_t>(d), 1.0f);
+    weight = ones.data();
+  }
+  const long long row_bytes = static_cast<long long>(d) * static_cast<long long>(mx::size_of(t));
+  for (long long r = 0; r < rows; ++r) rms_norm_row(x + r * row_bytes, t, d, weight, eps, out + r * row_bytes, v.data());
+}
+
+void add_rows(const char* a, const char* b, mx::Dtype t, long long n, char* out) {
+  if (t == mx::float32) {
+    const auto* fa = reinterpret_cast<const float*>(a);
+    const auto* fb = reinterpret_cast<const float*>(b);
+    auto* fo = reinterpret_cast<float*>(out);
+    for (long long i = 0; i < n; ++i) fo[i] = fa[i] + fb[i];
+    return;
+  }
+  for (long long i = 0; i < n; ++i) store_float(out, t, i, load_float(a, t, i) + load_float(b, t, i));
+}
+
+}  // namespace detail
 
 }  // namespace mlxrt::kernels::cpu

@@ -34,6 +34,10 @@ mx::array rope(const std::shared_ptr<const CpuKernels>& kernels, const mx::array
 std::optional<mx::array> attention(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& q,
                                    const mx::array& k, const mx::array& v, float scale, bool causal);
 
+/** Whether attention() above fuses these operands. */
+bool attention_applies(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& q, const mx::array& k,
+                       const mx::array& v, bool causal);
+
 /** silu(gate) * up (mlx-lm's compiled swiglu) as one threaded node with a vectorised exp, where gate
  * and up have one shape and element type; nullopt elsewhere (the caller runs mlx-lm's). */
 std::optional<mx::array> swiglu(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& gate,

@@ -14,6 +14,7 @@
 
 #include "mlxrt/kernels/cpu/cpu_workers.h"
 #include "mlxrt/kernels/cpu/l3_qmm_args.h"
+#include "mlxrt/kernels/cpu/l3_rows.h"
 #include "mlxrt/kernels/cpu/matmul.h"
 #include "mlxrt/kernels/cpu/operand.h"
 
@@ -95,18 +96,6 @@ class L3PackWeights : public CpuOnly {
   int bits_;
 };
 
-// x's rows quantized as l3_qmm_args.h defines (the first step).
-struct QuantizedRows {
-  std::vector<std::int8_t> q;
-  std::vector<float> block_d;
-  std::vector<float> group_xs;
-
-  // Row r onwards, for rows of k values and groups of g.
-  L3Rows row(long long r, int k, int g) const {
-    return {q.data() + r * k * kL3Levels, block_d.data() + r * (k / kL3Block) * kL3Levels, group_xs.data() + r * (k / g)};
-  }
-};
-
 // One level of a block: d = max|v| / 127, q = nearbyint(v * (127 / max|v|)) (0 where max|v| is 0);
 // returns the sum of q. A NaN in v makes d NaN, so every output that reads the block says so.
 int quantize_level(const float* v, std::int8_t* q, float& d) {
@@ -180,7 +169,10 @@ void quantize_row(const char* x, mx::Dtype t, long long row, int k, int bits, in
   }
 }
 
-// The rows of a row-contiguous x, quantized over the threads.
+}  // namespace
+
+namespace detail {
+
 QuantizedRows quantize_rows(const CpuKernels& kernels, const char* x, mx::Dtype t, int rows, int k, int bits, int g) {
   QuantizedRows qx;
   qx.q.resize(static_cast<size_t>(rows) * static_cast<size_t>(k) * kL3Levels);
@@ -196,24 +188,26 @@ QuantizedRows quantize_rows(const CpuKernels& kernels, const char* x, mx::Dtype 
   return qx;
 }
 
-// Runs `count` products of one shape (product i being args_of(i)), every work unit of every product
-// one item for the threads.
-void run_l3(const CpuKernels& kernels, int count, const L3QmmArgs& shape, const std::function<L3QmmArgs(int)>& args_of) {
-  const int tiles = (shape.n + kL3TileRows - 1) / kL3TileRows;
-  const int units = ((tiles + kL3TilesPerUnit - 1) / kL3TilesPerUnit) * ((shape.rows + kRowsPerUnit - 1) / kRowsPerUnit);
+void run_l3_products(const CpuKernels& kernels, const std::vector<L3QmmArgs>& products) {
+  std::vector<int> first{0};  // each product's first unit
+  for (const auto& p : products) {
+    const int tiles = (p.n + kL3TileRows - 1) / kL3TileRows;
+    const int units = ((tiles + kL3TilesPerUnit - 1) / kL3TilesPerUnit) * ((p.rows + kRowsPerUnit - 1) / kRowsPerUnit);
+    first.push_back(first.back() + units);
+  }
   const bool vnni = kernels.vnni();
-  kernels.workers().run(count * units, 0, [&](float*, int begin, int end) {
+  kernels.workers().run(first.back(), 0, [&](float*, int begin, int end) {
+    size_t i = 0;
     for (int u = begin; u < end;) {
-      const int i = u / units;
-      const int stop = std::min(end, (i + 1) * units);
-      const L3QmmArgs args = args_of(i);
+      while (first[i + 1] <= u) ++i;
+      const int stop = std::min(end, first[i + 1]);
 #if defined(MLXRT_CPU_X86_KERNELS)
       if (vnni)
-        l3_qmm_units_avx512vnni(args, u - i * units, stop - i * units);
+        l3_qmm_units_avx512vnni(products[i], u - first[i], stop - first[i]);
       else
-        l3_qmm_units_avx2(args, u - i * units, stop - i * units);
+        l3_qmm_units_avx2(products[i], u - first[i], stop - first[i]);
 #else
-      (void)vnni, (void)args;
+      (void)vnni;
 #endif
       u = stop;
     }
@@ -222,6 +216,23 @@ void run_l3(const CpuKernels& kernels, int count, const L3QmmArgs& shape, const 
 
 QmmElem elem_of(mx::Dtype t) {
   return t == mx::bfloat16 ? QmmElem::bf16 : t == mx::float16 ? QmmElem::f16 : QmmElem::f32;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::elem_of;
+using detail::QuantizedRows;
+using detail::quantize_rows;
+
+// Runs `count` products (product i being args_of(i)), every work unit of every product one item
+// for the threads.
+void run_l3(const CpuKernels& kernels, int count, const std::function<L3QmmArgs(int)>& args_of) {
+  std::vector<L3QmmArgs> products;
+  products.reserve(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) products.push_back(args_of(i));
+  detail::run_l3_products(kernels, products);
 }
 
 class L3QuantizedMatmul : public CpuOnly {
@@ -250,7 +261,7 @@ class L3QuantizedMatmul : public CpuOnly {
       args.bits = bits;
       args.group_size = g;
       args.elem = elem_of(out.dtype());
-      run_l3(*kr, 1, args, [&args](int) { return args; });
+      detail::run_l3_products(*kr, {args});
     });
   }
 
@@ -293,7 +304,7 @@ class L3GatherQuantizedMatmul : public CpuOnly {
       shape.bits = bits;
       shape.group_size = g;
       shape.elem = elem_of(out.dtype());
-      run_l3(*kr, static_cast<int>(in[2].size()), shape, [&](int i) {
+      run_l3(*kr, static_cast<int>(in[2].size()), [&](int i) {
         L3QmmArgs args = shape;
         args.out = out_data + static_cast<size_t>(i) * static_cast<size_t>(m) * static_cast<size_t>(n) * item;
         args.x = qx.row(static_cast<long long>(lhs_ids[lhs.offset(i)]) * m, k, g);

@@ -276,6 +276,11 @@ std::shared_ptr<CpuKernels> CpuKernels::from_environment(bool l3) {
   auto kernels = create(parse_threads(std::getenv("MLXRT_CPU_THREADS")), true, l3);
   if (l3 && !kernels)
     throw UnsupportedError("--fidelity l3: this build's L3 CPU kernels need an x86-64 CPU with AVX2, FMA and F16C");
+  if (const char* blocks = std::getenv("MLXRT_L3_BLOCKS"); blocks && *blocks) {
+    if (std::string(blocks) != "0" && std::string(blocks) != "1")
+      throw UsageError(std::string("MLXRT_L3_BLOCKS must be 0 or 1, got '") + blocks + "'");
+    if (kernels) kernels->l3_blocks_ = std::string(blocks) == "1";
+  }
   return kernels;
 }
 

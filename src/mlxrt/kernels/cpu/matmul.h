@@ -40,6 +40,9 @@ class CpuKernels {
   /** The L3 kernels' instruction set: "avx512vnni" or "avx2". */
   const char* l3_instruction_set() const { return vnni_ ? "avx512vnni" : "avx2"; }
   bool vnni() const { return vnni_; }
+  /** Whether the L3 layer pieces run as one node each (kernels/cpu/l3_block.h); MLXRT_L3_BLOCKS=0
+   * keeps one node per operation (the same bytes: for comparing the two). */
+  bool l3_blocks() const { return l3_ && l3_blocks_; }
   CpuWorkers& workers() const { return *workers_; }
   int threads() const;
 
@@ -48,6 +51,7 @@ class CpuKernels {
   bool avx512_;
   bool vnni_;
   bool l3_;
+  bool l3_blocks_ = true;
   std::unique_ptr<CpuWorkers> workers_;
 };
 

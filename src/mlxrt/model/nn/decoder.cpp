@@ -10,10 +10,12 @@
 #include <mlx/fast.h>
 #include <mlx/ops.h>
 
+#include "mlxrt/cache/batch_cache.h"
 #include "mlxrt/cache/batch_kv_cache.h"
 #include "mlxrt/cache/kv_cache.h"
 #include "mlxrt/cache/rotating_kv_cache.h"
 #include "mlxrt/model/nn/activations.h"
+#include "mlxrt/kernels/cpu/l3_block.h"
 #include "mlxrt/kernels/cpu/l3_fused.h"
 #include "mlxrt/util/errors.h"
 
@@ -185,6 +187,30 @@ mx::array Attention::operator()(const mx::array& x, const AttentionMask& mask, c
   return attend(heads.queries, kv, mask);
 }
 
+std::optional<mx::array> Attention::l3_residual_block(const mx::array& x, const Norm& norm, const AttentionMask& mask,
+                                                      cache::Cache* cache) const {
+  const bool llama = cpu_ && cpu_->l3_blocks() && !qkv_proj_ && o_.qk_norm == QkNorm::none && !o_.qk_norm_after_rope &&
+                     !o_.scale_queries && o_.rope && o_.sdpa_cast == SdpaCast::none && !per_query_row_ &&
+                     !o_.sharded && mask.kind != AttentionMask::Kind::array &&
+                     !dynamic_cast<const cache::BatchCache*>(cache);
+  if (!llama) return std::nullopt;
+  const auto rms = norm.rms();
+  const auto rope = o_.rope->fast_call();
+  const auto q = q_proj_->l3_matrix(), k = k_proj_->l3_matrix(), v = v_proj_->l3_matrix(), o = o_proj_.l3_matrix();
+  if (!rms || !rope || !q || !k || !v || !o) return std::nullopt;
+  auto heads = kernels::cpu::l3_attention_input(cpu_, x, rms->first, rms->second, *q, *k, *v, o_.n_heads,
+                                                o_.n_kv_heads, rope->dims, rope->traditional, rope->base, rope->scale,
+                                                rope->freqs, cache ? cache->offset() : 0);
+  if (!heads) return std::nullopt;
+  const auto& queries = (*heads)[0];
+  cache::CachedKV kv = cache ? cache->update_and_fetch((*heads)[1], (*heads)[2]) : cache::PlainKV{(*heads)[1], (*heads)[2]};
+  if (const auto* plain = std::get_if<cache::PlainKV>(&kv))
+    if (auto out = kernels::cpu::l3_attention_output(cpu_, x, queries, plain->keys, plain->values, o_.scale,
+                                                     mask.kind == AttentionMask::Kind::causal, *o))
+      return *out;
+  return mx::add(x, attend(queries, kv, mask));
+}
+
 Mlp::Mlp(const MlpOptions& options, WeightBinder& w, const std::string& path) : o_(options) {
   using Kind = MlpOptions::Kind;
   if (o_.kind == Kind::custom) {
@@ -227,6 +253,14 @@ mx::array Mlp::operator()(const mx::array& x) const {
   return (*down_proj_)(o_.activation((*up_proj_)(x)));
 }
 
+std::optional<mx::array> Mlp::l3_residual_block(const mx::array& h, const Norm& norm) const {
+  if (!cpu_ || !cpu_->l3() || o_.kind != MlpOptions::Kind::swiglu) return std::nullopt;
+  const auto rms = norm.rms();
+  const auto gate = gate_proj_->l3_matrix(), up = up_proj_->l3_matrix(), down = down_proj_->l3_matrix();
+  if (!rms || !gate || !up || !down) return std::nullopt;
+  return kernels::cpu::l3_mlp_block(cpu_, h, rms->first, rms->second, *gate, *up, *down);
+}
+
 namespace {
 
 std::optional<Norm> maybe_norm(const BlockOptions& o, WeightBinder& w, const std::string& path,
@@ -260,10 +294,19 @@ mx::array Block::operator()(const mx::array& x, const AttentionMask& mask, cache
     if (residual_ == BlockOptions::Residual::parallel) return mx::add(mx::add(attn_h, ff_h), x);
     return mx::add(mx::add(x, attn_h), ff_h);
   }
-  auto r = self_attn_(input_norm_ ? (*input_norm_)(x) : x, mask, cache);
-  if (post_attention_norm_) r = (*post_attention_norm_)(r);
-  auto h = mx::add(x, scaled(r));
-  r = mlp_(pre_mlp_norm_ ? (*pre_mlp_norm_)(h) : h);
+  // At --fidelity l3 on the CPU: the norm, the attention and the residual add as two nodes.
+  std::optional<mx::array> fused;
+  if (input_norm_ && !post_attention_norm_ && !residual_scale_)
+    fused = self_attn_.l3_residual_block(x, *input_norm_, mask, cache);
+  auto h = fused ? *fused : [&] {
+    auto r = self_attn_(input_norm_ ? (*input_norm_)(x) : x, mask, cache);
+    if (post_attention_norm_) r = (*post_attention_norm_)(r);
+    return mx::add(x, scaled(r));
+  }();
+  // At --fidelity l3 on the CPU: the norm, the MLP and the residual add as one node.
+  if (pre_mlp_norm_ && !post_mlp_norm_ && !residual_scale_)
+    if (auto block = mlp_.l3_residual_block(h, *pre_mlp_norm_)) return *block;
+  auto r = mlp_(pre_mlp_norm_ ? (*pre_mlp_norm_)(h) : h);
   if (post_mlp_norm_) r = (*post_mlp_norm_)(r);
   return mx::add(h, scaled(r));
 }

@@ -29,6 +29,11 @@ class Norm {
   enum class Kind { rms, layer, layer_no_bias };
   static Norm load(WeightBinder& w, const std::string& path, int dims, float eps, Kind kind = Kind::rms);
   mx::array operator()(const mx::array& x) const;
+  /** An RMSNorm's weight and eps (nullopt for the other kinds). */
+  std::optional<std::pair<mx::array, float>> rms() const {
+    if (kind_ != Kind::rms) return std::nullopt;
+    return std::pair(weight_, eps_);
+  }
 
  private:
   Norm(Kind kind, mx::array weight, std::optional<mx::array> bias, float eps)
@@ -95,6 +100,12 @@ class Attention {
   /** The attention over `kv`, heads merged, then o_proj. */
   mx::array attend(const mx::array& queries, const cache::CachedKV& kv, const AttentionMask& mask) const;
 
+  /** At L3 on the CPU: x + this attention(rms_norm(x)) as two fused nodes around the cache update,
+   * where this is llama's attention (separate L3-packed q/k/v/o, RoPE, no q/k norms) and `norm` an
+   * RMSNorm; nullopt elsewhere. */
+  std::optional<mx::array> l3_residual_block(const mx::array& x, const Norm& norm, const AttentionMask& mask,
+                                             cache::Cache* cache) const;
+
   int n_heads() const { return o_.n_heads; }
   int n_kv_heads() const { return o_.n_kv_heads; }
   int head_dim() const { return o_.head_dim; }
@@ -134,6 +145,9 @@ class Mlp {
  public:
   Mlp(const MlpOptions& options, WeightBinder& w, const std::string& path);
   mx::array operator()(const mx::array& x) const;
+  /** At L3 on the CPU: h + this MLP(rms_norm(h)) as one fused node, where this is a plain SwiGLU
+   * MLP of L3-packed layers and `norm` an RMSNorm; nullopt elsewhere. */
+  std::optional<mx::array> l3_residual_block(const mx::array& h, const Norm& norm) const;
 
  private:
   MlpOptions o_;

@@ -131,6 +131,13 @@ Linear Linear::load_sharded_inplace(WeightBinder& w, const std::string& path, in
   return linear;
 }
 
+std::optional<kernels::cpu::L3Matrix> Linear::l3_matrix() const {
+  if (!q_ || !q_->l3 || bias_ || lora_ || slots_ || sum_over_ || rows_per_call_ > 0) return std::nullopt;
+  auto params = q_->scales.dtype();
+  if (q_->biases) params = mx::promote_types(params, q_->biases->dtype());
+  return kernels::cpu::L3Matrix{*q_->l3, q_->l3_n, q_->l3_k, q_->spec.group_size, q_->spec.bits, params};
+}
+
 mx::array Linear::dequantized_weight() const {
   if (!q_) return weight_;
   return mx::dequantize(weight_, q_->scales, q_->biases, q_->spec.group_size, q_->spec.bits, q_->spec.mode);

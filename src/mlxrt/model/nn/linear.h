@@ -10,6 +10,7 @@
 #include <mlx/distributed/distributed.h>
 
 #include "mlxrt/io/quantization.h"
+#include "mlxrt/kernels/cpu/l3_block.h"
 #include "mlxrt/kernels/cpu/matmul.h"
 #include "mlxrt/model/nn/adapter_rows.h"
 #include "mlxrt/model/nn/lora.h"
@@ -55,6 +56,10 @@ class Linear {
                                      Shard shard, const std::vector<int>& segments = {});
 
   mx::array operator()(const mx::array& x) const;
+
+  /** The layer's L3-packed matrix where its forward is that product alone (no bias, adapter,
+   * sharding or row-exact split around it), for the fused L3 blocks; nullopt elsewhere. */
+  std::optional<kernels::cpu::L3Matrix> l3_matrix() const;
 
  private:
   Linear(mx::array weight, std::optional<mx::array> bias, std::optional<Quantized> q)

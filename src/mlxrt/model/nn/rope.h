@@ -46,6 +46,21 @@ class Rope {
   /** The rope variant's name ("default", "linear", "llama3", ...), for profiles and logs. */
   const std::string& type() const { return type_; }
 
+  /** The fast::rope call operator()(x, offset) makes, where it is that call alone (not dynamic NTK,
+   * no scaling of x first): for the fused L3 blocks, which rotate inside their own node. */
+  struct FastCall {
+    int dims;
+    bool traditional;
+    std::optional<float> base;
+    float scale;
+    std::optional<mx::array> freqs;
+  };
+  std::optional<FastCall> fast_call() const {
+    if (type_ == "dynamic" || input_scale_ || (!freqs_ && !base_)) return std::nullopt;
+    if (freqs_) return FastCall{dims_, traditional_, std::nullopt, scale_, freqs_};
+    return FastCall{dims_, traditional_, base_, scale_, std::nullopt};
+  }
+
   /** The CPU kernels of the model: at --fidelity l3, one offset runs the fused L3 RoPE. */
   void set_cpu_kernels(std::shared_ptr<const kernels::cpu::CpuKernels> k) { cpu_ = std::move(k); }
 
