@@ -47,11 +47,21 @@ QWEN3_5_MOE = {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_t
                                "num_experts_per_tok": 2, "moe_intermediate_size": 32,
                                "shared_expert_intermediate_size": 48}}
 
+# MiniCPM: llama's layout and a SentencePiece tokenizer (Llama 2's), scale_depth that llama.cpp
+# divides by sqrt(layers), a head scaled by hidden_size / dim_model_base.
+MINICPM = {"architectures": ["MiniCPMForCausalLM"], "model_type": "minicpm", "hidden_size": 64,
+           "num_hidden_layers": 2, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "rms_norm_eps": 1e-5, "vocab_size": 32000, "max_position_embeddings": 4096, "rope_theta": 10000.0,
+           "scale_emb": 12.0, "scale_depth": 1.4, "dim_model_base": 32, "tie_word_embeddings": False,
+           "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu"}
+TOKENIZERS = {"minicpm": "llama2"}
+
 # name: (config, dtype, seed). MLX's CPU gather_mm runs float32 only: the MoE ones are float32.
 FIXTURES = {
     "hf_qwen3_next_fp32": (QWEN3_NEXT, "float32", 1),
     "hf_qwen3_5_bf16": (QWEN3_5, "bfloat16", 2),
     "hf_qwen3_5_moe_fp32": (QWEN3_5_MOE, "float32", 3),
+    "hf_minicpm_bf16": (MINICPM, "bfloat16", 4),
 }
 
 # transformers' Qwen3-Next / Qwen3.5 RMSNorm: weight stored zero-centred (scale 1 + weight).
@@ -124,8 +134,11 @@ def build(name, out: Path):
     if "text_config" in full:
         full["text_config"] = {**full["text_config"], "torch_dtype": torch_dtype}
     (tmp / "config.json").write_text(json.dumps(full, indent=2))
-    for f in QWEN_TOKENIZER.iterdir():
-        shutil.copyfile(f, tmp / f.name)
+    for f in (QWEN_TOKENIZER.parent / TOKENIZERS.get(config["model_type"], "qwen3")).iterdir():
+        # Llama 2's tokenizer.json holds its merges in a form transformers 5 no longer reads: the
+        # SentencePiece model stands for it (llama.cpp's converter reads that one too).
+        if not (f.name == "tokenizer.json" and (f.parent / "tokenizer.model").exists()):
+            shutil.copyfile(f, tmp / f.name)
     (tmp / "fixture.json").write_text(json.dumps([config, dtype, seed], sort_keys=True))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)

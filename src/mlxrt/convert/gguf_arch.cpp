@@ -222,6 +222,8 @@ const std::vector<GgufArchitecture>& architectures() {
       {"lfm2", "lfm2", "Lfm2ForCausalLM", false, kLfm2Globals, kLfm2Layer},
       {"phi2", "phi", "PhiForCausalLM", false, kPhi2Globals, kPhi2Layer},
       {"hunyuan-dense", "hunyuan_v1_dense", "HunYuanDenseV1ForCausalLM", false, kDecoderGlobals, hunyuan_layer()},
+      // MiniCPM: llama.cpp's MiniCPMModel permutes the Q/K rows as LlamaModel does.
+      {"minicpm", "minicpm", "MiniCPMForCausalLM", true, kDecoderGlobals, kDecoderLayer},
       {"qwen3next", "qwen3_next", "Qwen3NextForCausalLM", false, kDecoderGlobals, gated_delta_layer(false)},
       // Qwen3.5's text model, named as mlx_lm.convert writes the multimodal checkpoints (mlx-lm's
       // qwen3_5 keeps it under language_model).
@@ -319,9 +321,9 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
   const std::string family = arch.model_type;
   const bool gemma_norm = (family == "gemma" || family == "gemma2" || family == "gemma3_text") && suffix == ".weight" &&
                           base.size() >= 4 && base.compare(base.size() - 4, 4, "norm") == 0;
-  // The gated delta families' float32 tensors that came from the model's 16-bit type (A is
+  // The gated delta families' and MiniCPM's float32 tensors that came from the model's 16-bit type (A is
   // float32 in the checkpoint too: mlx-lm's cast_predicate leaves A_log as it is).
-  const bool narrow = gated_delta && tensor.type() == GgmlType::f32 && !base.ends_with(".ssm_a");
+  const bool narrow = (gated_delta || family == "minicpm") && tensor.type() == GgmlType::f32 && !base.ends_with(".ssm_a");
   for (const auto& r : arch.global_tensors)
     if (base == r.gguf) {
       TensorPlan plan{arch.prefix + std::string(r.hf) + suffix, std::nullopt};
@@ -570,6 +572,18 @@ void add_family_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, 
     // llama.cpp folds HunYuan's NTK alpha into rope.freq_base (and writes scaling "none"): the base
     // is taken as it is, with mlx-lm's alpha left at 1.
     c["use_qk_norm"] = file.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+  } else if (type == "minicpm") {
+    // MiniCPMModel.set_gguf_parameters writes scale_emb as it is, scale_depth / sqrt(layers) and
+    // hidden_size / dim_model_base (a whole number of dimensions); mlx-lm divides scale_depth by
+    // sqrt(layers) again, which gives the file's float32 back.
+    const double layers = static_cast<double>(c["num_hidden_layers"].get<uint64_t>());
+    c["scale_emb"] = positive_float(arch, file, "embedding_scale");
+    c["scale_depth"] = static_cast<double>(static_cast<float>(positive_float(arch, file, "residual_scale"))) * std::sqrt(layers);
+    const double base = static_cast<double>(c["hidden_size"].get<uint64_t>()) / positive_float(arch, file, "logit_scale");
+    if (std::fabs(base - std::round(base)) > 1e-3 * base)
+      throw ConfigError(file.source + ": metadata '" + arch_key(arch, "logit_scale") +
+                        "' does not divide the embedding length into a whole dim_model_base");
+    c["dim_model_base"] = static_cast<uint64_t>(std::llround(base));
   } else if (type == "seed_oss") {
     c["attention_out_bias"] = file.find_tensor("blk.0.attn_output.bias") != nullptr;
   } else if (type == "ernie4_5") {
