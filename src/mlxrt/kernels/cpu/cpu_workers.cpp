@@ -75,18 +75,15 @@ void CpuWorkers::run(int units, long long scratch_floats, const std::function<vo
     units_ = units;
     parts_ = parts;
     scratch_floats_ = scratch_floats;
-    pending_ = parts - 1;
+    pending_.store(parts - 1, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
   fn(scratch(0, scratch_floats), 0, units / parts);
-  auto finished = [this] {
-    std::lock_guard lock(m_);
-    return pending_ == 0;
-  };
+  auto finished = [this] { return pending_.load(std::memory_order_acquire) == 0; };
   if (!spin_until(finished)) {
     std::unique_lock lock(m_);
-    done_.wait(lock, [this] { return pending_ == 0; });
+    done_.wait(lock, finished);
   }
 }
 
@@ -113,12 +110,11 @@ void CpuWorkers::work(int slot) {
     const int begin = static_cast<int>(static_cast<long long>(units) * slot / parts);
     const int end = static_cast<int>(static_cast<long long>(units) * (slot + 1) / parts);
     (*fn)(scratch(slot, floats), begin, end);
-    bool last;
-    {
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Under the lock, so a caller between its last poll and its wait cannot miss the wake.
       std::lock_guard lock(m_);
-      last = --pending_ == 0;
+      done_.notify_one();
     }
-    if (last) done_.notify_one();
   }
 }
 

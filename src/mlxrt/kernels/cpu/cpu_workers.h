@@ -38,7 +38,9 @@ class CpuWorkers {
   std::mutex m_;
   std::condition_variable wake_, done_;
   std::atomic<std::uint64_t> generation_{0};
-  int pending_ = 0;
+  // Ranges of the run in progress not yet done: counted down without the lock, so the caller's
+  // poll and the workers' finishing never queue on m_ (its lock is taken only to sleep and wake).
+  std::atomic<int> pending_{0};
   bool stop_ = false;
   // The run in progress (written under m_ before generation_ moves).
   const std::function<void(float*, int, int)>* fn_ = nullptr;
