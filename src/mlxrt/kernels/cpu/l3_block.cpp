@@ -38,7 +38,7 @@ L3QmmArgs product(const detail::QuantizedRows& x, const std::uint32_t* packed, c
   L3QmmArgs a;
   a.out = out;
   a.x = x.row(0, m.k, m.group_size);
-  a.packed = packed;
+  detail::set_packed(a, packed);
   a.rows = rows;
   a.n = m.n;
   a.k = m.k;

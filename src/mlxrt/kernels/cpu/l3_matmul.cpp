@@ -7,6 +7,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <mlx/ops.h>
@@ -64,11 +65,21 @@ class L3PackWeights : public CpuOnly {
       const int words = in[0].shape(-1);
       const int k = words * 32 / bits;
       const int groups = k / g;
-      const long long tile_words = l3_tile_words(k, bits, g);
       const auto sdt = in[1].dtype(), bdt = in[2].dtype();
+      // float16 parameters where every one is exactly a float16 (l3_tile_words).
+      bool half = true;
+      const long long params = static_cast<long long>(experts) * n * groups;
+      for (long long i = 0; i < params && half; ++i)
+        for (const auto& [data, t] : {std::pair(scales.data, sdt), std::pair(biases.data, bdt)}) {
+          const float f = load_float(data, t, i);
+          half = half && static_cast<float>(mx::float16_t(f)) == f;
+        }
+      std::fill_n(out.data<std::uint32_t>(), kL3HeaderWords, 0u);
+      out.data<std::uint32_t>()[0] = half ? 1u : 0u;
+      const long long tile_words = l3_tile_words(k, bits, g, half);
       const int tiles = (n + kL3TileRows - 1) / kL3TileRows;
       for (int e = 0; e < experts; ++e) {
-      auto* dst = out.data<std::uint32_t>() + static_cast<long long>(e) * tiles * tile_words;
+      auto* dst = out.data<std::uint32_t>() + kL3HeaderWords + static_cast<long long>(e) * tiles * tile_words;
       const auto* src = reinterpret_cast<const std::uint32_t*>(w.data) + static_cast<long long>(e) * n * words;
       const long long sb_at = static_cast<long long>(e) * n * groups;
       for (int t = 0; t < tiles; ++t) {
@@ -78,13 +89,22 @@ class L3PackWeights : public CpuOnly {
             const int row = t * kL3TileRows + i;
             tile[static_cast<long long>(j) * kL3TileRows + i] = row < n ? src[static_cast<long long>(row) * words + j] : 0u;
           }
-        float* sb = reinterpret_cast<float*>(tile + static_cast<long long>(words) * kL3TileRows);
+        std::uint32_t* sb = tile + static_cast<long long>(words) * kL3TileRows;
         for (int gi = 0; gi < groups; ++gi)
           for (int i = 0; i < kL3TileRows; ++i) {
             const int row = t * kL3TileRows + i;
             const long long at = sb_at + static_cast<long long>(row) * groups + gi;
-            sb[gi * 2 * kL3TileRows + i] = row < n ? load_float(scales.data, sdt, at) : 0.0f;
-            sb[gi * 2 * kL3TileRows + kL3TileRows + i] = row < n ? load_float(biases.data, bdt, at) : 0.0f;
+            const float scale = row < n ? load_float(scales.data, sdt, at) : 0.0f;
+            const float bias = row < n ? load_float(biases.data, bdt, at) : 0.0f;
+            if (half) {
+              auto* h = reinterpret_cast<mx::float16_t*>(sb) + gi * 2 * kL3TileRows;
+              h[i] = mx::float16_t(scale);
+              h[kL3TileRows + i] = mx::float16_t(bias);
+            } else {
+              auto* f = reinterpret_cast<float*>(sb) + gi * 2 * kL3TileRows;
+              f[i] = scale;
+              f[kL3TileRows + i] = bias;
+            }
           }
       }
       }
@@ -218,6 +238,11 @@ QmmElem elem_of(mx::Dtype t) {
   return t == mx::bfloat16 ? QmmElem::bf16 : t == mx::float16 ? QmmElem::f16 : QmmElem::f32;
 }
 
+void set_packed(L3QmmArgs& args, const std::uint32_t* packed) {
+  args.half_params = packed[0] == 1u;
+  args.packed = packed + kL3HeaderWords;
+}
+
 }  // namespace detail
 
 namespace {
@@ -254,7 +279,7 @@ class L3QuantizedMatmul : public CpuOnly {
       L3QmmArgs args;
       args.out = out.data<void>();
       args.x = qx.row(0, k, g);
-      args.packed = in[1].data<std::uint32_t>();
+      detail::set_packed(args, in[1].data<std::uint32_t>());
       args.rows = rows;
       args.n = n;
       args.k = k;
@@ -292,7 +317,8 @@ class L3GatherQuantizedMatmul : public CpuOnly {
       const int rows = static_cast<int>(in[0].size() / static_cast<size_t>(k));
       const QuantizedRows qx = quantize_rows(*kr, x.data, in[0].dtype(), rows, k, bits, g);
       const int tiles = (n + kL3TileRows - 1) / kL3TileRows;
-      const long long expert_words = static_cast<long long>(tiles) * l3_tile_words(k, bits, g);
+      const bool half = in[1].data<std::uint32_t>()[0] == 1u;
+      const long long expert_words = static_cast<long long>(tiles) * l3_tile_words(k, bits, g, half);
       const auto* lhs_ids = reinterpret_cast<const std::uint32_t*>(lhs.data);
       const auto* rhs_ids = reinterpret_cast<const std::uint32_t*>(rhs.data);
       char* out_data = static_cast<char*>(out.data<void>());
@@ -308,7 +334,8 @@ class L3GatherQuantizedMatmul : public CpuOnly {
         L3QmmArgs args = shape;
         args.out = out_data + static_cast<size_t>(i) * static_cast<size_t>(m) * static_cast<size_t>(n) * item;
         args.x = qx.row(static_cast<long long>(lhs_ids[lhs.offset(i)]) * m, k, g);
-        args.packed = in[1].data<std::uint32_t>() + static_cast<long long>(rhs_ids[rhs.offset(i)]) * expert_words;
+        detail::set_packed(args, in[1].data<std::uint32_t>());
+        args.packed += static_cast<long long>(rhs_ids[rhs.offset(i)]) * expert_words;
         return args;
       });
     });
@@ -334,7 +361,7 @@ std::optional<mx::array> l3_pack(const std::shared_ptr<const CpuKernels>& kernel
   const int n = w.shape(-2);
   const long long experts = w.ndim() == 3 ? w.shape(0) : 1;
   const long long tiles = (n + kL3TileRows - 1) / kL3TileRows;
-  const long long words = experts * tiles * l3_tile_words(k, bits, group_size);
+  const long long words = kL3HeaderWords + experts * tiles * l3_tile_words(k, bits, group_size, false);
   if (words > std::numeric_limits<int>::max()) return std::nullopt;
   const auto cpu = mx::default_stream(mx::Device::cpu);
   return mx::array({static_cast<int>(words)}, mx::uint32,

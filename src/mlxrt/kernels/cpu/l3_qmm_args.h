@@ -28,11 +28,19 @@ constexpr int kL3TileRows = 16;  // weight rows (outputs) interleaved in one pac
 
 /** A weight matrix as the L3 kernels read it: tiles of 16 rows (the last padded with zeros), each
  * tile `tile_words` 32-bit words: first, for each word j of a row (k · bits / 32 of them), that
- * word of the tile's 16 rows; then, for each group, the 16 rows' scales and the 16 rows' biases
- * as float32. */
-inline long long l3_tile_words(int k, int bits, int group_size) {
-  return static_cast<long long>(k) * bits / 32 * kL3TileRows + static_cast<long long>(k / group_size) * 2 * kL3TileRows;
+ * word of the tile's 16 rows; then, for each group, the 16 rows' scales and the 16 rows' biases,
+ * as float16 where every scale and bias of the matrix is one exactly (`half`: checkpoints whose
+ * scales are float16, and the GGUF conversions, whose Q4_1 / Q8_0 scales were; a decode step
+ * reads a sixth fewer bytes), else as float32. Either way the kernel multiplies with the same
+ * float values. */
+inline long long l3_tile_words(int k, int bits, int group_size, bool half) {
+  return static_cast<long long>(k) * bits / 32 * kL3TileRows +
+         static_cast<long long>(k / group_size) * (half ? 1 : 2) * kL3TileRows;
 }
+
+/** The packed array starts with this many words: word 0 is 1 where the scales and biases are
+ * float16 (l3_tile_words), 0 where float32; the tiles follow. The array is sized for float32. */
+constexpr int kL3HeaderWords = 16;
 
 /** x's rows quantized (the first step above). Per row, 2k int8 values: for each word of a weight
  * row, its x1 then its x2 values in the order of the word's bytes (8 bits: 4 values in k order;
@@ -48,7 +56,8 @@ constexpr int kL3Levels = 2;  // int8 levels of x: x1 and its remainder x2
 struct L3QmmArgs {
   void* out = nullptr;  // rows × n, row-contiguous
   L3Rows x;
-  const std::uint32_t* packed = nullptr;  // ceil(n / 16) tiles
+  const std::uint32_t* packed = nullptr;  // ceil(n / 16) tiles (after the header)
+  bool half_params = false;               // scales and biases as float16
   int rows = 0;
   int n = 0;
   int k = 0;

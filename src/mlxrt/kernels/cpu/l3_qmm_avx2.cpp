@@ -24,6 +24,7 @@ struct Vec256Dot {
   static F set1(float x) { return _mm256_set1_ps(x); }
   static I set1i(int x) { return _mm256_set1_epi32(x); }
   static F load(const float* p) { return _mm256_loadu_ps(p); }
+  static F load_half(const std::uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static I loadi(const std::uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static I and_(I a, I b) { return _mm256_and_si256(a, b); }
   static I srli4(I v) { return _mm256_srli_epi32(v, 4); }

@@ -23,6 +23,9 @@ struct Vec512Vnni {
   static F set1(float x) { return _mm512_set1_ps(x); }
   static I set1i(int x) { return _mm512_set1_epi32(x); }
   static F load(const float* p) { return _mm512_loadu_ps(p); }
+  static F load_half(const std::uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
   static I loadi(const std::uint32_t* p) { return _mm512_loadu_si512(p); }
   static I and_(I a, I b) { return _mm512_and_si512(a, b); }
   static I srli4(I v) { return _mm512_srli_epi32(v, 4); }

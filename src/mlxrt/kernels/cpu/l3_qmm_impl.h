@@ -41,7 +41,7 @@ struct L3Qmm {
         blocks(args.k / kL3Block),
         blocks_per_group(args.group_size / kL3Block),
         words_per_block(args.bits),
-        tile_words(l3_tile_words(args.k, args.bits, args.group_size)),
+        tile_words(l3_tile_words(args.k, args.bits, args.group_size, args.half_params)),
         tiles((args.n + kL3TileRows - 1) / kL3TileRows),
         q_stride(static_cast<long long>(args.k) * kL3Levels) {}
 
@@ -55,6 +55,14 @@ struct L3Qmm {
   void block(int r0, int s0) const {
     const std::uint32_t* base[S];
     for (int s = 0; s < S; ++s) base[s] = subtile_words(s0 + s);
+    // Each subtile's tile (where its scales and biases are, after the words) and its first lane.
+    const std::uint32_t* tile_params[S];
+    int lane[S];
+    for (int s = 0; s < S; ++s) {
+      tile_params[s] = a.packed + static_cast<long long>((s0 + s) / kSubtilesPerTile) * tile_words +
+                       static_cast<long long>(words) * kL3TileRows;
+      lane[s] = ((s0 + s) % kSubtilesPerTile) * W;
+    }
     const std::int8_t* xq[R];
     const float* xd[R];
     const float* xs[R];
@@ -63,7 +71,6 @@ struct L3Qmm {
       xd[r] = a.x.block_d + static_cast<long long>(r0 + r) * blocks * kL3Levels;
       xs[r] = a.x.group_xs + static_cast<long long>(r0 + r) * groups;
     }
-    const long long sb0 = static_cast<long long>(words) * kL3TileRows;  // scales and biases after the words
     F acc[R][S], bacc[R][S];
     for (int r = 0; r < R; ++r)
       for (int s = 0; s < S; ++s) acc[r][s] = bacc[r][s] = V::zero();
@@ -71,7 +78,7 @@ struct L3Qmm {
     int b = 0;
     for (int g = 0; g < groups; ++g) {
       F scale[S];
-      for (int s = 0; s < S; ++s) scale[s] = V::load(reinterpret_cast<const float*>(base[s] + sb0 + static_cast<long long>(g) * 2 * kL3TileRows));
+      for (int s = 0; s < S; ++s) scale[s] = params(tile_params[s], lane[s], g, 0);
       for (int bb = 0; bb < blocks_per_group; ++bb, ++b) {
         // Per level: two chains (low and high nibbles, or even and odd words).
         I first[R][S][2], second[R][S][2];
@@ -120,12 +127,22 @@ struct L3Qmm {
         }
       }
       for (int s = 0; s < S; ++s) {
-        const F bias = V::load(reinterpret_cast<const float*>(base[s] + sb0 + static_cast<long long>(g) * 2 * kL3TileRows + kL3TileRows));
+        const F bias = params(tile_params[s], lane[s], g, 1);
         for (int r = 0; r < R; ++r) bacc[r][s] = V::fma(bias, V::set1(xs[r][g]), bacc[r][s]);
       }
     }
     for (int r = 0; r < R; ++r)
       for (int s = 0; s < S; ++s) store(r0 + r, s0 + s, V::add(acc[r][s], bacc[r][s]));
+  }
+
+  // Group g's scales (which 0) or biases (1) of the W outputs from `lane` of a tile whose
+  // parameters start at p.
+  F params(const std::uint32_t* p, int lane, int g, int which) const {
+    if (a.half_params)
+      return V::load_half(reinterpret_cast<const std::uint16_t*>(p + static_cast<long long>(g) * kL3TileRows) +
+                          which * kL3TileRows + lane);
+    return V::load(reinterpret_cast<const float*>(p + static_cast<long long>(g) * 2 * kL3TileRows + which * kL3TileRows) +
+                   lane);
   }
 
   void store(int row, int s, F v) const {

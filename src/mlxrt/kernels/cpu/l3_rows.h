@@ -37,6 +37,9 @@ QuantizedRows quantize_rows(const CpuKernels& kernels, const char* x, mx::Dtype 
 /** Several L3 products (any shapes), all their work units in one run of the threads. */
 void run_l3_products(const CpuKernels& kernels, const std::vector<L3QmmArgs>& products);
 
+/** Points `args` at the tiles of an array l3_pack made, with its parameters' format. */
+void set_packed(L3QmmArgs& args, const std::uint32_t* packed);
+
 /** The QmmElem of a float32, bfloat16 or float16 buffer. */
 QmmElem elem_of(mx::Dtype t);
 
