@@ -60,6 +60,51 @@ def test_mtp_logits_equal_the_reference(fixture, tmp_path):
     assert raw_bytes(got) == raw_bytes(want)
 
 
+def hf_layout_copy(model_dir, out):
+    """The MLX-layout qwen3_5 fixture as a Hugging Face checkpoint stores it: transformers' names,
+    conv1d weights [channels, 1, kernel], and every Qwen3-Next RMSNorm (the MTP head's included)
+    zero-centred (transformers scales by 1 + weight)."""
+    import json
+    import shutil
+
+    zero_centred = (".input_layernorm.weight", ".post_attention_layernorm.weight", "model.norm.weight",
+                    ".q_norm.weight", ".k_norm.weight", "mtp.norm.weight", "mtp.pre_fc_norm_embedding.weight",
+                    "mtp.pre_fc_norm_hidden.weight")
+    tensors = mtp_reference.checkpoint_tensors(model_dir)
+    hf = {}
+    for k, v in tensors.items():
+        if k.endswith("conv1d.weight"):
+            v = v.moveaxis(1, 2)
+        if k.endswith(zero_centred):
+            v = v - 1.0
+        if k.startswith("language_model.model."):
+            k = "model.language_model." + k[len("language_model.model."):]
+        elif k.startswith("language_model."):
+            k = k[len("language_model."):]
+        hf[k] = v
+    out.mkdir()
+    shutil.copy(model_dir / "config.json", out / "config.json")
+    mx.save_safetensors(str(out / "model.safetensors"), hf, metadata={"format": "pt"})
+    (out / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {k: "model.safetensors" for k in hf}}))
+    return out
+
+
+def test_mtp_head_of_a_hugging_face_checkpoint(tmp_path):
+    """The published checkpoints' layout: the head's norms get their 1 added with the model's, so its
+    logits equal the MLX-layout twin's (and the reference's on the same files)."""
+    model_dir = make_fixture("qwen3_5_mtp_bf16")
+    hf_dir = hf_layout_copy(model_dir, tmp_path / "hf")
+    logits = {}
+    for name, path in (("mlx", model_dir), ("hf", hf_dir)):
+        run_mlxrt("logits", "--model", path, "--tokens", PROMPT_FLAG, "--mtp", "--out", tmp_path / f"{name}.safetensors")
+        logits[name] = raw_bytes(mx.load(str(tmp_path / f"{name}.safetensors"))["logits"])
+    assert logits["hf"] == logits["mlx"]
+    from mlx_lm.utils import load_model
+
+    model, _ = load_model(hf_dir)
+    assert raw_bytes(mtp_reference.draft_logits(model, mtp_reference.load_head(hf_dir, model), PROMPT)) == logits["hf"]
+
+
 # The invariance suite on qwen3_5: every variant gives plain one-token decoding's tokens and logprobs.
 # (name, model, flags); "{self}" is the model itself, other names are fixtures.
 VARIANTS = [
