@@ -283,6 +283,11 @@ FIXTURES = {
         **QWEN3_5_TEXT, "model_type": "qwen3_5_moe_text", "num_experts": 4, "num_experts_per_tok": 2,
         "moe_intermediate_size": 64, "shared_expert_intermediate_size": 128}},
         quant={"bits": 4, "group_size": 64}, seed=77, cast_predicate=True),
+    # float32 (MLX's CPU gather_mm), with a multi-token-prediction head whose layer has experts too
+    "qwen3_5_moe_mtp_fp32": fx({"model_type": "qwen3_5_moe", "text_config": {
+        **QWEN3_5_TEXT, "model_type": "qwen3_5_moe_text", "num_experts": 4, "num_experts_per_tok": 2,
+        "moe_intermediate_size": 64, "shared_expert_intermediate_size": 128}},
+        dtype="float32", seed=86, mtp={"seed": 5, "mode": "random"}),
     # tensor parallel over two ranks: every expert's hidden units (and the shared expert's) split into
     # whole quantization groups (64 of 128 per rank)
     "qwen3_5_moe_q4_g64_tp2": fx({"model_type": "qwen3_5_moe", "text_config": {

@@ -46,7 +46,8 @@ def one_token_runs(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("fixture", ["qwen3_5_mtp_bf16", "qwen3_next_dense_mtp_bf16", "qwen3_next_mtp_fp32"])
+@pytest.mark.parametrize("fixture", ["qwen3_5_mtp_bf16", "qwen3_5_moe_mtp_fp32", "qwen3_next_dense_mtp_bf16",
+                                     "qwen3_next_mtp_fp32"])
 def test_mtp_logits_equal_the_reference(fixture, tmp_path):
     model_dir = make_fixture(fixture)
     out = tmp_path / "mtp.safetensors"
@@ -124,9 +125,12 @@ VARIANTS = [
     ("next-draft-itself", "qwen3_next_fp32", ["--spec-exact", "--draft-model", "{self}", "--num-draft-tokens", "3"]),
     ("next-mtp-moe-head", "qwen3_next_mtp_fp32", ["--mtp", "--num-draft-tokens", "3", "--prefill-step-size", "6"]),
     ("next-mtp-dense-head", "qwen3_next_dense_mtp_bf16", ["--mtp", "--num-draft-tokens", "2"]),
+    # qwen3_5_moe in float32 (experts on every layer, the MTP layer's too)
+    ("moe-spec-exact-chunked", "qwen3_5_moe_mtp_fp32", ["--spec-exact", "--prefill-step-size", "7"]),
+    ("moe-mtp-head", "qwen3_5_moe_mtp_fp32", ["--mtp", "--num-draft-tokens", "3", "--prefill-step-size", "5"]),
 ]
 SHORT = {"draft-other-init-chunked", "mtp-random-head", "mtp-bigram-head", "mtp-bigram-head-chunked",
-         "next-mtp-moe-head"}
+         "next-mtp-moe-head", "moe-mtp-head"}
 # A qwen3_next checkpoint with mtp.* tensors loads only with --mtp (qwen3_next.py's strict load
 # refuses them): its one-token reference is the same model without them.
 REFERENCE = {"qwen3_next_mtp_fp32": "qwen3_next_fp32", "qwen3_next_dense_mtp_bf16": "qwen3_next_dense_bf16"}

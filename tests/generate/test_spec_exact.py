@@ -139,4 +139,4 @@ def test_a_family_it_does_not_cover_is_refused():
     proc = run_mlxrt("generate", "--model", make_fixture("qwen3_moe_bf16"), "--prompt-tokens", PROMPT, "-m", 4,
                      "--spec-exact", check=False)
     assert proc.returncode != 0
-    assert "--spec-exact: model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3, qwen3_5, qwen3_next)" in proc.stderr
+    assert "--spec-exact: model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3, qwen3_5, qwen3_5_moe, qwen3_next)" in proc.stderr

@@ -152,7 +152,7 @@ static void check_row_exact(const LoadOptions& options, const io::ModelConfig& c
   if (options.parallel) throw UnsupportedError("--spec-exact is not supported in distributed mode");
   if (!options.adapter_path.empty()) throw UnsupportedError("--spec-exact cannot be combined with an adapter");
   static const std::vector<std::string> kFamilies = {"llama", "mistral", "qwen2", "qwen3", "qwen3_5",
-                                                     "qwen3_next"};
+                                                     "qwen3_5_moe", "qwen3_next"};
   if (std::find(kFamilies.begin(), kFamilies.end(), config.model_type()) == kFamilies.end()) {
     std::string list;
     for (const auto& f : kFamilies) list += (list.empty() ? "" : ", ") + f;
