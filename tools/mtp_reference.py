@@ -100,6 +100,14 @@ def load_head(model_dir, model):
         k = k[len("mtp."):]
         if hf_layout and v.ndim == 1 and k.endswith(NORMS):
             v = v + 1.0
+        if k.endswith("mlp.experts.gate_up_proj"):  # Qwen3.5-MoE's fused experts: gate, then up, along -2
+            mid = v.shape[-2] // 2
+            prefix = k[: -len("experts.gate_up_proj")]
+            weights[prefix + "switch_mlp.gate_proj.weight"] = v[..., :mid, :]
+            weights[prefix + "switch_mlp.up_proj.weight"] = v[..., mid:, :]
+            continue
+        if k.endswith("mlp.experts.down_proj"):
+            k = k[: -len("experts.down_proj")] + "switch_mlp.down_proj.weight"
         weights[k] = v
     if not weights:
         raise SystemExit(f"{model_dir}: no mtp.* tensors")

@@ -62,9 +62,10 @@ def test_mtp_logits_equal_the_reference(fixture, tmp_path):
 
 
 def hf_layout_copy(model_dir, out):
-    """The MLX-layout qwen3_5 fixture as a Hugging Face checkpoint stores it: transformers' names,
-    conv1d weights [channels, 1, kernel], and every Qwen3-Next RMSNorm (the MTP head's included)
-    zero-centred (transformers scales by 1 + weight)."""
+    """An MLX-layout qwen3_5 / qwen3_5_moe fixture as a Hugging Face checkpoint stores it:
+    transformers' names, conv1d weights [channels, 1, kernel], every Qwen3-Next RMSNorm (the MTP
+    head's included) zero-centred (transformers scales by 1 + weight), and Qwen3.5-MoE's experts
+    fused (gate_up_proj: gate then up along -2; down_proj)."""
     import json
     import shutil
 
@@ -78,6 +79,13 @@ def hf_layout_copy(model_dir, out):
             v = v.moveaxis(1, 2)
         if k.endswith(zero_centred):
             v = v - 1.0
+        if k.endswith("switch_mlp.up_proj.weight"):
+            continue
+        if k.endswith("switch_mlp.gate_proj.weight"):
+            up = tensors[k.replace("gate_proj", "up_proj")]
+            k, v = k.replace("switch_mlp.gate_proj.weight", "experts.gate_up_proj"), mx.concatenate([v, up], axis=-2)
+        elif k.endswith("switch_mlp.down_proj.weight"):
+            k = k.replace("switch_mlp.down_proj.weight", "experts.down_proj")
         if k.startswith("language_model.model."):
             k = "model.language_model." + k[len("language_model.model."):]
         elif k.startswith("language_model."):
@@ -90,10 +98,12 @@ def hf_layout_copy(model_dir, out):
     return out
 
 
-def test_mtp_head_of_a_hugging_face_checkpoint(tmp_path):
-    """The published checkpoints' layout: the head's norms get their 1 added with the model's, so its
-    logits equal the MLX-layout twin's (and the reference's on the same files)."""
-    model_dir = make_fixture("qwen3_5_mtp_bf16")
+@pytest.mark.parametrize("fixture", ["qwen3_5_mtp_bf16", "qwen3_5_moe_mtp_fp32"])
+def test_mtp_head_of_a_hugging_face_checkpoint(fixture, tmp_path):
+    """The published checkpoints' layout: the head's norms get their 1 added with the model's (and
+    its experts are split as the model's), so its logits equal the MLX-layout twin's (and the
+    reference's on the same files)."""
+    model_dir = make_fixture(fixture)
     hf_dir = hf_layout_copy(model_dir, tmp_path / "hf")
     logits = {}
     for name, path in (("mlx", model_dir), ("hf", hf_dir)):
