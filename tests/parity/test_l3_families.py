@@ -83,8 +83,8 @@ def test_l3_is_no_farther_from_float32_than_l1(name, fixtures_dir, tmp_path):
 
 
 # Families whose layers take the fused L3 blocks (kernels/cpu/l3_block.h) in part or whole: llama
-# (every piece), qwen3 8-bit (q/k norms: the attention stays separate nodes), smollm3 (NoPE layers),
-# qwen2 (q/k/v biases: the attention stays separate nodes).
+# (every piece), qwen3 8-bit (per-head q/k norms inside the block), smollm3 (NoPE layers keep the
+# separate attention nodes), qwen2 (q/k/v biases: the attention stays separate nodes).
 BLOCK_FIXTURES = ["llama_q4_g64", "qwen3_q8_g32", "smollm3_q4_g64", "qwen2_q4_g64"]
 
 

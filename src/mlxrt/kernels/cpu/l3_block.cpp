@@ -127,14 +127,17 @@ struct AttentionInputCall {
   detail::L3RopeSpec rope;
   bool has_freqs;
   int offset;
+  std::optional<std::pair<float, float>> qk_eps;  // the per-head norms' (their weights are inputs)
 
   bool operator==(const AttentionInputCall& o) const {
     return kernels == o.kernels && eps == o.eps && q == o.q && k == o.k && v == o.v && heads == o.heads &&
            kv_heads == o.kv_heads && rope.dims == o.rope.dims && rope.traditional == o.rope.traditional &&
-           rope.base == o.rope.base && rope.scale == o.rope.scale && has_freqs == o.has_freqs && offset == o.offset;
+           rope.base == o.rope.base && rope.scale == o.rope.scale && has_freqs == o.has_freqs &&
+           offset == o.offset && qk_eps == o.qk_eps;
   }
 
-  // in: h [B, L, d], norm weight, q, k, v packed, (freqs); out: queries, keys, values [B, heads, L, D].
+  // in: h [B, L, d], norm weight, q, k, v packed, (freqs), (q and k norm weights); out: queries,
+  // keys, values [B, heads, L, D].
   void compute(const std::vector<mx::array>& in, std::vector<mx::array>& out) const {
     const auto t = in[0].dtype();
     const size_t item = in[0].itemsize();
@@ -157,23 +160,39 @@ struct AttentionInputCall {
       for (int i = 0; i < rope.dims / 2; ++i) freqs.push_back(load_float(f.data, in[5].dtype(), f.offset(i)));
     }
     const auto table = detail::rope_table(rope, freqs, offset, L);
-    // [B, L, heads, D] -> [B, heads, L, D], rotated (queries, keys) or copied (values).
-    auto split = [&](const std::vector<char>& lin, int n_heads, char* dst, bool rotate) {
+    // The per-head norms' weights as floats (qwen3), empty without.
+    std::vector<float> q_norm, k_norm, scratch(static_cast<size_t>(D));
+    std::vector<char> normed_head(static_cast<size_t>(D) * item);
+    if (qk_eps) {
+      const size_t at = has_freqs ? 6 : 5;
+      for (auto [w, index] : {std::pair(&q_norm, at), std::pair(&k_norm, at + 1)}) {
+        const Operand wo(in[index], 1);
+        for (int i = 0; i < D; ++i) w->push_back(load_float(wo.data, t, wo.offset(i)));
+      }
+    }
+    // [B, L, heads, D] -> [B, heads, L, D]: normed (where given) and rotated (queries, keys) or
+    // copied (values).
+    auto split = [&](const std::vector<char>& lin, int n_heads, char* dst, bool rotate, const std::vector<float>& norm,
+                     float norm_eps) {
       const size_t head_bytes = static_cast<size_t>(D) * item;
       for (int b = 0; b < B; ++b)
         for (int l = 0; l < L; ++l)
           for (int hd = 0; hd < n_heads; ++hd) {
             const char* src = lin.data() + ((static_cast<size_t>(b) * L + l) * n_heads + hd) * head_bytes;
             char* to = dst + ((static_cast<size_t>(b) * n_heads + hd) * L + l) * head_bytes;
+            if (!norm.empty()) {
+              detail::rms_norm_rows(src, t, 1, D, norm.data(), norm_eps, normed_head.data());
+              src = normed_head.data();
+            }
             if (rotate)
               detail::rope_row(table, src, t, D, l, to);
             else
               std::memcpy(to, src, head_bytes);
           }
     };
-    split(lq, heads, static_cast<char*>(out[0].data<void>()), true);
-    split(lk, kv_heads, static_cast<char*>(out[1].data<void>()), true);
-    split(lv, kv_heads, static_cast<char*>(out[2].data<void>()), false);
+    split(lq, heads, static_cast<char*>(out[0].data<void>()), true, q_norm, qk_eps ? qk_eps->first : 0.0f);
+    split(lk, kv_heads, static_cast<char*>(out[1].data<void>()), true, k_norm, qk_eps ? qk_eps->second : 0.0f);
+    split(lv, kv_heads, static_cast<char*>(out[2].data<void>()), false, {}, 0.0f);
   }
 };
 
@@ -284,7 +303,8 @@ std::optional<std::vector<mx::array>> l3_attention_input(const std::shared_ptr<c
                                                          int n_heads, int n_kv_heads, int rope_dims,
                                                          bool rope_traditional, std::optional<float> rope_base,
                                                          float rope_scale, const std::optional<mx::array>& freqs,
-                                                         int offset) {
+                                                         int offset,
+                                                         const std::optional<std::pair<L3Norm, L3Norm>>& qk_norms) {
   const auto t = h.dtype();
   if (!kernels || !kernels->l3_blocks() || mx::default_device() != mx::Device::cpu || !float_type(t) ||
       h.ndim() != 3 || h.size() == 0 || n_heads <= 0 || n_kv_heads <= 0)
@@ -299,9 +319,17 @@ std::optional<std::vector<mx::array>> l3_attention_input(const std::shared_ptr<c
   const bool rope = rope_dims > 0 && rope_dims % 2 == 0 && rope_dims <= D &&
                     (freqs ? freqs->ndim() == 1 && freqs->shape(0) == rope_dims / 2 && float_type(freqs->dtype())
                            : rope_base.has_value());
-  if (!fits || !rope) return std::nullopt;
+  // As l3_fused.h's rms_norm fuses them.
+  auto head_norm = [&](const L3Norm& n) { return n.weight.dtype() == t && n.weight.ndim() == 1 && n.weight.shape(0) == D; };
+  if (!fits || !rope || (qk_norms && !(head_norm(qk_norms->first) && head_norm(qk_norms->second)))) return std::nullopt;
   std::vector<mx::array> inputs{h, norm_weight, q.packed, k.packed, v.packed};
   if (freqs) inputs.push_back(*freqs);
+  std::optional<std::pair<float, float>> qk_eps;
+  if (qk_norms) {
+    inputs.push_back(qk_norms->first.weight);
+    inputs.push_back(qk_norms->second.weight);
+    qk_eps = std::pair(qk_norms->first.eps, qk_norms->second.eps);
+  }
   const int B = h.shape(0), L = h.shape(1);
   return mx::array::make_arrays(
       {{B, n_heads, L, D}, {B, n_kv_heads, L, D}, {B, n_kv_heads, L, D}}, {t, t, t},
@@ -309,7 +337,7 @@ std::optional<std::vector<mx::array>> l3_attention_input(const std::shared_ptr<c
           mx::default_stream(mx::Device::cpu),
           AttentionInputCall{kernels, eps, shape_of(q), shape_of(k), shape_of(v), n_heads, n_kv_heads,
                              detail::L3RopeSpec{rope_dims, rope_traditional, rope_base.value_or(0.0f), rope_scale},
-                             freqs.has_value(), offset}),
+                             freqs.has_value(), offset, qk_eps}),
       inputs);
 }
 

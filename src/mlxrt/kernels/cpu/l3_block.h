@@ -8,6 +8,7 @@
  * so the bytes are those nodes' bytes (MLXRT_L3_BLOCKS=0 runs them instead). */
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <mlx/array.h>
@@ -34,17 +35,25 @@ std::optional<mx::array> l3_mlp_block(const std::shared_ptr<const CpuKernels>& k
                                       const mx::array& norm_weight, float eps, const L3Matrix& gate,
                                       const L3Matrix& up, const L3Matrix& down);
 
+/** An RMSNorm's weight and eps. */
+struct L3Norm {
+  mx::array weight;
+  float eps;
+};
+
 /** [queries, keys, values] of llama's attention, each [B, heads, L, head_dim]: x = rms_norm(h,
- * norm_weight, eps) through q, k and v (one quantization of x), split into heads, queries and keys
- * rotated by RoPE (`rope`: fast::rope's dims, traditional, base, scale; `freqs` its optional
- * frequencies) at positions offset, offset + 1, ...; nullopt where it does not apply. */
+ * norm_weight, eps) through q, k and v (one quantization of x), split into heads, with qwen3's
+ * per-head RMSNorms where `qk_norms` are given, queries and keys rotated by RoPE (`rope`:
+ * fast::rope's dims, traditional, base, scale; `freqs` its optional frequencies) at positions
+ * offset, offset + 1, ...; nullopt where it does not apply. */
 std::optional<std::vector<mx::array>> l3_attention_input(const std::shared_ptr<const CpuKernels>& kernels,
                                                          const mx::array& h, const mx::array& norm_weight, float eps,
                                                          const L3Matrix& q, const L3Matrix& k, const L3Matrix& v,
                                                          int n_heads, int n_kv_heads, int rope_dims,
                                                          bool rope_traditional, std::optional<float> rope_base,
                                                          float rope_scale, const std::optional<mx::array>& freqs,
-                                                         int offset);
+                                                         int offset,
+                                                         const std::optional<std::pair<L3Norm, L3Norm>>& qk_norms);
 
 /** h + o(attention(queries, keys, values)) with the heads joined back ([B, L, heads · Dv]):
  * l3_fused.h's attention (causal or unmasked) then the o projection and the residual add, one node;

@@ -189,7 +189,8 @@ mx::array Attention::operator()(const mx::array& x, const AttentionMask& mask, c
 
 std::optional<mx::array> Attention::l3_residual_block(const mx::array& x, const Norm& norm, const AttentionMask& mask,
                                                       cache::Cache* cache) const {
-  const bool llama = cpu_ && cpu_->l3_blocks() && !qkv_proj_ && o_.qk_norm == QkNorm::none && !o_.qk_norm_after_rope &&
+  const bool llama = cpu_ && cpu_->l3_blocks() && !qkv_proj_ &&
+                     (o_.qk_norm == QkNorm::none || o_.qk_norm == QkNorm::per_head) && !o_.qk_norm_after_rope &&
                      !o_.scale_queries && o_.rope && o_.sdpa_cast == SdpaCast::none && !per_query_row_ &&
                      !o_.sharded && mask.kind != AttentionMask::Kind::array &&
                      !dynamic_cast<const cache::BatchCache*>(cache);
@@ -198,9 +199,16 @@ std::optional<mx::array> Attention::l3_residual_block(const mx::array& x, const 
   const auto rope = o_.rope->fast_call();
   const auto q = q_proj_->l3_matrix(), k = k_proj_->l3_matrix(), v = v_proj_->l3_matrix(), o = o_proj_.l3_matrix();
   if (!rms || !rope || !q || !k || !v || !o) return std::nullopt;
+  // qwen3's per-head q/k RMSNorms, before RoPE.
+  std::optional<std::pair<kernels::cpu::L3Norm, kernels::cpu::L3Norm>> qk_norms;
+  if (o_.qk_norm == QkNorm::per_head) {
+    const auto qn = q_norm_->rms(), kn = k_norm_->rms();
+    if (!qn || !kn) return std::nullopt;
+    qk_norms = std::pair(kernels::cpu::L3Norm{qn->first, qn->second}, kernels::cpu::L3Norm{kn->first, kn->second});
+  }
   auto heads = kernels::cpu::l3_attention_input(cpu_, x, rms->first, rms->second, *q, *k, *v, o_.n_heads,
                                                 o_.n_kv_heads, rope->dims, rope->traditional, rope->base, rope->scale,
-                                                rope->freqs, cache ? cache->offset() : 0);
+                                                rope->freqs, cache ? cache->offset() : 0, qk_norms);
   if (!heads) return std::nullopt;
   const auto& queries = (*heads)[0];
   cache::CachedKV kv = cache ? cache->update_and_fetch((*heads)[1], (*heads)[2]) : cache::PlainKV{(*heads)[1], (*heads)[2]};
