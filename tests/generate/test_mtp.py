@@ -233,3 +233,10 @@ def test_refused(model, flags, message):
                      check=False)
     assert proc.returncode != 0
     assert message in proc.stderr
+
+
+def test_text_path_refuses_a_family_without_a_head(chat_model):
+    """With tokenizer files (the text path): a model without an MTP head is named."""
+    proc = run_mlxrt("generate", "--model", chat_model, "--prompt", "hello", "-m", 4, "--mtp", check=False)
+    assert proc.returncode != 0
+    assert "--mtp: model_type 'llama' has no multi-token-prediction head" in proc.stderr

@@ -41,7 +41,7 @@ struct LoadOptions {
    * alone over its prefix. Then any prefill chunking, and a speculative step's verification, give
    * the bytes of decoding one token at a time (what mlx-lm computes with prefill_step_size 1).
    * CPU or CUDA, L1, one process, no adapter, and the families tests/generate/test_spec_exact.py
-   * checks. */
+   * and test_mtp.py check. */
   bool row_exact = false;
   /** Bind the checkpoint's native multi-token-prediction head too (--mtp: qwen3_5, qwen3_5_moe,
    * qwen3_next; CausalLM::multi_token_predictor). WeightsError naming what is missing when the
