@@ -4,6 +4,7 @@ the server is free for the next request; hundreds of idle connections holding ha
 do not keep /health or a request waiting."""
 import json
 import socket
+import subprocess
 import threading
 import time
 
@@ -226,3 +227,13 @@ def test_long_prompt_does_not_hold_a_short_request_back(model_dir, tmp_path_fact
         assert short < done["long"][1] / 3, (short, done)
     finally:
         stop(running)
+
+
+def test_the_accept_queue_holds_a_burst_of_connections(server):
+    """The HTTP library listens with a backlog of 5; the server widens it to 511 once bound, so a few
+    hundred clients (re)connecting in the same instant are queued, not dropped and retried by the
+    kernel a second later. For a listening socket, ss shows the queue's limit as Send-Q."""
+    out = subprocess.run(["ss", "-Hltn", f"sport = :{server.port}"], capture_output=True, text=True,
+                         check=True).stdout.split()
+    somaxconn = int(open("/proc/sys/net/core/somaxconn").read())  # the kernel's cap on any backlog
+    assert out[0] == "LISTEN" and int(out[2]) == min(511, somaxconn) > 5, out

@@ -4,7 +4,11 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <sstream>
 
@@ -27,6 +31,9 @@ void handle_completion_request(const ServerOptions& options, Logger& log, ModelP
                                httplib::Response& res, Endpoint endpoint);
 
 namespace {
+// As nginx's default: enough for a few hundred clients (re)connecting in the same instant.
+constexpr int kListenBacklog = 511;
+
 
 // How much of an over-limit body is still read before refusing it (see the constructor).
 size_t drain_limit(size_t max_body_bytes) { return max_body_bytes + std::max<size_t>(max_body_bytes * 3, 16u << 20); }
@@ -252,9 +259,21 @@ void HttpFront::serve_page(const httplib::Request& req, httplib::Response& res) 
 }
 
 int HttpFront::bind() {
+  // The HTTP library listens with a backlog of 5 (fixed when it was compiled), so a burst of clients
+  // connecting at once sees some connections dropped and retried by the kernel a second later.
+  // Note the socket it binds, and widen its accept queue once bound (listen() again on a listening
+  // socket only changes the backlog).
+  int listening = -1;
+  http_->set_socket_options([&listening](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listening = static_cast<int>(sock);  // the last one tried is the one bound
+  });
   int port = options_.port;
   bool ok = port == 0 ? (port = http_->bind_to_any_port(options_.host)) > 0 : http_->bind_to_port(options_.host, port);
   if (!ok) throw UsageError("--host/--port: cannot listen on " + options_.host + ":" + std::to_string(options_.port));
+  http_->set_socket_options(httplib::default_socket_options);
+  if (listening >= 0 && ::listen(listening, kListenBacklog) != 0)
+    log_.warning(std::string("could not widen the accept queue: ") + std::strerror(errno));
   bound_port_ = port;
   return port;
 }
