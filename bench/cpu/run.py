@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """CPU decode and prefill, side by side in one run: mlxrt with its own CPU kernels (the default, L1),
 mlxrt with MLX's kernels (MLXRT_CPU_KERNELS=mlx), mlxrt at --fidelity l3 (with its KL and greedy
-agreement against L1 from `mlxrt fidelity`, printed under the table), mlx_lm.generate, and
+agreement against L1 from `mlxrt fidelity`, printed under the table), the same with a node per
+operation instead of the fused layer blocks (MLXRT_L3_BLOCKS=0: the same bytes), mlx_lm.generate, and
 llama.cpp's llama-bench on the same weights where a GGUF is at hand
 (bench/cpu/build_llama_cpp.sh builds it).
 
@@ -74,6 +75,7 @@ def main():
             "mlxrt (own kernels)": (ours, env_threads),
             "mlxrt (MLX kernels)": (ours, {**env_threads, "MLXRT_CPU_KERNELS": "mlx"}),
             "mlxrt L3": (ours + ["--fidelity", "l3"], env_threads),
+            "mlxrt L3 (no blocks)": (ours + ["--fidelity", "l3"], {**env_threads, "MLXRT_L3_BLOCKS": "0"}),
             "mlx-lm": (theirs, env_threads),
         }
         have_llama = gguf is not None and Path(args.llama_bench).exists()
