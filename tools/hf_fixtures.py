@@ -54,7 +54,16 @@ MINICPM = {"architectures": ["MiniCPMForCausalLM"], "model_type": "minicpm", "hi
            "rms_norm_eps": 1e-5, "vocab_size": 32000, "max_position_embeddings": 4096, "rope_theta": 10000.0,
            "scale_emb": 12.0, "scale_depth": 1.4, "dim_model_base": 32, "tie_word_embeddings": False,
            "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu"}
-TOKENIZERS = {"minicpm": "llama2"}
+# Ministral 3 (text only): llama's layout with YaRN in rope_parameters and Llama 4's query scale;
+# an original context of 4 positions puts the 12-token prompt across three temperature steps.
+MINISTRAL3 = {"architectures": ["Ministral3ForCausalLM"], "model_type": "ministral3", "hidden_size": 64,
+              "num_hidden_layers": 2, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 16, "rms_norm_eps": 1e-5, "vocab_size": 32000, "max_position_embeddings": 64,
+              "rope_parameters": {"rope_type": "yarn", "type": "yarn", "rope_theta": 1000000.0, "factor": 16.0,
+                                  "original_max_position_embeddings": 4, "beta_fast": 32.0, "beta_slow": 1.0,
+                                  "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1},
+              "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu"}
+TOKENIZERS = {"minicpm": "llama2", "ministral3": "llama2"}
 
 # name: (config, dtype, seed). MLX's CPU gather_mm runs float32 only: the MoE ones are float32.
 FIXTURES = {
@@ -62,6 +71,7 @@ FIXTURES = {
     "hf_qwen3_5_bf16": (QWEN3_5, "bfloat16", 2),
     "hf_qwen3_5_moe_fp32": (QWEN3_5_MOE, "float32", 3),
     "hf_minicpm_bf16": (MINICPM, "bfloat16", 4),
+    "hf_ministral3_bf16": (MINISTRAL3, "bfloat16", 5),
 }
 
 # transformers' Qwen3-Next / Qwen3.5 RMSNorm: weight stored zero-centred (scale 1 + weight).

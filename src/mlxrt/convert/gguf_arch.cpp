@@ -185,6 +185,13 @@ const GgufArchitecture& mixtral() {
   return arch;
 }
 
+// A "mistral3" GGUF without Llama 4's temperature scale is Mistral Small 3.1's text model, whose
+// text_config says "mistral": mlx-lm's mistral3 runs it with its llama model.
+const GgufArchitecture& mistral3_llama() {
+  static const GgufArchitecture arch{"mistral3", "llama", "LlamaForCausalLM", true, kDecoderGlobals, kDecoderLayer};
+  return arch;
+}
+
 // llama.cpp writes OLMo 3 as architecture "olmo2" with sliding windows (the tensors are OLMo 2's).
 const GgufArchitecture& olmo3() {
   static const GgufArchitecture arch{"olmo2", "olmo3", "Olmo3ForCausalLM", false, kDecoderGlobals, kPostNormLayer};
@@ -224,6 +231,9 @@ const std::vector<GgufArchitecture>& architectures() {
       {"hunyuan-dense", "hunyuan_v1_dense", "HunYuanDenseV1ForCausalLM", false, kDecoderGlobals, hunyuan_layer()},
       // MiniCPM: llama.cpp's MiniCPMModel permutes the Q/K rows as LlamaModel does.
       {"minicpm", "minicpm", "MiniCPMForCausalLM", true, kDecoderGlobals, kDecoderLayer},
+      // Mistral 3 / Ministral 3's text model: llama.cpp's Ministral3Model is a LlamaModel (Q/K rows
+      // permuted) that adds YaRN's mscale_all_dim and Llama 4's query temperature scale.
+      {"mistral3", "ministral3", "Ministral3ForCausalLM", true, kDecoderGlobals, kDecoderLayer},
       {"qwen3next", "qwen3_next", "Qwen3NextForCausalLM", false, kDecoderGlobals, gated_delta_layer(false)},
       // Qwen3.5's text model, named as mlx_lm.convert writes the multimodal checkpoints (mlx-lm's
       // qwen3_5 keeps it under language_model).
@@ -291,6 +301,7 @@ const GgufArchitecture& find_architecture(const GgufFile& file) {
   if (!name) throw ConfigError(file.source + ": missing required metadata 'general.architecture'");
   if (*name == "llama" && file.get_uint("llama.expert_count").value_or(0) > 0) return mixtral();
   if (*name == "olmo2" && file.get_uint("olmo2.attention.sliding_window")) return olmo3();
+  if (*name == "mistral3" && !file.get_float("mistral3.attention.temperature_scale")) return mistral3_llama();
   for (const auto& a : architectures())
     if (*name == a.gguf_name) return a;
   throw UnsupportedError(file.source + ": GGUF architecture '" + *name +
@@ -323,7 +334,7 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
                           base.size() >= 4 && base.compare(base.size() - 4, 4, "norm") == 0;
   // The gated delta families' and MiniCPM's float32 tensors that came from the model's 16-bit type (A is
   // float32 in the checkpoint too: mlx-lm's cast_predicate leaves A_log as it is).
-  const bool narrow = (gated_delta || family == "minicpm") && tensor.type() == GgmlType::f32 && !base.ends_with(".ssm_a");
+  const bool narrow = (gated_delta || family == "minicpm" || std::string(arch.gguf_name) == "mistral3") && tensor.type() == GgmlType::f32 && !base.ends_with(".ssm_a");
   for (const auto& r : arch.global_tensors)
     if (base == r.gguf) {
       TensorPlan plan{arch.prefix + std::string(r.hf) + suffix, std::nullopt};
@@ -508,6 +519,40 @@ double positive_float(const GgufArchitecture& arch, const GgufFile& file, const 
   return shortest_float32(*v);
 }
 
+/** Ministral 3's rope_parameters, which its mlx-lm model reads whole: llama.cpp's Ministral3Model
+ * (conversion/mistral3.py) requires rope_type yarn and writes the base, factor, original context,
+ * the betas when the config has them (mlx-lm's YarnRoPE defaults, 32 and 1, are transformers'),
+ * mscale_all_dim as yarn_log_multiplier and llama_4_scaling_beta as attention.temperature_scale.
+ * The file has no mscale: llama.cpp's runtime takes it as 1 (the released models' value). */
+void add_ministral3_rope(nlohmann::ordered_json& c, const GgufArchitecture& arch, const GgufFile& file) {
+  auto scaling = file.get_string(arch_key(arch, "rope.scaling.type"));
+  if (!scaling || *scaling != "yarn")
+    throw UnsupportedError(file.source + ": metadata '" + arch_key(arch, "rope.scaling.type") +
+                           "' must be yarn (llama.cpp's Ministral3Model converts only YaRN models)");
+  auto opt_float = [&](const char* key, double fallback) {
+    auto v = file.get_float(arch_key(arch, key));
+    if (v && !std::isfinite(static_cast<float>(*v)))
+      throw ConfigError(file.source + ": metadata '" + arch_key(arch, key) + "' is not a finite number");
+    return shortest_float32(v.value_or(fallback));
+  };
+  auto temperature = file.get_float(arch_key(arch, "attention.temperature_scale"));
+  if (!std::isfinite(static_cast<float>(*temperature)))
+    throw ConfigError(file.source + ": metadata '" + arch_key(arch, "attention.temperature_scale") + "' is not a finite number");
+  c["rope_parameters"] = {{"rope_type", "yarn"},
+                          {"rope_theta", c["rope_theta"]},
+                          {"factor", positive_float(arch, file, "rope.scaling.factor")},
+                          {"original_max_position_embeddings",
+                           file.require_uint(arch_key(arch, "rope.scaling.original_context_length"))},
+                          {"beta_fast", opt_float("rope.scaling.yarn_beta_fast", 32.0)},
+                          {"beta_slow", opt_float("rope.scaling.yarn_beta_slow", 1.0)},
+                          {"mscale", 1.0},
+                          {"mscale_all_dim", opt_float("rope.scaling.yarn_log_multiplier", 0.0)},
+                          {"llama_4_scaling_beta", shortest_float32(*temperature)}};
+  if (c["rope_parameters"]["original_max_position_embeddings"].get<uint64_t>() == 0)
+    throw ConfigError(file.source + ": metadata '" + arch_key(arch, "rope.scaling.original_context_length") +
+                      "' must be positive");
+}
+
 /** The families whose checkpoint always has its own output head (mlx-lm builds lm_head unconditionally). */
 void require_untied_head(const GgufFile& file, const std::string& type) {
   if (!file.find_tensor("output.weight"))
@@ -584,6 +629,8 @@ void add_family_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, 
       throw ConfigError(file.source + ": metadata '" + arch_key(arch, "logit_scale") +
                         "' does not divide the embedding length into a whole dim_model_base");
     c["dim_model_base"] = static_cast<uint64_t>(std::llround(base));
+  } else if (type == "ministral3") {
+    add_ministral3_rope(c, arch, file);
   } else if (type == "seed_oss") {
     c["attention_out_bias"] = file.find_tensor("blk.0.attn_output.bias") != nullptr;
   } else if (type == "ernie4_5") {
@@ -847,7 +894,8 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["hidden_act"] = gemma ? "gelu_pytorch_tanh" : "silu";
   if (!layer_norm) c["rms_norm_eps"] = shortest_float32(*eps);
   c["rope_theta"] = shortest_float32(rope_base);
-  c["rope_scaling"] = rope_scaling(arch, file);
+  // Ministral 3 keeps its YaRN in rope_parameters (add_family_fields).
+  c["rope_scaling"] = type == "ministral3" ? nlohmann::ordered_json(nullptr) : rope_scaling(arch, file);
   c["max_position_embeddings"] = opt_u("context_length").value_or(2048);
   c["vocab_size"] = vocab;
   c["tie_word_embeddings"] = file.find_tensor("output.weight") == nullptr;
