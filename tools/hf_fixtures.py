@@ -63,7 +63,18 @@ MINISTRAL3 = {"architectures": ["Ministral3ForCausalLM"], "model_type": "ministr
                                   "original_max_position_embeddings": 4, "beta_fast": 32.0, "beta_slow": 1.0,
                                   "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1},
               "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu"}
-TOKENIZERS = {"minicpm": "llama2", "ministral3": "llama2"}
+# MiniCPM 3: latent attention with LongRoPE factors. llama.cpp's file keeps neither the scales nor
+# the RoPE base nor the original context: its runtime's constants (MiniCPM3-4B's) are used here,
+# and the original context equals the context, as in MiniCPM3-4B.
+MINICPM3 = {"architectures": ["MiniCPM3ForCausalLM"], "model_type": "minicpm3", "hidden_size": 64,
+            "num_hidden_layers": 2, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+            "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
+            "rms_norm_eps": 1e-5, "vocab_size": 32000, "max_position_embeddings": 64, "rope_theta": 10000.0,
+            "rope_scaling": {"type": "longrope", "long_factor": [1.0, 1.5, 2.0, 3.0],
+                             "short_factor": [1.0, 1.0, 1.25, 1.5], "original_max_position_embeddings": 64},
+            "scale_emb": 12, "scale_depth": 1.4, "dim_model_base": 256, "tie_word_embeddings": False,
+            "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu"}
+TOKENIZERS = {"minicpm": "llama2", "ministral3": "llama2", "minicpm3": "llama2"}
 
 # name: (config, dtype, seed). MLX's CPU gather_mm runs float32 only: the MoE ones are float32.
 FIXTURES = {
@@ -72,6 +83,7 @@ FIXTURES = {
     "hf_qwen3_5_moe_fp32": (QWEN3_5_MOE, "float32", 3),
     "hf_minicpm_bf16": (MINICPM, "bfloat16", 4),
     "hf_ministral3_bf16": (MINISTRAL3, "bfloat16", 5),
+    "hf_minicpm3_bf16": (MINICPM3, "bfloat16", 6),
 }
 
 # transformers' Qwen3-Next / Qwen3.5 RMSNorm: weight stored zero-centred (scale 1 + weight).

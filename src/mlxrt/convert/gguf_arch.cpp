@@ -100,6 +100,15 @@ std::vector<TensorRename> hunyuan_layer() {
   return layer;
 }
 
+// MiniCPM 3: multi-head latent attention (low-rank q and compressed kv, each normed), llama's MLP.
+std::vector<TensorRename> minicpm3_layer() {
+  auto layer = kDecoderLayer;
+  layer.insert(layer.end(), {{"attn_q_a", "self_attn.q_a_proj"},          {"attn_q_a_norm", "self_attn.q_a_layernorm"},
+                             {"attn_q_b", "self_attn.q_b_proj"},          {"attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa"},
+                             {"attn_kv_a_norm", "self_attn.kv_a_layernorm"}, {"attn_kv_b", "self_attn.kv_b_proj"}});
+  return layer;
+}
+
 // Seed-OSS: llama.cpp names its pre-MLP norm attn_post_norm (the arch has no ffn_norm).
 std::vector<TensorRename> seed_oss_layer() {
   auto layer = kDecoderLayer;
@@ -229,6 +238,8 @@ const std::vector<GgufArchitecture>& architectures() {
       {"lfm2", "lfm2", "Lfm2ForCausalLM", false, kLfm2Globals, kLfm2Layer},
       {"phi2", "phi", "PhiForCausalLM", false, kPhi2Globals, kPhi2Layer},
       {"hunyuan-dense", "hunyuan_v1_dense", "HunYuanDenseV1ForCausalLM", false, kDecoderGlobals, hunyuan_layer()},
+      // MiniCPM 3: llama.cpp's MiniCPM3Model renames only (its _reverse_hf_permute is never called).
+      {"minicpm3", "minicpm3", "MiniCPM3ForCausalLM", false, kDecoderGlobals, minicpm3_layer()},
       // MiniCPM: llama.cpp's MiniCPMModel permutes the Q/K rows as LlamaModel does.
       {"minicpm", "minicpm", "MiniCPMForCausalLM", true, kDecoderGlobals, kDecoderLayer},
       // Mistral 3 / Ministral 3's text model: llama.cpp's Ministral3Model is a LlamaModel (Q/K rows
@@ -319,7 +330,7 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
   if (suffix != ".weight" && suffix != ".bias" && !(gated_delta && base.ends_with(".ssm_a")))
     throw UnsupportedError(file.source + ": tensor '" + tensor.name + "' is not a .weight or .bias");
   // Phi-3's LongRoPE factors go into config.json's rope_scaling (build_model_config).
-  if (std::string(arch.model_type) == "phi3" && (base == "rope_factors_long" || base == "rope_factors_short"))
+  if ((std::string(arch.model_type) == "phi3" || std::string(arch.model_type) == "minicpm3") && (base == "rope_factors_long" || base == "rope_factors_short"))
     return std::nullopt;
   for (const char* derived : kDerivedTensors)
     if (base == derived || (base.rfind("blk.", 0) == 0 && base.ends_with(std::string(".") + derived))) {
@@ -334,7 +345,7 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
                           base.size() >= 4 && base.compare(base.size() - 4, 4, "norm") == 0;
   // The gated delta families' and MiniCPM's float32 tensors that came from the model's 16-bit type (A is
   // float32 in the checkpoint too: mlx-lm's cast_predicate leaves A_log as it is).
-  const bool narrow = (gated_delta || family == "minicpm" || std::string(arch.gguf_name) == "mistral3") && tensor.type() == GgmlType::f32 && !base.ends_with(".ssm_a");
+  const bool narrow = (gated_delta || family == "minicpm" || family == "minicpm3" || std::string(arch.gguf_name) == "mistral3") && tensor.type() == GgmlType::f32 && !base.ends_with(".ssm_a");
   for (const auto& r : arch.global_tensors)
     if (base == r.gguf) {
       TensorPlan plan{arch.prefix + std::string(r.hf) + suffix, std::nullopt};
@@ -823,6 +834,44 @@ void add_phi3_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, co
   }
 }
 
+/** MiniCPM 3's latent attention sizes and LongRoPE factors, and the constants llama.cpp's
+ * MiniCPM3Model leaves out of the file: its set_gguf_parameters writes neither rope_theta nor the
+ * scales, and llama.cpp's minicpm3 graph hard-codes scale_emb 12, scale_depth 1.4 and
+ * dim_model_base 256 (MiniCPM3-4B's), with llama.cpp's RoPE base 10000 when the file has none and
+ * the context length as the original one (llama.cpp's n_ctx_orig_yarn without its own key). */
+void add_minicpm3_fields(nlohmann::ordered_json& c, const GgufArchitecture& arch, const GgufFile& file, const uint8_t* data) {
+  const uint64_t key_length = c["head_dim"].get<uint64_t>(), heads = c["num_attention_heads"].get<uint64_t>();
+  const uint64_t rope_dims = file.require_uint(arch_key(arch, "rope.dimension_count"));
+  if (rope_dims == 0 || rope_dims >= key_length)
+    throw ConfigError(file.source + ": " + arch_key(arch, "rope.dimension_count") + " must be below " +
+                      arch_key(arch, "attention.key_length") + " = " + std::to_string(key_length));
+  // mlx-lm's minicpm3: values of hidden_size / heads per head.
+  if (auto v = file.get_uint(arch_key(arch, "attention.value_length")); v && *v * heads != c["hidden_size"].get<uint64_t>())
+    throw UnsupportedError(file.source + ": minicpm3 with a value head size other than embedding_length / head_count");
+  c["q_lora_rank"] = file.require_uint(arch_key(arch, "attention.q_lora_rank"));
+  c["kv_lora_rank"] = file.require_uint(arch_key(arch, "attention.kv_lora_rank"));
+  c["qk_nope_head_dim"] = key_length - rope_dims;
+  c["qk_rope_head_dim"] = rope_dims;
+  c["scale_emb"] = 12.0;
+  c["scale_depth"] = 1.4;
+  c["dim_model_base"] = 256;
+  if (!file.get_float(arch_key(arch, "rope.freq_base"))) c["rope_theta"] = 10000.0;
+  const uint64_t context = c["max_position_embeddings"].get<uint64_t>();
+  nlohmann::ordered_json scaling = {{"original_max_position_embeddings", context}};
+  if (file.find_tensor("rope_factors_long.weight")) {
+    scaling = {{"type", "longrope"},
+               {"long_factor", float32_list(file, data, "rope_factors_long.weight")},
+               {"short_factor", float32_list(file, data, file.find_tensor("rope_factors_short.weight")
+                                                             ? "rope_factors_short.weight"
+                                                             : "rope_factors_long.weight")},
+               {"original_max_position_embeddings", context}};
+    if (scaling["long_factor"].size() * 2 != rope_dims)
+      throw ConfigError(file.source + ": tensor 'rope_factors_long.weight' must hold one factor per rotated pair (" +
+                        std::to_string(rope_dims / 2) + ")");
+  }
+  c["rope_scaling"] = scaling;
+}
+
 /** rope_scaling: none, linear, or gpt-oss's YaRN. */
 nlohmann::ordered_json rope_scaling(const GgufArchitecture& arch, const GgufFile& file) {
   auto scaling = file.get_string(arch_key(arch, "rope.scaling.type"));
@@ -850,7 +899,8 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   uint64_t head_dim = opt_u("attention.key_length").value_or(hidden / heads);
   const std::string type = arch.model_type;
   const bool phi3 = type == "phi3";
-  const bool partial_ok = phi3 || type == "stablelm" || type == "glm4" || type == "phi" || is_gated_delta(arch);
+  const bool partial_ok = phi3 || type == "stablelm" || type == "glm4" || type == "phi" || type == "minicpm3" ||
+                          is_gated_delta(arch);
   const auto rot = opt_u("rope.dimension_count");
   if (rot && *rot != head_dim && !(partial_ok && *rot > 0 && *rot < head_dim))
     throw UnsupportedError(file.source + ": partial rotary embeddings (" + arch_key(arch, "rope.dimension_count") +
@@ -904,6 +954,7 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   if (moe) add_moe_fields(c, arch, file);
   if (type == "gemma3_text" || type == "gemma2") add_gemma_fields(c, arch, file);
   if (phi3) add_phi3_fields(c, arch, file, data);
+  if (type == "minicpm3") add_minicpm3_fields(c, arch, file, data);
   if (is_gated_delta(arch)) add_gated_delta_fields(c, arch, file);
   add_family_fields(c, arch, file, layer_norm ? shortest_float32(*eps) : 0.0);
   if (auto bos = file.get_uint("tokenizer.ggml.bos_token_id")) c["bos_token_id"] = *bos;
