@@ -68,22 +68,52 @@ void CpuWorkers::run(int units, long long scratch_floats, const std::function<vo
     }
     return;
   }
-  const int parts = std::min(threads_, units);
+  // Chunks of a quarter of a thread's share, claimed in turn: a thread the system runs late (other
+  // processes on the machine) leaves its chunks to the others instead of making them wait.
+  const int chunk = std::max(1, units / (std::min(threads_, units) * 4));
+  std::uint64_t generation;
   {
     std::lock_guard lock(m_);
     fn_ = &fn;
     units_ = units;
-    parts_ = parts;
+    chunk_ = chunk;
     scratch_floats_ = scratch_floats;
-    pending_.store(parts - 1, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
+    remaining_.store(units, std::memory_order_relaxed);
+    generation = generation_.fetch_add(1, std::memory_order_relaxed) + 1;
+    claim_.store(generation << 32, std::memory_order_release);
   }
   wake_.notify_all();
-  fn(scratch(0, scratch_floats), 0, units / parts);
-  auto finished = [this] { return pending_.load(std::memory_order_acquire) == 0; };
+  claim_and_run(0, generation, fn, units, chunk, scratch_floats);
+  auto finished = [this] { return remaining_.load(std::memory_order_acquire) == 0; };
   if (!spin_until(finished)) {
     std::unique_lock lock(m_);
     done_.wait(lock, finished);
+  }
+}
+
+void CpuWorkers::claim_and_run(int slot, std::uint64_t generation, const std::function<void(float*, int, int)>& fn,
+                               int units, int chunk, long long floats) {
+  float* own = nullptr;
+  for (;;) {
+    // Claim [begin, end) of this run's units, unless they are all claimed or another run began.
+    std::uint64_t c = claim_.load(std::memory_order_acquire);
+    int begin, end;
+    for (;;) {
+      if ((c >> 32) != (generation & 0xFFFFFFFFu)) return;
+      begin = static_cast<int>(c & 0xFFFFFFFFu);
+      if (begin >= units) return;
+      end = std::min(units, begin + chunk);
+      if (claim_.compare_exchange_weak(c, (c & ~std::uint64_t{0xFFFFFFFFu}) | static_cast<std::uint32_t>(end),
+                                       std::memory_order_acq_rel))
+        break;
+    }
+    if (!own) own = scratch(slot, floats);
+    fn(own, begin, end);
+    if (remaining_.fetch_sub(end - begin, std::memory_order_acq_rel) == end - begin) {
+      // Under the lock, so a caller between its last poll and its wait cannot miss the wake.
+      std::lock_guard lock(m_);
+      done_.notify_one();
+    }
   }
 }
 
@@ -95,7 +125,7 @@ void CpuWorkers::work(int slot) {
       wake_.wait(lock, [&] { return generation_.load() != seen; });
     }
     const std::function<void(float*, int, int)>* fn;
-    int units, parts;
+    int units, chunk;
     long long floats;
     {
       std::lock_guard lock(m_);
@@ -103,18 +133,11 @@ void CpuWorkers::work(int slot) {
       seen = generation_.load();
       fn = fn_;
       units = units_;
-      parts = parts_;
+      chunk = chunk_;
       floats = scratch_floats_;
     }
-    if (slot >= parts) continue;  // fewer ranges than threads this time
-    const int begin = static_cast<int>(static_cast<long long>(units) * slot / parts);
-    const int end = static_cast<int>(static_cast<long long>(units) * (slot + 1) / parts);
-    (*fn)(scratch(slot, floats), begin, end);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      // Under the lock, so a caller between its last poll and its wait cannot miss the wake.
-      std::lock_guard lock(m_);
-      done_.notify_one();
-    }
+    // A run that ended before this thread woke has no units left to claim: fn is not called.
+    claim_and_run(slot, seen, *fn, units, chunk, floats);
   }
 }
 

@@ -1,7 +1,7 @@
 #pragma once
-/** A small pool of worker threads for the CPU kernels: a kernel call splits its work units over
- * the caller's thread and the workers, each range on one thread, so a result never depends on how
- * many threads computed it. */
+/** A small pool of worker threads for the CPU kernels: a kernel call's work units are claimed in
+ * chunks by the caller's thread and the workers, each unit computed by one thread, so a result
+ * never depends on how many threads computed it or which. */
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -30,6 +30,8 @@ class CpuWorkers {
 
  private:
   void work(int slot);
+  void claim_and_run(int slot, std::uint64_t generation, const std::function<void(float*, int, int)>& fn, int units,
+                     int chunk, long long floats);
   float* scratch(int slot, long long floats);
 
   const int threads_;
@@ -38,14 +40,17 @@ class CpuWorkers {
   std::mutex m_;
   std::condition_variable wake_, done_;
   std::atomic<std::uint64_t> generation_{0};
-  // Ranges of the run in progress not yet done: counted down without the lock, so the caller's
+  // Units of the run in progress not yet done: counted down without the lock, so the caller's
   // poll and the workers' finishing never queue on m_ (its lock is taken only to sleep and wake).
-  std::atomic<int> pending_{0};
+  std::atomic<int> remaining_{0};
+  // The run's generation (low 32 bits) above the next unit to claim: a thread claims only units of
+  // the run it woke for.
+  std::atomic<std::uint64_t> claim_{0};
   bool stop_ = false;
   // The run in progress (written under m_ before generation_ moves).
   const std::function<void(float*, int, int)>* fn_ = nullptr;
   int units_ = 0;
-  int parts_ = 0;
+  int chunk_ = 1;
   long long scratch_floats_ = 0;
   std::vector<std::thread> workers_;
 };
