@@ -74,7 +74,16 @@ MINICPM3 = {"architectures": ["MiniCPM3ForCausalLM"], "model_type": "minicpm3", 
                              "short_factor": [1.0, 1.0, 1.25, 1.5], "original_max_position_embeddings": 64},
             "scale_emb": 12, "scale_depth": 1.4, "dim_model_base": 256, "tie_word_embeddings": False,
             "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu"}
-TOKENIZERS = {"minicpm": "llama2", "ministral3": "llama2", "minicpm3": "llama2"}
+# InternLM 3: llama.cpp writes it as llama (Q/K rows permuted, dynamic NTK scaling dropped); q/k/v/o
+# and MLP biases on (transformers requires both or neither) so that the biases' rows come back too.
+# Float32: llama.cpp's file does not say whether its float32 vectors were the checkpoint's or
+# widened, and the converter keeps a llama file's as they are.
+INTERNLM3 = {"architectures": ["InternLM3ForCausalLM"], "model_type": "internlm3", "hidden_size": 64,
+             "num_hidden_layers": 2, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "head_dim": 16, "rms_norm_eps": 1e-5, "vocab_size": 32000, "max_position_embeddings": 64,
+             "rope_theta": 50000000.0, "rope_scaling": {"rope_type": "dynamic", "factor": 6.0}, "qkv_bias": True,
+             "bias": True, "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu"}
+TOKENIZERS = {"minicpm": "llama2", "ministral3": "llama2", "minicpm3": "llama2", "internlm3": "llama2"}
 
 # name: (config, dtype, seed). MLX's CPU gather_mm runs float32 only: the MoE ones are float32.
 FIXTURES = {
@@ -84,6 +93,7 @@ FIXTURES = {
     "hf_minicpm_bf16": (MINICPM, "bfloat16", 4),
     "hf_ministral3_bf16": (MINISTRAL3, "bfloat16", 5),
     "hf_minicpm3_bf16": (MINICPM3, "bfloat16", 6),
+    "hf_internlm3_fp32": (INTERNLM3, "float32", 7),
 }
 
 # transformers' Qwen3-Next / Qwen3.5 RMSNorm: weight stored zero-centred (scale 1 + weight).

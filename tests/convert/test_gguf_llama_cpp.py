@@ -4,7 +4,9 @@ for the families whose tensors it transforms: Qwen3-Next (qwen3next) and Qwen3.5
 llama.cpp rewrites, MiniCPM (minicpm: Q/K rows permuted, scales rewritten) and Ministral 3
 (mistral3: Q/K rows permuted, YaRN and Llama 4's query scale back in rope_parameters), and MiniCPM 3
 (minicpm3: latent attention renamed, LongRoPE factors back in rope_scaling, the constants llama.cpp
-hard-codes in place of the scales it does not write). One tiny random Hugging Face checkpoint per family (tools/hf_fixtures.py) goes
+hard-codes in place of the scales it does not write); and InternLM 3, which llama.cpp writes as
+llama: converted as llama, its tensors are mlx-lm's internlm3 tensors and mlx-lm's llama logits on
+them are its internlm3 logits, byte for byte. One tiny random Hugging Face checkpoint per family (tools/hf_fixtures.py) goes
 both ways: through llama.cpp's converter and `mlxrt convert --gguf`, and through mlx_lm.convert.
 
 - exact GGUF types (F32 of a float32 model, BF16 of a bfloat16 one): every tensor equal to
@@ -40,7 +42,8 @@ import hf_fixtures  # noqa: E402
 # fixture: the GGUF types llama.cpp's converter writes it as (exact first).
 CASES = {"hf_qwen3_next_fp32": ("f32", "q8_0"), "hf_qwen3_5_bf16": ("bf16", "q8_0"),
          "hf_qwen3_5_moe_fp32": ("f32", "q8_0"), "hf_minicpm_bf16": ("bf16", "q8_0"),
-         "hf_ministral3_bf16": ("bf16", "q8_0"), "hf_minicpm3_bf16": ("bf16", "q8_0")}
+         "hf_ministral3_bf16": ("bf16", "q8_0"), "hf_minicpm3_bf16": ("bf16", "q8_0"),
+         "hf_internlm3_fp32": ("f32", "q8_0")}
 # Token ids inside both tokenizers' vocabularies (Qwen's and Llama 2's).
 PROMPT = [1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366, 11203]
 

@@ -209,6 +209,10 @@ const GgufArchitecture& olmo3() {
 
 const std::vector<GgufArchitecture>& architectures() {
   static const std::vector<GgufArchitecture> table = {
+      // Also InternLM 3, which llama.cpp's InternLM3Model writes as llama (Q/K rows permuted as
+      // LlamaModel does): mlx-lm's internlm3 computes as its llama does (head size hidden / heads,
+      // qkv_bias on q/k/v/o as attention_bias, bias on the MLP as mlp_bias), and the dynamic NTK
+      // RoPE scaling, which changes nothing within max_position_embeddings, is not in the file.
       {"llama", "llama", "LlamaForCausalLM", true, kDecoderGlobals, kDecoderLayer},
       {"qwen2", "qwen2", "Qwen2ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
       {"qwen3", "qwen3", "Qwen3ForCausalLM", false, kDecoderGlobals, kDecoderLayer},
@@ -391,9 +395,13 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
           std::string heads_key = rest == "attn_q" ? "attention.head_count" : "attention.head_count_kv";
           auto heads = file.get_uint(arch_key(arch, heads_key));
           if (!heads) heads = file.require_uint(arch_key(arch, "attention.head_count"));
-          if (*heads == 0 || tensor.rows() % (2 * *heads) != 0)
+          // A bias's rows are its elements; llama.cpp permutes it as it permutes the weight.
+          const uint64_t rows = tensor.dims.size() == 1 ? tensor.dims[0] : tensor.rows();
+          if (tensor.dims.size() == 1 && !is_plain_type(tensor.type()))
+            throw WeightsError(file.source + ": tensor '" + tensor.name + "' must be F32/F16/BF16 (a 1-D bias)");
+          if (*heads == 0 || rows % (2 * *heads) != 0)
             throw ConfigError(file.source + ": tensor '" + tensor.name + "' has " +
-                              std::to_string(tensor.rows()) + " rows, not a whole number of " +
+                              std::to_string(rows) + " rows, not a whole number of " +
                               std::to_string(*heads) + " heads of even size");
           plan.qk_heads = *heads;
         }

@@ -510,7 +510,9 @@ std::vector<float> dequantize_float32(const GgufTensorInfo& info, const uint8_t*
 
 std::vector<uint8_t> permute_plain_rows(const GgufTensorInfo& info, const uint8_t* data,
                                         const std::vector<uint64_t>& row_order) {
-  const uint64_t row_bytes = info.dims[0] / info.traits.block_elements * info.traits.block_bytes;
+  // A 1-D tensor's rows are its elements (llama.cpp permutes q_proj.bias as it permutes q_proj.weight).
+  const uint64_t row_bytes = info.dims.size() == 1 ? info.n_bytes / info.dims[0]
+                                                   : info.dims[0] / info.traits.block_elements * info.traits.block_bytes;
   std::vector<uint8_t> out(info.n_bytes);
   for (uint64_t r = 0; r < row_order.size(); ++r)
     std::memcpy(out.data() + r * row_bytes, data + row_order[r] * row_bytes, row_bytes);

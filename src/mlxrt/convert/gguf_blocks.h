@@ -73,7 +73,8 @@ bool has_exact_float32(GgmlType type);
 std::vector<float> dequantize_float32(const GgufTensorInfo& info, const uint8_t* data,
                                       const std::vector<uint64_t>* row_order = nullptr);
 
-/** Copies the rows of a plain (F32/F16/BF16) tensor in `row_order`, element bytes unchanged. */
+/** Copies the rows of a plain (F32/F16/BF16) tensor in `row_order`, element bytes unchanged; the
+ * rows of a 1-D tensor are its elements. */
 std::vector<uint8_t> permute_plain_rows(const GgufTensorInfo& info, const uint8_t* data,
                                         const std::vector<uint64_t>& row_order);
 

@@ -151,7 +151,7 @@ void convert_tensor(const PlannedTensor& p, const uint8_t* data,
                     std::unordered_map<std::string, mx::array>& out) {
   const auto& t = p.info;
   std::vector<uint64_t> order;
-  if (p.plan.qk_heads) order = unpermute_qk_rows(t.rows(), *p.plan.qk_heads);
+  if (p.plan.qk_heads) order = unpermute_qk_rows(t.dims.size() == 1 ? t.dims[0] : t.rows(), *p.plan.qk_heads);
   const std::vector<uint64_t>* row_order = p.plan.qk_heads ? &order : nullptr;
   // Rows of every leading dimension in order: a [experts, out, in] tensor repacks as experts*out
   // rows and keeps its leading shape.

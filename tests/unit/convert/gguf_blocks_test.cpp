@@ -159,6 +159,16 @@ TEST(GgufBlocks, PlainRowsArePermutedBytewise) {
   EXPECT_EQ(out, (std::vector<uint8_t>{9, 10, 11, 12, 1, 2, 3, 4, 5, 6, 7, 8}));
 }
 
+TEST(GgufBlocks, A1DVectorsRowsAreItsElements) {
+  // A permuted q_proj.bias: one float32 per row.
+  auto t = info(GgmlType::f32, 4, 1);
+  t.dims = {4};
+  std::vector<uint8_t> data(16);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i);
+  auto out = permute_plain_rows(t, data.data(), {0, 2, 1, 3});
+  EXPECT_EQ(out, (std::vector<uint8_t>{0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15}));
+}
+
 TEST(GgufBlocks, TypesWithoutAnExactAffineFormAreRefused) {
   auto t = info(GgmlType::q3_k, 256, 1);
   std::vector<uint8_t> data(t.n_bytes);
