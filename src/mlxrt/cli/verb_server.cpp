@@ -80,6 +80,14 @@ void run(Args& a) {
   if (dist_run.parallel) a.o.parallel = std::make_shared<const model::Parallel>(*dist_run.parallel);
   if (a.o.row_exact) a.o.batch_invariant = true;  // a batch's rows each run alone, as one-token steps
   a.o.draft_model = a.draft_model;
+  if (a.o.mtp) {
+    if (!a.draft_model.empty()) throw UsageError("--mtp and --draft-model: choose one drafter");
+    if (dist_run.parallel) throw UsageError("--mtp is not supported when the server runs distributed");
+    if (!a.adapters.empty()) throw UsageError("--mtp cannot be combined with --adapters");
+    if (a.o.num_draft_tokens < 1 || a.o.num_draft_tokens > generate::kMaxDraftTokens)
+      throw UsageError("--num-draft-tokens: must be between 1 and " + std::to_string(generate::kMaxDraftTokens) +
+                       " (got " + std::to_string(a.o.num_draft_tokens) + ")");
+  }
   if (!a.draft_model.empty() && (a.o.num_draft_tokens < 0 || a.o.num_draft_tokens > generate::kMaxDraftTokens))
     throw UsageError("--num-draft-tokens: must be between 0 and " + std::to_string(generate::kMaxDraftTokens) +
                      " (got " + std::to_string(a.o.num_draft_tokens) + ")");
@@ -190,6 +198,9 @@ void register_server(CLI::App& app) {
                 "Compute every position as a one-token decoding step does: each request's tokens and logprobs "
                 "(greedy) equal decoding it alone one token at a time, whatever the prompt cache reuses, the prefill "
                 "chunks, the batch or the draft model (ours; CPU; implies --batch-invariant)");
+  cmd->add_flag("--mtp", o.mtp,
+                "Speculative decoding with the model's own multi-token-prediction head (Qwen3.5 / Qwen3-Next "
+                "checkpoints that keep their mtp.* tensors); requests run alone, outside the prompt cache (ours)");
   cmd->add_option("--prompt-cache-size", o.prompt_cache_size, "Maximum number of distinct KV caches kept")
       ->capture_default_str();
   cmd->add_option("--prompt-cache-bytes", a->prompt_cache_bytes, "Maximum size of the kept KV caches (e.g. 8G)");

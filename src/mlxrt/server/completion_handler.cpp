@@ -114,6 +114,10 @@ void check_model(const CompletionRequest& r, const ServerOptions& o, const Model
                                         o.draft_model + "')"
                                   : "speculative decoding needs a server started with --draft-model",
                     "draft_model");
+  if (s.loaded.model->multi_token_predictor() && (r.num_draft_tokens < 1 || r.num_draft_tokens > generate::kMaxDraftTokens))
+    throw HttpError(400, "num_draft_tokens must be between 1 and " + std::to_string(generate::kMaxDraftTokens) +
+                             " (the model's MTP head drafts, --mtp)",
+                    "num_draft_tokens");
   if (s.draft_model && (r.num_draft_tokens < 0 || r.num_draft_tokens > generate::kMaxDraftTokens))
     throw HttpError(400, "num_draft_tokens must be between 0 and " + std::to_string(generate::kMaxDraftTokens),
                     "num_draft_tokens");

@@ -9,6 +9,7 @@
 #include <mlx/ops.h>
 
 #include "mlxrt/generate/generate_step.h"
+#include "mlxrt/generate/mtp_speculative.h"
 #include "mlxrt/structured/grammar_constraint.h"
 #include "mlxrt/generate/logits_processors.h"
 #include "mlxrt/generate/sampler.h"
@@ -151,6 +152,12 @@ void Generator::run(Job& job) {
   // With a draft model the cache holds the main model's layers, then the draft's (mlx-lm's
   // `cache += make_prompt_cache(draft_model)`).
   auto* draft = session_->draft_model.get();
+  // --mtp: the head needs the main model's hidden state at every prompt position, so the request
+  // starts from an empty cache and leaves nothing in the prompt cache (which then stays empty).
+  const bool mtp = session_->loaded.model->multi_token_predictor() != nullptr;
+  if (mtp && !go.logits_processors.empty())
+    throw HttpError(400, "this server drafts with the model's multi-token-prediction head (--mtp), which runs no "
+                         "logits processors (penalties, logit_bias, response_format)");
   if (draft && fresh)
     for (auto& c : draft->make_cache()) kv.push_back(std::move(c));
   job.push(StartedEvent{prompt.size(), hit.reused});
@@ -162,7 +169,7 @@ void Generator::run(Job& job) {
   // mlx_lm.server serves a request alone (generate_step) when it has a seed, the server quantizes
   // its KV cache or drafts with a second model, and otherwise in its BatchGenerator, whose prompt progress starts after the first
   // chunk: there is no "0/N" report, so such streams do not start with ": keepalive 0/N".
-  const bool batch_path = !r.seed && !options_.kv_bits && !draft;
+  const bool batch_path = !r.seed && !options_.kv_bits && !draft && !mtp;
   go.prompt_progress = [&job, batch_path](int processed, int total) {
     if (job.stop_now()) throw Abandoned{};
     if (batch_path && processed == 0) return;
@@ -172,11 +179,14 @@ void Generator::run(Job& job) {
   std::vector<int32_t> key = prompt;
   try {
     // mlx-lm's speculative path takes no progress callback.
-    if (draft) go.prompt_progress = nullptr;
+    if (draft || mtp) go.prompt_progress = nullptr;
     std::optional<generate::TokenGenerator> plain;
     std::optional<generate::SpeculativeTokenGenerator> speculative;
+    std::optional<generate::MtpTokenGenerator> drafting_head;
     if (draft)
       speculative.emplace(model, *draft, rest, go, r.num_draft_tokens, &kv);
+    else if (mtp)
+      drafting_head.emplace(model, rest, go, r.num_draft_tokens, &kv);
     else
       plain.emplace(model, rest, go, &kv);
     auto detok = session_->tokenizer.streaming_detokenizer();
@@ -184,7 +194,7 @@ void Generator::run(Job& job) {
     const auto& eos = session_->eos_token_ids;
     for (int n = 0;; ++n) {
       if (job.stop_now()) break;
-      auto step = plain ? plain->next() : speculative->next();
+      auto step = plain ? plain->next() : drafting_head ? drafting_head->next() : speculative->next();
       if (!step) break;
       TokenEvent ev{"", step->token, 0.0f, std::nullopt, {}};
       if (std::find(eos.begin(), eos.end(), step->token) != eos.end()) {
@@ -218,7 +228,7 @@ void Generator::run(Job& job) {
   }
 
   const int offset = kv.empty() ? 0 : kv.front()->offset();
-  if (offset > 0 && static_cast<size_t>(offset) <= key.size()) {
+  if (!mtp && offset > 0 && static_cast<size_t>(offset) <= key.size()) {
     key.resize(static_cast<size_t>(offset));
     cache_.insert(std::move(key), std::move(kv), cache_key(adapter));
   }

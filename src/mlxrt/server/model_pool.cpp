@@ -170,6 +170,7 @@ std::shared_ptr<ModelSession> ModelPool::load(const std::string& key, const fs::
     o.adapter_path.clear();
     o.adapters.clear();
     o.draft_model.clear();
+    o.mtp = false;
   }
   std::shared_ptr<MemoryAdmission> admission;
   {

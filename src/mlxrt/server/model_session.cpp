@@ -96,6 +96,7 @@ ModelSession load_model_session(const ServerOptions& options, Logger& log) {
   load.fidelity = options.fidelity;
   if (options.parallel) load.parallel = *options.parallel;
   load.row_exact = options.row_exact;
+  load.multi_token_prediction = options.mtp;
   const auto adapters = adapter_list(options);
   if (!adapters.empty() && options.expert_memory_bytes)
     throw UsageError("--adapters cannot be combined with --expert-memory");
@@ -145,8 +146,9 @@ ModelSession load_model_session(const ServerOptions& options, Logger& log) {
       log.warning("Draft model tokenizer does not match model tokenizer. Speculative decoding may not work as expected.");
   }
   // mlx_lm.server: is_batchable = draft_model is None and every cache of make_prompt_cache merges.
-  s.unbatchable = s.draft_model ? std::optional<std::string>("a draft model is set")
-                                : generate::batching_unsupported_reason(*s.loaded.model);
+  s.unbatchable = s.draft_model                       ? std::optional<std::string>("a draft model is set")
+                  : s.loaded.model->multi_token_predictor() ? std::optional<std::string>("the MTP head drafts (--mtp)")
+                                                            : generate::batching_unsupported_reason(*s.loaded.model);
   return s;
 }
 

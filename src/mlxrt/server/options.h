@@ -48,6 +48,9 @@ struct ServerOptions {
   /** --spec-exact: the model computes every position as a one-token step (LoadOptions::row_exact);
    * batches then run batch-invariant, so every request gets one-token decoding's bytes. */
   bool row_exact = false;
+  /** --mtp: the start-up model drafts with its own multi-token-prediction head (ours;
+   * generate::MtpTokenGenerator): requests run alone, outside the prompt cache. */
+  bool mtp = false;
   int prompt_cache_size = 10;
   std::optional<size_t> prompt_cache_bytes;
   std::optional<int> kv_bits;  // quantize the KV cache past quantized_kv_start positions

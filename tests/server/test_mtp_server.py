@@ -1,0 +1,85 @@
+"""`mlxrt server --mtp --spec-exact`: each request drafts with the model's own multi-token-prediction
+head, and its tokens and logprobs (greedy) equal decoding it alone one token at a time
+(`mlxrt generate --prefill-step-size 1`). The model is the tiny qwen3_5 fixture whose head agrees
+often (tools/mtp_reference.py's "bigram" head) with the Qwen3 tokenizer copied in; the prompts
+tokenize to ids inside its 512-token vocabulary. Requests run outside the prompt cache; a request
+with logits processors, or no drafts, is refused."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+from conftest import FIXTURES, MLXRT_BIN, SOURCE, start_mlxrt, stop
+
+TEXT = "/v1/completions"
+MAX_TOKENS = 24
+PROMPTS = ["a b c d e f g", "in the", "a b c d e f g in the"]
+SHARED = os.environ.get("MLXRT_SHARED_DIR", str(SOURCE.parent / "shared"))
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    sys.path.insert(0, str(SOURCE / "tools"))
+    import make_fixtures
+
+    make_fixtures.ensure(FIXTURES, ["qwen3_5_mtp_bigram_bf16"])
+    out = tmp_path_factory.mktemp("qwen3_5_mtp_tokenizer")
+    for f in (FIXTURES / "qwen3_5_mtp_bigram_bf16").iterdir():
+        shutil.copy(f, out / f.name)
+    for f in (Path(SHARED) / "data" / "tokenizers" / "qwen3").iterdir():
+        shutil.copy(f, out / f.name)
+    return out
+
+
+@pytest.fixture(scope="module")
+def one_token_runs(model, tmp_path_factory):
+    out = {}
+    for prompt in PROMPTS:
+        path = tmp_path_factory.mktemp("ref") / "logprobs.safetensors"
+        subprocess.run([MLXRT_BIN, "generate", "--model", str(model), "--ignore-chat-template", "--prompt", prompt,
+                        "-m", str(MAX_TOKENS), "--prefill-step-size", "1", "--logprobs-file", str(path)],
+                       check=True, capture_output=True, text=True)
+        logprobs = mx.load(str(path))["logprobs"]
+        ids = mx.argmax(logprobs, axis=-1).tolist()
+        out[prompt] = [(t, logprobs[n, t].astype(mx.float32).item()) for n, t in enumerate(ids)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(model, tmp_path_factory):
+    running = start_mlxrt(model, tmp_path_factory, extra=["--mtp", "--spec-exact", "--num-draft-tokens", "3"])
+    yield running
+    stop(running)
+
+
+def served(server, prompt, **extra):
+    status, r = server.post_json(TEXT, {"prompt": prompt, "max_tokens": MAX_TOKENS, "logprobs": True, **extra})
+    assert status == 200, r
+    return [(e["id"], e["logprob"]) for e in r["choices"][0]["logprobs"]["content"]], r["usage"]
+
+
+def test_requests_equal_one_token_decoding(server, one_token_runs):
+    for prompt in PROMPTS:
+        got, usage = served(server, prompt)
+        want = one_token_runs[prompt]
+        assert got == want[:len(got)] and len(got) == len(want), prompt
+        # Outside the prompt cache: the third prompt extends the first, and nothing is reused.
+        assert usage.get("prompt_tokens_details", {}).get("cached_tokens", 0) == 0
+
+
+def test_a_request_may_draft_another_count(server, one_token_runs):
+    got, _ = served(server, PROMPTS[0], num_draft_tokens=1)
+    assert got == one_token_runs[PROMPTS[0]][:len(got)] and len(got) == len(one_token_runs[PROMPTS[0]])
+
+
+@pytest.mark.parametrize("extra,message", [
+    ({"num_draft_tokens": 0}, "num_draft_tokens must be between 1 and 64"),
+    ({"repetition_penalty": 1.2}, "runs no logits processors"),
+])
+def test_refused_requests(server, extra, message):
+    status, r = server.post_json(TEXT, {"prompt": PROMPTS[0], "max_tokens": 4, **extra})
+    assert status == 400, r
+    assert message in r["error"]["message"]
