@@ -61,6 +61,17 @@ def test_unknown_architecture_lists_the_hybrids(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_gemma3n_is_refused_naming_what_the_file_lacks(tmp_path):
+    """llama.cpp's gemma3n files lose the per-layer vocabulary and the AltUp clip: refused, saying so."""
+    s = lambda text: len(text.encode()).to_bytes(8, "little") + text.encode()  # noqa: E731
+    path = tmp_path / "gemma3n.gguf"
+    path.write_bytes(tiny_gguf_bytes(kv=[("general.architecture", 8, s("gemma3n"))]))
+    r = run_convert("--gguf", str(path), "--out", str(tmp_path / "out"))
+    assert r.returncode != 0
+    assert "vocab_size_per_layer_input" in r.stderr and "altup_coef_clip" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.fixture(scope="module")
 def converter():
     r = subprocess.run([str(ROOT / "tools" / "setup" / "install-llama-cpp-converter.sh")], capture_output=True,

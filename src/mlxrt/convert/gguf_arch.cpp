@@ -319,6 +319,11 @@ const GgufArchitecture& find_architecture(const GgufFile& file) {
   if (*name == "mistral3" && !file.get_float("mistral3.attention.temperature_scale")) return mistral3_llama();
   for (const auto& a : architectures())
     if (*name == a.gguf_name) return a;
+  if (*name == "gemma3n")
+    throw UnsupportedError(file.source + ": GGUF architecture 'gemma3n' cannot be converted exactly: llama.cpp's "
+                           "Gemma3NModel pads per_layer_token_embd with zero rows up to the full vocabulary and writes "
+                           "neither vocab_size_per_layer_input (mlx-lm's gemma3n gives the tokens past it token 0's "
+                           "per-layer input, not zeros) nor altup_coef_clip (mlx-lm clips the AltUp coefficients to it)");
   throw UnsupportedError(file.source + ": GGUF architecture '" + *name +
                          "' is not supported by the converter (supported: " + supported_gguf_architectures() + ")");
 }
