@@ -14,6 +14,11 @@
 
 #include "mlxrt/kernels/cpu/l3_qmm_args.h"
 
+// Every loop over the block's rows, subtiles and words unrolled, so the accumulator arrays live in
+// registers (GCC at -O2 otherwise keeps them on the stack: a store and a reload around every
+// vpdpbusd, which a decode step's profile showed as most of its time).
+#define MLXRT_UNROLL _Pragma("GCC unroll 16")
+
 namespace mlxrt::kernels::cpu::detail {
 
 template <class V>
@@ -54,10 +59,12 @@ struct L3Qmm {
   template <int R, int S>
   void block(int r0, int s0) const {
     const std::uint32_t* base[S];
+    MLXRT_UNROLL
     for (int s = 0; s < S; ++s) base[s] = subtile_words(s0 + s);
     // Each subtile's tile (where its scales and biases are, after the words) and its first lane.
     const std::uint32_t* tile_params[S];
     int lane[S];
+    MLXRT_UNROLL
     for (int s = 0; s < S; ++s) {
       tile_params[s] = a.packed + static_cast<long long>((s0 + s) / kSubtilesPerTile) * tile_words +
                        static_cast<long long>(words) * kL3TileRows;
@@ -66,31 +73,40 @@ struct L3Qmm {
     const std::int8_t* xq[R];
     const float* xd[R];
     const float* xs[R];
+    MLXRT_UNROLL
     for (int r = 0; r < R; ++r) {
       xq[r] = a.x.q + static_cast<long long>(r0 + r) * q_stride;
       xd[r] = a.x.block_d + static_cast<long long>(r0 + r) * blocks * kL3Levels;
       xs[r] = a.x.group_xs + static_cast<long long>(r0 + r) * groups;
     }
     F acc[R][S], bacc[R][S];
+    MLXRT_UNROLL
     for (int r = 0; r < R; ++r)
+      MLXRT_UNROLL
       for (int s = 0; s < S; ++s) acc[r][s] = bacc[r][s] = V::zero();
     const I nibbles = V::set1i(0x0F0F0F0F);
     int b = 0;
     for (int g = 0; g < groups; ++g) {
       F scale[S];
+      MLXRT_UNROLL
       for (int s = 0; s < S; ++s) scale[s] = params(tile_params[s], lane[s], g, 0);
       for (int bb = 0; bb < blocks_per_group; ++bb, ++b) {
         // Per level: two chains (low and high nibbles, or even and odd words).
         I first[R][S][2], second[R][S][2];
+        MLXRT_UNROLL
         for (int r = 0; r < R; ++r)
+          MLXRT_UNROLL
           for (int s = 0; s < S; ++s) first[r][s][0] = first[r][s][1] = second[r][s][0] = second[r][s][1] = V::zeroi();
         const int j0 = b * words_per_block;
         if (a.bits == 4) {
+          MLXRT_UNROLL
           for (int j = j0; j < j0 + 4; ++j) {
+            MLXRT_UNROLL
             for (int s = 0; s < S; ++s) {
               const I wv = V::loadi(base[s] + static_cast<long long>(j) * kL3TileRows);
               const I lo = V::and_(wv, nibbles);
               const I hi = V::and_(V::srli4(wv), nibbles);
+              MLXRT_UNROLL
               for (int r = 0; r < R; ++r) {
                 const std::int8_t* x = xq[r] + 16 * j;
                 first[r][s][0] = V::dot_nibbles(first[r][s][0], lo, x);
@@ -101,10 +117,13 @@ struct L3Qmm {
             }
           }
         } else {
+          MLXRT_UNROLL
           for (int j = j0; j < j0 + 8; j += 2) {
+            MLXRT_UNROLL
             for (int s = 0; s < S; ++s) {
               const I w0 = V::loadi(base[s] + static_cast<long long>(j) * kL3TileRows);
               const I w1 = V::loadi(base[s] + static_cast<long long>(j + 1) * kL3TileRows);
+              MLXRT_UNROLL
               for (int r = 0; r < R; ++r) {
                 const std::int8_t* x = xq[r] + 8 * j;
                 first[r][s][0] = V::dot_bytes(first[r][s][0], w0, x);
@@ -115,9 +134,11 @@ struct L3Qmm {
             }
           }
         }
+        MLXRT_UNROLL
         for (int r = 0; r < R; ++r) {
           const F d1 = V::set1(xd[r][2 * b]);
           const F d2 = V::set1(xd[r][2 * b + 1]);
+          MLXRT_UNROLL
           for (int s = 0; s < S; ++s) {
             const F i1 = V::to_float(V::addi(first[r][s][0], first[r][s][1]));
             const F i2 = V::to_float(V::addi(second[r][s][0], second[r][s][1]));
@@ -126,12 +147,16 @@ struct L3Qmm {
           }
         }
       }
+      MLXRT_UNROLL
       for (int s = 0; s < S; ++s) {
         const F bias = params(tile_params[s], lane[s], g, 1);
+        MLXRT_UNROLL
         for (int r = 0; r < R; ++r) bacc[r][s] = V::fma(bias, V::set1(xs[r][g]), bacc[r][s]);
       }
     }
+    MLXRT_UNROLL
     for (int r = 0; r < R; ++r)
+      MLXRT_UNROLL
       for (int s = 0; s < S; ++s) store(r0 + r, s0 + s, V::add(acc[r][s], bacc[r][s]));
   }
 
