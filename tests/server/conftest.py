@@ -139,3 +139,20 @@ def mlxrt_server(model_dir, tmp_path_factory):
     yield running
     stop(running)
     assert running.proc.returncode in (0, -15), Path(running.log).read_text()[-3000:]
+
+
+def one_token_greedy(model, prompts, max_tokens, tmp_path_factory):
+    """Each prompt's reference for the exact modes: `mlxrt generate` prefilling one token at a time,
+    as (token id, logprob) per step."""
+    import mlx.core as mx
+
+    out = {}
+    for prompt in prompts:
+        path = tmp_path_factory.mktemp("ref") / "logprobs.safetensors"
+        subprocess.run([MLXRT_BIN, "generate", "--model", str(model), "--ignore-chat-template", "--prompt", prompt,
+                        "-m", str(max_tokens), "--prefill-step-size", "1", "--logprobs-file", str(path)],
+                       check=True, capture_output=True, text=True)
+        logprobs = mx.load(str(path))["logprobs"]
+        ids = mx.argmax(logprobs, axis=-1).tolist()
+        out[prompt] = [(t, logprobs[n, t].astype(mx.float32).item()) for n, t in enumerate(ids)]
+    return out

@@ -6,13 +6,11 @@ tokenize to ids inside its 512-token vocabulary. Requests run outside the prompt
 with logits processors, or no drafts, is refused."""
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-import mlx.core as mx
 import pytest
-from conftest import FIXTURES, MLXRT_BIN, SOURCE, start_mlxrt, stop
+from conftest import one_token_greedy, FIXTURES, MLXRT_BIN, SOURCE, start_mlxrt, stop
 
 TEXT = "/v1/completions"
 MAX_TOKENS = 24
@@ -36,16 +34,7 @@ def model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def one_token_runs(model, tmp_path_factory):
-    out = {}
-    for prompt in PROMPTS:
-        path = tmp_path_factory.mktemp("ref") / "logprobs.safetensors"
-        subprocess.run([MLXRT_BIN, "generate", "--model", str(model), "--ignore-chat-template", "--prompt", prompt,
-                        "-m", str(MAX_TOKENS), "--prefill-step-size", "1", "--logprobs-file", str(path)],
-                       check=True, capture_output=True, text=True)
-        logprobs = mx.load(str(path))["logprobs"]
-        ids = mx.argmax(logprobs, axis=-1).tolist()
-        out[prompt] = [(t, logprobs[n, t].astype(mx.float32).item()) for n, t in enumerate(ids)]
-    return out
+    return one_token_greedy(model, PROMPTS, MAX_TOKENS, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,11 @@ after a prompt-cache hit on an earlier request's prefix, and batched with other 
 float32 copy of the server model, whose matmuls (the BLAS's) depend on the row count: there the
 server without the flag gives other bytes."""
 import shutil
-import subprocess
 import threading
 
 import mlx.core as mx
 import pytest
-from conftest import MLXRT_BIN, start_mlxrt, stop
+from conftest import one_token_greedy, MLXRT_BIN, start_mlxrt, stop
 
 TEXT = "/v1/completions"
 MAX_TOKENS = 24
@@ -43,18 +42,7 @@ def server(fp32_model, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def one_token_runs(fp32_model, tmp_path_factory):
-    model_dir = fp32_model
-    """Each prompt's reference: `generate` prefilling one token at a time, as (token id, logprob) per step."""
-    out = {}
-    for i, prompt in enumerate(PROMPTS):
-        path = tmp_path_factory.mktemp("ref") / "logprobs.safetensors"
-        subprocess.run([MLXRT_BIN, "generate", "--model", str(model_dir), "--ignore-chat-template", "--prompt", prompt,
-                        "-m", str(MAX_TOKENS), "--prefill-step-size", "1", "--logprobs-file", str(path)],
-                       check=True, capture_output=True, text=True)
-        logprobs = mx.load(str(path))["logprobs"]
-        ids = mx.argmax(logprobs, axis=-1).tolist()
-        out[prompt] = [(t, logprobs[n, t].astype(mx.float32).item()) for n, t in enumerate(ids)]
-    return out
+    return one_token_greedy(fp32_model, PROMPTS, MAX_TOKENS, tmp_path_factory)
 
 
 def served(server, prompt):
