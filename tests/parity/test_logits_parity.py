@@ -4,7 +4,7 @@ import mlx.core as mx
 import pytest
 
 import oracle
-from conftest import fixture_names, run_mlxrt
+from conftest import fixture_names, head_only_fixtures, run_mlxrt
 
 TOKENS = [1, 17, 300, 42, 5, 511, 77, 8, 256, 3, 99, 150]
 
@@ -41,6 +41,17 @@ def test_logits_byte_equal(name, fixtures_dir, tmp_path):
         ours = mx.load(str(out))["logits"]
         assert ours.dtype == ref.dtype and ours.shape == ref.shape, (mode, ours.dtype, ours.shape)
         assert oracle.raw_bytes(ours) == oracle.raw_bytes(ref), f"{name} {mode}: logits differ"
+
+
+@pytest.mark.parametrize("name", head_only_fixtures())
+def test_a_head_mlx_lm_keeps_is_refused_as_mlx_lm_refuses_it(name, fixtures_dir, tmp_path):
+    """qwen3_next's sanitize drops mtp.* only from per-expert checkpoints: on an MLX-layout one both
+    loads stop at the head's tensors (mlxrt runs it with --mtp)."""
+    with pytest.raises(ValueError, match="parameters not in model"):
+        oracle.load(fixtures_dir / name)
+    proc = run_mlxrt("logits", "--model", fixtures_dir / name, "--tokens", "1,2", "--out", tmp_path / "l.safetensors",
+                     check=False)
+    assert proc.returncode != 0 and "unexpected parameters: mtp." in proc.stderr, proc.stderr
 
 
 def parse_generated(stdout):
