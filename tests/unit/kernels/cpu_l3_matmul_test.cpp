@@ -16,6 +16,7 @@
 
 #include "mlxrt/kernels/cpu/l3_fused.h"
 #include "mlxrt/kernels/cpu/l3_matmul.h"
+#include "mlxrt/kernels/cpu/l3_qmm_args.h"
 #include "mlxrt/kernels/cpu/matmul.h"
 #include "matmul_case.h"
 
@@ -324,5 +325,72 @@ TEST(L3QuantizedMatmul, GatheredExpertsAreEachExpertsProduct) {
       }
   }
 }
+
+#if defined(MLXRT_CPU_X86_KERNELS)
+// x's quantization (the vectorised first step of the L3 matmul) on the blocks random data never
+// gives: all zeros, a NaN, infinities, values that round to the clamp, tiny and huge magnitudes.
+// The definition (l3_qmm_args.h) in scalar code: d NaN where the block holds a NaN, a value whose
+// product is NaN quantized to 0.
+TEST(L3QuantizedMatmul, QuantizesSpecialBlocksAsItsDefinition) {
+  auto level = [](const float* v, int* q, float& d) {
+    float amax = 0.0f;
+    bool nan = false;
+    for (int i = 0; i < 32; ++i) {
+      amax = std::max(amax, std::fabs(v[i]));
+      nan = nan || std::isnan(v[i]);
+    }
+    if (nan) amax = std::nanf("");
+    d = amax / 127.0f;
+    const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      const float r = std::nearbyint(v[i] * inverse);
+      q[i] = std::isnan(r) ? 0 : static_cast<int>(std::clamp(r, -127.0f, 127.0f));
+      sum += q[i];
+    }
+    return sum;
+  };
+  std::vector<std::vector<float>> blocks;
+  blocks.emplace_back(32, 0.0f);
+  for (float special : {std::nanf(""), INFINITY, -INFINITY, 3.0e38f, 1.0e-40f, -0.0f}) {
+    std::vector<float> b(32);
+    for (int i = 0; i < 32; ++i) b[static_cast<size_t>(i)] = 0.37f * static_cast<float>(i - 13);
+    b[7] = special;
+    blocks.push_back(b);
+  }
+  std::vector<float> halves(32);  // values at ±(n + 0.5) / 127 of the largest: ties to even
+  for (int i = 0; i < 32; ++i) halves[static_cast<size_t>(i)] = (i == 0 ? 127.0f : static_cast<float>(i) + 0.5f) * (i % 2 ? -1.0f : 1.0f);
+  blocks.push_back(halves);
+  for (auto fn : {mlxrt::kernels::cpu::l3_quantize_block_avx2, mlxrt::kernels::cpu::l3_quantize_block_avx512vnni}) {
+    if (fn == mlxrt::kernels::cpu::l3_quantize_block_avx512vnni) {
+      auto k = CpuKernels::create(1, true, true);
+      if (!k || !k->vnni()) continue;
+    } else if (!CpuKernels::create(1, false, true)) {
+      GTEST_SKIP() << "no L3 kernels on this CPU";
+    }
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      const float* v = blocks[b].data();
+      int q1[32], q2[32];
+      float d1, d2;
+      const int s1 = level(v, q1, d1);
+      float rest[32];
+      for (int i = 0; i < 32; ++i) rest[i] = v[i] - d1 * static_cast<float>(q1[i]);
+      const int s2 = level(rest, q2, d2);
+      std::int8_t g1[32], g2[32];
+      float d[2];
+      int sums[2];
+      fn(v, g1, g2, d, sums);
+      for (int i = 0; i < 32; ++i) {
+        EXPECT_EQ(g1[i], q1[i]) << "block " << b << " value " << i;
+        EXPECT_EQ(g2[i], q2[i]) << "block " << b << " value " << i;
+      }
+      EXPECT_EQ(std::memcmp(&d[0], &d1, 4) == 0 || (std::isnan(d[0]) && std::isnan(d1)), true) << "block " << b;
+      EXPECT_EQ(std::memcmp(&d[1], &d2, 4) == 0 || (std::isnan(d[1]) && std::isnan(d2)), true) << "block " << b;
+      EXPECT_EQ(sums[0], s1) << "block " << b;
+      EXPECT_EQ(sums[1], s2) << "block " << b;
+    }
+  }
+}
+#endif
 
 }  // namespace

@@ -82,26 +82,29 @@ class L3PackWeights : public CpuOnly {
       auto* dst = out.data<std::uint32_t>() + kL3HeaderWords + static_cast<long long>(e) * tiles * tile_words;
       const auto* src = reinterpret_cast<const std::uint32_t*>(w.data) + static_cast<long long>(e) * n * words;
       const long long sb_at = static_cast<long long>(e) * n * groups;
+      const int group_words = g * bits / 32;
+      const long long group_stride = l3_group_stride(g, bits, half);
       for (int t = 0; t < tiles; ++t) {
         std::uint32_t* tile = dst + t * tile_words;
         for (int j = 0; j < words; ++j)
           for (int i = 0; i < kL3TileRows; ++i) {
             const int row = t * kL3TileRows + i;
-            tile[static_cast<long long>(j) * kL3TileRows + i] = row < n ? src[static_cast<long long>(row) * words + j] : 0u;
+            tile[(j / group_words) * group_stride + static_cast<long long>(j % group_words) * kL3TileRows + i] =
+                row < n ? src[static_cast<long long>(row) * words + j] : 0u;
           }
-        std::uint32_t* sb = tile + static_cast<long long>(words) * kL3TileRows;
         for (int gi = 0; gi < groups; ++gi)
           for (int i = 0; i < kL3TileRows; ++i) {
+            std::uint32_t* sb = tile + gi * group_stride + static_cast<long long>(group_words) * kL3TileRows;
             const int row = t * kL3TileRows + i;
             const long long at = sb_at + static_cast<long long>(row) * groups + gi;
             const float scale = row < n ? load_float(scales.data, sdt, at) : 0.0f;
             const float bias = row < n ? load_float(biases.data, bdt, at) : 0.0f;
             if (half) {
-              auto* h = reinterpret_cast<mx::float16_t*>(sb) + gi * 2 * kL3TileRows;
+              auto* h = reinterpret_cast<mx::float16_t*>(sb);
               h[i] = mx::float16_t(scale);
               h[kL3TileRows + i] = mx::float16_t(bias);
             } else {
-              auto* f = reinterpret_cast<float*>(sb) + gi * 2 * kL3TileRows;
+              auto* f = reinterpret_cast<float*>(sb);
               f[i] = scale;
               f[kL3TileRows + i] = bias;
             }
@@ -142,24 +145,31 @@ int quantize_level(const float* v, std::int8_t* q, float& d) {
   return sum;
 }
 
-void quantize_row(const char* x, mx::Dtype t, long long row, int k, int bits, int group_size, std::int8_t* q,
-                  float* block_d, float* group_xs) {
+// One block in portable code (the definition; the instruction-set files compute the same bits).
+void quantize_block_scalar(const float* v, std::int8_t* q1, std::int8_t* q2, float* d, int* sums) {
+  float rest[kL3Block];
+  sums[0] = quantize_level(v, q1, d[0]);
+  for (int i = 0; i < kL3Block; ++i) {
+    const float approx = d[0] * static_cast<float>(q1[i]);
+    rest[i] = v[i] - approx;
+  }
+  sums[1] = quantize_level(rest, q2, d[1]);
+}
+
+void quantize_row(L3QuantizeBlockFn quantize_block, const char* x, mx::Dtype t, long long row, int k, int bits,
+                  int group_size, std::int8_t* q, float* block_d, float* group_xs) {
   const int blocks = k / kL3Block;
   std::vector<int> block_sum(static_cast<size_t>(blocks) * kL3Levels);
   const int per_word = 32 / bits;
   for (int b = 0; b < blocks; ++b) {
-    float v[kL3Block], rest[kL3Block];
-    for (int i = 0; i < kL3Block; ++i) v[i] = load_float(x, t, row * k + b * kL3Block + i);
-    std::int8_t level[kL3Levels][kL3Block];
-    float d1, d2;
-    block_sum[2 * static_cast<size_t>(b)] = quantize_level(v, level[0], d1);
-    for (int i = 0; i < kL3Block; ++i) {
-      const float approx = d1 * static_cast<float>(level[0][i]);
-      rest[i] = v[i] - approx;
+    float converted[kL3Block];
+    const float* v = reinterpret_cast<const float*>(x) + row * k + b * kL3Block;
+    if (t != mx::float32) {
+      for (int i = 0; i < kL3Block; ++i) converted[i] = load_float(x, t, row * k + b * kL3Block + i);
+      v = converted;
     }
-    block_sum[2 * static_cast<size_t>(b) + 1] = quantize_level(rest, level[1], d2);
-    block_d[2 * b] = d1;
-    block_d[2 * b + 1] = d2;
+    std::int8_t level[kL3Levels][kL3Block];
+    quantize_block(v, level[0], level[1], block_d + 2 * b, block_sum.data() + 2 * static_cast<size_t>(b));
     // Each word's values, level by level, in the order of the word's bytes (l3_qmm_args.h).
     for (int word = 0; word < kL3Block / per_word; ++word) {
       std::int8_t* out = q + (static_cast<long long>(b) * kL3Block + word * per_word) * kL3Levels;
@@ -198,10 +208,14 @@ QuantizedRows quantize_rows(const CpuKernels& kernels, const char* x, mx::Dtype 
   qx.q.resize(static_cast<size_t>(rows) * static_cast<size_t>(k) * kL3Levels);
   qx.block_d.resize(static_cast<size_t>(rows) * static_cast<size_t>(k / kL3Block) * kL3Levels);
   qx.group_xs.resize(static_cast<size_t>(rows) * static_cast<size_t>(k / g));
+  L3QuantizeBlockFn block = quantize_block_scalar;
+#if defined(MLXRT_CPU_X86_KERNELS)
+  block = kernels.vnni() ? l3_quantize_block_avx512vnni : l3_quantize_block_avx2;
+#endif
   kernels.workers().run(rows, 0, [&](float*, int begin, int end) {
     for (int r = begin; r < end; ++r) {
       const L3Rows at = qx.row(r, k, g);
-      quantize_row(x, t, r, k, bits, g, const_cast<std::int8_t*>(at.q), const_cast<float*>(at.block_d),
+      quantize_row(block, x, t, r, k, bits, g, const_cast<std::int8_t*>(at.q), const_cast<float*>(at.block_d),
                    const_cast<float*>(at.group_xs));
     }
   });

@@ -27,15 +27,18 @@ constexpr int kL3Block = 32;     // k values per activation scale
 constexpr int kL3TileRows = 16;  // weight rows (outputs) interleaved in one packed tile
 
 /** A weight matrix as the L3 kernels read it: tiles of 16 rows (the last padded with zeros), each
- * tile `tile_words` 32-bit words: first, for each word j of a row (k · bits / 32 of them), that
- * word of the tile's 16 rows; then, for each group, the 16 rows' scales and the 16 rows' biases,
- * as float16 where every scale and bias of the matrix is one exactly (`half`: checkpoints whose
- * scales are float16, and the GGUF conversions, whose Q4_1 / Q8_0 scales were; a decode step
- * reads a sixth fewer bytes), else as float32. Either way the kernel multiplies with the same
- * float values. */
+ * tile `tile_words` 32-bit words, group after group (`l3_group_stride` words each): for each word
+ * of the group's part of a row (group_size · bits / 32 of them), that word of the tile's 16 rows;
+ * then the 16 rows' scales and the 16 rows' biases of the group, as float16 where every scale and
+ * bias of the matrix is one exactly (`half`: checkpoints whose scales are float16, and the GGUF
+ * conversions, whose Q4_1 / Q8_0 scales were; a decode step reads a sixth fewer bytes), else as
+ * float32. Either way the kernel multiplies with the same float values. A tile is read front to
+ * back, one stream of memory. */
+inline long long l3_group_stride(int group_size, int bits, bool half) {
+  return static_cast<long long>(group_size * bits / 32 + (half ? 1 : 2)) * kL3TileRows;
+}
 inline long long l3_tile_words(int k, int bits, int group_size, bool half) {
-  return static_cast<long long>(k) * bits / 32 * kL3TileRows +
-         static_cast<long long>(k / group_size) * (half ? 1 : 2) * kL3TileRows;
+  return static_cast<long long>(k / group_size) * l3_group_stride(group_size, bits, half);
 }
 
 /** The packed array starts with this many words: word 0 is 1 where the scales and biases are
@@ -74,5 +77,12 @@ constexpr int kL3TilesPerUnit = 2;
  * are (row block major). One function per instruction set. */
 void l3_qmm_units_avx512vnni(const L3QmmArgs& a, int begin, int end);
 void l3_qmm_units_avx2(const L3QmmArgs& a, int begin, int end);
+
+/** One block of kL3Block values of x (float) quantized as above: its two levels' int8 values in k
+ * order (q1, q2), d1 and d2 (d), and each level's sum of values (sums). One function per
+ * instruction set; the same bits as the scalar definition. */
+using L3QuantizeBlockFn = void (*)(const float* x, std::int8_t* q1, std::int8_t* q2, float* d, int* sums);
+void l3_quantize_block_avx512vnni(const float* x, std::int8_t* q1, std::int8_t* q2, float* d, int* sums);
+void l3_quantize_block_avx2(const float* x, std::int8_t* q1, std::int8_t* q2, float* d, int* sums);
 
 }  // namespace mlxrt::kernels::cpu

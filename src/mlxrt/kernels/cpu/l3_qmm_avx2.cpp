@@ -10,6 +10,7 @@
 
 #include "mlxrt/kernels/cpu/l3_qmm_args.h"
 #include "mlxrt/kernels/cpu/l3_qmm_impl.h"
+#include "mlxrt/kernels/cpu/l3_quantize_impl.h"
 
 namespace mlxrt::kernels::cpu {
 
@@ -49,6 +50,32 @@ struct Vec256Dot {
   static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
   static F add(F a, F b) { return _mm256_add_ps(a, b); }
   static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  static F abs(F v) { return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))); }
+  static F max(F a, F b) { return _mm256_max_ps(a, b); }
+  static float hmax(F v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+  }
+  static bool any_nan(F v) { return _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0; }
+  static int hsumi(I v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+  }
+  // An integral r clamped to [-127, 127] as int32; 0 where r is NaN.
+  static I clamp127_to_int(F r) {
+    const F ordered = _mm256_cmp_ps(r, r, _CMP_ORD_Q);
+    const F c = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+    return _mm256_and_si256(_mm256_cvtps_epi32(c), _mm256_castps_si256(ordered));
+  }
+  static void store_i8(std::int8_t* p, I v) {
+    const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packs_epi16(words, words));
+  }
   static void store_f32(float* p, F v, int count) {
     if (count == kWidth) {
       _mm256_storeu_ps(p, v);
@@ -74,6 +101,10 @@ struct Vec256Dot {
 
 void l3_qmm_units_avx2(const L3QmmArgs& a, int begin, int end) {
   detail::L3Qmm<Vec256Dot>(a).units(begin, end);
+}
+
+void l3_quantize_block_avx2(const float* x, std::int8_t* q1, std::int8_t* q2, float* d, int* sums) {
+  detail::L3QuantizeBlock<Vec256Dot>::run(x, q1, q2, d, sums);
 }
 
 }  // namespace mlxrt::kernels::cpu

@@ -9,6 +9,7 @@
 
 #include "mlxrt/kernels/cpu/l3_qmm_args.h"
 #include "mlxrt/kernels/cpu/l3_qmm_impl.h"
+#include "mlxrt/kernels/cpu/l3_quantize_impl.h"
 
 namespace mlxrt::kernels::cpu {
 
@@ -42,6 +43,19 @@ struct Vec512Vnni {
   static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
   static F add(F a, F b) { return _mm512_add_ps(a, b); }
   static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  static F abs(F v) { return _mm512_abs_ps(v); }
+  static F max(F a, F b) { return _mm512_max_ps(a, b); }
+  static float hmax(F v) { return _mm512_reduce_max_ps(v); }
+  static bool any_nan(F v) { return _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) != 0; }
+  static int hsumi(I v) { return _mm512_reduce_add_epi32(v); }
+  // An integral r clamped to [-127, 127] as int32; 0 where r is NaN.
+  static I clamp127_to_int(F r) {
+    const __mmask16 ordered = _mm512_cmp_ps_mask(r, r, _CMP_ORD_Q);
+    const F c = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
+    return _mm512_maskz_cvtps_epi32(ordered, c);
+  }
+  static void store_i8(std::int8_t* p, I v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(v)); }
   static __mmask16 first(int count) { return static_cast<__mmask16>((1u << count) - 1u); }
   static void store_f32(float* p, F v, int count) {
     if (count == kWidth)
@@ -66,6 +80,10 @@ struct Vec512Vnni {
 
 void l3_qmm_units_avx512vnni(const L3QmmArgs& a, int begin, int end) {
   detail::L3Qmm<Vec512Vnni>(a).units(begin, end);
+}
+
+void l3_quantize_block_avx512vnni(const float* x, std::int8_t* q1, std::int8_t* q2, float* d, int* sums) {
+  detail::L3QuantizeBlock<Vec512Vnni>::run(x, q1, q2, d, sums);
 }
 
 }  // namespace mlxrt::kernels::cpu

@@ -36,6 +36,8 @@ struct L3Qmm {
   const int blocks_per_group;
   const int words_per_block;  // bits
   const long long tile_words;
+  const int group_words;        // a group's words of one row (group_size · bits / 32)
+  const long long group_stride;  // a group's words and parameters in a tile (l3_qmm_args.h)
   const int tiles;
   const long long q_stride;  // int8 values per x row
 
@@ -47,27 +49,21 @@ struct L3Qmm {
         blocks_per_group(args.group_size / kL3Block),
         words_per_block(args.bits),
         tile_words(l3_tile_words(args.k, args.bits, args.group_size, args.half_params)),
+        group_words(args.group_size * args.bits / 32),
+        group_stride(l3_group_stride(args.group_size, args.bits, args.half_params)),
         tiles((args.n + kL3TileRows - 1) / kL3TileRows),
         q_stride(static_cast<long long>(args.k) * kL3Levels) {}
 
-  // Subtile s (W outputs): tile s / kSubtilesPerTile, lanes (s % kSubtilesPerTile) · W on.
-  const std::uint32_t* subtile_words(int s) const {
-    return a.packed + static_cast<long long>(s / kSubtilesPerTile) * tile_words + (s % kSubtilesPerTile) * W;
-  }
 
   // Rows r0 .. r0 + R of x against subtiles s0 .. s0 + S, written to out.
   template <int R, int S>
   void block(int r0, int s0) const {
-    const std::uint32_t* base[S];
-    MLXRT_UNROLL
-    for (int s = 0; s < S; ++s) base[s] = subtile_words(s0 + s);
-    // Each subtile's tile (where its scales and biases are, after the words) and its first lane.
-    const std::uint32_t* tile_params[S];
+    // Each subtile's tile and its first lane; group g of a tile starts g · group_stride words on.
+    const std::uint32_t* tile[S];
     int lane[S];
     MLXRT_UNROLL
     for (int s = 0; s < S; ++s) {
-      tile_params[s] = a.packed + static_cast<long long>((s0 + s) / kSubtilesPerTile) * tile_words +
-                       static_cast<long long>(words) * kL3TileRows;
+      tile[s] = a.packed + static_cast<long long>((s0 + s) / kSubtilesPerTile) * tile_words;
       lane[s] = ((s0 + s) % kSubtilesPerTile) * W;
     }
     const std::int8_t* xq[R];
@@ -87,9 +83,16 @@ struct L3Qmm {
     const I nibbles = V::set1i(0x0F0F0F0F);
     int b = 0;
     for (int g = 0; g < groups; ++g) {
+      // The group's words of this subtile's rows (word jj at jj · 16), then its parameters.
+      const std::uint32_t* base[S];
+      const std::uint32_t* group_params[S];
       F scale[S];
       MLXRT_UNROLL
-      for (int s = 0; s < S; ++s) scale[s] = params(tile_params[s], lane[s], g, 0);
+      for (int s = 0; s < S; ++s) {
+        base[s] = tile[s] + g * group_stride + lane[s];
+        group_params[s] = tile[s] + g * group_stride + static_cast<long long>(group_words) * kL3TileRows;
+        scale[s] = params(group_params[s], lane[s], 0);
+      }
       for (int bb = 0; bb < blocks_per_group; ++bb, ++b) {
         // Per level: two chains (low and high nibbles, or even and odd words).
         I first[R][S][2], second[R][S][2];
@@ -97,13 +100,15 @@ struct L3Qmm {
         for (int r = 0; r < R; ++r)
           MLXRT_UNROLL
           for (int s = 0; s < S; ++s) first[r][s][0] = first[r][s][1] = second[r][s][0] = second[r][s][1] = V::zeroi();
-        const int j0 = b * words_per_block;
+        const int j0 = b * words_per_block;     // of x's row
+        const int jw = bb * words_per_block - j0;  // j + jw: the word's place in the group
         if (a.bits == 4) {
           MLXRT_UNROLL
           for (int j = j0; j < j0 + 4; ++j) {
             MLXRT_UNROLL
             for (int s = 0; s < S; ++s) {
-              const I wv = V::loadi(base[s] + static_cast<long long>(j) * kL3TileRows);
+              prefetch(base[s], j + jw);
+              const I wv = V::loadi(base[s] + (j + jw) * kL3TileRows);
               const I lo = V::and_(wv, nibbles);
               const I hi = V::and_(V::srli4(wv), nibbles);
               MLXRT_UNROLL
@@ -121,8 +126,10 @@ struct L3Qmm {
           for (int j = j0; j < j0 + 8; j += 2) {
             MLXRT_UNROLL
             for (int s = 0; s < S; ++s) {
-              const I w0 = V::loadi(base[s] + static_cast<long long>(j) * kL3TileRows);
-              const I w1 = V::loadi(base[s] + static_cast<long long>(j + 1) * kL3TileRows);
+              prefetch(base[s], j + jw);
+              prefetch(base[s], j + jw + 1);
+              const I w0 = V::loadi(base[s] + (j + jw) * kL3TileRows);
+              const I w1 = V::loadi(base[s] + (j + jw + 1) * kL3TileRows);
               MLXRT_UNROLL
               for (int r = 0; r < R; ++r) {
                 const std::int8_t* x = xq[r] + 8 * j;
@@ -149,7 +156,7 @@ struct L3Qmm {
       }
       MLXRT_UNROLL
       for (int s = 0; s < S; ++s) {
-        const F bias = params(tile_params[s], lane[s], g, 1);
+        const F bias = params(group_params[s], lane[s], 1);
         MLXRT_UNROLL
         for (int r = 0; r < R; ++r) bacc[r][s] = V::fma(bias, V::set1(xs[r][g]), bacc[r][s]);
       }
@@ -160,14 +167,19 @@ struct L3Qmm {
       for (int s = 0; s < S; ++s) store(r0 + r, s0 + s, V::add(acc[r][s], bacc[r][s]));
   }
 
-  // Group g's scales (which 0) or biases (1) of the W outputs from `lane` of a tile whose
-  // parameters start at p.
-  F params(const std::uint32_t* p, int lane, int g, int which) const {
-    if (a.half_params)
-      return V::load_half(reinterpret_cast<const std::uint16_t*>(p + static_cast<long long>(g) * kL3TileRows) +
-                          which * kL3TileRows + lane);
-    return V::load(reinterpret_cast<const float*>(p + static_cast<long long>(g) * 2 * kL3TileRows + which * kL3TileRows) +
-                   lane);
+  // A tile is one stream of 64-byte lines (a word of its 16 rows each, or a group's parameters),
+  // read once per decode step; the line kPrefetchLines on from word j of a group is asked for
+  // now (the hardware's stream detection alone left the loads waiting on memory: half the
+  // matmul's samples). Past the tile's end it is the next tile's, read next. Never faults.
+  static constexpr int kPrefetchLines = 32;
+  static void prefetch(const std::uint32_t* group_base, int j) {
+    __builtin_prefetch(group_base + static_cast<long long>(j + kPrefetchLines) * kL3TileRows, 0, 3);
+  }
+
+  // A group's scales (which 0) or biases (1) of the W outputs from `lane`, its parameters at p.
+  F params(const std::uint32_t* p, int lane, int which) const {
+    if (a.half_params) return V::load_half(reinterpret_cast<const std::uint16_t*>(p) + which * kL3TileRows + lane);
+    return V::load(reinterpret_cast<const float*>(p) + which * kL3TileRows + lane);
   }
 
   void store(int row, int s, F v) const {
