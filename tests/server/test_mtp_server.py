@@ -2,10 +2,14 @@
 head, and its tokens and logprobs (greedy) equal decoding it alone one token at a time
 (`mlxrt generate --prefill-step-size 1`). The model is the tiny qwen3_5 fixture whose head agrees
 often (tools/mtp_reference.py's "bigram" head) with the Qwen3 tokenizer copied in; the prompts
-tokenize to ids inside its 512-token vocabulary. Requests run outside the prompt cache; a request
-with logits processors, or no drafts, is refused."""
+tokenize to ids inside its 512-token vocabulary. A request that continues a cached prompt (its
+entry carries the head's state) gets the same bytes and drafts as a fresh run; a request with
+logits processors, or no drafts, is refused."""
+import json
 import os
+import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -55,8 +59,12 @@ def test_requests_equal_one_token_decoding(server, one_token_runs):
         got, usage = served(server, prompt)
         want = one_token_runs[prompt]
         assert got == want[:len(got)] and len(got) == len(want), prompt
-        # Outside the prompt cache: the third prompt extends the first, and nothing is reused.
+        # The third prompt extends the first's text, but the first's entry also holds its reply, and
+        # a hybrid model's cache cannot be trimmed back: nothing is reused.
         assert usage.get("prompt_tokens_details", {}).get("cached_tokens", 0) == 0
+    # Each reply's entry is kept (with the head's pending entries entered): none reused, none lost.
+    _, _, raw = server.request("GET", "/metrics")
+    assert re.search(r"^mlxrt_prompt_cache_entries 3$", raw.decode(), re.M), raw.decode()
 
 
 def test_a_request_may_draft_another_count(server, one_token_runs):
@@ -72,3 +80,34 @@ def test_refused_requests(server, extra, message):
     status, r = server.post_json(TEXT, {"prompt": PROMPTS[0], "max_tokens": 4, **extra})
     assert status == 400, r
     assert message in r["error"]["message"]
+
+
+def spec_counters(server):
+    _, _, raw = server.request("GET", "/metrics")
+    text = raw.decode()
+    return [int(re.search(rf"^mlxrt_spec_decode_{name}_tokens_total (\d+)$", text, re.M).group(1))
+            for name in ("draft", "accepted")]
+
+
+def test_a_cached_prompt_continues_with_drafts(server, model, tmp_path_factory):
+    # The first request's prompt is cached with the head's state (one token: the entry is the
+    # prompt itself, as its reply would not tokenize back to the same ids); the second continues it,
+    # so its prompt comes mostly from the cache.
+    first = "a b c d e f g in the a b c d e f g"
+    status, r = server.post_json(TEXT, {"prompt": first, "max_tokens": 1})
+    assert status == 200, r
+    second = first + " in the a b"
+    before = spec_counters(server)
+    got, usage = served(server, second)
+    drafted, accepted = (b - a for a, b in zip(before, spec_counters(server)))
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= usage["prompt_tokens"] // 2, usage
+    assert one_token_greedy(model, [second], MAX_TOKENS, tmp_path_factory)[second] == got
+    # A fresh run of the same prompt accepts as many drafts: the head's cache holds every cached
+    # position (the bigram head drafts from the token, so both runs draft the same tokens).
+    path = tmp_path_factory.mktemp("fresh") / "logprobs.safetensors"
+    subprocess.run([MLXRT_BIN, "generate", "--model", str(model), "--ignore-chat-template", "--prompt", second,
+                    "-m", str(MAX_TOKENS), "--mtp", "--num-draft-tokens", "3", "--logprobs-file", str(path)],
+                   check=True, capture_output=True, text=True)
+    import mlx.core as mx
+    want = int(mx.load(str(path))["from_draft"].astype(mx.int32).sum().item())
+    assert accepted == want and 0 < accepted < drafted

@@ -10,6 +10,7 @@
 #include <mlx/ops.h>
 #include <mlx/transforms.h>
 
+#include "mlxrt/cache/arrays_cache.h"
 #include "mlxrt/cache/prompt_cache.h"
 #include "mlxrt/generate/speculative.h"
 #include "mlxrt/model/make_prompt_cache.h"
@@ -49,7 +50,7 @@ MtpTokenGenerator::MtpTokenGenerator(model::CausalLM& model, const std::vector<i
       mtp_(model.multi_token_predictor()),
       options_(std::move(options)),
       num_draft_tokens_(num_draft_tokens),
-      cache_(cache),
+      outer_cache_(cache),
       y_(mx::array(0)) {
   if (!mtp_) throw UsageError("--mtp: the model was loaded without its multi-token-prediction head");
   if (prompt.empty()) throw UsageError("the prompt is empty: at least one token is needed");
@@ -64,16 +65,11 @@ MtpTokenGenerator::MtpTokenGenerator(model::CausalLM& model, const std::vector<i
     throw UnsupportedError("--mtp does not run logits processors (repetition penalties, logit bias, grammars)");
   if (options_.kv_bits) throw UnsupportedError("--mtp cannot be combined with --kv-bits (a quantized KV cache)");
   if (!options_.sampler) options_.sampler = greedy_sample;
-  if (cache_) {
-    for (const auto& c : *cache_)
-      if (!c->empty())
-        throw UsageError("--mtp starts from an empty cache: the MTP head needs the main model's hidden state at "
-                         "every prompt position, which a filled prompt cache does not keep");
-  } else {
-    own_cache_ = model::make_prompt_cache(model_);
-    cache_ = &own_cache_;
-  }
   mtp_cache_ = mtp_->make_mtp_cache();
+  if (outer_cache_)
+    take_cache(*outer_cache_);
+  else
+    main_cache_ = model::make_prompt_cache(model_);
   prefill(mx::astype(mx::array(prompt.data(), {static_cast<int>(prompt.size())}, mx::int32), mx::uint32));
 }
 
@@ -83,6 +79,63 @@ MtpTokenGenerator::~MtpTokenGenerator() {
   } catch (...) {
     // A failed step has already been reported by whoever evaluated it.
   }
+  if (!outer_cache_) return;
+  try {
+    hand_back();
+  } catch (...) {
+    // Keep nothing rather than a list whose parts disagree.
+    *outer_cache_ = model::make_prompt_cache(model_);
+  }
+}
+
+void MtpTokenGenerator::take_cache(model::CacheList& outer) {
+  const size_t main_layers = model::make_prompt_cache(model_).size(), head_layers = mtp_cache_.size();
+  const bool filled = std::any_of(outer.begin(), outer.end(), [](const auto& c) { return !c->empty(); });
+  if (outer.size() == main_layers && !filled) {
+    main_cache_ = std::move(outer);
+    outer.clear();
+    return;
+  }
+  const auto* held = outer.size() == main_layers + head_layers + 1
+                         ? dynamic_cast<const cache::ArraysCache*>(outer.back().get())
+                         : nullptr;
+  if (!held || held->size() != 1 || !(*held)[0])
+    throw UsageError("--mtp: the cache holds positions without the MTP head's part (its cache and the main model's "
+                     "last hidden state), which the head needs to draft from them");
+  const int positions_held = held->offset();
+  if (outer.front()->offset() != positions_held || outer[main_layers]->offset() != positions_held - 1)
+    throw UsageError("--mtp: the cache's MTP part does not match its main layers (" +
+                     std::to_string(outer.front()->offset()) + " positions in the main model, " +
+                     std::to_string(outer[main_layers]->offset()) + " in the head, hidden state of position " +
+                     std::to_string(positions_held - 1) + ")");
+  carried_hidden_ = *(*held)[0];
+  main_cache_.clear();
+  mtp_cache_.clear();
+  for (size_t i = 0; i < outer.size() - 1; ++i) (i < main_layers ? main_cache_ : mtp_cache_).push_back(std::move(outer[i]));
+  outer.clear();
+}
+
+void MtpTokenGenerator::hand_back() {
+  auto& outer = *outer_cache_;
+  outer.clear();
+  if (!pending_tokens_) {
+    // No round ran: the head's entries and the hidden state they need are not both at hand.
+    outer = model::make_prompt_cache(model_);
+    return;
+  }
+  // The pending entries but the last (its token is the one not yet through the main model) go into
+  // the head's cache; the last one's hidden state is kept for the token that will follow.
+  const int n = pending_hidden_->shape(1);
+  if (n > 1)
+    mtp_->predict(mx::expand_dims(mx::slice(*pending_tokens_, {0}, {n - 1}), 0), positions(*pending_hidden_, 0, n - 1),
+                  &mtp_cache_);
+  auto held = std::make_unique<cache::ArraysCache>(1);
+  held->set_state({positions(*pending_hidden_, n - 1, n)}, main_cache_.front()->offset());
+  eval_caches(main_cache_, mtp_cache_);
+  mx::eval(held->state());
+  for (auto* list : {&main_cache_, &mtp_cache_})
+    for (auto& c : *list) outer.push_back(std::move(c));
+  outer.push_back(std::move(held));
 }
 
 void MtpTokenGenerator::prefill(const mx::array& prompt) {
@@ -90,11 +143,27 @@ void MtpTokenGenerator::prefill(const mx::array& prompt) {
   auto tokens = mx::expand_dims(prompt, 0);  // [1, P]
   for (int start = 0; start < total - 1; start += options_.prefill_step_size) {
     const int stop = std::min(start + options_.prefill_step_size, total - 1);
-    auto hidden = mtp_->forward_with_hidden(positions(tokens, start, stop), cache_).first;
-    // MTP entries start..stop-1: the next prompt tokens with these positions' hidden states.
-    mtp_->predict(positions(tokens, start + 1, stop + 1), hidden, &mtp_cache_);
-    eval_caches(*cache_, mtp_cache_);
+    auto hidden = mtp_->forward_with_hidden(positions(tokens, start, stop), &main_cache_).first;
+    if (carried_hidden_) {
+      // Continuing a cached prompt: the entries run one position behind, from the carried hidden
+      // state (the position before this chunk) paired with the chunk's first token.
+      const int n = stop - start;
+      mtp_->predict(positions(tokens, start, stop), mx::concatenate({*carried_hidden_, positions(hidden, 0, n - 1)}, 1),
+                    &mtp_cache_);
+      carried_hidden_ = positions(hidden, n - 1, n);
+    } else {
+      // MTP entries start..stop-1: the next prompt tokens with these positions' hidden states.
+      mtp_->predict(positions(tokens, start + 1, stop + 1), hidden, &mtp_cache_);
+    }
+    eval_caches(main_cache_, mtp_cache_);
     mx::clear_cache();
+  }
+  if (carried_hidden_) {
+    // The entry of the position before the last prompt token: the head's cache then holds as many
+    // positions as the main model's, as after a fresh prefill.
+    mtp_->predict(positions(tokens, total - 1, total), *carried_hidden_, &mtp_cache_);
+    eval_caches(main_cache_, mtp_cache_);
+    carried_hidden_.reset();
   }
   y_ = mx::slice(prompt, {total - 1}, {total});
 }
@@ -130,8 +199,8 @@ void MtpTokenGenerator::run_round() {
   std::vector<mx::array> window_tokens{y_};
   window_tokens.insert(window_tokens.end(), drafts.begin(), drafts.end());
   auto window = mx::concatenate(window_tokens);  // [num_draft + 1]
-  model_.open_window(*cache_);
-  auto [hidden, logits] = mtp_->forward_with_hidden(mx::expand_dims(window, 0), cache_);
+  model_.open_window(main_cache_);
+  auto [hidden, logits] = mtp_->forward_with_hidden(mx::expand_dims(window, 0), &main_cache_);
   auto [tokens, logprobs] = sample(mx::squeeze(logits, 0));
   mx::eval({tokens, window});
   const auto main_ids = to_ids(tokens), window_ids = to_ids(window);
@@ -156,7 +225,7 @@ void MtpTokenGenerator::run_round() {
 
   // Rollback: the main model keeps the last token and the accepted drafts; the MTP cache keeps the
   // entry its first call ended with (a main-model hidden state) and drops the chained ones.
-  model_.keep_window(*cache_, num_draft + 1, n + 1);
+  model_.keep_window(main_cache_, num_draft + 1, n + 1);
   if (num_draft > 1) cache::trim_prompt_cache(mtp_cache_, num_draft - 1);
   // Pending for the next round: entry i pairs the hidden state of window position i with the token
   // after it (the accepted drafts, then the main model's token).

@@ -17,7 +17,13 @@
  *    with the main model's hidden states in the next round.
  *
  * The first token comes from a round with no drafts (the last prompt token alone, as generate_step
- * processes it), since drafting needs that position's hidden state. With the model loaded row-exact
+ * processes it), since drafting needs that position's hidden state.
+ *
+ * A prompt cache (the server's) keeps an MTP run as the main model's layer caches followed by the
+ * head's caches and one ArraysCache holding the main model's hidden state at the last cached
+ * position: with the main caches at n positions, the head's hold entries 0..n-2 and that hidden
+ * state pairs with the next token to make entry n-1. A later request continues from such a list
+ * with drafting intact (the head's cache sees every earlier position). With the model loaded row-exact
  * (--spec-exact, the default for greedy --mtp) every emitted token and its logprobs are the bytes of
  * plain one-token-at-a-time decoding. Sampling uses the sampler for drafts and verification alike
  * (mlx-lm's order); logits processors and a quantized KV cache are refused. */
@@ -34,11 +40,15 @@ namespace mlxrt::generate {
 
 class MtpTokenGenerator {
  public:
-  /** Prefills `prompt` into `cache` (fresh when null; it must be empty otherwise) and the MTP
-   * head's cache. UsageError when the model was loaded without its MTP head, or for bad options. */
+  /** Prefills `prompt` into `cache` and the MTP head's cache. `cache` is null (fresh caches), the
+   * main model's empty layer caches, or a prompt-cache list as described above (the prompt then
+   * continues it). UsageError when the model was loaded without its MTP head, for bad options, or
+   * for a filled cache without the head's part. */
   MtpTokenGenerator(model::CausalLM& model, const std::vector<int32_t>& prompt, GenerateOptions options,
                     int num_draft_tokens, model::CacheList* cache = nullptr);
-  /** Waits for work still in flight. */
+  /** Waits for work still in flight. When the caller passed a cache, hands it back: after a round,
+   * as a prompt-cache list (the head's pending entries entered up to the last cached position);
+   * before any round, as the main model's fresh caches (nothing to keep). */
   ~MtpTokenGenerator();
 
   /** The next token (from_draft set for an accepted draft), or nullopt after max_tokens. */
@@ -46,7 +56,7 @@ class MtpTokenGenerator {
 
   /** The main model's layer caches: after a round, they hold the accepted tokens up to the last
    * one (which the next round processes). */
-  model::CacheList& model_cache() { return *cache_; }
+  model::CacheList& model_cache() { return main_cache_; }
   /** Tokens drafted and accepted so far. */
   int drafted() const { return drafted_; }
   int accepted() const { return accepted_; }
@@ -58,6 +68,8 @@ class MtpTokenGenerator {
     bool from_draft;
   };
 
+  void take_cache(model::CacheList& outer);
+  void hand_back();
   void prefill(const mx::array& prompt);
   std::pair<mx::array, mx::array> sample(const mx::array& logits) const;
   std::vector<mx::array> draft(int num_draft);
@@ -67,9 +79,11 @@ class MtpTokenGenerator {
   model::MultiTokenPredictor* mtp_;
   GenerateOptions options_;
   int num_draft_tokens_;
-  model::CacheList own_cache_;
-  model::CacheList* cache_;
-  model::CacheList mtp_cache_;
+  model::CacheList* outer_cache_;  // the caller's list: split into the two below, refilled on destruction
+  model::CacheList main_cache_, mtp_cache_;
+  // The main model's hidden state [1, 1, H] at the position before the prompt's first token, from a
+  // prompt-cache list: its MTP entry still needs that token.
+  std::optional<mx::array> carried_hidden_;
   mx::array y_;  // [1]: the last token, not yet through the main model
   // MTP entries not yet in its cache: tokens [n] and the main model's hidden states [1, n, H].
   std::optional<mx::array> pending_tokens_, pending_hidden_;

@@ -216,6 +216,7 @@ void SpeculativeTokenGenerator::check_for_draft(int32_t token) const {
 
 void SpeculativeTokenGenerator::run_round() {
   num_draft_ = std::min(options_.max_tokens - ntoks_, num_draft_tokens_);
+  drafted_ += num_draft_;
   if (draft_windows_) {
     // The draft model takes draft_y_, then each draft but the last.
     draft_window_ = num_draft_ == 0 ? 0 : size_of(draft_y_) + num_draft_ - 1;

@@ -44,6 +44,8 @@ class SpeculativeTokenGenerator {
 
   /** The main model's layer caches. */
   model::CacheList& model_cache() { return model_cache_; }
+  /** Tokens drafted so far (the accepted ones come out with from_draft set). */
+  int drafted() const { return drafted_; }
 
  private:
   struct Produced {
@@ -72,7 +74,7 @@ class SpeculativeTokenGenerator {
   model::CacheList model_cache_, draft_cache_;
   std::optional<mx::array> prev_tokens_;         // history for the logits processors
   mx::array y_, draft_y_;
-  int ntoks_ = 0, num_draft_ = 0, accepted_ = 0;
+  int ntoks_ = 0, num_draft_ = 0, accepted_ = 0, drafted_ = 0;
   std::vector<Produced> round_;
   size_t handed_ = 0;
   bool round_open_ = false;  // tokens of the current round may still be handed out

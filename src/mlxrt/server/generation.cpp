@@ -152,8 +152,8 @@ void Generator::run(Job& job) {
   // With a draft model the cache holds the main model's layers, then the draft's (mlx-lm's
   // `cache += make_prompt_cache(draft_model)`).
   auto* draft = session_->draft_model.get();
-  // --mtp: the head needs the main model's hidden state at every prompt position, so the request
-  // starts from an empty cache and leaves nothing in the prompt cache (which then stays empty).
+  // --mtp: a cached entry carries the head's part after the main model's layers
+  // (MtpTokenGenerator), so a request continues it with its drafting intact.
   const bool mtp = session_->loaded.model->multi_token_predictor() != nullptr;
   if (mtp && !go.logits_processors.empty())
     throw HttpError(400, "this server drafts with the model's multi-token-prediction head (--mtp), which runs no "
@@ -164,7 +164,7 @@ void Generator::run(Job& job) {
   using Seconds = std::chrono::duration<double>;
   auto last_event = Job::Clock::now();
   metrics_.job_started(prompt.size(), hit.reused, Seconds(last_event - job.queued_at()).count());
-  size_t generated = 0;
+  size_t generated = 0, accepted = 0;
   std::vector<int32_t> rest(prompt.begin() + static_cast<long>(hit.reused), prompt.end());
   // mlx_lm.server serves a request alone (generate_step) when it has a seed, the server quantizes
   // its KV cache or drafts with a second model, and otherwise in its BatchGenerator, whose prompt progress starts after the first
@@ -221,14 +221,17 @@ void Generator::run(Job& job) {
         metrics_.next_token(Seconds(now - last_event).count());
       last_event = now;
       key.push_back(step->token);
+      if (step->from_draft) ++accepted;
       if (finished) break;
     }
+    if (speculative || drafting_head)
+      metrics_.speculated(static_cast<size_t>(speculative ? speculative->drafted() : drafting_head->drafted()), accepted);
   } catch (const Abandoned&) {
     // The client left during prefill; what was computed still goes to the cache.
   }
 
   const int offset = kv.empty() ? 0 : kv.front()->offset();
-  if (!mtp && offset > 0 && static_cast<size_t>(offset) <= key.size()) {
+  if (offset > 0 && static_cast<size_t>(offset) <= key.size()) {
     key.resize(static_cast<size_t>(offset));
     cache_.insert(std::move(key), std::move(kv), cache_key(adapter));
   }

@@ -120,6 +120,12 @@ void ServerMetrics::job_finished(size_t generated_tokens) {
   generated_tokens_ += generated_tokens;
 }
 
+void ServerMetrics::speculated(size_t drafted, size_t accepted) {
+  std::lock_guard lock(mutex_);
+  draft_tokens_ += drafted;
+  accepted_draft_tokens_ += accepted;
+}
+
 void ServerMetrics::prompt_cache_state(size_t bytes, size_t entries) {
   std::lock_guard lock(mutex_);
   kv_cache_bytes_ = bytes;
@@ -162,6 +168,10 @@ std::string ServerMetrics::render(const MetricsGauges& g) const {
   counter(out, "mlxrt_prompt_cache_hits_total", "Requests that reused a prompt-cache entry.", prompt_cache_hits_);
   counter(out, "mlxrt_generation_tokens_total", "Tokens generated.", generated_tokens_);
   counter(out, "mlxrt_model_loads_total", "Models loaded, the start-up model included.", model_loads_);
+  counter(out, "mlxrt_spec_decode_draft_tokens_total", "Tokens drafted by speculative decoding (a draft model or the MTP head).",
+          draft_tokens_);
+  counter(out, "mlxrt_spec_decode_accepted_tokens_total", "Drafted tokens the main model accepted.",
+          accepted_draft_tokens_);
   counter(out, "mlxrt_mixed_adapter_joins_total",
           "Requests that joined a batch running other adapters (--adapters: rows of different adapters batch together).",
           mixed_adapter_joins_);

@@ -58,6 +58,9 @@ class ServerMetrics {
   void job_finished(size_t generated_tokens);
   /** A request joined a batch whose rows run other adapters (or the plain model): a mixed-adapter batch. */
   void mixed_adapter_join();
+  /** Speculative decoding in a job (a draft model or the MTP head): tokens drafted, and those the
+   * main model accepted. */
+  void speculated(size_t drafted, size_t accepted);
   /** The prompt cache after a job (published by the generation thread, which owns the cache). */
   void prompt_cache_state(size_t bytes, size_t entries);
   /** A model was loaded (the start-up one included); `resident` models are held now. */
@@ -78,6 +81,7 @@ class ServerMetrics {
   unsigned long long model_loads_ = 0;
   unsigned long long header_timeouts_ = 0, body_timeouts_ = 0;
   unsigned long long mixed_adapter_joins_ = 0;
+  unsigned long long draft_tokens_ = 0, accepted_draft_tokens_ = 0;
   size_t models_resident_ = 0;
   size_t memory_weights_bytes_ = 0, admitted_kv_bytes_ = 0, memory_budget_bytes_ = 0, memory_waits_ = 0;
   Histogram ttft_, inter_token_, queue_wait_;

@@ -49,7 +49,7 @@ struct ServerOptions {
    * batches then run batch-invariant, so every request gets one-token decoding's bytes. */
   bool row_exact = false;
   /** --mtp: the start-up model drafts with its own multi-token-prediction head (ours;
-   * generate::MtpTokenGenerator): requests run alone, outside the prompt cache. */
+   * generate::MtpTokenGenerator): requests run alone; the prompt cache keeps the head's state with each entry. */
   bool mtp = false;
   int prompt_cache_size = 10;
   std::optional<size_t> prompt_cache_bytes;
