@@ -76,13 +76,13 @@ void query_row(const L3AttentionArgs& a, int b, int h, int i, float* scratch) {
     __m256 qv[kMaxVectors];
     const int vectors = a.dims / 8;
     const __m256 scale = _mm256_set1_ps(a.scale);
-    float max_score = -3.4e38f;
-    for (int j = 0; j < seen; ++j) {
+    if (vectors <= kMaxVectors)
+      for (int c = 0; c < vectors; ++c) qv[c] = _mm256_mul_ps(load8<E>(a.q, q_at + 8 * c), scale);
+    // Key j's q · k_j in two chains (even and odd vectors of the head), added lane by lane.
+    auto lanes = [&](int j) {
       const long long kj = k_at + j * a.k_strides[2];
       __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
       if (vectors <= kMaxVectors) {
-        if (j == 0)
-          for (int c = 0; c < vectors; ++c) qv[c] = _mm256_mul_ps(load8<E>(a.q, q_at + 8 * c), scale);
         int c = 0;
         for (; c + 1 < vectors; c += 2) {
           s0 = _mm256_fmadd_ps(qv[c], load8<E>(a.k, kj + 8 * c), s0);
@@ -93,14 +93,32 @@ void query_row(const L3AttentionArgs& a, int b, int h, int i, float* scratch) {
         for (int c = 0; c < vectors; ++c)
           s0 = _mm256_fmadd_ps(_mm256_mul_ps(load8<E>(a.q, q_at + 8 * c), scale), load8<E>(a.k, kj + 8 * c), s0);
       }
-      const float s = hsum(_mm256_add_ps(s0, s1));
+      return _mm256_add_ps(s0, s1);
+    };
+    float max_score = -3.4e38f;
+    int j = 0;
+    // Four keys at a time: their eight lanes summed as hsum sums them ((l0 + l2) + (l1 + l3) of
+    // the halves added), through one transpose instead of four horizontal sums: the same bits.
+    for (; j + 4 <= seen; j += 4) {
+      __m128 x[4];
+      for (int t = 0; t < 4; ++t) {
+        const __m256 v = lanes(j + t);
+        x[t] = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+      }
+      _MM_TRANSPOSE4_PS(x[0], x[1], x[2], x[3]);
+      const __m128 four = _mm_add_ps(_mm_add_ps(x[0], x[2]), _mm_add_ps(x[1], x[3]));
+      _mm_storeu_ps(scores + j, four);
+      for (int t = 0; t < 4; ++t) max_score = scores[j + t] > max_score ? scores[j + t] : max_score;
+    }
+    for (; j < seen; ++j) {
+      const float s = hsum(lanes(j));
       scores[j] = s;
       max_score = s > max_score ? s : max_score;
     }
     // Exponentials and their sum.
     const __m256 m = _mm256_set1_ps(max_score);
     __m256 total = _mm256_setzero_ps();
-    int j = 0;
+    j = 0;
     for (; j + 8 <= seen; j += 8) {
       const __m256 p = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(scores + j), m));
       _mm256_storeu_ps(scores + j, p);
@@ -118,12 +136,27 @@ void query_row(const L3AttentionArgs& a, int b, int h, int i, float* scratch) {
       }
     }
     // The weighted values.
-    for (int d = 0; d < a.v_dims; d += 8) _mm256_storeu_ps(acc + d, _mm256_setzero_ps());
-    for (int jj = 0; jj < seen; ++jj) {
-      const __m256 p = _mm256_set1_ps(scores[jj]);
-      const long long vj = v_at + jj * a.v_strides[2];
-      for (int d = 0; d < a.v_dims; d += 8)
-        _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(p, load8<E>(a.v, vj + d), _mm256_loadu_ps(acc + d)));
+    // 64 dimensions at a time, their eight accumulators in registers over all the keys (each
+    // lane's sum in key order, as before).
+    for (int d0 = 0; d0 < a.v_dims; d0 += 64) {
+      const int n = a.v_dims - d0 < 64 ? (a.v_dims - d0) / 8 : 8;
+      __m256 sum8[8];
+      // Unrolled, or GCC keeps the array on the stack (a store and a reload around each FMA).
+      _Pragma("GCC unroll 8") for (int c = 0; c < 8; ++c) sum8[c] = _mm256_setzero_ps();
+      if (n == 8) {
+        for (int jj = 0; jj < seen; ++jj) {
+          const __m256 p = _mm256_set1_ps(scores[jj]);
+          const long long vj = v_at + jj * a.v_strides[2] + d0;
+          _Pragma("GCC unroll 8") for (int c = 0; c < 8; ++c) sum8[c] = _mm256_fmadd_ps(p, load8<E>(a.v, vj + 8 * c), sum8[c]);
+        }
+      } else {
+        for (int jj = 0; jj < seen; ++jj) {
+          const __m256 p = _mm256_set1_ps(scores[jj]);
+          const long long vj = v_at + jj * a.v_strides[2] + d0;
+          for (int c = 0; c < n; ++c) sum8[c] = _mm256_fmadd_ps(p, load8<E>(a.v, vj + 8 * c), sum8[c]);
+        }
+      }
+      for (int c = 0; c < n; ++c) _mm256_storeu_ps(acc + d0 + 8 * c, sum8[c]);
     }
     const __m256 inverse = _mm256_set1_ps(1.0f / sum);
     for (int d = 0; d < a.v_dims; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), inverse));
