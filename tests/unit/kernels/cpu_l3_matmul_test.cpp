@@ -239,6 +239,25 @@ TEST(L3FusedOps, AttentionIsMlxsWithinFloatRounding) {
       const double tolerance = dtype == mx::float32 ? 1e-5 : dtype == mx::float16 ? 2e-3 : 1e-2;
       EXPECT_LT(max_relative(*ours, want), tolerance) << "hq " << s.hq << " lq " << s.lq << " lk " << s.lk;
     }
+  // float32 queries over a float16 cache (an L3 KV cache of a float32 model): the keys and values
+  // read exactly, so only the float32 sums' order differs from MLX's over their float32 copies.
+  for (const Shape& s : {Shape{9, 3, 1, 37, 64, false}, Shape{6, 2, 5, 70, 64, true}}) {
+    auto q = mx::transpose(mx::random::normal({1, s.lq, s.hq, s.d}, mx::float32, 0.0f, 1.0f, mx::random::key(17)),
+                           {0, 2, 1, 3});
+    auto k = mx::astype(mx::random::normal({1, s.hkv, s.lk, s.d}, mx::float32, 0.0f, 1.0f, mx::random::key(18)), mx::float16);
+    auto v = mx::astype(mx::random::normal({1, s.hkv, s.lk, s.d}, mx::float32, 0.0f, 1.0f, mx::random::key(19)), mx::float16);
+    auto ours = mlxrt::kernels::cpu::attention(kernels, q, k, v, 0.125f, s.causal);
+    ASSERT_TRUE(ours.has_value());
+    EXPECT_EQ(ours->dtype(), mx::float32);
+    auto want = mx::fast::scaled_dot_product_attention(q, mx::astype(k, mx::float32), mx::astype(v, mx::float32), 0.125f,
+                                                       s.causal ? "causal" : "");
+    EXPECT_LT(max_relative(*ours, want), 1e-5) << "float16 cache, hq " << s.hq << " lq " << s.lq;
+  }
+  EXPECT_FALSE(mlxrt::kernels::cpu::attention(kernels, mx::zeros({1, 2, 1, 64}, mx::bfloat16),
+                                              mx::zeros({1, 2, 1, 64}, mx::float16), mx::zeros({1, 2, 1, 64}, mx::float16),
+                                              1.0f, false)
+                   .has_value())
+      << "a float16 cache under queries of another type than float32";
   auto l1_only = CpuKernels::create(1, true, false);
   auto q = mx::zeros({1, 2, 1, 64});
   EXPECT_FALSE(mlxrt::kernels::cpu::attention(l1_only, q, q, q, 1.0f, false).has_value());

@@ -128,12 +128,13 @@ struct AttentionInputCall {
   bool has_freqs;
   int offset;
   std::optional<std::pair<float, float>> qk_eps;  // the per-head norms' (their weights are inputs)
+  bool half_kv = false;                             // keys and values written as float16
 
   bool operator==(const AttentionInputCall& o) const {
     return kernels == o.kernels && eps == o.eps && q == o.q && k == o.k && v == o.v && heads == o.heads &&
            kv_heads == o.kv_heads && rope.dims == o.rope.dims && rope.traditional == o.rope.traditional &&
            rope.base == o.rope.base && rope.scale == o.rope.scale && has_freqs == o.has_freqs &&
-           offset == o.offset && qk_eps == o.qk_eps;
+           offset == o.offset && qk_eps == o.qk_eps && half_kv == o.half_kv;
   }
 
   // in: h [B, L, d], norm weight, q, k, v packed, (freqs), (q and k norm weights); out: queries,
@@ -162,7 +163,7 @@ struct AttentionInputCall {
     const auto table = detail::rope_table(rope, freqs, offset, L);
     // The per-head norms' weights as floats (qwen3), empty without.
     std::vector<float> q_norm, k_norm, scratch(static_cast<size_t>(D));
-    std::vector<char> normed_head(static_cast<size_t>(D) * item);
+    std::vector<char> normed_head(static_cast<size_t>(D) * item), rotated(static_cast<size_t>(D) * item);
     if (qk_eps) {
       const size_t at = has_freqs ? 6 : 5;
       for (auto [w, index] : {std::pair(&q_norm, at), std::pair(&k_norm, at + 1)}) {
@@ -173,26 +174,33 @@ struct AttentionInputCall {
     // [B, L, heads, D] -> [B, heads, L, D]: normed (where given) and rotated (queries, keys) or
     // copied (values).
     auto split = [&](const std::vector<char>& lin, int n_heads, char* dst, bool rotate, const std::vector<float>& norm,
-                     float norm_eps) {
+                     float norm_eps, bool half) {
       const size_t head_bytes = static_cast<size_t>(D) * item;
+      const size_t out_bytes = half ? static_cast<size_t>(D) * 2 : head_bytes;
       for (int b = 0; b < B; ++b)
         for (int l = 0; l < L; ++l)
           for (int hd = 0; hd < n_heads; ++hd) {
             const char* src = lin.data() + ((static_cast<size_t>(b) * L + l) * n_heads + hd) * head_bytes;
-            char* to = dst + ((static_cast<size_t>(b) * n_heads + hd) * L + l) * head_bytes;
+            char* to = dst + ((static_cast<size_t>(b) * n_heads + hd) * L + l) * out_bytes;
             if (!norm.empty()) {
               detail::rms_norm_rows(src, t, 1, D, norm.data(), norm_eps, normed_head.data());
               src = normed_head.data();
             }
+            char* row = half ? rotated.data() : to;
             if (rotate)
-              detail::rope_row(table, src, t, D, l, to);
+              detail::rope_row(table, src, t, D, l, row);
             else
-              std::memcpy(to, src, head_bytes);
+              std::memcpy(row, src, head_bytes);
+            if (half) {  // a float32 row rounded to float16 (l3_kv_cache_type)
+              auto* h = reinterpret_cast<mx::float16_t*>(to);
+              for (int i = 0; i < D; ++i) h[i] = mx::float16_t(reinterpret_cast<const float*>(row)[i]);
+            }
           }
     };
-    split(lq, heads, static_cast<char*>(out[0].data<void>()), true, q_norm, qk_eps ? qk_eps->first : 0.0f);
-    split(lk, kv_heads, static_cast<char*>(out[1].data<void>()), true, k_norm, qk_eps ? qk_eps->second : 0.0f);
-    split(lv, kv_heads, static_cast<char*>(out[2].data<void>()), false, {}, 0.0f);
+    split(lq, heads, static_cast<char*>(out[0].data<void>()), true, q_norm, qk_eps ? qk_eps->first : 0.0f, false);
+    split(lk, kv_heads, static_cast<char*>(out[1].data<void>()), true, k_norm, qk_eps ? qk_eps->second : 0.0f,
+          half_kv);
+    split(lv, kv_heads, static_cast<char*>(out[2].data<void>()), false, {}, 0.0f, half_kv);
   }
 };
 
@@ -304,7 +312,8 @@ std::optional<std::vector<mx::array>> l3_attention_input(const std::shared_ptr<c
                                                          bool rope_traditional, std::optional<float> rope_base,
                                                          float rope_scale, const std::optional<mx::array>& freqs,
                                                          int offset,
-                                                         const std::optional<std::pair<L3Norm, L3Norm>>& qk_norms) {
+                                                         const std::optional<std::pair<L3Norm, L3Norm>>& qk_norms,
+                                                         bool half_kv_cache) {
   const auto t = h.dtype();
   if (!kernels || !kernels->l3_blocks() || mx::default_device() != mx::Device::cpu || !float_type(t) ||
       h.ndim() != 3 || h.size() == 0 || n_heads <= 0 || n_kv_heads <= 0)
@@ -331,13 +340,17 @@ std::optional<std::vector<mx::array>> l3_attention_input(const std::shared_ptr<c
     qk_eps = std::pair(qk_norms->first.eps, qk_norms->second.eps);
   }
   const int B = h.shape(0), L = h.shape(1);
+  // Float16 keys and values for a float32 model where the L3 attention will read them (its head
+  // dimensions), as llama.cpp keeps its cache: half the bytes of a decode step's attention.
+  const bool half_kv = half_kv_cache && t == mx::float32 && D % 8 == 0 && D <= 256;
+  const auto kv_type = half_kv ? mx::float16 : t;
   return mx::array::make_arrays(
-      {{B, n_heads, L, D}, {B, n_kv_heads, L, D}, {B, n_kv_heads, L, D}}, {t, t, t},
+      {{B, n_heads, L, D}, {B, n_kv_heads, L, D}, {B, n_kv_heads, L, D}}, {t, kv_type, kv_type},
       std::make_shared<L3AttentionInput>(
           mx::default_stream(mx::Device::cpu),
           AttentionInputCall{kernels, eps, shape_of(q), shape_of(k), shape_of(v), n_heads, n_kv_heads,
                              detail::L3RopeSpec{rope_dims, rope_traditional, rope_base.value_or(0.0f), rope_scale},
-                             freqs.has_value(), offset, qk_eps}),
+                             freqs.has_value(), offset, qk_eps, half_kv}),
       inputs);
 }
 

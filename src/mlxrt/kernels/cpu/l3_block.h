@@ -5,7 +5,8 @@
  * cache's own: norm + q/k/v + RoPE; attention + o_proj + residual; norm + MLP + residual. Each
  * chains the L3 steps of l3_rows.h on plain buffers, quantizes an input once for every matrix that
  * reads it, and rounds every intermediate to the element type as the separate L3 nodes round it,
- * so the bytes are those nodes' bytes (MLXRT_L3_BLOCKS=0 runs them instead). */
+ * so the bytes are those nodes' bytes (MLXRT_L3_BLOCKS=0 runs them instead), but for a float32
+ * model's KV cache, which the blocks keep as float16 (l3_attention_input). */
 #include <memory>
 #include <optional>
 #include <utility>
@@ -45,7 +46,10 @@ struct L3Norm {
  * norm_weight, eps) through q, k and v (one quantization of x), split into heads, with qwen3's
  * per-head RMSNorms where `qk_norms` are given, queries and keys rotated by RoPE (`rope`:
  * fast::rope's dims, traditional, base, scale; `freqs` its optional frequencies) at positions
- * offset, offset + 1, ...; nullopt where it does not apply. */
+ * offset, offset + 1, ...; nullopt where it does not apply. `half_kv_cache`: a float32 model's keys
+ * and values come as float16 (where l3_attention_output reads them: head dimensions a multiple of 8
+ * up to 256), the type the cache then keeps, as llama.cpp's does: half the bytes a decode step's
+ * attention reads (measured, like all of L3, by `mlxrt fidelity`). */
 std::optional<std::vector<mx::array>> l3_attention_input(const std::shared_ptr<const CpuKernels>& kernels,
                                                          const mx::array& h, const mx::array& norm_weight, float eps,
                                                          const L3Matrix& q, const L3Matrix& k, const L3Matrix& v,
@@ -53,7 +57,8 @@ std::optional<std::vector<mx::array>> l3_attention_input(const std::shared_ptr<c
                                                          bool rope_traditional, std::optional<float> rope_base,
                                                          float rope_scale, const std::optional<mx::array>& freqs,
                                                          int offset,
-                                                         const std::optional<std::pair<L3Norm, L3Norm>>& qk_norms);
+                                                         const std::optional<std::pair<L3Norm, L3Norm>>& qk_norms,
+                                                         bool half_kv_cache = false);
 
 /** h + o(attention(queries, keys, values)) with the heads joined back ([B, L, heads · Dv]):
  * l3_fused.h's attention (causal or unmasked) then the o projection and the residual add, one node;

@@ -218,7 +218,9 @@ std::optional<mx::array> swiglu(const std::shared_ptr<const CpuKernels>& kernels
 bool attention_applies(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& q, const mx::array& k,
                        const mx::array& v, bool causal) {
   if (!l3_on_cpu(kernels, q) || q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4) return false;
-  if (k.dtype() != q.dtype() || v.dtype() != q.dtype()) return false;
+  // Keys and values of the queries' type, or float16 under float32 queries (l3_kv_cache_type).
+  if (k.dtype() != v.dtype() || (k.dtype() != q.dtype() && !(q.dtype() == mx::float32 && k.dtype() == mx::float16)))
+    return false;
   const int hq = q.shape(1), hkv = k.shape(1);
   return k.shape(0) == q.shape(0) && v.shape(0) == q.shape(0) && v.shape(1) == hkv && hkv > 0 && hq % hkv == 0 &&
          v.shape(2) == k.shape(2) && k.shape(3) == q.shape(3) && q.shape(3) % 8 == 0 && v.shape(3) % 8 == 0 &&
@@ -286,6 +288,7 @@ void attend_into(const CpuKernels& kernels, const mx::array& queries, const mx::
   a.scale = scale;
   a.causal = causal;
   a.elem = elem_of(queries.dtype());
+  a.kv_elem = elem_of(keys_in.dtype());
   kernels.workers().run(l3_attention_units(a), l3_attention_scratch(a), [&a](float* scratch, int begin, int end) {
 #if defined(MLXRT_CPU_X86_KERNELS)
     l3_attention_units_avx2(a, begin, end, scratch);

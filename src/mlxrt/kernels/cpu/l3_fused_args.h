@@ -3,7 +3,7 @@
  * instruction-set file sees (as affine_qmm_args.h, no header with inline functions).
  *
  * Attention:
- * Per query row: s_j = scale * (q · k_j) in float32 over the keys it may see (all, or under a
+ * Per query row (keys and values read as float32 from their own type): s_j = scale * (q · k_j) in float32 over the keys it may see (all, or under a
  * causal mask the first Lk - Lq + i + 1), p_j = exp(s_j - max s), out = (sum of p_j v_j) / (sum of
  * p_j), rounded once to the element type. */
 #include <cstdint>
@@ -24,7 +24,8 @@ struct L3AttentionArgs {
   int batch = 0, q_heads = 0, kv_heads = 0, q_length = 0, kv_length = 0, dims = 0, v_dims = 0;
   float scale = 1.0f;
   bool causal = false;
-  QmmElem elem = QmmElem::f32;  // of q, k, v and out
+  QmmElem elem = QmmElem::f32;     // of q and out
+  QmmElem kv_elem = QmmElem::f32;  // of k and v: elem, or f16 under f32 queries (an L3 KV cache)
 };
 
 /** Query rows one work unit covers (of one batch row and head). */

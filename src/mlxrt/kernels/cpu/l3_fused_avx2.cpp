@@ -59,7 +59,7 @@ std::uint16_t to_bf16(float f) {
   return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-template <QmmElem E>
+template <QmmElem E, QmmElem K>
 void query_row(const L3AttentionArgs& a, int b, int h, int i, float* scratch) {
   const int kv_head = h / (a.q_heads / a.kv_heads);
   const long long q_at = b * a.q_strides[0] + h * a.q_strides[1] + i * a.q_strides[2];
@@ -85,13 +85,13 @@ void query_row(const L3AttentionArgs& a, int b, int h, int i, float* scratch) {
       if (vectors <= kMaxVectors) {
         int c = 0;
         for (; c + 1 < vectors; c += 2) {
-          s0 = _mm256_fmadd_ps(qv[c], load8<E>(a.k, kj + 8 * c), s0);
-          s1 = _mm256_fmadd_ps(qv[c + 1], load8<E>(a.k, kj + 8 * c + 8), s1);
+          s0 = _mm256_fmadd_ps(qv[c], load8<K>(a.k, kj + 8 * c), s0);
+          s1 = _mm256_fmadd_ps(qv[c + 1], load8<K>(a.k, kj + 8 * c + 8), s1);
         }
-        if (c < vectors) s0 = _mm256_fmadd_ps(qv[c], load8<E>(a.k, kj + 8 * c), s0);
+        if (c < vectors) s0 = _mm256_fmadd_ps(qv[c], load8<K>(a.k, kj + 8 * c), s0);
       } else {
         for (int c = 0; c < vectors; ++c)
-          s0 = _mm256_fmadd_ps(_mm256_mul_ps(load8<E>(a.q, q_at + 8 * c), scale), load8<E>(a.k, kj + 8 * c), s0);
+          s0 = _mm256_fmadd_ps(_mm256_mul_ps(load8<E>(a.q, q_at + 8 * c), scale), load8<K>(a.k, kj + 8 * c), s0);
       }
       return _mm256_add_ps(s0, s1);
     };
@@ -147,13 +147,13 @@ void query_row(const L3AttentionArgs& a, int b, int h, int i, float* scratch) {
         for (int jj = 0; jj < seen; ++jj) {
           const __m256 p = _mm256_set1_ps(scores[jj]);
           const long long vj = v_at + jj * a.v_strides[2] + d0;
-          _Pragma("GCC unroll 8") for (int c = 0; c < 8; ++c) sum8[c] = _mm256_fmadd_ps(p, load8<E>(a.v, vj + 8 * c), sum8[c]);
+          _Pragma("GCC unroll 8") for (int c = 0; c < 8; ++c) sum8[c] = _mm256_fmadd_ps(p, load8<K>(a.v, vj + 8 * c), sum8[c]);
         }
       } else {
         for (int jj = 0; jj < seen; ++jj) {
           const __m256 p = _mm256_set1_ps(scores[jj]);
           const long long vj = v_at + jj * a.v_strides[2] + d0;
-          for (int c = 0; c < n; ++c) sum8[c] = _mm256_fmadd_ps(p, load8<E>(a.v, vj + 8 * c), sum8[c]);
+          for (int c = 0; c < n; ++c) sum8[c] = _mm256_fmadd_ps(p, load8<K>(a.v, vj + 8 * c), sum8[c]);
         }
       }
       for (int c = 0; c < n; ++c) _mm256_storeu_ps(acc + d0 + 8 * c, sum8[c]);
@@ -217,7 +217,7 @@ void swiglu(const void* gate, const void* up, void* out, long long begin, long l
   }
 }
 
-template <QmmElem E>
+template <QmmElem E, QmmElem K = E>
 void run(const L3AttentionArgs& a, int begin, int end, float* scratch) {
   const int blocks = (a.q_length + kL3AttentionRowsPerUnit - 1) / kL3AttentionRowsPerUnit;
   for (int u = begin; u < end; ++u) {
@@ -225,14 +225,16 @@ void run(const L3AttentionArgs& a, int begin, int end, float* scratch) {
     const int h = (u / blocks) % a.q_heads;
     const int b = u / blocks / a.q_heads;
     const int i1 = (block + 1) * kL3AttentionRowsPerUnit < a.q_length ? (block + 1) * kL3AttentionRowsPerUnit : a.q_length;
-    for (int i = block * kL3AttentionRowsPerUnit; i < i1; ++i) query_row<E>(a, b, h, i, scratch);
+    for (int i = block * kL3AttentionRowsPerUnit; i < i1; ++i) query_row<E, K>(a, b, h, i, scratch);
   }
 }
 
 }  // namespace
 
 void l3_attention_units_avx2(const L3AttentionArgs& a, int begin, int end, float* scratch) {
-  if (a.elem == QmmElem::f32)
+  if (a.elem == QmmElem::f32 && a.kv_elem == QmmElem::f16)
+    run<QmmElem::f32, QmmElem::f16>(a, begin, end, scratch);
+  else if (a.elem == QmmElem::f32)
     run<QmmElem::f32>(a, begin, end, scratch);
   else if (a.elem == QmmElem::bf16)
     run<QmmElem::bf16>(a, begin, end, scratch);

@@ -187,6 +187,13 @@ mx::array Attention::operator()(const mx::array& x, const AttentionMask& mask, c
   return attend(heads.queries, kv, mask);
 }
 
+// A float32 model's keys and values kept as float16 at L3 (l3_attention_input), in the caches
+// whose plain keys and values the fused attention reads; a quantized cache quantizes what it is
+// given, and one made later from a float16 cache (--kv-bits) simply starts from float16.
+static bool l3_half_kv_cache(const cache::Cache* cache) {
+  return cache && (dynamic_cast<const cache::KVCache*>(cache) || dynamic_cast<const cache::RotatingKVCache*>(cache));
+}
+
 std::optional<mx::array> Attention::l3_residual_block(const mx::array& x, const Norm& norm, const AttentionMask& mask,
                                                       cache::Cache* cache) const {
   const bool llama = cpu_ && cpu_->l3_blocks() && !qkv_proj_ &&
@@ -208,7 +215,8 @@ std::optional<mx::array> Attention::l3_residual_block(const mx::array& x, const 
   }
   auto heads = kernels::cpu::l3_attention_input(cpu_, x, rms->first, rms->second, *q, *k, *v, o_.n_heads,
                                                 o_.n_kv_heads, rope->dims, rope->traditional, rope->base, rope->scale,
-                                                rope->freqs, cache ? cache->offset() : 0, qk_norms);
+                                                rope->freqs, cache ? cache->offset() : 0, qk_norms,
+                                                l3_half_kv_cache(cache));
   if (!heads) return std::nullopt;
   const auto& queries = (*heads)[0];
   cache::CachedKV kv = cache ? cache->update_and_fetch((*heads)[1], (*heads)[2]) : cache::PlainKV{(*heads)[1], (*heads)[2]};
