@@ -26,6 +26,7 @@ struct Args {
   std::string model = "mlx_model";
   std::string adapter_path, eos_token, prompt_cache_file, prompt, profile_file;
   bool trust_remote_code = false;
+  bool spec_exact = false;  // --spec-exact (ours)
   std::optional<int> max_kv_size, kv_bits;
   int kv_group_size = cache::kDefaultKvGroupSize;
   int quantized_kv_start = cache::kDefaultQuantizedKvStart;
@@ -52,6 +53,7 @@ std::vector<int32_t> encode_prompt(const Session& session, const std::string& pr
 void run(const Args& a) {
   if (a.max_kv_size && *a.max_kv_size < 1) throw UsageError("--max-kv-size must be at least 1");
   cache::validate_kv_quantization(a.kv_bits, a.kv_group_size, a.quantized_kv_start);
+  if (a.spec_exact && a.kv_bits) throw UsageError("--spec-exact cannot be combined with --kv-bits (a quantized KV cache)");
   // Every rank prefills the prompt on its shard; the ranks' parts of the cache are gathered into the
   // whole model's cache, which rank 0 saves (the file one process would write, in mlx-lm's format).
   const auto dist_run = join_run(a.dist);
@@ -59,7 +61,10 @@ void run(const Args& a) {
   if (dist_run.parallel && a.kv_bits)
     throw UnsupportedError("--kv-bits is not supported in distributed mode (the ranks' caches are gathered from "
                            "KVCache and RotatingKVCache layers)");
-  auto session = load_session(a.model, a.profile_file, std::nullopt, a.adapter_path, dist_run.parallel);
+  // --spec-exact: the prefill computes each position as a one-token decoding step would, so the
+  // file holds the KV that `generate --spec-exact` would have made for the same prompt.
+  auto session = load_session(a.model, a.profile_file, std::nullopt, a.adapter_path, dist_run.parallel,
+                              /*expert_prefetch=*/false, model::FidelityTier::l1, a.spec_exact);
   if (!a.eos_token.empty()) add_eos_token(session, a.eos_token, "--eos-token");
   std::string prompt = a.prompt;
   if (prompt == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
@@ -113,6 +118,10 @@ void register_cache_prompt(CLI::App& app) {
                   "When --kv-bits is set, start quantizing the KV cache from this step onwards")
       ->capture_default_str();
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
+  cmd->add_flag("--spec-exact", a->spec_exact,
+                "Prefill each position as a one-token decoding step computes it, so `generate --spec-exact "
+                "--prompt-cache-file` continues with the bytes of decoding the whole prompt one token at a time "
+                "(ours; CPU and CUDA)");
   add_distributed_flags(cmd, a->dist);
   cmd->callback([a] { run(*a); });
 }
