@@ -83,7 +83,33 @@ INTERNLM3 = {"architectures": ["InternLM3ForCausalLM"], "model_type": "internlm3
              "head_dim": 16, "rms_norm_eps": 1e-5, "vocab_size": 32000, "max_position_embeddings": 64,
              "rope_theta": 50000000.0, "rope_scaling": {"rope_type": "dynamic", "factor": 6.0}, "qkv_bias": True,
              "bias": True, "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu"}
-TOKENIZERS = {"minicpm": "llama2", "ministral3": "llama2", "minicpm3": "llama2", "internlm3": "llama2"}
+# Gemma 4 (text, E2B's layout): sliding and full layers with their own head sizes and RoPE (the
+# full layers' proportional RoPE rotates a quarter of each head), the last two layers reading the
+# keys and values of the last earlier layer of their type, double-wide MLPs on those, per-layer
+# token embeddings, a tied head with a soft cap. Window 4: the 12-token prompt crosses it. Gemma
+# 3's tokenizer stands for Gemma 4's (a byte-fallback BPE of the same 262,144 tokens).
+GEMMA4 = {"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text", "hidden_size": 32,
+          "num_hidden_layers": 5, "intermediate_size": 64, "num_attention_heads": 2, "head_dim": 16,
+          "global_head_dim": 32, "num_key_value_heads": 1, "num_kv_shared_layers": 2,
+          "hidden_size_per_layer_input": 8, "vocab_size": 262144, "vocab_size_per_layer_input": 262144,
+          "rms_norm_eps": 1e-6, "sliding_window": 4, "max_position_embeddings": 4096,
+          "layer_types": ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention",
+                          "full_attention"],
+          "rope_parameters": {"full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000000.0,
+                                                 "rope_type": "proportional"},
+                              "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}},
+          "final_logit_softcapping": 30.0, "use_double_wide_mlp": True, "attention_k_eq_v": False,
+          "enable_moe_block": False, "num_experts": None, "top_k_experts": None,
+          "moe_intermediate_size": None, "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+          "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}
+# Gemma 4 in 26B-A4B's layout: experts beside the dense MLP in every layer (router scales per
+# dimension and per expert), full layers whose values are their keys (attention_k_eq_v) with
+# their own key/value heads, no per-layer inputs and no KV sharing. Float32 for MLX's CPU gather_mm.
+GEMMA4_MOE = {**GEMMA4, "num_kv_shared_layers": 0, "hidden_size_per_layer_input": 0, "use_double_wide_mlp": False,
+              "attention_k_eq_v": True, "num_key_value_heads": 1, "num_global_key_value_heads": 2,
+              "enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 16}
+TOKENIZERS = {"minicpm": "llama2", "ministral3": "llama2", "minicpm3": "llama2", "internlm3": "llama2",
+              "gemma4_text": "gemma3"}
 
 # name: (config, dtype, seed). MLX's CPU gather_mm runs float32 only: the MoE ones are float32.
 FIXTURES = {
@@ -94,6 +120,8 @@ FIXTURES = {
     "hf_ministral3_bf16": (MINISTRAL3, "bfloat16", 5),
     "hf_minicpm3_bf16": (MINICPM3, "bfloat16", 6),
     "hf_internlm3_fp32": (INTERNLM3, "float32", 7),
+    "hf_gemma4_bf16": (GEMMA4, "bfloat16", 8),
+    "hf_gemma4_moe_fp32": (GEMMA4_MOE, "float32", 9),
 }
 
 # transformers' Qwen3-Next / Qwen3.5 RMSNorm: weight stored zero-centred (scale 1 + weight).
@@ -131,6 +159,13 @@ def hf_tensors(config, dtype, seed):
         if "text_config" in config:
             name = name.replace("model.", "model.language_model.", 1)
         shape = list(p.shape)
+        if ".experts.switch_glu." in name:  # Gemma 4: gate and up fused, no ".weight"
+            if name.endswith("gate_proj.weight"):
+                put(name.replace(".switch_glu.gate_proj.weight", ".gate_up_proj"), [shape[0], 2 * shape[1], shape[2]],
+                    "matrix")
+            elif name.endswith("down_proj.weight"):
+                put(name.replace(".switch_glu.down_proj.weight", ".down_proj"), shape, "matrix")
+            continue
         if ".switch_mlp." in name:
             experts = text["num_experts"]
             if "qwen3_next" == config["model_type"]:  # one tensor per expert

@@ -6,8 +6,13 @@ llama.cpp rewrites, MiniCPM (minicpm: Q/K rows permuted, scales rewritten) and M
 (minicpm3: latent attention renamed, LongRoPE factors back in rope_scaling, the constants llama.cpp
 hard-codes in place of the scales it does not write); and InternLM 3, which llama.cpp writes as
 llama: converted as llama, its tensors are mlx-lm's internlm3 tensors and mlx-lm's llama logits on
-them are its internlm3 logits, byte for byte. One tiny random Hugging Face checkpoint per family (tools/hf_fixtures.py) goes
-both ways: through llama.cpp's converter and `mlxrt convert --gguf`, and through mlx_lm.convert.
+them are its internlm3 logits, byte for byte; and Gemma 4's text model (gemma4: per-layer-type
+head sizes, RoPE and key/value heads, KV-shared layers, double-wide MLPs and per-layer embeddings
+gathered back from the metadata and rope_freqs, its "gemma4" tokenizer rebuilt as a tokenizer.json
+that encodes as the checkpoint's; and in 26B-A4B's layout, experts whose fused gate_up_proj is split
+back as mlx-lm's sanitize splits it, router scales, full layers whose values are their keys).
+One tiny random Hugging Face checkpoint per family (tools/hf_fixtures.py) goes both ways: through
+llama.cpp's converter and `mlxrt convert --gguf`, and through mlx_lm.convert.
 
 - exact GGUF types (F32 of a float32 model, BF16 of a bfloat16 one): every tensor equal to
   mlx-lm's, bytes and dtype, except A_log: llama.cpp stores -exp(A_log) computed by torch, whose
@@ -43,7 +48,8 @@ import hf_fixtures  # noqa: E402
 CASES = {"hf_qwen3_next_fp32": ("f32", "q8_0"), "hf_qwen3_5_bf16": ("bf16", "q8_0"),
          "hf_qwen3_5_moe_fp32": ("f32", "q8_0"), "hf_minicpm_bf16": ("bf16", "q8_0"),
          "hf_ministral3_bf16": ("bf16", "q8_0"), "hf_minicpm3_bf16": ("bf16", "q8_0"),
-         "hf_internlm3_fp32": ("f32", "q8_0")}
+         "hf_internlm3_fp32": ("f32", "q8_0"), "hf_gemma4_bf16": ("bf16", "q8_0"),
+         "hf_gemma4_moe_fp32": ("f32", "q8_0")}
 # Token ids inside both tokenizers' vocabularies (Qwen's and Llama 2's).
 PROMPT = [1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366, 11203]
 
@@ -62,13 +68,15 @@ def test_unknown_architecture_lists_the_hybrids(tmp_path):
 
 
 def test_gemma3n_is_refused_naming_what_the_file_lacks(tmp_path):
-    """llama.cpp's gemma3n files lose the per-layer vocabulary and the AltUp clip: refused, saying so."""
+    """llama.cpp's gemma3n files lose the per-layer vocabulary and the AltUp clip and correction
+    scale: refused, saying so."""
     s = lambda text: len(text.encode()).to_bytes(8, "little") + text.encode()  # noqa: E731
     path = tmp_path / "gemma3n.gguf"
     path.write_bytes(tiny_gguf_bytes(kv=[("general.architecture", 8, s("gemma3n"))]))
     r = run_convert("--gguf", str(path), "--out", str(tmp_path / "out"))
     assert r.returncode != 0
-    assert "vocab_size_per_layer_input" in r.stderr and "altup_coef_clip" in r.stderr, r.stderr
+    for lost in ("vocab_size_per_layer_input", "altup_coef_clip", "altup_correct_scale"):
+        assert lost in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()
 
 
@@ -149,6 +157,20 @@ def test_exact_types_equal_mlx_lm(name, converter, hf_dirs, tmp_path):
     # The config: mlx-lm runs both directories alike once they hold the same A_log.
     assert same_bytes(mlx_lm_logits(ours), mlx_lm_logits(theirs, replace=a_logs))
     assert same_bytes(mlxrt_logits(ours, tmp_path), mlx_lm_logits(ours))
+    if "gemma4" in name:
+        same_encodings(hf_dirs / name, ours)
+
+
+def same_encodings(hf: Path, ours: Path):
+    """The tokenizer.json rebuilt from llama.cpp's "gemma4" tokenizer encodes as the checkpoint's.
+    Special tokens only as the file marks them: llama.cpp's converter (its transformers 4.57) does
+    not see this fixture's <start_of_turn> as special, so the file holds it as a normal token."""
+    from tokenizers import Tokenizer
+    theirs, mine = Tokenizer.from_file(str(hf / "tokenizer.json")), Tokenizer.from_file(str(ours / "tokenizer.json"))
+    for text in ("The quick brown fox", "  two spaces,\n\nnew lines\n and   more", "naïve café 東京 🙂",
+                 "user\nHi<end_of_turn>\n", "x\ty\r\n\n\n\nz"):
+        assert mine.encode(text).ids == theirs.encode(text).ids, text
+        assert mine.decode(mine.encode(text).ids) == theirs.decode(theirs.encode(text).ids), text
 
 
 @pytest.mark.long

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "mlxrt/convert/gguf_gemma4.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::convert {
@@ -42,6 +43,34 @@ const std::vector<TensorRename> kGemma3Layer = {
     {"ffn_up", "mlp.up_proj"},                 {"ffn_down", "mlp.down_proj"},
     {"post_ffw_norm", "post_feedforward_layernorm"},
 };
+
+// Gemma 4: Gemma 3's layer (its norms stored as they are, without Gemma 3's plus one) with the
+// per-layer input gate and projection and the layer's output scale; global per-layer token
+// embeddings with their projection.
+const std::vector<TensorRename> kGemma4Globals = {
+    {"token_embd", "model.embed_tokens"},
+    {"output_norm", "model.norm"},
+    {"output", "lm_head"},
+    {"per_layer_token_embd", "model.embed_tokens_per_layer"},
+    {"per_layer_model_proj", "model.per_layer_model_projection"},
+    {"per_layer_proj_norm", "model.per_layer_projection_norm"},
+};
+// 26B-A4B's experts beside the dense MLP: llama.cpp keeps HF's fused gate_up_proj of the experts
+// (split into mlx-lm's switch_glu gate and up after conversion, gguf_gemma4_experts.h); the
+// router's scales are plan_tensor's ".scale" tensors.
+std::vector<TensorRename> gemma4_layer() {
+  auto layer = kGemma3Layer;
+  layer.insert(layer.end(), {{"inp_gate", "per_layer_input_gate"}, {"proj", "per_layer_projection"},
+                             {"post_norm", "post_per_layer_input_norm"}, {"layer_output_scale", "layer_scalar"},
+                             {"ffn_gate_inp", "router.proj"}, {"ffn_gate_up_exps", "experts.gate_up_proj"},
+                             {"ffn_gate_exps", "experts.switch_glu.gate_proj"},
+                             {"ffn_up_exps", "experts.switch_glu.up_proj"},
+                             {"ffn_down_exps", "experts.switch_glu.down_proj"},
+                             {"pre_ffw_norm_2", "pre_feedforward_layernorm_2"},
+                             {"post_ffw_norm_1", "post_feedforward_layernorm_1"},
+                             {"post_ffw_norm_2", "post_feedforward_layernorm_2"}});
+  return layer;
+}
 
 // OLMo 2 and EXAONE 4: norms after each sublayer only (OLMo 2's q/k norms span all heads,
 // EXAONE 4's one head).
@@ -219,6 +248,8 @@ const std::vector<GgufArchitecture>& architectures() {
       {"gemma", "gemma", "GemmaForCausalLM", false, kDecoderGlobals, kDecoderLayer},
       {"gemma2", "gemma2", "Gemma2ForCausalLM", false, kDecoderGlobals, kGemma3Layer},
       {"gemma3", "gemma3_text", "Gemma3ForCausalLM", false, kDecoderGlobals, kGemma3Layer},
+      // Gemma 4's text model (gguf_gemma4.h gathers its per-layer-type config back).
+      {"gemma4", "gemma4_text", "Gemma4ForCausalLM", false, kGemma4Globals, gemma4_layer()},
       {"phi3", "phi3", "Phi3ForCausalLM", false, kDecoderGlobals, kPhi3Layer},
       {"qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", false, kDecoderGlobals, qwen2_moe_layer()},
       {"qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", false, kDecoderGlobals,
@@ -323,7 +354,8 @@ const GgufArchitecture& find_architecture(const GgufFile& file) {
     throw UnsupportedError(file.source + ": GGUF architecture 'gemma3n' cannot be converted exactly: llama.cpp's "
                            "Gemma3NModel pads per_layer_token_embd with zero rows up to the full vocabulary and writes "
                            "neither vocab_size_per_layer_input (mlx-lm's gemma3n gives the tokens past it token 0's "
-                           "per-layer input, not zeros) nor altup_coef_clip (mlx-lm clips the AltUp coefficients to it)");
+                           "per-layer input, not zeros) nor altup_coef_clip (mlx-lm clips the AltUp coefficients to it) "
+                           "nor altup_correct_scale");
   throw UnsupportedError(file.source + ": GGUF architecture '" + *name +
                          "' is not supported by the converter (supported: " + supported_gguf_architectures() + ")");
 }
@@ -336,8 +368,33 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
   // llama.cpp names the gated delta nets' A (its -exp(A_log)) without a suffix.
   const bool gated_delta = is_gated_delta(arch);
   if (gated_delta && suffix == ".ssm_a") base = tensor.name, suffix = "";
-  if (suffix != ".weight" && suffix != ".bias" && !(gated_delta && base.ends_with(".ssm_a")))
+  // Gemma 4's router scales are ".scale" tensors (planned below).
+  const bool gemma4_scale = std::string(arch.model_type) == "gemma4_text" && suffix == ".scale";
+  if (suffix != ".weight" && suffix != ".bias" && !gemma4_scale && !(gated_delta && base.ends_with(".ssm_a")))
     throw UnsupportedError(file.source + ": tensor '" + tensor.name + "' is not a .weight or .bias");
+  const std::string family = arch.model_type;
+  // Gemma 4's rope_freqs says which dimensions of the full layers rotate (config.json's
+  // rope_parameters); the KV-shared layers' key and value tensors are dropped, as mlx-lm's sanitize does.
+  if (family == "gemma4_text") {
+    if (base == "rope_freqs") return std::nullopt;
+    const std::string layer = base.rfind("blk.", 0) == 0 ? base.substr(4, base.find('.', 4) - 4) : "";
+    const bool numeric = !layer.empty() && layer.size() < 10 && layer.find_first_not_of("0123456789") == std::string::npos;
+    const std::string rest = numeric ? base.substr(5 + layer.size()) : "";
+    // The router's per-dimension and per-expert scales, which llama.cpp names after the tensors
+    // they scale ("router.scale" and "router.per_expert_scale" in the checkpoint).
+    if (suffix == ".scale" && (rest == "ffn_gate_inp" || rest == "ffn_down_exps")) {
+      if (tensor.dims.size() != 1 || !is_plain_type(tensor.type()))
+        throw WeightsError(file.source + ": tensor '" + tensor.name + "' must be a 1-D F32/F16/BF16 vector");
+      TensorPlan plan{"model.layers." + layer + (rest == "ffn_gate_inp" ? ".router.scale" : ".router.per_expert_scale"),
+                      std::nullopt};
+      plan.narrow = tensor.type() == GgmlType::f32;
+      return plan;
+    }
+    if (suffix == ".scale")
+      throw UnsupportedError(file.source + ": tensor '" + tensor.name + "' is not known for architecture 'gemma4'");
+    if ((rest == "attn_k" || rest == "attn_v" || rest == "attn_k_norm") && std::stoull(layer) >= gemma4_first_shared_layer(file))
+      return std::nullopt;
+  }
   // Phi-3's LongRoPE factors go into config.json's rope_scaling (build_model_config).
   if ((std::string(arch.model_type) == "phi3" || std::string(arch.model_type) == "minicpm3") && (base == "rope_factors_long" || base == "rope_factors_short"))
     return std::nullopt;
@@ -349,12 +406,13 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
       return std::nullopt;
     }
   // Gemma's RMSNorm scales by (1 + weight); llama.cpp stores the norms with the one added.
-  const std::string family = arch.model_type;
   const bool gemma_norm = (family == "gemma" || family == "gemma2" || family == "gemma3_text") && suffix == ".weight" &&
                           base.size() >= 4 && base.compare(base.size() - 4, 4, "norm") == 0;
   // The gated delta families' and MiniCPM's float32 tensors that came from the model's 16-bit type (A is
   // float32 in the checkpoint too: mlx-lm's cast_predicate leaves A_log as it is).
-  const bool narrow = (gated_delta || family == "minicpm" || family == "minicpm3" || std::string(arch.gguf_name) == "mistral3") && tensor.type() == GgmlType::f32 && !base.ends_with(".ssm_a");
+  const bool narrow = (gated_delta || family == "minicpm" || family == "minicpm3" || family == "gemma4_text" ||
+                      std::string(arch.gguf_name) == "mistral3") &&
+                     tensor.type() == GgmlType::f32 && !base.ends_with(".ssm_a");
   for (const auto& r : arch.global_tensors)
     if (base == r.gguf) {
       TensorPlan plan{arch.prefix + std::string(r.hf) + suffix, std::nullopt};
@@ -383,6 +441,8 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
                              " dimensions, expected " + std::to_string(expert_dims) + " (stacked experts)");
         // gpt-oss's sinks are a parameter of the attention module itself ("sinks", no ".weight").
         if (rest == "attn_sinks") plan.hf_name = "model.layers." + layer + "." + r.hf;
+        // So is Gemma 4's output scale of a layer ("layer_scalar").
+        if (rest == "layer_output_scale") plan.hf_name = "model.layers." + layer + "." + r.hf;
         // Parameters of the linear attention module itself (no ".weight" / ".bias" in mlx-lm).
         if (rest == "ssm_a" || rest == "ssm_dt") plan.hf_name = arch.prefix + ("model.layers." + layer + "." + r.hf);
         plan.split_rows = std::string(r.hf).find('#') != std::string::npos;
@@ -945,13 +1005,16 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["model_type"] = arch.model_type;
   c["hidden_size"] = hidden;
   const bool moe = is_moe(type);
+  // Gemma 4's MLP width and key/value heads may be per-layer lists (set by add_gemma4_fields).
+  const bool gemma4 = type == "gemma4_text";
   c["intermediate_size"] = moe ? opt_u("feed_forward_length").value_or(expert_width(arch, file))
                           : is_gated_delta(arch) ? opt_u("feed_forward_length").value_or(0)
-                                                 : u("feed_forward_length");
+                          : gemma4             ? 0
+                                               : u("feed_forward_length");
   c["num_hidden_layers"] = u("block_count");
   c["num_attention_heads"] = heads;
   // LFM2's head_count_kv is a list, zero on its convolution layers (add_family_fields).
-  c["num_key_value_heads"] = type == "lfm2" ? heads : opt_u("attention.head_count_kv").value_or(heads);
+  c["num_key_value_heads"] = type == "lfm2" || gemma4 ? heads : opt_u("attention.head_count_kv").value_or(heads);
   c["head_dim"] = head_dim;
   const bool gemma = std::string(arch.model_type).rfind("gemma", 0) == 0;
   c["hidden_act"] = gemma ? "gelu_pytorch_tanh" : "silu";
@@ -966,6 +1029,7 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   c["mlp_bias"] = file.find_tensor("blk.0.ffn_up.bias") != nullptr;
   if (moe) add_moe_fields(c, arch, file);
   if (type == "gemma3_text" || type == "gemma2") add_gemma_fields(c, arch, file);
+  if (gemma4) add_gemma4_fields(c, file, data);
   if (phi3) add_phi3_fields(c, arch, file, data);
   if (type == "minicpm3") add_minicpm3_fields(c, arch, file, data);
   if (is_gated_delta(arch)) add_gated_delta_fields(c, arch, file);

@@ -18,6 +18,7 @@
 #include "mlxrt/convert/gguf_blocks.h"
 #include "mlxrt/convert/gguf_file.h"
 #include "mlxrt/convert/gguf_gated_delta.h"
+#include "mlxrt/convert/gguf_gemma4_experts.h"
 #include "mlxrt/convert/gguf_tokenizer.h"
 #include "mlxrt/convert/mapped_file.h"
 #include "mlxrt/convert/progress.h"
@@ -135,8 +136,18 @@ std::optional<nlohmann::ordered_json> quantization_section(const std::vector<Pla
   const Packing def = std::max_element(counts.begin(), counts.end(),
                                        [](const auto& a, const auto& b) { return a.second < b.second; })->first;
   nlohmann::ordered_json q = packing_json(def);
-  for (const auto& t : tensors)
-    if (auto p = packing_of(t); p && *p != def) q[module_of(t.plan.hf_name)] = packing_json(*p);
+  for (const auto& t : tensors) {
+    auto p = packing_of(t);
+    if (!p || *p == def) continue;
+    const std::string module = module_of(t.plan.hf_name);
+    if (module.ends_with(kGemma4FusedExperts)) {  // split in two after conversion
+      const auto [gate, up] = gemma4_gate_up_modules(module);
+      q[gate] = packing_json(*p);
+      q[up] = packing_json(*p);
+    } else {
+      q[module] = packing_json(*p);
+    }
+  }
   return q;
 }
 
@@ -313,6 +324,7 @@ GgufConvertSummary convert_gguf(const GgufConvertOptions& options) {
       ++done;
     }
     if (is_gated_delta(arch)) restore_gated_delta_layers(arch, file, arrays);
+    if (std::string(arch.model_type) == "gemma4_text") split_gemma4_gate_up(arrays);
     for (const auto& [name, _] : arrays) weight_map[name] = shard_name(s, summary.shards);
     summary.tensors += arrays.size();
     mx::save_safetensors((staging.path() / shard_name(s, summary.shards)).string(), std::move(arrays),

@@ -286,6 +286,44 @@ json sentencepiece_bpe(const GgufFile& file, const Vocabulary& v, bool add_space
   return tok;
 }
 
+/** Gemma 4's BPE as llama.cpp runs its "gemma4" model: spaces replaced by "\u2581", the text cut
+ * into runs of newlines and runs of anything else, merges from the file (each split at its first
+ * space after the first character, as llama.cpp splits them), bytes outside the vocabulary as
+ * <0xXX> tokens. */
+json gemma4_bpe(const GgufFile& file, const Vocabulary& v) {
+  json vocab = json::object();
+  for (size_t i = 0; i < v.tokens->size(); ++i) vocab[(*v.tokens)[i]] = i;
+  const auto* merges = file.get_strings("tokenizer.ggml.merges");
+  if (!merges) throw ConfigError(file.source + ": a 'gemma4' tokenizer needs metadata 'tokenizer.ggml.merges'");
+  json pairs = json::array();
+  for (const auto& m : *merges) {
+    auto space = m.size() < 2 ? std::string::npos : m.find(' ', 1);
+    if (space == std::string::npos || space + 1 == m.size())
+      throw ConfigError(file.source + ": metadata 'tokenizer.ggml.merges' entry '" + m + "' is not two tokens");
+    pairs.push_back({m.substr(0, space), m.substr(space + 1)});
+  }
+  auto unk = token_id(file, v, "unknown_token_id");
+  json tok;
+  tok["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
+  tok["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "[^\\n]+|[\\n]+"}}}, {"behavior", "Isolated"},
+                          {"invert", false}};
+  tok["decoder"] = {{"type", "Sequence"},
+                    {"decoders", {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                                  {{"type", "ByteFallback"}},
+                                  {{"type", "Fuse"}}}}};
+  tok["model"] = {{"type", "BPE"},
+                  {"dropout", nullptr},
+                  {"unk_token", unk ? json((*v.tokens)[*unk]) : json(nullptr)},
+                  {"continuing_subword_prefix", nullptr},
+                  {"end_of_word_suffix", nullptr},
+                  {"fuse_unk", true},
+                  {"byte_fallback", true},
+                  {"ignore_merges", false},
+                  {"vocab", std::move(vocab)},
+                  {"merges", std::move(pairs)}};
+  return tok;
+}
+
 /** The post-processor adding BOS / EOS around a sequence when the file asks for it. */
 json post_processor(const std::optional<std::string>& bos, const std::optional<std::string>& eos,
                     const std::optional<uint64_t>& bos_id, const std::optional<uint64_t>& eos_id) {
@@ -324,17 +362,19 @@ TokenizerFiles build_tokenizer_files(const GgufFile& file) {
     if (!id) return std::nullopt;
     return (*v.tokens)[*id];
   };
-  bool spm = *model == "llama";
-  if (!spm && *model != "gpt2")
+  bool spm = *model == "llama", gemma4 = *model == "gemma4";
+  if (!spm && !gemma4 && *model != "gpt2")
     throw UnsupportedError(file.source + ": tokenizer model '" + *model +
-                           "' (metadata 'tokenizer.ggml.model') is not supported by the converter (supported: gpt2, llama)");
-  // llama.cpp adds BOS for SentencePiece vocabularies unless the file says otherwise.
-  bool add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(spm);
+                           "' (metadata 'tokenizer.ggml.model') is not supported by the converter (supported: gemma4, "
+                           "gpt2, llama)");
+  // llama.cpp adds BOS for SentencePiece vocabularies unless the file says otherwise, and always
+  // for Gemma 4's.
+  bool add_bos = gemma4 || file.get_bool("tokenizer.ggml.add_bos_token").value_or(spm);
   bool add_eos = file.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   bool add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
 
   TokenizerFiles out;
-  json tok = spm ? sentencepiece_bpe(file, v, add_space_prefix) : byte_level_bpe(file, v);
+  json tok = spm ? sentencepiece_bpe(file, v, add_space_prefix) : gemma4 ? gemma4_bpe(file, v) : byte_level_bpe(file, v);
   tok["version"] = "1.0";
   tok["truncation"] = nullptr;
   tok["padding"] = nullptr;
