@@ -20,6 +20,7 @@
 #include "mlxrt/cli/common.h"
 #include "mlxrt/cli/distributed.h"
 #include "mlxrt/generate/mtp_speculative.h"
+#include "mlxrt/generate/prefill_warm_up.h"
 #include "mlxrt/cli/generation_setup.h"
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/convert/default_model.h"
@@ -51,11 +52,20 @@ struct Args {
   bool expert_prefetch = false;
   bool spec_exact = false;  // --spec-exact
   bool mtp = false;         // --mtp
+  bool warm_up = false;     // --warm-up
   int kv_group_size = 64, quantized_kv_start = 5000, prefill_step_size = 2048;
   SamplingFlags sampling;
   DistributedArgs dist;
   model::FidelityTier fidelity = model::FidelityTier::l1;  // --fidelity
 };
+
+/** --warm-up: the prefill attention's shapes built before the prompt (generate/prefill_warm_up.h),
+ * so the footer's prompt figure is a warm process's; what it cost goes to stderr. */
+void warm_up_if_asked(const Args& a, model::CausalLM& model) {
+  if (!a.warm_up) return;
+  std::cerr << generate::describe(generate::warm_up_prefill_shapes(model, a.prefill_step_size, a.max_kv_size, a.kv_bits))
+            << std::endl;
+}
 
 /** str2bool of mlx_lm.generate. */
 bool str2bool(std::string s) {
@@ -212,6 +222,7 @@ void run_ids_only(const Args& a, generate::TextGenerationOptions options, const 
   params.xtc_special_tokens = eos;  // no tokenizer: the config's eos ids only
   options.sampler = make_cli_sampler(params, rng);
   options.logits_processors = make_cli_processors(a.sampling, vocab);
+  warm_up_if_asked(a, *loaded.model);
   std::cout << "==========\n";
   auto tic = std::chrono::steady_clock::now();
   auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - tic).count(); };
@@ -423,6 +434,7 @@ void run(const Args& a) {
   options.mtp = a.mtp;
   if (a.mtp) options.num_draft_tokens = a.num_draft_tokens;
 
+  warm_up_if_asked(a, *session.loaded.model);
   if (verbose) std::cout << "==========\n";
   std::string text;
   std::vector<mx::array> rows;
@@ -519,6 +531,9 @@ void register_generate(CLI::App& app) {
                 "Speculative decoding with the model's own multi-token-prediction head (Qwen3.5 / Qwen3-Next "
                 "checkpoints that keep their mtp.* tensors), --num-draft-tokens per step; greedy runs exact, as "
                 "--spec-exact (ours; vLLM's speculative method 'mtp')");
+  cmd->add_flag("--warm-up", a->warm_up,
+                "Before the prompt, run one prompt per 256-token bucket up to --prefill-step-size, so the prompt "
+                "pays no per-length setup (MLX's CUDA backend; reported on stderr; ours)");
   cmd->add_option("--num-draft-tokens", a->num_draft_tokens,
                   "Number of tokens to draft when using speculative decoding.")
       ->capture_default_str();

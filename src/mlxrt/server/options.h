@@ -51,6 +51,10 @@ struct ServerOptions {
   /** --mtp: the start-up model drafts with its own multi-token-prediction head (ours;
    * generate::MtpTokenGenerator): requests run alone; the prompt cache keeps the head's state with each entry. */
   bool mtp = false;
+  /** --warm-up: before the first request, the generation thread runs one prompt per 256-token
+   * bucket (generate/prefill_warm_up.h), so requests served one at a time pay no per-length setup
+   * on MLX's CUDA backend (ours). */
+  bool warm_up = false;
   int prompt_cache_size = 10;
   std::optional<size_t> prompt_cache_bytes;
   std::optional<int> kv_bits;  // quantize the KV cache past quantized_kv_start positions

@@ -1,5 +1,6 @@
 #include "mlxrt/server/server.h"
 
+#include "mlxrt/generate/prefill_warm_up.h"
 #include "mlxrt/model/nn/expert_store.h"
 #include "mlxrt/model/parallel.h"
 #include "mlxrt/server/generation.h"
@@ -55,6 +56,7 @@ struct Server::Parts {
 
 Server::Server(ServerOptions options) : options_(std::move(options)) {
   parts_ = std::make_unique<Parts>(options_);
+  if (options_.warm_up) warm_up();
   if (!parts_->leader()) return;  // no requests of its own: no admission, no port
   auto admission = make_memory_admission(*parts_->models.startup(), options_, parts_->metrics, parts_->log);
   parts_->models.set_admission(admission);
@@ -62,6 +64,25 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
   // Distributed, a rank gone ends the generation loop: the HTTP side stops too, and serve() says why.
   parts_->scheduler.set_on_failure([this](const std::string&) { parts_->front.stop(); });
   parts_->port = parts_->front.bind();
+}
+
+void Server::warm_up() {
+  // Distributed, each job is handed to the other ranks as a request; this one is no request.
+  if (parts_->lockstep) {
+    parts_->log.info("warm-up: skipped: a distributed launch (a job here is handed to every rank as a request)");
+    return;
+  }
+  auto session = parts_->models.startup();
+  if (!session) return;
+  // The graphs MLX builds are kept per thread: the warm-up is a job of the generation thread,
+  // queued before the port opens, so every request comes after it.
+  auto job = std::make_shared<Job>(
+      [this, session](Job&) {
+        parts_->log.info(generate::describe(generate::warm_up_prefill_shapes(
+            *session->loaded.model, options_.prefill_step_size, std::nullopt, options_.kv_bits)));
+      },
+      std::nullopt);
+  parts_->scheduler.submit(job);
 }
 
 Server::~Server() {

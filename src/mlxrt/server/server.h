@@ -22,6 +22,8 @@ class Server {
   void stop();
 
  private:
+  /** --warm-up: queues the prefill warm-up (generate/prefill_warm_up.h) on the generation thread. */
+  void warm_up();
   struct Parts;
   ServerOptions options_;
   std::unique_ptr<Parts> parts_;

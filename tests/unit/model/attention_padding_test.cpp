@@ -3,6 +3,7 @@
 // (bench/gpu/shape_cost.py bytes); on this CPU build the attention never pads.
 #include <gtest/gtest.h>
 
+#include <mlx/device.h>
 #include <mlx/fast.h>
 #include <mlx/ops.h>
 #include <mlx/random.h>
@@ -48,4 +49,10 @@ TEST(PaddedAttention, OnTheCpuTheAttentionIsTheUnpaddedOne) {
   auto want = mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, 0.125f, "causal");
   EXPECT_EQ(got.shape(), want.shape());
   EXPECT_TRUE(mx::array_equal(got, want).item<bool>());
+}
+
+TEST(PaddedAttention, NeverOnTheCpu) {
+  // The default device of this build is the CPU: padding (and the warm-up that relies on it) is off.
+  if (mx::default_device() != mx::Device::cpu) GTEST_SKIP() << "a GPU build";
+  EXPECT_FALSE(mlxrt::model::nn::prefill_attention_padded());
 }

@@ -92,24 +92,28 @@ namespace {
 // every later step, is the one the unpadded prefill makes), the output's real rows kept. Under the
 // causal mask a real row attends to the same keys as before, the extra keys masked out.
 //
-// Opt-in (MLXRT_PAD_PREFILL_ATTENTION=1), not L1 by default: on the op, padded equals unpadded byte
-// for byte (bench/gpu/shape_cost.py bytes: 168 of 168 cases, 16/8 and 32/8 heads, 28 lengths, 3
-// offsets), but end to end it is not yet proven, because MLX's own prefill on the H200 gives a
-// second run of the same prompt other bytes in 6 of 12 prompts (bench/RESULTS.md, 2026-12-03), so
-// the comparison cannot tell padding from that. Everywhere else (CPU, Metal, attention cuDNN does
-// not take: the unfused fallback's softmax would sum longer rows in another order) it never pads.
+// On by default wherever it applies (MLXRT_PAD_PREFILL_ATTENTION=0 turns it off), because it keeps
+// the bytes as far as MLX itself does: on the op, padded equals unpadded byte for byte
+// (bench/gpu/shape_cost.py bytes: 168 of 168 cases, 16/8 and 32/8 heads, 28 lengths, 3 offsets). A
+// real row's scores, mask and softmax see the same keys in the same tiles; the padded rows and keys
+// only add tiles that the causal mask empties. End to end MLX's cuDNN attention is itself not
+// run-to-run stable past 255 keys on the H200 (bench/RESULTS.md, 2026-12-03), so there the claim is
+// the op's; for prompts under 256 positions a GPU parity subset shows it end to end
+// (docs/cuda-prefill-shapes.md). Everywhere else (CPU, Metal, attention cuDNN does not take: the
+// unfused fallback's softmax would sum longer rows in another order) it never pads.
 
 bool padding_enabled() {
   static const bool on = [] {
     const char* env = std::getenv("MLXRT_PAD_PREFILL_ATTENTION");
-    return env && *env && std::string(env) != "0";
+    return !(env && std::string(env) == "0");
   }();
   return on;
 }
 
-/** Whether MLX's CUDA backend runs this attention through cuDNN (supports_sdpa_cudnn in
- * mlx/backend/cuda/scaled_dot_product_attention.cpp, MLX 0.32.4), for a prefill query. */
-bool runs_on_cudnn(const mx::array& q, const mx::array& k, const mx::array& v) {
+/** MLX's CUDA backend is the default device's and takes fused attention through cuDNN
+ * (supports_sdpa_cudnn in mlx/backend/cuda/scaled_dot_product_attention.cpp, MLX 0.32.4: compute
+ * capability 8 or more, MLX_CUDA_USE_CUDNN_SDPA not 0). */
+bool cudnn_attention_device() {
   static const bool cudnn_gpu = [] {
     if (!mx::cu::is_available()) return false;
     const char* env = std::getenv("MLX_CUDA_USE_CUDNN_SDPA");
@@ -118,7 +122,13 @@ bool runs_on_cudnn(const mx::array& q, const mx::array& k, const mx::array& v) {
     auto it = info.find("compute_capability_major");
     return it != info.end() && std::get<size_t>(it->second) >= 8;
   }();
-  if (!cudnn_gpu || mx::default_device() != mx::Device::gpu) return false;
+  return cudnn_gpu && mx::default_device() == mx::Device::gpu;
+}
+
+/** Whether MLX's CUDA backend runs this attention through cuDNN (supports_sdpa_cudnn in
+ * mlx/backend/cuda/scaled_dot_product_attention.cpp, MLX 0.32.4), for a prefill query. */
+bool runs_on_cudnn(const mx::array& q, const mx::array& k, const mx::array& v) {
+  if (!cudnn_attention_device()) return false;
   auto head_ok = [](int d) { return d % 8 == 0 && d <= 128; };
   return (q.dtype() == mx::bfloat16 || q.dtype() == mx::float16) && k.dtype() == q.dtype() &&
          v.dtype() == q.dtype() && head_ok(q.shape(-1)) && head_ok(v.shape(-1)) && q.shape(2) <= k.shape(2);
@@ -130,6 +140,12 @@ std::optional<mx::array> padded_prefill_attention(const mx::array& q, const cach
   const int L = q.shape(2), Tk = kv.keys.shape(2);
   if (L < 2 || !padding_enabled() || !kv.keys_buffer || !kv.values_buffer || !runs_on_cudnn(q, kv.keys, kv.values))
     return std::nullopt;
+  // Only where the padded shape repeats: the padded query count is the bucket's end minus the
+  // chunk's offset, so only chunks at a 256 boundary (a prompt's first chunk, and the chunks after a
+  // full prefill step) share shapes. Elsewhere (a speculative verify window, a chunk after a
+  // prompt-cache hit) the padded graph would be as new at each offset as the unpadded one, with up
+  // to 255 more queries to compute (bench/RESULTS.md, 2026-12-03, third session).
+  if ((Tk - L) % 256 != 0) return std::nullopt;
   const int Tp = padded_attention_length(Tk, kv.keys_buffer->shape(2));
   if (Tp == Tk || kv.values_buffer->shape(2) < Tp) return std::nullopt;
   auto prefix = [](const mx::array& a, int n) {
@@ -144,6 +160,12 @@ std::optional<mx::array> padded_prefill_attention(const mx::array& q, const cach
                                                     prefix(*kv.values_buffer, Tp), scale, "causal");
   return prefix(out, L);
 }
+
+}  // namespace
+
+bool prefill_attention_padded() { return padding_enabled() && cudnn_attention_device(); }
+
+namespace {
 
 mx::array fused_attention(const mx::array& q, const cache::PlainKV& kv, float scale, const AttentionMask& mask,
                           const std::optional<mx::array>& sinks = std::nullopt) {

@@ -33,6 +33,13 @@ mx::array dtype_lowest(mx::Dtype dtype);
  * past the cache buffer's `capacity`. */
 int padded_attention_length(int keys, int capacity);
 
+/** Whether this process pads causal prefill attention to padded_attention_length: MLX's CUDA
+ * backend is the default device, its attention runs through cuDNN, and
+ * MLXRT_PAD_PREFILL_ATTENTION is not 0. Never on the CPU. Then a prefill's cuDNN graph (MLX builds
+ * one per shape, 40-60 ms) depends only on the 256-position bucket, so warming the buckets
+ * (generate/prefill_warm_up.h) removes the per-length cost. */
+bool prefill_attention_padded();
+
 /** mlx-lm's scaled_dot_product_attention: the fused kernel over plain keys/values, or
  * quantized_scaled_dot_product_attention over a quantized cache's tensors. */
 mx::array scaled_dot_product_attention(const mx::array& queries, const cache::CachedKV& kv, float scale,

@@ -1,0 +1,39 @@
+#pragma once
+/** Warming the prefill attention's shapes before the first request (issue 14).
+ *
+ * On MLX's CUDA backend a prompt length the process has not run before costs 40-60 ms for each
+ * cuDNN attention graph MLX builds (one per query/key shape, kept per thread), against 16-72 ms
+ * for a whole warm 512-token prefill on an H200. With the prefill attention padded to the KV
+ * buffer's 256-position step (model/nn/attention.h, prefill_attention_padded), those shapes depend
+ * only on the bucket, so running one prompt per bucket once builds every graph a later prompt of
+ * up to the prefill step (plus one bucket) will use: its prefill chunk, and the one-query graph of
+ * its last prompt token, which MLX keys on the buffer's capacity. The graphs live in a thread-local
+ * cache, so this must run on the thread that will generate. */
+#include <optional>
+#include <string>
+
+#include "mlxrt/model/causal_lm.h"
+
+namespace mlxrt::generate {
+
+struct WarmUpReport {
+  int prompts = 0;       // prompts run (one per 256-position bucket)
+  int longest = 0;       // the longest prompt, in tokens
+  double seconds = 0.0;  // wall time of the whole warm-up
+  std::string skipped;   // why nothing was run ("" when it ran)
+};
+
+/** Runs one prompt of each length 256, 512, ... up to `prefill_step_size` rounded up to 256, plus
+ * 256 (the second chunk and the last token of a prompt one step long), through plain generation of
+ * one token, on the calling thread, each in a fresh cache. Does nothing (and says why) where the
+ * attention is not padded (CPU, Metal, MLX_CUDA_USE_CUDNN_SDPA=0, MLXRT_PAD_PREFILL_ATTENTION=0) or
+ * the cache is not the plain KV cache that padding reads (`max_kv_size`: rotating; `kv_bits`:
+ * quantized). */
+WarmUpReport warm_up_prefill_shapes(model::CausalLM& model, int prefill_step_size,
+                                    std::optional<int> max_kv_size = std::nullopt,
+                                    std::optional<int> kv_bits = std::nullopt);
+
+/** The report as one line for a log or stderr ("warm-up: ..."). */
+std::string describe(const WarmUpReport& report);
+
+}  // namespace mlxrt::generate
