@@ -105,3 +105,10 @@ void api_timer_reset(void) {
   memset(counts, 0, sizeof counts);
   memset(ms, 0, sizeof ms);
 }
+
+/* With API_TIMER_AT_EXIT set, the counts go to stderr when the process ends (for a program that
+ * cannot call api_timer_report, such as mlxrt itself). */
+__attribute__((destructor)) static void report_at_exit(void) {
+  if (!getenv("API_TIMER_AT_EXIT")) return;
+  for (int i = 0; i < N_API; ++i) fprintf(stderr, "api_timer %s %ld %.3f\n", kNames[i], counts[i], ms[i]);
+}

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Issue 19 on a CUDA machine without a package registry, with the bundle of bench/gpu/prepare.sh:
-# installs the carried wheels (run.sh env install), then the steps named in EXACT_STEPS (default
-# "probe tests spec"): probe: bench/gpu/exact_probe.py (which ops give a row of an M-row call a
-# one-row call's bytes); tests: the --spec-exact and speculative tests with this binary;
+# Issues 19 and 14 on a CUDA machine without a package registry, with the bundle of
+# bench/gpu/prepare.sh: installs the carried wheels (run.sh env install), then the steps named in
+# EXACT_STEPS (default "probe tests spec"): probe: bench/gpu/exact_probe.py (which ops give a row of
+# an M-row call a one-row call's bytes); tests: the --spec-exact and speculative tests with this
+# binary; gputests: the --spec-exact, --mtp and --warm-up tests (generate and server);
 # spec: bench/gpu/spec_bench.py (speculation on the 8B-dims model, mlxrt beside mlx-lm, and the
-# 0.6B-dims model's exact check). Logs and tables go to $OUT (a few files: what a device call
-# brings back), the rest to $BENCH_WORK.
+# 0.6B-dims model's exact check); ttft: bench/gpu/ttft_bench.py (time to first token at new prompt
+# lengths, mlxrt before/after the padded attention and --warm-up, beside mlx-lm); parity: a subset
+# of tests/parity (run.sh's stage, PARITY_FIXTURES). Logs and tables go to $OUT (a few files: what
+# a device call brings back), the rest to $BENCH_WORK. MLX's compiled kernels are kept in
+# $MLX_PTX_CACHE_DIR; a tarball of them (PTX_TARBALL, default build-gpu/ptx-cache.tgz) is unpacked
+# there first when present and written to $OUT/ptx-cache.tgz at the end, so a later call on a
+# fresh machine need not compile them again.
 # Usage (repository root): [B=build-gpu/bundle] [EXACT_STEPS="probe tests spec"] bench/gpu/exact_run.sh
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,6 +25,10 @@ export MLXRT_VENV=${MLXRT_VENV:-$(python3 -c 'import sys; print(sys.prefix)')} M
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # One kernel cache for every process (mlx-lm, the tests' oracle, and mlxrt): NVRTC once per kernel.
 export MLX_PTX_CACHE_DIR=${MLX_PTX_CACHE_DIR:-$work/ptx}
+ptx_tarball=${PTX_TARBALL:-build-gpu/ptx-cache.tgz}
+[ -f "$ptx_tarball" ] && mkdir -p "$MLX_PTX_CACHE_DIR" && tar xzf "$ptx_tarball" -C "$MLX_PTX_CACHE_DIR"
+save_ptx() { [ -d "$MLX_PTX_CACHE_DIR" ] && tar czf "$out/ptx-cache.tgz" -C "$MLX_PTX_CACHE_DIR" .; }
+trap save_ptx EXIT
 t0=$(date +%s)
 bench/gpu/run.sh env install build > "$out/setup.txt" 2>&1
 cat "$work/setup/summary.txt" >> "$out/setup.txt"
@@ -41,6 +51,13 @@ model_dir() {
   $PY -c "import sys; sys.path.insert(0, 'bench/gpu'); from pathlib import Path; import models
 print(models.ensure_model(Path(sys.executable), Path('$work/models'), '${1%-*}', '${1##*-}', Path('$work/tokenizer')))"
 }
+# EXACT_MODELS: benchmark models (shape-quant) made in the background while the first steps run.
+models_pid=
+if [ -n "${EXACT_MODELS:-}" ]; then
+  ( for m in $EXACT_MODELS; do model_dir "$m"; done ) > "$work/models.log" 2>&1 &
+  models_pid=$!
+fi
+models_made() { [ -z "$models_pid" ] || wait "$models_pid"; models_pid=; }
 jobs=()
 $PY -c 'import xdist' 2>/dev/null && jobs=(-n "${EXACT_JOBS:-8}")
 testenv=(MLXRT_BIN="$bin" MLXRT_FIXTURES="$work/fixtures" MLXRT_SOURCE_DIR="$root" MLXRT_SHARED_DIR="$root/../shared")
@@ -59,7 +76,63 @@ for step in ${EXACT_STEPS:-probe tests spec}; do
         tests/server/test_spec_exact_server.py > "$out/tests_server.txt" 2>&1
       tail -n 15 "$out/tests_server.txt" | grep -E 'FAILED|ERROR|passed|failed' | cut -c1-220
       echo "tests $(( $(date +%s) - t0 )) s" ;;
+    gputests)
+      env "${testenv[@]}" timeout "${EXACT_TEST_TIMEOUT:-300}" $PY -m pytest -q -rf --tb=short -p no:cacheprovider "${jobs[@]}" \
+        tests/generate/test_spec_exact.py tests/generate/test_mtp.py tests/generate/test_warm_up.py "${select[@]}" \
+        > "$out/tests_generate.txt" 2>&1
+      tail -n 25 "$out/tests_generate.txt" | grep -E 'FAILED|ERROR|passed|failed' | cut -c1-220
+      env "${testenv[@]}" timeout "${EXACT_SERVER_TIMEOUT:-200}" $PY -m pytest -q -rf --tb=short -p no:cacheprovider "${jobs[@]}" \
+        tests/server/test_spec_exact_server.py tests/server/test_mtp_server.py > "$out/tests_server.txt" 2>&1
+      tail -n 15 "$out/tests_server.txt" | grep -E 'FAILED|ERROR|passed|failed' | cut -c1-220
+      echo "gputests $(( $(date +%s) - t0 )) s" ;;
+    parity)
+      # The fixtures' prompts stay under 256 positions, where MLX's cuDNN attention repeats its bytes.
+      fx=${PARITY_FIXTURES:-qwen3_bf16 qwen3_fp16_untied qwen3_q4_g64 qwen3_mha_hd64 qwen3_hd128 llama_bf16 \
+llama_gqa4_hd48 mistral_bf16 llama_swa gemma3_bf16 qwen2_bf16 qwen3_5_bf16 gpt_oss_bf16}
+      # shellcheck disable=SC2086  # fx is a list of names
+      $PY tools/make_fixtures.py --out "$work/fixtures" --only $fx > "$work/fixtures.log" 2>&1 || tail -5 "$work/fixtures.log"
+      # The cases of these fixtures only (the files are parametrized over every fixture).
+      pfiles=(tests/parity/test_logits_parity.py tests/parity/test_kv_cache_parity.py tests/parity/test_prompt_cache.py)
+      env "${testenv[@]}" $PY -m pytest -q --collect-only -p no:cacheprovider "${pfiles[@]}" 2>/dev/null \
+        | grep -E "\[($(echo $fx | tr ' ' '|'))[]-]" > "$work/parity_cases.txt"
+      echo "parity: $(wc -l < "$work/parity_cases.txt") cases"
+      env "${testenv[@]}" MLXRT_FIXTURE_NAMES="$fx" timeout "${PARITY_TIMEOUT:-300}" $PY -m pytest -q -rf --tb=short \
+        -p no:cacheprovider "${jobs[@]}" $(cat "$work/parity_cases.txt") > "$out/parity.log" 2>&1
+      grep -E '^FAILED|passed|failed' "$out/parity.log" | tail -8 | cut -c1-220
+      echo "parity $(( $(date +%s) - t0 )) s" ;;
+    ttft)
+      models_made
+      for m in ${TTFT_MODELS:-qwen3-0.6b-q4 qwen3-8b-q4}; do
+        $PY bench/gpu/ttft_bench.py --bin "$bin" --model "$(model_dir "$m")" --out "$work/ttft" >> "$out/ttft.txt" 2>&1
+      done
+      grep -v '^\[transformers\]' "$out/ttft.txt" | tail -n 30
+      echo "ttft $(( $(date +%s) - t0 )) s" ;;
+    spec_diag)
+      # What a speculative step costs MLX's CUDA backend, mlxrt beside mlx-lm on one pair: cuDNN
+      # graph builds (finalizes), cuBLASLt heuristics, compiles, counted by api_timer.so per process.
+      models_made
+      ${CC:-gcc} -O2 -shared -fPIC -o "$work/api_timer.so" bench/gpu/api_timer.c -ldl || exit 1
+      dmain=$(model_dir "${DIAG_MAIN:-qwen3-0.6b-bf16}"); ddraft=$(model_dir "${DIAG_DRAFT:-qwen3-0.6b-q4}")
+      ids=$($PY -c "import random; random.seed(1); print(','.join(str(random.randrange(150000)) for _ in range(128)))")
+      for sw in default MLX_CUDA_USE_CUDNN_SDPA=0; do
+        envs=(API_TIMER_AT_EXIT=1 LD_PRELOAD="$work/api_timer.so"); [ "$sw" != default ] && envs+=("$sw")
+        for d in none draft; do
+          flags=(); [ $d = draft ] && flags=(--draft-model "$ddraft")
+          env "${envs[@]}" "$bin" generate --model "$dmain" --prompt-tokens "$ids" -m 64 "${flags[@]}" 2>&1 \
+            | grep -E "^Generation:|api_timer (cudnnBackendFinalize|cublasLt|nvrtc)" | sed "s|^|mlxrt $sw $d: |" >> "$out/spec_diag.txt"
+          env "${envs[@]}" $PY -c "
+import sys; import mlx.core as mx; from mlx_lm import load, stream_generate
+m, t = load('$dmain'); kw = {} if '$d' == 'none' else {'draft_model': load('$ddraft')[0], 'num_draft_tokens': 3}
+ids = [int(x) for x in '$ids'.split(',')]
+for r in stream_generate(m, t, ids, max_tokens=64, **kw): pass
+print(f'Generation: {r.generation_tokens} tokens, {r.generation_tps:.3f} tokens-per-sec')" 2>&1 \
+            | grep -E "^Generation:|api_timer (cudnnBackendFinalize|cublasLt|nvrtc)" | sed "s|^|mlx-lm $sw $d: |" >> "$out/spec_diag.txt"
+        done
+      done
+      cat "$out/spec_diag.txt"
+      echo "spec_diag $(( $(date +%s) - t0 )) s" ;;
     spec)
+      models_made
       # shellcheck disable=SC2086  # SPEC_ARGS is a list of options
       $PY bench/gpu/spec_bench.py --bin "$bin" --work "$work/models" --tokenizer "$work/tokenizer" --out "$work/spec" \
         ${SPEC_ARGS:---main qwen3-8b-bf16 --drafts qwen3-8b-q4 qwen3-0.6b-bf16} > "$out/spec.txt" 2>&1
@@ -86,6 +159,6 @@ for step in ${EXACT_STEPS:-probe tests spec}; do
       done
       grep -E '^==|end to end|^bytes' "$out/determinism.txt"
       echo "determinism $(( $(date +%s) - t0 )) s" ;;
-    *) echo "unknown step $step (probe tests spec spec_small determinism)"; exit 2 ;;
+    *) echo "unknown step $step (probe tests gputests spec spec_diag spec_small determinism ttft parity)"; exit 2 ;;
   esac
 done

@@ -48,15 +48,16 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def mlxrt_run(binary, model, prompt, gen, flags, log, record=False):
+def mlxrt_run(binary, model, prompt, gen, flags, log, record=False, env=None):
     """One `mlxrt generate`: its footer's figures; with `record`, also the greedy ids, the logprobs'
     bytes and the share of tokens from the draft (--logprobs-file, kept out of the timed runs)."""
+    import os
     with tempfile.TemporaryDirectory() as tmp:
         lp = Path(tmp) / "lp.safetensors"
         cmd = [binary, "generate", "--model", str(model), "--prompt-tokens", ",".join(map(str, prompt)),
                "-m", str(gen), *flags, *(["--logprobs-file", str(lp)] if record else [])]
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
         log.write(f"$ mlxrt generate {' '.join(flags)} (rc {proc.returncode}, {time.perf_counter() - t0:.1f} s)\n"
                   f"{proc.stdout[-300:]}\n{proc.stderr[-1500:]}\n")
         log.flush()
@@ -97,6 +98,10 @@ def main():
     ap.add_argument("--num-draft", type=int, default=3)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--skip-mlx-lm", action="store_true")
+    ap.add_argument("--skip-plain-exact", action="store_true", help="leave out --spec-exact without a draft")
+    ap.add_argument("--no-cudnn-row", action="store_true",
+                    help="also the first draft with MLX_CUDA_USE_CUDNN_SDPA=0 (MLX's own attention kernels: no "
+                         "cuDNN graph to build for each verify step's new shape)")
     ap.add_argument("--exact-check", action="store_true", help="compare the exact runs with one-token decoding")
     ap.add_argument("--exact-only", action="store_true",
                     help="only the --spec-exact runs with a draft, recorded once, no timing (with --exact-check)")
@@ -113,19 +118,29 @@ def main():
     drafts = {d: model(d) for d in args.drafts}
     prompt = prompt_ids(args.prompt, 151936, seed=1)
     k = ["--num-draft-tokens", str(args.num_draft)]
-    configs = [("none", []), ("none +exact", ["--spec-exact"])]
+    configs = [("none", [], {}), ("none +exact", ["--spec-exact"], {})]
     for d, path in drafts.items():
-        configs += [(d, ["--draft-model", str(path), *k]), (d + " +exact", ["--draft-model", str(path), *k, "--spec-exact"])]
+        configs += [(d, ["--draft-model", str(path), *k], {}),
+                    (d + " +exact", ["--draft-model", str(path), *k, "--spec-exact"], {})]
+    if args.skip_plain_exact:
+        configs = [c for c in configs if c[0] != "none +exact"]
+    if args.no_cudnn_row:
+        d, path = next(iter(drafts.items()))
+        off = {"MLX_CUDA_USE_CUDNN_SDPA": "0"}
+        configs += [("none, no cuDNN attn", [], off), (d + ", no cuDNN attn", ["--draft-model", str(path), *k], off)]
     if args.exact_only:
-        configs = [(n, f) for n, f in configs if n.endswith("+exact") and n != "none +exact"]
+        configs = [(n, f, e) for n, f, e in configs if n.endswith("+exact") and n != "none +exact"]
     rows, recorded = {}, {}
-    for i, (name, flags) in enumerate(configs):
+    for i, (name, flags, env) in enumerate(configs):
         if i == 0 and not args.exact_only:
             mlxrt_run(args.bin, main_dir, prompt, 16, flags, log)  # warm-up: kernel cache, page cache
-        runs = [mlxrt_run(args.bin, main_dir, prompt, args.gen, flags, log) for _ in range(0 if args.exact_only else args.runs)]
-        recorded[name] = mlxrt_run(args.bin, main_dir, prompt, args.gen, flags, log, record=True)
+        runs = [mlxrt_run(args.bin, main_dir, prompt, args.gen, flags, log, env=env)
+                for _ in range(0 if args.exact_only else args.runs)]
+        recorded[name] = mlxrt_run(args.bin, main_dir, prompt, args.gen, flags, log, record=True, env=env)
         for r in runs:
             r["from_draft"] = recorded[name]["from_draft"]
+        if not runs and not args.exact_only:  # --runs 0: the recorded run is the timed one
+            runs = [{k: recorded[name][k] for k in ("prompt_tps", "gen_tps", "gen_tokens", "from_draft")}]
         rows[name] = runs
         timed = runs or [recorded[name]]
         print(f"mlxrt {name:28s} decode {statistics.median(r['gen_tps'] for r in timed):8.1f} tok/s  prefill "
@@ -134,7 +149,7 @@ def main():
     lm = {}
     if not args.skip_mlx_lm:
         proc = subprocess.run([str(py), "-c", MLX_LM, str(main_dir), json.dumps([str(p) for p in drafts.values()]),
-                               json.dumps(prompt), str(args.gen), str(args.num_draft), str(args.runs)],
+                               json.dumps(prompt), str(args.gen), str(args.num_draft), str(max(1, args.runs))],
                               capture_output=True, text=True)
         log.write(proc.stdout[-2000:] + proc.stderr[-3000:])
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
@@ -158,7 +173,8 @@ def main():
         return
     base_rt = med([r["gen_tps"] for r in rows["none"]])
     base_lm = med(lm.get("none", {}).get("gen_tps", []))
-    lines = [f"main {args.main}, prompt {args.prompt}, {args.gen} tokens, {args.num_draft} drafts, median of {args.runs}",
+    runs_text = f"median of {args.runs}" if args.runs else "one run"
+    lines = [f"main {args.main}, prompt {args.prompt}, {args.gen} tokens, {args.num_draft} drafts, {runs_text}",
              f"{'draft':<26} {'mlxrt tok/s':>11} {'vs plain':>8} {'from draft':>10} {'prefill tok/s':>13} "
              f"{'mlx-lm tok/s':>12} {'vs plain':>8} {'from draft':>10} {'mlxrt/mlx-lm':>12}"]
     for name, runs in rows.items():
