@@ -105,9 +105,10 @@ def test_a_cached_prompt_continues_with_drafts(server, model, tmp_path_factory):
     # A fresh run of the same prompt accepts as many drafts: the head's cache holds every cached
     # position (the bigram head drafts from the token, so both runs draft the same tokens).
     path = tmp_path_factory.mktemp("fresh") / "logprobs.safetensors"
-    subprocess.run([MLXRT_BIN, "generate", "--model", str(model), "--ignore-chat-template", "--prompt", second,
-                    "-m", str(MAX_TOKENS), "--mtp", "--num-draft-tokens", "3", "--logprobs-file", str(path)],
-                   check=True, capture_output=True, text=True)
+    stdout = subprocess.run([MLXRT_BIN, "generate", "--model", str(model), "--ignore-chat-template", "--prompt",
+                             second, "-m", str(MAX_TOKENS), "--mtp", "--num-draft-tokens", "3", "--logprobs-file",
+                             str(path)], check=True, capture_output=True, text=True).stdout
     import mlx.core as mx
     want = int(mx.load(str(path))["from_draft"].astype(mx.int32).sum().item())
+    assert f"MTP: {want} of {drafted} drafted tokens accepted" in stdout
     assert accepted == want and 0 < accepted < drafted

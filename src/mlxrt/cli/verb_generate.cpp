@@ -439,11 +439,13 @@ void run(const Args& a) {
   std::string text;
   std::vector<mx::array> rows;
   std::vector<uint8_t> from_draft;
+  int accepted = 0;
   auto last = generate::stream_generate(
       *session.loaded.model, session.tokenizer, ids, options,
       [&](const generate::GenerationResponse& r) {
         if (verbose) std::cout << r.text << std::flush;
         text += r.text;
+        accepted += r.from_draft;
         if (!a.logprobs_file.empty() && r.finish_reason != generate::FinishReason::stop) {
           rows.push_back(r.logprobs);
           from_draft.push_back(r.from_draft);
@@ -463,6 +465,7 @@ void run(const Args& a) {
   } else {
     print_footer(last);
   }
+  if (a.mtp) print_mtp_stats(accepted, last.drafted_tokens);
   std::cout << std::flush;
   print_expert_stats(session.experts);
 }

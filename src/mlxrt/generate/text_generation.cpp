@@ -58,6 +58,7 @@ struct TextGenerator::State {
   GenerationResponse chunk(std::string text, const GeneratedToken& t) const {
     GenerationResponse r{std::move(text), t.token, t.logprobs};
     r.from_draft = t.from_draft;
+    r.drafted_tokens = mtp ? mtp->drafted() : speculative ? speculative->drafted() : 0;
     r.prompt_tokens = prompt_tokens;
     r.prompt_tps = prompt_tps;
     r.generation_tokens = n + 1;

@@ -46,6 +46,7 @@ struct GenerationResponse {
   double peak_memory = 0;  // GB (mx::get_peak_memory() / 1e9)
   std::optional<FinishReason> finish_reason;
   bool from_draft = false;  // speculative decoding: the token was drafted and accepted
+  int drafted_tokens = 0;   // speculative decoding: tokens drafted so far (ours; mlx-lm has no count)
 };
 
 /** generate_step's options (max_tokens: -1 no limit, 0 an error as in mlx-lm; sampler; logits
