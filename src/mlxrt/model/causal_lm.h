@@ -9,6 +9,10 @@
 #include "mlxrt/cache/cache.h"
 #include "mlxrt/util/errors.h"
 
+namespace mlxrt::kernels::cpu {
+class CpuKernels;
+}
+
 namespace mlxrt::model {
 
 namespace mx = mlx::core;
@@ -54,6 +58,14 @@ class CausalLM {
   /** The model's native multi-token-prediction head, when it was loaded with one
    * (LoadOptions::multi_token_prediction); null otherwise. */
   virtual MultiTokenPredictor* multi_token_predictor() { return nullptr; }
+
+  /** The CPU kernels of a model loaded at --fidelity l3 (null otherwise): the generation step
+   * computes its log-probabilities on them (kernels/cpu/l3_fused.h's log_softmax). */
+  const std::shared_ptr<const kernels::cpu::CpuKernels>& l3_kernels() const { return l3_kernels_; }
+  void set_l3_kernels(std::shared_ptr<const kernels::cpu::CpuKernels> kernels) { l3_kernels_ = std::move(kernels); }
+
+ private:
+  std::shared_ptr<const kernels::cpu::CpuKernels> l3_kernels_;
 };
 
 inline mx::array CausalLM::hidden_states(const mx::array&, CacheList*) {

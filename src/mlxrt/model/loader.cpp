@@ -183,8 +183,10 @@ LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& opt
   }
   auto adapter = load_adapter(options);
   check_row_exact(options, config);
-  auto bound = bind_weights(config, profile, adapter, options.parallel, cpu_kernels_for(options), options.float32,
+  const auto cpu_kernels = cpu_kernels_for(options);
+  auto bound = bind_weights(config, profile, adapter, options.parallel, cpu_kernels, options.float32,
                             options.row_exact, options.multi_token_prediction);
+  if (cpu_kernels && cpu_kernels->l3()) bound.model->set_l3_kernels(cpu_kernels);
   if (options.multi_token_prediction && !bound.model->multi_token_predictor())
     throw UnsupportedError("--mtp: model_type '" + config.model_type() +
                            "' has no multi-token-prediction head (qwen3_5, qwen3_5_moe, qwen3_next have one)");

@@ -211,6 +211,33 @@ double max_relative(const mx::array& got, const mx::array& want) {
   return err / std::max(scale, 1e-30);
 }
 
+// The generation step's log-probabilities at L3: MLX's within float rounding over a vocabulary-sized
+// row (and a short one: the tail past the last vector), MLX's NaN and infinity rules, and not taken
+// for other types or without L3.
+TEST(L3FusedOps, LogSoftmaxIsMlxsWithinFloatRounding) {
+  auto kernels = CpuKernels::create(1, true, true);
+  if (!kernels) GTEST_SKIP() << "no L3 kernels on this CPU";
+  for (int n : {49152, 13}) {
+    auto x = mx::multiply(mx::random::normal({2, n}, mx::float32, 0.0f, 1.0f, mx::random::key(23)), mx::array(4.0f));
+    auto ours = mlxrt::kernels::cpu::log_softmax(kernels, x);
+    ASSERT_TRUE(ours.has_value());
+    EXPECT_STREQ(ours->primitive().name(), "L3LogSoftmax");
+    auto want = mx::subtract(x, mx::logsumexp(x, -1, true));
+    EXPECT_LT(max_relative(*ours, want), 1e-5) << "n " << n;
+  }
+  auto special = mx::array({1.0f, NAN, 2.0f, -INFINITY, -INFINITY, -INFINITY, 0.5f, INFINITY, -INFINITY}, {3, 3});
+  auto ours = mlxrt::kernels::cpu::log_softmax(kernels, special);
+  ASSERT_TRUE(ours.has_value());
+  auto want = mx::subtract(special, mx::logsumexp(special, -1, true));
+  mx::eval(*ours, want);
+  for (int i = 0; i < 9; ++i) {
+    const float a = ours->data<float>()[i], b = want.data<float>()[i];
+    EXPECT_TRUE((std::isnan(a) && std::isnan(b)) || a == b) << "element " << i << ": " << a << " against " << b;
+  }
+  EXPECT_FALSE(mlxrt::kernels::cpu::log_softmax(kernels, mx::zeros({1, 8}, mx::bfloat16)).has_value());
+  EXPECT_FALSE(mlxrt::kernels::cpu::log_softmax(CpuKernels::create(1, true, false), mx::zeros({1, 8})).has_value());
+}
+
 // The fused L3 ops stand in for MLX's: close to them (float32 arithmetic, rounded once), never
 // MLX's node, and not used without L3.
 TEST(L3FusedOps, AttentionIsMlxsWithinFloatRounding) {

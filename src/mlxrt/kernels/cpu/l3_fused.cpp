@@ -172,6 +172,28 @@ class L3Attention : public L3Primitive {
   bool causal_;
 };
 
+// Log-softmax along the last axis of a float32 array, row by row.
+class L3LogSoftmax : public L3Primitive {
+ public:
+  explicit L3LogSoftmax(mx::Stream stream) : L3Primitive(stream) {}
+  const char* name() const override { return "L3LogSoftmax"; }
+  bool is_equivalent(const mx::Primitive& other) const override { return dynamic_cast<const L3LogSoftmax*>(&other); }
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    detail::schedule_on_cpu(stream(), inputs, out, [](mx::array& out, const std::vector<mx::array>& in) {
+      const Operand x(in[0], static_cast<int>(in[0].ndim()));  // dense rows
+      const long long n = in[0].shape(-1), rows = static_cast<long long>(in[0].size()) / n;
+      for (long long r = 0; r < rows; ++r) {
+#if defined(MLXRT_CPU_X86_KERNELS)
+        l3_log_softmax_avx2(reinterpret_cast<const float*>(x.data) + r * n, out.data<float>() + r * n, n);
+#else
+        (void)x, (void)r;
+#endif
+      }
+    });
+  }
+};
+
 class L3Swiglu : public L3Primitive {
  public:
   L3Swiglu(mx::Stream stream, std::shared_ptr<const CpuKernels> kernels)
@@ -234,6 +256,11 @@ std::optional<mx::array> attention(const std::shared_ptr<const CpuKernels>& kern
   return mx::array({q.shape(0), hq, q.shape(2), v.shape(3)}, q.dtype(),
                    std::make_shared<L3Attention>(mx::default_stream(mx::Device::cpu), kernels, scale, causal),
                    {q, k, v});
+}
+
+std::optional<mx::array> log_softmax(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x) {
+  if (!l3_on_cpu(kernels, x) || x.dtype() != mx::float32 || x.ndim() < 1 || x.size() == 0) return std::nullopt;
+  return mx::array(x.shape(), mx::float32, std::make_shared<L3LogSoftmax>(mx::default_stream(mx::Device::cpu)), {x});
 }
 
 mx::array rms_norm(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x,

@@ -3,6 +3,7 @@
 // -mfma -mf16c (CMakeLists.txt); called only at --fidelity l3, which needs them.
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -240,6 +241,45 @@ void l3_attention_units_avx2(const L3AttentionArgs& a, int begin, int end, float
     run<QmmElem::bf16>(a, begin, end, scratch);
   else
     run<QmmElem::f16>(a, begin, end, scratch);
+}
+
+void l3_log_softmax_avx2(const float* x, float* out, long long n) {
+  __m256 top = _mm256_set1_ps(-INFINITY);
+  bool nan = false;
+  long long i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    nan = nan || _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0;
+    top = _mm256_max_ps(top, v);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, top);
+  float m = lanes[0];
+  for (int l = 1; l < 8; ++l) m = lanes[l] > m ? lanes[l] : m;
+  for (long long j = i; j < n; ++j) {
+    nan = nan || x[j] != x[j];
+    m = x[j] > m ? x[j] : m;
+  }
+  if (nan) {
+    for (long long j = 0; j < n; ++j) out[j] = NAN;
+    return;
+  }
+  float lse = m;
+  if (!std::isinf(m)) {
+    const __m256 mv = _mm256_set1_ps(m);
+    __m256 total = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= n; i += 8) total = _mm256_add_ps(total, exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv)));
+    float sum = hsum(total);
+    if (i < n) {
+      alignas(32) float tail[8];
+      for (int t = 0; t < 8; ++t) tail[t] = i + t < n ? x[i + t] - m : -INFINITY;
+      sum += hsum(exp_nonpositive(_mm256_load_ps(tail)));
+    }
+    lse = m + std::log(sum);
+  }
+  const __m256 lv = _mm256_set1_ps(lse);
+  for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_sub_ps(_mm256_loadu_ps(x + i), lv));
+  for (; i < n; ++i) out[i] = x[i] - lse;
 }
 
 void l3_swiglu_avx2(const void* gate, const void* up, void* out, QmmElem elem, long long begin, long long end) {
