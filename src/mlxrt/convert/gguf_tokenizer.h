@@ -6,7 +6,9 @@
  *   tokenizer.ggml.model "gpt2":  byte-level BPE with the file's merges; the pre-tokenizer is the
  *                                 one llama.cpp uses for tokenizer.ggml.pre (see gguf_tokenizer.cpp).
  *   tokenizer.ggml.model "llama": SentencePiece-style BPE with byte fallback, merges recovered from
- *                                 the piece scores, "▁" for spaces. */
+ *                                 the piece scores, "▁" for spaces.
+ *   tokenizer.ggml.model "gemma4": BPE with byte fallback and the file's merges over "▁"-for-space
+ *                                 text cut into newline runs and the rest, as llama.cpp runs it. */
 #include <nlohmann/json.hpp>
 
 #include "mlxrt/convert/gguf_file.h"
