@@ -12,7 +12,8 @@ is a random model of Qwen3-0.6B's dimensions, 4-bit g64 (no GGUF). Each round ru
 once, in turn; medians of --rounds rounds. Every mlxrt/mlx-lm run prints the same tokens (greedy).
 
 Usage: bench/cpu/run.py [--models default qwen3-0.6b] [--rounds 3] [--prompt-tokens 512]
-                        [--gen-tokens 128] [--threads N] [--llama-bench PATH]
+                        [--gen-tokens 128] [--threads N] [--llama-bench PATH] [--programs NAME...]
+                        [--l3-baseline EARLIER_MLXRT]
 """
 import argparse
 import json
@@ -60,6 +61,8 @@ def main():
     ap.add_argument("--gen-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--llama-bench", default=str(LLAMA_BENCH))
+    ap.add_argument("--l3-baseline", help="another mlxrt binary (an earlier build) whose L3 runs in the same rounds, "
+                    "as the row 'mlxrt L3 (baseline)': before and after one change, measured together")
     ap.add_argument("--programs", nargs="+", help="only these rows, named as in the table (e.g. 'mlxrt L3' "
                     "llama.cpp); without mlx-lm the 'vs mlx-lm' column stays empty")
     args = ap.parse_args()
@@ -84,6 +87,8 @@ def main():
             "mlxrt L3 (no blocks)": (ours + ["--fidelity", "l3"], {**env_threads, "MLXRT_L3_BLOCKS": "0"}),
             "mlx-lm": (theirs, env_threads),
         }
+        if args.l3_baseline:
+            programs["mlxrt L3 (baseline)"] = ([args.l3_baseline] + ours[1:] + ["--fidelity", "l3"], env_threads)
         if args.programs:
             programs = {p: v for p, v in programs.items() if p in args.programs}
         have_llama = (gguf is not None and Path(args.llama_bench).exists() and
