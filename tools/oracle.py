@@ -1,5 +1,6 @@
 """The mlx-lm oracle the parity tests compare against: the same computations the `mlxrt` verbs
 do, written with the pinned mlx-lm's own Python API."""
+import shutil
 from pathlib import Path
 
 import mlx.core as mx
@@ -51,3 +52,14 @@ def raw_bytes(a):
     """The exact bytes of an MLX array (bfloat16 has no numpy dtype: view it as uint16)."""
     width = {1: mx.uint8, 2: mx.uint16, 4: mx.uint32, 8: mx.uint64}[a.dtype.size]
     return np.array(a.view(width)).tobytes()
+
+
+def float32_copy(path, out):
+    """A copy of the model at `path` in `out` with every 16-bit floating tensor as float32
+    (quantized weights as they are)."""
+    shutil.copytree(path, out)
+    for f in Path(out).glob("*.safetensors"):
+        tensors = mx.load(str(f))
+        mx.save_safetensors(str(f), {k: v.astype(mx.float32) if v.dtype in (mx.bfloat16, mx.float16) else v
+                                     for k, v in tensors.items()}, metadata={"format": "mlx"})
+    return Path(out)

@@ -9,12 +9,12 @@ models' distributions are flat, so greedy agreement is not asserted (`mlxrt fide
 on real checkpoints)."""
 import json
 import re
-import shutil
 from pathlib import Path
 
 import mlx.core as mx
 import pytest
 
+import oracle
 from conftest import fixture_names, run_mlxrt
 
 TOKENS = [1, 17, 300, 42, 5, 511, 77, 8, 256, 3, 99, 150]
@@ -44,16 +44,6 @@ def mean_kl(p_logits, q_logits):
     return float((np.exp(log_p) * (log_p - log_q)).sum(-1).mean())
 
 
-def float32_copy(path, out):
-    """The fixture with every floating tensor as float32 (quantized weights as they are)."""
-    shutil.copytree(path, out)
-    for f in out.glob("*.safetensors"):
-        tensors = mx.load(str(f))
-        mx.save_safetensors(str(f), {k: v.astype(mx.float32) if v.dtype in (mx.bfloat16, mx.float16) else v
-                                     for k, v in tensors.items()}, metadata={"format": "mlx"})
-    return out
-
-
 def quantized(name):
     return re.search(r"_q[48]_", name) is not None
 
@@ -72,7 +62,7 @@ def test_l3_is_no_farther_from_float32_than_l1(name, fixtures_dir, tmp_path):
         l3, error = logits(path, tmp_path / "l3.safetensors", "l3", incremental)
         assert l3 is not None, f"{name}: l3 failed where l1 ran:\n{error}"
         assert l3.shape == l1.shape
-        exact_model = exact_model or float32_copy(path, tmp_path / "float32")
+        exact_model = exact_model or oracle.float32_copy(path, tmp_path / "float32")
         exact, error = logits(exact_model, tmp_path / "exact.safetensors", "l1", incremental)
         assert exact is not None, error
         l1_error, l3_error = mean_kl(exact, l1), mean_kl(exact, l3)

@@ -1,7 +1,6 @@
 """Prompt-cache files: `mlxrt cache_prompt` writes what `mlx_lm.cache_prompt` writes (same tensors,
 same metadata), mlx-lm's load_prompt_cache reads ours and we read mlx-lm's, and continuing from
 either gives byte-equal logits. Corrupt or mismatched files fail with a clear error."""
-import shutil
 import sys
 
 import mlx.core as mx
@@ -175,20 +174,11 @@ def test_cache_prompt_checks_its_adapter(models, tmp_path):
     assert proc.returncode == 1 and "adapter_config.json" in proc.stderr, proc.stderr
 
 
-def float32_copy(model_dir, out):
-    shutil.copytree(model_dir, out)
-    for f in out.glob("*.safetensors"):
-        weights = mx.load(str(f))
-        mx.save_safetensors(str(f), {k: v.astype(mx.float32) if v.dtype in (mx.bfloat16, mx.float16) else v
-                                     for k, v in weights.items()}, metadata={"format": "mlx"})
-    return out
-
-
 def test_cache_prompt_spec_exact(models, tmp_path):
     """`cache_prompt --spec-exact` (ours) prefills as one-token steps, so `generate --spec-exact`
     continuing its file gives the bytes of the whole prompt decoded by `generate --spec-exact`. A
     plain cache does not: on the CPU's BLAS a float32 model's chunked prefill has other bytes."""
-    model = float32_copy(models["qwen3_5_bf16"], tmp_path / "qwen3_5_fp32")
+    model = oracle.float32_copy(models["qwen3_5_bf16"], tmp_path / "qwen3_5_fp32")
     query = " and then some more"
 
     def logprobs(*flags):
