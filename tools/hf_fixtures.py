@@ -108,8 +108,29 @@ GEMMA4 = {"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text", "
 GEMMA4_MOE = {**GEMMA4, "num_kv_shared_layers": 0, "hidden_size_per_layer_input": 0, "use_double_wide_mlp": False,
               "attention_k_eq_v": True, "num_key_value_heads": 1, "num_global_key_value_heads": 2,
               "enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 16}
+# Gemma 3n (text, E2B's layout in small): four AltUp inputs (llama.cpp converts no other count),
+# LAuReL, per-layer inputs from their own vocabulary of the published 262,144 tokens beside the
+# published 262,400-token one (llama.cpp pads the per-layer table to it with zeros; Llama 2's
+# SentencePiece model stands for Gemma's, as the published checkpoints' tokenizer.model), activation
+# sparsity on the first two layers, the last two layers reading the keys and values of the last
+# earlier layer of their type, the published AltUp clip and output scale (which llama.cpp's file
+# leaves out), a width per layer as the published configs list it. Window 4: the 12-token prompt
+# crosses it.
+GEMMA3N_TEXT = {"model_type": "gemma3n_text", "hidden_size": 32, "num_hidden_layers": 5,
+                "intermediate_size": [64] * 5, "num_attention_heads": 2, "head_dim": 16, "num_key_value_heads": 1,
+                "num_kv_shared_layers": 2,
+                "hidden_size_per_layer_input": 8, "vocab_size": 262400, "vocab_size_per_layer_input": 262144,
+                "rms_norm_eps": 1e-6, "sliding_window": 4, "max_position_embeddings": 4096,
+                "rope_local_base_freq": 10000.0, "rope_theta": 1000000.0, "final_logit_softcapping": 30.0,
+                "layer_types": ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention",
+                                "full_attention"],
+                "activation_sparsity_pattern": [0.95, 0.95, 0.0, 0.0, 0.0], "altup_num_inputs": 4,
+                "altup_coef_clip": 120.0, "altup_correct_scale": True, "altup_active_idx": 0, "laurel_rank": 8,
+                "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True, "bos_token_id": 2,
+                "eos_token_id": 1, "pad_token_id": 0}
+GEMMA3N = {"architectures": ["Gemma3nForConditionalGeneration"], "model_type": "gemma3n", "text_config": GEMMA3N_TEXT}
 TOKENIZERS = {"minicpm": "llama2", "ministral3": "llama2", "minicpm3": "llama2", "internlm3": "llama2",
-              "gemma4_text": "gemma3"}
+              "gemma4_text": "gemma3", "gemma3n": "llama2"}
 
 # name: (config, dtype, seed). MLX's CPU gather_mm runs float32 only: the MoE ones are float32.
 FIXTURES = {
@@ -122,6 +143,7 @@ FIXTURES = {
     "hf_internlm3_fp32": (INTERNLM3, "float32", 7),
     "hf_gemma4_bf16": (GEMMA4, "bfloat16", 8),
     "hf_gemma4_moe_fp32": (GEMMA4_MOE, "float32", 9),
+    "hf_gemma3n_bf16": (GEMMA3N, "bfloat16", 10),
 }
 
 # transformers' Qwen3-Next / Qwen3.5 RMSNorm: weight stored zero-centred (scale 1 + weight).
@@ -156,7 +178,7 @@ def hf_tensors(config, dtype, seed):
 
     for name, p in mlx_parameters(config).items():
         name = name.removeprefix("language_model.")
-        if "text_config" in config:
+        if "text_config" in config and not name.startswith("model.language_model."):  # Gemma 3n's are already
             name = name.replace("model.", "model.language_model.", 1)
         shape = list(p.shape)
         if ".experts.switch_glu." in name:  # Gemma 4: gate and up fused, no ".weight"

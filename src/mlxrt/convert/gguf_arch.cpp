@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "mlxrt/convert/gguf_gemma3n.h"
 #include "mlxrt/convert/gguf_gemma4.h"
 #include "mlxrt/util/errors.h"
 
@@ -250,6 +251,8 @@ const std::vector<GgufArchitecture>& architectures() {
       {"gemma3", "gemma3_text", "Gemma3ForCausalLM", false, kDecoderGlobals, kGemma3Layer},
       // Gemma 4's text model (gguf_gemma4.h gathers its per-layer-type config back).
       {"gemma4", "gemma4_text", "Gemma4ForCausalLM", false, kGemma4Globals, gemma4_layer()},
+      // Gemma 3n's text model: its tensors are planned, and its config gathered, by gguf_gemma3n.h.
+      {"gemma3n", "gemma3n", "Gemma3nForConditionalGeneration", false, {}, {}},
       {"phi3", "phi3", "Phi3ForCausalLM", false, kDecoderGlobals, kPhi3Layer},
       {"qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", false, kDecoderGlobals, qwen2_moe_layer()},
       {"qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", false, kDecoderGlobals,
@@ -350,12 +353,6 @@ const GgufArchitecture& find_architecture(const GgufFile& file) {
   if (*name == "mistral3" && !file.get_float("mistral3.attention.temperature_scale")) return mistral3_llama();
   for (const auto& a : architectures())
     if (*name == a.gguf_name) return a;
-  if (*name == "gemma3n")
-    throw UnsupportedError(file.source + ": GGUF architecture 'gemma3n' cannot be converted exactly: llama.cpp's "
-                           "Gemma3NModel pads per_layer_token_embd with zero rows up to the full vocabulary and writes "
-                           "neither vocab_size_per_layer_input (mlx-lm's gemma3n gives the tokens past it token 0's "
-                           "per-layer input, not zeros) nor altup_coef_clip (mlx-lm clips the AltUp coefficients to it) "
-                           "nor altup_correct_scale");
   throw UnsupportedError(file.source + ": GGUF architecture '" + *name +
                          "' is not supported by the converter (supported: " + supported_gguf_architectures() + ")");
 }
@@ -373,6 +370,7 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
   if (suffix != ".weight" && suffix != ".bias" && !gemma4_scale && !(gated_delta && base.ends_with(".ssm_a")))
     throw UnsupportedError(file.source + ": tensor '" + tensor.name + "' is not a .weight or .bias");
   const std::string family = arch.model_type;
+  if (family == "gemma3n") return plan_gemma3n_tensor(file, tensor);
   // Gemma 4's rope_freqs says which dimensions of the full layers rotate (config.json's
   // rope_parameters); the KV-shared layers' key and value tensors are dropped, as mlx-lm's sanitize does.
   if (family == "gemma4_text") {
@@ -961,7 +959,8 @@ nlohmann::ordered_json rope_scaling(const GgufArchitecture& arch, const GgufFile
 
 }  // namespace
 
-nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const GgufFile& file, const uint8_t* data) {
+nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const GgufFile& file, const uint8_t* data,
+                                          std::vector<std::string>* notes) {
   auto u = [&](const char* key) { return file.require_uint(arch_key(arch, key)); };
   auto opt_u = [&](const char* key) { return file.get_uint(arch_key(arch, key)); };
   uint64_t hidden = u("embedding_length");
@@ -1007,9 +1006,10 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   const bool moe = is_moe(type);
   // Gemma 4's MLP width and key/value heads may be per-layer lists (set by add_gemma4_fields).
   const bool gemma4 = type == "gemma4_text";
+  const bool gemma3n = type == "gemma3n";  // a width per layer or one for all (add_gemma3n_fields)
   c["intermediate_size"] = moe ? opt_u("feed_forward_length").value_or(expert_width(arch, file))
                           : is_gated_delta(arch) ? opt_u("feed_forward_length").value_or(0)
-                          : gemma4             ? 0
+                          : gemma4 || gemma3n  ? 0
                                                : u("feed_forward_length");
   c["num_hidden_layers"] = u("block_count");
   c["num_attention_heads"] = heads;
@@ -1034,6 +1034,11 @@ nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const Gg
   if (type == "minicpm3") add_minicpm3_fields(c, arch, file, data);
   if (is_gated_delta(arch)) add_gated_delta_fields(c, arch, file);
   add_family_fields(c, arch, file, layer_norm ? shortest_float32(*eps) : 0.0);
+  if (gemma3n) {
+    std::vector<std::string> assumed;
+    add_gemma3n_fields(c, file, data, assumed);
+    if (notes) notes->insert(notes->end(), assumed.begin(), assumed.end());
+  }
   if (auto bos = file.get_uint("tokenizer.ggml.bos_token_id")) c["bos_token_id"] = *bos;
   if (auto eos = file.get_uint("tokenizer.ggml.eos_token_id")) c["eos_token_id"] = *eos;
   return c;

@@ -67,8 +67,11 @@ std::optional<TensorPlan> plan_tensor(const GgufArchitecture& arch, const GgufFi
                                       const GgufTensorInfo& tensor);
 
 /** config.json for the model (without its quantization section), from the GGUF metadata and, for
- * phi3's LongRoPE factors, the float32 tensors at `data` (the start of the file's data section). */
-nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const GgufFile& file, const uint8_t* data);
+ * phi3's LongRoPE factors, the float32 tensors at `data` (the start of the file's data section).
+ * Values the file does not hold and that are taken from the published checkpoints of the family
+ * (gemma3n's) are appended to `notes`, one line each. */
+nlohmann::ordered_json build_model_config(const GgufArchitecture& arch, const GgufFile& file, const uint8_t* data,
+                                          std::vector<std::string>* notes = nullptr);
 
 /** The shortest decimal that reads back as the same float32 (1e-05 rather than
  * 9.999999747378752e-06), as a double: GGUF stores these hyper-parameters as float32. */

@@ -542,11 +542,13 @@ GgufTensorInfo slice_rows(const GgufTensorInfo& info, uint64_t begin, uint64_t c
     part.offset += begin * info.traits.block_bytes;
     part.dims[0] = count;
   } else {
-    if (info.dims.size() != 2 || begin + count > info.dims[1])
+    // Rows run over every leading dimension: rows of a [n, out, in] stack are its matrices' rows
+    // in order, and a part is always 2-D.
+    if (begin + count > info.rows())
       throw UnsupportedError("tensor '" + info.name + "': cannot take rows " + std::to_string(begin) + ".." +
                              std::to_string(begin + count) + " of it");
     part.offset += begin * (info.dims[0] / info.traits.block_elements * info.traits.block_bytes);
-    part.dims[1] = count;
+    part.dims = {info.dims[0], count};
   }
   part.n_elements = 1;
   for (auto d : part.dims) part.n_elements *= d;

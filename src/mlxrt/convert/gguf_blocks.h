@@ -78,8 +78,9 @@ std::vector<float> dequantize_float32(const GgufTensorInfo& info, const uint8_t*
 std::vector<uint8_t> permute_plain_rows(const GgufTensorInfo& info, const uint8_t* data,
                                         const std::vector<uint64_t>& row_order);
 
-/** Rows [begin, begin + count) of a 2-D tensor (elements, of a 1-D plain one) as a tensor of
- * their own: the same name and type, its offset moved to the first of them. */
+/** Rows [begin, begin + count) of a 2-D tensor (elements, of a 1-D plain one; rows over all
+ * leading dimensions, of a 3-D one) as a 2-D tensor of their own: the same name and type, its
+ * offset moved to the first of them. */
 GgufTensorInfo slice_rows(const GgufTensorInfo& info, uint64_t begin, uint64_t count);
 
 /** Row order that undoes llama.cpp's Q/K permutation for its interleaved (GPT-J style) RoPE: for

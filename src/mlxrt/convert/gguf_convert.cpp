@@ -18,6 +18,7 @@
 #include "mlxrt/convert/gguf_blocks.h"
 #include "mlxrt/convert/gguf_file.h"
 #include "mlxrt/convert/gguf_gated_delta.h"
+#include "mlxrt/convert/gguf_gemma3n.h"
 #include "mlxrt/convert/gguf_gemma4_experts.h"
 #include "mlxrt/convert/gguf_tokenizer.h"
 #include "mlxrt/convert/mapped_file.h"
@@ -87,12 +88,15 @@ std::optional<mx::Dtype> file_float_type(const GgufFile& file) {
   return std::nullopt;
 }
 
-std::vector<PlannedTensor> plan_tensors(const GgufArchitecture& arch, const GgufFile& file) {
+std::vector<PlannedTensor> plan_tensors(const GgufArchitecture& arch, const GgufFile& file,
+                                        const nlohmann::ordered_json& config) {
   std::vector<PlannedTensor> out;
   const auto narrow_to = file_float_type(file);
+  const bool gemma3n = std::string(arch.model_type) == "gemma3n";
   for (const auto& t : file.tensors) {
     auto plan = plan_tensor(arch, file, t);
     if (!plan) continue;
+    if (gemma3n) keep_gemma3n_per_layer_rows(*plan, t, config);
     if (plan->row_parts.empty()) {
       out.push_back(plan_one(file, t, *plan));
       if (plan->narrow) out.back().narrow_to = narrow_to;
@@ -105,6 +109,7 @@ std::vector<PlannedTensor> plan_tensors(const GgufArchitecture& arch, const Gguf
       part.hf_name = name;
       part.row_parts.clear();
       out.push_back(plan_one(file, slice_rows(t, row, rows), part));
+      if (part.narrow) out.back().narrow_to = narrow_to;
       row += rows;
     }
   }
@@ -291,8 +296,9 @@ GgufConvertSummary convert_gguf(const GgufConvertOptions& options) {
   GgufFile file = parse_gguf(mapped.bytes(), mapped.size(), options.gguf.string());
   if (options.tokenizer_only) return write_tokenizer_only(file, options.out);
   const GgufArchitecture& arch = find_architecture(file);
-  nlohmann::ordered_json config = build_model_config(arch, file, mapped.data() + file.data_start);
-  std::vector<PlannedTensor> tensors = plan_tensors(arch, file);
+  std::vector<std::string> notes;
+  nlohmann::ordered_json config = build_model_config(arch, file, mapped.data() + file.data_start, &notes);
+  std::vector<PlannedTensor> tensors = plan_tensors(arch, file, config);
   if (!has_tokenizer(file))
     throw ConfigError(file.source + ": no tokenizer in the file (metadata 'tokenizer.ggml.model' and "
                       "'tokenizer.ggml.tokens'); a checkpoint needs one");
@@ -302,6 +308,9 @@ GgufConvertSummary convert_gguf(const GgufConvertOptions& options) {
     config["quantization_config"] = *q;
   }
 
+  // Values the file does not hold, taken from the family's published checkpoints: said even with
+  // --quiet, since they are part of what the output means.
+  for (const auto& note : notes) std::fprintf(stderr, "note: %s\n", note.c_str());
   size_t dense = std::count_if(tensors.begin(), tensors.end(), [](const auto& t) { return t.dense; });
   if (dense > 0 && options.progress)
     std::fprintf(stderr, "note: %zu Q2_K/Q3_K/Q6_K/IQ tensor%s stored as float32 (exact; MLX has no 16-element quantization groups, "
