@@ -5,7 +5,9 @@
 # an M-row call a one-row call's bytes); tests: the --spec-exact and speculative tests with this
 # binary; gputests: the --spec-exact, --mtp and --warm-up tests (generate and server);
 # spec: bench/gpu/spec_bench.py (speculation on the 8B-dims model, mlxrt beside mlx-lm, and the
-# 0.6B-dims model's exact check); ttft: bench/gpu/ttft_bench.py (time to first token at new prompt
+# 0.6B-dims model's exact check); maskbytes: the batched path's padded attention on the op
+# (shape_cost.py bytes --op-mask-rows); batchtests: the batched generation and server tests and the
+# warm-up tests; ttft: bench/gpu/ttft_bench.py (time to first token at new prompt
 # lengths, mlxrt before/after the padded attention and --warm-up, beside mlx-lm); parity: a subset
 # of tests/parity (run.sh's stage, PARITY_FIXTURES). Logs and tables go to $OUT (a few files: what
 # a device call brings back), the rest to $BENCH_WORK. MLX's compiled kernels are kept in
@@ -100,10 +102,27 @@ llama_gqa4_hd48 mistral_bf16 llama_swa gemma3_bf16 qwen2_bf16 qwen3_5_bf16 gpt_o
         -p no:cacheprovider "${jobs[@]}" $(cat "$work/parity_cases.txt") > "$out/parity.log" 2>&1
       grep -E '^FAILED|passed|failed' "$out/parity.log" | tail -8 | cut -c1-220
       echo "parity $(( $(date +%s) - t0 )) s" ;;
+    maskbytes)
+      # The batched path's padded attention (a widened mask array) against the plain one, on the op.
+      $PY bench/gpu/shape_cost.py bytes --op-heads 16 8 --op-mask-rows 1 3 > "$out/maskbytes.txt" 2>&1
+      grep -E '^op |Error' "$out/maskbytes.txt" | cut -c1-200
+      echo "maskbytes $(( $(date +%s) - t0 )) s" ;;
+    batchtests)
+      # The batched paths against mlx-lm's BatchGenerator and mlx_lm.server (prefill padded on CUDA).
+      env "${testenv[@]}" timeout "${EXACT_TEST_TIMEOUT:-300}" $PY -m pytest -q -rf --tb=short -p no:cacheprovider "${jobs[@]}" \
+        tests/generate/test_batch_generate.py tests/generate/test_warm_up.py "${select[@]}" > "$out/tests_batch.txt" 2>&1
+      tail -n 25 "$out/tests_batch.txt" | grep -E 'FAILED|ERROR|passed|failed' | cut -c1-220
+      env "${testenv[@]}" timeout "${EXACT_SERVER_TIMEOUT:-200}" $PY -m pytest -q -rf --tb=short -p no:cacheprovider \
+        tests/server/test_batch_server.py tests/server/test_warm_up_server.py > "$out/tests_batch_server.txt" 2>&1
+      tail -n 15 "$out/tests_batch_server.txt" | grep -E 'FAILED|ERROR|passed|failed' | cut -c1-220
+      echo "batchtests $(( $(date +%s) - t0 )) s" ;;
     ttft)
       models_made
+      # TTFT_UNSEEDED=1: requests without a seed (the server's batched path).
+      ttft_flags=(); [ -n "${TTFT_UNSEEDED:-}" ] && ttft_flags=(--unseeded)
       for m in ${TTFT_MODELS:-qwen3-0.6b-q4 qwen3-8b-q4}; do
-        $PY bench/gpu/ttft_bench.py --bin "$bin" --model "$(model_dir "$m")" --out "$work/ttft" >> "$out/ttft.txt" 2>&1
+        $PY bench/gpu/ttft_bench.py --bin "$bin" --model "$(model_dir "$m")" --out "$work/ttft" "${ttft_flags[@]}" \
+          ${TTFT_ARGS:-} >> "$out/ttft.txt" 2>&1
       done
       grep -v '^\[transformers\]' "$out/ttft.txt" | tail -n 30
       echo "ttft $(( $(date +%s) - t0 )) s" ;;
@@ -159,6 +178,6 @@ print(f'Generation: {r.generation_tokens} tokens, {r.generation_tps:.3f} tokens-
       done
       grep -E '^==|end to end|^bytes' "$out/determinism.txt"
       echo "determinism $(( $(date +%s) - t0 )) s" ;;
-    *) echo "unknown step $step (probe tests gputests spec spec_diag spec_small determinism ttft parity)"; exit 2 ;;
+    *) echo "unknown step $step (probe tests gputests maskbytes batchtests spec spec_diag spec_small determinism ttft parity)"; exit 2 ;;
   esac
 done

@@ -17,7 +17,7 @@ and the KV cache of a prefill, optionally in chunks), after a control: the plain
 second time against the first (on the H200 that already differs for some prompts).
 
 Usage: shape_cost.py costs MODEL_DIR --lengths 512 512 500 500 ... [--pad-sdpa 256] [--json OUT]
-       shape_cost.py bytes MODEL_DIR [--lengths ...] [--chunk N] [--op-heads 16 8]
+       shape_cost.py bytes MODEL_DIR [--lengths ...] [--chunk N] [--op-heads 16 8] [--op-mask-rows 1 3]
 """
 import argparse
 import ctypes
@@ -137,10 +137,21 @@ def costs(args):
             f.write(json.dumps({"model": args.model, "label": label, "pad": args.pad_sdpa, "rows": rows}) + "\n")
 
 
-def op_bytes(heads, bucket, lengths, offsets):
-    """Padded against plain fused attention on random inputs laid out as mlx-lm's are."""
+def batch_causal_mask(n, offset, left_padding):
+    """create_causal_mask(n, offset, left_padding=...) of mlx_lm/models/base.py: [B, 1, n, offset + n]."""
+    rinds = mx.arange(offset + n)
+    linds = mx.arange(offset, offset + n)[:, None]
+    mask = linds >= rinds[None]
+    return mask & (mx.array(left_padding)[:, None, None, None] <= rinds)
+
+
+def op_bytes(heads, bucket, lengths, offsets, rows=0):
+    """Padded against plain fused attention on random inputs laid out as mlx-lm's are. rows > 0:
+    the batched path's attention instead, `rows` left-padded rows under create_causal_mask's array
+    (padded as mlxrt pads it: every added row and key column masked)."""
     hq, hkv = heads
     D, bad, total = 128, [], 0
+    B = max(rows, 1)
     for p in offsets:
         for L in lengths:
             Tk = p + L
@@ -149,15 +160,20 @@ def op_bytes(heads, bucket, lengths, offsets):
             if Tp == Tk or L == 1:
                 continue
             mx.random.seed(L * 7919 + p)
-            q = mx.random.normal((1, L, hq, D)).astype(mx.bfloat16).transpose(0, 2, 1, 3)
-            kb = mx.random.normal((1, hkv, room, D)).astype(mx.bfloat16)
-            vb = mx.random.normal((1, hkv, room, D)).astype(mx.bfloat16)
+            q = mx.random.normal((B, L, hq, D)).astype(mx.bfloat16).transpose(0, 2, 1, 3)
+            kb = mx.random.normal((B, hkv, room, D)).astype(mx.bfloat16)
+            vb = mx.random.normal((B, hkv, room, D)).astype(mx.bfloat16)
+            mask = padded_mask = "causal"
+            if rows:
+                # Row b left-padded by b * L // (2 * B) positions (row 0 by none).
+                mask = batch_causal_mask(L, p, [b * L // (2 * B) for b in range(B)])
+                padded_mask = mx.pad(mask, [(0, 0), (0, 0), (0, Tp - Tk), (0, Tp - Tk)], constant_values=False)
             mx.eval(q, kb, vb)
             plain = mx.fast.scaled_dot_product_attention(q, kb[..., :Tk, :], vb[..., :Tk, :], scale=D ** -0.5,
-                                                         mask="causal")
-            qp = mx.concatenate([q, mx.zeros((1, hq, Tp - Tk, D), q.dtype)], axis=2)
+                                                         mask=mask)
+            qp = mx.concatenate([q, mx.zeros((B, hq, Tp - Tk, D), q.dtype)], axis=2)
             padded = mx.fast.scaled_dot_product_attention(qp, kb[..., :Tp, :], vb[..., :Tp, :], scale=D ** -0.5,
-                                                          mask="causal")[:, :, :L, :]
+                                                          mask=padded_mask)[:, :, :L, :]
             total += 1
             if not mx.array_equal(plain, padded).item():
                 bad.append((p, L))
@@ -169,9 +185,11 @@ def bytes_check(args):
     if args.op_heads:
         for heads in (tuple(args.op_heads[i:i + 2]) for i in range(0, len(args.op_heads), 2)):
             op_lengths = sorted(set(lengths) | set(range(2, 2100, 131)))
-            total, bad = op_bytes(heads, args.bucket, op_lengths, [0, 2048, 300])
-            print(f"op heads {heads[0]}/{heads[1]}: {total - len(bad)}/{total} padded = plain"
-                  + (f"; differ at (offset, len) {bad[:20]}" if bad else ""), flush=True)
+            for rows in [0] + (args.op_mask_rows or []):
+                total, bad = op_bytes(heads, args.bucket, op_lengths, [0, 2048, 300], rows)
+                kind = f"mask array, {rows} rows" if rows else "causal"
+                print(f"op heads {heads[0]}/{heads[1]} ({kind}): {total - len(bad)}/{total} padded = plain"
+                      + (f"; differ at (offset, len) {bad[:20]}" if bad else ""), flush=True)
     if not args.model:
         return
     model, _ = load(args.model)
@@ -214,6 +232,8 @@ def main():
     ap.add_argument("--bucket", type=int, default=256)
     ap.add_argument("--chunk", type=int)
     ap.add_argument("--op-heads", type=int, nargs="*")
+    ap.add_argument("--op-mask-rows", type=int, nargs="*",
+                    help="also check the batched path's padded attention (mask array) with these row counts")
     ap.add_argument("--json")
     args = ap.parse_args()
     costs(args) if args.mode == "costs" else bytes_check(args)

@@ -11,12 +11,14 @@ process's one-time costs (kernel modules, library handles) out of the figures.
 - mlx-lm: one process, stream_generate(max_tokens=1) on the token ids, wall time to the first
   response (prefill + first token), as mlx_lm.generate computes its prompt figure.
 - mlxrt: `mlxrt server` on the same model, POST /v1/completions with max_tokens 1 and a seed (a
-  seeded request is served alone, the one-sequence path), wall time of the request. Configurations
+  seeded request is served alone, the one-sequence path), wall time of the request; with
+  --unseeded, without a seed (the batched path, a batch of one, as a default client's request
+  is served). Configurations
   (one server each): `before` (MLXRT_PAD_PREFILL_ATTENTION=0: unpadded attention, no warm-up, what
   mlx-lm does), `after` (the default padded attention and `--warm-up`; the warm-up's own time is
   read from the server's log and reported apart).
 
-Usage: ttft_bench.py --bin BIN --model DIR [--lengths 512 500 520 777 1000 1500 64] [--out DIR]
+Usage: ttft_bench.py --bin BIN --model DIR [--lengths 512 500 520 777 1000 1500 64] [--unseeded] [--out DIR]
 """
 import argparse
 import json
@@ -72,7 +74,7 @@ def post(port, body, timeout=600):
         return json.loads(r.read())
 
 
-def mlxrt_side(binary, model, texts, flags, env, log_path):
+def mlxrt_side(binary, model, texts, flags, env, log_path, seeded=True):
     port = free_port()
     log = open(log_path, "w")
     t_start = time.perf_counter()
@@ -91,12 +93,13 @@ def mlxrt_side(binary, model, texts, flags, env, log_path):
                     raise RuntimeError("server did not start")
                 time.sleep(0.2)
         # /health answers before the queued warm-up has run: a one-token request waits behind it.
-        post(port, {"prompt": " z", "max_tokens": 1, "temperature": 0, "seed": 0})
+        extra = {"seed": 0} if seeded else {}
+        post(port, {"prompt": " z", "max_tokens": 1, "temperature": 0, **extra})
         ready_s = time.perf_counter() - t_start
         times, counts = [], []
         for text in texts:
             t0 = time.perf_counter()
-            r = post(port, {"prompt": text, "max_tokens": 1, "temperature": 0, "seed": 0})
+            r = post(port, {"prompt": text, "max_tokens": 1, "temperature": 0, **extra})
             times.append(time.perf_counter() - t0)
             counts.append(r["usage"]["prompt_tokens"])
         return times, counts, ready_s
@@ -116,6 +119,7 @@ def main():
     ap.add_argument("--lengths", type=int, nargs="+", default=[512, 500, 520, 777, 1000, 1500, 64])
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--skip-mlx-lm", action="store_true")
+    ap.add_argument("--unseeded", action="store_true", help="requests without a seed: the server's batched path")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     seq = plan(args.lengths)
@@ -129,8 +133,8 @@ def main():
     results = {}
     configs = [("before", [], {"MLXRT_PAD_PREFILL_ATTENTION": "0"}), ("after", ["--warm-up"], {})]
     for label, flags, env in configs:
-        log_path = args.out / f"server_{name}_{label}.log"
-        times, counts, ready = mlxrt_side(args.bin, args.model, texts, flags, env, log_path)
+        log_path = args.out / f"server_{name}_{label}{'_unseeded' if args.unseeded else ''}.log"
+        times, counts, ready = mlxrt_side(args.bin, args.model, texts, flags, env, log_path, not args.unseeded)
         assert counts == [n for _, n in seq], counts
         warm = [line.strip() for line in log_path.read_text().splitlines() if "warm-up:" in line]
         results["mlxrt " + label] = {"times": times, "ready_s": ready, "warm_up": warm}
@@ -145,7 +149,8 @@ def main():
             print("mlx-lm failed: " + proc.stderr[-1500:])
 
     cols = list(results)
-    lines = [f"{name}: time to first token, ms (wall; 'new' = first prompt of that length in the process)",
+    kind = "unseeded requests (batched path)" if args.unseeded else "seeded requests (served alone)"
+    lines = [f"{name}: time to first token, ms (wall; 'new' = first prompt of that length in the process; mlxrt: {kind})",
              f"{'length':>6} " + " ".join(f"{c + ' new':>16} {c + ' again':>18}" for c in cols)
              + "  " + " ".join(f"{c + ' new/again':>20}" for c in cols)]
     for i, (label, n) in enumerate(seq):
@@ -163,8 +168,9 @@ def main():
                 lines.append(f"{c} / mlx-lm at new lengths: median {statistics.median(r):.2f}x")
     table = "\n".join(lines)
     print(table)
-    (args.out / f"ttft_{name}.txt").write_text(table + "\n")
-    (args.out / f"ttft_{name}.json").write_text(json.dumps({"plan": seq, "results": results}, indent=1))
+    suffix = "_unseeded" if args.unseeded else ""
+    (args.out / f"ttft_{name}{suffix}.txt").write_text(table + "\n")
+    (args.out / f"ttft_{name}{suffix}.json").write_text(json.dumps({"plan": seq, "results": results}, indent=1))
 
 
 if __name__ == "__main__":

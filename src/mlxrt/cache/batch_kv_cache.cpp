@@ -80,7 +80,9 @@ CachedKV BatchKVCache::update_and_fetch(const mx::array& keys, const mx::array& 
   mx::Shape v_stop = {values_->shape(0), values_->shape(1), idx_, values_->shape(3)};
   keys_ = mx::slice_update(*keys_, keys, start, k_stop);
   values_ = mx::slice_update(*values_, values, start, v_stop);
-  return PlainKV{positions(*keys_, 0, idx_), positions(*values_, 0, idx_)};
+  // The buffers too, as KVCache gives them: a prefill's attention on CUDA reads past idx_ into them
+  // (model/nn/attention.cpp, padded_prefill_attention).
+  return PlainKV{positions(*keys_, 0, idx_), positions(*values_, 0, idx_), keys_, values_};
 }
 
 void BatchKVCache::prepare(const std::optional<std::vector<int>>& left_padding, const std::vector<int>& /*lengths*/,

@@ -34,7 +34,7 @@ struct QuantizedTensor {
 
 struct PlainKV {
   mx::array keys, values;
-  /** When keys/values are the [0, offset) prefix of a cache's buffers (KVCache), those buffers, so
+  /** When keys/values are the [0, offset) prefix of a cache's buffers (KVCache, BatchKVCache), those buffers, so
    * that a prefill's attention may read past the offset (model/nn/attention.cpp says why). */
   std::optional<mx::array> keys_buffer = std::nullopt, values_buffer = std::nullopt;
 };

@@ -203,7 +203,8 @@ void register_server(CLI::App& app) {
                 "checkpoints that keep their mtp.* tensors); requests run alone, and the prompt cache keeps the head's state (ours)");
   cmd->add_flag("--warm-up", o.warm_up,
                 "Before serving, run one prompt per 256-token bucket up to --prefill-step-size on the generation "
-                "thread, so requests served one at a time pay no per-length setup (MLX's CUDA backend; ours)");
+                "thread, alone and as batches of up to --prompt-concurrency rows, so a request pays no per-length "
+                "setup (MLX's CUDA backend; ours)");
   cmd->add_option("--prompt-cache-size", o.prompt_cache_size, "Maximum number of distinct KV caches kept")
       ->capture_default_str();
   cmd->add_option("--prompt-cache-bytes", a->prompt_cache_bytes, "Maximum size of the kept KV caches (e.g. 8G)");

@@ -7,6 +7,7 @@
 #include <mlx/memory.h>
 #include <mlx/transforms.h>
 
+#include "mlxrt/generate/batch_generator.h"
 #include "mlxrt/generate/generate_step.h"
 #include "mlxrt/model/nn/attention.h"
 
@@ -14,7 +15,22 @@ namespace mlxrt::generate {
 
 namespace {
 constexpr int kBucket = 256;  // the KV cache's step, which padded_attention_length rounds to
+
+/** `rows` prompts of `length` tokens prefilled together through the batched path, one token each. */
+void run_batch(model::CausalLM& model, int prefill_step_size, int rows, int length) {
+  BatchGeneratorOptions options;
+  options.max_tokens = 1;
+  options.prefill_batch_size = rows;
+  options.completion_batch_size = rows;
+  options.prefill_step_size = prefill_step_size;
+  BatchGenerator batch(model, options);
+  std::vector<BatchRequest> requests(static_cast<size_t>(rows));
+  for (auto& r : requests) r.prompt.assign(static_cast<size_t>(length), 0);
+  batch.insert(std::move(requests));
+  while (batch.size() > 0)
+    for (auto& response : batch.next().second) mx::eval(response.logprobs);
 }
+}  // namespace
 
 WarmUpReport warm_up_prefill_shapes(model::CausalLM& model, int prefill_step_size, std::optional<int> max_kv_size,
                                     std::optional<int> kv_bits) {
@@ -46,12 +62,35 @@ WarmUpReport warm_up_prefill_shapes(model::CausalLM& model, int prefill_step_siz
   return report;
 }
 
+WarmUpReport warm_up_server_prefill_shapes(model::CausalLM& model, int prefill_step_size, int batch_rows,
+                                           std::optional<int> kv_bits) {
+  WarmUpReport report = warm_up_prefill_shapes(model, prefill_step_size, std::nullopt, kv_bits);
+  if (!report.skipped.empty()) return report;
+  if (auto why = batching_unsupported_reason(model)) {
+    report.note = "the batched path was not warmed: " + *why;
+    return report;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const int last = (prefill_step_size + kBucket - 1) / kBucket * kBucket + kBucket;
+  for (int length = kBucket; length <= last; length += kBucket) {
+    run_batch(model, prefill_step_size, 1, length);
+    report.prompts += 1;
+  }
+  for (int rows = 2; rows <= batch_rows; ++rows) {
+    run_batch(model, prefill_step_size, rows, kBucket);
+    report.prompts += rows;
+  }
+  mx::clear_cache();
+  report.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return report;
+}
+
 std::string describe(const WarmUpReport& report) {
   if (!report.skipped.empty()) return "warm-up: skipped: " + report.skipped;
   char line[160];
   std::snprintf(line, sizeof line, "warm-up: %d prompts of 256..%d tokens in %.2f s", report.prompts, report.longest,
                 report.seconds);
-  return line;
+  return report.note.empty() ? std::string(line) : std::string(line) + " (" + report.note + ")";
 }
 
 }  // namespace mlxrt::generate

@@ -17,10 +17,11 @@
 namespace mlxrt::generate {
 
 struct WarmUpReport {
-  int prompts = 0;       // prompts run (one per 256-position bucket)
+  int prompts = 0;       // prompts run (one per 256-position bucket, and the batched ones)
   int longest = 0;       // the longest prompt, in tokens
   double seconds = 0.0;  // wall time of the whole warm-up
   std::string skipped;   // why nothing was run ("" when it ran)
+  std::string note;      // what was left out of a warm-up that ran ("" when nothing)
 };
 
 /** Runs one prompt of each length 256, 512, ... up to `prefill_step_size` rounded up to 256, plus
@@ -32,6 +33,14 @@ struct WarmUpReport {
 WarmUpReport warm_up_prefill_shapes(model::CausalLM& model, int prefill_step_size,
                                     std::optional<int> max_kv_size = std::nullopt,
                                     std::optional<int> kv_bits = std::nullopt);
+
+/** The server's warm-up: the above, then the batched path's shapes (BatchGenerator, which the
+ * server's unseeded requests take). Its prefill attention takes a mask array, whose shape MLX's
+ * graph is keyed on too, rows included: one prompt per bucket as a batch of one, and batches of 2 ..
+ * `batch_rows` prompts (the server's --prompt-concurrency) of the first bucket, where concurrent
+ * short prompts land. Models that cannot batch skip that part (and say so). */
+WarmUpReport warm_up_server_prefill_shapes(model::CausalLM& model, int prefill_step_size, int batch_rows,
+                                           std::optional<int> kv_bits = std::nullopt);
 
 /** The report as one line for a log or stderr ("warm-up: ..."). */
 std::string describe(const WarmUpReport& report);

@@ -52,8 +52,8 @@ struct ServerOptions {
    * generate::MtpTokenGenerator): requests run alone; the prompt cache keeps the head's state with each entry. */
   bool mtp = false;
   /** --warm-up: before the first request, the generation thread runs one prompt per 256-token
-   * bucket (generate/prefill_warm_up.h), so requests served one at a time pay no per-length setup
-   * on MLX's CUDA backend (ours). */
+   * bucket, alone and through the batched path (generate/prefill_warm_up.h), so a request pays no
+   * per-length setup on MLX's CUDA backend (ours). */
   bool warm_up = false;
   int prompt_cache_size = 10;
   std::optional<size_t> prompt_cache_bytes;

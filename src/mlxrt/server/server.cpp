@@ -78,8 +78,14 @@ void Server::warm_up() {
   // queued before the port opens, so every request comes after it.
   auto job = std::make_shared<Job>(
       [this, session](Job&) {
-        parts_->log.info(generate::describe(generate::warm_up_prefill_shapes(
-            *session->loaded.model, options_.prefill_step_size, std::nullopt, options_.kv_bits)));
+        // Unseeded requests take the batched path, unless every request runs alone (a draft model,
+        // --mtp) or each row computes as its solo run (--batch-invariant, --spec-exact).
+        const bool alone = options_.batch_invariant || options_.row_exact || options_.mtp || !options_.draft_model.empty();
+        auto& model = *session->loaded.model;
+        parts_->log.info(generate::describe(
+            alone ? generate::warm_up_prefill_shapes(model, options_.prefill_step_size, std::nullopt, options_.kv_bits)
+                : generate::warm_up_server_prefill_shapes(model, options_.prefill_step_size,
+                                                          options_.prompt_concurrency, options_.kv_bits)));
       },
       std::nullopt);
   parts_->scheduler.submit(job);

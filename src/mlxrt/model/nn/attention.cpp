@@ -90,11 +90,14 @@ namespace {
 // at a length that repeats: the queries with zero rows appended, the keys and values read further
 // into the cache's own buffer (up to the end of its 256-position step, so the buffer, and with it
 // every later step, is the one the unpadded prefill makes), the output's real rows kept. Under the
-// causal mask a real row attends to the same keys as before, the extra keys masked out.
+// causal mask a real row attends to the same keys as before, the extra keys masked out. Under a mask
+// array (the batched path's left-padded causal mask, whose shape MLX keys the graph on too) the
+// mask is widened with masked entries (padded_attention_mask), to the same effect.
 //
 // On by default wherever it applies (MLXRT_PAD_PREFILL_ATTENTION=0 turns it off), because it keeps
 // the bytes as far as MLX itself does: on the op, padded equals unpadded byte for byte
-// (bench/gpu/shape_cost.py bytes: 168 of 168 cases, 16/8 and 32/8 heads, 28 lengths, 3 offsets). A
+// (bench/gpu/shape_cost.py bytes: 168 of 168 cases, 16/8 and 32/8 heads, 28 lengths, 3 offsets;
+// --op-mask-rows checks the widened mask array the same way). A
 // real row's scores, mask and softmax see the same keys in the same tiles; the padded rows and keys
 // only add tiles that the causal mask empties. End to end MLX's cuDNN attention is itself not
 // run-to-run stable past 255 keys on the H200 (bench/RESULTS.md, 2026-12-03), so there the claim is
@@ -134,9 +137,24 @@ bool runs_on_cudnn(const mx::array& q, const mx::array& k, const mx::array& v) {
          v.dtype() == q.dtype() && head_ok(q.shape(-1)) && head_ok(v.shape(-1)) && q.shape(2) <= k.shape(2);
 }
 
-/** The causal prefill attention at padded_attention_length (above), or nullopt where it must run
- * as it is. */
-std::optional<mx::array> padded_prefill_attention(const mx::array& q, const cache::PlainKV& kv, float scale) {
+}  // namespace
+
+std::optional<mx::array> padded_attention_mask(const mx::array& mask, int L, int Tk, int Lp, int Tp) {
+  if (mask.ndim() < 2 || mask.shape(-1) != Tk || (mask.shape(-2) != L && mask.shape(-2) != 1)) return std::nullopt;
+  const int rows = mask.shape(-2) == 1 ? 0 : Lp - L;
+  const mx::array fill = mask.dtype() == mx::bool_
+                             ? mx::array(false)
+                             : mx::array(-std::numeric_limits<float>::infinity(), mask.dtype());
+  const int nd = static_cast<int>(mask.ndim());
+  return mx::pad(mask, {nd - 2, nd - 1}, {0, 0}, {rows, Tp - Tk}, fill);
+}
+
+namespace {
+
+/** The prefill attention at padded_attention_length (above), causal or under a mask array (the
+ * batched path's left-padded causal mask, a window), or nullopt where it must run as it is. */
+std::optional<mx::array> padded_prefill_attention(const mx::array& q, const cache::PlainKV& kv, float scale,
+                                                  const std::optional<mx::array>& mask = std::nullopt) {
   const int L = q.shape(2), Tk = kv.keys.shape(2);
   if (L < 2 || !padding_enabled() || !kv.keys_buffer || !kv.values_buffer || !runs_on_cudnn(q, kv.keys, kv.values))
     return std::nullopt;
@@ -156,9 +174,12 @@ std::optional<mx::array> padded_prefill_attention(const mx::array& q, const cach
   mx::Shape pad = q.shape();
   pad[2] = Tp - Tk;
   auto queries = mx::concatenate({q, mx::zeros(pad, q.dtype())}, 2);
-  auto out = mx::fast::scaled_dot_product_attention(queries, prefix(*kv.keys_buffer, Tp),
-                                                    prefix(*kv.values_buffer, Tp), scale, "causal");
-  return prefix(out, L);
+  auto keys = prefix(*kv.keys_buffer, Tp), values = prefix(*kv.values_buffer, Tp);
+  if (!mask)
+    return prefix(mx::fast::scaled_dot_product_attention(queries, keys, values, scale, "causal"), L);
+  auto wide = padded_attention_mask(*mask, L, Tk, L + Tp - Tk, Tp);
+  if (!wide) return std::nullopt;
+  return prefix(mx::fast::scaled_dot_product_attention(queries, keys, values, scale, "array", *wide), L);
 }
 
 }  // namespace
@@ -175,6 +196,8 @@ mx::array fused_attention(const mx::array& q, const cache::PlainKV& kv, float sc
         if (auto padded = padded_prefill_attention(q, kv, scale)) return *padded;
       return mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, scale, "causal", std::nullopt, sinks);
     case AttentionMask::Kind::array:
+      if (!sinks)
+        if (auto padded = padded_prefill_attention(q, kv, scale, mask.mask)) return *padded;
       return mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, scale, "array", mask.mask, sinks);
     case AttentionMask::Kind::none:
       break;

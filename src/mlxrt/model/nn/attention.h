@@ -33,7 +33,12 @@ mx::array dtype_lowest(mx::Dtype dtype);
  * past the cache buffer's `capacity`. */
 int padded_attention_length(int keys, int capacity);
 
-/** Whether this process pads causal prefill attention to padded_attention_length: MLX's CUDA
+/** A prefill's mask array [..., L or 1, Tk] widened for the padded attention's Lp queries and Tp
+ * keys: every added entry masks (false; -inf for an additive mask), so a real row sees the keys it
+ * saw, and a padded row (dropped after) sees none. nullopt for a mask of another shape. */
+std::optional<mx::array> padded_attention_mask(const mx::array& mask, int L, int Tk, int Lp, int Tp);
+
+/** Whether this process pads prefill attention to padded_attention_length: MLX's CUDA
  * backend is the default device, its attention runs through cuDNN, and
  * MLXRT_PAD_PREFILL_ATTENTION is not 0. Never on the CPU. Then a prefill's cuDNN graph (MLX builds
  * one per shape, 40-60 ms) depends only on the 256-position bucket, so warming the buckets
