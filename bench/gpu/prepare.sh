@@ -52,9 +52,10 @@ xz -9 -c "$tokenizer/tokenizer.json" > "$bundle/tokenizer/tokenizer.json.xz"
 cp "$tokenizer/tokenizer_config.json" "$bundle/tokenizer/"
 
 cp "$binary" "$bundle/bin/mlxrt"
-# The CUDA kernels' tests (run by `run.sh kernels`), built beside the binary when there.
-kernel_tests="$(dirname "$binary")/mlxrt_cuda_kernel_tests"
-[ -x "$kernel_tests" ] && cp "$kernel_tests" "$bundle/bin/"
+# The CUDA kernels' tests (run by `run.sh kernels`) and benchmark, built beside the binary when there.
+for exe in mlxrt_cuda_kernel_tests mlxrt_qmv_bench; do
+  if [ -x "$(dirname "$binary")/$exe" ]; then cp "$(dirname "$binary")/$exe" "$bundle/bin/"; fi
+done
 # Shared libraries from outside the C runtime and MLX's wheels, which the target may not have.
 ldd "$binary" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
   case "$(basename "$lib")" in

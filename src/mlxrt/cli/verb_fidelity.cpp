@@ -169,8 +169,12 @@ void add_position(ModeResult& r, const float* p, const float* q, int vocab, int 
 /** What computes at `tier` on this machine: MLX's kernels or ours (which, at l3, include the L3
  * quantized matmuls). Throws as the load would where the tier cannot run here. */
 std::string kernels_description(const Args& a, model::FidelityTier tier) {
-  const auto kernels = model::cpu_kernels_for(tier_options(a, tier));
+  const auto options = tier_options(a, tier);
+  const auto kernels = model::cpu_kernels_for(options);
   const bool cpu = mx::default_device() == mx::Device::cpu;
+  if (model::gpu_l3_for(options))
+    return "MLX's GPU kernels, with mlxrt's L3 CUDA matrix-vector product for the affine 4- and 8-bit layers "
+           "(1-8 rows, float32 sums; kernels/cuda/affine_qmv.h)";
   if (!kernels) return cpu ? "MLX's CPU kernels" : "MLX's GPU kernels";
   std::string text = std::string("mlxrt CPU kernels (") + kernels->instruction_set() + ", " +
                      std::to_string(kernels->threads()) + " threads)";

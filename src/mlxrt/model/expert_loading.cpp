@@ -58,6 +58,7 @@ LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& opt
   binder.set_adapter(adapter);
   binder.set_expert_streaming(&streaming);
   binder.set_cpu_kernels(cpu_kernels_for(options));
+  binder.set_gpu_l3(gpu_l3_for(options));
   auto model = graph_entry(profile.profile.execution.graph).build(config, binder);
   binder.finish();
   check_expert_budget(*experts, config, *expert_memory_bytes);

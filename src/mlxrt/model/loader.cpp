@@ -120,7 +120,7 @@ struct Bound {
 Bound bind_weights(const io::ModelConfig& config, const ResolvedProfile& profile,
                    const std::shared_ptr<nn::Adapter>& adapter, const std::optional<Parallel>& parallel,
                    std::shared_ptr<const kernels::cpu::CpuKernels> cpu_kernels = nullptr, bool float32 = false,
-                   bool row_exact = false, bool multi_token_prediction = false) {
+                   bool row_exact = false, bool multi_token_prediction = false, bool gpu_l3 = false) {
   auto weights = io::load_weights(config.dir());
   check_layer_count(config, weights);
   if (adapter) prepare_adapter(*adapter, config, weights);
@@ -128,6 +128,7 @@ Bound bind_weights(const io::ModelConfig& config, const ResolvedProfile& profile
   binder->set_adapter(adapter);
   binder->set_parallel(parallel);
   binder->set_cpu_kernels(std::move(cpu_kernels));
+  binder->set_gpu_l3(gpu_l3);
   binder->set_float32(float32);
   binder->set_row_exact(row_exact);
   binder->set_multi_token_prediction(multi_token_prediction);
@@ -160,13 +161,18 @@ static void check_row_exact(const LoadOptions& options, const io::ModelConfig& c
   }
 }
 
+bool gpu_l3_for(const LoadOptions& options) {
+  return options.fidelity == FidelityTier::l3 && mx::default_device() == mx::Device::gpu && mx::cu::is_available();
+}
+
 std::shared_ptr<const kernels::cpu::CpuKernels> cpu_kernels_for(const LoadOptions& options) {
   const bool l3 = options.fidelity == FidelityTier::l3;
-  if (l3 && mx::default_device() != mx::Device::cpu)
-    throw UnsupportedError("--fidelity l3: this build has L3 kernels for the CPU only; run the GPU at --fidelity l1");
+  if (l3 && mx::default_device() != mx::Device::cpu && !gpu_l3_for(options))
+    throw UnsupportedError("--fidelity l3: this build has L3 kernels for the CPU and CUDA GPUs only; run this device "
+                           "at --fidelity l1");
   if (l3 && options.parallel)
     throw UnsupportedError("--fidelity l3 is not supported in distributed mode; run the ranks at --fidelity l1");
-  if (l3 && !options.cpu_kernels)
+  if (l3 && !options.cpu_kernels && mx::default_device() == mx::Device::cpu)
     throw UsageError("--fidelity l3 runs mlxrt's own CPU kernels, which this load turned off");
   if (options.fidelity == FidelityTier::l2)
     throw UsageError("fidelity l2 is an artifact's contract (mlx-optiq), not a load option");
@@ -185,7 +191,7 @@ LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& opt
   check_row_exact(options, config);
   const auto cpu_kernels = cpu_kernels_for(options);
   auto bound = bind_weights(config, profile, adapter, options.parallel, cpu_kernels, options.float32,
-                            options.row_exact, options.multi_token_prediction);
+                            options.row_exact, options.multi_token_prediction, gpu_l3_for(options));
   if (cpu_kernels && cpu_kernels->l3()) bound.model->set_l3_kernels(cpu_kernels);
   if (options.multi_token_prediction && !bound.model->multi_token_predictor())
     throw UnsupportedError("--mtp: model_type '" + config.model_type() +
@@ -252,6 +258,7 @@ AdaptedModels load_model_with_adapters(const std::filesystem::path& path, const 
     WeightBinder binder(std::move(copy), config);
     binder.set_adapter(adapter);
     binder.set_cpu_kernels(cpu_kernels);
+    binder.set_gpu_l3(gpu_l3_for(options));
     auto model = graph_entry(profile.profile.execution.graph).build(config, binder);
     binder.finish();
     resident.insert(resident.end(), binder.taken().begin(), binder.taken().end());
@@ -285,6 +292,7 @@ AdaptedModels load_model_with_adapters(const std::filesystem::path& path, const 
     WeightBinder binder(std::move(copy), config);
     binder.set_adapter_slots(std::move(slots));
     binder.set_cpu_kernels(cpu_kernels);
+    binder.set_gpu_l3(gpu_l3_for(options));
     try {
       out.mixed = graph_entry(profile.profile.execution.graph).build(config, binder);
       binder.finish();

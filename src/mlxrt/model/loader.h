@@ -28,7 +28,8 @@ struct LoadOptions {
    * environment asks (MLXRT_CPU_KERNELS, MLXRT_CPU_THREADS); false: MLX's kernels only. */
   bool cpu_kernels = true;
   /** l1 (the default): bit-exact against mlx-lm. l3: mlxrt's own measured kernels where it has
-   * them (the x86-64 CPU's quantized matmuls, kernels/cpu/l3_matmul.h), L1 everywhere else; the
+   * them (the x86-64 CPU's quantized matmuls, kernels/cpu/l3_matmul.h; on a CUDA GPU the affine
+   * 4- and 8-bit matrix-vector products of decoding, kernels/cuda/affine_qmv.h), L1 everywhere else; the
    * resolved profile then declares {l3, no oracle, measured}. UnsupportedError where no L3 kernel
    * runs (another device or CPU). l2 is not a load option (it is an artifact's contract). */
   FidelityTier fidelity = FidelityTier::l1;
@@ -51,6 +52,9 @@ struct LoadOptions {
 
 /** The CPU kernels a model loaded with `options` computes with (null: MLX's own). */
 std::shared_ptr<const kernels::cpu::CpuKernels> cpu_kernels_for(const LoadOptions& options);
+/** Whether a model loaded with `options` computes its few-row affine quantized products with
+ * mlxrt's CUDA kernel (kernels/cuda/affine_qmv.h): --fidelity l3 on a CUDA GPU. */
+bool gpu_l3_for(const LoadOptions& options);
 
 struct LoadedModel {
   io::ModelConfig config;

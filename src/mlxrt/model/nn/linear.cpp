@@ -9,6 +9,7 @@
 #include <mlx/ops.h>
 
 #include "mlxrt/kernels/cpu/l3_matmul.h"
+#include "mlxrt/kernels/cuda/affine_qmv.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::model::nn {
@@ -24,6 +25,7 @@ std::optional<Quantized> load_quantized(WeightBinder& w, const std::string& path
   weight = w.take(path + ".weight", {out_dims, in_dims * spec->bits / 32});
   Quantized q{w.take(path + ".scales", {out_dims, in_dims / spec->group_size}), std::nullopt, *spec, w.cpu_kernels(), std::nullopt};
   if (spec->mode == "affine") q.biases = w.take(path + ".biases", {out_dims, in_dims / spec->group_size});
+  q.gpu_l3 = w.gpu_l3();
   q.pack_l3(w, weight);
   return q;
 }
@@ -37,6 +39,10 @@ void Quantized::pack_l3(WeightBinder& w, const mx::array& weight) {
 }
 
 mx::array Quantized::matmul(const mx::array& x, const mx::array& weight) const {
+  if (gpu_l3 && spec.mode == "affine" &&
+      kernels::cuda::affine_qmv_applies(x, weight, scales, biases, spec.group_size, spec.bits) &&
+      kernels::cuda::affine_qmv_preferred(x, weight, spec.bits))
+    return kernels::cuda::affine_qmv(x, weight, scales, *biases, spec.group_size, spec.bits);
   const auto t = x.dtype();
   if (l3 && (t == mx::float32 || t == mx::bfloat16 || t == mx::float16) && mx::default_device() == mx::Device::cpu) {
     // mx::quantized_matmul's result type: x, scales and biases promoted together.

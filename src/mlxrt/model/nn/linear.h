@@ -31,8 +31,10 @@ struct Quantized {
    * output and input dimensions (the layer may then drop its unpacked weight). */
   std::optional<mx::array> l3;
   int l3_n = 0, l3_k = 0;
+  /** --fidelity l3 on a CUDA GPU: the few-row products go to kernels::cuda::affine_qmv. */
+  bool gpu_l3 = false;
   /** mx::quantized_matmul(x, weight, scales, biases, transpose = true, ...) of this layer; at L3
-   * the L3 kernel's product where it applies. */
+   * the L3 kernel's product where it applies (the CPU's, or CUDA's matrix-vector kernel). */
   mx::array matmul(const mx::array& x, const mx::array& weight) const;
   /** Packs the weights for the L3 kernels when the binder's kernels run them (noted as derived). */
   void pack_l3(WeightBinder& w, const mx::array& weight);

@@ -157,6 +157,10 @@ class WeightBinder {
    * own kernels everywhere). */
   void set_cpu_kernels(std::shared_ptr<const kernels::cpu::CpuKernels> k) { cpu_kernels_ = std::move(k); }
   const std::shared_ptr<const kernels::cpu::CpuKernels>& cpu_kernels() const { return cpu_kernels_; }
+  /** --fidelity l3 on a CUDA GPU: the quantized layers compute with mlxrt's CUDA kernels where
+   * they apply (kernels/cuda/affine_qmv.h), MLX's elsewhere. */
+  void set_gpu_l3(bool on) { gpu_l3_ = on; }
+  bool gpu_l3() const { return gpu_l3_; }
 
   /** The distributed split this process binds (none: the whole model). */
   void set_parallel(std::optional<Parallel> parallel) { parallel_ = std::move(parallel); }
@@ -214,6 +218,7 @@ class WeightBinder {
   AdapterSlots slots_;
   nn::ExpertStreaming* streaming_ = nullptr;
   std::shared_ptr<const kernels::cpu::CpuKernels> cpu_kernels_;
+  bool gpu_l3_ = false;
 };
 
 }  // namespace mlxrt::model

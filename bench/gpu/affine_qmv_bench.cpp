@@ -1,0 +1,142 @@
+// The L3 CUDA matrix-vector product (src/mlxrt/kernels/cuda/affine_qmv.h) against MLX's
+// quantized_matmul on the projections of Qwen3-8B and -0.6B, 4-bit g64 (and 8-bit), bfloat16: time
+// per call and the bytes it must read (packed weights, scales, biases, x) over that time. Each
+// timed batch cycles through enough copies of the weights to stay out of the 60 MB L2; one eval
+// holds `calls` products (MLX's CUDA graphs launch them back to back). Also a plain copy's
+// bandwidth (read + write) as the ceiling. Prints a table; --quick times two shapes only.
+// Under ncu (bench/gpu/l3_run.sh) `--calls 1 --rounds 1` gives one launch per variant to profile.
+// Usage: mlxrt_qmv_bench [--calls N] [--rounds R] [--quick]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <mlx/backend/cuda/cuda.h>
+#include <mlx/ops.h>
+#include <mlx/random.h>
+#include <mlx/transforms.h>
+
+#include "mlxrt/kernels/cuda/affine_qmv.h"
+
+namespace mx = mlx::core;
+using mlxrt::kernels::cuda::QmvTiling;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int n, k, rows, bits;
+};
+
+double seconds_of(const std::function<void()>& f) {
+  mx::synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  mx::synchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Median seconds per call of `product` over `rounds` evals of `calls` products each.
+double time_per_call(const std::function<mx::array(int)>& product, int calls, int rounds) {
+  std::vector<double> t;
+  for (int r = 0; r < rounds + 1; ++r) {  // the first round warms up (NVRTC, graph capture)
+    const double s = seconds_of([&] {
+      std::vector<mx::array> outs;
+      for (int i = 0; i < calls; ++i) outs.push_back(product(i));
+      mx::eval(outs);
+    });
+    if (r > 0) t.push_back(s / calls);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int calls = 200, rounds = 5;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--calls") && i + 1 < argc) calls = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--quick")) quick = true;
+  }
+  if (!mx::cu::is_available()) {
+    std::fprintf(stderr, "mlxrt_qmv_bench needs a CUDA device\n");
+    return 1;
+  }
+  mx::set_default_device(mx::Device::gpu);
+  const int group_size = 64;
+  std::vector<Shape> shapes = {
+      {"8B q/o 4096x4096", 4096, 4096, 1, 4},       {"8B gate/up 12288x4096", 12288, 4096, 1, 4},
+      {"8B down 4096x12288", 4096, 12288, 1, 4},    {"8B lm_head 151936x4096", 151936, 4096, 1, 4},
+      {"8B gate/up M=4", 12288, 4096, 4, 4},        {"8B gate/up M=8", 12288, 4096, 8, 4},
+      {"0.6B q 2048x1024", 2048, 1024, 1, 4},       {"0.6B gate/up 3072x1024", 3072, 1024, 1, 4},
+      {"0.6B down 1024x3072", 1024, 3072, 1, 4},    {"0.6B lm_head 151936x1024", 151936, 1024, 1, 4},
+      {"8B gate/up 8-bit", 12288, 4096, 1, 8},      {"8B down 8-bit", 4096, 12288, 1, 8}};
+  if (quick) shapes = {shapes[1], shapes[3]};
+  const std::vector<QmvTiling> tilings = {{0, 0}, {1, 4}, {2, 4}, {4, 4}, {1, 8}, {2, 8}, {4, 8}, {8, 4}};
+
+  // The ceiling: a 2 GiB float32 array negated (read + write).
+  {
+    auto a = mx::random::normal({512 * 1024 * 1024}, mx::float32);
+    mx::eval(a);
+    double best = 1e9;
+    for (int r = 0; r < 5; ++r) best = std::min(best, seconds_of([&] { mx::eval(mx::negative(a)); }));
+    std::printf("copy bandwidth (read + write, best of 5): %.0f GB/s\n", 2.0 * a.nbytes() / best / 1e9);
+  }
+
+  std::printf("%-26s %5s %9s %8s | %9s %8s %6s | %-6s %9s %8s\n", "shape (N x K)", "MB", "MLX us", "GB/s", "L3 us",
+              "GB/s", "ratio", "best", "L3 us", "GB/s");
+  for (const auto& sh : shapes) {
+    const int groups = sh.k / group_size;
+    const double bytes = double(sh.n) * sh.k * sh.bits / 8 + 2.0 * sh.n * groups * 2 + 2.0 * sh.rows * sh.k +
+                         2.0 * sh.rows * sh.n;
+    const int copies = std::max(2, static_cast<int>(std::ceil(256e6 / bytes)));
+    std::vector<mx::array> ws, ss, bs;
+    for (int c = 0; c < copies; ++c) {
+      ws.push_back(mx::random::bits({sh.n, sh.k * sh.bits / 32}, 4));
+      ss.push_back(mx::astype(mx::multiply(mx::random::normal({sh.n, groups}), mx::array(0.02f)), mx::bfloat16));
+      bs.push_back(mx::astype(mx::multiply(mx::random::normal({sh.n, groups}), mx::array(0.1f)), mx::bfloat16));
+    }
+    auto x = mx::astype(mx::random::normal({1, sh.rows, sh.k}), mx::bfloat16);
+    mx::eval(ws);
+    mx::eval(ss);
+    mx::eval(bs);
+    mx::eval(x);
+    const double mlx = time_per_call(
+        [&](int i) {
+          const int c = i % copies;
+          return mx::quantized_matmul(x, ws[c], ss[c], bs[c], true, group_size, sh.bits);
+        },
+        calls, rounds);
+    double best = 1e9, chosen = 0;
+    QmvTiling best_t;
+    std::string line;
+    for (auto t : tilings) {
+      const double ours = time_per_call(
+          [&](int i) {
+            const int c = i % copies;
+            return mlxrt::kernels::cuda::affine_qmv(x, ws[c], ss[c], bs[c], group_size, sh.bits, t);
+          },
+          calls, rounds);
+      char cell[64];
+      std::snprintf(cell, sizeof cell, " %dx%d:%.0f", t.rows_per_warp, t.warps_per_block, bytes / ours / 1e9);
+      line += cell;
+      if (t.rows_per_warp == 0) chosen = ours;
+      if (ours < best) best = ours, best_t = t;
+    }
+    // The chosen tiling (what the model runs) against MLX, then the best fixed one.
+    std::printf("%-26s %5.0f %9.2f %8.0f | %9.2f %8.0f %5.2fx | %dx%-4d %9.2f %8.0f\n", sh.name, bytes / 1e6,
+                mlx * 1e6, bytes / mlx / 1e9, chosen * 1e6, bytes / chosen / 1e9, mlx / chosen, best_t.rows_per_warp,
+                best_t.warps_per_block, best * 1e6, bytes / best / 1e9);
+    std::printf("    GB/s by tiling (rows/warp x warps/block):%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}

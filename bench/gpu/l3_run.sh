@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The L3 CUDA kernels on a CUDA machine without a package registry, with the bundle of
+# bench/gpu/prepare.sh: installs the carried wheels (run.sh env install build), then the steps
+# named in L3_STEPS (default "tests qmv decode"):
+#   tests:  mlxrt_cuda_kernel_tests (the L3 matrix-vector product against float64, the fused
+#           gated-delta kernels against the ops path);
+#   qmv:    mlxrt_qmv_bench (the kernel against MLX's quantized_matmul on Qwen3-8B/0.6B shapes);
+#   ncu:    the same two shapes under Nsight Compute: each kernel's time and DRAM bytes;
+#   ncu_sections: Nsight Compute's sections for one launch of the kernel (what limits it);
+#   decode: bench/gpu/l3_bench.py (decode tok/s at l1, l3 and of mlx-lm, and l3's fidelity
+#           against l1) on L3_MODELS (default "qwen3-0.6b-q4 qwen3-8b-q4"), made there first.
+# Logs and tables go to $OUT; MLX's compiled kernels are kept as exact_run.sh keeps them
+# (PTX_TARBALL, default build-gpu/ptx-cache.tgz, in; $OUT/ptx-cache.tgz out).
+# Usage (repository root): [B=build-gpu/bundle] [L3_STEPS="tests qmv decode"] bench/gpu/l3_run.sh
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+B=${B:-build-gpu/bundle}
+out=${OUT:-build-gpu/l3-out}
+work=${BENCH_WORK:-/tmp/l3-work}
+mkdir -p "$out" "$work"
+export MLXRT_VENV=${MLXRT_VENV:-$(python3 -c 'import sys; print(sys.prefix)')} MLXRT_WHEELS=$B/wheels \
+  MLXRT_LIBS=$B/lib MLXRT_BIN=$B/bin/mlxrt BENCH_OUT=$work/setup BENCH_WORK=$work PYTHONUNBUFFERED=1 \
+  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export MLX_PTX_CACHE_DIR=${MLX_PTX_CACHE_DIR:-$work/ptx}
+ptx_tarball=${PTX_TARBALL:-build-gpu/ptx-cache.tgz}
+[ -f "$ptx_tarball" ] && mkdir -p "$MLX_PTX_CACHE_DIR" && tar xzf "$ptx_tarball" -C "$MLX_PTX_CACHE_DIR"
+save_ptx() { [ -d "$MLX_PTX_CACHE_DIR" ] && tar czf "$out/ptx-cache.tgz" -C "$MLX_PTX_CACHE_DIR" .; }
+trap save_ptx EXIT
+t0=$(date +%s)
+bench/gpu/run.sh env install build > "$out/setup.txt" 2>&1
+cat "$work/setup/summary.txt" >> "$out/setup.txt"
+grep -q '^build *rc=0' "$work/setup/summary.txt" || { tail -30 "$out/setup.txt"; exit 1; }
+PY=$MLXRT_VENV/bin/python3
+[ -x "$PY" ] || PY=python3
+echo "setup $(( $(date +%s) - t0 )) s"
+mkdir -p "$work/tokenizer"
+xz -dc "$B/tokenizer/tokenizer.json.xz" > "$work/tokenizer/tokenizer.json" && cp "$B/tokenizer/tokenizer_config.json" "$work/tokenizer/"
+models=${L3_MODELS:-qwen3-0.6b-q4 qwen3-8b-q4}
+for step in ${L3_STEPS:-tests qmv decode}; do
+  case $step in
+    tests)
+      timeout 300 "$work/mlxrt_cuda_kernel_tests" ${KERNEL_TEST_ARGS:-} > "$out/kernel_tests.txt" 2>&1
+      grep -E '^\[  (PASSED|FAILED) |Failure|error' "$out/kernel_tests.txt" | head -20
+      echo "tests $(( $(date +%s) - t0 )) s" ;;
+    qmv)
+      timeout 400 "$work/mlxrt_qmv_bench" ${QMV_ARGS:-} > "$out/qmv_bench.txt" 2>&1
+      tail -n 30 "$out/qmv_bench.txt"
+      echo "qmv $(( $(date +%s) - t0 )) s" ;;
+    ncu)
+      ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+      timeout 300 "$ncu_bin" --clock-control none --csv --print-units base --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+        "$work/mlxrt_qmv_bench" --quick --calls 2 --rounds 1 > "$out/qmv_ncu.csv" 2> "$out/qmv_ncu.err"
+      # Per kernel (name and grid): launches, mean time, mean DRAM bytes read and their rate.
+      $PY - "$out/qmv_ncu.csv" <<'PYEOF'
+import csv, collections, sys
+lines = open(sys.argv[1], errors="replace").read().splitlines()
+start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
+if start is None:
+    sys.exit("no ncu table")
+per = collections.defaultdict(dict)
+for r in csv.DictReader(lines[start:]):
+    v = float(r["Metric Value"].replace(",", ""))
+    unit = r["Metric Unit"]
+    v *= {"ns": 1e-9, "nsecond": 1e-9, "us": 1e-6, "usecond": 1e-6, "ms": 1e-3, "msecond": 1e-3}.get(unit, 1)
+    per[(r["ID"], r["Kernel Name"][:70], r["Grid Size"])][r["Metric Name"]] = v
+agg = collections.defaultdict(list)
+for (i, name, grid), m in per.items():
+    agg[(name, grid)].append(m)
+for (name, grid), ms in agg.items():
+    t = sum(m.get("gpu__time_duration.sum", 0) for m in ms) / len(ms)
+    b = sum(m.get("dram__bytes_read.sum", 0) for m in ms) / len(ms)
+    if t > 2e-6:
+        print(f"{name:<70} {grid:>16} n={len(ms):<3} {t * 1e6:9.2f} us {b / 1e6:9.2f} MB {b / t / 1e9 if t else 0:7.0f} GB/s")
+PYEOF
+      echo "ncu $(( $(date +%s) - t0 )) s" ;;
+    ncu_sections)
+      # What limits the kernel: speed of light, occupancy, warp stalls, on the 8B gate/up shape.
+      ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+      timeout 200 "$ncu_bin" --clock-control none -k regex:affine_qmv --launch-skip 0 --launch-count 1 \
+        --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+        --section MemoryWorkloadAnalysis "$work/mlxrt_qmv_bench" --quick --calls 1 --rounds 1 > "$out/qmv_ncu_sections.txt" 2>&1
+      grep -E 'Duration|Throughput|Achieved Occupancy|Registers|Stall|Issue|Warp Cycles' "$out/qmv_ncu_sections.txt" | head -30
+      echo "ncu_sections $(( $(date +%s) - t0 )) s" ;;
+    decode)
+      # shellcheck disable=SC2086  # models is a list of names
+      timeout 900 $PY bench/gpu/l3_bench.py --bin "$work/mlxrt" --work "$work/models" --tokenizer "$work/tokenizer" \
+        --out "$out" --models $models ${L3_BENCH_ARGS:-} > "$out/decode.txt" 2>&1
+      tail -n 8 "$out/decode.txt"
+      echo "decode $(( $(date +%s) - t0 )) s" ;;
+    *) echo "unknown step $step (tests qmv ncu ncu_sections decode)"; exit 2 ;;
+  esac
+done

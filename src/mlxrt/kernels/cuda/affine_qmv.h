@@ -1,0 +1,52 @@
+#pragma once
+/** The L3 affine quantized matrix-vector product on CUDA (--fidelity l3 on an NVIDIA GPU).
+ *
+ * y = x @ dequantize(w, scales, biases).T for the few rows of x a decoding step has (1 to 8), with
+ * w as mx.quantize packs it (4- or 8-bit values in uint32 words, [N, K * bits / 32]) and one scale
+ * and bias per group of 32, 64 or 128 values. Memory-bound: each lane reads 16 bytes of a weight
+ * row per load (32 four-bit or 16 eight-bit values, always inside one group), a warp owns several
+ * rows so that their loads are in flight together, and the next chunk's words are loaded before
+ * the current one is summed.
+ *
+ * Arithmetic (float32 throughout, not MLX's bytes): a value q of b bits is placed under the
+ * exponent of 1.0f, f = 1 + q / 2^b (two integer operations, no conversion instruction), so a
+ * chunk's dot product is s * 2^b * (sum x f - sum x) + bias * sum x, with sum x computed once per
+ * chunk for all rows. That costs a few bits of float32 against summing x * (s q + b) directly
+ * (the difference of two sums near sum x), far below the output's 16-bit rounding; the test in
+ * tests/gpu/affine_qmv_cuda_test.cpp holds it to a bound derived from that. */
+#include <optional>
+
+#include <mlx/array.h>
+
+namespace mlxrt::kernels::cuda {
+
+namespace mx = mlx::core;
+
+/** How the rows are spread: rows of w per warp and warps per block (benchmarked, not semantic; the
+ * bytes of a row's result do not depend on them). 0: chosen from N (affine_qmv.cpp says how). */
+struct QmvTiling {
+  int rows_per_warp = 0;
+  int warps_per_block = 0;
+};
+
+/** The most rows of x one call takes (a batched decoding step's). */
+constexpr int kQmvMaxRows = 8;
+
+/** Whether affine_qmv computes this product: default device a CUDA GPU, affine mode (biases given),
+ * 4 or 8 bits, group size 32, 64 or 128, w uint32 [N, K * bits / 32] with scales and biases
+ * [N, K / group_size] of one floating dtype, x floating [..., K] of 1 to kQmvMaxRows rows. */
+bool affine_qmv_applies(const mx::array& x, const mx::array& w, const mx::array& scales,
+                        const std::optional<mx::array>& biases, int group_size, int bits);
+
+/** Where the model takes affine_qmv over MLX's kernel (both measured on an H200,
+ * bench/RESULTS.md 2026-12-03, fourth session): at most 7 rows (from 8 rows MLX's quantized GEMM
+ * reads faster) and at least 4 MiB of packed weights (below that both are bound by the host's
+ * cost per launch, where MLX's own is lower). */
+bool affine_qmv_preferred(const mx::array& x, const mx::array& w, int bits);
+
+/** x @ dequantize(w).T in the dtype mx::quantized_matmul gives (x, scales and biases promoted),
+ * shaped [..., N]. std::invalid_argument where affine_qmv_applies does not hold. */
+mx::array affine_qmv(const mx::array& x, const mx::array& w, const mx::array& scales, const mx::array& biases,
+                     int group_size, int bits, QmvTiling tiling = {});
+
+}  // namespace mlxrt::kernels::cuda

@@ -1,0 +1,153 @@
+// The L3 CUDA matrix-vector product (kernels/cuda/affine_qmv.h) against the same product in
+// float64 on the host, from the packed words, scales and biases themselves, within the bound that
+// float32 sums allow. Not bit-exact by design (L3), so each element gets its own tolerance:
+//   |y - ref| <= u_out |ref| + 2^-24 (3 V + K / V + 16) sum_k |x_k| (|s_k| 2^bits + |b_k|)
+// where u_out is the output dtype's half ulp (0 for float32) and V the values one lane reads per
+// load: a chunk's sums (V terms each, the two of sum x f and sum x, scaled by 2^bits) and the K / V
+// chunk sums of a lane, and the warp's reduction, each round at 2^-24 of what they add. A wrong
+// index or an unwritten output misses that by orders of magnitude. Needs a CUDA device
+// (bench/gpu/run.sh kernels).
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <sstream>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <mlx/backend/cuda/cuda.h>
+#include <mlx/ops.h>
+#include <mlx/random.h>
+#include <mlx/transforms.h>
+
+#include "mlxrt/kernels/cuda/affine_qmv.h"
+
+namespace mlxrt::kernels::cuda {
+namespace {
+
+struct Case {
+  int n, k, rows, group_size, bits;
+  mx::Dtype x_type, param_type;
+};
+
+std::string describe(const Case& c, QmvTiling t) {
+  std::ostringstream s;
+  s << "N " << c.n << " K " << c.k << " rows " << c.rows << " g" << c.group_size << " " << c.bits << "-bit x "
+    << c.x_type << " params " << c.param_type << " tiling " << t.rows_per_warp << "x" << t.warps_per_block;
+  return s.str();
+}
+
+std::vector<float> host_floats(const mx::array& a) {
+  auto f = mx::astype(a, mx::float32);
+  mx::eval(f);
+  return {f.data<float>(), f.data<float>() + f.size()};
+}
+
+double half_ulp(mx::Dtype t) { return t == mx::bfloat16 ? std::ldexp(1.0, -8) : t == mx::float16 ? std::ldexp(1.0, -11) : 0.0; }
+
+class AffineQmv : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(mx::cu::is_available()) << "these tests need a CUDA device";
+    mx::set_default_device(mx::Device::gpu);
+  }
+
+  // Random operands for `c` (x optionally a view at an odd element offset, so not 16-byte aligned),
+  // the kernel's output, and the check of every element.
+  void check(const Case& c, int seed, QmvTiling tiling = {}, bool misaligned_x = false) {
+    auto key = mx::random::key(seed);
+    auto next = [&key]() {
+      auto parts = mx::random::split(key);
+      key = parts.first;
+      return parts.second;
+    };
+    const int groups = c.k / c.group_size;
+    auto w = mx::random::bits({c.n, c.k * c.bits / 32}, 4, next());
+    auto scales = mx::astype(mx::multiply(mx::random::normal({c.n, groups}, mx::float32, next()), mx::array(0.02f)),
+                             c.param_type);
+    auto biases = mx::astype(mx::multiply(mx::random::normal({c.n, groups}, mx::float32, next()), mx::array(0.1f)),
+                             c.param_type);
+    auto x = mx::astype(mx::random::normal({c.rows * c.k + 1}, mx::float32, next()), c.x_type);
+    x = misaligned_x ? mx::slice(x, {1}, {1 + c.rows * c.k}) : mx::slice(x, {0}, {c.rows * c.k});
+    x = mx::reshape(x, {1, c.rows, c.k});
+    mx::eval({w, scales, biases, x});
+    ASSERT_TRUE(affine_qmv_applies(x, w, scales, biases, c.group_size, c.bits)) << describe(c, tiling);
+    auto y = affine_qmv(x, w, scales, biases, c.group_size, c.bits, tiling);
+    mx::eval(y);
+    const auto out_type = mx::promote_types(c.x_type, c.param_type);
+    ASSERT_EQ(y.dtype(), out_type);
+    ASSERT_EQ(y.shape(), (mx::Shape{1, c.rows, c.n}));
+
+    const auto hy = host_floats(y), hx = host_floats(x), hs = host_floats(scales), hb = host_floats(biases);
+    const uint32_t* hw = w.data<uint32_t>();
+    const int per_word = 32 / c.bits, words = c.k / per_word, per_load = 128 / c.bits;
+    const uint32_t mask = (1u << c.bits) - 1u;
+    const double lift = std::ldexp(1.0, c.bits);
+    const double sums = 3.0 * per_load + double(c.k) / per_load + 16.0;
+    size_t bad = 0;
+    double worst = 0;
+    for (int n = 0; n < c.n; ++n) {
+      for (int m = 0; m < c.rows; ++m) {
+        double ref = 0, mag = 0;
+        for (int k = 0; k < c.k; ++k) {
+          const uint32_t q = (hw[static_cast<size_t>(n) * words + k / per_word] >> (c.bits * (k % per_word))) & mask;
+          const double s = hs[static_cast<size_t>(n) * groups + k / c.group_size];
+          const double b = hb[static_cast<size_t>(n) * groups + k / c.group_size];
+          const double xv = hx[static_cast<size_t>(m) * c.k + k];
+          ref += xv * (s * q + b);
+          mag += std::abs(xv) * (std::abs(s) * lift + std::abs(b));
+        }
+        const double got = hy[static_cast<size_t>(m) * c.n + n];
+        const double tol = half_ulp(out_type) * std::abs(ref) + std::ldexp(sums * mag, -24);
+        const double err = std::abs(got - ref);
+        if (!(err <= tol)) {  // a NaN fails
+          if (bad++ < 5)
+            ADD_FAILURE() << describe(c, tiling) << ": y[" << m << ", " << n << "] = " << got << ", float64 " << ref
+                          << ", tolerance " << tol;
+        }
+        if (tol > 0) worst = std::max(worst, err / tol);
+      }
+    }
+    EXPECT_EQ(bad, 0u) << describe(c, tiling);
+    std::printf("%s: largest error / tolerance %.3g\n", describe(c, tiling).c_str(), worst);
+  }
+};
+
+TEST_F(AffineQmv, FourBitWithinFloat32Bound) {
+  const Case cases[] = {{4096, 4096, 1, 64, 4, mx::bfloat16, mx::bfloat16}, {333, 4096, 1, 64, 4, mx::bfloat16, mx::bfloat16},
+                        {256, 12288, 3, 128, 4, mx::float16, mx::float16},  {257, 1024, 8, 32, 4, mx::float32, mx::float32},
+                        {130, 96, 2, 32, 4, mx::bfloat16, mx::bfloat16},    {200, 4096, 1, 64, 4, mx::float32, mx::bfloat16},
+                        {77, 2048, 4, 128, 4, mx::bfloat16, mx::float32}};
+  int seed = 1;
+  for (const auto& c : cases) check(c, seed++);
+}
+
+TEST_F(AffineQmv, EightBitWithinFloat32Bound) {
+  const Case cases[] = {{4096, 1024, 1, 64, 8, mx::bfloat16, mx::bfloat16}, {100, 2048, 5, 128, 8, mx::float16, mx::float16},
+                        {65, 160, 8, 32, 8, mx::float32, mx::float32},      {129, 3072, 2, 64, 8, mx::bfloat16, mx::bfloat16}};
+  int seed = 100;
+  for (const auto& c : cases) check(c, seed++);
+}
+
+TEST_F(AffineQmv, EveryTilingAndUnalignedInput) {
+  const Case c{517, 1536, 3, 64, 4, mx::bfloat16, mx::bfloat16};
+  int seed = 200;
+  for (QmvTiling t : {QmvTiling{1, 1}, QmvTiling{2, 4}, QmvTiling{3, 2}, QmvTiling{8, 8}, QmvTiling{4, 8}})
+    check(c, seed++, t);
+  check(c, seed++, {}, true);
+  check({91, 512, 1, 32, 8, mx::float16, mx::float16}, seed++, {}, true);
+}
+
+TEST_F(AffineQmv, RefusesWhatItDoesNotCompute) {
+  auto w = mx::zeros({64, 64}, mx::uint32);  // K = 512 at 4 bits
+  auto s = mx::ones({64, 8}, mx::bfloat16);
+  auto x = mx::ones({1, 512}, mx::bfloat16);
+  EXPECT_TRUE(affine_qmv_applies(x, w, s, s, 64, 4));
+  EXPECT_FALSE(affine_qmv_applies(x, w, s, std::nullopt, 64, 4));                     // not affine
+  EXPECT_FALSE(affine_qmv_applies(mx::ones({9, 512}, mx::bfloat16), w, s, s, 64, 4));  // 9 rows
+  EXPECT_FALSE(affine_qmv_applies(x, w, s, s, 64, 3));                                 // 3 bits
+  EXPECT_FALSE(affine_qmv_applies(mx::ones({1, 256}, mx::bfloat16), w, s, s, 64, 4));  // K differs
+  EXPECT_THROW(affine_qmv(x, w, s, s, 64, 2), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace mlxrt::kernels::cuda
