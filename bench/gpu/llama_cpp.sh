@@ -54,7 +54,8 @@ build_llama() {
 prepare() {
   local lw=${LLAMA_WORK:-$root/build-gpu-llama}
   local sdist=$lw/sdist src=$lw/src/vendor/llama.cpp llama=$bundle/llama
-  mkdir -p "$sdist" "$llama" "$bundle/wheels" "$bundle/bin" "$bundle/lib" "$bundle/tokenizer"
+  rm -rf "$bundle/bin" "$bundle/lib"
+  mkdir -p "$sdist" "$llama" "$bundle/wheels" "$bundle/tokenizer"
   if ! compgen -G "$sdist/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz" >/dev/null; then
     python3 -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: -d "$sdist" \
       "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
@@ -67,10 +68,13 @@ prepare() {
   fi
   # The converter and the Python packages it imports.
   rm -rf "$llama/converter"
-  mkdir -p "$llama/converter"
-  cp -r "$src/convert_hf_to_gguf.py" "$src/conversion" "$src/gguf-py" "$llama/converter/"
+  tar -cJf "$llama/converter.tar.xz" -C "$src" convert_hf_to_gguf.py conversion gguf-py
   rm -f "$llama/bin.tar.xz" "$llama/src.tar.xz"
-  if [ "${LLAMA_PREBUILD:-0}" = 1 ]; then
+  if [ -n "${LLAMA_BIN_TARBALL:-}" ]; then
+    # Binaries an earlier run built on the GPU machine (llama-bench, llama-quantize and their
+    # libraries, for that machine's glibc): no build there.
+    cp "$LLAMA_BIN_TARBALL" "$llama/bin.tar.xz"
+  elif [ "${LLAMA_PREBUILD:-0}" = 1 ]; then
     build_llama "$src" "$lw/llama-build" "${LLAMA_JOBS:-2}" "llama-bench llama-quantize" >/dev/null
     local b=$lw/llama-build/bin
     # The CUDA library compresses to about a third: unpacked there.
@@ -101,16 +105,22 @@ prepare() {
   local tokenizer=${BENCH_TOKENIZER:-$root/../shared/data/tokenizers/qwen3}
   xz -9 -c "$tokenizer/tokenizer.json" > "$bundle/tokenizer/tokenizer.json.xz"
   cp "$tokenizer/tokenizer_config.json" "$bundle/tokenizer/"
-  local binary=${MLXRT_BIN:-$root/build/mlxrt}
-  cp "$binary" "$bundle/bin/mlxrt"
+  # mlxrt and the libraries it needs beyond glibc, libstdc++ and MLX's wheels, compressed (the
+  # bundle must stay under 64 MB with llama.cpp's binaries in it).
+  local binary=${MLXRT_BIN:-$root/build/mlxrt} stage=$lw/mlxrt-stage
+  rm -rf "$stage"
+  mkdir -p "$stage/bin" "$stage/lib"
+  cp "$binary" "$stage/bin/mlxrt"
   ldd "$binary" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libstdc++.so*|libgcc_s.so*|ld-linux*|libmlx.so|liblapack*|libblas*|libopenblas*|libgfortran*|libquadmath*) ;;
-      *) cp -L "$lib" "$bundle/lib/" ;;
+      *) cp -L "$lib" "$stage/lib/" ;;
     esac
   done
+  tar -cJf "$bundle/mlxrt.tar.xz" -C "$stage" bin lib
   (cd "$root" && git rev-parse --short HEAD) > "$bundle/source"
-  du -sh "$bundle"/* "$bundle"
+  du -sh "$bundle"/* "$bundle"/llama/*
+  du -sb "$bundle"
 }
 
 # ---- on the GPU machine ----
@@ -149,6 +159,7 @@ env_info() {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv || true
   nproc
   df -h "$work" | tail -1
+  PATH=/usr/local/cuda/bin:$PATH; { nvcc --version | tail -1; cmake --version | head -1; ls /usr/local/cuda/lib64 | grep -E "cublas|cudart" | head -4; } || true
   echo "source $(cat "$bundle/source" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)"
   "$py" -m pip list 2>/dev/null | grep -i -E '^(mlx|mlx-cuda-13|mlx-lm|transformers|torch|numpy|tokenizers|nvidia-cublas|nvidia-cuda-nvrtc|nvidia-cuda-runtime) ' || true
 }
@@ -164,7 +175,7 @@ llama_setup() {
   if [ -f "$llama_dir/bin.tar.xz" ]; then
     tar -xJf "$llama_dir/bin.tar.xz" -C "$work/llama/bin"
     cp -P "$work/llama/bin"/* "$work/llama/qbin/"
-    llama_wrappers >> "$work/llama/ldd.txt"
+    llama_wrappers llama-bench llama-quantize >> "$work/llama/ldd.txt"
     echo 0 > "$work/llama/quantize.rc"
     echo 0 > "$work/llama/bench.rc"
     return
@@ -174,13 +185,13 @@ llama_setup() {
   ( rc=0; build_llama "$work/llama/src" "$work/llama/build-cpu" "$(nproc)" "llama-quantize" -DGGML_CUDA=OFF \
       > "$work/llama/build-cpu.log" 2>&1 || rc=$?
     if [ $rc -ne 0 ]; then tail -n 30 "$work/llama/build-cpu.log" >> "$out/summary.txt"
-    else cp -P "$work/llama/build-cpu/bin"/* "$work/llama/qbin/"; fi
+    else cp -P "$work/llama/build-cpu/bin"/* "$work/llama/qbin/"; llama_wrappers llama-quantize > /dev/null; fi
     echo $rc > "$work/llama/quantize.rc" ) &
   ( t0=$(date +%s) rc=0
     renice -n 10 -p "$BASHPID" >/dev/null
     build_llama "$work/llama/src" "$work/llama/build" "$(nproc)" llama-bench > "$out/build.log" 2>&1 || rc=$?
     echo "llama.cpp CUDA build: rc=$rc, $(( $(date +%s) - t0 )) s" >> "$out/summary.txt"
-    [ $rc -ne 0 ] || { cp -P "$work/llama/build/bin"/* "$work/llama/bin/"; llama_wrappers >> "$work/llama/ldd.txt"; }
+    [ $rc -ne 0 ] || { cp -P "$work/llama/build/bin"/* "$work/llama/bin/"; llama_wrappers llama-bench >> "$work/llama/ldd.txt"; }
     echo $rc > "$work/llama/bench.rc" ) &
 }
 
@@ -193,14 +204,14 @@ wait_llama() {
 # Wrappers for llama.cpp's programs: the CUDA runtime and cuBLAS that libggml-cuda links, from where
 # this machine has them (the toolkit's folder, else NVIDIA's Python wheels), for them alone (MLX
 # finds its own).
-llama_wrappers() {
+llama_wrappers() {  # llama_wrappers EXE...
   local dirs= d exe dir
   if ldd "$work/llama/bin/llama-bench" "$work/llama/bin"/libggml-cuda.so* 2>/dev/null | grep -q "not found"; then
     for d in /usr/local/cuda/lib64 "$site"/nvidia/cu13/lib "$site"/nvidia/*/lib; do
       [ -d "$d" ] && dirs="$dirs${dirs:+:}$d"
     done
   fi
-  for exe in llama-bench llama-quantize; do
+  for exe in "$@"; do
     dir=$work/llama/bin
     [ "$exe" = llama-quantize ] && dir=$work/llama/qbin
     [ -x "$dir/$exe" ] || continue
@@ -234,7 +245,7 @@ to_gguf() {
   local shape=$1 model=$work/models/$1-bf16 gguf=$work/gguf q
   mkdir -p "$gguf"
   hf_view "$model" "$work/hf/$shape"
-  $converter_py "$llama_dir/converter/convert_hf_to_gguf.py" "$work/hf/$shape" --outtype bf16 \
+  $converter_py "$work/converter/convert_hf_to_gguf.py" "$work/hf/$shape" --outtype bf16 \
     --outfile "$gguf/$shape-bf16.gguf"
   wait_llama quantize
   for q in $quants; do
@@ -297,8 +308,12 @@ run() {
   mkdir -p "$tokenizer"
   xz -dc "$bundle/tokenizer/tokenizer.json.xz" > "$tokenizer/tokenizer.json"
   cp "$bundle/tokenizer/tokenizer_config.json" "$tokenizer/"
+  rm -rf "$work/mlxrt-bundle" "$work/converter"
+  mkdir -p "$work/mlxrt-bundle" "$work/converter"
+  tar -xJf "$bundle/mlxrt.tar.xz" -C "$work/mlxrt-bundle"
+  tar -xJf "$llama_dir/converter.tar.xz" -C "$work/converter"
   printf '#!/bin/sh\nLD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s "$@"\n' \
-    "$site/mlx/lib:$(cd "$bundle/lib" && pwd)" "$(cd "$bundle/bin" && pwd)/mlxrt" > "$work/mlxrt"
+    "$site/mlx/lib:$work/mlxrt-bundle/lib" "$work/mlxrt-bundle/bin/mlxrt" > "$work/mlxrt"
   chmod +x "$work/mlxrt"
   local warm_pid= shape q cases=()
   if [ "${LLAMA_WARM:-1}" = 1 ] && [[ " ${LLAMA_SHAPES:-qwen3-8b} " != *" tiny "* ]]; then
