@@ -15,8 +15,10 @@
 #       the Qwen3 tokenizer, an mlxrt binary (MLXRT_BIN, default build/mlxrt) with the libraries it
 #       needs, and from the llama-cpp-python source distribution that versions.env pins, llama.cpp's
 #       converter and its source (trimmed of models, docs, tests and other backends: 4 MB), which
-#       the GPU machine builds; or, with LLAMA_PREBUILD=1 and nvcc 13 here, llama-bench and
-#       llama-quantize built here instead (LLAMA_JOBS jobs, default 2: an hour or more on two cores).
+#       the GPU machine builds (5.4 min there on 16 cores); or LLAMA_BIN_TARBALL=FILE, binaries an
+#       earlier build there made (llama-bench, llama-quantize, their libraries; tar.xz), or, with
+#       LLAMA_PREBUILD=1 and nvcc 13 here, built here (LLAMA_JOBS jobs, default 2: hours on two cores;
+#       glibc must not be newer here than there).
 #   bench/gpu/llama_cpp.sh run [BUNDLE]       on the GPU machine, BUNDLE carried along; no registry.
 #       Installs the wheels into PYTHON's environment (default python3) unless it has them, builds
 #       llama.cpp in the background (all cores; llama-bench with CUDA at a lower priority, llama-quantize
