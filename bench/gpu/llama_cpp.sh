@@ -149,7 +149,7 @@ step() {
 
 install_mlx() {
   if ! "$py" -c "import mlx.core as mx, mlx_lm; assert mx.__version__ == '$MLX_VERSION'" 2>/dev/null; then
-    "$py" -m pip install -q --disable-pip-version-check --no-index --no-deps "$bundle"/wheels/*.whl
+    "$py" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile "$bundle"/wheels/*.whl
   fi
   "$py" -c "import mlx.core as mx; print('mlx', mx.__version__, mx.default_device()); \
 w = mx.random.normal((256, 512)).astype(mx.float16); q = mx.quantize(w, group_size=32, bits=4); \
