@@ -91,6 +91,9 @@ def main():
                      f"{d.get('mean_kl', float('nan')):>9.2e} {d.get('max_kl', float('nan')):>9.2e} "
                      f"{d.get('agreement', float('nan')):>7.2%} | {p.get('mean_kl', float('nan')):>9.2e} "
                      f"{p.get('agreement', float('nan')):>7.2%}")
+    lines.append("each run (tok/s, in the order run): " + "; ".join(
+        f"{r['model']} " + ", ".join(f"{k} {'/'.join(f'{v:.1f}' for v in r[k]['all_gen_tps'])}" for k in ("l1", "l3", "mlx-lm"))
+        for r in rows if "error" not in r))
     text = "\n".join(lines)
     (args.out / "l3_table.txt").write_text(text + "\n")
     print(text)
