@@ -21,26 +21,9 @@ cd "$root"
 B=${B:-build-gpu/bundle}
 out=${OUT:-build-gpu/exact-out}
 work=${BENCH_WORK:-/tmp/exact-work}
-mkdir -p "$out" "$work"
-export MLXRT_VENV=${MLXRT_VENV:-$(python3 -c 'import sys; print(sys.prefix)')} MLXRT_WHEELS=$B/wheels \
-  MLXRT_LIBS=$B/lib MLXRT_BIN=$B/bin/mlxrt BENCH_OUT=$work/setup BENCH_WORK=$work PYTHONUNBUFFERED=1 \
-  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-# One kernel cache for every process (mlx-lm, the tests' oracle, and mlxrt): NVRTC once per kernel.
-export MLX_PTX_CACHE_DIR=${MLX_PTX_CACHE_DIR:-$work/ptx}
-ptx_tarball=${PTX_TARBALL:-build-gpu/ptx-cache.tgz}
-[ -f "$ptx_tarball" ] && mkdir -p "$MLX_PTX_CACHE_DIR" && tar xzf "$ptx_tarball" -C "$MLX_PTX_CACHE_DIR"
-save_ptx() { [ -d "$MLX_PTX_CACHE_DIR" ] && tar czf "$out/ptx-cache.tgz" -C "$MLX_PTX_CACHE_DIR" .; }
-trap save_ptx EXIT
-t0=$(date +%s)
-bench/gpu/run.sh env install build > "$out/setup.txt" 2>&1
-cat "$work/setup/summary.txt" >> "$out/setup.txt"
-grep -q '^build *rc=0' "$work/setup/summary.txt" || { tail -30 "$out/setup.txt"; exit 1; }
-PY=$MLXRT_VENV/bin/python3
-[ -x "$PY" ] || PY=python3
-echo "setup $(( $(date +%s) - t0 )) s"
+# shellcheck source=bench/gpu/bundle_setup.sh
+source bench/gpu/bundle_setup.sh
 bin=$work/mlxrt  # run.sh's wrapper: this environment's libmlx and the bundle's libraries
-mkdir -p "$work/tokenizer"
-xz -dc "$B/tokenizer/tokenizer.json.xz" > "$work/tokenizer/tokenizer.json" && cp "$B/tokenizer/tokenizer_config.json" "$work/tokenizer/"
 # The fixtures' Qwen3 tokenizer where the shared data folder did not come along (the text cases,
 # which need others, are left out then).
 shared=$root/../shared

@@ -9,7 +9,7 @@
 #   ncu_sections: Nsight Compute's sections for one launch of the kernel (what limits it);
 #   decode: bench/gpu/l3_bench.py (decode tok/s at l1, l3 and of mlx-lm, and l3's fidelity
 #           against l1) on L3_MODELS (default "qwen3-0.6b-q4 qwen3-8b-q4"), made there first.
-# Logs and tables go to $OUT; MLX's compiled kernels are kept as exact_run.sh keeps them
+# Logs and tables go to $OUT; MLX's compiled kernels are kept as bench/gpu/bundle_setup.sh keeps them
 # (PTX_TARBALL, default build-gpu/ptx-cache.tgz, in; $OUT/ptx-cache.tgz out).
 # Usage (repository root): [B=build-gpu/bundle] [L3_STEPS="tests qmv decode"] bench/gpu/l3_run.sh
 set -uo pipefail
@@ -18,24 +18,8 @@ cd "$root"
 B=${B:-build-gpu/bundle}
 out=${OUT:-build-gpu/l3-out}
 work=${BENCH_WORK:-/tmp/l3-work}
-mkdir -p "$out" "$work"
-export MLXRT_VENV=${MLXRT_VENV:-$(python3 -c 'import sys; print(sys.prefix)')} MLXRT_WHEELS=$B/wheels \
-  MLXRT_LIBS=$B/lib MLXRT_BIN=$B/bin/mlxrt BENCH_OUT=$work/setup BENCH_WORK=$work PYTHONUNBUFFERED=1 \
-  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export MLX_PTX_CACHE_DIR=${MLX_PTX_CACHE_DIR:-$work/ptx}
-ptx_tarball=${PTX_TARBALL:-build-gpu/ptx-cache.tgz}
-[ -f "$ptx_tarball" ] && mkdir -p "$MLX_PTX_CACHE_DIR" && tar xzf "$ptx_tarball" -C "$MLX_PTX_CACHE_DIR"
-save_ptx() { [ -d "$MLX_PTX_CACHE_DIR" ] && tar czf "$out/ptx-cache.tgz" -C "$MLX_PTX_CACHE_DIR" .; }
-trap save_ptx EXIT
-t0=$(date +%s)
-bench/gpu/run.sh env install build > "$out/setup.txt" 2>&1
-cat "$work/setup/summary.txt" >> "$out/setup.txt"
-grep -q '^build *rc=0' "$work/setup/summary.txt" || { tail -30 "$out/setup.txt"; exit 1; }
-PY=$MLXRT_VENV/bin/python3
-[ -x "$PY" ] || PY=python3
-echo "setup $(( $(date +%s) - t0 )) s"
-mkdir -p "$work/tokenizer"
-xz -dc "$B/tokenizer/tokenizer.json.xz" > "$work/tokenizer/tokenizer.json" && cp "$B/tokenizer/tokenizer_config.json" "$work/tokenizer/"
+# shellcheck source=bench/gpu/bundle_setup.sh
+source bench/gpu/bundle_setup.sh
 models=${L3_MODELS:-qwen3-0.6b-q4 qwen3-8b-q4}
 for step in ${L3_STEPS:-tests qmv decode}; do
   case $step in
