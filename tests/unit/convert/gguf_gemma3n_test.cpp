@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gguf_builder.h"
+#include "gguf_parsed.h"
 #include "mlxrt/convert/gguf_arch.h"
 #include "mlxrt/convert/gguf_blocks.h"
 #include "mlxrt/convert/gguf_gemma3n.h"
@@ -18,17 +19,8 @@ using mlxrt::convert::testing::GgufBuilder;
 
 namespace {
 
-struct Parsed {
-  std::string bytes;
-  GgufFile file;
-  const uint8_t* data() const { return reinterpret_cast<const uint8_t*>(bytes.data()) + file.data_start; }
-};
-
-Parsed parse(const GgufBuilder& b) {
-  Parsed p{b.build(), {}};
-  p.file = parse_gguf(p.bytes, p.bytes.size(), "g.gguf");
-  return p;
-}
+using Parsed = mlxrt::convert::testing::ParsedGguf;
+Parsed parse(const GgufBuilder& b) { return mlxrt::convert::testing::parse_built(b); }
 
 constexpr uint32_t kF32 = 0, kF16 = 1;
 constexpr float kInf = INFINITY;

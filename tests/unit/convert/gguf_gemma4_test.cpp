@@ -7,6 +7,7 @@
 #include <mlx/mlx.h>
 
 #include "gguf_builder.h"
+#include "gguf_parsed.h"
 #include "mlxrt/convert/gguf_arch.h"
 #include "mlxrt/convert/gguf_gemma4.h"
 #include "mlxrt/convert/gguf_gemma4_experts.h"
@@ -18,17 +19,8 @@ using mlxrt::convert::testing::GgufBuilder;
 
 namespace {
 
-struct Parsed {
-  std::string bytes;
-  GgufFile file;
-  const uint8_t* data() const { return reinterpret_cast<const uint8_t*>(bytes.data()) + file.data_start; }
-};
-
-Parsed parse(const GgufBuilder& b) {
-  Parsed p{b.build(), {}};
-  p.file = parse_gguf(p.bytes, p.bytes.size(), "g.gguf");
-  return p;
-}
+using Parsed = mlxrt::convert::testing::ParsedGguf;
+Parsed parse(const GgufBuilder& b) { return mlxrt::convert::testing::parse_built(b); }
 
 std::string f32_bytes(const std::vector<float>& v) {
   std::string s;
