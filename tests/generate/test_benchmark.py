@@ -17,3 +17,13 @@ def test_report_matches_mlx_lm(chat_model):
 def test_batch_size_is_refused_by_name(chat_model):
     proc = run_mlxrt("benchmark", "--model", chat_model, "-b", 4, check=False)
     assert proc.returncode == 1 and "--batch-size" in proc.stderr
+
+
+def test_step_timing_splits_each_trials_decode_steps(chat_model):
+    proc = run_mlxrt("benchmark", "--model", chat_model, "-p", 16, "-g", 8, "-n", 2, "--step-timing")
+    steps = re.findall(r"^Trial (\d) decode step: build=(\S+) ms, dispatch=(\S+) ms, wait=(\S+) ms "
+                       r"\(mean of (\d+) steps\)$", proc.stdout, re.M)
+    # One line per trial; every step after the first token (whose wait is the prefill's) counted.
+    assert [(t, n) for t, *_, n in steps] == [("1", "7"), ("2", "7")]
+    for _, build, dispatch, wait, _ in steps:
+        assert all(float(v) >= 0 for v in (build, dispatch, wait)) and float(build) + float(dispatch) > 0

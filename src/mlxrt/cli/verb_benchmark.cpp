@@ -28,6 +28,7 @@ struct BenchArgs {
   int prompt_tokens = 512, generation_tokens = 1024, batch_size = 1, num_trials = 5;
   int prefill_step_size = 2048, delay = 0;
   bool trust_remote_code = false;
+  bool step_timing = false;  // --step-timing
   DistributedArgs dist;
   model::FidelityTier fidelity = model::FidelityTier::l1;  // --fidelity
 };
@@ -57,8 +58,11 @@ void run(const BenchArgs& a) {
   mx::eval(row);
   std::vector<int32_t> prompt(row.data<int32_t>(), row.data<int32_t>() + a.prompt_tokens);
 
+  generate::StepTiming timing;
   auto bench = [&] {
+    timing = {};
     generate::TextGenerationOptions options;
+    if (a.step_timing) options.step_timing = &timing;
     options.max_tokens = a.generation_tokens;
     options.prefill_step_size = a.prefill_step_size;
     options.eos_token_ids = std::vector<int32_t>{};  // no early stop
@@ -80,6 +84,10 @@ void run(const BenchArgs& a) {
     std::printf("Trial %d:  prompt_tps=%.3f, generation_tps=%.3f, peak_memory=%.3f, total_time=%.3f\n", i + 1,
                 r.prompt_tps, r.generation_tps, r.peak_memory, total);
     std::fflush(stdout);
+    if (a.step_timing && timing.steps > 0)
+      std::printf("Trial %d decode step: build=%.3f ms, dispatch=%.3f ms, wait=%.3f ms (mean of %d steps)\n", i + 1,
+                  1e3 * timing.build_s / timing.steps, 1e3 * timing.dispatch_s / timing.steps,
+                  1e3 * timing.wait_s / timing.steps, timing.steps);
     sum_prompt += r.prompt_tps;
     sum_gen += r.generation_tps;
     sum_mem += r.peak_memory;
@@ -100,6 +108,9 @@ void register_benchmark(CLI::App& app) {
   cmd->add_option("--num-trials,-n", a->num_trials, "Number of timing trials")->capture_default_str();
   cmd->add_option("--prefill-step-size", a->prefill_step_size, "Step size for prefill processing")
       ->capture_default_str();
+  cmd->add_flag("--step-timing", a->step_timing,
+                "Also print where a decode step's time goes: building its graph, dispatching it (MLX encoding "
+                "the kernels), and waiting on the device");
   cmd->add_option("--delay", a->delay, "Delay between each test in seconds")->capture_default_str();
   cmd->add_flag("--trust-remote-code", a->trust_remote_code,
                 "Accepted for compatibility (no code from the model directory is ever run)");

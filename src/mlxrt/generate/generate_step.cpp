@@ -1,6 +1,8 @@
 // Port of generate_step in mlx_lm/generate.py (mlx-lm 0.32.2).
 #include "mlxrt/generate/generate_step.h"
 
+#include <chrono>
+
 #include <mlx/memory.h>
 #include <mlx/ops.h>
 #include <mlx/transforms.h>
@@ -97,10 +99,16 @@ std::optional<GeneratedToken> TokenGenerator::next() {
     mx::clear_cache();
     clear_cache_pending_ = false;
   }
+  using Clock = std::chrono::steady_clock;
+  const bool timed = options_.step_timing != nullptr && n_ > 0;
+  const auto t0 = Clock::now();
+  auto t1 = t0, t2 = t0;
   std::optional<std::pair<mx::array, mx::array>> upcoming;
   if (n_ != options_.max_tokens) {
     upcoming = step(y_);
+    t1 = Clock::now();
     mx::async_eval({upcoming->first, upcoming->second});
+    t2 = Clock::now();
   }
   if (n_ == 0) {
     mx::eval({y_});
@@ -111,6 +119,13 @@ std::optional<GeneratedToken> TokenGenerator::next() {
     return std::nullopt;
   }
   GeneratedToken out{y_.item<int32_t>(), logprobs_};
+  if (timed && upcoming) {
+    auto& t = *options_.step_timing;
+    t.build_s += std::chrono::duration<double>(t1 - t0).count();
+    t.dispatch_s += std::chrono::duration<double>(t2 - t1).count();
+    t.wait_s += std::chrono::duration<double>(Clock::now() - t2).count();
+    ++t.steps;
+  }
   clear_cache_pending_ = n_ % 256 == 0;
   y_ = upcoming->first;
   logprobs_ = upcoming->second;

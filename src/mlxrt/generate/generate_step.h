@@ -22,6 +22,17 @@ using LogitsProcessor = std::function<mx::array(const mx::array& tokens, const m
 /** argmax over the vocabulary (mlx-lm's greedy sampler). */
 mx::array greedy_sample(const mx::array& logprobs);
 
+/** Where a decode step's wall time goes, summed over the steps after the first token (`mlxrt
+ * benchmark --step-timing`). With MLX's stream pipelining (the next step dispatched before this
+ * token is read) build + dispatch close to the whole step means the host, not the device, sets
+ * the pace: a faster kernel then changes nothing until the step has fewer nodes. */
+struct StepTiming {
+  double build_s = 0;     // the lazy graph of one step (the model's forward, sampling)
+  double dispatch_s = 0;  // mx::async_eval of it: MLX encodes every node's kernels here
+  double wait_s = 0;      // reading the token: the device still working on the step before
+  int steps = 0;
+};
+
 struct GenerateOptions {
   int max_tokens = 256;              // -1: no limit
   int prefill_step_size = 2048;
@@ -36,6 +47,8 @@ struct GenerateOptions {
   int quantized_kv_start = 5000;
   /** Called with (processed, total) prompt tokens as prefill advances. */
   std::function<void(int, int)> prompt_progress;
+  /** When set, next() adds each decode step's host and wait times to it. */
+  StepTiming* step_timing = nullptr;
 };
 
 struct GeneratedToken {

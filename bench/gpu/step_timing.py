@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Where a decode step's time goes on the GPU, and what MLX's command-buffer settings change.
+
+For each model (bench/gpu/models.py) and each MLX setting (environment variables of MLX's CUDA
+backend that choose how kernels reach the GPU, never which kernels run: the bytes stay the same),
+`mlxrt benchmark --step-timing` at --fidelity l1 and l3, and mlx_lm.benchmark, take turns. The
+table gives decode tok/s and the step's split: building the lazy graph, dispatching it (MLX
+encoding the kernels into CUDA graphs and launching them) and waiting for the device. A step whose
+build + dispatch is close to its whole time is bound by the host, and a faster kernel cannot show.
+
+Usage: step_timing.py --bin MLXRT --work MODELS_DIR --tokenizer DIR --out DIR
+       [--models qwen3-0.6b-q4 qwen3-8b-q4] [--settings default graphs-off ops-400]
+       [--prompt 128] [--gen 256] [--trials 2]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import models
+
+# name -> environment: how MLX's CUDA backend batches kernels into CUDA graphs (device.cpp there).
+SETTINGS = {
+    "default": {},
+    "graphs-off": {"MLX_USE_CUDA_GRAPHS": "0"},  # each kernel launched on the stream
+    "ops-400": {"MLX_MAX_OPS_PER_BUFFER": "400"},  # fewer, larger graphs (H100/H200 default 100)
+    "ops-30": {"MLX_MAX_OPS_PER_BUFFER": "30"},
+}
+
+AVERAGES = re.compile(r"Averages: prompt_tps=([\d.]+), generation_tps=([\d.]+)")
+STEP = re.compile(r"decode step: build=([\d.]+) ms, dispatch=([\d.]+) ms, wait=([\d.]+) ms")
+
+
+def run(cmd, env, log):
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env}, timeout=600)
+    log.write(f"$ {' '.join(f'{k}={v}' for k, v in env.items())} {' '.join(cmd)} (rc {proc.returncode}, "
+              f"{time.perf_counter() - t:.0f} s)\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}\n")
+    log.flush()
+    m = AVERAGES.search(proc.stdout)
+    if proc.returncode != 0 or not m:
+        return {"error": (proc.stderr or proc.stdout)[-300:]}
+    out = {"prompt_tps": float(m.group(1)), "gen_tps": float(m.group(2))}
+    steps = STEP.findall(proc.stdout)
+    if steps:
+        last = steps[-1]  # the last trial: everything compiled and cached by then
+        out.update(build_ms=float(last[0]), dispatch_ms=float(last[1]), wait_ms=float(last[2]))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--work", required=True, type=Path)
+    ap.add_argument("--tokenizer", required=True, type=Path)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--models", nargs="+", default=["qwen3-0.6b-q4", "qwen3-8b-q4"])
+    ap.add_argument("--settings", nargs="+", default=["default", "graphs-off", "ops-400"], choices=list(SETTINGS))
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--gen", type=int, default=256)
+    ap.add_argument("--trials", type=int, default=2)
+    args = ap.parse_args()
+    python = Path(sys.executable)
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = open(args.out / "step_timing.log", "a")
+    flags = ["-p", str(args.prompt), "-g", str(args.gen), "-n", str(args.trials)]
+    rows = []
+    for name in args.models:
+        shape, quant = name.rsplit("-", 1)
+        model = str(models.ensure_model(python, args.work, shape, quant, args.tokenizer))
+        programs = {
+            "l1": [args.bin, "benchmark", "--model", model, *flags, "--step-timing"],
+            "l3": [args.bin, "benchmark", "--model", model, *flags, "--step-timing", "--fidelity", "l3"],
+            "mlx-lm": [str(python), "-m", "mlx_lm.benchmark", "--model", model, *flags],
+        }
+        for setting in args.settings:
+            for program, cmd in programs.items():
+                r = run(cmd, SETTINGS[setting], log)
+                rows.append({"model": name, "setting": setting, "program": program, **r})
+                (args.out / "step_timing.json").write_text(json.dumps(rows, indent=1))
+    lines = [f"decode (prompt {args.prompt}, {args.gen} tokens, mean of {args.trials} trials); the last trial's "
+             "mean step split (ms): build the graph / dispatch it / wait for the device",
+             f"{'model':<14} {'setting':<11} {'program':<7} {'tok/s':>8} {'step ms':>8} {'build':>7} {'dispatch':>9} {'wait':>7}"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{r['model']:<14} {r['setting']:<11} {r['program']:<7} error: {r['error'][:150]!r}")
+            continue
+        split = (f"{r['build_ms']:>7.3f} {r['dispatch_ms']:>9.3f} {r['wait_ms']:>7.3f}" if "build_ms" in r else "")
+        lines.append(f"{r['model']:<14} {r['setting']:<11} {r['program']:<7} {r['gen_tps']:>8.1f} "
+                     f"{1e3 / r['gen_tps']:>8.3f} {split}")
+    text = "\n".join(lines)
+    (args.out / "step_timing.txt").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
