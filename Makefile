@@ -13,7 +13,7 @@ CTEST_ARGS ?=
 MLXRT_VENV ?= $(CURDIR)/.venv
 export MLXRT_VENV
 
-.PHONY: all build deps test test-long fuzz-long demo clean
+.PHONY: all build deps test test-long test-aarch64 fuzz-long demo clean
 all: build
 
 deps:
@@ -36,6 +36,11 @@ test: build
 test-long: build
 	@tools/setup/install-llama-cpp-converter.sh >/dev/null
 	MLXRT_TEST_LONG=1 MLXRT_TOOL_FORMATS=all ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# The CPU kernels on 64-bit Arm: cross-compiled with their tests and run under qemu-aarch64 against
+# the aarch64 MLX wheel (tools/aarch64/test.sh; not part of `make test`). Its own build dir.
+test-aarch64:
+	@tools/aarch64/test.sh build-aarch64
 
 # Every libFuzzer target under ASan+UBSan for FUZZ_SECONDS each (CTest runs them for 5 s, built at -O0; this builds an -O1 copy), with
 # executions, coverage and findings printed per target (tools/fuzz_long.sh).
