@@ -1,6 +1,7 @@
 // Our CPU matmuls (affine quantized, gathered, bfloat16) against MLX's own, byte for byte:
 // every element type, bit width and group size they take, ragged shapes, special values, strided
-// inputs, both instruction sets and several thread counts.
+// inputs, every instruction set (AVX-512 and AVX2 on x86-64, NEON on aarch64) and several thread
+// counts.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -68,7 +69,7 @@ std::vector<Case> cases() {
 
 TEST(AffineQmm, EqualsMlxBytesAvx512OrAvx2) {
   auto kernels = CpuKernels::create(2);
-  if (!kernels) GTEST_SKIP() << "no AVX2 + F16C here: MLX's kernel runs";
+  if (!kernels) GTEST_SKIP() << "no CPU kernels of ours here (x86-64 without AVX2 + F16C): MLX's kernel runs";
   uint64_t seed = 1;
   for (const auto& c : cases()) {
     expect_same_bytes(c, kernels, false, seed++);
@@ -78,7 +79,8 @@ TEST(AffineQmm, EqualsMlxBytesAvx512OrAvx2) {
 
 TEST(AffineQmm, EqualsMlxBytesAvx2) {
   auto kernels = CpuKernels::create(2, false);
-  if (!kernels) GTEST_SKIP() << "no AVX2 + F16C here: MLX's kernel runs";
+  if (!kernels) GTEST_SKIP() << "no CPU kernels of ours here (x86-64 without AVX2 + F16C): MLX's kernel runs";
+  if (std::string(kernels->instruction_set()) == "neon") GTEST_SKIP() << "aarch64: NEON only, tested above";
   ASSERT_STREQ(kernels->instruction_set(), "avx2");
   uint64_t seed = 1000;
   for (const auto& c : cases()) expect_same_bytes(c, kernels, true, seed++);
@@ -88,7 +90,7 @@ TEST(AffineQmm, EqualsMlxBytesAvx2) {
 // NaN against the product's), and an x NaN against a w NaN (scale inf times q 0) at every k. One
 // row per position, so each row's sign says which operand MLX's compiled kernel kept there.
 TEST(AffineQmm, NaNSignsAsMlxAtEveryPosition) {
-  if (!CpuKernels::create(1)) GTEST_SKIP() << "no AVX2 + F16C here";
+  if (!CpuKernels::create(1)) GTEST_SKIP() << "no CPU kernels of ours here (x86-64 without AVX2 + F16C)";
   for (bool avx512 : {true, false}) {
   auto kernels = CpuKernels::create(2, avx512);
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -131,7 +133,7 @@ TEST(AffineQmm, NaNSignsAsMlxAtEveryPosition) {
 
 TEST(AffineQmm, SameBytesForAnyThreadCount) {
   auto one = CpuKernels::create(1);
-  if (!one) GTEST_SKIP() << "no AVX2 + F16C here";
+  if (!one) GTEST_SKIP() << "no CPU kernels of ours here (x86-64 without AVX2 + F16C)";
   auto three = CpuKernels::create(3);
   auto x = make_x(150, 256, mx::bfloat16, 7, false);
   auto q = mx::quantize(mx::astype(mx::random::normal({300, 256}, mx::float32, 0.0f, 0.05f, mx::random::key(8)),
@@ -144,7 +146,7 @@ TEST(AffineQmm, SameBytesForAnyThreadCount) {
 
 TEST(AffineQmm, StridedAndBatchedInputs) {
   auto kernels = CpuKernels::create(2);
-  if (!kernels) GTEST_SKIP() << "no AVX2 + F16C here";
+  if (!kernels) GTEST_SKIP() << "no CPU kernels of ours here (x86-64 without AVX2 + F16C)";
   auto q = mx::quantize(mx::random::normal({96, 128}, mx::float32, 0.0f, 0.05f, mx::random::key(3)), 64, 4);
   // x as a transposed view (not row-contiguous) and as a 3-D batch.
   auto xt = mx::transpose(mx::random::normal({128, 5}, mx::float32, 0.0f, 1.0f, mx::random::key(4)));
@@ -159,7 +161,7 @@ TEST(AffineQmm, StridedAndBatchedInputs) {
 
 TEST(AffineQmm, LeavesMlxNodeWhereItCannotMatch) {
   auto kernels = CpuKernels::create(2);
-  if (!kernels) GTEST_SKIP() << "no AVX2 + F16C here";
+  if (!kernels) GTEST_SKIP() << "no CPU kernels of ours here (x86-64 without AVX2 + F16C)";
   auto x = mx::random::normal({2, 128}, mx::float32, 0.0f, 1.0f, mx::random::key(6));
   auto q3 = mx::quantize(mx::random::normal({32, 128}, mx::float32, 0.0f, 0.05f, mx::random::key(7)), 64, 3);
   auto y3 = mlxrt::kernels::cpu::quantized_matmul(kernels, x, q3[0], q3[1], q3[2], 64, 3, "affine");
@@ -185,7 +187,7 @@ namespace {
 TEST(AffineGatherQmm, EqualsMlxBytes) {
   for (bool avx512 : {true, false}) {
     auto kernels = CpuKernels::create(2, avx512);
-    if (!kernels) GTEST_SKIP() << "no AVX2 + F16C here";
+    if (!kernels) GTEST_SKIP() << "no CPU kernels of ours here (x86-64 without AVX2 + F16C)";
     for (auto dtype : {mx::float32, mx::bfloat16, mx::float16})
       for (int bits : {4, 8}) {
         const int experts = 6, n = 48, k = 128;
@@ -222,7 +224,7 @@ namespace {
 TEST(Bf16Matmul, EqualsMlxBytes) {
   for (bool avx512 : {true, false}) {
     auto kernels = CpuKernels::create(2, avx512);
-    if (!kernels) GTEST_SKIP() << "no AVX2 + F16C here";
+    if (!kernels) GTEST_SKIP() << "no CPU kernels of ours here (x86-64 without AVX2 + F16C)";
     uint64_t seed = 40;
     for (int rows : {1, 3, 4, 5, 70})
       for (int n : {16, 40, 130})
@@ -249,7 +251,7 @@ TEST(Bf16Matmul, EqualsMlxBytes) {
 
 TEST(Bf16Matmul, OtherTypesKeepMlxNode) {
   auto kernels = CpuKernels::create(2);
-  if (!kernels) GTEST_SKIP() << "no AVX2 + F16C here";
+  if (!kernels) GTEST_SKIP() << "no CPU kernels of ours here (x86-64 without AVX2 + F16C)";
   auto x = mx::ones({2, 8}, mx::float16);
   auto w = mx::ones({4, 8}, mx::float16);
   EXPECT_STREQ(mlxrt::kernels::cpu::matmul_transposed(kernels, x, w, std::nullopt).primitive().name(), "Matmul");

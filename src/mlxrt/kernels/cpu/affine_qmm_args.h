@@ -35,6 +35,7 @@ constexpr int kRowsPerUnit = 64;
  * scratch_floats(a) floats. One function per instruction set. */
 void affine_qmm_units_avx512(const AffineQmmArgs& a, int begin, int end, float* scratch);
 void affine_qmm_units_avx2(const AffineQmmArgs& a, int begin, int end, float* scratch);
+void affine_qmm_units_neon(const AffineQmmArgs& a, int begin, int end, float* scratch);
 
 /** Floats of scratch one thread needs for `a`: the dequantized columns of one unit and x's rows
  * of one unit as float. */
@@ -61,6 +62,7 @@ struct Bf16MatmulArgs {
 /** As affine_qmm_units_*, for Bf16MatmulArgs (units numbered the same way). */
 void bf16_matmul_units_avx512(const Bf16MatmulArgs& a, int begin, int end, float* scratch);
 void bf16_matmul_units_avx2(const Bf16MatmulArgs& a, int begin, int end, float* scratch);
+void bf16_matmul_units_neon(const Bf16MatmulArgs& a, int begin, int end, float* scratch);
 
 inline long long scratch_floats(const Bf16MatmulArgs& a) {
   return static_cast<long long>(a.k) * kColumnsPerUnit + static_cast<long long>(a.k) * kRowsPerUnit;

@@ -27,6 +27,13 @@
 // first source first. The files
 // that include this are compiled with -ffp-contract=off: a fused multiply-add would round once
 // where MLX rounds twice.
+//
+// aarch64 (affine_qmm_neon.cpp): MLX's Linux aarch64 wheel runs the same scalar `_qmm_t`
+// (simd::max_size<T> is 1 there too: its NEON types are for Accelerate), but built with the
+// compiler's default contraction, and every ARMv8-A CPU has FMA: for float32 the library computes
+// w = fma(scale, q, bias) and sum = fma(x, w, sum). bfloat16 and float16 round to T between the
+// operations, so nothing fuses there and the arithmetic is the x86 one. A fused multiply-add's
+// NaN is its addend's first, then x's, then w's (Arm's rule); the NaN tests find MLX's bytes so.
 
 #include <cstdint>
 #include <cstring>
@@ -34,6 +41,14 @@
 #include "mlxrt/kernels/cpu/affine_qmm_args.h"
 
 namespace mlxrt::kernels::cpu::detail {
+
+// Whether MLX's library on V's architecture contracts a float `a * b + c` into one fused
+// multiply-add (V::kFusesMultiplyAdd, with V::fma; aarch64, see above); false where V does not say.
+template <class V>
+constexpr bool fuses_multiply_add() {
+  if constexpr (requires { V::kFusesMultiplyAdd; }) return V::kFusesMultiplyAdd;
+  return false;
+}
 
 template <class V, QmmElem E>
 struct AffineQmm {
@@ -70,8 +85,11 @@ struct AffineQmm {
   // Whether sum + product takes the product as first source at position k (float32).
   bool product_first(int k) const { return E == QmmElem::f32 && order_period && k % order_period >= 2; }
 
+  static constexpr bool kFused = E == QmmElem::f32 && fuses_multiply_add<V>();
+
   // sum += w * x, with MLX's first sources (see the top of this file).
   static F accumulate(F sum, F w, F x, bool product_first) {
+    if constexpr (kFused) return V::fma(sum, x, w);
     if constexpr (E == QmmElem::f16) return round(V::add(round(V::mul(x, w)), sum));
     const F product = round(V::mul(w, x));
     if (product_first) return V::add(product, sum);
@@ -143,6 +161,7 @@ struct AffineQmm {
   template <int kBits>
   static F dequantize(I packed, int i, F scale, F bias) {
     const F q = V::to_float(V::and_(V::srl(packed, kBits * i), V::set1i((1 << kBits) - 1)));
+    if constexpr (kFused) return V::fma(bias, scale, q);
     return round(V::add(round(V::mul(scale, q)), bias));
   }
 

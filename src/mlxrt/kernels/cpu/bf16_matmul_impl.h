@@ -9,11 +9,17 @@
 // bfloat16(1.0f * sum) for a matmul, bfloat16(1.0f * sum + 1.0f * float(bias)) for addmm with
 // alpha = beta = 1. The 16 x 16 blocks it walks do not change that order. A bfloat16 NaN has one
 // encoding (0x7FC0), so no NaN sign needs reproducing here. Compiled with -ffp-contract=off.
+//
+// aarch64: the same simd_gemm, built with contraction: sum = fma(x, w, sum) (V::fma where
+// fuses_multiply_add<V>(), affine_qmm_impl.h). A product of two bfloat16 values is exact in float
+// unless it falls below float's normal range, so fused and unfused sums differ only there; the
+// alpha and beta multiplications by 1 are exact either way.
 
 #include <cstdint>
 #include <cstring>
 
 #include "mlxrt/kernels/cpu/affine_qmm_args.h"
+#include "mlxrt/kernels/cpu/affine_qmm_impl.h"  // fuses_multiply_add
 
 namespace mlxrt::kernels::cpu::detail {
 
@@ -84,7 +90,12 @@ struct Bf16Matmul {
   static void step(F (&acc)[kRows][kTileVectors], const F (&wv)[kTileVectors], const float* xf, long long k, int stride) {
     for (int r = 0; r < kRows; ++r) {
       const F xb = V::set1(xf[r * static_cast<long long>(stride) + k]);
-      for (int v = 0; v < kTileVectors; ++v) acc[r][v] = V::add(acc[r][v], V::mul(xb, wv[v]));
+      for (int v = 0; v < kTileVectors; ++v) {
+        if constexpr (fuses_multiply_add<V>())
+          acc[r][v] = V::fma(acc[r][v], xb, wv[v]);
+        else
+          acc[r][v] = V::add(acc[r][v], V::mul(xb, wv[v]));
+      }
     }
   }
 

@@ -78,6 +78,9 @@ void run_matmuls(const CpuKernels& kernels, int count, const AffineQmmArgs& shap
         affine_qmm_units_avx512(args, u - i * units, stop - i * units, scratch);
       else
         affine_qmm_units_avx2(args, u - i * units, stop - i * units, scratch);
+#elif defined(MLXRT_CPU_NEON_KERNELS)
+      (void)avx512;
+      affine_qmm_units_neon(args, u - i * units, stop - i * units, scratch);
 #else
       (void)avx512, (void)scratch, (void)args;
 #endif
@@ -221,6 +224,9 @@ class Bf16MatmulTransposed : public mx::UnaryPrimitive {
               bf16_matmul_units_avx512(args, begin, end, scratch);
             else
               bf16_matmul_units_avx2(args, begin, end, scratch);
+#elif defined(MLXRT_CPU_NEON_KERNELS)
+            (void)avx512;
+            bf16_matmul_units_neon(args, begin, end, scratch);
 #else
             (void)avx512, (void)scratch, (void)begin, (void)end;
 #endif
@@ -259,8 +265,13 @@ CpuKernels::~CpuKernels() = default;
 int CpuKernels::threads() const { return workers_->threads(); }
 
 std::shared_ptr<CpuKernels> CpuKernels::create(int threads, bool allow_avx512, bool l3) {
-  if (!cpu_has_avx2() || (l3 && !cpu_has_fma())) return nullptr;
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+#if defined(MLXRT_CPU_NEON_KERNELS)
+  // 64-bit Arm: the L1 kernels on NEON (every ARMv8-A CPU has it); no L3 kernels there yet.
+  if (l3) return nullptr;
+  return std::shared_ptr<CpuKernels>(new CpuKernels(false, false, false, threads));
+#endif
+  if (!cpu_has_avx2() || (l3 && !cpu_has_fma())) return nullptr;
   const bool avx512 = allow_avx512 && cpu_has_avx512();
   return std::shared_ptr<CpuKernels>(new CpuKernels(avx512, avx512 && cpu_has_avx512_vnni(), l3, threads));
 }
@@ -275,7 +286,14 @@ std::shared_ptr<CpuKernels> CpuKernels::from_environment(bool l3) {
   }
   auto kernels = create(parse_threads(std::getenv("MLXRT_CPU_THREADS")), true, l3);
   if (l3 && !kernels)
-    throw UnsupportedError("--fidelity l3: this build's L3 CPU kernels need an x86-64 CPU with AVX2, FMA and F16C");
+    throw UnsupportedError(
+#if defined(MLXRT_CPU_NEON_KERNELS)
+        "--fidelity l3: this build's L3 CPU kernels are written for x86-64 only (AVX2, FMA and F16C); on Arm, "
+        "mlxrt's CPU kernels run at L1"
+#else
+        "--fidelity l3: this build's L3 CPU kernels need an x86-64 CPU with AVX2, FMA and F16C"
+#endif
+    );
   if (const char* blocks = std::getenv("MLXRT_L3_BLOCKS"); blocks && *blocks) {
     if (std::string(blocks) != "0" && std::string(blocks) != "1")
       throw UsageError(std::string("MLXRT_L3_BLOCKS must be 0 or 1, got '") + blocks + "'");

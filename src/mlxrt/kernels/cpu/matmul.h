@@ -3,9 +3,10 @@
  * vectorised, multithreaded kernels where they give MLX's bytes exactly (L1), by MLX's own
  * kernels everywhere else.
  *
- * MLX's Linux x86-64 CPU backend computes `quantized_matmul` one output at a time with scalar
- * float arithmetic (its SIMD path is for Arm and Accelerate only); ours runs the same operations
- * in the same order for 8 or 16 outputs at once on AVX2 or AVX-512, over several threads. Where
+ * MLX's Linux CPU backend (x86-64 and aarch64) computes `quantized_matmul` one output at a time
+ * with scalar float arithmetic (its SIMD path is for Accelerate only); ours runs the same
+ * operations in the same order for 16, 8 or 4 outputs at once on AVX-512, AVX2 or NEON, over
+ * several threads. Where
  * it cannot promise the same bytes (another platform or device, 3/5/6 bits, other quantization
  * modes, batched weights) it leaves MLX's node in place. */
 #include <memory>
@@ -23,7 +24,8 @@ class CpuWorkers;
 /** The CPU kernels of one loaded model: the instruction set found and the worker threads. */
 class CpuKernels {
  public:
-  /** Null where no kernel of ours runs (not x86-64 Linux, or no AVX2 + F16C). `threads` <= 0: the
+  /** Null where no kernel of ours runs (neither x86-64 nor aarch64 Linux, or an x86-64 CPU without
+   * AVX2 + F16C; with `l3`, also aarch64, which has the L1 kernels only). `threads` <= 0: the
    * machine's hardware threads. `allow_avx512` false: the AVX2 kernels even where AVX-512 runs
    * (for tests). */
   static std::shared_ptr<CpuKernels> create(int threads, bool allow_avx512 = true, bool l3 = false);
@@ -33,7 +35,13 @@ class CpuKernels {
   static std::shared_ptr<CpuKernels> from_environment(bool l3 = false);
 
   ~CpuKernels();
-  const char* instruction_set() const { return avx512_ ? "avx512" : "avx2"; }
+  const char* instruction_set() const {
+#if defined(MLXRT_CPU_NEON_KERNELS)
+    return "neon";
+#else
+    return avx512_ ? "avx512" : "avx2";
+#endif
+  }
   bool avx512() const { return avx512_; }
   /** Whether the L3 kernels run (kernels/cpu/l3_matmul.h): measured, not bit-exact. */
   bool l3() const { return l3_; }
