@@ -12,7 +12,8 @@ function(mlxrt_cpu_kernel_flags target)
   endif()
   set(_x86 "${_dir}/affine_qmm_avx512.cpp" "${_dir}/affine_qmm_avx2.cpp" "${_dir}/l3_qmm_avx512vnni.cpp"
            "${_dir}/l3_qmm_avx2.cpp" "${_dir}/l3_fused_avx2.cpp")
-  set(_arm "${_dir}/affine_qmm_neon.cpp")
+  set(_arm "${_dir}/affine_qmm_neon.cpp" "${_dir}/l3_qmm_neon.cpp" "${_dir}/l3_qmm_neondot.cpp"
+           "${_dir}/l3_fused_neon.cpp")
   if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND NOT APPLE)
     target_compile_definitions(${target} PUBLIC MLXRT_CPU_X86_KERNELS=1)
     set_source_files_properties("${_dir}/affine_qmm_avx512.cpp" TARGET_DIRECTORY ${target}
@@ -28,7 +29,11 @@ function(mlxrt_cpu_kernel_flags target)
   elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64|ARM64)$" AND NOT APPLE)
     # NEON (Advanced SIMD) is part of ARMv8-A: no flag and no run-time check for it.
     target_compile_definitions(${target} PUBLIC MLXRT_CPU_NEON_KERNELS=1)
-    set_source_files_properties(${_arm} TARGET_DIRECTORY ${target} PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
+    set_source_files_properties("${_dir}/affine_qmm_neon.cpp" "${_dir}/l3_qmm_neon.cpp" "${_dir}/l3_fused_neon.cpp"
+      TARGET_DIRECTORY ${target} PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
+    # SDOT (ARMv8.2 dot product): only this file, called only where the CPU reports it.
+    set_source_files_properties("${_dir}/l3_qmm_neondot.cpp" TARGET_DIRECTORY ${target}
+      PROPERTIES COMPILE_OPTIONS "-march=armv8.2-a+dotprod;-ffp-contract=off")
     set_source_files_properties(${_x86} TARGET_DIRECTORY ${target} PROPERTIES HEADER_FILE_ONLY ON)
   else()
     # Elsewhere MLX's own kernels run (matmul.h); the instruction-set files compile empty.

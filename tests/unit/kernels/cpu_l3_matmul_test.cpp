@@ -1,6 +1,7 @@
 // The L3 quantized matmul against its definition (l3_qmm_args.h), written out here as scalar code:
-// the same bits from the AVX-512 VNNI and the AVX2 kernels, for every element type, bit width and
-// group size, ragged shapes (a partial tile, blocks that do not fill a vector), any batch of rows
+// the same bits from the AVX-512 VNNI and the AVX2 kernels (on aarch64: NEON with and without the
+// dot product), for every element type, bit width and group size, ragged shapes (a partial tile,
+// blocks that do not fill a vector), any batch of rows
 // (a row's output does not depend on the rows beside it) and thread count. And how far it is from
 // L1 (MLX's quantized_matmul) on random data: near, which says the definition is the right one.
 #include <gtest/gtest.h>
@@ -140,8 +141,10 @@ TEST(L3QuantizedMatmul, MatchesItsDefinitionOnBothInstructionSets) {
   for (const auto& c : cases()) {
     const auto in = make_inputs(c, seed++);
     const auto want = bytes_of(reference(c, in.x, in.w, in.scales, in.biases, c.dtype));
-    EXPECT_EQ(bytes_of(l3(avx2, c, in)), want) << "avx2, " << describe(c);
-    if (avx512 && avx512->vnni()) EXPECT_EQ(bytes_of(l3(avx512, c, in)), want) << "avx512vnni, " << describe(c);
+    EXPECT_EQ(bytes_of(l3(avx2, c, in)), want) << avx2->l3_instruction_set() << ", " << describe(c);
+    if (avx512 && avx512->vnni()) {
+      EXPECT_EQ(bytes_of(l3(avx512, c, in)), want) << avx512->l3_instruction_set() << ", " << describe(c);
+    }
   }
 }
 
@@ -372,7 +375,7 @@ TEST(L3QuantizedMatmul, GatheredExpertsAreEachExpertsProduct) {
   }
 }
 
-#if defined(MLXRT_CPU_X86_KERNELS)
+#if defined(MLXRT_CPU_X86_KERNELS) || defined(MLXRT_CPU_NEON_KERNELS)
 // x's quantization (the vectorised first step of the L3 matmul) on the blocks random data never
 // gives: all zeros, a NaN, infinities, values that round to the clamp, tiny and huge magnitudes.
 // The definition (l3_qmm_args.h) in scalar code: d NaN where the block holds a NaN, a value whose
@@ -407,13 +410,20 @@ TEST(L3QuantizedMatmul, QuantizesSpecialBlocksAsItsDefinition) {
   std::vector<float> halves(32);  // values at ±(n + 0.5) / 127 of the largest: ties to even
   for (int i = 0; i < 32; ++i) halves[static_cast<size_t>(i)] = (i == 0 ? 127.0f : static_cast<float>(i) + 0.5f) * (i % 2 ? -1.0f : 1.0f);
   blocks.push_back(halves);
-  for (auto fn : {mlxrt::kernels::cpu::l3_quantize_block_avx2, mlxrt::kernels::cpu::l3_quantize_block_avx512vnni}) {
+#if defined(MLXRT_CPU_X86_KERNELS)
+  const auto functions = {mlxrt::kernels::cpu::l3_quantize_block_avx2, mlxrt::kernels::cpu::l3_quantize_block_avx512vnni};
+#else
+  const auto functions = {mlxrt::kernels::cpu::l3_quantize_block_neon};
+#endif
+  for (auto fn : functions) {
+#if defined(MLXRT_CPU_X86_KERNELS)
     if (fn == mlxrt::kernels::cpu::l3_quantize_block_avx512vnni) {
       auto k = CpuKernels::create(1, true, true);
       if (!k || !k->vnni()) continue;
     } else if (!CpuKernels::create(1, false, true)) {
       GTEST_SKIP() << "no L3 kernels on this CPU";
     }
+#endif
     for (size_t b = 0; b < blocks.size(); ++b) {
       const float* v = blocks[b].data();
       int q1[32], q2[32];

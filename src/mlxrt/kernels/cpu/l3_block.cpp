@@ -99,6 +99,8 @@ class L3MlpBlock : public mx::UnaryPrimitive {
       k->workers().run(static_cast<int>((count + kPerUnit - 1) / kPerUnit), 0, [&](float*, int begin, int end) {
 #if defined(MLXRT_CPU_X86_KERNELS)
         l3_swiglu_avx2(g.data(), u.data(), act.data(), elem, begin * kPerUnit, std::min(count, end * kPerUnit));
+#elif defined(MLXRT_CPU_NEON_KERNELS)
+        l3_swiglu_neon(g.data(), u.data(), act.data(), elem, begin * kPerUnit, std::min(count, end * kPerUnit));
 #else
         (void)begin, (void)end;
 #endif

@@ -186,6 +186,8 @@ class L3LogSoftmax : public L3Primitive {
       for (long long r = 0; r < rows; ++r) {
 #if defined(MLXRT_CPU_X86_KERNELS)
         l3_log_softmax_avx2(reinterpret_cast<const float*>(x.data) + r * n, out.data<float>() + r * n, n);
+#elif defined(MLXRT_CPU_NEON_KERNELS)
+        l3_log_softmax_neon(reinterpret_cast<const float*>(x.data) + r * n, out.data<float>() + r * n, n);
 #else
         (void)x, (void)r;
 #endif
@@ -215,6 +217,8 @@ class L3Swiglu : public L3Primitive {
       k->workers().run(static_cast<int>((count + kPerUnit - 1) / kPerUnit), 0, [&](float*, int begin, int end) {
 #if defined(MLXRT_CPU_X86_KERNELS)
         l3_swiglu_avx2(gate.data, up.data, dst, elem, begin * kPerUnit, std::min(count, end * kPerUnit));
+#elif defined(MLXRT_CPU_NEON_KERNELS)
+        l3_swiglu_neon(gate.data, up.data, dst, elem, begin * kPerUnit, std::min(count, end * kPerUnit));
 #else
         (void)begin, (void)end, (void)elem, (void)dst;
 #endif
@@ -319,6 +323,8 @@ void attend_into(const CpuKernels& kernels, const mx::array& queries, const mx::
   kernels.workers().run(l3_attention_units(a), l3_attention_scratch(a), [&a](float* scratch, int begin, int end) {
 #if defined(MLXRT_CPU_X86_KERNELS)
     l3_attention_units_avx2(a, begin, end, scratch);
+#elif defined(MLXRT_CPU_NEON_KERNELS)
+    l3_attention_units_neon(a, begin, end, scratch);
 #else
     (void)scratch, (void)begin, (void)end;
 #endif

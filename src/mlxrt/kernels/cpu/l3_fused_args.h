@@ -40,14 +40,17 @@ inline long long l3_attention_scratch(const L3AttentionArgs& a) { return a.kv_le
 
 /** Units [begin, end) of `a`. AVX2 with FMA and F16C; dims and v_dims multiples of 8. */
 void l3_attention_units_avx2(const L3AttentionArgs& a, int begin, int end, float* scratch);
+void l3_attention_units_neon(const L3AttentionArgs& a, int begin, int end, float* scratch);
 
 /** Log-softmax of a row of n float32 values: out = x - (m + log(sum of exp(x - m))), m = max x
  * (the exponentials by the attention's polynomial, their sum in float32 lanes); NaN everywhere
  * where x holds a NaN, and x - m where m is infinite, as mlx's logsumexp gives. */
 void l3_log_softmax_avx2(const float* x, float* out, long long n);
+void l3_log_softmax_neon(const float* x, float* out, long long n);
 
 /** SwiGLU: out[i] = silu(gate[i]) * up[i] = gate / (1 + exp(-gate)) * up in float32, rounded once,
  * for elements [begin, end) of three contiguous buffers of one element type. */
 void l3_swiglu_avx2(const void* gate, const void* up, void* out, QmmElem elem, long long begin, long long end);
+void l3_swiglu_neon(const void* gate, const void* up, void* out, QmmElem elem, long long begin, long long end);
 
 }  // namespace mlxrt::kernels::cpu

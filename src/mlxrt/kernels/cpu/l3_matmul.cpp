@@ -211,6 +211,8 @@ QuantizedRows quantize_rows(const CpuKernels& kernels, const char* x, mx::Dtype 
   L3QuantizeBlockFn block = quantize_block_scalar;
 #if defined(MLXRT_CPU_X86_KERNELS)
   block = kernels.vnni() ? l3_quantize_block_avx512vnni : l3_quantize_block_avx2;
+#elif defined(MLXRT_CPU_NEON_KERNELS)
+  block = l3_quantize_block_neon;
 #endif
   kernels.workers().run(rows, 0, [&](float*, int begin, int end) {
     for (int r = begin; r < end; ++r) {
@@ -240,6 +242,11 @@ void run_l3_products(const CpuKernels& kernels, const std::vector<L3QmmArgs>& pr
         l3_qmm_units_avx512vnni(products[i], u - first[i], stop - first[i]);
       else
         l3_qmm_units_avx2(products[i], u - first[i], stop - first[i]);
+#elif defined(MLXRT_CPU_NEON_KERNELS)
+      if (vnni)
+        l3_qmm_units_neondot(products[i], u - first[i], stop - first[i]);
+      else
+        l3_qmm_units_neon(products[i], u - first[i], stop - first[i]);
 #else
       (void)vnni;
 #endif

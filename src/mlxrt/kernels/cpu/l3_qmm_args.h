@@ -77,6 +77,8 @@ constexpr int kL3TilesPerUnit = 2;
  * are (row block major). One function per instruction set. */
 void l3_qmm_units_avx512vnni(const L3QmmArgs& a, int begin, int end);
 void l3_qmm_units_avx2(const L3QmmArgs& a, int begin, int end);
+void l3_qmm_units_neondot(const L3QmmArgs& a, int begin, int end);  // aarch64 with the dot product
+void l3_qmm_units_neon(const L3QmmArgs& a, int begin, int end);     // aarch64
 
 /** One block of kL3Block values of x (float) quantized as above: its two levels' int8 values in k
  * order (q1, q2), d1 and d2 (d), and each level's sum of values (sums). One function per
@@ -84,5 +86,6 @@ void l3_qmm_units_avx2(const L3QmmArgs& a, int begin, int end);
 using L3QuantizeBlockFn = void (*)(const float* x, std::int8_t* q1, std::int8_t* q2, float* d, int* sums);
 void l3_quantize_block_avx512vnni(const float* x, std::int8_t* q1, std::int8_t* q2, float* d, int* sums);
 void l3_quantize_block_avx2(const float* x, std::int8_t* q1, std::int8_t* q2, float* d, int* sums);
+void l3_quantize_block_neon(const float* x, std::int8_t* q1, std::int8_t* q2, float* d, int* sums);
 
 }  // namespace mlxrt::kernels::cpu

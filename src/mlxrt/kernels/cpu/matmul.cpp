@@ -19,6 +19,11 @@
 #include "mlxrt/kernels/cpu/operand.h"
 #include "mlxrt/util/errors.h"
 
+#if defined(MLXRT_CPU_NEON_KERNELS)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
 namespace mlxrt::kernels::cpu {
 
 namespace {
@@ -44,6 +49,15 @@ bool cpu_has_fma() {
 bool cpu_has_avx512_vnni() {
 #if defined(MLXRT_CPU_X86_KERNELS)
   return __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+// The ARMv8.2 dot product (SDOT), as the kernel reports it.
+bool cpu_has_dotprod() {
+#if defined(MLXRT_CPU_NEON_KERNELS)
+  return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
 #else
   return false;
 #endif
@@ -267,9 +281,9 @@ int CpuKernels::threads() const { return workers_->threads(); }
 std::shared_ptr<CpuKernels> CpuKernels::create(int threads, bool allow_avx512, bool l3) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 #if defined(MLXRT_CPU_NEON_KERNELS)
-  // 64-bit Arm: the L1 kernels on NEON (every ARMv8-A CPU has it); no L3 kernels there yet.
-  if (l3) return nullptr;
-  return std::shared_ptr<CpuKernels>(new CpuKernels(false, false, false, threads));
+  // 64-bit Arm: NEON (every ARMv8-A CPU has it); the L3 integer products by SDOT where the CPU has
+  // it and allow_avx512 (here: the wider instruction set) is set.
+  return std::shared_ptr<CpuKernels>(new CpuKernels(false, allow_avx512 && cpu_has_dotprod(), l3, threads));
 #endif
   if (!cpu_has_avx2() || (l3 && !cpu_has_fma())) return nullptr;
   const bool avx512 = allow_avx512 && cpu_has_avx512();
@@ -287,13 +301,7 @@ std::shared_ptr<CpuKernels> CpuKernels::from_environment(bool l3) {
   auto kernels = create(parse_threads(std::getenv("MLXRT_CPU_THREADS")), true, l3);
   if (l3 && !kernels)
     throw UnsupportedError(
-#if defined(MLXRT_CPU_NEON_KERNELS)
-        "--fidelity l3: this build's L3 CPU kernels are written for x86-64 only (AVX2, FMA and F16C); on Arm, "
-        "mlxrt's CPU kernels run at L1"
-#else
-        "--fidelity l3: this build's L3 CPU kernels need an x86-64 CPU with AVX2, FMA and F16C"
-#endif
-    );
+        "--fidelity l3: this build's L3 CPU kernels need an x86-64 CPU with AVX2, FMA and F16C, or aarch64 Linux");
   if (const char* blocks = std::getenv("MLXRT_L3_BLOCKS"); blocks && *blocks) {
     if (std::string(blocks) != "0" && std::string(blocks) != "1")
       throw UsageError(std::string("MLXRT_L3_BLOCKS must be 0 or 1, got '") + blocks + "'");

@@ -25,9 +25,9 @@ class CpuWorkers;
 class CpuKernels {
  public:
   /** Null where no kernel of ours runs (neither x86-64 nor aarch64 Linux, or an x86-64 CPU without
-   * AVX2 + F16C; with `l3`, also aarch64, which has the L1 kernels only). `threads` <= 0: the
-   * machine's hardware threads. `allow_avx512` false: the AVX2 kernels even where AVX-512 runs
-   * (for tests). */
+   * AVX2 + F16C, or without FMA for `l3`). `threads` <= 0: the machine's hardware threads.
+   * `allow_avx512` false: the baseline instruction set even where a wider one runs (for tests):
+   * AVX2 rather than AVX-512 / VNNI on x86-64, the L3 products without SDOT on aarch64. */
   static std::shared_ptr<CpuKernels> create(int threads, bool allow_avx512 = true, bool l3 = false);
   /** From the environment, for the loader: MLXRT_CPU_KERNELS=mlx keeps MLX's kernels (null),
    * MLXRT_CPU_THREADS=N sets the thread count. `l3`: also the L3 kernels (--fidelity l3), which
@@ -45,8 +45,15 @@ class CpuKernels {
   bool avx512() const { return avx512_; }
   /** Whether the L3 kernels run (kernels/cpu/l3_matmul.h): measured, not bit-exact. */
   bool l3() const { return l3_; }
-  /** The L3 kernels' instruction set: "avx512vnni" or "avx2". */
-  const char* l3_instruction_set() const { return vnni_ ? "avx512vnni" : "avx2"; }
+  /** The L3 kernels' instruction set: "avx512vnni" or "avx2"; "neondot" or "neon" on aarch64. */
+  const char* l3_instruction_set() const {
+#if defined(MLXRT_CPU_NEON_KERNELS)
+    return vnni_ ? "neondot" : "neon";
+#else
+    return vnni_ ? "avx512vnni" : "avx2";
+#endif
+  }
+  /** Whether the L3 products run on the wide integer dot product: AVX-512 VNNI, or SDOT on aarch64. */
   bool vnni() const { return vnni_; }
   /** Whether the L3 layer pieces run as one node each (kernels/cpu/l3_block.h); MLXRT_L3_BLOCKS=0
    * keeps one node per operation (the same bytes: for comparing the two). */
