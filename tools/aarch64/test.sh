@@ -38,6 +38,23 @@ cmake -S "$root/tools/aarch64" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_TOOLCHAIN_FILE="$root/cmake/aarch64-linux-gnu.cmake" -DMLXRT_ARM_MLX_SITE="$site" >/dev/null
 cmake --build "$build" -j "$jobs" --target mlxrt_kernels_tests
 
+# The fused L3 kernels (attention, log-softmax, SwiGLU): NEON's bits against AVX2's on the host,
+# where the host has AVX2 and FMA (tools/aarch64/fused_bits.cpp).
+if grep -q " avx2 " /proc/cpuinfo && grep -q " fma " /proc/cpuinfo; then
+  k="$root/src/mlxrt/kernels/cpu"
+  g++ -std=c++20 -O2 -ffp-contract=off -I"$root/src" "$root/tools/aarch64/fused_bits.cpp" \
+    -mavx2 -mfma -mf16c "$k/l3_fused_avx2.cpp" -o "$build/fused_bits_x86"
+  aarch64-linux-gnu-g++ -std=c++20 -O2 -ffp-contract=off -I"$root/src" "$root/tools/aarch64/fused_bits.cpp" \
+    "$k/l3_fused_neon.cpp" -o "$build/fused_bits_arm"
+  x86="$("$build/fused_bits_x86")"
+  arm="$(QEMU_CPU=max qemu-aarch64 -L /usr/aarch64-linux-gnu "$build/fused_bits_arm")"
+  if [ "$x86" != "$arm" ]; then
+    echo "L3 fused kernels: NEON's bits ($arm) differ from AVX2's ($x86)" >&2
+    exit 1
+  fi
+  echo "L3 fused kernels: NEON's bits equal AVX2's (hash $arm)"
+fi
+
 # Twice: on an emulated CPU with the dot product (qemu's "max": the L3 tests compare the SDOT and
 # the plain NEON kernels with the definition) and on one without it (cortex-a53, ARMv8.0: the
 # run-time check must fall back). QEMU_CPUS overrides the list.
