@@ -249,6 +249,27 @@ TEST(Bf16Matmul, EqualsMlxBytes) {
   }
 }
 
+// A product of two bfloat16 values is exact in float unless it is below float's normal range: there a
+// fused multiply-add (MLX's aarch64 build) and a multiply then an add (its x86-64 build) can round
+// differently. Built so that they do, and the bfloat16 result shows it: the sum before the last
+// product is odd in its last float bit and 2^-149 below a bfloat16 tie; the last product, 2^-150,
+// rounds to 0 alone (tie to even) but lifts the fused sum onto the tie, which rounds up.
+TEST(Bf16Matmul, SubnormalProductsRoundAsMlxs) {
+  auto kernels = CpuKernels::create(1);
+  if (!kernels) GTEST_SKIP() << "no CPU kernels of ours here (x86-64 without AVX2 + F16C)";
+  const float xs[] = {std::ldexp(1.0f, -63), std::ldexp(1.0f, -66), std::ldexp(151.0f, -75), std::ldexp(1.0f, -75)};
+  const float ws[] = {std::ldexp(1.0f, -63), std::ldexp(1.0f, -67), std::ldexp(217.0f, -74), std::ldexp(1.0f, -75)};
+  for (int rows : {1, 5}) {  // the direct and the buffered paths
+    std::vector<float> xv;
+    for (int r = 0; r < rows; ++r) xv.insert(xv.end(), std::begin(xs), std::end(xs));
+    auto x = mx::astype(mx::array(xv.data(), {rows, 4}, mx::float32), mx::bfloat16);
+    auto w = mx::astype(mx::array(ws, {1, 4}, mx::float32), mx::bfloat16);
+    auto ours = mlxrt::kernels::cpu::matmul_transposed(kernels, x, w, std::nullopt);
+    ASSERT_STREQ(ours.primitive().name(), "Bf16MatmulTransposed");
+    EXPECT_EQ(bytes_of(ours), bytes_of(mx::matmul(x, mx::transpose(w)))) << "rows " << rows << " on " << kernels->instruction_set();
+  }
+}
+
 TEST(Bf16Matmul, OtherTypesKeepMlxNode) {
   auto kernels = CpuKernels::create(2);
   if (!kernels) GTEST_SKIP() << "no CPU kernels of ours here (x86-64 without AVX2 + F16C)";
