@@ -77,7 +77,7 @@ PYEOF
     steptime)
       # shellcheck disable=SC2086  # models and settings are lists of names
       timeout 900 $PY bench/gpu/step_timing.py --bin "$work/mlxrt" --work "$work/models" --tokenizer "$work/tokenizer" \
-        --out "$out" --models $models --settings ${STEP_SETTINGS:-default graphs-off ops-400} > "$out/steptime.txt" 2>&1
+        --out "$out" --models $models --settings ${STEP_SETTINGS:-default graphs-off ops-400} --rounds ${STEP_ROUNDS:-1} > "$out/steptime.txt" 2>&1
       tail -n 24 "$out/steptime.txt"
       echo "steptime $(( $(date +%s) - t0 )) s" ;;
     *) echo "unknown step $step (tests qmv ncu ncu_sections decode steptime)"; exit 2 ;;

@@ -10,12 +10,15 @@ build + dispatch is close to its whole time is bound by the host, and a faster k
 
 Usage: step_timing.py --bin MLXRT --work MODELS_DIR --tokenizer DIR --out DIR
        [--models qwen3-0.6b-q4 qwen3-8b-q4] [--settings default graphs-off ops-400]
-       [--prompt 128] [--gen 256] [--trials 2]
+       [--prompt 128] [--gen 256] [--trials 2] [--rounds 1]
+Each round runs every setting and program once, in turn; the table gives each row's median over the
+rounds (and every round's tok/s).
 """
 import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -29,6 +32,10 @@ SETTINGS = {
     "graphs-off": {"MLX_USE_CUDA_GRAPHS": "0"},  # each kernel launched on the stream
     "ops-400": {"MLX_MAX_OPS_PER_BUFFER": "400"},  # fewer, larger graphs (H100/H200 default 100)
     "ops-30": {"MLX_MAX_OPS_PER_BUFFER": "30"},
+    # One graph a step: no commit by op count nor by the bytes the kernels read (1000 MB by default
+    # there, a few layers of an 8B model), so MLX's limit of 10 graphs in flight (transforms.cpp's
+    # MAX_ACTIVE_TASKS, where the host waits for the device) is not reached by two steps.
+    "one-graph": {"MLX_MAX_OPS_PER_BUFFER": "4000", "MLX_MAX_MB_PER_BUFFER": "1000000"},
 }
 
 AVERAGES = re.compile(r"Averages: prompt_tps=([\d.]+), generation_tps=([\d.]+)")
@@ -63,6 +70,7 @@ def main():
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--gen", type=int, default=256)
     ap.add_argument("--trials", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
     python = Path(sys.executable)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -77,13 +85,23 @@ def main():
             "l3": [args.bin, "benchmark", "--model", model, *flags, "--step-timing", "--fidelity", "l3"],
             "mlx-lm": [str(python), "-m", "mlx_lm.benchmark", "--model", model, *flags],
         }
-        for setting in args.settings:
-            for program, cmd in programs.items():
-                r = run(cmd, SETTINGS[setting], log)
-                rows.append({"model": name, "setting": setting, "program": program, **r})
-                (args.out / "step_timing.json").write_text(json.dumps(rows, indent=1))
-    lines = [f"decode (prompt {args.prompt}, {args.gen} tokens, mean of {args.trials} trials); the last trial's "
-             "mean step split (ms): build the graph / dispatch it / wait for the device",
+        runs = {}
+        for _ in range(args.rounds):
+            for setting in args.settings:
+                for program, cmd in programs.items():
+                    runs.setdefault((setting, program), []).append(run(cmd, SETTINGS[setting], log))
+        for (setting, program), rs in runs.items():
+            ok = [r for r in rs if "error" not in r]
+            row = {"model": name, "setting": setting, "program": program}
+            if not ok:
+                row.update(rs[0])
+            else:
+                median = statistics.median_low(r["gen_tps"] for r in ok)
+                row.update(next(r for r in ok if r["gen_tps"] == median), all_gen_tps=[r["gen_tps"] for r in ok])
+            rows.append(row)
+        (args.out / "step_timing.json").write_text(json.dumps(rows, indent=1))
+    lines = [f"decode (prompt {args.prompt}, {args.gen} tokens, mean of {args.trials} trials, median of {args.rounds} "
+             "rounds); that run's last trial's mean step split (ms): build the graph / dispatch it / wait for the device",
              f"{'model':<14} {'setting':<11} {'program':<7} {'tok/s':>8} {'step ms':>8} {'build':>7} {'dispatch':>9} {'wait':>7}"]
     for r in rows:
         if "error" in r:
@@ -91,7 +109,7 @@ def main():
             continue
         split = (f"{r['build_ms']:>7.3f} {r['dispatch_ms']:>9.3f} {r['wait_ms']:>7.3f}" if "build_ms" in r else "")
         lines.append(f"{r['model']:<14} {r['setting']:<11} {r['program']:<7} {r['gen_tps']:>8.1f} "
-                     f"{1e3 / r['gen_tps']:>8.3f} {split}")
+                     f"{1e3 / r['gen_tps']:>8.3f} {split}  " + "/".join(f"{v:.0f}" for v in r.get("all_gen_tps", [])))
     text = "\n".join(lines)
     (args.out / "step_timing.txt").write_text(text + "\n")
     print(text)
