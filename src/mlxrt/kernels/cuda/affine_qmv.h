@@ -29,6 +29,9 @@ struct QmvTiling {
   int warps_per_block = 0;
 };
 
+/** `t` with its zero fields chosen for an output of `n` rows (affine_qmv.cpp says how). */
+QmvTiling choose_tiling(int n, QmvTiling t = {});
+
 /** The most rows of x one call takes (a batched decoding step's). */
 constexpr int kQmvMaxRows = 8;
 

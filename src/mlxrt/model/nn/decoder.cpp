@@ -91,6 +91,7 @@ Attention::Attention(const AttentionOptions& options, WeightBinder& w, const std
       k_norm_(load_qk_norm(o_, w, path + "." + o_.k_norm, o_.n_kv_heads)) {
   if (o_.rope) o_.rope->set_cpu_kernels(w.cpu_kernels());  // the fused L3 RoPE at --fidelity l3
   cpu_ = w.cpu_kernels();
+  gpu_l3_ = w.gpu_l3();
   per_query_row_ = w.row_exact();
   // shard(): n_heads //= N, n_kv_heads //= N (shard_like_llama checked that N divides them).
   if (o_.sharded) {
@@ -111,6 +112,11 @@ Attention::Heads Attention::project(const mx::array& x) const {
   } else {
     queries = (*q_proj_)(x), keys = (*k_proj_)(x), values = (*v_proj_)(x);
   }
+  return split_projected(queries, keys, values, B, L);
+}
+
+Attention::Heads Attention::split_projected(mx::array queries, mx::array keys, const mx::array& values, int B,
+                                            int L) const {
   if (o_.qk_norm == QkNorm::projection) {
     queries = (*q_norm_)(queries);
     keys = (*k_norm_)(keys);
@@ -194,8 +200,29 @@ static bool l3_half_kv_cache(const cache::Cache* cache) {
   return cache && (dynamic_cast<const cache::KVCache*>(cache) || dynamic_cast<const cache::RotatingKVCache*>(cache));
 }
 
+std::optional<mx::array> Attention::cuda_l3_residual_block(const mx::array& x, const Norm& norm,
+                                                           const AttentionMask& mask, cache::Cache* cache) const {
+  if (qkv_proj_ || o_.qk_norm_after_rope || per_query_row_ || o_.sharded) return std::nullopt;
+  const auto rms = norm.rms();
+  const auto q = q_proj_->cuda_l3_matrix(), k = k_proj_->cuda_l3_matrix(), v = v_proj_->cuda_l3_matrix();
+  const auto o = o_proj_.cuda_l3_matrix();
+  if (!rms || !q || !k || !v || !o) return std::nullopt;
+  auto qkv = kernels::cuda::rms_norm_qkv(x, {rms->first, rms->second}, *q, *k, *v);
+  if (!qkv) return std::nullopt;
+  const int B = x.shape(0), L = x.shape(1);
+  auto heads = split_projected((*qkv)[0], (*qkv)[1], (*qkv)[2], B, L);
+  // The rest as operator() runs it, then o_proj and the residual add in one node.
+  const int offset = cache && o_.scale_queries ? cache->offset() : 0;
+  auto kv = position_and_cache(heads.queries, heads.keys, heads.values, cache);
+  if (o_.scale_queries) heads.queries = o_.scale_queries(heads.queries, offset);
+  auto merged = mx::reshape(mx::transpose(sdpa(heads.queries, kv, mask), {0, 2, 1, 3}), {B, L, -1});
+  if (auto out = kernels::cuda::qmv_residual(merged, *o, x)) return *out;
+  return mx::add(x, o_proj_(merged));
+}
+
 std::optional<mx::array> Attention::l3_residual_block(const mx::array& x, const Norm& norm, const AttentionMask& mask,
                                                       cache::Cache* cache) const {
+  if (gpu_l3_) return cuda_l3_residual_block(x, norm, mask, cache);
   const bool llama = cpu_ && cpu_->l3_blocks() && !qkv_proj_ &&
                      (o_.qk_norm == QkNorm::none || o_.qk_norm == QkNorm::per_head) && !o_.qk_norm_after_rope &&
                      !o_.scale_queries && o_.rope && o_.sdpa_cast == SdpaCast::none && !per_query_row_ &&
@@ -247,6 +274,7 @@ Mlp::Mlp(const MlpOptions& options, WeightBinder& w, const std::string& path) : 
   if (o_.kind != Kind::fused_swiglu)
     up_proj_.emplace(Linear::load(w, path + "." + o_.up_proj, o_.dims, o_.hidden, o_.bias, in));
   cpu_ = w.cpu_kernels();
+  gpu_l3_ = w.gpu_l3();
 }
 
 mx::array Mlp::operator()(const mx::array& x) const {
@@ -270,6 +298,17 @@ mx::array Mlp::operator()(const mx::array& x) const {
 }
 
 std::optional<mx::array> Mlp::l3_residual_block(const mx::array& h, const Norm& norm) const {
+  if (gpu_l3_) {
+    if (o_.kind != MlpOptions::Kind::swiglu) return std::nullopt;
+    const auto rms = norm.rms();
+    const auto gate = gate_proj_->cuda_l3_matrix(), up = up_proj_->cuda_l3_matrix();
+    const auto down = down_proj_->cuda_l3_matrix();
+    if (!rms || !gate || !up || !down) return std::nullopt;
+    auto activated = kernels::cuda::rms_norm_swiglu(h, {rms->first, rms->second}, *gate, *up);
+    if (!activated) return std::nullopt;
+    if (auto out = kernels::cuda::qmv_residual(*activated, *down, h)) return *out;
+    return mx::add(h, (*down_proj_)(*activated));
+  }
   if (!cpu_ || !cpu_->l3() || o_.kind != MlpOptions::Kind::swiglu) return std::nullopt;
   const auto rms = norm.rms();
   const auto gate = gate_proj_->l3_matrix(), up = up_proj_->l3_matrix(), down = down_proj_->l3_matrix();

@@ -102,7 +102,8 @@ class Attention {
 
   /** At L3 on the CPU: x + this attention(rms_norm(x)) as two fused nodes around the cache update,
    * where this is llama's attention (separate L3-packed q/k/v/o, RoPE, no q/k norms) and `norm` an
-   * RMSNorm; nullopt elsewhere. */
+   * RMSNorm; on a CUDA GPU the norm and projections fused as cuda_l3_residual_block says; nullopt
+   * elsewhere. */
   std::optional<mx::array> l3_residual_block(const mx::array& x, const Norm& norm, const AttentionMask& mask,
                                              cache::Cache* cache) const;
 
@@ -112,7 +113,15 @@ class Attention {
 
  private:
   mx::array sdpa(const mx::array& queries, const cache::CachedKV& kv, const AttentionMask& mask) const;
+  /** project()'s heads from the projections: the q/k norms and the split into heads. */
+  Heads split_projected(mx::array queries, mx::array keys, const mx::array& values, int B, int L) const;
+  /** l3_residual_block at --fidelity l3 on a CUDA GPU: the RMSNorm and the q/k/v projections in one
+   * node, o_proj and the residual add in another (kernels/cuda/fused_qmv.h), the rest as
+   * operator() runs it; nullopt where those kernels do not apply. */
+  std::optional<mx::array> cuda_l3_residual_block(const mx::array& x, const Norm& norm, const AttentionMask& mask,
+                                                  cache::Cache* cache) const;
   AttentionOptions o_;
+  bool gpu_l3_ = false;  // --fidelity l3 on a CUDA GPU: the fused CUDA kernels where they apply
   bool per_query_row_ = false;  // row-exact loads: each query attends alone (attend_each_query)
   std::optional<Linear> q_proj_, k_proj_, v_proj_, qkv_proj_;
   Linear o_proj_;
@@ -146,7 +155,8 @@ class Mlp {
   Mlp(const MlpOptions& options, WeightBinder& w, const std::string& path);
   mx::array operator()(const mx::array& x) const;
   /** At L3 on the CPU: h + this MLP(rms_norm(h)) as one fused node, where this is a plain SwiGLU
-   * MLP of L3-packed layers and `norm` an RMSNorm; nullopt elsewhere. */
+   * MLP of L3-packed layers and `norm` an RMSNorm; on a CUDA GPU, two nodes (the norm, gate, up and
+   * SwiGLU; down and the add: kernels/cuda/fused_qmv.h); nullopt elsewhere. */
   std::optional<mx::array> l3_residual_block(const mx::array& h, const Norm& norm) const;
 
  private:
@@ -154,6 +164,7 @@ class Mlp {
   std::optional<Linear> gate_proj_, up_proj_, gate_up_proj_, down_proj_;
   MlpOptions::FeedForward custom_;
   std::shared_ptr<const kernels::cpu::CpuKernels> cpu_;  // the fused L3 SwiGLU where it runs
+  bool gpu_l3_ = false;  // --fidelity l3 on a CUDA GPU: the fused CUDA kernels where they apply
 };
 
 /** One transformer block. The norms are named by their weight path; an empty name is a norm the

@@ -144,6 +144,13 @@ std::optional<kernels::cpu::L3Matrix> Linear::l3_matrix() const {
   return kernels::cpu::L3Matrix{*q_->l3, q_->l3_n, q_->l3_k, q_->spec.group_size, q_->spec.bits, params};
 }
 
+std::optional<kernels::cuda::QmvMatrix> Linear::cuda_l3_matrix() const {
+  if (!q_ || !q_->gpu_l3 || q_->spec.mode != "affine" || !q_->biases || bias_ || lora_ || slots_ || sum_over_ ||
+      rows_per_call_ > 0)
+    return std::nullopt;
+  return kernels::cuda::QmvMatrix{weight_, q_->scales, *q_->biases, q_->spec.group_size, q_->spec.bits};
+}
+
 mx::array Linear::dequantized_weight() const {
   if (!q_) return weight_;
   return mx::dequantize(weight_, q_->scales, q_->biases, q_->spec.group_size, q_->spec.bits, q_->spec.mode);

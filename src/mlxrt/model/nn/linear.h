@@ -12,6 +12,7 @@
 #include "mlxrt/io/quantization.h"
 #include "mlxrt/kernels/cpu/l3_block.h"
 #include "mlxrt/kernels/cpu/matmul.h"
+#include "mlxrt/kernels/cuda/fused_qmv.h"
 #include "mlxrt/model/nn/adapter_rows.h"
 #include "mlxrt/model/nn/lora.h"
 #include "mlxrt/model/nn/weight_binder.h"
@@ -62,6 +63,9 @@ class Linear {
   /** The layer's L3-packed matrix where its forward is that product alone (no bias, adapter,
    * sharding or row-exact split around it), for the fused L3 blocks; nullopt elsewhere. */
   std::optional<kernels::cpu::L3Matrix> l3_matrix() const;
+  /** At --fidelity l3 on a CUDA GPU, the layer's affine-quantized matrix where its forward is that
+   * product alone (as l3_matrix), for the fused CUDA kernels; nullopt elsewhere. */
+  std::optional<kernels::cuda::QmvMatrix> cuda_l3_matrix() const;
 
  private:
   Linear(mx::array weight, std::optional<mx::array> bias, std::optional<Quantized> q)

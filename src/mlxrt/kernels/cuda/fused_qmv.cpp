@@ -1,0 +1,222 @@
+// The L3 decoding step's fused matrix-vector products on CUDA: the kernels and their launches. Why
+// they exist and what they round where: fused_qmv.h.
+#include "mlxrt/kernels/cuda/fused_qmv.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <string>
+
+#include <mlx/fast.h>
+#include <mlx/ops.h>
+
+#include "mlxrt/kernels/cuda/affine_qmv.h"
+#include "mlxrt/kernels/cuda/qmv_device.h"
+
+namespace mlxrt::kernels::cuda {
+
+namespace {
+
+// Staging x in shared memory, and one row's output written by one lane.
+constexpr const char* kFusedDevice = R"(
+// The M rows of x (K values each) into xs, as mx.fast.rms_norm leaves them: the float32 sum of
+// squares (the block's), rsqrt(sum / K + eps), x times that rounded to XT, times the weight, rounded
+// again. red: 32 floats of shared memory. Every thread of the block calls it.
+template <int M, typename XT>
+__device__ __forceinline__ void mlxrt_stage_rms_norm(const XT* x, const XT* nw, float eps, int K, XT* xs,
+                                                     float* red) {
+  const int nwarps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll 1
+  for (int m = 0; m < M; ++m) {
+    const XT* xm = x + static_cast<size_t>(m) * K;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < K; i += blockDim.x) {
+      const float v = static_cast<float>(xm[i]);
+      ss += v * v;
+    }
+    ss = mlxrt_warp_sum(ss);
+    if (lane == 0) red[warp] = ss;
+    __syncthreads();
+    const float total = mlxrt_warp_sum(lane < nwarps ? red[lane] : 0.0f);
+    const float rs = rsqrtf(total / K + eps);
+    for (int i = threadIdx.x; i < K; i += blockDim.x) {
+      const XT y = static_cast<XT>(static_cast<float>(xm[i]) * rs);
+      xs[static_cast<size_t>(m) * K + i] = static_cast<XT>(static_cast<float>(nw[i]) * static_cast<float>(y));
+    }
+    __syncthreads();  // red is written again for the next row; xs is read after the last
+  }
+}
+)";
+
+// q, k and v: the blocks split between the three matrices (block-uniform: no divergence), each
+// block first staging the normalised x.
+constexpr const char* kQkvSource = R"(
+  // Raw bytes: a __shared__ array of a class type (the 16-bit floats) may not be declared as such.
+  __shared__ __align__(16) unsigned char xs_bytes[SK * sizeof(XT)];
+  __shared__ float red[32];
+  XT* xs = reinterpret_cast<XT*>(xs_bytes);
+  mlxrt_stage_rms_norm<M>(x, nw, __int_as_float(EPS_BITS), K, xs, red);
+  const int nwarps = blockDim.x >> 5;
+  const int per_block = R * nwarps;
+  const int nq = wq_shape[0], nk = wk_shape[0], nv = wv_shape[0];
+  const int bq_blocks = (nq + per_block - 1) / per_block, bk_blocks = (nk + per_block - 1) / per_block;
+  int b = blockIdx.x;
+  const uint32_t* w = wq;
+  const ST* s = sq;
+  const ST* bias = bq;
+  OT* y = yq;
+  int N = nq;
+  if (b >= bq_blocks + bk_blocks) {
+    b -= bq_blocks + bk_blocks;
+    w = wv; s = sv; bias = bv; y = yv; N = nv;
+  } else if (b >= bq_blocks) {
+    b -= bq_blocks;
+    w = wk; s = sk; bias = bk; y = yk; N = nk;
+  }
+  const int row0 = (b * nwarps + (threadIdx.x >> 5)) * R;
+  if (row0 >= N) return;
+  mlxrt_qmv_warp<M, R, BITS, GS>(xs, true, w, s, bias, N, K * BITS / 32, row0,
+                                 [&](size_t i, float v) { y[i] = static_cast<OT>(v); });
+)";
+
+// silu(gate) * up: each warp owns the same R rows of both matrices.
+constexpr const char* kSwigluSource = R"(
+  // Raw bytes: a __shared__ array of a class type (the 16-bit floats) may not be declared as such.
+  __shared__ __align__(16) unsigned char xs_bytes[SK * sizeof(XT)];
+  __shared__ float red[32];
+  XT* xs = reinterpret_cast<XT*>(xs_bytes);
+  mlxrt_stage_rms_norm<M>(x, nw, __int_as_float(EPS_BITS), K, xs, red);
+  const int lane = threadIdx.x & 31;
+  const int N = wg_shape[0];
+  const int row0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
+  if (row0 >= N) return;
+  float ag[M][R], au[M][R];
+  mlxrt_qmv_rows<M, R, BITS, GS>(xs, true, wg, sg, bg, N, K * BITS / 32, row0, lane, ag);
+  mlxrt_qmv_rows<M, R, BITS, GS>(xs, true, wu, su, bu, N, K * BITS / 32, row0, lane, au);
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float g = static_cast<float>(static_cast<OT>(mlxrt_warp_sum(ag[m][r])));
+      const float u = static_cast<float>(static_cast<OT>(mlxrt_warp_sum(au[m][r])));
+      if (lane == ((m * R + r) & 31) && row0 + r < N) {
+        // mlx-lm's swiglu: silu(gate) * up, silu(g) = g * sigmoid(g), each op rounded to OT.
+        const float sig = static_cast<float>(static_cast<OT>(1.0f / (1.0f + expf(-g))));
+        const float a = static_cast<float>(static_cast<OT>(g * sig));
+        y[static_cast<size_t>(m) * N + row0 + r] = static_cast<OT>(a * u);
+      }
+    }
+)";
+
+// residual + x @ w.T, x read from global memory as affine_qmv reads it.
+constexpr const char* kResidualSource = R"(
+  const int N = w_shape[0];
+  const int row0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
+  if (row0 >= N) return;
+  const bool x_vec = (reinterpret_cast<unsigned long long>(x) & 15) == 0;
+  mlxrt_qmv_warp<M, R, BITS, GS>(x, x_vec, w, scales, biases, N, w_shape[1], row0, [&](size_t i, float v) {
+    y[i] = static_cast<OT>(static_cast<float>(res[i]) + static_cast<float>(static_cast<OT>(v)));
+  });
+)";
+
+// The staged rows of x must fit a block's static shared memory (48 KB, with room for the rest).
+constexpr size_t kMaxStagedBytes = 40 * 1024;
+
+std::string header() { return std::string(detail::kQmvDevice) + kFusedDevice; }
+
+// What every product of one fused call needs: affine_qmv's conditions for each matrix, one
+// quantization for them all, and few enough rows. Returns the rows of x, 0 where it does not hold.
+int fused_rows(const mx::array& x, std::initializer_list<const QmvMatrix*> mats) {
+  const auto* first = *mats.begin();
+  for (const auto* m : mats) {
+    if (m->bits != first->bits || m->group_size != first->group_size || m->scales.dtype() != first->scales.dtype())
+      return 0;
+    if (!affine_qmv_applies(x, m->w, m->scales, m->biases, m->group_size, m->bits)) return 0;
+  }
+  const int rows = static_cast<int>(x.size() / static_cast<size_t>(x.shape(-1)));
+  return rows <= kFusedMaxRows ? rows : 0;
+}
+
+bool norm_fits(const mx::array& x, const RmsNormIn& norm, int rows) {
+  const int k = x.shape(-1);
+  return norm.weight.dtype() == x.dtype() && norm.weight.ndim() == 1 && norm.weight.shape(0) == k &&
+         static_cast<size_t>(rows) * static_cast<size_t>(k) * x.itemsize() <= kMaxStagedBytes;
+}
+
+mx::Dtype product_type(const mx::array& x, const QmvMatrix& m) {
+  return mx::promote_types(mx::promote_types(x.dtype(), m.scales.dtype()), m.biases.dtype());
+}
+
+mx::Shape with_last(mx::Shape shape, int n) {
+  shape.back() = n;
+  return shape;
+}
+
+int blocks_for(int n, QmvTiling t) {
+  const int per_block = t.rows_per_warp * t.warps_per_block;
+  return (n + per_block - 1) / per_block;
+}
+
+}  // namespace
+
+std::optional<std::array<mx::array, 3>> rms_norm_qkv(const mx::array& x, const RmsNormIn& norm, const QmvMatrix& q,
+                                                     const QmvMatrix& k, const QmvMatrix& v) {
+  const int rows = fused_rows(x, {&q, &k, &v});
+  if (rows == 0 || !norm_fits(x, norm, rows)) return std::nullopt;
+  static const auto kernel = mx::fast::cuda_kernel(
+      "mlxrt_rms_norm_qkv", {"x", "nw", "wq", "sq", "bq", "wk", "sk", "bk", "wv", "sv", "bv"}, {"yq", "yk", "yv"},
+      kQkvSource, header(), true, 0);
+  const int nq = q.w.shape(0), nk = k.w.shape(0), nv = v.w.shape(0), kdim = x.shape(-1);
+  const auto t = choose_tiling(nq + nk + nv);
+  const int blocks = blocks_for(nq, t) + blocks_for(nk, t) + blocks_for(nv, t);
+  const int threads = 32 * t.warps_per_block;
+  const auto out = product_type(x, q);
+  auto ys = kernel({x, norm.weight, q.w, q.scales, q.biases, k.w, k.scales, k.biases, v.w, v.scales, v.biases},
+                   {with_last(x.shape(), nq), with_last(x.shape(), nk), with_last(x.shape(), nv)}, {out, out, out},
+                   {blocks * threads, 1, 1}, {threads, 1, 1},
+                   {{"XT", x.dtype()}, {"ST", q.scales.dtype()}, {"OT", out}, {"M", rows}, {"R", t.rows_per_warp},
+                    {"BITS", q.bits}, {"GS", q.group_size}, {"K", kdim}, {"SK", rows * kdim},
+                    {"EPS_BITS", std::bit_cast<int>(norm.eps)}},
+                   std::nullopt, false, {});
+  return std::array<mx::array, 3>{ys[0], ys[1], ys[2]};
+}
+
+std::optional<mx::array> rms_norm_swiglu(const mx::array& x, const RmsNormIn& norm, const QmvMatrix& gate,
+                                         const QmvMatrix& up) {
+  const int rows = fused_rows(x, {&gate, &up});
+  if (rows == 0 || !norm_fits(x, norm, rows) || gate.w.shape() != up.w.shape()) return std::nullopt;
+  static const auto kernel =
+      mx::fast::cuda_kernel("mlxrt_rms_norm_swiglu", {"x", "nw", "wg", "sg", "bg", "wu", "su", "bu"}, {"y"},
+                            kSwigluSource, header(), true, 0);
+  const int n = gate.w.shape(0), kdim = x.shape(-1);
+  // Two matrices' loads in flight per row: half affine_qmv's rows per warp.
+  auto t = choose_tiling(n);
+  t.rows_per_warp = std::max(1, t.rows_per_warp / 2);
+  const int threads = 32 * t.warps_per_block;
+  const auto out = product_type(x, gate);
+  return kernel({x, norm.weight, gate.w, gate.scales, gate.biases, up.w, up.scales, up.biases},
+                {with_last(x.shape(), n)}, {out}, {blocks_for(n, t) * threads, 1, 1}, {threads, 1, 1},
+                {{"XT", x.dtype()}, {"ST", gate.scales.dtype()}, {"OT", out}, {"M", rows}, {"R", t.rows_per_warp},
+                 {"BITS", gate.bits}, {"GS", gate.group_size}, {"K", kdim}, {"SK", rows * kdim},
+                 {"EPS_BITS", std::bit_cast<int>(norm.eps)}},
+                std::nullopt, false, {})[0];
+}
+
+std::optional<mx::array> qmv_residual(const mx::array& x, const QmvMatrix& m, const mx::array& residual) {
+  const int rows = fused_rows(x, {&m});
+  if (rows == 0) return std::nullopt;
+  const auto out = product_type(x, m);
+  const int n = m.w.shape(0);
+  if (residual.dtype() != out || residual.shape() != with_last(x.shape(), n)) return std::nullopt;
+  static const auto kernel = mx::fast::cuda_kernel("mlxrt_qmv_residual", {"x", "w", "scales", "biases", "res"}, {"y"},
+                                                   kResidualSource, detail::kQmvDevice, true, 0);
+  const auto t = choose_tiling(n);
+  const int threads = 32 * t.warps_per_block;
+  return kernel({x, m.w, m.scales, m.biases, residual}, {residual.shape()}, {out}, {blocks_for(n, t) * threads, 1, 1},
+                {threads, 1, 1},
+                {{"XT", x.dtype()}, {"ST", m.scales.dtype()}, {"OT", out}, {"M", rows}, {"R", t.rows_per_warp},
+                 {"BITS", m.bits}, {"GS", m.group_size}},
+                std::nullopt, false, {})[0];
+}
+
+}  // namespace mlxrt::kernels::cuda

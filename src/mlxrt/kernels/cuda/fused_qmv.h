@@ -1,0 +1,59 @@
+#pragma once
+/** The L3 decoding step's fused matrix-vector products on CUDA (--fidelity l3 on an NVIDIA GPU).
+ *
+ * A decoding step on MLX's CUDA backend is bound by the host: MLX spends a few microseconds
+ * encoding each node, about twenty a layer, while the GPU finishes sooner (`mlxrt benchmark
+ * --step-timing`, bench/RESULTS.md). These kernels take the RMSNorm before a layer's projections,
+ * the three projections of q, k and v, SwiGLU and the residual adds into the products, so a
+ * llama-style layer costs eight nodes instead of nineteen:
+ *   rms_norm_qkv:    q, k, v = rms_norm(x) @ Wq.T, Wk.T, Wv.T        (one launch)
+ *   rms_norm_swiglu: silu(rms_norm(x) @ Wg.T) * (rms_norm(x) @ Wu.T)  (one launch)
+ *   qmv_residual:    residual + x @ W.T                              (one launch)
+ * Each block first stages its rows of x in shared memory (normalised there as mx.fast.rms_norm
+ * computes it: float32 sum of squares, rsqrt(sum / K + eps), x * that rounded to x's type, times
+ * the weight rounded again); the products are affine_qmv's (qmv_device.h). The intermediate
+ * results are rounded to the output type where MLX's separate nodes round them (a projection's
+ * output, the gate and up products, the MLP output before the add), so the fused step stays
+ * close to L1; how close is measured by `mlxrt fidelity` (bench/gpu/l3_bench.py).
+ *
+ * Each function returns nullopt where it does not apply (the caller runs the unfused nodes):
+ * default device not a CUDA GPU, a matrix not affine 4/8-bit with group 32/64/128, matrices that
+ * differ in bits, group size or parameter type, more than kFusedMaxRows rows of x, or rows of x
+ * too long for a block's shared memory. */
+#include <array>
+#include <optional>
+#include <utility>
+
+#include <mlx/array.h>
+
+namespace mlxrt::kernels::cuda {
+
+namespace mx = mlx::core;
+
+/** One affine-quantized matrix as mx.quantize packs it. */
+struct QmvMatrix {
+  mx::array w, scales, biases;
+  int group_size = 64, bits = 4;
+};
+
+/** An RMSNorm's weight and eps. */
+struct RmsNormIn {
+  mx::array weight;
+  float eps;
+};
+
+/** The most rows of x the fused kernels take (a decoding step: batch rows of one token). */
+constexpr int kFusedMaxRows = 4;
+
+/** rms_norm(x) @ q.T, k.T, v.T for x [..., K] of 1 to kFusedMaxRows rows. */
+std::optional<std::array<mx::array, 3>> rms_norm_qkv(const mx::array& x, const RmsNormIn& norm, const QmvMatrix& q,
+                                                     const QmvMatrix& k, const QmvMatrix& v);
+
+/** silu(rms_norm(x) @ gate.T) * (rms_norm(x) @ up.T), as mlx-lm's swiglu(gate(x), up(x)). */
+std::optional<mx::array> rms_norm_swiglu(const mx::array& x, const RmsNormIn& norm, const QmvMatrix& gate,
+                                         const QmvMatrix& up);
+
+/** residual + x @ m.T, the product rounded to its type before the add (as two MLX nodes give). */
+std::optional<mx::array> qmv_residual(const mx::array& x, const QmvMatrix& m, const mx::array& residual);
+
+}  // namespace mlxrt::kernels::cuda

@@ -1,0 +1,176 @@
+#pragma once
+// The device code of the L3 affine matrix-vector kernels (affine_qmv.cpp, fused_qmv.cpp), as the
+// source text MLX compiles with NVRTC: the helpers and one warp's product of R rows of w with the
+// M rows of x. Why it is written this way: affine_qmv.h.
+
+namespace mlxrt::kernels::cuda::detail {
+
+constexpr const char* kQmvDevice = R"(
+// Value j of a packed word as f = 1 + q / 2^BITS: q moved under the exponent of 1.0f.
+template <int BITS>
+__device__ __forceinline__ float mlxrt_unpack(uint32_t word, int j) {
+  constexpr int kPos = 23 - BITS;
+  constexpr uint32_t kMask = ((1u << BITS) - 1u) << kPos;
+  const int sh = kPos - BITS * j;  // a constant once the caller's loop is unrolled
+  const uint32_t v = sh >= 0 ? (word << sh) : (word >> -sh);
+  return __uint_as_float((v & kMask) | 0x3F800000u);
+}
+
+// The floats one 32-bit word of x holds.
+__device__ __forceinline__ void mlxrt_word_to_float(uint32_t u, float* out, const __nv_bfloat16*) {
+  out[0] = __uint_as_float(u << 16);
+  out[1] = __uint_as_float(u & 0xFFFF0000u);
+}
+__device__ __forceinline__ void mlxrt_word_to_float(uint32_t u, float* out, const __half*) {
+  out[0] = __half2float(__ushort_as_half(static_cast<unsigned short>(u & 0xFFFFu)));
+  out[1] = __half2float(__ushort_as_half(static_cast<unsigned short>(u >> 16)));
+}
+__device__ __forceinline__ void mlxrt_word_to_float(uint32_t u, float* out, const float*) {
+  out[0] = __uint_as_float(u);
+}
+
+// N consecutive values of x as floats: 8- or 16-byte loads where x is 16-byte aligned (every
+// offset the kernel reads at is then a multiple of the load), element by element otherwise.
+template <typename T, int N>
+__device__ __forceinline__ void mlxrt_load_x(const T* p, float (&out)[N], bool vec) {
+  constexpr int kWords = N * static_cast<int>(sizeof(T)) / 4;
+  constexpr int kPer = 4 / static_cast<int>(sizeof(T));
+  if (vec) {
+    uint32_t u[kWords];
+    if constexpr (kWords % 4 == 0) {
+#pragma unroll
+      for (int b = 0; b < kWords / 4; ++b) {
+        const uint4 v = reinterpret_cast<const uint4*>(p)[b];
+        u[4 * b] = v.x; u[4 * b + 1] = v.y; u[4 * b + 2] = v.z; u[4 * b + 3] = v.w;
+      }
+    } else {
+#pragma unroll
+      for (int b = 0; b < kWords / 2; ++b) {
+        const uint2 v = reinterpret_cast<const uint2*>(p)[b];
+        u[2 * b] = v.x; u[2 * b + 1] = v.y;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) mlxrt_word_to_float(u[i], &out[i * kPer], p);
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) out[j] = static_cast<float>(p[j]);
+  }
+}
+
+__device__ __forceinline__ uint32_t mlxrt_part(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ float mlxrt_warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+  return v;
+}
+
+// One warp's sums for rows row0 .. row0 + R - 1 of w ([N, words]) with the M rows of x (M x K,
+// row-major, x_vec: 16-byte aligned), each lane's partial sum in acc (mlxrt_warp_sum totals it).
+// Lane l reads 16 bytes of each row at value offsets l * kVpl + c * 32 * kVpl (c = 0, 1, ...);
+// rows past N repeat row N - 1 (their sums are dropped by the caller), so every load is in
+// bounds without a branch in the loop.
+template <int M, int R, int BITS, int GS, typename XT, typename ST>
+__device__ __forceinline__ void mlxrt_qmv_rows(const XT* x, bool x_vec, const uint32_t* w, const ST* scales,
+                                               const ST* biases, int N, int words, int row0, int lane,
+                                               float (&acc)[M][R]) {
+  constexpr int kVpw = 32 / BITS;  // values per uint32 word
+  constexpr int kVpl = 4 * kVpw;   // values per lane per 16-byte load: one group holds them all
+  constexpr float kLift = static_cast<float>(1 << BITS);
+  const int K = words * kVpw;
+  const int groups = K / GS;
+  const bool w_vec = (reinterpret_cast<unsigned long long>(w) & 15) == 0;
+  size_t wrow[R], grow[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int n = min(row0 + r, N - 1);
+    wrow[r] = static_cast<size_t>(n) * words;
+    grow[r] = static_cast<size_t>(n) * groups;
+  }
+  auto load = [&](int k, uint4* wv, float* s, float* b) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint32_t* p = w + wrow[r] + k / kVpw;
+      wv[r] = w_vec ? *reinterpret_cast<const uint4*>(p) : make_uint4(p[0], p[1], p[2], p[3]);
+      s[r] = static_cast<float>(scales[grow[r] + k / GS]);
+      b[r] = static_cast<float>(biases[grow[r] + k / GS]);
+    }
+  };
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
+  constexpr int kStep = 32 * kVpl;
+  int k0 = lane * kVpl;
+  uint4 cur[R];
+  float cs[R], cb[R];
+  if (k0 < K) load(k0, cur, cs, cb);
+  for (; k0 < K; k0 += kStep) {
+    // The next chunk's loads go out before this chunk is summed.
+    uint4 nxt[R];
+    float ns[R], nb[R];
+    if (k0 + kStep < K) load(k0 + kStep, nxt, ns, nb);
+    float dot[M][R], xs[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      xs[m] = 0.0f;
+#pragma unroll
+      for (int r = 0; r < R; ++r) dot[m][r] = 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float f[R][kVpw];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const uint32_t word = mlxrt_part(cur[r], i);
+#pragma unroll
+        for (int j = 0; j < kVpw; ++j) f[r][j] = mlxrt_unpack<BITS>(word, j);
+      }
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        float xv[kVpw];
+        mlxrt_load_x(x + static_cast<size_t>(m) * K + k0 + i * kVpw, xv, x_vec);
+#pragma unroll
+        for (int j = 0; j < kVpw; ++j) {
+          xs[m] += xv[j];
+#pragma unroll
+          for (int r = 0; r < R; ++r) dot[m][r] = fmaf(f[r][j], xv[j], dot[m][r]);
+        }
+      }
+    }
+    // sum x (s q + b) = s 2^BITS (sum x f - sum x) + b sum x.
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[m][r] = fmaf(cs[r] * kLift, dot[m][r] - xs[m], fmaf(cb[r], xs[m], acc[m][r]));
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      cur[r] = nxt[r];
+      cs[r] = ns[r];
+      cb[r] = nb[r];
+    }
+  }
+}
+
+// A warp's rows row0 .. row0 + R - 1 of w (those below N): write(i, sum) with i = m * N + n, the
+// index of output row m, column n, from one lane each.
+template <int M, int R, int BITS, int GS, typename XT, typename ST, typename Write>
+__device__ __forceinline__ void mlxrt_qmv_warp(const XT* x, bool x_vec, const uint32_t* w, const ST* scales,
+                                               const ST* biases, int N, int words, int row0, Write write) {
+  const int lane = threadIdx.x & 31;
+  float acc[M][R];
+  mlxrt_qmv_rows<M, R, BITS, GS>(x, x_vec, w, scales, biases, N, words, row0, lane, acc);
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float v = mlxrt_warp_sum(acc[m][r]);
+      if (lane == ((m * R + r) & 31) && row0 + r < N) write(static_cast<size_t>(m) * N + row0 + r, v);
+    }
+}
+)";
+
+}  // namespace mlxrt::kernels::cuda::detail
