@@ -13,7 +13,7 @@ CTEST_ARGS ?=
 MLXRT_VENV ?= $(CURDIR)/.venv
 export MLXRT_VENV
 
-.PHONY: all build deps test test-long test-aarch64 fuzz-long demo clean
+.PHONY: all build deps test test-long test-aarch64 fuzz-long demo check-cuda-kernels clean
 all: build
 
 deps:
@@ -47,6 +47,12 @@ test-aarch64:
 FUZZ_SECONDS ?= 600
 fuzz-long: build
 	@tools/fuzz_long.sh $(BUILD) $(FUZZ_SECONDS)
+
+# The CUDA kernels' source text compiled with NVRTC, without a GPU: every template-argument
+# combination the C++ launches (tools/cuda/nvrtc_check.py; not part of `make test` or CI). It
+# downloads the pinned mlx-cuda-13 and NVIDIA's NVRTC wheels into build-nvrtc/ once.
+check-cuda-kernels:
+	@"$(MLXRT_VENV)/bin/python3" tools/cuda/nvrtc_check.py $(NVRTC_CHECK_ARGS)
 
 # FIDELITY=l3: the demo at mlxrt's own measured kernels (default l1: mlx-lm's bytes).
 FIDELITY ?= l1
