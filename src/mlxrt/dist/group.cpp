@@ -39,13 +39,22 @@ const char* backend_name(Backend backend) {
   return "any";
 }
 
+template <typename Join>
+Group Group::joined(Join join) {
+  const auto before = connected_stream_sockets();
+  Group group(join());
+  if (group.distributed())
+    group.watch_ = std::make_shared<PeerWatch>(opened_between(before, connected_stream_sockets()));
+  return group;
+}
+
 Group Group::init(Backend backend) {
-  if (backend == Backend::any) return Group(mx::distributed::init(false, "any"));
+  if (backend == Backend::any) return joined([] { return mx::distributed::init(false, "any"); });
   const auto& named = kBackends[static_cast<size_t>(backend)];
   if (!mx::distributed::is_available(named.name))
     throw UsageError(std::string("--backend ") + named.name + ": this build of MLX has no " + named.name + " backend");
   try {
-    return Group(mx::distributed::init(true, named.name));
+    return joined([&] { return mx::distributed::init(true, named.name); });
   } catch (const std::exception& e) {
     throw UsageError(std::string("--backend ") + named.name + ": could not join the distributed run (" + e.what() +
                      "); the " + named.name + " backend reads " + named.environment +

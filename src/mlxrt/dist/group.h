@@ -2,9 +2,12 @@
 /** The processes of one distributed run, as MLX's launch environment describes them (mlx.launch, or
  * `mlxrt launch`): rank, world size and the backend that connects them. A Group is a value owned by
  * whoever runs the verb; nothing here is global beyond what MLX itself keeps. */
+#include <memory>
 #include <string>
 
 #include <mlx/distributed/distributed.h>
+
+#include "mlxrt/dist/peer_watch.h"
 
 namespace mlxrt::dist {
 
@@ -32,8 +35,13 @@ class Group {
   const mx::distributed::Group& raw() const { return raw_; }
 
  private:
+  /** Joins through `join` (MLX's init), and watches the peer connections it opened when the run
+   * has several processes (PeerWatch). */
+  template <typename Join>
+  static Group joined(Join join);
   explicit Group(mx::distributed::Group raw) : raw_(std::move(raw)) {}
   mx::distributed::Group raw_;
+  std::shared_ptr<PeerWatch> watch_;  // shared: a Group is a value, the watch lives as long as one copy
 };
 
 }  // namespace mlxrt::dist
