@@ -7,8 +7,13 @@ the generation (so a step that grows with the context shows), the decode tok/s o
 generation, and whether the two produced the same tokens (they must at L1; with
 --mlxrt-args=--batch-invariant each row is its solo run instead, which mlx-lm's batch need not equal).
 
+--step-timing adds each side's mean decode-step split: building the step's lazy graph, dispatching it
+(mx.async_eval: MLX encoding its kernels) and waiting for the step before it (the device still busy).
+A split whose wait is near zero is bound by the host: fewer graph nodes, not faster kernels, shorten it.
+
 Usage: bench/batch_generate_bench.py --model DIR [--mlxrt build/mlxrt] [--batch 8] [--prompt-tokens 80]
-       [--gen-tokens 256] [--segments 4] [--runs 1] [--log-dir DIR] [--graphs] [--no-bias] [--mlxrt-args ARGS]
+       [--gen-tokens 256] [--segments 4] [--runs 1] [--log-dir DIR] [--graphs] [--step-timing] [--no-bias]
+       [--mlxrt-args ARGS]
 A model: bench/gpu/models.py makes random ones with Qwen3 dims (python bench/gpu/models.py).
 """
 import argparse
@@ -34,23 +39,55 @@ from mlx_lm.sample_utils import make_logits_processors
 from mlx_lm.utils import load_model
 
 model_dir, requests_file, eos, steps_file = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
-graph_file = sys.argv[5] if len(sys.argv) > 5 else None
+graph_file = sys.argv[5] if len(sys.argv) > 5 and sys.argv[5] else None
+step_timing = len(sys.argv) > 6 and sys.argv[6] == "timing"
 requests = json.loads(Path(requests_file).read_text())["requests"]
-if graph_file:
-    # The op graph of the fourth decode step, as `mlxrt batch-generate --step-graph` writes it:
-    # the generation batch's _step hands its outputs to mx.async_eval.
-    dispatch, seen = mx.async_eval, [0]
+from mlx_lm.generate import GenerationBatch
+# The generation batch's _step builds the step's graph, hands it to mx.async_eval, then reads the
+# step before it with mx.eval: wrapped here to export the fourth step's graph (as `mlxrt
+# batch-generate --step-graph` does) and to time the three parts (as its --step-timing does).
+dispatch, wait, seen = mx.async_eval, mx.eval, [0]
+split = {"build": 0.0, "dispatch": 0.0, "wait": 0.0, "steps": 0, "t0": 0.0, "t1": 0.0, "t2": 0.0}
 
-    def async_eval(*arrays):
-        caller = sys._getframe(1)
-        if caller.f_code.co_name == "_step" and type(caller.f_locals.get("self")).__name__ == "GenerationBatch":
-            seen[0] += 1
-            if seen[0] == 4:
-                flat = [a for x in arrays for a in (x if isinstance(x, list) else [x])]
-                mx.export_to_dot(graph_file, *flat)
+
+def in_step():
+    caller = sys._getframe(2)
+    return caller.f_code.co_name == "_step" and isinstance(caller.f_locals.get("self"), GenerationBatch)
+
+
+def async_eval(*arrays):
+    if not in_step():
         return dispatch(*arrays)
+    seen[0] += 1
+    if graph_file and seen[0] == 4:
+        flat = [a for x in arrays for a in (x if isinstance(x, list) else [x])]
+        mx.export_to_dot(graph_file, *flat)
+    split["t1"] = time.perf_counter()
+    out = dispatch(*arrays)
+    split["t2"] = time.perf_counter()
+    return out
 
-    mx.async_eval = async_eval
+
+def eval_(*arrays):
+    out = wait(*arrays)
+    # A step after a batch's first reads what the step before it dispatched.
+    if in_step() and sys._getframe(1).f_locals.get("self")._current_logprobs:
+        split["build"] += split["t1"] - split["t0"]
+        split["dispatch"] += split["t2"] - split["t1"]
+        split["wait"] += time.perf_counter() - split["t2"]
+        split["steps"] += 1
+    return out
+
+
+step_method = GenerationBatch._step
+
+
+def timed_step(self):
+    split["t0"] = time.perf_counter()
+    return step_method(self)
+
+
+mx.async_eval, mx.eval, GenerationBatch._step = async_eval, eval_, timed_step
 model, _ = load_model(Path(model_dir))
 gen = BatchGenerator(model, stop_tokens=[[t] for t in eos])
 processors = [make_logits_processors(**{k: ({int(t): b for t, b in v.items()} if k == "logit_bias" else v)
@@ -70,6 +107,10 @@ while responses := gen.next_generated():
             tokens[r.uid].append(r.token)
 gen.close()
 Path(steps_file).write_text("\n".join(lines) + "\n")
+if step_timing and split["steps"]:
+    n = split["steps"]
+    print(f"[mlx_lm] decode step: build={split['build'] / n * 1e3:.3f} ms, dispatch={split['dispatch'] / n * 1e3:.3f} ms, "
+          f"wait={split['wait'] / n * 1e3:.3f} ms (mean of {n} steps)", file=sys.stderr)
 for u in uids:
     print(json.dumps({"tokens": tokens[u]}))
 """
@@ -114,6 +155,9 @@ def make_requests(batch, prompt_tokens, gen_tokens, vocab, eos, seed=0):
     return {"requests": requests}
 
 
+SPLIT = re.compile(r"decode step: build=([\d.]+) ms, dispatch=([\d.]+) ms, wait=([\d.]+) ms")
+
+
 def read_steps(path):
     return [(int(a), float(b)) for a, b in (line.split() for line in Path(path).read_text().split("\n") if line)]
 
@@ -125,7 +169,8 @@ def run_side(cmd, steps_file, env):
     if p.returncode != 0:
         sys.exit(f"{cmd[0]} failed ({p.returncode}):\n{p.stderr[-3000:]}")
     rows = [json.loads(line)["tokens"] for line in p.stdout.splitlines() if line.startswith("{")]
-    return rows, read_steps(steps_file), wall
+    split = SPLIT.search(p.stderr)
+    return rows, read_steps(steps_file), wall, tuple(float(v) for v in split.groups()) if split else None
 
 
 def segment_means(steps, segments):
@@ -151,6 +196,8 @@ def main():
     ap.add_argument("--mlxrt-args", default="", help="more options for `mlxrt batch-generate` (e.g. --batch-invariant)")
     ap.add_argument("--no-bias", action="store_true", help="no logit bias against the end token")
     ap.add_argument("--graphs", action="store_true", help="also count the ops of one decode step on each side")
+    ap.add_argument("--step-timing", action="store_true",
+                    help="also split each side's decode step into build / dispatch / wait")
     args = ap.parse_args()
 
     config = json.loads((Path(args.model) / "config.json").read_text())
@@ -164,6 +211,7 @@ def main():
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
     results = {"mlx_lm": [], "mlxrt": []}
+    splits = {"mlx_lm": [], "mlxrt": []}
     tokens = {}
     for run in range(args.runs):
         for side in ("mlx_lm", "mlxrt"):
@@ -173,12 +221,15 @@ def main():
                 cmd = [args.mlxrt, "batch-generate", "--model", args.model, "--requests", str(requests),
                        "--max-tokens", str(args.gen_tokens), "--step-log", str(steps_file), *args.mlxrt_args.split()]
                 cmd += ["--step-graph", str(graph)] if args.graphs and run == 0 else []
+                cmd += ["--step-timing"] if args.step_timing else []
             else:
-                cmd = [sys.executable, "-c", MLX_LM_SIDE, args.model, str(requests), json.dumps(eos), str(steps_file)]
-                cmd += [str(graph)] if args.graphs and run == 0 else []
-            rows, steps, wall = run_side(cmd, steps_file, env)
+                cmd = [sys.executable, "-c", MLX_LM_SIDE, args.model, str(requests), json.dumps(eos), str(steps_file),
+                       str(graph) if args.graphs and run == 0 else "", "timing" if args.step_timing else ""]
+            rows, steps, wall, split = run_side(cmd, steps_file, env)
             tokens[side] = rows
             results[side].append((steps, wall))
+            if split:
+                splits[side].append(split)
 
     same = tokens["mlx_lm"] == tokens["mlxrt"]
     print(f"model {Path(args.model).name}, {args.batch} prompts of ~{args.prompt_tokens} tokens, "
@@ -201,6 +252,14 @@ def main():
                                 + [f"{tps[side]:.1f}", f"{wall:.1f}"]) + " |")
     if tps["mlx_lm"]:
         print(f"decode tok/s mlxrt / mlx-lm: {tps['mlxrt'] / tps['mlx_lm']:.2f}")
+    if args.step_timing:
+        print("\ndecode step split, ms (median over runs):")
+        print("| side | build | dispatch | wait | sum |")
+        print("| --- | ---: | ---: | ---: | ---: |")
+        for side, runs in splits.items():
+            if runs:
+                b, d, w = (statistics.median(v) for v in zip(*runs))
+                print(f"| {side} | {b:.2f} | {d:.2f} | {w:.2f} | {b + d + w:.2f} |")
     if args.graphs:
         print_graph_table({side: work / f"{side}-step.dot" for side in ("mlx_lm", "mlxrt")})
     return 0 if same else 1

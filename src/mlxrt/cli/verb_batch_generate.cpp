@@ -9,7 +9,8 @@
 // left out, as batch_generate does), and the throughput on stderr. With --batch-invariant (ours)
 // each row equals its solo `mlxrt generate` run (tokens and logprobs), and a request may carry
 // "seed": N, its sampler then drawing as `mlxrt generate --seed N` does. --step-log FILE (ours)
-// records each step's wall time, --step-graph FILE one step's op graph, for
+// records each step's wall time, --step-graph FILE one step's op graph, --step-timing the decode
+// steps' build / dispatch / wait split (as `benchmark --step-timing`), for
 // bench/batch_generate_bench.py. --adapters NAME=DIR ... (ours) loads mlx_lm.lora adapters beside
 // the model and a request's "adapter": NAME runs its row with that adapter, rows of different
 // adapters in one batch: each row's tokens equal those of the same batch run with every row on
@@ -52,6 +53,7 @@ struct BatchArgs {
   bool batch_invariant = false;
   std::string step_log;
   std::string step_graph;
+  bool step_timing = false;
   std::vector<std::string> adapters;
   DistributedArgs dist;
   model::FidelityTier fidelity = model::FidelityTier::l1;  // --fidelity
@@ -241,6 +243,8 @@ void run_batch_generate(const BatchArgs& a) {
       mx::export_to_dot(out, outputs);
     };
   }
+  generate::StepTiming timing;
+  if (a.step_timing) options.step_timing = &timing;
   generate::BatchGenerator gen(model, options);
   auto uids = gen.insert(std::move(requests));
   std::map<int, std::vector<int32_t>> tokens;
@@ -289,9 +293,15 @@ void run_batch_generate(const BatchArgs& a) {
     std::cout << line.dump() << "\n";
   }
   std::cout.flush();
-  if (dist_run.primary())
+  if (dist_run.primary()) {
     std::fprintf(stderr, "[batch_generate] %zu sequences, %zu tokens in %.3f s, %.3f tokens-per-sec\n", uids.size(),
-               generated, seconds, seconds > 0 ? static_cast<double>(generated) / seconds : 0.0);
+                 generated, seconds, seconds > 0 ? static_cast<double>(generated) / seconds : 0.0);
+    if (a.step_timing && timing.steps > 0)
+      std::fprintf(stderr,
+                   "[batch_generate] decode step: build=%.3f ms, dispatch=%.3f ms, wait=%.3f ms (mean of %d steps)\n",
+                   1e3 * timing.build_s / timing.steps, 1e3 * timing.dispatch_s / timing.steps,
+                   1e3 * timing.wait_s / timing.steps, timing.steps);
+  }
 }
 
 }  // namespace
@@ -323,6 +333,9 @@ void register_batch_generate(CLI::App& app) {
   cmd->add_option("--step-log", a->step_log,
                   "Write one line per decode step to this file: the rows it answered and its wall time in ms");
   cmd->add_option("--step-graph", a->step_graph, "Write the op graph of one batched decode step to this file (DOT)");
+  cmd->add_flag("--step-timing", a->step_timing,
+                "Also print where a batched decode step's time goes: building its graph, dispatching it (MLX "
+                "encoding the kernels), and waiting on the device");
   add_fidelity_flag(cmd, a->fidelity);
   add_distributed_flags(cmd, a->dist);
   cmd->callback([a] { run_batch_generate(*a); });

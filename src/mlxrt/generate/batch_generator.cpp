@@ -3,6 +3,7 @@
 #include "mlxrt/generate/batch_generator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 #include <stdexcept>
 
@@ -275,6 +276,8 @@ mx::array BatchGenerator::sample(const GenBatch& g, const mx::array& logprobs) c
 }
 
 std::pair<std::vector<int32_t>, std::vector<mx::array>> BatchGenerator::step(GenBatch& g) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
   auto inputs = *g.next_tokens;
   auto current_logprobs = std::move(g.next_logprobs);
   const int B = static_cast<int>(g.uids.size());
@@ -296,12 +299,24 @@ std::pair<std::vector<int32_t>, std::vector<mx::array>> BatchGenerator::step(Gen
   std::vector<mx::array> pending = {sampled};
   pending.insert(pending.end(), g.next_logprobs.begin(), g.next_logprobs.end());
   pending.insert(pending.end(), token_context.begin(), token_context.end());
+  const auto t1 = Clock::now();
   if (o_.inspect_step) o_.inspect_step(pending);
+  const auto t1_dispatch = Clock::now();  // the inspection (a DOT export) is neither build nor dispatch
   mx::async_eval(pending);
+  const auto t2 = Clock::now();
 
   std::vector<mx::array> now = {inputs};
   now.insert(now.end(), current_logprobs.begin(), current_logprobs.end());
   mx::eval(now);
+  // A step after the first reads what the step before it dispatched: the wait is the device still
+  // working on that one (the first step's own wait is its prefill's).
+  if (o_.step_timing && !current_logprobs.empty()) {
+    auto& t = *o_.step_timing;
+    t.build_s += std::chrono::duration<double>(t1 - t0).count();
+    t.dispatch_s += std::chrono::duration<double>(t2 - t1_dispatch).count();
+    t.wait_s += std::chrono::duration<double>(Clock::now() - t2).count();
+    ++t.steps;
+  }
   auto tokens = to_ints(inputs);
   for (int e = 0; e < B; ++e) g.rows[e].tokens.push_back(tokens[e]);
   return {tokens, current_logprobs};

@@ -50,6 +50,10 @@ struct BatchGeneratorOptions {
   /** Called with each batched decode step's outputs before they are dispatched (tools: the op
    * graph of one step, `mlxrt batch-generate --step-graph`). */
   std::function<void(const std::vector<mx::array>&)> inspect_step;
+  /** When set, each batched decode step that reads a step dispatched before it adds its build /
+   * dispatch / wait split here (`mlxrt batch-generate --step-timing`), as a solo step does into
+   * GenerateOptions::step_timing. Not for the batch-invariant rows (each a TokenGenerator). */
+  StepTiming* step_timing = nullptr;
 };
 
 /** One sequence to insert. Empty optionals take the generator's defaults. */

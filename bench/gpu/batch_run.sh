@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Continuous batching (issue 17) on a CUDA machine without a package registry, with the bundle of
+# bench/gpu/prepare.sh: installs the carried wheels (run.sh env install build), then the steps
+# named in BATCH_STEPS (default "split batchgen batching"):
+#   split:    bench/batch_generate_bench.py --step-timing on BATCH_MODELS (default qwen3-0.6b-bf16
+#             qwen3-8b-bf16): each side's 8-row decode step split into build / dispatch / wait, and
+#             its op graph counted by op, under each MLX setting of SPLIT_SETTINGS (default
+#             "default one-graph"). With one command buffer a step ("one-graph": no commit by op
+#             count or by bytes, as bench/gpu/step_timing.py's setting) MLX never waits in dispatch
+#             for graphs in flight, so dispatch is the host's encoding alone and wait what the
+#             device takes beyond build + dispatch: a wait near zero says the step is bound by the
+#             host (fewer nodes shorten it), a large one by the device (faster kernels do);
+#   batchgen: run.sh's stage batchgen (BENCH_BATCHGEN_ARGS; default here adds --step-timing);
+#   batching: run.sh's stage batching (BENCH_BATCH_ARGS): the servers side by side.
+# Logs and tables go to $OUT (split.txt, and run.sh's batchgen.log, batching.log, summary.txt),
+# the rest to $BENCH_WORK. MLX's compiled kernels are kept as bench/gpu/bundle_setup.sh keeps them.
+# Usage (repository root): [B=build-gpu/bundle] [BATCH_STEPS="split batchgen batching"] bench/gpu/batch_run.sh
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root" || exit 1
+B=${B:-build-gpu/bundle}
+out=${OUT:-build-gpu/batch-out}
+work=${BENCH_WORK:-/tmp/batch-work}
+# shellcheck source=bench/gpu/bundle_setup.sh
+source bench/gpu/bundle_setup.sh
+models=${BATCH_MODELS:-qwen3-0.6b-bf16 qwen3-8b-bf16}
+model_dir() {
+  $PY -c "import sys; sys.path.insert(0, 'bench/gpu'); from pathlib import Path; import models
+print(models.ensure_model(Path(sys.executable), Path('$work/models'), '${1%-*}', '${1##*-}', Path('$work/tokenizer')))"
+}
+setting_env() {
+  case $1 in
+    default) echo "" ;;
+    one-graph) echo "MLX_MAX_OPS_PER_BUFFER=4000 MLX_MAX_MB_PER_BUFFER=1000000" ;;
+    ops-400) echo "MLX_MAX_OPS_PER_BUFFER=400" ;;
+    *) echo "unknown setting $1 (default one-graph ops-400)" >&2; return 1 ;;
+  esac
+}
+for step in ${BATCH_STEPS:-split batchgen batching}; do
+  case $step in
+    split)
+      for m in $models; do
+        path=$(model_dir "$m") || exit 1
+        graphs=--graphs
+        for s in ${SPLIT_SETTINGS:-default one-graph}; do
+          vars=$(setting_env "$s") || exit 2
+          echo "== $m, MLX setting $s ($vars)" >> "$out/split.txt"
+          # shellcheck disable=SC2086  # vars and SPLIT_ARGS are lists
+          env $vars timeout 600 $PY bench/batch_generate_bench.py --model "$path" --mlxrt "$work/mlxrt" --step-timing \
+            $graphs --log-dir "$work/split-$m-$s" ${SPLIT_ARGS:---batch 8 --gen-tokens 128} >> "$out/split.txt" 2>&1
+          graphs=
+        done
+      done
+      grep -E '^(== |\| (mlx_lm|mlxrt) |decode tok)' "$out/split.txt"
+      echo "split $(( $(date +%s) - t0 )) s" ;;
+    batchgen|batching)
+      BENCH_OUT=$out BENCH_TOKENIZER=$work/tokenizer BENCH_BATCH_MODELS=$models \
+        BENCH_BATCHGEN_ARGS=${BENCH_BATCHGEN_ARGS:---batch 8 --gen-tokens 256 --step-timing} \
+        bench/gpu/run.sh "$step" > "$work/$step-run.txt" 2>&1
+      grep -h -E '^(== |clients|[0-9]+ +(tok_s|ttft|errors)|model |\| |decode tok)' "$out/$step.log" | head -40
+      echo "$step $(( $(date +%s) - t0 )) s" ;;
+    *) echo "unknown step $step (split batchgen batching)"; exit 2 ;;
+  esac
+done
