@@ -2,6 +2,7 @@
 batch_generate drives it) for one set of prompts of different lengths and settings submitted
 together. Each request's tokens and the logprobs of its sampled tokens equal mlx-lm's exactly."""
 import json
+import re
 
 import pytest
 from conftest import make_fixture, run_mlxrt
@@ -133,6 +134,30 @@ def test_step_log_and_graph_leave_the_tokens_alone(tmp_path):
     assert all(float(ms) >= 0 for _, ms in lines)
     dot = graph.read_text()
     assert dot.startswith("digraph") and 'label ="Matmul"' in dot
+
+
+def test_step_timing_and_a_step_without_per_layer_copies_of_shared_nodes(tmp_path):
+    """--step-timing prints the decode steps' mean build / dispatch / wait split (what
+    bench/batch_generate_bench.py reads). On a float32 model, whose dense layers go through MLX's
+    matmul as bfloat16 ones do on a GPU, a step's graph holds no transpose of a weight: each layer's
+    is made once (a Qwen3 layer keeps 5 transposes of activations; the 7 of its weights would make
+    12 a layer), and the tokens stay mlx-lm's."""
+    model = make_fixture("qwen3_fp32")
+    layers = json.loads((model / "config.json").read_text())["num_hidden_layers"]
+    graph = tmp_path / "step.dot"
+    path = tmp_path / "requests.json"
+    path.write_text(json.dumps({"requests": GREEDY}))
+    proc = run_mlxrt("batch-generate", "--model", model, "--requests", path, "--step-timing", "--step-graph", graph)
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [(r["tokens"], r["logprobs"], r["finish_reason"]) for r in rows] == batch_tokens(model, GREEDY, [EOS])
+    m = re.search(r"decode step: build=([\d.]+) ms, dispatch=([\d.]+) ms, wait=([\d.]+) ms \(mean of (\d+) steps\)",
+                  proc.stderr)
+    assert m, proc.stderr
+    # Every step after the first of its batch reads the one before it: the longest row's tokens less one.
+    assert int(m.group(4)) >= max(len(r["tokens"]) for r in rows) - 1
+    assert all(float(v) >= 0 for v in m.groups()[:3])
+    transposes = graph.read_text().count('label ="Transpose"')
+    assert 0 < transposes < 7 * layers
 
 
 @pytest.mark.parametrize("fixture", [

@@ -3,7 +3,10 @@
 #include "mlxrt/cache/batch_kv_cache.h"
 
 #include <algorithm>
+#include <optional>
+#include <vector>
 
+#include <mlx/device.h>
 #include <mlx/ops.h>
 #include <mlx/transforms.h>
 
@@ -39,6 +42,25 @@ mx::array dynamic_roll(const mx::array& x, const mx::array& shifts, int axis) {
   return mx::take_along_axis(x, idx, axis);
 }
 
+namespace {
+
+/** The last offsets one BatchKVCache advanced: the values before (their host copy) and their
+ * dtype, the count, the device and the sum. Every layer of a batch advances the same offsets by
+ * the same count in a forward, and MLX makes a node of each sum (and another of the count's
+ * broadcast): the next layer whose offsets hold the same values takes this sum instead, the same
+ * values, so its RoPE and its next step read what its own sum would give, in two nodes a step
+ * instead of two a layer (MLX spends host time on each node of a step it dispatches). */
+struct AdvancedOffsets {
+  std::vector<int> from;
+  mx::Dtype dtype;
+  int length;
+  mx::Device device;
+  mx::array to;
+};
+thread_local std::optional<AdvancedOffsets> last_advance;
+
+}  // namespace
+
 BatchKVCache::BatchKVCache(const std::vector<int>& left_padding)
     : left_padding_(int_array(left_padding)), offset_(mx::array(0)) {
   std::vector<int> neg(left_padding.size());
@@ -72,7 +94,15 @@ CachedKV BatchKVCache::update_and_fetch(const mx::array& keys, const mx::array& 
       values_ = new_v;
     }
   }
-  offset_ = mx::add(offset_, mx::array(length));
+  const auto& a = last_advance;
+  if (a && a->length == length && a->dtype == offset_.dtype() && a->device == mx::default_device() &&
+      a->from == host_offset_) {
+    offset_ = a->to;
+  } else {
+    const auto dtype = offset_.dtype();
+    offset_ = mx::add(offset_, mx::array(length));
+    last_advance = AdvancedOffsets{host_offset_, dtype, length, mx::default_device(), offset_};
+  }
   for (auto& o : host_offset_) o += length;
   idx_ += length;
   mx::Shape start = {0, 0, prev, 0};

@@ -17,6 +17,9 @@ namespace mx = mlx::core;
 struct AttentionMask {
   enum class Kind { none, causal, array } kind = Kind::none;
   std::optional<mx::array> mask;
+  /** The mask array broadcast to the shapes attention asked for (model/nn/attention.cpp), kept
+   * for every layer that shares this mask, its copies included. */
+  std::shared_ptr<std::vector<mx::array>> broadcasts = std::make_shared<std::vector<mx::array>>();
   static AttentionMask causal() { return {Kind::causal, std::nullopt}; }
   static AttentionMask of(mx::array m) { return {Kind::array, std::move(m)}; }
 };

@@ -322,8 +322,9 @@ mx::array quantized_matmul(const std::shared_ptr<const CpuKernels>& kernels, con
 }
 
 mx::array matmul_transposed(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x, const mx::array& w,
-                            const std::optional<mx::array>& bias) {
-  auto y = bias ? mx::addmm(*bias, x, mx::transpose(w)) : mx::matmul(x, mx::transpose(w));
+                            const std::optional<mx::array>& bias, const std::optional<mx::array>& w_t) {
+  const auto wt = w_t ? *w_t : mx::transpose(w);
+  auto y = bias ? mx::addmm(*bias, x, wt) : mx::matmul(x, wt);
   const bool ours = kernels && x.dtype() == mx::bfloat16 && w.dtype() == mx::bfloat16 && w.ndim() == 2 &&
                     x.ndim() >= 1 && x.shape(-1) > 0 && (!bias || (bias->dtype() == mx::bfloat16 && bias->ndim() == 1)) &&
                     y.dtype() == mx::bfloat16 && y.shape(-1) == w.shape(0) &&

@@ -78,9 +78,12 @@ mx::array quantized_matmul(const std::shared_ptr<const CpuKernels>& kernels, con
                            const std::string& mode);
 
 /** mx::matmul(x, w.T), or mx::addmm(bias, x, w.T) with a bias: ours for bfloat16 x, w and bias
- * with a 2-D weight on the CPU (MLX computes these with scalar float sums, simd_gemm). */
+ * with a 2-D weight on the CPU (MLX computes these with scalar float sums, simd_gemm). `w_t`, when
+ * given, is mx::transpose(w) made once by the layer: the same view, so the same product, but after
+ * its first evaluation it is a leaf, not a node of every step's graph (MLX spends host time on
+ * each node it dispatches, views included: a Qwen3-8B step has 252 such transposes). */
 mx::array matmul_transposed(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x, const mx::array& w,
-                            const std::optional<mx::array>& bias);
+                            const std::optional<mx::array>& bias, const std::optional<mx::array>& w_t = std::nullopt);
 
 /** mx::gather_qmm(x, w, scales, biases, lhs = none, rhs_indices, transpose = true, ...) (the
  * switch layers' expert matmul), with our kernel for each gathered block on the same terms. */

@@ -188,6 +188,21 @@ bool prefill_attention_padded() { return padding_enabled() && cudnn_attention_de
 
 namespace {
 
+/** MLX's attention broadcasts a mask array to [B, heads, L, keys] at every call (fast.cpp), a node
+ * in each layer of a step; the layers that share a mask share that broadcast instead: the same view
+ * of the same mask, so the same bytes, in one node a step (a batched decode step on a GPU is bound
+ * by the host's time per node). A bool mask only: MLX casts another dtype before broadcasting. */
+mx::array shared_broadcast(const AttentionMask& mask, const mx::array& q, const mx::array& keys) {
+  const auto& m = *mask.mask;
+  if (m.dtype() != mx::bool_ || !mask.broadcasts) return m;
+  auto shape = q.shape();
+  shape.back() = keys.shape(-2);
+  for (const auto& b : *mask.broadcasts)
+    if (b.shape() == shape) return b;
+  mask.broadcasts->push_back(mx::broadcast_to(m, shape));
+  return mask.broadcasts->back();
+}
+
 mx::array fused_attention(const mx::array& q, const cache::PlainKV& kv, float scale, const AttentionMask& mask,
                           const std::optional<mx::array>& sinks = std::nullopt) {
   switch (mask.kind) {
@@ -198,7 +213,8 @@ mx::array fused_attention(const mx::array& q, const cache::PlainKV& kv, float sc
     case AttentionMask::Kind::array:
       if (!sinks)
         if (auto padded = padded_prefill_attention(q, kv, scale, mask.mask)) return *padded;
-      return mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, scale, "array", mask.mask, sinks);
+      return mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, scale, "array",
+                                                    shared_broadcast(mask, q, kv.keys), sinks);
     case AttentionMask::Kind::none:
       break;
   }

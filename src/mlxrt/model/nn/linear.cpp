@@ -92,6 +92,7 @@ Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int o
   // packing has read it, so the model is held once, not twice (an adapted layer keeps it: DoRA
   // and the mixed-adapter rows read it).
   if (linear.q_ && linear.q_->l3 && !linear.lora_ && !linear.slots_) linear.weight_ = mx::zeros({0}, mx::uint32);
+  linear.keep_transposed();
   return linear;
 }
 
@@ -116,6 +117,7 @@ void Linear::keep_shard(WeightBinder& w, const std::string& path, Shard shard, c
     if (q_->biases) q_->biases = cut(*q_->biases, "biases", axis);
   }
   if (bias_ && shard == Shard::all_to_sharded) bias_ = cut(*bias_, "bias", -1);
+  keep_transposed();
 }
 
 Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int out_dims, bool bias, Shard shard) {
@@ -216,7 +218,7 @@ mx::array Linear::forward(const mx::array& x) const {
 mx::array Linear::base(const mx::array& x) const {
   if (sum_over_) {
     // ShardedToAllLinear: x @ W.T (or the quantized matmul), all_sum, then `+ bias` (not addmm).
-    auto y = q_ ? q_->matmul(x, weight_) : kernels::cpu::matmul_transposed(cpu_, x, weight_, std::nullopt);
+    auto y = q_ ? q_->matmul(x, weight_) : kernels::cpu::matmul_transposed(cpu_, x, weight_, std::nullopt, weight_t_);
     y = mx::distributed::all_sum(y, *sum_over_);
     return bias_ ? mx::add(y, *bias_) : y;
   }
@@ -225,7 +227,7 @@ mx::array Linear::base(const mx::array& x) const {
     return bias_ ? mx::add(y, *bias_) : y;
   }
   // mlx.nn.Linear: addmm with a bias, else x @ W.T.
-  return kernels::cpu::matmul_transposed(cpu_, x, weight_, bias_);
+  return kernels::cpu::matmul_transposed(cpu_, x, weight_, bias_, weight_t_);
 }
 
 Embedding Embedding::load(WeightBinder& w, const std::string& path, int num_embeddings, int dims) {
@@ -293,7 +295,7 @@ mx::array Embedding::as_linear_rows(const mx::array& x) const {
 }
 
 mx::array Embedding::base_as_linear(const mx::array& x) const {
-  if (!q_) return kernels::cpu::matmul_transposed(cpu_, x, weight_, std::nullopt);
+  if (!q_) return kernels::cpu::matmul_transposed(cpu_, x, weight_, std::nullopt, weight_t_);
   return q_->matmul(x, weight_);
 }
 

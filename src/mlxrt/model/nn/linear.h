@@ -75,7 +75,10 @@ class Linear {
   mx::array dequantized_weight() const;
   /** This rank's rows (all_to_sharded) or columns (sharded_to_all) of every parameter. */
   void keep_shard(WeightBinder& w, const std::string& path, Shard shard, const std::vector<int>& segments);
+  /** A dense weight's transpose, made once its weight is final (see kernels::cpu::matmul_transposed). */
+  void keep_transposed() { weight_t_ = q_ ? std::nullopt : std::optional<mx::array>(mx::transpose(weight_)); }
   mx::array weight_;
+  std::optional<mx::array> weight_t_;  // mx::transpose(weight_) of a dense layer
   std::optional<mx::array> bias_;
   std::optional<Quantized> q_;
   std::shared_ptr<const LoraDelta> lora_;  // an adapter's delta (mlx-lm's unfused LoRA layers)
@@ -119,8 +122,11 @@ class Embedding {
   mx::array base(const mx::array& ids) const;
   mx::array as_linear_rows(const mx::array& x) const;
   mx::array base_as_linear(const mx::array& x) const;
-  Embedding(mx::array weight, std::optional<Quantized> q) : weight_(std::move(weight)), q_(std::move(q)) {}
+  Embedding(mx::array weight, std::optional<Quantized> q) : weight_(std::move(weight)), q_(std::move(q)) {
+    if (!q_) weight_t_ = mx::transpose(weight_);
+  }
   mx::array weight_;
+  std::optional<mx::array> weight_t_;  // mx::transpose(weight_) of a dense table, for as_linear
   std::optional<Quantized> q_;
   std::shared_ptr<const LoraDelta> lora_;  // an adapter's delta (LoRAEmbedding / DoRAEmbedding)
   std::shared_ptr<const SlotDeltas> slots_;  // a mixed-adapter model's deltas, by slot
