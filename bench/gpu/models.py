@@ -45,10 +45,16 @@ SHAPES = {
                     "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
                                      "truncate": False, "original_max_position_embeddings": 4096},
                     "layer_types": ["sliding_attention", "full_attention"] * 12},
+    # Qwen3-8B's layers and heads at a small width: a step's op graph has the 8B's structure, made and
+    # run in seconds on a CPU (bench/batch_generate_bench.py --graphs; fp32 takes the GPU's bf16 path
+    # through mx::matmul there)
+    "qwen3-8b-layout": {**QWEN3_COMMON, "hidden_size": 256, "num_hidden_layers": 36, "intermediate_size": 512,
+                        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 16, "vocab_size": 4096,
+                        "eos_token_id": 4000, "bos_token_id": 4001, "tie_word_embeddings": False},
     "tiny": {**QWEN3_COMMON, "hidden_size": 128, "num_hidden_layers": 2, "intermediate_size": 256,
              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "tie_word_embeddings": True},
 }
-QUANTS = ("bf16", "q4", "mxfp4")
+QUANTS = ("bf16", "q4", "mxfp4", "fp32")
 
 MAKE_MODEL = r"""
 import json, sys
@@ -59,7 +65,7 @@ out, quant, config = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
 mx.random.seed(0)
 model_class, args_class = utils._get_classes(config=config)
 model = model_class(args_class.from_dict(config))
-model.set_dtype(mx.bfloat16)
+model.set_dtype(mx.float32 if quant == "fp32" else mx.bfloat16)
 if quant == "q4":
     model, config = utils.quantize_model(model, config, 64, 4)
 elif quant == "mxfp4":  # as mlx-community's gpt-oss checkpoints: mxfp4, the router at 8 bits (its predicate)
