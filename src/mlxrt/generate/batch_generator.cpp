@@ -30,7 +30,23 @@ void eval_state(const model::CacheList& caches) {
   mx::eval(state);
 }
 
+/** The values of an int32 or uint32 vector (a step's sampled tokens: argmax and the categorical
+ * draw give uint32) read as they are. Through mx::astype they would be a new node, queued behind
+ * the step just dispatched: reading it would wait for that whole step, and the host would build
+ * the next step's graph with the device idle instead of while it computes (mlx-lm reads them with
+ * tolist()). Other dtypes, and a strided view, are converted first. */
 std::vector<int32_t> to_ints(const mx::array& a) {
+  mx::eval(a);
+  if (a.flags().row_contiguous && a.dtype() == mx::int32) {
+    const int32_t* p = a.data<int32_t>();
+    return std::vector<int32_t>(p, p + a.size());
+  }
+  if (a.flags().row_contiguous && a.dtype() == mx::uint32) {
+    const uint32_t* p = a.data<uint32_t>();
+    std::vector<int32_t> out(a.size());
+    std::transform(p, p + a.size(), out.begin(), [](uint32_t v) { return static_cast<int32_t>(v); });
+    return out;
+  }
   auto c = mx::astype(a, mx::int32);
   mx::eval(c);
   const int32_t* p = c.data<int32_t>();
