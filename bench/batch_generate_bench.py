@@ -253,13 +253,17 @@ def main():
     if tps["mlx_lm"]:
         print(f"decode tok/s mlxrt / mlx-lm: {tps['mlxrt'] / tps['mlx_lm']:.2f}")
     if args.step_timing:
+        # "other" is the rest of a step's wall time (the step log's): the loop around the step, and
+        # any wait MLX does outside it (it blocks any eval while more than 10 command buffers are
+        # in flight, so device time can land there too).
         print("\ndecode step split, ms (median over runs):")
-        print("| side | build | dispatch | wait | sum |")
-        print("| --- | ---: | ---: | ---: | ---: |")
+        print("| side | build | dispatch | wait | sum | step | other |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         for side, runs in splits.items():
             if runs:
                 b, d, w = (statistics.median(v) for v in zip(*runs))
-                print(f"| {side} | {b:.2f} | {d:.2f} | {w:.2f} | {b + d + w:.2f} |")
+                step = statistics.median(statistics.mean(ms for _, ms in s[1:]) for s, _ in results[side] if s[1:])
+                print(f"| {side} | {b:.2f} | {d:.2f} | {w:.2f} | {b + d + w:.2f} | {step:.2f} | {step - b - d - w:.2f} |")
     if args.graphs:
         print_graph_table({side: work / f"{side}-step.dot" for side in ("mlx_lm", "mlxrt")})
     return 0 if same else 1
