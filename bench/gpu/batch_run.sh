@@ -51,7 +51,7 @@ for step in ${BATCH_STEPS:-split batchgen batching}; do
           graphs=
         done
       done
-      grep -E '^(== |\| (mlx_lm|mlxrt) |decode tok)' "$out/split.txt"
+      grep -E '^(== |\| (side|mlx_lm|mlxrt) |decode (tok|step split))' "$out/split.txt"
       echo "split $(( $(date +%s) - t0 )) s" ;;
     batchgen|batching)
       BENCH_OUT=$out BENCH_TOKENIZER=$work/tokenizer BENCH_BATCH_MODELS=$models \
