@@ -17,7 +17,6 @@ namespace mlxrt::cache {
 
 using batch_rows::int_array;
 using batch_rows::positions;
-using batch_rows::to_ints;
 
 mx::array create_causal_mask(int n, int offset, std::optional<int> window_size, const mx::array& left_padding) {
   auto rinds = mx::arange(offset + n);
@@ -62,7 +61,7 @@ thread_local std::optional<AdvancedOffsets> last_advance;
 }  // namespace
 
 BatchKVCache::BatchKVCache(const std::vector<int>& left_padding)
-    : left_padding_(int_array(left_padding)), offset_(mx::array(0)) {
+    : left_padding_(int_array(left_padding)), host_left_padding_(left_padding), offset_(mx::array(0)) {
   std::vector<int> neg(left_padding.size());
   std::transform(left_padding.begin(), left_padding.end(), neg.begin(), [](int l) { return -l; });
   offset_ = int_array(neg);
@@ -123,6 +122,7 @@ void BatchKVCache::prepare(const std::optional<std::vector<int>>& left_padding, 
     left_padding_ = mx::add(left_padding_, lp);
     offset_ = mx::subtract(offset_, lp);
     for (size_t i = 0; i < host_offset_.size(); ++i) host_offset_[i] -= (*left_padding)[i];
+    for (size_t i = 0; i < host_left_padding_.size(); ++i) host_left_padding_[i] += (*left_padding)[i];
   }
   if (right_padding && !right_padding->empty() &&
       *std::max_element(right_padding->begin(), right_padding->end()) > 0) {
@@ -140,6 +140,7 @@ void BatchKVCache::finalize() {
   offset_ = mx::subtract(offset_, padding);
   for (size_t i = 0; i < host_offset_.size(); ++i) host_offset_[i] -= host_right_padding_[i];
   left_padding_ = mx::add(left_padding_, padding);
+  for (size_t i = 0; i < host_left_padding_.size(); ++i) host_left_padding_[i] += host_right_padding_[i];
   right_padding_.reset();
 }
 
@@ -177,9 +178,12 @@ void BatchKVCache::filter(const std::vector<int>& batch_indices) {
   for (int i : batch_indices) kept.push_back(host_offset_.at(i));
   host_offset_ = std::move(kept);
   left_padding_ = mx::take(left_padding_, indices, 0);
+  std::vector<int> pads;
+  for (int i : batch_indices) pads.push_back(host_left_padding_.at(i));
+  host_left_padding_ = std::move(pads);
   // Shift left to reduce padding
-  auto pads = to_ints(left_padding_);
-  const int min_left_pad = pads.empty() ? 0 : *std::min_element(pads.begin(), pads.end());
+  const auto& kept_pads = host_left_padding_;
+  const int min_left_pad = kept_pads.empty() ? 0 : *std::min_element(kept_pads.begin(), kept_pads.end());
   if (min_left_pad > 0) {
     if (keys_) {
       keys_ = positions(*keys_, min_left_pad, keys_->shape(2));
@@ -187,12 +191,22 @@ void BatchKVCache::filter(const std::vector<int>& batch_indices) {
     }
     idx_ -= min_left_pad;
     left_padding_ = mx::subtract(left_padding_, mx::array(min_left_pad));
+    for (auto& p : host_left_padding_) p -= min_left_pad;
   }
 }
 
 void BatchKVCache::extend(BatchCache& other_base) {
   const auto* other = dynamic_cast<const BatchKVCache*>(&other_base);
   if (!other) throw std::logic_error("BatchKVCache::extend: the other cache is of another kind");
+  // batch_rows::join right-justifies both at the longer index when either holds keys.
+  std::vector<int> pads = host_left_padding_, other_pads = other->host_left_padding_;
+  if (keys_ || other->keys_) {
+    const int max_idx = std::max(idx_, other->idx_);
+    for (auto& p : pads) p += max_idx - idx_;
+    for (auto& p : other_pads) p += max_idx - other->idx_;
+  }
+  pads.insert(pads.end(), other_pads.begin(), other_pads.end());
+  host_left_padding_ = std::move(pads);
   auto joined = batch_rows::join({keys_, values_, offset_, left_padding_, idx_},
                                  {other->keys_, other->values_, other->offset_, other->left_padding_, other->idx_});
   keys_ = std::move(joined.keys);
@@ -205,7 +219,7 @@ void BatchKVCache::extend(BatchCache& other_base) {
 
 std::unique_ptr<Cache> BatchKVCache::extract(int idx) const {
   auto cache = std::make_unique<KVCache>();
-  const int padding = to_ints(left_padding_).at(idx);
+  const int padding = host_left_padding_.at(idx);
   auto rows = [&](const mx::array& a) {
     mx::Shape lo = {idx, 0, padding, 0}, hi = a.shape();
     hi[0] = idx + 1;

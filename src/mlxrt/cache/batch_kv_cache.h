@@ -58,6 +58,9 @@ class BatchKVCache final : public BatchCache {
  private:
   std::optional<mx::array> keys_, values_;
   mx::array left_padding_;
+  /** left_padding_'s values: filter and extract read them here, not from the array, whose read
+   * would wait for the step in flight on the device (a new node queues behind it). */
+  std::vector<int> host_left_padding_;
   mx::array offset_;
   std::vector<int> host_offset_;  // offset_'s values
   int idx_ = 0;
