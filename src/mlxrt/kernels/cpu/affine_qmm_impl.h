@@ -40,6 +40,11 @@
 
 #include "mlxrt/kernels/cpu/affine_qmm_args.h"
 
+// The register tile's loops unrolled, so its accumulators live in registers: GCC (-O2) otherwise
+// kept them on the stack, a load and a store around every product (with a division per k for the
+// NaN order), which a prefill's profile showed as most of the kernel's time.
+#define MLXRT_L1_UNROLL _Pragma("GCC unroll 16")
+
 namespace mlxrt::kernels::cpu::detail {
 
 // Whether MLX's library on V's architecture contracts a float `a * b + c` into one fused
@@ -82,8 +87,10 @@ struct AffineQmm {
     return v;
   }
 
-  // Whether sum + product takes the product as first source at position k (float32).
-  bool product_first(int k) const { return E == QmmElem::f32 && order_period && k % order_period >= 2; }
+  // Whether sum + product takes the product as first source at a position whose k % order_period
+  // is `phase` (float32). The loops keep the phase as a counter (next_phase), not a division per k.
+  bool product_first_at(int phase) const { return E == QmmElem::f32 && order_period && phase >= 2; }
+  int next_phase(int phase) const { return order_period && ++phase == order_period ? 0 : phase; }
 
   static constexpr bool kFused = E == QmmElem::f32 && fuses_multiply_add<V>();
 
@@ -199,21 +206,43 @@ struct AffineQmm {
       }
   }
 
+  // acc[r][v] += wv[v] · x_r for the tile's rows, x_r = xk[r · row_stride] (one position k).
+  template <int kRows, bool kProductFirst>
+  static void tile_step(F (&acc)[kRows][kTileVectors], const F (&wv)[kTileVectors], const float* xk,
+                        long long row_stride) {
+    MLXRT_L1_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const F xb = V::set1(xk[r * row_stride]);
+      MLXRT_L1_UNROLL
+      for (int v = 0; v < kTileVectors; ++v) acc[r][v] = accumulate(acc[r][v], wv[v], xb, kProductFirst);
+    }
+  }
+
+  template <int kRows>
+  static void zero(F (&acc)[kRows][kTileVectors]) {
+    MLXRT_L1_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      MLXRT_L1_UNROLL
+      for (int v = 0; v < kTileVectors; ++v) acc[r][v] = V::zero();
+    }
+  }
+
   // Rows [r0, r0 + kRows) against the dequantized columns; xf holds those rows as float, k apart.
   template <int kRows>
   void tile(const float* xf, const float* wdq, int r0, int c0, int vec0) const {
     F acc[kRows][kTileVectors];
-    for (int r = 0; r < kRows; ++r)
-      for (int v = 0; v < kTileVectors; ++v) acc[r][v] = V::zero();
+    zero<kRows>(acc);
+    int phase = 0;
     for (int k = 0; k < a.k; ++k) {
       const float* wk = wdq + static_cast<long long>(k) * kColumnsPerUnit + vec0 * W;
       F wv[kTileVectors];
+      MLXRT_L1_UNROLL
       for (int v = 0; v < kTileVectors; ++v) wv[v] = V::load(wk + v * W);
-      const bool pf = product_first(k);
-      for (int r = 0; r < kRows; ++r) {
-        const F xb = V::set1(xf[static_cast<long long>(r) * a.k + k]);
-        for (int v = 0; v < kTileVectors; ++v) acc[r][v] = accumulate(acc[r][v], wv[v], xb, pf);
-      }
+      if (product_first_at(phase))
+        tile_step<kRows, true>(acc, wv, xf + k, a.k);
+      else
+        tile_step<kRows, false>(acc, wv, xf + k, a.k);
+      phase = next_phase(phase);
     }
     store_tile<kRows>(acc, r0, c0, vec0);
   }
@@ -227,24 +256,27 @@ struct AffineQmm {
     I rows[kTileVectors];
     for (int v = 0; v < kTileVectors; ++v) rows[v] = row_offsets(c0 + (vec0 + v) * W, lane_row[v]);
     F acc[kRows][kTileVectors];
-    for (int r = 0; r < kRows; ++r)
-      for (int v = 0; v < kTileVectors; ++v) acc[r][v] = V::zero();
+    zero<kRows>(acc);
+    int phase = 0;
     for (int g = 0; g < groups_per_row; ++g) {
       F scale[kTileVectors], bias[kTileVectors];
       for (int v = 0; v < kTileVectors; ++v) group_params(lane_row[v], g, scale[v], bias[v]);
       for (int j = 0; j < words_per_group; ++j) {
         const int word = g * words_per_group + j;
         I packed[kTileVectors];
+        MLXRT_L1_UNROLL
         for (int v = 0; v < kTileVectors; ++v) packed[v] = V::gather(a.w + word, rows[v]);
+        MLXRT_L1_UNROLL
         for (int i = 0; i < kPerWord; ++i) {
           const int k = word * kPerWord + i;
-          const bool pf = product_first(k);
           F wv[kTileVectors];
+          MLXRT_L1_UNROLL
           for (int v = 0; v < kTileVectors; ++v) wv[v] = dequantize<kBits>(packed[v], i, scale[v], bias[v]);
-          for (int r = 0; r < kRows; ++r) {
-            const F xb = V::set1(xf[static_cast<long long>(r) * a.k + k]);
-            for (int v = 0; v < kTileVectors; ++v) acc[r][v] = accumulate(acc[r][v], wv[v], xb, pf);
-          }
+          if (product_first_at(phase))
+            tile_step<kRows, true>(acc, wv, xf + k, a.k);
+          else
+            tile_step<kRows, false>(acc, wv, xf + k, a.k);
+          phase = next_phase(phase);
         }
       }
     }
