@@ -88,8 +88,10 @@ struct Bf16Matmul {
   // sum += x * w for the tile's rows and column vectors, at position k.
   template <int kRows>
   static void step(F (&acc)[kRows][kTileVectors], const F (&wv)[kTileVectors], const float* xf, long long k, int stride) {
+    MLXRT_L1_UNROLL
     for (int r = 0; r < kRows; ++r) {
       const F xb = V::set1(xf[r * static_cast<long long>(stride) + k]);
+      MLXRT_L1_UNROLL
       for (int v = 0; v < kTileVectors; ++v) {
         if constexpr (fuses_multiply_add<V>())
           acc[r][v] = V::fma(acc[r][v], xb, wv[v]);
@@ -105,11 +107,15 @@ struct Bf16Matmul {
     I rows[kTileVectors];
     for (int v = 0; v < kTileVectors; ++v) rows[v] = row_bytes(c0 + (vec0 + v) * W);
     F acc[kRows][kTileVectors];
-    for (int r = 0; r < kRows; ++r)
+    MLXRT_L1_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      MLXRT_L1_UNROLL
       for (int v = 0; v < kTileVectors; ++v) acc[r][v] = V::zero();
+    }
     int k = 0;
     for (; k + 1 < a.k; k += 2) {
       F lo[kTileVectors], hi[kTileVectors];
+      MLXRT_L1_UNROLL
       for (int v = 0; v < kTileVectors; ++v) {
         const I word = V::gather_bytes(reinterpret_cast<const char*>(a.w) + 2 * static_cast<long long>(k), rows[v]);
         lo[v] = V::low_bf16(word);
@@ -120,6 +126,7 @@ struct Bf16Matmul {
     }
     for (; k < a.k; ++k) {
       F wv[kTileVectors];
+      MLXRT_L1_UNROLL
       for (int v = 0; v < kTileVectors; ++v) wv[v] = weights_at(rows[v], k);
       step<kRows>(acc, wv, xf, k, a.k);
     }
@@ -130,10 +137,14 @@ struct Bf16Matmul {
   template <int kRows>
   void buffered_tile(const float* xf, const float* wf, int r0, int c0, int vec0) const {
     F acc[kRows][kTileVectors];
-    for (int r = 0; r < kRows; ++r)
+    MLXRT_L1_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      MLXRT_L1_UNROLL
       for (int v = 0; v < kTileVectors; ++v) acc[r][v] = V::zero();
+    }
     for (int k = 0; k < a.k; ++k) {
       F wv[kTileVectors];
+      MLXRT_L1_UNROLL
       for (int v = 0; v < kTileVectors; ++v) wv[v] = V::load(wf + static_cast<long long>(k) * kColumnsPerUnit + (vec0 + v) * W);
       step<kRows>(acc, wv, xf, k, a.k);
     }
