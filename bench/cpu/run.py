@@ -2,7 +2,9 @@
 """CPU decode and prefill, side by side in one run: mlxrt with its own CPU kernels (the default, L1),
 mlxrt with MLX's kernels (MLXRT_CPU_KERNELS=mlx), mlxrt at --fidelity l3 (with its KL and greedy
 agreement against L1 from `mlxrt fidelity`, printed under the table), the same with a node per
-operation instead of the fused layer blocks (MLXRT_L3_BLOCKS=0: the same bytes), mlx_lm.generate, and
+operation instead of the fused layer blocks (MLXRT_L3_BLOCKS=0: the same bytes), L3 through `mlxrt
+benchmark` (which, as llama-bench, decodes no text: generate streams each token's text, host work
+that competes with the two compute threads on a two-core machine), mlx_lm.generate, and
 llama.cpp's llama-bench on the same weights where a GGUF is at hand
 (bench/cpu/build_llama_cpp.sh builds it).
 
@@ -24,6 +26,7 @@ Usage: bench/cpu/run.py [--models default qwen3-0.6b] [--rounds 3] [--prompt-tok
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -69,6 +72,16 @@ def with_foreign_load(run):
     wall = time.monotonic() - start
     foreign = (busy_seconds() - busy) - (own_seconds() - own)
     return result, max(0.0, foreign) / wall if wall > 0 else 0.0
+
+
+def benchmark_run(cmd, env):
+    """`mlxrt benchmark`'s one trial (prefill and decode without printing text, as llama-bench
+    measures): its prompt and generation tok/s in timed_run's keys."""
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed: {out.stderr[-2000:]}")
+    trial = re.search(r"prompt_tps=([\d.]+), generation_tps=([\d.]+)", out.stdout)
+    return {"prompt_tps": float(trial.group(1)), "gen_tps": float(trial.group(2))}
 
 
 def llama_bench(binary, gguf, prompt_tokens, gen_tokens, threads):
@@ -120,6 +133,9 @@ def main():
             "mlxrt (MLX kernels)": (ours, {**env_threads, "MLXRT_CPU_KERNELS": "mlx"}),
             "mlxrt L3": (ours + ["--fidelity", "l3"], env_threads),
             "mlxrt L3 (no blocks)": (ours + ["--fidelity", "l3"], {**env_threads, "MLXRT_L3_BLOCKS": "0"}),
+            # As llama-bench times: no text decoded or printed per token (generate streams it).
+            "mlxrt L3 (benchmark)": ([str(BIN), "benchmark", "--model", str(model), "-p", str(args.prompt_tokens),
+                                      "-g", str(args.gen_tokens), "-n", "1", "--fidelity", "l3"], env_threads),
             "mlx-lm": (theirs, env_threads),
         }
         if args.l3_baseline:
@@ -138,8 +154,9 @@ def main():
             tried += 1
             round_results, loads = {}, {}
             for program, (cmd, env) in programs.items():
+                measure = benchmark_run if cmd[1:2] == ["benchmark"] else timed_run
                 round_results[program], loads[program] = with_foreign_load(
-                    lambda: timed_run(cmd, {**os.environ, **env}))
+                    lambda: measure(cmd, {**os.environ, **env}))
             if have_llama:
                 (at_prompt, at_zero), loads["llama.cpp"] = with_foreign_load(
                     lambda: llama_bench(args.llama_bench, gguf, args.prompt_tokens, args.gen_tokens, args.threads))
