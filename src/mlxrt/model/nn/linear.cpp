@@ -92,8 +92,18 @@ Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int o
   // packing has read it, so the model is held once, not twice (an adapted layer keeps it: DoRA
   // and the mixed-adapter rows read it).
   if (linear.q_ && linear.q_->l3 && !linear.lora_ && !linear.slots_) linear.weight_ = mx::zeros({0}, mx::uint32);
-  linear.keep_transposed();
+  linear.keep_transposed(w);
   return linear;
+}
+
+void Linear::keep_transposed(WeightBinder& w) {
+  const auto previous = weight_t_;
+  weight_t_ = q_ ? std::nullopt : std::optional<mx::array>(mx::transpose(weight_));
+  if (!weight_t_) return;
+  if (previous)
+    w.rederive(*previous, *weight_t_);  // after sharding: the whole tensor's transpose is not evaluated
+  else
+    w.derive(*weight_t_);
 }
 
 void Linear::keep_shard(WeightBinder& w, const std::string& path, Shard shard, const std::vector<int>& segments) {
@@ -117,7 +127,7 @@ void Linear::keep_shard(WeightBinder& w, const std::string& path, Shard shard, c
     if (q_->biases) q_->biases = cut(*q_->biases, "biases", axis);
   }
   if (bias_ && shard == Shard::all_to_sharded) bias_ = cut(*bias_, "bias", -1);
-  keep_transposed();
+  keep_transposed(w);
 }
 
 Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int out_dims, bool bias, Shard shard) {
@@ -234,6 +244,7 @@ Embedding Embedding::load(WeightBinder& w, const std::string& path, int num_embe
   mx::array weight = mx::array(0.0f);
   auto q = load_quantized(w, path, dims, num_embeddings, weight);
   Embedding embedding(std::move(weight), std::move(q));
+  if (embedding.weight_t_) w.derive(*embedding.weight_t_);  // see Linear::keep_transposed
   embedding.cpu_ = w.cpu_kernels();
   if (w.row_exact()) embedding.rows_per_call_ = row_invariant_rows(embedding.weight_, embedding.q_);
   // The adapter's delta of this embedding (LoRAEmbedding / DoRAEmbedding). DoRAEmbedding.set_embedding:

@@ -75,8 +75,11 @@ class Linear {
   mx::array dequantized_weight() const;
   /** This rank's rows (all_to_sharded) or columns (sharded_to_all) of every parameter. */
   void keep_shard(WeightBinder& w, const std::string& path, Shard shard, const std::vector<int>& segments);
-  /** A dense weight's transpose, made once its weight is final (see kernels::cpu::matmul_transposed). */
-  void keep_transposed() { weight_t_ = q_ ? std::nullopt : std::optional<mx::array>(mx::transpose(weight_)); }
+  /** A dense weight's transpose, made once its weight is final (see kernels::cpu::matmul_transposed),
+   * and handed to `w` to evaluate with the weights: a lazy transpose would carry the loading
+   * thread's stream into the first forward, which may run on another thread (the server's), where
+   * MLX refuses it ("There is no Stream(cpu, 0) in current thread"). */
+  void keep_transposed(WeightBinder& w);
   mx::array weight_;
   std::optional<mx::array> weight_t_;  // mx::transpose(weight_) of a dense layer
   std::optional<mx::array> bias_;

@@ -121,6 +121,16 @@ class WeightBinder {
   /** Arrays a layer made from its tensors at load (the L3 kernels' packed weights): a non-lazy
    * load evaluates them with the taken tensors. */
   void derive(mx::array a) { derived_.push_back(std::move(a)); }
+  /** A derived array replaced by another (a layer that re-derived it after sharding its tensors),
+   * so that loading evaluates the new one only; `fresh` is added when `old` was not derived. */
+  void rederive(const mx::array& old, mx::array fresh) {
+    for (auto& a : derived_)
+      if (a.id() == old.id()) {
+        a = std::move(fresh);
+        return;
+      }
+    derived_.push_back(std::move(fresh));
+  }
   /** take() returns floating tensors as float32 (LoadOptions::float32). */
   void set_float32(bool on) { float32_ = on; }
   /** Every position computed as a one-token call would compute it (LoadOptions::row_exact). */
