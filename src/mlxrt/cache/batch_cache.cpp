@@ -41,6 +41,18 @@ std::unique_ptr<BatchCache> BatchCache::merge(const std::vector<const Cache*>& c
                          "KVCache and RotatingKVCache do)");
 }
 
+void BatchCache::link_layers(const CacheList& layers) {
+  const BatchCache* first = nullptr;
+  for (const auto& layer : layers) {
+    auto* batched = dynamic_cast<BatchCache*>(layer.get());
+    if (!batched) continue;
+    if (first)
+      batched->share_forward_work(*first);
+    else
+      first = batched;
+  }
+}
+
 std::unique_ptr<BatchCache> BatchCache::empty_like(const Cache& like, const std::vector<int>& left_padding) {
   if (const auto* rotating = dynamic_cast<const RotatingKVCache*>(&like))
     return std::make_unique<BatchRotatingKVCache>(rotating->max_size(), left_padding);

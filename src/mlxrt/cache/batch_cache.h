@@ -31,6 +31,13 @@ class BatchCache : public Cache {
   /** Row `idx` without its padding, as the single-sequence cache it came from. */
   virtual std::unique_ptr<Cache> extract(int idx) const = 0;
   virtual int batch_size() const = 0;
+  /** Lets this layer reuse, within a forward, what `first` (the batch's first layer) computed that
+   * this layer would compute again with the same values (the layers of a batch advance the same
+   * offsets by the same count). Nothing is shared by default. */
+  virtual void share_forward_work(const BatchCache& /*first*/) {}
+
+  /** Links the layers of one batch (share_forward_work with the first batched layer). */
+  static void link_layers(const CacheList& layers);
 
   /** mlx-lm's `type(caches[0]).merge(caches)`: single-sequence caches of one kind (KVCache or
    * RotatingKVCache) as one left-padded batch. */

@@ -41,25 +41,6 @@ mx::array dynamic_roll(const mx::array& x, const mx::array& shifts, int axis) {
   return mx::take_along_axis(x, idx, axis);
 }
 
-namespace {
-
-/** The last offsets one BatchKVCache advanced: the values before (their host copy) and their
- * dtype, the count, the device and the sum. Every layer of a batch advances the same offsets by
- * the same count in a forward, and MLX makes a node of each sum (and another of the count's
- * broadcast): the next layer whose offsets hold the same values takes this sum instead, the same
- * values, so its RoPE and its next step read what its own sum would give, in two nodes a step
- * instead of two a layer (MLX spends host time on each node of a step it dispatches). */
-struct AdvancedOffsets {
-  std::vector<int> from;
-  mx::Dtype dtype;
-  int length;
-  mx::Device device;
-  mx::array to;
-};
-thread_local std::optional<AdvancedOffsets> last_advance;
-
-}  // namespace
-
 BatchKVCache::BatchKVCache(const std::vector<int>& left_padding)
     : left_padding_(int_array(left_padding)), host_left_padding_(left_padding), offset_(mx::array(0)) {
   std::vector<int> neg(left_padding.size());
@@ -93,14 +74,14 @@ CachedKV BatchKVCache::update_and_fetch(const mx::array& keys, const mx::array& 
       values_ = new_v;
     }
   }
-  const auto& a = last_advance;
+  auto& a = *last_advance_;
   if (a && a->length == length && a->dtype == offset_.dtype() && a->device == mx::default_device() &&
       a->from == host_offset_) {
     offset_ = a->to;
   } else {
     const auto dtype = offset_.dtype();
     offset_ = mx::add(offset_, mx::array(length));
-    last_advance = AdvancedOffsets{host_offset_, dtype, length, mx::default_device(), offset_};
+    a = AdvancedOffsets{host_offset_, dtype, length, mx::default_device(), offset_};
   }
   for (auto& o : host_offset_) o += length;
   idx_ += length;
@@ -112,6 +93,10 @@ CachedKV BatchKVCache::update_and_fetch(const mx::array& keys, const mx::array& 
   // The buffers too, as KVCache gives them: a prefill's attention on CUDA reads past idx_ into them
   // (model/nn/attention.cpp, padded_prefill_attention).
   return PlainKV{positions(*keys_, 0, idx_), positions(*values_, 0, idx_), keys_, values_};
+}
+
+void BatchKVCache::share_forward_work(const BatchCache& first) {
+  if (const auto* kv = dynamic_cast<const BatchKVCache*>(&first)) last_advance_ = kv->last_advance_;
 }
 
 void BatchKVCache::prepare(const std::optional<std::vector<int>>& left_padding, const std::vector<int>& /*lengths*/,

@@ -7,6 +7,8 @@
 #include <optional>
 #include <vector>
 
+#include <mlx/device.h>
+
 #include "mlxrt/cache/batch_cache.h"
 #include "mlxrt/cache/kv_cache.h"
 
@@ -18,6 +20,16 @@ mx::array create_causal_mask(int n, int offset, std::optional<int> window_size, 
 
 /** mlx_lm's dynamic_roll(x, shifts, axis): each row of x rolled along `axis` by its own shift. */
 mx::array dynamic_roll(const mx::array& x, const mx::array& shifts, int axis);
+
+/** The last offsets a BatchKVCache advanced: the values before (their host copy) and their dtype,
+ * the count, the device and the sum. Shared by the layers of one batch (BatchCache::link_layers). */
+struct AdvancedOffsets {
+  std::vector<int> from;
+  mx::Dtype dtype;
+  int length;
+  mx::Device device;
+  mx::array to;
+};
 
 class BatchKVCache final : public BatchCache {
  public:
@@ -48,6 +60,8 @@ class BatchKVCache final : public BatchCache {
   /** Row `idx` without its padding, as a KVCache. */
   std::unique_ptr<Cache> extract(int idx) const override;
   int batch_size() const override { return offset_.shape(0); }
+  /** Takes `first`'s record of advanced offsets when it is a BatchKVCache. */
+  void share_forward_work(const BatchCache& first) override;
   /** The caches of single sequences (KVCaches, possibly empty) as one batch, left-padded. */
   static std::unique_ptr<BatchKVCache> merge(const std::vector<const KVCache*>& caches);
 
@@ -66,6 +80,12 @@ class BatchKVCache final : public BatchCache {
   int idx_ = 0;
   std::optional<mx::array> right_padding_;
   std::vector<int> host_right_padding_;
+  /** Every layer of a batch advances the same offsets by the same count in a forward, and MLX
+   * makes a node of each sum (and another of the count's broadcast): a layer whose offsets hold
+   * the values another layer of the batch advanced from takes that layer's sum instead, the same
+   * values, so RoPE and the next step read what its own sum would give, in two nodes a step
+   * instead of two a layer (MLX spends host time on each node it dispatches). */
+  std::shared_ptr<std::optional<AdvancedOffsets>> last_advance_ = std::make_shared<std::optional<AdvancedOffsets>>();
 };
 
 }  // namespace mlxrt::cache

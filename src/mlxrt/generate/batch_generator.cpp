@@ -189,6 +189,7 @@ BatchGenerator::PromptBatch BatchGenerator::make_batch(int n) {
       for (const auto& c : caches) parts.push_back(c[layer].get());
       b.cache.push_back(cache::BatchCache::merge(parts));
     }
+    cache::BatchCache::link_layers(b.cache);
   }
   return b;
 }
