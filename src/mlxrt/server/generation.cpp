@@ -384,6 +384,18 @@ void Generator::batch_serve(const std::function<bool()>& arrived) {
     in_next += after_next - before_next;
     if (prompt_responses.empty() && gen_responses.empty()) break;
     ++steps;
+    // A step that prefilled: what it took, so that time to first token under load can be read
+    // from the log (prompts wait for these steps).
+    if (!prompt_responses.empty() && log_.enabled(LogLevel::debug)) {
+      int processed = 0, total = 0;
+      for (const auto& p : prompt_responses) processed += p.processed, total += p.total;
+      char line[200];
+      std::snprintf(line, sizeof(line),
+                    "batch step: %zu prompts at %d of %d tokens, %zu tokens generated, %.2f ms in the generator",
+                    prompt_responses.size(), processed, total, gen_responses.size(),
+                    1e3 * Seconds(after_next - before_next).count());
+      log_.debug(line);
+    }
     tokens += gen_responses.size();
     const std::vector<int> stopping = stopping_jobs();
     auto stops = [&](int uid) { return std::find(stopping.begin(), stopping.end(), uid) != stopping.end(); };
