@@ -11,7 +11,10 @@
 #             device takes beyond build + dispatch: a wait near zero says the step is bound by the
 #             host (fewer nodes shorten it), a large one by the device (faster kernels do);
 #   batchgen: run.sh's stage batchgen (BENCH_BATCHGEN_ARGS; default here adds --step-timing);
-#   batching: run.sh's stage batching (BENCH_BATCH_ARGS): the servers side by side.
+#   batching: run.sh's stage batching (BENCH_BATCH_ARGS): the servers side by side;
+#   prefill:  bench/gpu/batch_prefill_probe.py on BATCH_MODELS: mlx-lm's own batched prefill, its
+#             forwards at new and repeated shapes (KVCache and BatchKVCache) and its BatchGenerator
+#             with 32 prompts at once (prefill.txt).
 # Logs and tables go to $OUT (split.txt, and run.sh's batchgen.log, batching.log, summary.txt),
 # the rest to $BENCH_WORK. MLX's compiled kernels are kept as bench/gpu/bundle_setup.sh keeps them.
 # Usage (repository root): [B=build-gpu/bundle] [BATCH_STEPS="split batchgen batching"] bench/gpu/batch_run.sh
@@ -59,6 +62,14 @@ for step in ${BATCH_STEPS:-split batchgen batching}; do
         bench/gpu/run.sh "$step" > "$work/$step-run.txt" 2>&1
       grep -h -E '^(== |clients|[0-9]+ +(tok_s|ttft|errors)|model |\| |decode tok)' "$out/$step.log" | head -40
       echo "$step $(( $(date +%s) - t0 )) s" ;;
-    *) echo "unknown step $step (split batchgen batching)"; exit 2 ;;
+    prefill)
+      for m in $models; do
+        path=$(model_dir "$m") || exit 1
+        echo "== $m" >> "$out/prefill.txt"
+        timeout 300 $PY bench/gpu/batch_prefill_probe.py "$path" 2>&1 | grep -v -i tokenizer >> "$out/prefill.txt"
+      done
+      grep -E '^(== |forward|run [0-9]+: first)' "$out/prefill.txt"
+      echo "prefill $(( $(date +%s) - t0 )) s" ;;
+    *) echo "unknown step $step (split batchgen batching prefill)"; exit 2 ;;
   esac
 done
