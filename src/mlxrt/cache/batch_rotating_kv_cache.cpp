@@ -14,7 +14,6 @@ namespace mlxrt::cache {
 
 using batch_rows::int_array;
 using batch_rows::positions;
-using batch_rows::to_ints;
 
 namespace {
 
@@ -32,9 +31,26 @@ BatchRotatingKVCache::BatchRotatingKVCache(int max_size, const std::vector<int>&
   std::vector<int> neg(left_padding.size());
   std::transform(left_padding.begin(), left_padding.end(), neg.begin(), [](int l) { return -l; });
   offset_ = int_array(neg);
+  host_left_padding_ = left_padding;
+  host_offset_ = neg;
 }
 
-std::vector<int> BatchRotatingKVCache::offsets() const { return to_ints(offset_); }
+std::vector<int> BatchRotatingKVCache::offsets() const { return host_offset_; }
+
+namespace {
+
+// roll = maximum(0, offset - lengths): how far each right-padded row is rolled to the right.
+std::vector<int> padding_rolls(const std::vector<int>& offset, const std::vector<int>& lengths) {
+  std::vector<int> roll(offset.size());
+  for (size_t i = 0; i < offset.size(); ++i) roll[i] = std::max(0, offset[i] - lengths.at(i));
+  return roll;
+}
+
+void add_to(std::vector<int>& v, int d) {
+  for (auto& x : v) x += d;
+}
+
+}  // namespace
 
 void BatchRotatingKVCache::to_temporal_order() {
   if (!rotated_) return;
@@ -63,14 +79,20 @@ CachedKV BatchRotatingKVCache::update_concat(const mx::array& keys, const mx::ar
       values_ = dynamic_roll(*values_, mx::expand_dims(roll, 1), 2);
       left_padding_ = mx::add(left_padding_, roll);
       offset_ = mx::subtract(offset_, roll);
+      const auto host_roll = padding_rolls(host_offset_, *host_lengths_);
+      for (size_t i = 0; i < host_roll.size(); ++i) host_left_padding_[i] += host_roll[i], host_offset_[i] -= host_roll[i];
     }
     // The largest size is max_size + S - 1 so that every token gets at least max_size of context
     const int trim_size = idx_ - max_size_ + 1;
-    if (trim_size > 0) left_padding_ = mx::subtract(left_padding_, mx::array(trim_size));
+    if (trim_size > 0) {
+      left_padding_ = mx::subtract(left_padding_, mx::array(trim_size));
+      add_to(host_left_padding_, -trim_size);
+    }
     keys_ = trim_front(trim_size, *keys_, keys);
     values_ = trim_front(trim_size, *values_, values);
   }
   offset_ = mx::add(offset_, mx::array(keys.shape(2)));
+  add_to(host_offset_, keys.shape(2));
   offset_scalar_ += keys.shape(2);
   idx_ = keys_->shape(2);
   // Make sure left_padding and offset are evaluated
@@ -104,13 +126,17 @@ CachedKV BatchRotatingKVCache::update_in_place(const mx::array& keys, const mx::
     values_ = trim_front(trim_size, *values_);
     idx_ = max_size_;
     left_padding_ = mx::subtract(left_padding_, mx::array(trim_size));
+    add_to(host_left_padding_, -trim_size);
   }
   // Rotate
   if (idx_ == max_size_) {
     rotated_ = true;
     idx_ = 0;
   }
-  if (rotated_) left_padding_ = mx::subtract(left_padding_, mx::array(S));
+  if (rotated_) {
+    left_padding_ = mx::subtract(left_padding_, mx::array(S));
+    add_to(host_left_padding_, -S);
+  }
   // Assign
   mx::Shape start = {0, 0, idx_, 0};
   mx::Shape k_stop = {keys_->shape(0), keys_->shape(1), idx_ + S, keys_->shape(3)};
@@ -119,6 +145,7 @@ CachedKV BatchRotatingKVCache::update_in_place(const mx::array& keys, const mx::
   values_ = mx::slice_update(*values_, values, start, v_stop);
   offset_scalar_ += S;
   offset_ = mx::add(offset_, mx::array(S));
+  add_to(host_offset_, S);
   idx_ += S;
   // Make sure left_padding and offset are evaluated
   keys_ = mx::depends({*keys_}, {left_padding_, offset_})[0];
@@ -143,10 +170,15 @@ void BatchRotatingKVCache::prepare(const std::optional<std::vector<int>>& left_p
     auto lp = int_array(*left_padding);
     left_padding_ = mx::add(left_padding_, lp);
     offset_ = mx::subtract(offset_, lp);
+    for (size_t i = 0; i < host_offset_.size(); ++i)
+      host_left_padding_[i] += left_padding->at(i), host_offset_[i] -= left_padding->at(i);
   }
   if (right_padding && !right_padding->empty() &&
-      *std::max_element(right_padding->begin(), right_padding->end()) > 0)
+      *std::max_element(right_padding->begin(), right_padding->end()) > 0) {
     lengths_ = mx::add(int_array(lengths), offset_);
+    host_lengths_ = lengths;
+    for (size_t i = 0; i < host_lengths_->size(); ++i) (*host_lengths_)[i] += host_offset_.at(i);
+  }
 }
 
 void BatchRotatingKVCache::finalize() {
@@ -156,7 +188,10 @@ void BatchRotatingKVCache::finalize() {
   values_ = dynamic_roll(*values_, mx::expand_dims(roll, 1), 2);
   left_padding_ = mx::add(left_padding_, roll);
   offset_ = mx::subtract(offset_, roll);
+  const auto host_roll = padding_rolls(host_offset_, *host_lengths_);
+  for (size_t i = 0; i < host_roll.size(); ++i) host_left_padding_[i] += host_roll[i], host_offset_[i] -= host_roll[i];
   lengths_.reset();
+  host_lengths_.reset();
 }
 
 std::vector<mx::array> BatchRotatingKVCache::state() const {
@@ -175,6 +210,7 @@ int BatchRotatingKVCache::trim(int n) {
   offset_scalar_ -= n;
   idx_ -= n;
   offset_ = mx::subtract(offset_, mx::array(n));
+  add_to(host_offset_, -n);
   return n;
 }
 
@@ -211,6 +247,10 @@ void BatchRotatingKVCache::filter(const std::vector<int>& batch_indices) {
   }
   offset_ = mx::take(offset_, indices, 0);
   left_padding_ = mx::take(left_padding_, indices, 0);
+  std::vector<int> offsets, pads;
+  for (int i : batch_indices) offsets.push_back(host_offset_.at(i)), pads.push_back(host_left_padding_.at(i));
+  host_offset_ = std::move(offsets);
+  host_left_padding_ = std::move(pads);
 }
 
 void BatchRotatingKVCache::extend(BatchCache& other_base) {
@@ -223,6 +263,16 @@ void BatchRotatingKVCache::extend(BatchCache& other_base) {
     }
     offset_scalar_ = std::max(offset_scalar_, other->offset_scalar_);
   }
+  // batch_rows::join right-justifies both at the larger index when either holds keys.
+  std::vector<int> pads = host_left_padding_, other_pads = other->host_left_padding_;
+  if (keys_ || other->keys_) {
+    const int max_idx = std::max(idx_, other->idx_);
+    add_to(pads, max_idx - idx_);
+    add_to(other_pads, max_idx - other->idx_);
+  }
+  pads.insert(pads.end(), other_pads.begin(), other_pads.end());
+  host_left_padding_ = std::move(pads);
+  host_offset_.insert(host_offset_.end(), other->host_offset_.begin(), other->host_offset_.end());
   auto joined = batch_rows::join({keys_, values_, offset_, left_padding_, idx_},
                                  {other->keys_, other->values_, other->offset_, other->left_padding_, other->idx_});
   keys_ = std::move(joined.keys);
@@ -234,8 +284,8 @@ void BatchRotatingKVCache::extend(BatchCache& other_base) {
 
 std::unique_ptr<Cache> BatchRotatingKVCache::extract(int idx) const {
   auto cache = std::make_unique<RotatingKVCache>(max_size_);
-  const int padding = std::max(0, to_ints(left_padding_).at(idx));
-  const int offset = to_ints(offset_).at(idx);
+  const int padding = std::max(0, host_left_padding_.at(idx));
+  const int offset = host_offset_.at(idx);
   if (!keys_) return cache;
   auto row = [&](const mx::array& a) {
     mx::Shape lo(a.ndim(), 0), hi = a.shape();
@@ -297,6 +347,7 @@ std::unique_ptr<BatchRotatingKVCache> BatchRotatingKVCache::merge(const std::vec
   cache->keys_ = keys;
   cache->values_ = values;
   cache->offset_ = int_array(offsets);
+  cache->host_offset_ = offsets;
   cache->idx_ = keys.shape(2);
   cache->offset_scalar_ = keys.shape(2);
   return cache;

@@ -45,6 +45,9 @@ class BatchRotatingKVCache final : public BatchCache {
 
   int max_size() const { return max_size_; }
 
+  /** Each row's left padding, as the left_padding array holds it (kept on the host). */
+  const std::vector<int>& host_left_padding() const { return host_left_padding_; }
+
  private:
   CachedKV update_concat(const mx::array& keys, const mx::array& values);
   CachedKV update_in_place(const mx::array& keys, const mx::array& values);
@@ -60,6 +63,11 @@ class BatchRotatingKVCache final : public BatchCache {
   int offset_scalar_ = 0;  // mlx-lm's `_offset`: positions written to the buffer
   bool rotated_ = false;
   std::optional<mx::array> lengths_;  // right-padded prompts: each row's real end
+  /** The values of left_padding_, offset_ and lengths_, kept on the host as well: offsets() and
+   * extract() read them here, not from the arrays, whose read would wait for the step in flight on
+   * the device (the arrays' last nodes belong to it). */
+  std::vector<int> host_left_padding_, host_offset_;
+  std::optional<std::vector<int>> host_lengths_;
 };
 
 }  // namespace mlxrt::cache
