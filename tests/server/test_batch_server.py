@@ -46,6 +46,8 @@ def requests_for(model_dir):
         (CHAT, {"messages": [{"role": "user", "content": "Stop early"}], "max_tokens": 20,
                 "logit_bias": {"151645": 100}}),
         (TEXT, {"prompt": "A", "max_tokens": 16, "stop": [" the", "."]}),
+        # The sampled token's logprob alone (no top list): read from the step's evaluated row.
+        (CHAT, {"messages": [{"role": "user", "content": "Only the logprob"}], "max_tokens": 14, "logprobs": True}),
     ]
     return [(path, {"model": str(model_dir), **b}) for path, b in bodies]
 

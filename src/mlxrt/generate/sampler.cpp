@@ -234,6 +234,23 @@ mx::array categorical_sampling(const mx::array& logits, double temp, RandomState
   return run_keyed(compiled_categorical(temp), logits, rng);
 }
 
+float token_logprob(const mx::array& logprobs, int32_t token) {
+  if (logprobs.is_available() && logprobs.ndim() == 1 && logprobs.flags().row_contiguous && token >= 0 &&
+      token < logprobs.shape(0)) {
+    switch (logprobs.dtype()) {
+      case mx::float32:
+        return logprobs.data<float>()[token];
+      case mx::bfloat16:
+        return static_cast<float>(logprobs.data<mx::bfloat16_t>()[token]);
+      case mx::float16:
+        return static_cast<float>(logprobs.data<mx::float16_t>()[token]);
+      default:
+        break;
+    }
+  }
+  return mx::astype(mx::take(logprobs, token), mx::float32).item<float>();
+}
+
 std::vector<TopLogprob> top_logprobs(const mx::array& logprobs, int n) {
   if (n <= 0) return {};
   auto order = mx::argpartition(mx::negative(logprobs), n - 1);

@@ -62,4 +62,9 @@ struct TopLogprob {
 };
 std::vector<TopLogprob> top_logprobs(const mx::array& logprobs, int n);
 
+/** logprobs[token] as float32 (the server's per-token logprob). An evaluated row is read where it
+ * lies, with no new node: a node would queue behind the step the generator has already dispatched
+ * and wait for it. The same value either way (widening to float32 is exact). */
+float token_logprob(const mx::array& logprobs, int32_t token);
+
 }  // namespace mlxrt::generate

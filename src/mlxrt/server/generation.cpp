@@ -209,8 +209,7 @@ void Generator::run(Job& job) {
       }
       ev.text = detok.take_segment();
       if (matcher.advance(step->token)) ev.finish_reason = "stop";
-      // item<float>() reads the raw element: convert first (the logprobs are in the model's dtype).
-      if (r.logprobs) ev.logprob = mx::astype(mx::take(step->logprobs, step->token), mx::float32).item<float>();
+      if (r.logprobs) ev.logprob = generate::token_logprob(step->logprobs, step->token);
       ev.top = top_tokens(step->logprobs, r.top_logprobs, session_->tokenizer);
       bool finished = ev.finish_reason.has_value();
       job.push(std::move(ev));
@@ -419,7 +418,7 @@ void Generator::batch_serve(const std::function<bool()>& arrived) {
         if (g.finish_reason) b.detok.finalize();
       }
       ev.text = b.detok.take_segment();
-      if (r.logprobs) ev.logprob = mx::astype(mx::take(g.logprobs, g.token), mx::float32).item<float>();
+      if (r.logprobs) ev.logprob = generate::token_logprob(g.logprobs, g.token);
       ev.top = top_tokens(g.logprobs, r.top_logprobs, session_->tokenizer);
       b.job->push(std::move(ev));
       const auto now = Job::Clock::now();
