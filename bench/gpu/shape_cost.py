@@ -145,10 +145,22 @@ def batch_causal_mask(n, offset, left_padding):
     return mask & (mx.array(left_padding)[:, None, None, None] <= rinds)
 
 
-def op_bytes(heads, bucket, lengths, offsets, rows=0):
+def padded_query_count(n):
+    """mlxrt's padded_query_count (model/nn/attention.cpp): a power of two from 16, then multiples of 256."""
+    if n > 256:
+        return -(-n // 256) * 256
+    q = 16
+    while q < n:
+        q *= 2
+    return q
+
+
+def op_bytes(heads, bucket, lengths, offsets, rows=0, any_offset=False):
     """Padded against plain fused attention on random inputs laid out as mlx-lm's are. rows > 0:
     the batched path's attention instead, `rows` left-padded rows under create_causal_mask's array
-    (padded as mlxrt pads it: every added row and key column masked)."""
+    (padded as mlxrt pads it: every added row and key column masked). any_offset: under the mask
+    array, chunks at offsets off the 256 step pad their queries to padded_query_count (mlxrt's
+    MLXRT_PAD_MASKED_ANY_OFFSET=1) instead of to the bucket's end."""
     hq, hkv = heads
     D, bad, total = 128, [], 0
     B = max(rows, 1)
@@ -157,7 +169,12 @@ def op_bytes(heads, bucket, lengths, offsets, rows=0):
             Tk = p + L
             room = -(-Tk // 256) * 256
             Tp = min(-(-Tk // bucket) * bucket, room)
-            if Tp == Tk or L == 1:
+            Lp = L + Tp - Tk
+            if rows and any_offset and p % 256:
+                Lp = max(L, padded_query_count(L))
+            elif p % 256 and any_offset:
+                continue  # the causal path pads only on the step
+            if (Tp == Tk and Lp == L) or L == 1:
                 continue
             mx.random.seed(L * 7919 + p)
             q = mx.random.normal((B, L, hq, D)).astype(mx.bfloat16).transpose(0, 2, 1, 3)
@@ -167,11 +184,11 @@ def op_bytes(heads, bucket, lengths, offsets, rows=0):
             if rows:
                 # Row b left-padded by b * L // (2 * B) positions (row 0 by none).
                 mask = batch_causal_mask(L, p, [b * L // (2 * B) for b in range(B)])
-                padded_mask = mx.pad(mask, [(0, 0), (0, 0), (0, Tp - Tk), (0, Tp - Tk)], constant_values=False)
+                padded_mask = mx.pad(mask, [(0, 0), (0, 0), (0, Lp - L), (0, Tp - Tk)], constant_values=False)
             mx.eval(q, kb, vb)
             plain = mx.fast.scaled_dot_product_attention(q, kb[..., :Tk, :], vb[..., :Tk, :], scale=D ** -0.5,
                                                          mask=mask)
-            qp = mx.concatenate([q, mx.zeros((B, hq, Tp - Tk, D), q.dtype)], axis=2)
+            qp = mx.concatenate([q, mx.zeros((B, hq, Lp - L, D), q.dtype)], axis=2)
             padded = mx.fast.scaled_dot_product_attention(qp, kb[..., :Tp, :], vb[..., :Tp, :], scale=D ** -0.5,
                                                           mask=padded_mask)[:, :, :L, :]
             total += 1
@@ -188,6 +205,15 @@ def bytes_check(args):
             for rows in [0] + (args.op_mask_rows or []):
                 total, bad = op_bytes(heads, args.bucket, op_lengths, [0, 2048, 300], rows)
                 kind = f"mask array, {rows} rows" if rows else "causal"
+                print(f"op heads {heads[0]}/{heads[1]} ({kind}): {total - len(bad)}/{total} padded = plain"
+                      + (f"; differ at (offset, len) {bad[:20]}" if bad else ""), flush=True)
+                if not (rows and args.op_any_offset):
+                    continue
+                # Queries padded to padded_query_count at offsets off the step: short chunks (a
+                # prompt batch's second step, a chat turn after a prompt-cache hit) and long ones.
+                any_lengths = sorted(set(op_lengths) | {2, 3, 5, 8, 9, 15, 17, 31, 33, 100, 200})
+                total, bad = op_bytes(heads, args.bucket, any_lengths, [37, 300, 1000, 2100], rows, any_offset=True)
+                kind = f"mask array, {rows} rows, any offset"
                 print(f"op heads {heads[0]}/{heads[1]} ({kind}): {total - len(bad)}/{total} padded = plain"
                       + (f"; differ at (offset, len) {bad[:20]}" if bad else ""), flush=True)
     if not args.model:
@@ -234,6 +260,9 @@ def main():
     ap.add_argument("--op-heads", type=int, nargs="*")
     ap.add_argument("--op-mask-rows", type=int, nargs="*",
                     help="also check the batched path's padded attention (mask array) with these row counts")
+    ap.add_argument("--op-any-offset", action="store_true",
+                    help="with --op-mask-rows: also check queries padded to padded_query_count at offsets off "
+                         "the 256 step (MLXRT_PAD_MASKED_ANY_OFFSET=1)")
     ap.add_argument("--json")
     args = ap.parse_args()
     costs(args) if args.mode == "costs" else bytes_check(args)

@@ -26,6 +26,23 @@ TEST(PaddedAttention, RoundsUpToTheCacheStepWithinTheBuffer) {
   EXPECT_EQ(padded_attention_length(300, 256), 300);   // a buffer too short: unpadded
 }
 
+TEST(PaddedAttention, QueriesUnderAMaskAtAnyOffsetPadToFewCounts) {
+  using mlxrt::model::nn::padded_query_count;
+  EXPECT_EQ(padded_query_count(2), 16);
+  EXPECT_EQ(padded_query_count(16), 16);
+  EXPECT_EQ(padded_query_count(17), 32);
+  EXPECT_EQ(padded_query_count(100), 128);
+  EXPECT_EQ(padded_query_count(256), 256);
+  EXPECT_EQ(padded_query_count(257), 512);
+  EXPECT_EQ(padded_query_count(600), 768);  // past 256: the cache step, as the keys
+  // Never fewer than asked, and the same count for every length of a bucket.
+  for (int n = 2; n <= 1024; ++n) {
+    const int p = padded_query_count(n);
+    EXPECT_GE(p, n);
+    EXPECT_EQ(padded_query_count(p), p);
+  }
+}
+
 TEST(PaddedAttention, KVCacheHandsOverItsBuffers) {
   mlxrt::cache::KVCache cache;
   auto k = mx::random::normal({1, 2, 5, 8}, mx::bfloat16);

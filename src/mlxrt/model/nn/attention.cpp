@@ -80,6 +80,13 @@ int padded_attention_length(int keys, int capacity) {
   return std::max(keys, std::min((keys + kStep - 1) / kStep * kStep, capacity));
 }
 
+int padded_query_count(int queries) {
+  if (queries > 256) return (queries + 255) / 256 * 256;
+  int n = 16;
+  while (n < queries) n *= 2;
+  return n;
+}
+
 namespace {
 
 // Prefill attention at a new length, on MLX's CUDA backend (issue 14). MLX runs a causal prefill's
@@ -109,6 +116,19 @@ bool padding_enabled() {
   static const bool on = [] {
     const char* env = std::getenv("MLXRT_PAD_PREFILL_ATTENTION");
     return !(env && std::string(env) == "0");
+  }();
+  return on;
+}
+
+// Chunks under a mask array at offsets off the 256-position step, padded to padded_query_count
+// queries (below). Opt-in until the op's byte check on the GPU (bench/gpu/shape_cost.py bytes
+// --op-mask-rows ... --op-any-offset) has passed: cuDNN builds and compiles a graph for each new
+// masked shape, 1-1.5 s on an H200 (bench/RESULTS.md, 2026-12-04), and every prompt-cache hit of
+// the server's batched path lands at such an offset.
+bool masked_any_offset_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("MLXRT_PAD_MASKED_ANY_OFFSET");
+    return env && std::string(env) == "1";
   }();
   return on;
 }
@@ -163,21 +183,25 @@ std::optional<mx::array> padded_prefill_attention(const mx::array& q, const cach
   // full prefill step) share shapes. Elsewhere (a speculative verify window, a chunk after a
   // prompt-cache hit) the padded graph would be as new at each offset as the unpadded one, with up
   // to 255 more queries to compute (bench/RESULTS.md, 2026-12-03, third session).
-  if ((Tk - L) % 256 != 0) return std::nullopt;
+  // Under a mask array the padded rows need not line up with the keys, so there (opt-in) a chunk at
+  // any offset pads its queries to padded_query_count.
+  const bool on_step = (Tk - L) % 256 == 0;
+  if (!on_step && !(mask && masked_any_offset_enabled())) return std::nullopt;
   const int Tp = padded_attention_length(Tk, kv.keys_buffer->shape(2));
-  if (Tp == Tk || kv.values_buffer->shape(2) < Tp) return std::nullopt;
+  const int Lp = on_step ? L + Tp - Tk : std::max(L, padded_query_count(L));
+  if ((Tp == Tk && Lp == L) || kv.values_buffer->shape(2) < Tp) return std::nullopt;
   auto prefix = [](const mx::array& a, int n) {
     mx::Shape stop = a.shape();
     stop[2] = n;
     return mx::slice(a, mx::Shape(a.ndim(), 0), stop);
   };
   mx::Shape pad = q.shape();
-  pad[2] = Tp - Tk;
-  auto queries = mx::concatenate({q, mx::zeros(pad, q.dtype())}, 2);
+  pad[2] = Lp - L;
+  auto queries = Lp > L ? mx::concatenate({q, mx::zeros(pad, q.dtype())}, 2) : q;
   auto keys = prefix(*kv.keys_buffer, Tp), values = prefix(*kv.values_buffer, Tp);
   if (!mask)
     return prefix(mx::fast::scaled_dot_product_attention(queries, keys, values, scale, "causal"), L);
-  auto wide = padded_attention_mask(*mask, L, Tk, L + Tp - Tk, Tp);
+  auto wide = padded_attention_mask(*mask, L, Tk, Lp, Tp);
   if (!wide) return std::nullopt;
   return prefix(mx::fast::scaled_dot_product_attention(queries, keys, values, scale, "array", *wide), L);
 }
