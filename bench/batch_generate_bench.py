@@ -162,10 +162,12 @@ def read_steps(path):
     return [(int(a), float(b)) for a, b in (line.split() for line in Path(path).read_text().split("\n") if line)]
 
 
-def run_side(cmd, steps_file, env):
+def run_side(cmd, steps_file, env, stderr_file=None):
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
+    if stderr_file:
+        stderr_file.write_text(p.stderr)
     if p.returncode != 0:
         sys.exit(f"{cmd[0]} failed ({p.returncode}):\n{p.stderr[-3000:]}")
     rows = [json.loads(line)["tokens"] for line in p.stdout.splitlines() if line.startswith("{")]
@@ -225,7 +227,9 @@ def main():
             else:
                 cmd = [sys.executable, "-c", MLX_LM_SIDE, args.model, str(requests), json.dumps(eos), str(steps_file),
                        str(graph) if args.graphs and run == 0 else "", "timing" if args.step_timing else ""]
-            rows, steps, wall, split = run_side(cmd, steps_file, env)
+            # With --log-dir, each side's stderr is kept beside its step log.
+            stderr_file = work / f"{side}-stderr-{run}.txt" if args.log_dir else None
+            rows, steps, wall, split = run_side(cmd, steps_file, env, stderr_file)
             tokens[side] = rows
             results[side].append((steps, wall))
             if split:

@@ -5,6 +5,12 @@
  * plans) and executes/graph population, and cuBLASLt's algorithm heuristic. libmlx.so calls each
  * through its dynamic symbol table, so a definition here comes first.
  *
+ * Also the calls MLX makes for each kernel of a step, to count a step's kernels and what adding
+ * them costs the host: kernel nodes added to a CUDA graph (or kernels launched, with
+ * MLX_USE_CUDA_GRAPHS=0), graphs created (one a command buffer, and one a cuBLAS capture), cuBLASLt
+ * matmuls. MLX's wheel links CUDA's runtime statically, so its graph instantiation, update and
+ * launch are out of reach here; the driver calls it makes by name are not.
+ *
  * Build: cc -O2 -shared -fPIC -o api_timer.so api_timer.c -ldl
  * Read:  api_timer_report(buf, size) writes "name count ms" lines; api_timer_reset() zeroes them. */
 #define _GNU_SOURCE
@@ -14,10 +20,14 @@
 #include <string.h>
 #include <time.h>
 
-enum { NVRTC_COMPILE, MODULE_LOAD, CUDNN_FINALIZE, CUDNN_EXECUTE, CUDNN_POPULATE, CUDNN_UPDATE, CUBLASLT_HEURISTIC, N_API };
+enum {
+  NVRTC_COMPILE, MODULE_LOAD, CUDNN_FINALIZE, CUDNN_EXECUTE, CUDNN_POPULATE, CUDNN_UPDATE, CUBLASLT_HEURISTIC,
+  CUBLASLT_MATMUL, GRAPH_ADD_KERNEL, LAUNCH_KERNEL, GRAPH_CREATE, N_API
+};
 static const char* kNames[N_API] = {"nvrtcCompileProgram", "cuModuleLoadDataEx", "cudnnBackendFinalize",
                                     "cudnnBackendExecute", "cudnnBackendPopulateCudaGraph",
-                                    "cudnnBackendUpdateCudaGraph", "cublasLtMatmulAlgoGetHeuristic"};
+                                    "cudnnBackendUpdateCudaGraph", "cublasLtMatmulAlgoGetHeuristic",
+                                    "cublasLtMatmul", "cuGraphAddKernelNode", "cuLaunchKernelEx", "cuGraphCreate"};
 static long counts[N_API];
 static double ms[N_API];
 
@@ -92,6 +102,33 @@ int cublasLtMatmulAlgoGetHeuristic(P h, P op, P a, P b, P c, P d, P pref, int re
   static int (*f)(P, P, P, P, P, P, P, int, P, int*);
   if (!f) f = next("cublasLtMatmulAlgoGetHeuristic", "libcublasLt.so.13");
   TIMED(CUBLASLT_HEURISTIC, f(h, op, a, b, c, d, pref, requested, results, returned))
+}
+
+int cublasLtMatmul(P h, P desc, const void* alpha, const void* a, P ad, const void* b, P bd, const void* beta,
+                   const void* c, P cd, void* d, P dd, const void* algo, void* ws, size_t ws_size, P stream) {
+  static int (*f)(P, P, const void*, const void*, P, const void*, P, const void*, const void*, P, void*, P,
+                  const void*, void*, size_t, P);
+  if (!f) f = next("cublasLtMatmul", "libcublasLt.so.13");
+  TIMED(CUBLASLT_MATMUL, f(h, desc, alpha, a, ad, b, bd, beta, c, cd, d, dd, algo, ws, ws_size, stream))
+}
+
+/* cuda.h maps cuGraphAddKernelNode to its _v2. */
+int cuGraphAddKernelNode_v2(P node, P graph, const P* deps, size_t n_deps, const void* params) {
+  static int (*f)(P, P, const P*, size_t, const void*);
+  if (!f) f = next("cuGraphAddKernelNode_v2", "libcuda.so.1");
+  TIMED(GRAPH_ADD_KERNEL, f(node, graph, deps, n_deps, params))
+}
+
+int cuLaunchKernelEx(const void* config, P function, P* params, P* extra) {
+  static int (*f)(const void*, P, P*, P*);
+  if (!f) f = next("cuLaunchKernelEx", "libcuda.so.1");
+  TIMED(LAUNCH_KERNEL, f(config, function, params, extra))
+}
+
+int cuGraphCreate(P graph, unsigned flags) {
+  static int (*f)(P, unsigned);
+  if (!f) f = next("cuGraphCreate", "libcuda.so.1");
+  TIMED(GRAPH_CREATE, f(graph, flags))
 }
 
 int api_timer_report(char* buf, int size) {

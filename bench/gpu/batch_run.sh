@@ -5,13 +5,19 @@
 #   split:    bench/batch_generate_bench.py --step-timing on BATCH_MODELS (default qwen3-0.6b-bf16
 #             qwen3-8b-bf16): each side's 8-row decode step split into build / dispatch / wait, and
 #             its op graph counted by op, under each MLX setting of SPLIT_SETTINGS (default
-#             "default one-graph"). With one command buffer a step ("one-graph": no commit by op
+#             "default one-graph"; also ops-400, and no-graphs: kernels launched one by one, no
+#             CUDA graphs). With one command buffer a step ("one-graph": no commit by op
 #             count or by bytes, as bench/gpu/step_timing.py's setting) MLX never waits in dispatch
 #             for graphs in flight, so dispatch is the host's encoding alone and wait what the
 #             device takes beyond build + dispatch: a wait near zero says the step is bound by the
 #             host (fewer nodes shorten it), a large one by the device (faster kernels do);
 #   batchgen: run.sh's stage batchgen (BENCH_BATCHGEN_ARGS; default here adds --step-timing);
 #   batching: run.sh's stage batching (BENCH_BATCH_ARGS): the servers side by side;
+#   profile:  the same batch generation as split (SPLIT_ARGS, MLX's default setting) with
+#             bench/gpu/api_timer.c (kernels, cuBLASLt matmuls, graphs created, per process) and
+#             bench/gpu/sampler.c (the host's call stacks) preloaded into both sides, then
+#             bench/gpu/sampler_report.py on each side's main thread inside MLX's eval
+#             (profile.txt): where a host-bound step's dispatch goes;
 #   prefill:  bench/gpu/batch_prefill_probe.py on BATCH_MODELS: mlx-lm's own batched prefill, its
 #             forwards at new and repeated shapes (KVCache and BatchKVCache) and its BatchGenerator
 #             with 32 prompts at once (prefill.txt).
@@ -36,7 +42,8 @@ setting_env() {
     default) echo "" ;;
     one-graph) echo "MLX_MAX_OPS_PER_BUFFER=4000 MLX_MAX_MB_PER_BUFFER=1000000" ;;
     ops-400) echo "MLX_MAX_OPS_PER_BUFFER=400" ;;
-    *) echo "unknown setting $1 (default one-graph ops-400)" >&2; return 1 ;;
+    no-graphs) echo "MLX_USE_CUDA_GRAPHS=0" ;;
+    *) echo "unknown setting $1 (default one-graph ops-400 no-graphs)" >&2; return 1 ;;
   esac
 }
 for step in ${BATCH_STEPS:-split batchgen batching}; do
@@ -56,6 +63,28 @@ for step in ${BATCH_STEPS:-split batchgen batching}; do
       done
       grep -E '^(== |\| (side|mlx_lm|mlxrt) |decode (tok|step split))' "$out/split.txt"
       echo "split $(( $(date +%s) - t0 )) s" ;;
+    profile)
+      ${CC:-gcc} -O2 -shared -fPIC -o "$work/api_timer.so" bench/gpu/api_timer.c -ldl || exit 1
+      ${CC:-gcc} -O2 -shared -fPIC -o "$work/sampler.so" bench/gpu/sampler.c -ldl || exit 1
+      for m in $models; do
+        path=$(model_dir "$m") || exit 1
+        rm -rf "$work/profile-$m" && mkdir -p "$work/profile-$m"
+        echo "== $m" >> "$out/profile.txt"
+        # shellcheck disable=SC2086  # SPLIT_ARGS is a list
+        API_TIMER_AT_EXIT=1 SAMPLER_OUT="$work/profile-$m/stacks" LD_PRELOAD="$work/api_timer.so:$work/sampler.so" \
+          timeout 600 $PY bench/batch_generate_bench.py --model "$path" --mlxrt "$work/mlxrt" --step-timing \
+          --log-dir "$work/profile-$m" ${SPLIT_ARGS:---batch 8 --gen-tokens 128} >> "$out/profile.txt" 2>&1
+        for side in mlx_lm mlxrt; do
+          echo "-- $side: CUDA calls over the whole process" >> "$out/profile.txt"
+          grep '^api_timer' "$work/profile-$m/$side-stderr-0.txt" >> "$out/profile.txt"
+        done
+        # The two largest stack files are the two sides' (the bench's own process is idle).
+        for f in $(ls -S "$work/profile-$m"/stacks.* | head -2); do
+          $PY bench/gpu/sampler_report.py "$f" --top 50 >> "$out/profile.txt" 2>&1
+        done
+      done
+      grep -E '^(== |-- |api_timer (cuGraph|cublasLtMatmul |cuLaunch)|\| (mlx_lm|mlxrt) |/)' "$out/profile.txt"
+      echo "profile $(( $(date +%s) - t0 )) s" ;;
     batchgen|batching)
       BENCH_OUT=$out BENCH_TOKENIZER=$work/tokenizer BENCH_BATCH_MODELS=$models \
         BENCH_BATCHGEN_ARGS=${BENCH_BATCHGEN_ARGS:---batch 8 --gen-tokens 256 --step-timing} \
@@ -70,6 +99,6 @@ for step in ${BATCH_STEPS:-split batchgen batching}; do
       done
       grep -E '^(== |forward|run [0-9]+: first)' "$out/prefill.txt"
       echo "prefill $(( $(date +%s) - t0 )) s" ;;
-    *) echo "unknown step $step (split batchgen batching prefill)"; exit 2 ;;
+    *) echo "unknown step $step (split batchgen batching profile prefill)"; exit 2 ;;
   esac
 done
