@@ -12,7 +12,7 @@ The model defaults to the server tests' tiny scripted qwen3 (real Qwen3 tokenize
 for another model directory.
 
 Usage: bench/batch_bench.py [--model DIR] [--clients 8 32] [--gen-tokens 64] [--prompt-words 60] [--runs 2]
-                            [--mlxrt-args "--log-level DEBUG"] [--log-dir DIR]
+                            [--mlxrt-args "--log-level DEBUG"] [--mlxrt-env NAME=VALUE] [--log-dir DIR]
 """
 import argparse
 import json
@@ -85,7 +85,10 @@ def main():
     ap.add_argument("--gen-tokens", type=int, default=64)
     ap.add_argument("--prompt-words", type=int, default=60)
     ap.add_argument("--runs", type=int, default=2)
-    ap.add_argument("--mlxrt-args", default="", help="more options for `mlxrt server` (e.g. --log-level DEBUG)")
+    ap.add_argument("--mlxrt-args", action="append", default=[],
+                    help="more options for `mlxrt server` (e.g. --log-level DEBUG); may be repeated")
+    ap.add_argument("--mlxrt-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="an environment variable for `mlxrt server` alone (e.g. MLX_USE_CUDA_GRAPHS=0); may be repeated")
     ap.add_argument("--server-args", default="",
                     help="options for both servers (flags they share, e.g. --prompt-concurrency 32)")
     ap.add_argument("--log-dir", help="keep both servers' logs here (default: a temporary folder, removed)")
@@ -96,7 +99,9 @@ def main():
     model = Path(args.model) if args.model else tiny_server_model()
     prompt = " ".join(["the quick brown fox jumps over the lazy dog"] * (args.prompt_words // 9 + 1))
     programs = {"mlx_lm": [PY, "-m", "mlx_lm", "server", "--model", str(model), *args.server_args.split()],
-                "mlxrt": [BIN, "server", "--model", str(model), *args.server_args.split(), *args.mlxrt_args.split()]}
+                "mlxrt": [*(["env", *args.mlxrt_env] if args.mlxrt_env else []),
+                          BIN, "server", "--model", str(model), *args.server_args.split(),
+                          *" ".join(args.mlxrt_args).split()]}
     results = {}
     for name, cmd in programs.items():
         port = free_port()

@@ -201,17 +201,18 @@ def bytes_check(args):
     lengths = args.lengths or [2, 3, 63, 65, 255, 257, 500, 513, 777, 1000, 1500, 2047]
     if args.op_heads:
         for heads in (tuple(args.op_heads[i:i + 2]) for i in range(0, len(args.op_heads), 2)):
-            op_lengths = sorted(set(lengths) | set(range(2, 2100, 131)))
+            op_lengths = args.op_lengths or sorted(set(lengths) | set(range(2, 2100, 131)))
             for rows in [0] + (args.op_mask_rows or []):
-                total, bad = op_bytes(heads, args.bucket, op_lengths, [0, 2048, 300], rows)
-                kind = f"mask array, {rows} rows" if rows else "causal"
-                print(f"op heads {heads[0]}/{heads[1]} ({kind}): {total - len(bad)}/{total} padded = plain"
-                      + (f"; differ at (offset, len) {bad[:20]}" if bad else ""), flush=True)
+                if not args.op_skip_step:
+                    total, bad = op_bytes(heads, args.bucket, op_lengths, [0, 2048, 300], rows)
+                    kind = f"mask array, {rows} rows" if rows else "causal"
+                    print(f"op heads {heads[0]}/{heads[1]} ({kind}): {total - len(bad)}/{total} padded = plain"
+                          + (f"; differ at (offset, len) {bad[:20]}" if bad else ""), flush=True)
                 if not (rows and args.op_any_offset):
                     continue
                 # Queries padded to padded_query_count at offsets off the step: short chunks (a
                 # prompt batch's second step, a chat turn after a prompt-cache hit) and long ones.
-                any_lengths = sorted(set(op_lengths) | {2, 3, 5, 8, 9, 15, 17, 31, 33, 100, 200})
+                any_lengths = args.op_lengths or sorted(set(op_lengths) | {2, 3, 5, 8, 9, 15, 17, 31, 33, 100, 200})
                 total, bad = op_bytes(heads, args.bucket, any_lengths, [37, 300, 1000, 2100], rows, any_offset=True)
                 kind = f"mask array, {rows} rows, any offset"
                 print(f"op heads {heads[0]}/{heads[1]} ({kind}): {total - len(bad)}/{total} padded = plain"
@@ -263,6 +264,11 @@ def main():
     ap.add_argument("--op-any-offset", action="store_true",
                     help="with --op-mask-rows: also check queries padded to padded_query_count at offsets off "
                          "the 256 step (MLXRT_PAD_MASKED_ANY_OFFSET=1)")
+    ap.add_argument("--op-lengths", type=int, nargs="*",
+                    help="the op checks' query lengths (default: --lengths and every 131st from 2 to 2100)")
+    ap.add_argument("--op-skip-step", action="store_true",
+                    help="skip the checks on the 256 step (causal and mask array): with --op-any-offset, "
+                         "only the any-offset one runs")
     ap.add_argument("--json")
     args = ap.parse_args()
     costs(args) if args.mode == "costs" else bytes_check(args)
