@@ -121,14 +121,15 @@ bool padding_enabled() {
 }
 
 // Chunks under a mask array at offsets off the 256-position step, padded to padded_query_count
-// queries (below). Opt-in until the op's byte check on the GPU (bench/gpu/shape_cost.py bytes
-// --op-mask-rows ... --op-any-offset) has passed: cuDNN builds and compiles a graph for each new
-// masked shape, 1-1.5 s on an H200 (bench/RESULTS.md, 2026-12-04), and every prompt-cache hit of
-// the server's batched path lands at such an offset.
+// queries (below). cuDNN builds and compiles a graph for each new masked shape, 1-1.5 s on an H200
+// (bench/RESULTS.md, 2026-12-04), and every prompt-cache hit of the server's batched path lands at
+// such an offset. On by default since the op's byte check on the GPU passed (bench/gpu/shape_cost.py
+// bytes --op-mask-rows 3 --op-any-offset: 48 of 48, 32/8 and 16/8 heads);
+// MLXRT_PAD_MASKED_ANY_OFFSET=0 turns it off.
 bool masked_any_offset_enabled() {
   static const bool on = [] {
     const char* env = std::getenv("MLXRT_PAD_MASKED_ANY_OFFSET");
-    return env && std::string(env) == "1";
+    return !(env && std::string(env) == "0");
   }();
   return on;
 }
@@ -183,8 +184,8 @@ std::optional<mx::array> padded_prefill_attention(const mx::array& q, const cach
   // full prefill step) share shapes. Elsewhere (a speculative verify window, a chunk after a
   // prompt-cache hit) the padded graph would be as new at each offset as the unpadded one, with up
   // to 255 more queries to compute (bench/RESULTS.md, 2026-12-03, third session).
-  // Under a mask array the padded rows need not line up with the keys, so there (opt-in) a chunk at
-  // any offset pads its queries to padded_query_count.
+  // Under a mask array the padded rows need not line up with the keys, so there a chunk at any
+  // offset pads its queries to padded_query_count.
   const bool on_step = (Tk - L) % 256 == 0;
   if (!on_step && !(mask && masked_any_offset_enabled())) return std::nullopt;
   const int Tp = padded_attention_length(Tk, kv.keys_buffer->shape(2));

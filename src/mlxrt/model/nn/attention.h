@@ -34,7 +34,7 @@ mx::array dtype_lowest(mx::Dtype dtype);
 int padded_attention_length(int keys, int capacity);
 
 /** The query count a chunk of `queries` rows is padded to under a mask array at an offset off the
- * 256-position step (opt-in, MLXRT_PAD_MASKED_ANY_OFFSET=1): the next power of two from 16, then
+ * 256-position step (MLXRT_PAD_MASKED_ANY_OFFSET=0 turns it off): the next power of two from 16, then
  * multiples of 256, so that such chunks (a prompt-cache hit's, a prompt batch's second step) share
  * a few attention shapes instead of one per offset and length. Under an explicit mask a padded
  * query row need not line up with any key: its mask row is all masked. */
