@@ -34,6 +34,7 @@
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/generate/batch_generator.h"
 #include "mlxrt/io/model_dir.h"
+#include "mlxrt/util/cuda_graphs.h"
 #include "mlxrt/util/errors.h"
 #include "mlxrt/util/json_file.h"
 
@@ -122,6 +123,7 @@ generate::LogitsProcessorParams processor_params(const ojson& o, const std::stri
 }
 
 void run_batch_generate(const BatchArgs& a) {
+  prefer_direct_kernel_launches();  // batched decode steps (cuda_graphs.h); before any GPU work
   check_sampling_flags(a.sampling);
   ojson doc;
   try {

@@ -17,6 +17,7 @@
 #include "mlxrt/generate/speculative.h"
 #include "mlxrt/server/logger.h"
 #include "mlxrt/server/server.h"
+#include "mlxrt/util/cuda_graphs.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::cli {
@@ -71,6 +72,8 @@ std::vector<std::string> split_commas(const std::string& s) {
 }
 
 void run(Args& a) {
+  // Batched decode steps launch their kernels directly (cuda_graphs.h); before any GPU work.
+  prefer_direct_kernel_launches();
   // Under mlx.launch (or mlxrt launch), as mlx_lm.server: rank 0 serves HTTP, the other ranks run
   // its requests on their parts of the model.
   const auto dist_run = join_run(a.dist);

@@ -1,4 +1,5 @@
 #include "mlxrt/util/kernel_cache.h"
+#include "mlxrt/util/cuda_graphs.h"
 
 #include <unistd.h>
 
@@ -82,4 +83,26 @@ TEST(KernelCache, AnUncreatableDirectoryLeavesMlxItsDefault) {
   EXPECT_EQ(mlxrt::configure_kernel_cache("0.32.4"), "");
   EXPECT_EQ(std::getenv("MLX_PTX_CACHE_DIR"), nullptr);
   fs::remove(root);
+}
+
+// The batched verbs' CUDA-graph choice (cuda_graphs.h), another MLX environment setting made
+// before any GPU work.
+TEST(CudaGraphs, OffUnlessTheUserChose) {
+  {
+    ScopedEnv unset("MLX_USE_CUDA_GRAPHS", nullptr);
+    EXPECT_FALSE(mlxrt::prefer_direct_kernel_launches());
+    ASSERT_NE(std::getenv("MLX_USE_CUDA_GRAPHS"), nullptr);
+    EXPECT_EQ(std::string(std::getenv("MLX_USE_CUDA_GRAPHS")), "0");
+  }
+  {
+    ScopedEnv on("MLX_USE_CUDA_GRAPHS", "1");
+    EXPECT_TRUE(mlxrt::prefer_direct_kernel_launches());
+    EXPECT_EQ(std::string(std::getenv("MLX_USE_CUDA_GRAPHS")), "1");
+  }
+  {
+    // Read as MLX reads it: set means atoi of the value.
+    ScopedEnv empty("MLX_USE_CUDA_GRAPHS", "");
+    EXPECT_FALSE(mlxrt::prefer_direct_kernel_launches());
+    EXPECT_EQ(std::string(std::getenv("MLX_USE_CUDA_GRAPHS")), "");
+  }
 }
