@@ -171,7 +171,7 @@ def op_bytes(heads, bucket, lengths, offsets, rows=0, any_offset=False):
             Tp = min(-(-Tk // bucket) * bucket, room)
             Lp = L + Tp - Tk
             if rows and any_offset and p % 256:
-                Lp = max(L, padded_query_count(L))
+                Lp = padded_query_count(L)
             elif p % 256 and any_offset:
                 continue  # the causal path pads only on the step
             if (Tp == Tk and Lp == L) or L == 1:

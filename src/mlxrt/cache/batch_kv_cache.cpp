@@ -183,15 +183,8 @@ void BatchKVCache::filter(const std::vector<int>& batch_indices) {
 void BatchKVCache::extend(BatchCache& other_base) {
   const auto* other = dynamic_cast<const BatchKVCache*>(&other_base);
   if (!other) throw std::logic_error("BatchKVCache::extend: the other cache is of another kind");
-  // batch_rows::join right-justifies both at the longer index when either holds keys.
-  std::vector<int> pads = host_left_padding_, other_pads = other->host_left_padding_;
-  if (keys_ || other->keys_) {
-    const int max_idx = std::max(idx_, other->idx_);
-    for (auto& p : pads) p += max_idx - idx_;
-    for (auto& p : other_pads) p += max_idx - other->idx_;
-  }
-  pads.insert(pads.end(), other_pads.begin(), other_pads.end());
-  host_left_padding_ = std::move(pads);
+  host_left_padding_ = batch_rows::join_left_padding(host_left_padding_, idx_, other->host_left_padding_,
+                                                     other->idx_, keys_ || other->keys_);
   auto joined = batch_rows::join({keys_, values_, offset_, left_padding_, idx_},
                                  {other->keys_, other->values_, other->offset_, other->left_padding_, other->idx_});
   keys_ = std::move(joined.keys);

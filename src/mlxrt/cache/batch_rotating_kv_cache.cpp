@@ -73,15 +73,7 @@ CachedKV BatchRotatingKVCache::update_concat(const mx::array& keys, const mx::ar
       values_ = positions(*values_, 0, idx_);
     }
     // Roll right the rows that are padded so that no valid cache entry is trimmed
-    if (lengths_) {
-      auto roll = mx::maximum(mx::array(0), mx::subtract(offset_, *lengths_));
-      keys_ = dynamic_roll(*keys_, mx::expand_dims(roll, 1), 2);
-      values_ = dynamic_roll(*values_, mx::expand_dims(roll, 1), 2);
-      left_padding_ = mx::add(left_padding_, roll);
-      offset_ = mx::subtract(offset_, roll);
-      const auto host_roll = padding_rolls(host_offset_, *host_lengths_);
-      for (size_t i = 0; i < host_roll.size(); ++i) host_left_padding_[i] += host_roll[i], host_offset_[i] -= host_roll[i];
-    }
+    if (lengths_) roll_padded_rows();
     // The largest size is max_size + S - 1 so that every token gets at least max_size of context
     const int trim_size = idx_ - max_size_ + 1;
     if (trim_size > 0) {
@@ -181,8 +173,9 @@ void BatchRotatingKVCache::prepare(const std::optional<std::vector<int>>& left_p
   }
 }
 
-void BatchRotatingKVCache::finalize() {
-  if (!lengths_) return;
+// mlx-lm writes this roll twice (_update_concat and finalize): each right-padded row's entries
+// moved right by how far its offset runs past its length, that much added to its left padding.
+void BatchRotatingKVCache::roll_padded_rows() {
   auto roll = mx::maximum(mx::array(0), mx::subtract(offset_, *lengths_));
   keys_ = dynamic_roll(*keys_, mx::expand_dims(roll, 1), 2);
   values_ = dynamic_roll(*values_, mx::expand_dims(roll, 1), 2);
@@ -190,6 +183,11 @@ void BatchRotatingKVCache::finalize() {
   offset_ = mx::subtract(offset_, roll);
   const auto host_roll = padding_rolls(host_offset_, *host_lengths_);
   for (size_t i = 0; i < host_roll.size(); ++i) host_left_padding_[i] += host_roll[i], host_offset_[i] -= host_roll[i];
+}
+
+void BatchRotatingKVCache::finalize() {
+  if (!lengths_) return;
+  roll_padded_rows();
   lengths_.reset();
   host_lengths_.reset();
 }
@@ -263,15 +261,8 @@ void BatchRotatingKVCache::extend(BatchCache& other_base) {
     }
     offset_scalar_ = std::max(offset_scalar_, other->offset_scalar_);
   }
-  // batch_rows::join right-justifies both at the larger index when either holds keys.
-  std::vector<int> pads = host_left_padding_, other_pads = other->host_left_padding_;
-  if (keys_ || other->keys_) {
-    const int max_idx = std::max(idx_, other->idx_);
-    add_to(pads, max_idx - idx_);
-    add_to(other_pads, max_idx - other->idx_);
-  }
-  pads.insert(pads.end(), other_pads.begin(), other_pads.end());
-  host_left_padding_ = std::move(pads);
+  host_left_padding_ = batch_rows::join_left_padding(host_left_padding_, idx_, other->host_left_padding_,
+                                                     other->idx_, keys_ || other->keys_);
   host_offset_.insert(host_offset_.end(), other->host_offset_.begin(), other->host_offset_.end());
   auto joined = batch_rows::join({keys_, values_, offset_, left_padding_, idx_},
                                  {other->keys_, other->values_, other->offset_, other->left_padding_, other->idx_});

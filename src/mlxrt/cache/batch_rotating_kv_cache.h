@@ -50,6 +50,8 @@ class BatchRotatingKVCache final : public BatchCache {
 
  private:
   CachedKV update_concat(const mx::array& keys, const mx::array& values);
+  /** Right-padded rows (prepare's lengths) rolled into left padding, arrays and host copies. */
+  void roll_padded_rows();
   CachedKV update_in_place(const mx::array& keys, const mx::array& values);
   /** mlx-lm's `_temporal_order()`: unrolls the ring in place. */
   void to_temporal_order();

@@ -71,4 +71,14 @@ Rows join(const Rows& a, const Rows& b) {
               max_idx};
 }
 
+std::vector<int> join_left_padding(const std::vector<int>& a, int a_idx, const std::vector<int>& b, int b_idx,
+                                   bool any_keys) {
+  std::vector<int> pads = a;
+  pads.insert(pads.end(), b.begin(), b.end());
+  if (!any_keys) return pads;
+  const int max_idx = std::max(a_idx, b_idx);
+  for (size_t i = 0; i < pads.size(); ++i) pads[i] += max_idx - (i < a.size() ? a_idx : b_idx);
+  return pads;
+}
+
 }  // namespace mlxrt::cache::batch_rows

@@ -28,4 +28,9 @@ struct Rows {
  * sides concatenate their offsets and paddings only. */
 Rows join(const Rows& a, const Rows& b);
 
+/** join's left padding as the host keeps it: each side's rows raised by the distance from its index
+ * to the larger one when either side holds keys (join right-justifies them there), concatenated. */
+std::vector<int> join_left_padding(const std::vector<int>& a, int a_idx, const std::vector<int>& b, int b_idx,
+                                   bool any_keys);
+
 }  // namespace mlxrt::cache::batch_rows

@@ -189,7 +189,7 @@ std::optional<mx::array> padded_prefill_attention(const mx::array& q, const cach
   const bool on_step = (Tk - L) % 256 == 0;
   if (!on_step && !(mask && masked_any_offset_enabled())) return std::nullopt;
   const int Tp = padded_attention_length(Tk, kv.keys_buffer->shape(2));
-  const int Lp = on_step ? L + Tp - Tk : std::max(L, padded_query_count(L));
+  const int Lp = on_step ? L + Tp - Tk : padded_query_count(L);  // never below L
   if ((Tp == Tk && Lp == L) || kv.values_buffer->shape(2) < Tp) return std::nullopt;
   auto prefix = [](const mx::array& a, int n) {
     mx::Shape stop = a.shape();
