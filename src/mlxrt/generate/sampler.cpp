@@ -256,10 +256,9 @@ std::vector<TopLogprob> top_logprobs(const mx::array& logprobs, int n) {
   auto order = mx::argpartition(mx::negative(logprobs), n - 1);
   auto top = mx::slice(order, {0}, {n});
   auto values = mx::astype(mx::take(logprobs, top), mx::float32);
-  mx::eval(top, values);
-  std::vector<TopLogprob> out;
   auto ids = mx::astype(top, mx::int32);
-  mx::eval(ids);
+  mx::eval(ids, values);  // one wait for both (each eval waits for what the stream has queued before it)
+  std::vector<TopLogprob> out;
   for (int i = 0; i < n; ++i) out.push_back({ids.data<int32_t>()[i], values.data<float>()[i]});
   return out;
 }
