@@ -110,7 +110,10 @@ Attention::Heads Attention::project(const mx::array& x) const {
     auto parts = mx::split(qkv, mx::Shape{query_pos, query_pos + o_.n_kv_heads * o_.head_dim}, -1);
     queries = parts[0], keys = parts[1], values = parts[2];
   } else {
-    queries = (*q_proj_)(x), keys = (*k_proj_)(x), values = (*v_proj_)(x);
+    // The three matmuls of one input: flattened once here, not in each (Linear::flattens_rows).
+    const bool flat = x.ndim() == 3 && q_proj_->flattens_rows() && k_proj_->flattens_rows() && v_proj_->flattens_rows();
+    const auto in = flat ? mx::flatten(x, 0, 1) : x;
+    queries = (*q_proj_)(in), keys = (*k_proj_)(in), values = (*v_proj_)(in);
   }
   return split_projected(queries, keys, values, B, L);
 }
@@ -173,7 +176,13 @@ mx::array Attention::sdpa(const mx::array& queries, const cache::CachedKV& kv, c
 mx::array Attention::attend(const mx::array& queries, const cache::CachedKV& kv, const AttentionMask& mask) const {
   const int B = queries.shape(0), L = queries.shape(2);
   auto output = sdpa(queries, kv, mask);
-  return o_proj_(mx::reshape(mx::transpose(output, {0, 2, 1, 3}), {B, L, -1}));
+  auto merged = mx::transpose(output, {0, 2, 1, 3});
+  // The heads merged straight into the matmul's rows (Linear::flattens_rows), the result to [B, L, D].
+  if (o_proj_.flattens_rows()) {
+    auto y = o_proj_(mx::reshape(merged, {B * L, -1}));
+    return mx::reshape(y, {B, L, y.shape(-1)});
+  }
+  return o_proj_(mx::reshape(merged, {B, L, -1}));
 }
 
 mx::array Attention::operator()(const mx::array& x, const AttentionMask& mask, cache::Cache* cache) const {
@@ -280,10 +289,15 @@ Mlp::Mlp(const MlpOptions& options, WeightBinder& w, const std::string& path) : 
 mx::array Mlp::operator()(const mx::array& x) const {
   switch (o_.kind) {
     case MlpOptions::Kind::swiglu: {
-      auto gate = (*gate_proj_)(x), up = (*up_proj_)(x);
+      // gate, up and down on rows flattened once, not in each matmul (Linear::flattens_rows).
+      const bool flat = x.ndim() == 3 && gate_proj_->flattens_rows() && up_proj_->flattens_rows() &&
+                        down_proj_->flattens_rows();
+      const auto in = flat ? mx::flatten(x, 0, 1) : x;
+      auto gate = (*gate_proj_)(in), up = (*up_proj_)(in);
       // At --fidelity l3 on the CPU: one node with a vectorised exp (MLX's compiled kernel calls libm).
       auto fused = cpu_ && cpu_->l3() ? kernels::cpu::swiglu(cpu_, gate, up) : std::nullopt;
-      return (*down_proj_)(fused ? *fused : swiglu(gate, up));
+      auto y = (*down_proj_)(fused ? *fused : swiglu(gate, up));
+      return flat ? mx::reshape(y, {x.shape(0), x.shape(1), y.shape(-1)}) : y;
     }
     case MlpOptions::Kind::fused_swiglu: {
       auto halves = mx::split((*gate_up_proj_)(x), 2, -1);  // gate, x

@@ -60,6 +60,15 @@ class Linear {
 
   mx::array operator()(const mx::array& x) const;
 
+  /** Whether this layer's forward is MLX's matmul (or addmm) of x with the weight and nothing
+   * around it: MLX then flattens a [B, L, D] input to [B * L, D] and the product back, two graph
+   * nodes per call. Layers that share an input and all do this can take it flattened once, the
+   * same product of the same rows (a batched decode step on a GPU is bound by its node count). A
+   * quantized layer is not such a layer: MLX's quantized matmul keeps the batch axes, and which
+   * kernel it picks depends on them. Nor is one that our CPU kernels may run (one node whatever
+   * the input's rank). */
+  bool flattens_rows() const { return !q_ && !lora_ && !slots_ && !sum_over_ && !cpu_ && rows_per_call_ == 0; }
+
   /** The layer's L3-packed matrix where its forward is that product alone (no bias, adapter,
    * sharding or row-exact split around it), for the fused L3 blocks; nullopt elsewhere. */
   std::optional<kernels::cpu::L3Matrix> l3_matrix() const;
