@@ -18,6 +18,11 @@
 #             bench/gpu/sampler.c (the host's call stacks) preloaded into both sides, then
 #             bench/gpu/sampler_report.py on each side's main thread inside MLX's eval
 #             (profile.txt): where a host-bound step's dispatch goes;
+#   serverprobe: the servers side by side (bench/batch_bench.py, SERVERPROBE_ARGS; default 32
+#             clients, 64 tokens, one round) with mlxrt's DEBUG log (each batched prefill step's
+#             milliseconds) and bench/gpu/api_timer.c preloaded into mlxrt's server alone: what the
+#             server's process paid in NVRTC compiles, cuDNN graph builds and cuBLASLt heuristics
+#             over the run (serverprobe.txt; the logs in $out/serverprobe);
 #   prefill:  bench/gpu/batch_prefill_probe.py on BATCH_MODELS: mlx-lm's own batched prefill, its
 #             forwards at new and repeated shapes (KVCache and BatchKVCache) and its BatchGenerator
 #             with 32 prompts at once (prefill.txt).
@@ -85,6 +90,21 @@ for step in ${BATCH_STEPS:-split batchgen batching}; do
       done
       grep -E '^(== |-- |api_timer (cuGraph|cublasLtMatmul |cuLaunch)|\| (mlx_lm|mlxrt) |/)' "$out/profile.txt"
       echo "profile $(( $(date +%s) - t0 )) s" ;;
+    serverprobe)
+      ${CC:-gcc} -O2 -shared -fPIC -o "$work/api_timer.so" bench/gpu/api_timer.c -ldl || exit 1
+      for m in $models; do
+        path=$(model_dir "$m") || exit 1
+        echo "== $m" >> "$out/serverprobe.txt"
+        # shellcheck disable=SC2086  # SERVERPROBE_ARGS is a list of options
+        MLXRT_BIN="$work/mlxrt" timeout 600 $PY bench/batch_bench.py --model "$path" --log-dir "$out/serverprobe/$m" \
+          --mlxrt-env "LD_PRELOAD=$work/api_timer.so" --mlxrt-env API_TIMER_AT_EXIT=1 \
+          ${SERVERPROBE_ARGS:---clients 32 --gen-tokens 64 --runs 1 --mlxrt-args=--warm-up --mlxrt-args=--log-level=DEBUG} \
+          >> "$out/serverprobe.txt" 2>&1
+        grep -h 'api_timer' "$out/serverprobe/$m/mlxrt.log" >> "$out/serverprobe.txt"
+        grep -h 'batch step:' "$out/serverprobe/$m/mlxrt.log" | sed 's/^.* - DEBUG - //' >> "$out/serverprobe.txt"
+      done
+      grep -E '^(== |clients|[0-9]+ +(tok_s|ttft|errors)|api_timer)' "$out/serverprobe.txt"
+      echo "serverprobe $(( $(date +%s) - t0 )) s" ;;
     batchgen|batching)
       BENCH_OUT=$out BENCH_TOKENIZER=$work/tokenizer BENCH_BATCH_MODELS=$models \
         BENCH_BATCHGEN_ARGS=${BENCH_BATCHGEN_ARGS:---batch 8 --gen-tokens 256 --step-timing} \
@@ -99,6 +119,6 @@ for step in ${BATCH_STEPS:-split batchgen batching}; do
       done
       grep -E '^(== |forward|run [0-9]+: first)' "$out/prefill.txt"
       echo "prefill $(( $(date +%s) - t0 )) s" ;;
-    *) echo "unknown step $step (split batchgen batching profile prefill)"; exit 2 ;;
+    *) echo "unknown step $step (split batchgen batching profile serverprobe prefill)"; exit 2 ;;
   esac
 done
