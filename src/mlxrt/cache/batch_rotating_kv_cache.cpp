@@ -39,11 +39,9 @@ std::vector<int> BatchRotatingKVCache::offsets() const { return host_offset_; }
 
 namespace {
 
-// roll = maximum(0, offset - lengths): how far each right-padded row is rolled to the right.
-std::vector<int> padding_rolls(const std::vector<int>& offset, const std::vector<int>& lengths) {
-  std::vector<int> roll(offset.size());
-  for (size_t i = 0; i < offset.size(); ++i) roll[i] = std::max(0, offset[i] - lengths.at(i));
-  return roll;
+// The host copies of `left_padding += shift; offset -= shift`, a shift per row.
+void move_into_padding(std::vector<int>& left_padding, std::vector<int>& offset, const std::vector<int>& shift) {
+  for (size_t i = 0; i < shift.size(); ++i) left_padding.at(i) += shift[i], offset.at(i) -= shift[i];
 }
 
 void add_to(std::vector<int>& v, int d) {
@@ -162,8 +160,7 @@ void BatchRotatingKVCache::prepare(const std::optional<std::vector<int>>& left_p
     auto lp = int_array(*left_padding);
     left_padding_ = mx::add(left_padding_, lp);
     offset_ = mx::subtract(offset_, lp);
-    for (size_t i = 0; i < host_offset_.size(); ++i)
-      host_left_padding_[i] += left_padding->at(i), host_offset_[i] -= left_padding->at(i);
+    move_into_padding(host_left_padding_, host_offset_, *left_padding);
   }
   if (right_padding && !right_padding->empty() &&
       *std::max_element(right_padding->begin(), right_padding->end()) > 0) {
@@ -181,8 +178,9 @@ void BatchRotatingKVCache::roll_padded_rows() {
   values_ = dynamic_roll(*values_, mx::expand_dims(roll, 1), 2);
   left_padding_ = mx::add(left_padding_, roll);
   offset_ = mx::subtract(offset_, roll);
-  const auto host_roll = padding_rolls(host_offset_, *host_lengths_);
-  for (size_t i = 0; i < host_roll.size(); ++i) host_left_padding_[i] += host_roll[i], host_offset_[i] -= host_roll[i];
+  std::vector<int> host_roll(host_offset_.size());  // the same maximum(0, offset - lengths)
+  for (size_t i = 0; i < host_roll.size(); ++i) host_roll[i] = std::max(0, host_offset_[i] - host_lengths_->at(i));
+  move_into_padding(host_left_padding_, host_offset_, host_roll);
 }
 
 void BatchRotatingKVCache::finalize() {
