@@ -42,6 +42,7 @@ model_dir() {
   $PY -c "import sys; sys.path.insert(0, 'bench/gpu'); from pathlib import Path; import models
 print(models.ensure_model(Path(sys.executable), Path('$work/models'), '${1%-*}', '${1##*-}', Path('$work/tokenizer')))"
 }
+build_api_timer() { ${CC:-gcc} -O2 -shared -fPIC -o "$work/api_timer.so" bench/gpu/api_timer.c -ldl; }
 setting_env() {
   case $1 in
     default) echo "" ;;
@@ -69,7 +70,7 @@ for step in ${BATCH_STEPS:-split batchgen batching}; do
       grep -E '^(== |\| (side|mlx_lm|mlxrt) |decode (tok|step split))' "$out/split.txt"
       echo "split $(( $(date +%s) - t0 )) s" ;;
     profile)
-      ${CC:-gcc} -O2 -shared -fPIC -o "$work/api_timer.so" bench/gpu/api_timer.c -ldl || exit 1
+      build_api_timer || exit 1
       ${CC:-gcc} -O2 -shared -fPIC -o "$work/sampler.so" bench/gpu/sampler.c -ldl || exit 1
       for m in $models; do
         path=$(model_dir "$m") || exit 1
@@ -91,7 +92,7 @@ for step in ${BATCH_STEPS:-split batchgen batching}; do
       grep -E '^(== |-- |api_timer (cuGraph|cublasLtMatmul |cuLaunch)|\| (mlx_lm|mlxrt) |/)' "$out/profile.txt"
       echo "profile $(( $(date +%s) - t0 )) s" ;;
     serverprobe)
-      ${CC:-gcc} -O2 -shared -fPIC -o "$work/api_timer.so" bench/gpu/api_timer.c -ldl || exit 1
+      build_api_timer || exit 1
       for m in $models; do
         path=$(model_dir "$m") || exit 1
         echo "== $m" >> "$out/serverprobe.txt"
