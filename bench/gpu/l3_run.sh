@@ -10,7 +10,8 @@
 #   decode: bench/gpu/l3_bench.py (decode tok/s at l1, l3 and of mlx-lm, and l3's fidelity
 #           against l1) on L3_MODELS (default "qwen3-0.6b-q4 qwen3-8b-q4"), made there first;
 #   steptime: bench/gpu/step_timing.py (the decode step's build / dispatch / wait split at l1 and
-#           l3 and mlx-lm's tok/s, under MLX's CUDA graph settings STEP_SETTINGS) on L3_MODELS.
+#           l3 and mlx-lm's tok/s, under MLX's CUDA graph settings STEP_SETTINGS) on L3_MODELS;
+#           STEP_ARGS: more of its options (--programs, --compare-bin LABEL=BIN).
 # Logs and tables go to $OUT; MLX's compiled kernels are kept as bench/gpu/bundle_setup.sh keeps them
 # (PTX_TARBALL, default build-gpu/ptx-cache.tgz, in; $OUT/ptx-cache.tgz out).
 # Usage (repository root): [B=build-gpu/bundle] [L3_STEPS="tests qmv decode"] bench/gpu/l3_run.sh
@@ -77,7 +78,7 @@ PYEOF
     steptime)
       # shellcheck disable=SC2086  # models and settings are lists of names
       timeout 900 $PY bench/gpu/step_timing.py --bin "$work/mlxrt" --work "$work/models" --tokenizer "$work/tokenizer" \
-        --out "$out" --models $models --settings ${STEP_SETTINGS:-default graphs-off ops-400} --rounds ${STEP_ROUNDS:-1} > "$out/steptime.txt" 2>&1
+        --out "$out" --models $models --settings ${STEP_SETTINGS:-default graphs-off ops-400} --rounds ${STEP_ROUNDS:-1} ${STEP_ARGS:-} > "$out/steptime.txt" 2>&1
       tail -n 24 "$out/steptime.txt"
       echo "steptime $(( $(date +%s) - t0 )) s" ;;
     *) echo "unknown step $step (tests qmv ncu ncu_sections decode steptime)"; exit 2 ;;

@@ -10,7 +10,8 @@ build + dispatch is close to its whole time is bound by the host, and a faster k
 
 Usage: step_timing.py --bin MLXRT --work MODELS_DIR --tokenizer DIR --out DIR
        [--models qwen3-0.6b-q4 qwen3-8b-q4] [--settings default graphs-off ops-400]
-       [--prompt 128] [--gen 256] [--trials 2] [--rounds 1]
+       [--prompt 128] [--gen 256] [--trials 2] [--rounds 1] [--programs l1 l3 mlx-lm]
+       [--compare-bin LABEL=BIN]   (repeatable: that build at l1 too, as program "l1-LABEL")
 Each round runs every setting and program once, in turn; the table gives each row's median over the
 rounds (and every round's tok/s).
 """
@@ -71,7 +72,16 @@ def main():
     ap.add_argument("--gen", type=int, default=256)
     ap.add_argument("--trials", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--programs", nargs="+", default=["l1", "l3", "mlx-lm"], choices=["l1", "l3", "mlx-lm"])
+    ap.add_argument("--compare-bin", action="append", default=[], metavar="LABEL=BIN",
+                    help="another build, run at l1 as program l1-LABEL (a before/after in the same run)")
     args = ap.parse_args()
+    others = []
+    for spec in args.compare_bin:
+        label, _, binary = spec.partition("=")
+        if not label or not binary:
+            ap.error(f"--compare-bin wants LABEL=BIN, got {spec!r}")
+        others.append((label, binary))
     python = Path(sys.executable)
     args.out.mkdir(parents=True, exist_ok=True)
     log = open(args.out / "step_timing.log", "a")
@@ -85,6 +95,9 @@ def main():
             "l3": [args.bin, "benchmark", "--model", model, *flags, "--step-timing", "--fidelity", "l3"],
             "mlx-lm": [str(python), "-m", "mlx_lm.benchmark", "--model", model, *flags],
         }
+        programs = {k: v for k, v in programs.items() if k in args.programs}
+        for label, binary in others:
+            programs[f"l1-{label}"] = [binary, "benchmark", "--model", model, *flags, "--step-timing"]
         runs = {}
         for _ in range(args.rounds):
             for setting in args.settings:
@@ -102,13 +115,13 @@ def main():
         (args.out / "step_timing.json").write_text(json.dumps(rows, indent=1))
     lines = [f"decode (prompt {args.prompt}, {args.gen} tokens, mean of {args.trials} trials, median of {args.rounds} "
              "rounds); that run's last trial's mean step split (ms): build the graph / dispatch it / wait for the device",
-             f"{'model':<14} {'setting':<11} {'program':<7} {'tok/s':>8} {'step ms':>8} {'build':>7} {'dispatch':>9} {'wait':>7}"]
+             f"{'model':<14} {'setting':<11} {'program':<10} {'tok/s':>8} {'step ms':>8} {'build':>7} {'dispatch':>9} {'wait':>7}"]
     for r in rows:
         if "error" in r:
-            lines.append(f"{r['model']:<14} {r['setting']:<11} {r['program']:<7} error: {r['error'][:150]!r}")
+            lines.append(f"{r['model']:<14} {r['setting']:<11} {r['program']:<10} error: {r['error'][:150]!r}")
             continue
         split = (f"{r['build_ms']:>7.3f} {r['dispatch_ms']:>9.3f} {r['wait_ms']:>7.3f}" if "build_ms" in r else "")
-        lines.append(f"{r['model']:<14} {r['setting']:<11} {r['program']:<7} {r['gen_tps']:>8.1f} "
+        lines.append(f"{r['model']:<14} {r['setting']:<11} {r['program']:<10} {r['gen_tps']:>8.1f} "
                      f"{1e3 / r['gen_tps']:>8.3f} {split}  " + "/".join(f"{v:.0f}" for v in r.get("all_gen_tps", [])))
     text = "\n".join(lines)
     (args.out / "step_timing.txt").write_text(text + "\n")

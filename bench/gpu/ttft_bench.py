@@ -18,7 +18,11 @@ process's one-time costs (kernel modules, library handles) out of the figures.
   mlx-lm does), `after` (the default padded attention and `--warm-up`; the warm-up's own time is
   read from the server's log and reported apart).
 
+`--compare-bin LABEL=BIN` (repeatable) adds an `after` server of another build, labelled `after
+LABEL`, for a before/after of a change in the same run.
+
 Usage: ttft_bench.py --bin BIN --model DIR [--lengths 512 500 520 777 1000 1500 64] [--unseeded] [--out DIR]
+                     [--compare-bin LABEL=BIN] [--skip-before]
 """
 import argparse
 import json
@@ -120,6 +124,9 @@ def main():
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--skip-mlx-lm", action="store_true")
     ap.add_argument("--unseeded", action="store_true", help="requests without a seed: the server's batched path")
+    ap.add_argument("--compare-bin", action="append", default=[], metavar="LABEL=BIN",
+                    help="also run the `after` configuration with this binary, labelled `after LABEL`")
+    ap.add_argument("--skip-before", action="store_true", help="leave out the `before` configuration")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     seq = plan(args.lengths)
@@ -131,10 +138,16 @@ def main():
     assert [len(i) for i in ids] == [n for _, n in seq], "a word is not one token"
 
     results = {}
-    configs = [("before", [], {"MLXRT_PAD_PREFILL_ATTENTION": "0"}), ("after", ["--warm-up"], {})]
-    for label, flags, env in configs:
-        log_path = args.out / f"server_{name}_{label}{'_unseeded' if args.unseeded else ''}.log"
-        times, counts, ready = mlxrt_side(args.bin, args.model, texts, flags, env, log_path, not args.unseeded)
+    configs = [] if args.skip_before else [("before", args.bin, [], {"MLXRT_PAD_PREFILL_ATTENTION": "0"})]
+    configs.append(("after", args.bin, ["--warm-up"], {}))
+    for spec in args.compare_bin:
+        other, _, binary = spec.partition("=")
+        if not other or not binary:
+            ap.error(f"--compare-bin wants LABEL=BIN, got {spec!r}")
+        configs.append((f"after {other}", binary, ["--warm-up"], {}))
+    for label, binary, flags, env in configs:
+        log_path = args.out / f"server_{name}_{label.replace(' ', '_')}{'_unseeded' if args.unseeded else ''}.log"
+        times, counts, ready = mlxrt_side(binary, args.model, texts, flags, env, log_path, not args.unseeded)
         assert counts == [n for _, n in seq], counts
         warm = [line.strip() for line in log_path.read_text().splitlines() if "warm-up:" in line]
         results["mlxrt " + label] = {"times": times, "ready_s": ready, "warm_up": warm}

@@ -52,13 +52,21 @@ TokenGenerator::TokenGenerator(model::CausalLM& model, const std::vector<int32_t
     std::vector<mx::array> state;
     for (const auto& c : *cache_)
       for (auto& a : c->state()) state.push_back(a);
-    mx::eval(state);
+    processed += n;
+    // mlx-lm waits for every chunk. The last one is only dispatched: the last token's step is
+    // then built and encoded while the device still runs the chunk, so its host time (several ms
+    // on a large model) leaves the time to first token. Same kernels in the same order; the
+    // buffer cache is cleared after the first token instead (clear_cache_pending_).
+    const bool last_chunk = total_prompt_ - processed == 1;
+    if (last_chunk)
+      mx::async_eval(state);
+    else
+      mx::eval(state);
     if (!options_.logits_processors.empty())
       tokens_ = tokens_ ? mx::concatenate({*tokens_, chunk}) : chunk;
-    processed += n;
     progress(processed);
     prompt = slice_1d(prompt, n, prompt.shape(0));
-    mx::clear_cache();
+    if (!last_chunk) mx::clear_cache();
   }
   std::tie(y_, logprobs_) = step(prompt);
   mx::async_eval({y_, logprobs_});
@@ -66,6 +74,7 @@ TokenGenerator::TokenGenerator(model::CausalLM& model, const std::vector<int32_t
 
 TokenGenerator::~TokenGenerator() {
   try {
+    dispatch_deferred();
     mx::synchronize();
   } catch (...) {
     // A failed step has already been reported by whoever evaluated it; nothing is left to wait for.
@@ -93,8 +102,16 @@ void TokenGenerator::quantize_cache() {
   cache::maybe_quantize_kv_cache(*cache_, options_.kv_bits, options_.kv_group_size, options_.quantized_kv_start);
 }
 
+void TokenGenerator::dispatch_deferred() {
+  if (!deferred_) return;
+  deferred_ = false;
+  std::tie(y_, logprobs_) = step(y_);
+  mx::async_eval({y_, logprobs_});
+}
+
 std::optional<GeneratedToken> TokenGenerator::next() {
   if (done_) return std::nullopt;
+  dispatch_deferred();
   if (clear_cache_pending_) {
     mx::clear_cache();
     clear_cache_pending_ = false;
@@ -104,13 +121,18 @@ std::optional<GeneratedToken> TokenGenerator::next() {
   const auto t0 = Clock::now();
   auto t1 = t0, t2 = t0;
   std::optional<std::pair<mx::array, mx::array>> upcoming;
-  if (n_ != options_.max_tokens) {
+  // mlx-lm dispatches the step after the first token before reading that token. Here the first
+  // token is read first and its step dispatched at the next call (or by cache() or the
+  // destructor, so nobody sees the cache without it): the caller gets the first token a step's
+  // host dispatch earlier, and the device runs the same steps in the same order.
+  const bool first = n_ == 0;
+  if (n_ != options_.max_tokens && !first) {
     upcoming = step(y_);
     t1 = Clock::now();
     mx::async_eval({upcoming->first, upcoming->second});
     t2 = Clock::now();
   }
-  if (n_ == 0) {
+  if (first) {
     mx::eval({y_});
     if (options_.prompt_progress) options_.prompt_progress(total_prompt_, total_prompt_);
   }
@@ -127,9 +149,13 @@ std::optional<GeneratedToken> TokenGenerator::next() {
     ++t.steps;
   }
   clear_cache_pending_ = n_ % 256 == 0;
+  ++n_;
+  if (first) {
+    deferred_ = true;  // y_ stays the token just read until dispatch_deferred
+    return out;
+  }
   y_ = upcoming->first;
   logprobs_ = upcoming->second;
-  ++n_;
   return out;
 }
 

@@ -69,10 +69,16 @@ class TokenGenerator {
   /** The next token, or nullopt once max_tokens have been produced. */
   std::optional<GeneratedToken> next();
 
-  model::CacheList& cache() { return *cache_; }
+  /** The cache with every step dispatched so far (the one owed after the first token included). */
+  model::CacheList& cache() {
+    dispatch_deferred();
+    return *cache_;
+  }
 
  private:
   std::pair<mx::array, mx::array> step(const mx::array& input_tokens);
+  /** Dispatches the step after the first token once that token has been handed out (next()). */
+  void dispatch_deferred();
   /** maybe_quantize_kv_cache with the options' --kv-bits settings. */
   void quantize_cache();
 
@@ -85,6 +91,7 @@ class TokenGenerator {
   int n_ = 0;
   int total_prompt_ = 0;
   bool done_ = false;
+  bool deferred_ = false;  // the first token was handed out, the step after it not yet dispatched
   // mlx-lm clears MLX's buffer cache every 256 tokens right after yielding the token, so the
   // caller has it first (for the first token this is the prefill's buffers, and freeing them can
   // take as long as a small model's prefill): done at the start of the following call.
