@@ -18,13 +18,17 @@ process's one-time costs (kernel modules, library handles) out of the figures.
   mlx-lm does), `after` (the default padded attention and `--warm-up`; the warm-up's own time is
   read from the server's log and reported apart).
 
+`--stream`: the time a streaming client waits for its first token instead (mlxrt: the first SSE
+event with a choice; mlx-lm: stream_generate's first response), what a chat client sees.
+
 `--compare-bin LABEL=BIN` (repeatable) adds an `after` server of another build, labelled `after
 LABEL`, for a before/after of a change in the same run.
 
-Usage: ttft_bench.py --bin BIN --model DIR [--lengths 512 500 520 777 1000 1500 64] [--unseeded] [--out DIR]
+Usage: ttft_bench.py --bin BIN --model DIR [--lengths 512 500 520 777 1000 1500 64] [--unseeded] [--stream] [--out DIR]
                      [--compare-bin LABEL=BIN] [--skip-before]
 """
 import argparse
+import http.client
 import json
 import os
 import socket
@@ -42,12 +46,14 @@ import json, sys, time
 import mlx.core as mx
 from mlx_lm import load, stream_generate
 model, tok = load(sys.argv[1])
+first_only = sys.argv[3] == "stream"
 out = []
 for ids in json.loads(sys.argv[2]):
     t0 = time.perf_counter()
+    t = None
     for r in stream_generate(model, tok, ids, max_tokens=1):
-        pass
-    out.append(time.perf_counter() - t0)
+        t = t or time.perf_counter()
+    out.append((t if first_only else time.perf_counter()) - t0)
     mx.clear_cache()
 print("RESULT " + json.dumps(out))
 """
@@ -78,7 +84,28 @@ def post(port, body, timeout=600):
         return json.loads(r.read())
 
 
-def mlxrt_side(binary, model, texts, flags, env, log_path, seeded=True):
+def first_event_time(port, body, timeout=600):
+    """Seconds from sending a streaming request to its first event with a choice; reads the rest."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    t0 = time.perf_counter()
+    conn.request("POST", "/v1/completions", json.dumps({**body, "stream": True}),
+                 {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    first, buf = None, b""
+    while True:
+        chunk = resp.read1(65536)
+        if not chunk:
+            break
+        buf += chunk
+        if first is None and b'"choices"' in buf:
+            first = time.perf_counter() - t0
+    conn.close()
+    if first is None:
+        raise RuntimeError(f"no token event in the stream: {buf[-300:]!r}")
+    return first
+
+
+def mlxrt_side(binary, model, texts, flags, env, log_path, seeded=True, stream=False):
     port = free_port()
     log = open(log_path, "w")
     t_start = time.perf_counter()
@@ -102,8 +129,13 @@ def mlxrt_side(binary, model, texts, flags, env, log_path, seeded=True):
         ready_s = time.perf_counter() - t_start
         times, counts = [], []
         for text in texts:
+            body = {"prompt": text, "max_tokens": 1, "temperature": 0, **extra}
+            if stream:
+                times.append(first_event_time(port, body))
+                counts.append(None)
+                continue
             t0 = time.perf_counter()
-            r = post(port, {"prompt": text, "max_tokens": 1, "temperature": 0, **extra})
+            r = post(port, body)
             times.append(time.perf_counter() - t0)
             counts.append(r["usage"]["prompt_tokens"])
         return times, counts, ready_s
@@ -127,6 +159,7 @@ def main():
     ap.add_argument("--compare-bin", action="append", default=[], metavar="LABEL=BIN",
                     help="also run the `after` configuration with this binary, labelled `after LABEL`")
     ap.add_argument("--skip-before", action="store_true", help="leave out the `before` configuration")
+    ap.add_argument("--stream", action="store_true", help="time to the first streamed token (not to the whole response)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     seq = plan(args.lengths)
@@ -147,13 +180,14 @@ def main():
         configs.append((f"after {other}", binary, ["--warm-up"], {}))
     for label, binary, flags, env in configs:
         log_path = args.out / f"server_{name}_{label.replace(' ', '_')}{'_unseeded' if args.unseeded else ''}.log"
-        times, counts, ready = mlxrt_side(binary, args.model, texts, flags, env, log_path, not args.unseeded)
-        assert counts == [n for _, n in seq], counts
+        times, counts, ready = mlxrt_side(binary, args.model, texts, flags, env, log_path, not args.unseeded, args.stream)
+        assert args.stream or counts == [n for _, n in seq], counts
         warm = [line.strip() for line in log_path.read_text().splitlines() if "warm-up:" in line]
         results["mlxrt " + label] = {"times": times, "ready_s": ready, "warm_up": warm}
         print(f"mlxrt {label}: ready after {ready:.1f} s; {warm[-1] if warm else 'no warm-up'}", flush=True)
     if not args.skip_mlx_lm:
-        proc = subprocess.run([sys.executable, "-c", MLX_LM, str(args.model), json.dumps(ids)],
+        proc = subprocess.run([sys.executable, "-c", MLX_LM, str(args.model), json.dumps(ids),
+                               "stream" if args.stream else "whole"],
                               capture_output=True, text=True)
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line:
@@ -163,6 +197,8 @@ def main():
 
     cols = list(results)
     kind = "unseeded requests (batched path)" if args.unseeded else "seeded requests (served alone)"
+    if args.stream:
+        kind += "; time to the first streamed token"
     lines = [f"{name}: time to first token, ms (wall; 'new' = first prompt of that length in the process; mlxrt: {kind})",
              f"{'length':>6} " + " ".join(f"{c + ' new':>16} {c + ' again':>18}" for c in cols)
              + "  " + " ".join(f"{c + ' new/again':>20}" for c in cols)]
@@ -181,7 +217,7 @@ def main():
                 lines.append(f"{c} / mlx-lm at new lengths: median {statistics.median(r):.2f}x")
     table = "\n".join(lines)
     print(table)
-    suffix = "_unseeded" if args.unseeded else ""
+    suffix = ("_unseeded" if args.unseeded else "") + ("_stream" if args.stream else "")
     (args.out / f"ttft_{name}{suffix}.txt").write_text(table + "\n")
     (args.out / f"ttft_{name}{suffix}.json").write_text(json.dumps({"plan": seq, "results": results}, indent=1))
 
