@@ -6,6 +6,7 @@
 #include <chrono>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 
 #include <mlx/memory.h>
 #include <mlx/ops.h>
@@ -23,12 +24,14 @@ cache::BatchCache& batch_cache(const std::unique_ptr<cache::Cache>& c) {
   return static_cast<cache::BatchCache&>(*c);
 }
 
-void eval_state(const model::CacheList& caches) {
+std::vector<mx::array> cache_state(const model::CacheList& caches) {
   std::vector<mx::array> state;
   for (const auto& c : caches)
     for (auto& a : c->state()) state.push_back(a);
-  mx::eval(state);
+  return state;
 }
+
+void eval_state(const model::CacheList& caches) { mx::eval(cache_state(caches)); }
 
 /** The values of an int32 or uint32 vector (a step's sampled tokens: argmax and the categorical
  * draw give uint32) read as they are. Through mx::astype they would be a new node, queued behind
@@ -194,7 +197,7 @@ BatchGenerator::PromptBatch BatchGenerator::make_batch(int n) {
   return b;
 }
 
-void BatchGenerator::prompt(PromptBatch& batch, const std::vector<std::vector<int32_t>>& tokens) {
+void BatchGenerator::prompt(PromptBatch& batch, const std::vector<std::vector<int32_t>>& tokens, bool wait) {
   if (batch.uids.size() != tokens.size()) throw UsageError("The batch length doesn't match the number of inputs");
   if (tokens.empty()) return;
   for (size_t i = 0; i < tokens.size(); ++i)
@@ -214,18 +217,30 @@ void BatchGenerator::prompt(PromptBatch& batch, const std::vector<std::vector<in
   mx::array input(flat.data(), {B, max_length}, mx::int32);
   if (max_padding > 0)
     for (auto& c : batch.cache) batch_cache(c).prepare(std::nullopt, lengths, padding);
+  // mlx-lm waits for every chunk and clears MLX's buffer cache. A chunk after which every row
+  // only has its last token left is only dispatched (wait false): the rows' first step is then
+  // encoded while the device still runs it, and the buffer cache is cleared once their first
+  // tokens are read. Same kernels in the same order.
+  auto settle = [&](bool last) {
+    if (wait || !last) {
+      eval_state(batch.cache);
+      mx::clear_cache();
+    } else {
+      mx::async_eval(cache_state(batch.cache));
+      clear_cache_pending_ = true;
+    }
+  };
   while (input.shape(1) > 0) {
     const int n = std::min(o_.prefill_step_size, input.shape(1));
     route(batch.rows);
     model_(mx::slice(input, {0, 0}, {B, n}), &batch.cache);
-    eval_state(batch.cache);
-    mx::clear_cache();
     input = mx::slice(input, {0, n}, {B, input.shape(1)});
+    const bool last = input.shape(1) == 0;
+    if (!(last && max_padding > 0 && !wait)) settle(last);  // else the roll below is dispatched with it
   }
   if (max_padding > 0) {
     for (auto& c : batch.cache) batch_cache(c).finalize();
-    eval_state(batch.cache);
-    mx::clear_cache();
+    settle(true);
   }
 }
 
@@ -292,7 +307,7 @@ mx::array BatchGenerator::sample(const GenBatch& g, const mx::array& logprobs) c
   return mx::concatenate(parts, 0);
 }
 
-std::pair<std::vector<int32_t>, std::vector<mx::array>> BatchGenerator::step(GenBatch& g) {
+BatchGenerator::Dispatched BatchGenerator::dispatch_step(GenBatch& g) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   auto inputs = *g.next_tokens;
@@ -321,22 +336,45 @@ std::pair<std::vector<int32_t>, std::vector<mx::array>> BatchGenerator::step(Gen
   const auto t1_dispatch = Clock::now();  // the inspection (a DOT export) is neither build nor dispatch
   mx::async_eval(pending);
   const auto t2 = Clock::now();
+  return Dispatched{std::move(inputs), std::move(current_logprobs), std::chrono::duration<double>(t1 - t0).count(),
+                    std::chrono::duration<double>(t2 - t1_dispatch).count()};
+}
 
+std::pair<std::vector<int32_t>, std::vector<mx::array>> BatchGenerator::read_step(GenBatch& g, const mx::array& inputs,
+                                                                                 const std::vector<mx::array>& logprobs,
+                                                                                 const Dispatched* timed) {
+  using Clock = std::chrono::steady_clock;
+  const auto t2 = Clock::now();
   std::vector<mx::array> now = {inputs};
-  now.insert(now.end(), current_logprobs.begin(), current_logprobs.end());
+  now.insert(now.end(), logprobs.begin(), logprobs.end());
   mx::eval(now);
   // A step after the first reads what the step before it dispatched: the wait is the device still
   // working on that one (the first step's own wait is its prefill's).
-  if (o_.step_timing && !current_logprobs.empty()) {
+  if (o_.step_timing && timed && !logprobs.empty()) {
     auto& t = *o_.step_timing;
-    t.build_s += std::chrono::duration<double>(t1 - t0).count();
-    t.dispatch_s += std::chrono::duration<double>(t2 - t1_dispatch).count();
+    t.build_s += timed->build_s;
+    t.dispatch_s += timed->dispatch_s;
     t.wait_s += std::chrono::duration<double>(Clock::now() - t2).count();
     ++t.steps;
   }
   auto tokens = to_ints(inputs);
-  for (int e = 0; e < B; ++e) g.rows[e].tokens.push_back(tokens[e]);
-  return {tokens, current_logprobs};
+  for (size_t e = 0; e < g.rows.size(); ++e) g.rows[e].tokens.push_back(tokens[e]);
+  if (clear_cache_pending_ && !logprobs.empty()) {  // sampled tokens (not start_generation's prompt tokens)
+    mx::clear_cache();
+    clear_cache_pending_ = false;
+  }
+  return {tokens, logprobs};
+}
+
+std::pair<std::vector<int32_t>, std::vector<mx::array>> BatchGenerator::step(GenBatch& g) {
+  auto d = dispatch_step(g);
+  return read_step(g, d.inputs, d.logprobs, &d);
+}
+
+void BatchGenerator::dispatch_owed_step() {
+  if (!owed_step_) return;
+  owed_step_ = false;
+  dispatch_step(gen_);  // its inputs, the tokens handed out at the last call, are read already
 }
 
 model::CacheList BatchGenerator::extract(const model::CacheList& caches, int idx) const {
@@ -386,14 +424,33 @@ void BatchGenerator::extend_gen(GenBatch other) {
 std::vector<BatchGenerationResponse> BatchGenerator::gen_next() {
   auto& g = gen_;
   if (g.uids.empty()) return {};
-  auto [tokens, logprobs] = step(g);
+  // mlx-lm dispatches the next step before it reads the tokens of the one before. When those are
+  // every row's first tokens and nothing else waits (no prompt queued or prefilling), they are
+  // read first and handed out, and the next step, with the same rows, is dispatched at the next
+  // call (or by remove(), before it drops rows): the time to first token loses a step's host
+  // dispatch. A row that finishes at its first token needs that step first (mlx-lm's includes
+  // the row, and the row's cache is handed out after it), so it is then dispatched at once.
+  const bool first_tokens = unprocessed_.empty() && prompt_.uids.empty() &&
+                            std::all_of(g.num_tokens.begin(), g.num_tokens.end(), [](int n) { return n == 0; });
+  std::vector<int32_t> tokens;
+  std::vector<mx::array> logprobs;
+  if (first_tokens) {
+    std::tie(tokens, logprobs) = read_step(g, *g.next_tokens, g.next_logprobs, nullptr);
+    owed_step_ = true;
+  } else {
+    std::tie(tokens, logprobs) = step(g);
+  }
+  std::vector<std::optional<std::string>> finish(g.uids.size());
+  for (size_t i = 0; i < g.uids.size(); ++i) {
+    g.num_tokens[i] += 1;
+    if (g.num_tokens[i] >= g.rows[i].max_tokens) finish[i] = "length";
+    if (g.matchers[i].advance(tokens[i])) finish[i] = "stop";
+  }
+  if (std::any_of(finish.begin(), finish.end(), [](const auto& f) { return f.has_value(); })) dispatch_owed_step();
   std::vector<int> keep;
   std::vector<BatchGenerationResponse> responses;
   for (size_t i = 0; i < g.uids.size(); ++i) {
-    std::optional<std::string> finish_reason;
-    g.num_tokens[i] += 1;
-    if (g.num_tokens[i] >= g.rows[i].max_tokens) finish_reason = "length";
-    if (g.matchers[i].advance(tokens[i])) finish_reason = "stop";
+    const auto& finish_reason = finish[i];
     BatchGenerationResponse r{g.uids[i], tokens[i], logprobs[i], finish_reason, {}, {}};
     if (finish_reason) {
       r.prompt_cache = extract(g.cache, static_cast<int>(i));
@@ -409,6 +466,7 @@ std::vector<BatchGenerationResponse> BatchGenerator::gen_next() {
 
 std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>> BatchGenerator::next() {
   if (o_.batch_invariant) return solo_next();
+  dispatch_owed_step();
   std::vector<BatchGenerationResponse> generation_responses;
   std::vector<BatchPromptResponse> prompt_responses;
 
@@ -488,8 +546,12 @@ std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>
     prompt_responses.push_back(response);
   }
 
-  // Process the prompts
-  prompt(prompt_, prompts);
+  // Process the prompts (not waiting for a chunk after which every row is left its last token:
+  // the next call starts their generation)
+  const bool last_chunk = std::all_of(processing_.begin(), processing_.end(), [](const Processing& p) {
+    return p.segments.size() == 1 && p.segments.front().size() == 1;
+  });
+  prompt(prompt_, prompts, !last_chunk);
   return {std::move(prompt_responses), std::move(generation_responses)};
 }
 
@@ -502,6 +564,7 @@ std::vector<BatchGenerationResponse> BatchGenerator::next_generated() {
 }
 
 void BatchGenerator::remove(const std::vector<int>& uids) {
+  dispatch_owed_step();  // its rows are the batch as it was when their tokens were handed out
   std::set<int> drop(uids.begin(), uids.end());
   std::deque<Pending> left;
   for (auto& p : unprocessed_)

@@ -166,9 +166,24 @@ class BatchGenerator {
   void route(const std::vector<Row>& rows) const;
 
   PromptBatch make_batch(int n);
-  void prompt(PromptBatch& batch, const std::vector<std::vector<int32_t>>& tokens);
+  /** Prefills `tokens` (one chunk a row) into the batch's caches; waits for them unless `wait` is false. */
+  void prompt(PromptBatch& batch, const std::vector<std::vector<int32_t>>& tokens, bool wait = true);
   GenBatch start_generation(PromptBatch batch, const std::vector<int32_t>& last_inputs);
+  /** A step built and dispatched: its inputs (the tokens being handed out) and their logprobs. */
+  struct Dispatched {
+    mx::array inputs;
+    std::vector<mx::array> logprobs;
+    double build_s, dispatch_s;
+  };
+  Dispatched dispatch_step(GenBatch& g);
+  /** Waits for `inputs` and `logprobs` and records the tokens in g's rows. */
+  std::pair<std::vector<int32_t>, std::vector<mx::array>> read_step(GenBatch& g, const mx::array& inputs,
+                                                                    const std::vector<mx::array>& logprobs,
+                                                                    const Dispatched* timed);
+  /** dispatch_step then read_step: the next step runs while the host reads this one's tokens. */
   std::pair<std::vector<int32_t>, std::vector<mx::array>> step(GenBatch& g);
+  /** Dispatches the step that gen_next left for later after handing out first tokens. */
+  void dispatch_owed_step();
   /** The step's logits processors and samplers: one op over the batch where every row would run
    * the same row-wise one, else one per row as mlx-lm runs them. */
   mx::array process_logits(GenBatch& g, const mx::array& inputs, mx::array logits,
@@ -190,6 +205,8 @@ class BatchGenerator {
   PromptBatch prompt_;
   GenBatch gen_;
   long generation_steps_ = 0;
+  bool owed_step_ = false;            // gen_next handed out first tokens before dispatching the next step
+  bool clear_cache_pending_ = false;  // a prefill left MLX's buffer cache for after its first tokens
   std::vector<std::unique_ptr<SoloRow>> solo_;  // batch-invariant mode: the generating rows
 };
 
