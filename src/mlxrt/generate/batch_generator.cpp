@@ -219,8 +219,8 @@ void BatchGenerator::prompt(PromptBatch& batch, const std::vector<std::vector<in
     for (auto& c : batch.cache) batch_cache(c).prepare(std::nullopt, lengths, padding);
   // mlx-lm waits for every chunk and clears MLX's buffer cache. A chunk after which every row
   // only has its last token left is only dispatched (wait false): the rows' first step is then
-  // encoded while the device still runs it, and the buffer cache is cleared once their first
-  // tokens are read. Same kernels in the same order.
+  // encoded while the device still runs it, and the buffer cache is cleared after their first
+  // tokens are handed out. Same kernels in the same order.
   auto settle = [&](bool last) {
     if (wait || !last) {
       eval_state(batch.cache);
@@ -359,10 +359,9 @@ std::pair<std::vector<int32_t>, std::vector<mx::array>> BatchGenerator::read_ste
   }
   auto tokens = to_ints(inputs);
   for (size_t e = 0; e < g.rows.size(); ++e) g.rows[e].tokens.push_back(tokens[e]);
-  if (clear_cache_pending_ && !logprobs.empty()) {  // sampled tokens (not start_generation's prompt tokens)
-    mx::clear_cache();
-    clear_cache_pending_ = false;
-  }
+  // After sampled tokens (not start_generation's prompt tokens): cleared at the next call, once
+  // the caller has handed them out.
+  if (clear_cache_pending_ && !logprobs.empty()) clear_cache_next_call_ = true;
   return {tokens, logprobs};
 }
 
@@ -467,6 +466,10 @@ std::vector<BatchGenerationResponse> BatchGenerator::gen_next() {
 std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>> BatchGenerator::next() {
   if (o_.batch_invariant) return solo_next();
   dispatch_owed_step();
+  if (clear_cache_next_call_) {
+    mx::clear_cache();
+    clear_cache_pending_ = clear_cache_next_call_ = false;
+  }
   std::vector<BatchGenerationResponse> generation_responses;
   std::vector<BatchPromptResponse> prompt_responses;
 

@@ -207,6 +207,7 @@ class BatchGenerator {
   long generation_steps_ = 0;
   bool owed_step_ = false;            // gen_next handed out first tokens before dispatching the next step
   bool clear_cache_pending_ = false;  // a prefill left MLX's buffer cache for after its first tokens
+  bool clear_cache_next_call_ = false;  // ... which were read: cleared at the start of the next call
   std::vector<std::unique_ptr<SoloRow>> solo_;  // batch-invariant mode: the generating rows
 };
 
