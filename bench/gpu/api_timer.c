@@ -53,11 +53,36 @@ static void* next(const char* name, const char* library) {
   return f;
 }
 
+/* With API_TIMER_TRACE set, each call that builds something for a new shape (an NVRTC compile, a
+ * module load, a cuDNN graph populated: one per new SDPA graph) also goes to stderr as it returns,
+ * with the wall-clock time in the server log's format and the cuDNN finalizes since the last such
+ * line: lined up with a DEBUG log's step lines, it says which step paid for what. */
+static void trace(int id, double took_ms) {
+  static int on = -1;
+  static long finalizes_seen;
+  static double finalize_ms_seen;
+  if (on < 0) on = getenv("API_TIMER_TRACE") != NULL;
+  if (!on || (id != NVRTC_COMPILE && id != MODULE_LOAD && id != CUDNN_POPULATE)) return;
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  struct tm local;
+  localtime_r(&t.tv_sec, &local);
+  char when[32];
+  strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &local);
+  fprintf(stderr, "api_timer trace %s,%03ld %s %.3f ms; cudnnBackendFinalize since the last line: %ld, %.3f ms\n", when,
+          t.tv_nsec / 1000000, kNames[id], took_ms, counts[CUDNN_FINALIZE] - finalizes_seen,
+          ms[CUDNN_FINALIZE] - finalize_ms_seen);
+  finalizes_seen = counts[CUDNN_FINALIZE];
+  finalize_ms_seen = ms[CUDNN_FINALIZE];
+}
+
 #define TIMED(id, call)              \
   double t0 = now_ms();              \
   int rc = call;                     \
   __atomic_add_fetch(&counts[id], 1, __ATOMIC_RELAXED); \
-  ms[id] += now_ms() - t0;           \
+  double took = now_ms() - t0;       \
+  ms[id] += took;                    \
+  trace(id, took);                   \
   return rc;
 
 typedef void* P;

@@ -98,11 +98,13 @@ for step in ${BATCH_STEPS:-split batchgen batching}; do
         echo "== $m" >> "$out/serverprobe.txt"
         # shellcheck disable=SC2086  # SERVERPROBE_ARGS is a list of options
         MLXRT_BIN="$work/mlxrt" timeout 600 $PY bench/batch_bench.py --model "$path" --log-dir "$out/serverprobe/$m" \
-          --mlxrt-env "LD_PRELOAD=$work/api_timer.so" --mlxrt-env API_TIMER_AT_EXIT=1 \
+          --mlxrt-env "LD_PRELOAD=$work/api_timer.so" --mlxrt-env API_TIMER_AT_EXIT=1 --mlxrt-env API_TIMER_TRACE=1 \
           ${SERVERPROBE_ARGS:---clients 32 --gen-tokens 64 --runs 1 --mlxrt-args=--warm-up --mlxrt-args=--log-level=DEBUG} \
           >> "$out/serverprobe.txt" 2>&1
         grep -h 'api_timer' "$out/serverprobe/$m/mlxrt.log" >> "$out/serverprobe.txt"
-        grep -h 'batch step:' "$out/serverprobe/$m/mlxrt.log" | sed 's/^.* - DEBUG - //' >> "$out/serverprobe.txt"
+        # The step lines and the trace lines (each new cuDNN graph, compile, module load) in time order.
+        grep -h -E 'batch step:|batch:|warm-up:|api_timer trace' "$out/serverprobe/$m/mlxrt.log" \
+          | sed -E 's/^api_timer trace //; s/ - (DEBUG|INFO) - / /' | sort -s -k1,2 >> "$out/serverprobe.txt"
       done
       grep -E '^(== |clients|[0-9]+ +(tok_s|ttft|errors)|api_timer)' "$out/serverprobe.txt"
       echo "serverprobe $(( $(date +%s) - t0 )) s" ;;

@@ -34,8 +34,7 @@ if [ ! -d "$shared/data/tokenizers/qwen3" ]; then
 fi
 model_dir() {
   $PY -c "import sys; sys.path.insert(0, 'bench/gpu'); from pathlib import Path; import models
-print(models.ensure_model(Path(sys.executable), Path('$work/models'), '${1%-*}', '${1##*-}', Path('$work/tokenizer')))" \
-    | tail -n 1  # the path; making a model can print to stdout before it
+print(models.ensure_model(Path(sys.executable), Path('$work/models'), '${1%-*}', '${1##*-}', Path('$work/tokenizer')))"
 }
 # EXACT_MODELS: benchmark models (shape-quant) made in the background while the first steps run.
 models_pid=

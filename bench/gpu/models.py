@@ -83,7 +83,9 @@ def ensure_model(python, work: Path, shape: str, quant: str, tokenizer_dir: Path
         return path
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    subprocess.run([str(python), "-c", MAKE_MODEL, str(tmp), quant, json.dumps(SHAPES[shape])], check=True)
+    # Its output goes to stderr: the scripts read the path this function's caller prints on stdout.
+    subprocess.run([str(python), "-c", MAKE_MODEL, str(tmp), quant, json.dumps(SHAPES[shape])], check=True,
+                   stdout=sys.stderr)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(tokenizer_dir / name, tmp / name)
     (tmp / "recipe.json").write_text(recipe)
