@@ -3,8 +3,7 @@
 // waits): a fake model counts its forward calls and the rows of each.
 #include <gtest/gtest.h>
 
-#include <mlx/ops.h>
-
+#include "call_counting_model.h"
 #include "mlxrt/generate/batch_generator.h"
 
 namespace mlxrt::generate {
@@ -12,19 +11,9 @@ namespace {
 
 constexpr int kVocab = 7;
 
-// The next token is (last + 1) % 7; each call is one step (or one prefill chunk) of `rows` rows.
-class CallCountingModel : public model::CausalLM {
- public:
-  mx::array operator()(const mx::array& inputs, model::CacheList*) override {
-    rows.push_back(inputs.shape(0));
-    auto next = mx::remainder(mx::add(inputs, mx::array(1)), mx::array(kVocab));
-    auto hit = mx::equal(mx::expand_dims(next, -1), mx::arange(kVocab));
-    return mx::multiply(mx::astype(hit, mx::float32), mx::array(10.0f));
-  }
-  model::CacheList make_cache() const override { return {}; }
-  int vocab_size() const override { return kVocab; }
-  int calls() const { return static_cast<int>(rows.size()); }
-  std::vector<int> rows;  // of every call, the constructor's probe included
+// The next token is (last + 1) % 7; the constructor's probe is the first call.
+struct CallCountingModel : test_support::CallCountingModel {
+  CallCountingModel() : test_support::CallCountingModel(kVocab) {}
 };
 
 BatchRequest request(std::vector<int32_t> prompt, int max_tokens) {

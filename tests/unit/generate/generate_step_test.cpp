@@ -3,8 +3,7 @@
 // step after it (the time to first token): here a fake model counts its forward calls.
 #include <gtest/gtest.h>
 
-#include <mlx/ops.h>
-
+#include "call_counting_model.h"
 #include "mlxrt/generate/generate_step.h"
 
 namespace mlxrt::generate {
@@ -12,18 +11,9 @@ namespace {
 
 constexpr int kVocab = 5;
 
-// The next token is (last + 1) % 5; each call is one step (or one prefill chunk).
-class CallCountingModel : public model::CausalLM {
- public:
-  mx::array operator()(const mx::array& inputs, model::CacheList*) override {
-    ++calls;
-    auto next = mx::remainder(mx::add(inputs, mx::array(1)), mx::array(kVocab));
-    auto hit = mx::equal(mx::expand_dims(next, -1), mx::arange(kVocab));
-    return mx::multiply(mx::astype(hit, mx::float32), mx::array(10.0f));
-  }
-  model::CacheList make_cache() const override { return {}; }
-  int vocab_size() const override { return kVocab; }
-  int calls = 0;
+// The next token is (last + 1) % 5.
+struct CallCountingModel : test_support::CallCountingModel {
+  CallCountingModel() : test_support::CallCountingModel(kVocab) {}
 };
 
 GenerateOptions tokens(int max_tokens) {
@@ -35,15 +25,15 @@ GenerateOptions tokens(int max_tokens) {
 TEST(TokenGenerator, FirstTokenComesBeforeTheStepAfterItIsBuilt) {
   CallCountingModel model;
   TokenGenerator gen(model, {0, 1, 2}, tokens(4));
-  EXPECT_EQ(model.calls, 2);  // the prefill chunk {0, 1}, then the last prompt token's step
+  EXPECT_EQ(model.calls(), 2);  // the prefill chunk {0, 1}, then the last prompt token's step
   auto first = gen.next();
   ASSERT_TRUE(first);
   EXPECT_EQ(first->token, 3);
-  EXPECT_EQ(model.calls, 2);
+  EXPECT_EQ(model.calls(), 2);
   auto second = gen.next();
   ASSERT_TRUE(second);
   EXPECT_EQ(second->token, 4);
-  EXPECT_EQ(model.calls, 4);  // the step owed since the first token, and the one after the second
+  EXPECT_EQ(model.calls(), 4);  // the step owed since the first token, and the one after the second
 }
 
 TEST(TokenGenerator, BuildsMlxLmsStepsToTheEnd) {
@@ -56,7 +46,7 @@ TEST(TokenGenerator, BuildsMlxLmsStepsToTheEnd) {
     while (auto t = gen.next()) out.push_back(t->token);
     EXPECT_EQ(static_cast<int>(out.size()), max_tokens);
     EXPECT_EQ(out.front(), 1);
-    EXPECT_EQ(model.calls, 1 + max_tokens) << "max_tokens " << max_tokens;
+    EXPECT_EQ(model.calls(), 1 + max_tokens) << "max_tokens " << max_tokens;
   }
 }
 
@@ -65,18 +55,18 @@ TEST(TokenGenerator, StepOwedAfterTheFirstTokenIsBuiltWhenTheCacheIsReadOrTheGen
     CallCountingModel model;
     TokenGenerator gen(model, {0}, tokens(3));
     ASSERT_TRUE(gen.next());
-    EXPECT_EQ(model.calls, 1);
+    EXPECT_EQ(model.calls(), 1);
     gen.cache();
-    EXPECT_EQ(model.calls, 2);
+    EXPECT_EQ(model.calls(), 2);
     ASSERT_TRUE(gen.next());
-    EXPECT_EQ(model.calls, 3);  // not built twice
+    EXPECT_EQ(model.calls(), 3);  // not built twice
   }
   CallCountingModel model;
   {
     TokenGenerator gen(model, {0}, tokens(3));
     ASSERT_TRUE(gen.next());  // a caller that stops at the first token (a stop word, a client gone)
   }
-  EXPECT_EQ(model.calls, 2);
+  EXPECT_EQ(model.calls(), 2);
 }
 
 TEST(TokenGenerator, NoTokensAsked) {
@@ -84,7 +74,7 @@ TEST(TokenGenerator, NoTokensAsked) {
   TokenGenerator gen(model, {0, 1}, tokens(0));
   EXPECT_FALSE(gen.next());
   EXPECT_FALSE(gen.next());
-  EXPECT_EQ(model.calls, 2);
+  EXPECT_EQ(model.calls(), 2);
 }
 
 }  // namespace
