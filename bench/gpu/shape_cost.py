@@ -155,26 +155,29 @@ def padded_query_count(n):
     return q
 
 
-def op_bytes(heads, bucket, lengths, offsets, rows=0, any_offset=False):
+def op_bytes(heads, bucket, lengths, offsets, rows=0, any_offset=False, contiguous=False):
     """Padded against plain fused attention on random inputs laid out as mlx-lm's are. rows > 0:
     the batched path's attention instead, `rows` left-padded rows under create_causal_mask's array
     (padded as mlxrt pads it: every added row and key column masked). any_offset: under the mask
     array, chunks at offsets off the 256 step pad their queries to padded_query_count (mlxrt's
-    MLXRT_PAD_MASKED_ANY_OFFSET=1) instead of to the bucket's end."""
+    MLXRT_PAD_MASKED_ANY_OFFSET=1) instead of to the bucket's end. contiguous: under the mask array,
+    the cache's buffer holds exactly the keys (as a batched cache's merge leaves it: capacity Tk),
+    and the padded attention reads a contiguous copy padded with zeros to the next multiple of 256
+    (mlxrt's MLXRT_PAD_MASKED_CONTIGUOUS=1), while the plain one reads the buffer as mlx-lm does."""
     hq, hkv = heads
     D, bad, total = 128, [], 0
     B = max(rows, 1)
     for p in offsets:
         for L in lengths:
             Tk = p + L
-            room = -(-Tk // 256) * 256
-            Tp = min(-(-Tk // bucket) * bucket, room)
+            room = Tk if rows and contiguous else -(-Tk // 256) * 256
+            Tp = -(-Tk // 256) * 256 if rows and contiguous else min(-(-Tk // bucket) * bucket, room)
             Lp = L + Tp - Tk
             if rows and any_offset and p % 256:
                 Lp = padded_query_count(L)
             elif p % 256 and any_offset:
                 continue  # the causal path pads only on the step
-            if (Tp == Tk and Lp == L) or L == 1:
+            if (Tp == Tk and Lp == L and not (rows and contiguous)) or L == 1:
                 continue
             mx.random.seed(L * 7919 + p)
             q = mx.random.normal((B, L, hq, D)).astype(mx.bfloat16).transpose(0, 2, 1, 3)
@@ -189,8 +192,12 @@ def op_bytes(heads, bucket, lengths, offsets, rows=0, any_offset=False):
             plain = mx.fast.scaled_dot_product_attention(q, kb[..., :Tk, :], vb[..., :Tk, :], scale=D ** -0.5,
                                                          mask=mask)
             qp = mx.concatenate([q, mx.zeros((B, hq, Lp - L, D), q.dtype)], axis=2)
-            padded = mx.fast.scaled_dot_product_attention(qp, kb[..., :Tp, :], vb[..., :Tp, :], scale=D ** -0.5,
-                                                          mask=padded_mask)[:, :, :L, :]
+            if rows and contiguous:
+                kp = mx.contiguous(mx.pad(kb[..., :Tk, :], [(0, 0), (0, 0), (0, Tp - Tk), (0, 0)]))
+                vp = mx.contiguous(mx.pad(vb[..., :Tk, :], [(0, 0), (0, 0), (0, Tp - Tk), (0, 0)]))
+            else:
+                kp, vp = kb[..., :Tp, :], vb[..., :Tp, :]
+            padded = mx.fast.scaled_dot_product_attention(qp, kp, vp, scale=D ** -0.5, mask=padded_mask)[:, :, :L, :]
             total += 1
             if not mx.array_equal(plain, padded).item():
                 bad.append((p, L))
@@ -203,9 +210,10 @@ def bytes_check(args):
         for heads in (tuple(args.op_heads[i:i + 2]) for i in range(0, len(args.op_heads), 2)):
             op_lengths = args.op_lengths or sorted(set(lengths) | set(range(2, 2100, 131)))
             for rows in [0] + (args.op_mask_rows or []):
+                contiguous = bool(rows and args.op_contiguous)
                 if not args.op_skip_step:
-                    total, bad = op_bytes(heads, args.bucket, op_lengths, [0, 2048, 300], rows)
-                    kind = f"mask array, {rows} rows" if rows else "causal"
+                    total, bad = op_bytes(heads, args.bucket, op_lengths, [0, 2048, 300], rows, contiguous=contiguous)
+                    kind = (f"mask array, {rows} rows" + (", contiguous" if contiguous else "")) if rows else "causal"
                     print(f"op heads {heads[0]}/{heads[1]} ({kind}): {total - len(bad)}/{total} padded = plain"
                           + (f"; differ at (offset, len) {bad[:20]}" if bad else ""), flush=True)
                 if not (rows and args.op_any_offset):
@@ -213,8 +221,9 @@ def bytes_check(args):
                 # Queries padded to padded_query_count at offsets off the step: short chunks (a
                 # prompt batch's second step, a chat turn after a prompt-cache hit) and long ones.
                 any_lengths = args.op_lengths or sorted(set(op_lengths) | {2, 3, 5, 8, 9, 15, 17, 31, 33, 100, 200})
-                total, bad = op_bytes(heads, args.bucket, any_lengths, [37, 300, 1000, 2100], rows, any_offset=True)
-                kind = f"mask array, {rows} rows, any offset"
+                total, bad = op_bytes(heads, args.bucket, any_lengths, [37, 300, 1000, 2100], rows, any_offset=True,
+                                      contiguous=contiguous)
+                kind = f"mask array, {rows} rows, any offset" + (", contiguous" if contiguous else "")
                 print(f"op heads {heads[0]}/{heads[1]} ({kind}): {total - len(bad)}/{total} padded = plain"
                       + (f"; differ at (offset, len) {bad[:20]}" if bad else ""), flush=True)
     if not args.model:
@@ -269,6 +278,9 @@ def main():
     ap.add_argument("--op-skip-step", action="store_true",
                     help="skip the checks on the 256 step (causal and mask array): with --op-any-offset, "
                          "only the any-offset one runs")
+    ap.add_argument("--op-contiguous", action="store_true",
+                    help="with --op-mask-rows: the keys a buffer of exactly Tk positions (a merged batched cache), "
+                         "padded as a contiguous copy (MLXRT_PAD_MASKED_CONTIGUOUS=1)")
     ap.add_argument("--json")
     args = ap.parse_args()
     costs(args) if args.mode == "costs" else bytes_check(args)

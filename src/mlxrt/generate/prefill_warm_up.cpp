@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <mlx/memory.h>
+#include <mlx/ops.h>
 #include <mlx/transforms.h>
 
 #include "mlxrt/generate/batch_generator.h"
@@ -16,8 +17,10 @@ namespace mlxrt::generate {
 namespace {
 constexpr int kBucket = 256;  // the KV cache's step, which padded_attention_length rounds to
 
-/** `rows` prompts of `length` tokens prefilled together through the batched path, one token each. */
-void run_batch(model::CausalLM& model, int prefill_step_size, int rows, int length) {
+/** `rows` prompts of `length` tokens prefilled together through the batched path, one token each;
+ * with `hit`, each row continues a copy of that cache (a prompt-cache hit of `hit_tokens`). */
+void run_batch(model::CausalLM& model, int prefill_step_size, int rows, int length,
+               const model::CacheList* hit = nullptr, int hit_tokens = 0) {
   BatchGeneratorOptions options;
   options.max_tokens = 1;
   options.prefill_batch_size = rows;
@@ -25,10 +28,26 @@ void run_batch(model::CausalLM& model, int prefill_step_size, int rows, int leng
   options.prefill_step_size = prefill_step_size;
   BatchGenerator batch(model, options);
   std::vector<BatchRequest> requests(static_cast<size_t>(rows));
-  for (auto& r : requests) r.prompt.assign(static_cast<size_t>(length), 0);
+  for (auto& r : requests) {
+    r.prompt.assign(static_cast<size_t>(length), 0);
+    if (!hit) continue;
+    for (const auto& layer : *hit) r.cache.push_back(layer->clone());
+    r.all_tokens.assign(static_cast<size_t>(hit_tokens), 0);
+  }
   batch.insert(std::move(requests));
   while (batch.size() > 0)
     for (auto& response : batch.next().second) mx::eval(response.logprobs);
+}
+
+/** A fresh cache holding `tokens` prompt tokens (their ids do not matter). */
+model::CacheList prefilled_cache(model::CausalLM& model, int tokens) {
+  auto cache = model.make_cache();
+  model(mx::zeros({1, tokens}, mx::int32), &cache);
+  std::vector<mx::array> state;
+  for (const auto& c : cache)
+    for (auto& a : c->state()) state.push_back(a);
+  mx::eval(state);
+  return cache;
 }
 }  // namespace
 
@@ -79,6 +98,20 @@ WarmUpReport warm_up_server_prefill_shapes(model::CausalLM& model, int prefill_s
   for (int rows = 2; rows <= batch_rows; ++rows) {
     run_batch(model, prefill_step_size, rows, kBucket);
     report.prompts += rows;
+  }
+  if (model::nn::masked_prefill_contiguous()) {
+    // Prompt-cache hits: a chunk at an offset off the 256 step, its queries padded to
+    // padded_query_count and its keys to the next multiple of 256 (Tp 256 after a hit of 1 token,
+    // 512 after 257), so its shape depends only on the rows, the query count and Tp. The new tokens
+    // (plus the last, kept for the first step) make each query count 16 .. 256 once.
+    for (int hit_tokens : {1, kBucket + 1}) {
+      const auto hit = prefilled_cache(model, hit_tokens);
+      for (int rows = 1; rows <= batch_rows; ++rows)
+        for (int queries : {16, 32, 64, 128, 255}) {
+          run_batch(model, prefill_step_size, rows, queries + 1, &hit, hit_tokens);
+          report.prompts += rows;
+        }
+    }
   }
   mx::clear_cache();
   report.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

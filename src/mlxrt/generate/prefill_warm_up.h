@@ -38,7 +38,9 @@ WarmUpReport warm_up_prefill_shapes(model::CausalLM& model, int prefill_step_siz
  * server's unseeded requests take). Its prefill attention takes a mask array, whose shape MLX's
  * graph is keyed on too, rows included: one prompt per bucket as a batch of one, and batches of 2 ..
  * `batch_rows` prompts (the server's --prompt-concurrency) of the first bucket, where concurrent
- * short prompts land. Models that cannot batch skip that part (and say so). */
+ * short prompts land; with model::nn::masked_prefill_contiguous(), also batches of 1 ..
+ * `batch_rows` rows continuing a prompt-cache hit (chunks of 16 .. 256 queries at 256 and 512
+ * keys). Models that cannot batch skip that part (and say so). */
 WarmUpReport warm_up_server_prefill_shapes(model::CausalLM& model, int prefill_step_size, int batch_rows,
                                            std::optional<int> kv_bits = std::nullopt);
 

@@ -3,6 +3,7 @@
 #include "mlxrt/model/nn/attention.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -120,6 +121,50 @@ bool padding_enabled() {
   return on;
 }
 
+// MLXRT_PAD_PREFILL_ATTENTION=force pads wherever the shapes allow, on any device: a diagnostic
+// that lets a machine without the GPU run the shapes the GPU would get (with
+// MLXRT_ATTENTION_SHAPES=1, bench/attention_shape_survey.py). The padded attention's bytes are
+// only claimed for cuDNN's; elsewhere the softmax sums the longer rows in another order.
+bool padding_forced() {
+  static const bool on = [] {
+    const char* env = std::getenv("MLXRT_PAD_PREFILL_ATTENTION");
+    return env && std::string(env) == "force";
+  }();
+  return on;
+}
+
+// MLXRT_ATTENTION_SHAPES=1: every fused attention call writes the shapes MLX's cuDNN graph cache
+// would key it on to stderr (kind, queries, keys, mask, the KV buffer the keys are read from).
+void log_attention_shapes(const char* kind, const mx::array& q, const mx::array& k, const std::optional<mx::array>& mask,
+                          const std::optional<mx::array>& buffer) {
+  static const bool on = std::getenv("MLXRT_ATTENTION_SHAPES") != nullptr;
+  if (!on) return;
+  auto shape = [](const std::optional<mx::array>& a) {
+    if (!a) return std::string("-");
+    std::string s = "[";
+    for (int d : a->shape()) s += (s.size() > 1 ? "," : "") + std::to_string(d);
+    return s + "]";
+  };
+  std::fprintf(stderr, "attention shapes: %s q=%s k=%s mask=%s buffer=%s\n", kind, shape(q).c_str(), shape(k).c_str(),
+               shape(mask).c_str(), shape(buffer).c_str());
+}
+
+// MLXRT_PAD_MASKED_CONTIGUOUS=1 (opt-in: its bytes are not yet checked on the GPU): a chunk under
+// a mask array takes its keys and values as a contiguous [B, H, Tp, D] copy padded with zeros to
+// the next multiple of 256, instead of a prefix of the cache's buffer. The batched caches size
+// their buffers to their longest row when they merge (prompt-cache hits), trim them when rows
+// leave, and grow them from there, as mlx-lm's do; a prefix's strides carry that capacity and
+// cuDNN keys its graph on them, so under a server's load those chunks build new graphs (the
+// attention shape survey, bench/RESULTS.md, 2026-12-04 ninth session). Copied, the shape depends
+// on the rows, the padded query count and Tp alone.
+bool masked_contiguous_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("MLXRT_PAD_MASKED_CONTIGUOUS");
+    return env && std::string(env) == "1";
+  }();
+  return on;
+}
+
 // Chunks under a mask array at offsets off the 256-position step, padded to padded_query_count
 // queries (below). cuDNN builds and compiles a graph for each new masked shape, 1-1.5 s on an H200
 // (bench/RESULTS.md, 2026-12-04), and every prompt-cache hit of the server's batched path lands at
@@ -138,6 +183,7 @@ bool masked_any_offset_enabled() {
  * (supports_sdpa_cudnn in mlx/backend/cuda/scaled_dot_product_attention.cpp, MLX 0.32.4: compute
  * capability 8 or more, MLX_CUDA_USE_CUDNN_SDPA not 0). */
 bool cudnn_attention_device() {
+  if (padding_forced()) return true;
   static const bool cudnn_gpu = [] {
     if (!mx::cu::is_available()) return false;
     const char* env = std::getenv("MLX_CUDA_USE_CUDNN_SDPA");
@@ -188,28 +234,39 @@ std::optional<mx::array> padded_prefill_attention(const mx::array& q, const cach
   // offset pads its queries to padded_query_count.
   const bool on_step = (Tk - L) % 256 == 0;
   if (!on_step && !(mask && masked_any_offset_enabled())) return std::nullopt;
-  const int Tp = padded_attention_length(Tk, kv.keys_buffer->shape(2));
+  const bool contiguous = mask && masked_contiguous_enabled();
+  const int Tp = contiguous ? (Tk + 255) / 256 * 256 : padded_attention_length(Tk, kv.keys_buffer->shape(2));
   const int Lp = on_step ? L + Tp - Tk : padded_query_count(L);  // never below L
-  if ((Tp == Tk && Lp == L) || kv.values_buffer->shape(2) < Tp) return std::nullopt;
+  if (!contiguous && ((Tp == Tk && Lp == L) || kv.values_buffer->shape(2) < Tp)) return std::nullopt;
   auto prefix = [](const mx::array& a, int n) {
     mx::Shape stop = a.shape();
     stop[2] = n;
     return mx::slice(a, mx::Shape(a.ndim(), 0), stop);
   };
+  auto padded_copy = [&](const mx::array& a) {
+    return mx::contiguous(Tp > Tk ? mx::pad(a, {2}, {0}, {Tp - Tk}, mx::array(0, a.dtype())) : a);
+  };
   mx::Shape pad = q.shape();
   pad[2] = Lp - L;
   auto queries = Lp > L ? mx::concatenate({q, mx::zeros(pad, q.dtype())}, 2) : q;
-  auto keys = prefix(*kv.keys_buffer, Tp), values = prefix(*kv.values_buffer, Tp);
-  if (!mask)
+  auto keys = contiguous ? padded_copy(kv.keys) : prefix(*kv.keys_buffer, Tp);
+  auto values = contiguous ? padded_copy(kv.values) : prefix(*kv.values_buffer, Tp);
+  if (!mask) {
+    log_attention_shapes("padded causal", queries, keys, std::nullopt, kv.keys_buffer);
     return prefix(mx::fast::scaled_dot_product_attention(queries, keys, values, scale, "causal"), L);
+  }
   auto wide = padded_attention_mask(*mask, L, Tk, Lp, Tp);
   if (!wide) return std::nullopt;
+  log_attention_shapes(contiguous ? "padded array, contiguous" : "padded array", queries, keys, *wide,
+                       contiguous ? std::nullopt : kv.keys_buffer);
   return prefix(mx::fast::scaled_dot_product_attention(queries, keys, values, scale, "array", *wide), L);
 }
 
 }  // namespace
 
 bool prefill_attention_padded() { return padding_enabled() && cudnn_attention_device(); }
+
+bool masked_prefill_contiguous() { return prefill_attention_padded() && masked_contiguous_enabled(); }
 
 namespace {
 
@@ -234,15 +291,18 @@ mx::array fused_attention(const mx::array& q, const cache::PlainKV& kv, float sc
     case AttentionMask::Kind::causal:
       if (!sinks)
         if (auto padded = padded_prefill_attention(q, kv, scale)) return *padded;
+      log_attention_shapes("causal", q, kv.keys, std::nullopt, kv.keys_buffer);
       return mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, scale, "causal", std::nullopt, sinks);
     case AttentionMask::Kind::array:
       if (!sinks)
         if (auto padded = padded_prefill_attention(q, kv, scale, mask.mask)) return *padded;
+      log_attention_shapes("array", q, kv.keys, mask.mask, kv.keys_buffer);
       return mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, scale, "array",
                                                     shared_broadcast(mask, q, kv.keys), sinks);
     case AttentionMask::Kind::none:
       break;
   }
+  log_attention_shapes("none", q, kv.keys, std::nullopt, kv.keys_buffer);
   return mx::fast::scaled_dot_product_attention(q, kv.keys, kv.values, scale, "", std::nullopt, sinks);
 }
 

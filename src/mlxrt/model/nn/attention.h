@@ -52,6 +52,13 @@ std::optional<mx::array> padded_attention_mask(const mx::array& mask, int L, int
  * (generate/prefill_warm_up.h) removes the per-length cost. */
 bool prefill_attention_padded();
 
+/** Whether chunks under a mask array read their keys and values as a contiguous copy padded to
+ * the next multiple of 256 (MLXRT_PAD_MASKED_CONTIGUOUS=1, opt-in), so their attention shape no
+ * longer depends on the batched cache's buffer capacity: then a prompt-cache hit's chunk has a
+ * shape that repeats, and the server's warm-up builds those too. Never without
+ * prefill_attention_padded(). */
+bool masked_prefill_contiguous();
+
 /** mlx-lm's scaled_dot_product_attention: the fused kernel over plain keys/values, or
  * quantized_scaled_dot_product_attention over a quantized cache's tensors. */
 mx::array scaled_dot_product_attention(const mx::array& queries, const cache::CachedKV& kv, float scale,
