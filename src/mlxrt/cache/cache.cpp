@@ -5,6 +5,13 @@
 
 namespace mlxrt::cache {
 
+std::vector<mx::array> state_arrays(const CacheList& caches) {
+  std::vector<mx::array> state;
+  for (const auto& c : caches)
+    for (auto& a : c->state()) state.push_back(a);
+  return state;
+}
+
 mx::array create_causal_mask(int n, int offset, std::optional<int> window_size) {
   auto rinds = mx::arange(offset + n);
   auto linds = offset ? mx::arange(offset, offset + n) : rinds;

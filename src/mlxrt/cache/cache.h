@@ -72,4 +72,8 @@ class Cache {
 
 using CacheList = std::vector<std::unique_ptr<Cache>>;
 
+/** Every layer's state arrays in order (mlx-lm's [c.state for c in cache], flattened): what a
+ * prefill chunk evaluates before the next one. */
+std::vector<mx::array> state_arrays(const CacheList& caches);
+
 }  // namespace mlxrt::cache

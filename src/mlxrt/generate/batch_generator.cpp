@@ -24,14 +24,7 @@ cache::BatchCache& batch_cache(const std::unique_ptr<cache::Cache>& c) {
   return static_cast<cache::BatchCache&>(*c);
 }
 
-std::vector<mx::array> cache_state(const model::CacheList& caches) {
-  std::vector<mx::array> state;
-  for (const auto& c : caches)
-    for (auto& a : c->state()) state.push_back(a);
-  return state;
-}
-
-void eval_state(const model::CacheList& caches) { mx::eval(cache_state(caches)); }
+void eval_state(const model::CacheList& caches) { mx::eval(cache::state_arrays(caches)); }
 
 /** The values of an int32 or uint32 vector (a step's sampled tokens: argmax and the categorical
  * draw give uint32) read as they are. Through mx::astype they would be a new node, queued behind
@@ -226,7 +219,7 @@ void BatchGenerator::prompt(PromptBatch& batch, const std::vector<std::vector<in
       eval_state(batch.cache);
       mx::clear_cache();
     } else {
-      mx::async_eval(cache_state(batch.cache));
+      mx::async_eval(cache::state_arrays(batch.cache));
       clear_cache_pending_ = true;
     }
   };
@@ -359,9 +352,6 @@ std::pair<std::vector<int32_t>, std::vector<mx::array>> BatchGenerator::read_ste
   }
   auto tokens = to_ints(inputs);
   for (size_t e = 0; e < g.rows.size(); ++e) g.rows[e].tokens.push_back(tokens[e]);
-  // After sampled tokens (not start_generation's prompt tokens): cleared at the next call, once
-  // the caller has handed them out.
-  if (clear_cache_pending_ && !logprobs.empty()) clear_cache_next_call_ = true;
   return {tokens, logprobs};
 }
 
@@ -439,6 +429,8 @@ std::vector<BatchGenerationResponse> BatchGenerator::gen_next() {
   } else {
     std::tie(tokens, logprobs) = step(g);
   }
+  // The buffer cache a prefill left: cleared at the next call, once these tokens are handed out.
+  if (clear_cache_pending_) clear_cache_next_call_ = true;
   std::vector<std::optional<std::string>> finish(g.uids.size());
   for (size_t i = 0; i < g.uids.size(); ++i) {
     g.num_tokens[i] += 1;

@@ -49,9 +49,7 @@ TokenGenerator::TokenGenerator(model::CausalLM& model, const std::vector<int32_t
     auto chunk = slice_1d(prompt, 0, n);
     model_(mx::expand_dims(chunk, 0), cache_);
     quantize_cache();
-    std::vector<mx::array> state;
-    for (const auto& c : *cache_)
-      for (auto& a : c->state()) state.push_back(a);
+    auto state = cache::state_arrays(*cache_);
     processed += n;
     // mlx-lm waits for every chunk. The last one is only dispatched: the last token's step is
     // then built and encoded while the device still runs the chunk, so its host time (several ms

@@ -35,10 +35,9 @@ std::vector<int32_t> to_ids(const mx::array& a) {
 }
 
 void eval_caches(const model::CacheList& a, const model::CacheList& b) {
-  std::vector<mx::array> state;
-  for (const auto* list : {&a, &b})
-    for (const auto& c : *list)
-      for (auto& s : c->state()) state.push_back(s);
+  auto state = cache::state_arrays(a);
+  auto more = cache::state_arrays(b);
+  state.insert(state.end(), more.begin(), more.end());
   mx::eval(state);
 }
 

@@ -43,10 +43,7 @@ void run_batch(model::CausalLM& model, int prefill_step_size, int rows, int leng
 model::CacheList prefilled_cache(model::CausalLM& model, int tokens) {
   auto cache = model.make_cache();
   model(mx::zeros({1, tokens}, mx::int32), &cache);
-  std::vector<mx::array> state;
-  for (const auto& c : cache)
-    for (auto& a : c->state()) state.push_back(a);
-  mx::eval(state);
+  mx::eval(cache::state_arrays(cache));
   return cache;
 }
 }  // namespace

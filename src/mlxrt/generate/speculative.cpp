@@ -142,10 +142,7 @@ void SpeculativeTokenGenerator::prefill(model::CausalLM& model, model::CacheList
     const int n = std::min(options_.prefill_step_size, size_of(y) - 1);
     model(mx::expand_dims(head(y, n), 0), &cache);
     quantize_cache(cache);
-    std::vector<mx::array> state;
-    for (const auto& c : cache)
-      for (auto& a : c->state()) state.push_back(a);
-    mx::eval(state);
+    mx::eval(cache::state_arrays(cache));
     y = tail(y, n);
     mx::clear_cache();
   }

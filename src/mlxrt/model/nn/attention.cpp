@@ -113,11 +113,14 @@ namespace {
 // (docs/cuda-prefill-shapes.md). Everywhere else (CPU, Metal, attention cuDNN does not take: the
 // unfused fallback's softmax would sum longer rows in another order) it never pads.
 
+/** Whether environment variable `name` is set to exactly `value`. */
+bool env_is(const char* name, const char* value) {
+  const char* env = std::getenv(name);
+  return env && std::string(env) == value;
+}
+
 bool padding_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("MLXRT_PAD_PREFILL_ATTENTION");
-    return !(env && std::string(env) == "0");
-  }();
+  static const bool on = !env_is("MLXRT_PAD_PREFILL_ATTENTION", "0");
   return on;
 }
 
@@ -126,10 +129,7 @@ bool padding_enabled() {
 // MLXRT_ATTENTION_SHAPES=1, bench/attention_shape_survey.py). The padded attention's bytes are
 // only claimed for cuDNN's; elsewhere the softmax sums the longer rows in another order.
 bool padding_forced() {
-  static const bool on = [] {
-    const char* env = std::getenv("MLXRT_PAD_PREFILL_ATTENTION");
-    return env && std::string(env) == "force";
-  }();
+  static const bool on = env_is("MLXRT_PAD_PREFILL_ATTENTION", "force");
   return on;
 }
 
@@ -158,10 +158,7 @@ void log_attention_shapes(const char* kind, const mx::array& q, const mx::array&
 // attention shape survey, bench/RESULTS.md, 2026-12-04 ninth session). Copied, the shape depends
 // on the rows, the padded query count and Tp alone.
 bool masked_contiguous_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("MLXRT_PAD_MASKED_CONTIGUOUS");
-    return env && std::string(env) == "1";
-  }();
+  static const bool on = env_is("MLXRT_PAD_MASKED_CONTIGUOUS", "1");
   return on;
 }
 
@@ -172,10 +169,7 @@ bool masked_contiguous_enabled() {
 // bytes --op-mask-rows 3 --op-any-offset: 48 of 48, 32/8 and 16/8 heads);
 // MLXRT_PAD_MASKED_ANY_OFFSET=0 turns it off.
 bool masked_any_offset_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("MLXRT_PAD_MASKED_ANY_OFFSET");
-    return !(env && std::string(env) == "0");
-  }();
+  static const bool on = !env_is("MLXRT_PAD_MASKED_ANY_OFFSET", "0");
   return on;
 }
 
