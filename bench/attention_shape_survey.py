@@ -62,7 +62,8 @@ def main():
     ap.add_argument("--clients", default="32")
     ap.add_argument("--gen-tokens", default="64")
     ap.add_argument("--mlxrt-env", action="append", default=[], metavar="NAME=VALUE",
-                    help="more environment for mlxrt's server (e.g. MLXRT_PAD_MASKED_CONTIGUOUS=1)")
+                    help="more environment for mlxrt's server (e.g. MLXRT_PAD_MASKED_CONTIGUOUS=0: "
+                         "the keys as a prefix of the batched buffer, as before the contiguous copy)")
     ap.add_argument("--log-dir", help="keep the servers' logs here")
     args = ap.parse_args()
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="shape-survey-"))

@@ -87,7 +87,9 @@ llama_gqa4_hd48 mistral_bf16 llama_swa gemma3_bf16 qwen2_bf16 qwen3_5_bf16 gpt_o
       echo "parity $(( $(date +%s) - t0 )) s" ;;
     maskbytes)
       # The batched path's padded attention (a widened mask array) against the plain one, on the op.
-      $PY bench/gpu/shape_cost.py bytes --op-heads 16 8 --op-mask-rows 1 3 > "$out/maskbytes.txt" 2>&1
+      # MASKBYTES_ARGS: other cases (docs/cuda-prefill-shapes.md has those of each mode).
+      # shellcheck disable=SC2086  # a list of options
+      $PY bench/gpu/shape_cost.py bytes ${MASKBYTES_ARGS:---op-heads 16 8 --op-mask-rows 1 3} > "$out/maskbytes.txt" 2>&1
       grep -E '^op |Error' "$out/maskbytes.txt" | cut -c1-200
       echo "maskbytes $(( $(date +%s) - t0 )) s" ;;
     batchtests)

@@ -149,8 +149,8 @@ void log_attention_shapes(const char* kind, const mx::array& q, const mx::array&
                shape(mask).c_str(), shape(buffer).c_str());
 }
 
-// MLXRT_PAD_MASKED_CONTIGUOUS=1 (opt-in: its bytes are not yet checked on the GPU): a chunk under
-// a mask array takes its keys and values as a contiguous [B, H, Tp, D] copy padded with zeros to
+// On by default (MLXRT_PAD_MASKED_CONTIGUOUS=0 turns it off; its bytes were checked on the H200:
+// docs/cuda-prefill-shapes.md): a chunk under a mask array takes its keys and values as a contiguous [B, H, Tp, D] copy padded with zeros to
 // the next multiple of 256, instead of a prefix of the cache's buffer. The batched caches size
 // their buffers to their longest row when they merge (prompt-cache hits), trim them when rows
 // leave, and grow them from there, as mlx-lm's do; a prefix's strides carry that capacity and
@@ -158,7 +158,7 @@ void log_attention_shapes(const char* kind, const mx::array& q, const mx::array&
 // attention shape survey, bench/RESULTS.md, 2026-12-04 ninth session). Copied, the shape depends
 // on the rows, the padded query count and Tp alone.
 bool masked_contiguous_enabled() {
-  static const bool on = env_is("MLXRT_PAD_MASKED_CONTIGUOUS", "1");
+  static const bool on = !env_is("MLXRT_PAD_MASKED_CONTIGUOUS", "0");
   return on;
 }
 

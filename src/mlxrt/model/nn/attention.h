@@ -53,7 +53,7 @@ std::optional<mx::array> padded_attention_mask(const mx::array& mask, int L, int
 bool prefill_attention_padded();
 
 /** Whether chunks under a mask array read their keys and values as a contiguous copy padded to
- * the next multiple of 256 (MLXRT_PAD_MASKED_CONTIGUOUS=1, opt-in), so their attention shape no
+ * the next multiple of 256 (the default; MLXRT_PAD_MASKED_CONTIGUOUS=0 turns it off), so their attention shape no
  * longer depends on the batched cache's buffer capacity: then a prompt-cache hit's chunk has a
  * shape that repeats, and the server's warm-up builds those too. Never without
  * prefill_attention_padded(). */
