@@ -3,9 +3,11 @@
 // per call and the bytes it must read (packed weights, scales, biases, x) over that time. Each
 // timed batch cycles through enough copies of the weights to stay out of the 60 MB L2; one eval
 // holds `calls` products (MLX's CUDA graphs launch them back to back). Also a plain copy's
-// bandwidth (read + write) as the ceiling. Prints a table; --quick times two shapes only.
+// bandwidth (read + write) as the ceiling. Prints a table; --quick times two shapes only. The
+// shapes of 16 bits are dense bfloat16 weights: dense_mv against MLX's matmul with the transposed
+// weight (what a dense Linear runs: cuBLAS's matrix-vector product); --dense times only those.
 // Under ncu (bench/gpu/l3_run.sh) `--calls 1 --rounds 1` gives one launch per variant to profile.
-// Usage: mlxrt_qmv_bench [--calls N] [--rounds R] [--quick]
+// Usage: mlxrt_qmv_bench [--calls N] [--rounds R] [--quick | --dense]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -60,11 +62,12 @@ double time_per_call(const std::function<mx::array(int)>& product, int calls, in
 
 int main(int argc, char** argv) {
   int calls = 200, rounds = 5;
-  bool quick = false;
+  bool quick = false, dense_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--calls") && i + 1 < argc) calls = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--dense")) dense_only = true;
   }
   if (!mx::cu::is_available()) {
     std::fprintf(stderr, "mlxrt_qmv_bench needs a CUDA device\n");
@@ -78,8 +81,13 @@ int main(int argc, char** argv) {
       {"8B gate/up M=4", 12288, 4096, 4, 4},        {"8B gate/up M=8", 12288, 4096, 8, 4},
       {"0.6B q 2048x1024", 2048, 1024, 1, 4},       {"0.6B gate/up 3072x1024", 3072, 1024, 1, 4},
       {"0.6B down 1024x3072", 1024, 3072, 1, 4},    {"0.6B lm_head 151936x1024", 151936, 1024, 1, 4},
-      {"8B gate/up 8-bit", 12288, 4096, 1, 8},      {"8B down 8-bit", 4096, 12288, 1, 8}};
+      {"8B gate/up 8-bit", 12288, 4096, 1, 8},      {"8B down 8-bit", 4096, 12288, 1, 8},
+      {"8B q/o bf16", 4096, 4096, 1, 16},           {"8B gate/up bf16", 12288, 4096, 1, 16},
+      {"8B down bf16", 4096, 12288, 1, 16},         {"8B lm_head bf16", 151936, 4096, 1, 16},
+      {"8B gate/up bf16 M=4", 12288, 4096, 4, 16},  {"0.6B gate/up bf16", 3072, 1024, 1, 16},
+      {"0.6B down bf16", 1024, 3072, 1, 16},        {"0.6B lm_head bf16", 151936, 1024, 1, 16}};
   if (quick) shapes = {shapes[1], shapes[3]};
+  if (dense_only) std::erase_if(shapes, [](const Shape& s) { return s.bits != 16; });
   const std::vector<QmvTiling> tilings = {{0, 0}, {1, 4}, {2, 4}, {4, 4}, {1, 8}, {2, 8}, {4, 8}, {8, 4}};
 
   // The ceiling: a 2 GiB float32 array negated (read + write).
@@ -94,12 +102,19 @@ int main(int argc, char** argv) {
   std::printf("%-26s %5s %9s %8s | %9s %8s %6s | %-6s %9s %8s\n", "shape (N x K)", "MB", "MLX us", "GB/s", "L3 us",
               "GB/s", "ratio", "best", "L3 us", "GB/s");
   for (const auto& sh : shapes) {
+    const bool dense = sh.bits == 16;
     const int groups = sh.k / group_size;
-    const double bytes = double(sh.n) * sh.k * sh.bits / 8 + 2.0 * sh.n * groups * 2 + 2.0 * sh.rows * sh.k +
-                         2.0 * sh.rows * sh.n;
+    const double bytes = double(sh.n) * sh.k * sh.bits / 8 + (dense ? 0.0 : 2.0 * sh.n * groups * 2) +
+                         2.0 * sh.rows * sh.k + 2.0 * sh.rows * sh.n;
     const int copies = std::max(2, static_cast<int>(std::ceil(256e6 / bytes)));
     std::vector<mx::array> ws, ss, bs;
     for (int c = 0; c < copies; ++c) {
+      if (dense) {
+        ws.push_back(mx::astype(mx::multiply(mx::random::normal({sh.n, sh.k}), mx::array(0.02f)), mx::bfloat16));
+        ss.push_back(mx::transpose(ws.back()));  // the transposed view Linear keeps (weight_t_)
+        bs.push_back(ws.back());
+        continue;
+      }
       ws.push_back(mx::random::bits({sh.n, sh.k * sh.bits / 32}, 4));
       ss.push_back(mx::astype(mx::multiply(mx::random::normal({sh.n, groups}), mx::array(0.02f)), mx::bfloat16));
       bs.push_back(mx::astype(mx::multiply(mx::random::normal({sh.n, groups}), mx::array(0.1f)), mx::bfloat16));
@@ -112,6 +127,7 @@ int main(int argc, char** argv) {
     const double mlx = time_per_call(
         [&](int i) {
           const int c = i % copies;
+          if (dense) return mx::matmul(x, ss[c]);
           return mx::quantized_matmul(x, ws[c], ss[c], bs[c], true, group_size, sh.bits);
         },
         calls, rounds);
@@ -122,6 +138,7 @@ int main(int argc, char** argv) {
       const double ours = time_per_call(
           [&](int i) {
             const int c = i % copies;
+            if (dense) return mlxrt::kernels::cuda::dense_mv(x, ws[c], t);
             return mlxrt::kernels::cuda::affine_qmv(x, ws[c], ss[c], bs[c], group_size, sh.bits, t);
           },
           calls, rounds);

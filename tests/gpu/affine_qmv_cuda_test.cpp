@@ -7,6 +7,7 @@
 // chunk sums of a lane, and the warp's reduction, each round at 2^-24 of what they add. A wrong
 // index or an unwritten output misses that by orders of magnitude. Needs a CUDA device
 // (bench/gpu/run.sh kernels).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -111,6 +112,80 @@ class AffineQmv : public ::testing::Test {
     std::printf("%s: largest error / tolerance %.3g\n", describe(c, tiling).c_str(), worst);
   }
 };
+
+// dense_mv: y = x @ w.T for a dense w of x's type, against float64 within the float32 bound of a
+// lane's K / V chained products (V values a 16-byte load) and the warp's reduction:
+//   |y - ref| <= u_out |ref| + 2^-24 (K / V + 16) sum_k |x_k w_k|.
+// w (and x) optionally a view at an odd element offset, so not 16-byte aligned: the kernel's
+// element-wise path; K not a multiple of V: the last load's tail.
+struct DenseCase {
+  int n, k, rows;
+  mx::Dtype type;
+  bool misaligned = false;
+};
+
+void check_dense(const DenseCase& c, int seed, QmvTiling tiling = {}) {
+  auto key = mx::random::key(seed);
+  auto next = [&key]() {
+    auto parts = mx::random::split(key);
+    key = parts.first;
+    return parts.second;
+  };
+  const int skip = c.misaligned ? 1 : 0;
+  auto view = [&](int rows, float scale) {
+    auto flat = mx::astype(mx::multiply(mx::random::normal({rows * c.k + 1}, mx::float32, next()), mx::array(scale)),
+                           c.type);
+    return mx::reshape(mx::slice(flat, {skip}, {skip + rows * c.k}), {rows, c.k});
+  };
+  auto w = view(c.n, 0.05f);
+  auto x = mx::reshape(view(c.rows, 1.0f), {1, c.rows, c.k});
+  mx::eval({w, x});
+  std::ostringstream what;
+  what << "dense N " << c.n << " K " << c.k << " rows " << c.rows << " " << c.type << (c.misaligned ? " misaligned" : "")
+       << " tiling " << tiling.rows_per_warp << "x" << tiling.warps_per_block;
+  ASSERT_TRUE(dense_mv_applies(x, w)) << what.str();
+  auto y = dense_mv(x, w, tiling);
+  mx::eval(y);
+  ASSERT_EQ(y.dtype(), c.type);
+  ASSERT_EQ(y.shape(), (mx::Shape{1, c.rows, c.n}));
+  const auto hy = host_floats(y), hx = host_floats(x), hw = host_floats(w);
+  const double per_load = 16.0 / mx::size_of(c.type);
+  const double sums = double(c.k) / per_load + 16.0;
+  size_t bad = 0;
+  double worst = 0;
+  for (int n = 0; n < c.n; ++n)
+    for (int m = 0; m < c.rows; ++m) {
+      double ref = 0, mag = 0;
+      for (int k = 0; k < c.k; ++k) {
+        const double p = double(hx[size_t(m) * c.k + k]) * hw[size_t(n) * c.k + k];
+        ref += p;
+        mag += std::abs(p);
+      }
+      const double got = hy[size_t(m) * c.n + n];
+      const double tol = half_ulp(c.type) * std::abs(ref) + std::ldexp(sums * mag, -24);
+      const double err = std::abs(got - ref);
+      if (!(err <= tol) && bad++ < 5)
+        ADD_FAILURE() << what.str() << ": y[" << m << ", " << n << "] = " << got << ", float64 " << ref << ", tolerance "
+                      << tol;
+      if (tol > 0) worst = std::max(worst, err / tol);
+    }
+  EXPECT_EQ(bad, 0u) << what.str();
+  std::printf("%s: largest error / tolerance %.3g\n", what.str().c_str(), worst);
+}
+
+TEST_F(AffineQmv, DenseWithinFloat32Bound) {
+  const DenseCase cases[] = {{4096, 4096, 1, mx::bfloat16}, {1000, 1024, 3, mx::float16},
+                             {257, 2048, 8, mx::float32},   {333, 100, 2, mx::bfloat16},
+                             {129, 1536, 1, mx::bfloat16, true}, {65, 77, 4, mx::float16, true},
+                             {31, 260, 2, mx::float32, true}};
+  int seed = 300;
+  for (const auto& c : cases) check_dense(c, seed++);
+  for (QmvTiling t : {QmvTiling{1, 1}, QmvTiling{3, 2}, QmvTiling{8, 8}}) check_dense({517, 1024, 2, mx::bfloat16}, seed++, t);
+  EXPECT_FALSE(dense_mv_applies(mx::ones({1, 64}, mx::float32), mx::ones({8, 64}, mx::bfloat16)));  // types differ
+  EXPECT_FALSE(dense_mv_applies(mx::ones({9, 64}, mx::bfloat16), mx::ones({8, 64}, mx::bfloat16)));  // 9 rows
+  EXPECT_FALSE(dense_mv_applies(mx::ones({1, 32}, mx::bfloat16), mx::ones({8, 64}, mx::bfloat16)));  // K differs
+  EXPECT_THROW(dense_mv(mx::ones({1, 32}, mx::bfloat16), mx::ones({8, 64}, mx::bfloat16)), std::invalid_argument);
+}
 
 TEST_F(AffineQmv, FourBitWithinFloat32Bound) {
   const Case cases[] = {{4096, 4096, 1, 64, 4, mx::bfloat16, mx::bfloat16}, {333, 4096, 1, 64, 4, mx::bfloat16, mx::bfloat16},

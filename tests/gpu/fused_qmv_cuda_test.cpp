@@ -45,7 +45,13 @@ class Keys {
   mx::array key_;
 };
 
+// bits 0: a dense matrix of `params`' type (QmvMatrix::dense).
 QmvMatrix random_matrix(Keys& keys, int n, int k, int group_size, int bits, mx::Dtype params) {
+  if (bits == 0) {
+    auto w = mx::astype(mx::multiply(mx::random::normal({n, k}, mx::float32, keys.next()), mx::array(0.05f)), params);
+    mx::eval(w);
+    return QmvMatrix::dense(w);
+  }
   auto w = mx::random::bits({n, k * bits / 32}, 4, keys.next());
   auto s = mx::astype(mx::multiply(mx::random::normal({n, k / group_size}, mx::float32, keys.next()), mx::array(0.02f)), params);
   auto b = mx::astype(mx::multiply(mx::random::normal({n, k / group_size}, mx::float32, keys.next()), mx::array(0.1f)), params);
@@ -68,7 +74,29 @@ struct Products {
   std::vector<double> ref, bound;  // [rows, n]
 };
 
+// A dense matrix's products: a lane's K / V chained products (V values a 16-byte load) and the
+// warp's reduction, 2^-24 (K / V + 16) sum_k |x_k w_k| (tests/gpu/affine_qmv_cuda_test.cpp).
+Products dense_products(const std::vector<double>& x, int rows, const QmvMatrix& m) {
+  const int n = m.w.shape(0), k = static_cast<int>(x.size()) / rows;
+  const auto w = host(m.w);
+  const double sums = double(k) / (16.0 / mx::size_of(m.w.dtype())) + 16.0;
+  Products p{std::vector<double>(size_t(rows) * n), std::vector<double>(size_t(rows) * n)};
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < n; ++j) {
+      double ref = 0, mag = 0;
+      for (int i = 0; i < k; ++i) {
+        const double v = x[size_t(r) * k + i] * w[size_t(j) * k + i];
+        ref += v;
+        mag += std::abs(v);
+      }
+      p.ref[size_t(r) * n + j] = ref;
+      p.bound[size_t(r) * n + j] = std::ldexp(sums * mag, -24);
+    }
+  return p;
+}
+
 Products products(const std::vector<double>& x, int rows, const QmvMatrix& m) {
+  if (m.is_dense()) return dense_products(x, rows, m);
   const int n = m.w.shape(0), k = static_cast<int>(x.size()) / rows, groups = k / m.group_size;
   const auto s = host(m.scales), b = host(m.biases);
   mx::eval(m.w);
@@ -129,7 +157,9 @@ class FusedQmv : public ::testing::Test {
 
 TEST_F(FusedQmv, RmsNormQkvIsTheNormThenThreeProducts) {
   const Case cases[] = {{512, 1024, 1, 64, 4, mx::bfloat16}, {333, 2048, 3, 128, 4, mx::float16},
-                        {256, 512, 4, 32, 8, mx::float32}, {1024, 4096, 1, 64, 8, mx::bfloat16}};
+                        {256, 512, 4, 32, 8, mx::float32},  {1024, 4096, 1, 64, 8, mx::bfloat16},
+                        {1024, 4096, 1, 0, 0, mx::bfloat16}, {300, 1024, 3, 0, 0, mx::float16},
+                        {128, 576, 2, 0, 0, mx::float32}};
   int seed = 1;
   for (const auto& c : cases) {
     Keys keys(seed++);
@@ -157,7 +187,8 @@ TEST_F(FusedQmv, RmsNormQkvIsTheNormThenThreeProducts) {
 
 TEST_F(FusedQmv, RmsNormSwigluIsSiluOfGateTimesUp) {
   const Case cases[] = {{1536, 1024, 1, 64, 4, mx::bfloat16}, {777, 512, 2, 32, 8, mx::float16},
-                        {300, 2048, 4, 128, 4, mx::float32}};
+                        {300, 2048, 4, 128, 4, mx::float32},  {3072, 1024, 1, 0, 0, mx::bfloat16},
+                        {500, 2048, 2, 0, 0, mx::float16}};
   int seed = 50;
   for (const auto& c : cases) {
     Keys keys(seed++);
@@ -186,7 +217,8 @@ TEST_F(FusedQmv, RmsNormSwigluIsSiluOfGateTimesUp) {
 
 TEST_F(FusedQmv, QmvResidualAddsTheRoundedProduct) {
   const Case cases[] = {{1024, 3072, 1, 64, 4, mx::bfloat16}, {513, 1024, 3, 128, 8, mx::float16},
-                        {200, 4096, 4, 32, 4, mx::float32}};
+                        {200, 4096, 4, 32, 4, mx::float32},   {1024, 3072, 1, 0, 0, mx::bfloat16},
+                        {77, 1000, 3, 0, 0, mx::float32}};
   int seed = 90;
   for (const auto& c : cases) {
     Keys keys(seed++);
@@ -213,6 +245,11 @@ TEST_F(FusedQmv, DeclinesWhatItDoesNotFuse) {
   const auto x = mx::ones({1, 1, 512}, mx::bfloat16);
   EXPECT_TRUE(rms_norm_qkv(x, {nw, 1e-6f}, a, a, a).has_value());
   EXPECT_FALSE(rms_norm_qkv(x, {nw, 1e-6f}, a, eight, a).has_value());                    // mixed bits
+  const QmvMatrix dense = random_matrix(keys, 128, 512, 0, 0, mx::bfloat16);
+  EXPECT_TRUE(rms_norm_qkv(x, {nw, 1e-6f}, dense, dense, dense).has_value());
+  EXPECT_FALSE(rms_norm_qkv(x, {nw, 1e-6f}, dense, a, dense).has_value());               // dense with quantized
+  EXPECT_FALSE(qmv_residual(mx::ones({1, 1, 512}, mx::float32), random_matrix(keys, 64, 512, 0, 0, mx::bfloat16),
+                            mx::ones({1, 1, 64}, mx::float32)));                          // dense of another type
   EXPECT_FALSE(rms_norm_qkv(mx::ones({1, 5, 512}, mx::bfloat16), {nw, 1e-6f}, a, a, a));  // 5 rows
   EXPECT_FALSE(rms_norm_qkv(x, {mx::ones({512}, mx::float32), 1e-6f}, a, a, a));         // norm dtype
   EXPECT_FALSE(rms_norm_swiglu(x, {nw, 1e-6f}, a, random_matrix(keys, 64, 512, 64, 4, mx::bfloat16)));  // shapes

@@ -72,11 +72,14 @@ def dtype_pairs(full):
 
 def qmv_combos(full, max_rows, rows_per_warp, extra):
     """The quantized products: every dtype pair x bits x group size; M (rows of x) and R (rows per
-    warp) over every value the launch can choose in --full, else each value at least once."""
+    warp) over every value the launch can choose in --full, else each value at least once. Then the
+    dense products (BITS 0, GS 0: w, scales and biases all of x's type)."""
     out = []
     rs = sorted({max(1, r) for r in rows_per_warp})
     ms = list(range(1, max_rows + 1))
-    for i, ((xt, st), bits, gs) in enumerate(itertools.product(dtype_pairs(full), (4, 8), (32, 64, 128))):
+    variants = list(itertools.product(dtype_pairs(full), (4, 8), (32, 64, 128)))
+    variants += [((t, t), 0, 0) for t in FLOATS]
+    for i, ((xt, st), bits, gs) in enumerate(variants):
         mr = list(itertools.product(ms, rs)) if full else [(ms[i % len(ms)], rs[i % len(rs)])]
         if not full and i == 0:
             mr += [(max_rows, max(rs))]  # the largest unrolled case
@@ -87,9 +90,15 @@ def qmv_combos(full, max_rows, rows_per_warp, extra):
                 if "K" in combo:
                     if m * combo["K"] * SIZE[xt] > MAX_STAGED_BYTES:
                         continue  # norm_fits() refuses it: never launched
+                    combo["COLS"] = combo["K"] * bits // 32 if bits else combo["K"]
                     combo["SK"] = m * combo["K"]
                 out.append(combo)
     return out
+
+
+def w_type(c):
+    """The weight's dtype: packed words, or a dense matrix of x's type (QmvMatrix::dense)."""
+    return "u32" if c["BITS"] else c["XT"]
 
 
 def no_extra(full, i):
@@ -125,7 +134,7 @@ KERNELS = [
     {
         "name": "mlxrt_affine_qmv", "file": QMV, "source": "kSource", "header": [(DEVICE_H, "kQmvDevice")],
         "header_expr": "detail::kQmvDevice",
-        "inputs": lambda c: [("x", c["XT"]), ("w", "u32"), ("scales", c["ST"]), ("biases", c["ST"])],
+        "inputs": lambda c: [("x", c["XT"]), ("w", w_type(c)), ("scales", c["ST"]), ("biases", c["ST"])],
         "outputs": lambda c: [("y", c["OT"])],
         # choose_tiling: 1, 2 or 4 rows per warp; a caller's tiling may ask 1 to 8.
         "combos": lambda full: qmv_combos(full, MAX_QMV_ROWS, (1, 2, 4, 8), no_extra),
@@ -134,7 +143,7 @@ KERNELS = [
         "name": "mlxrt_rms_norm_qkv", "file": FUSED, "source": "kQkvSource",
         "header": [(DEVICE_H, "kQmvDevice"), (FUSED, "kFusedDevice")], "header_expr": "header()",
         "inputs": lambda c: [("x", c["XT"]), ("nw", c["XT"])]
-        + [(p + m, "u32" if p == "w" else c["ST"]) for m in "qkv" for p in "wsb"],
+        + [(p + m, w_type(c) if p == "w" else c["ST"]) for m in "qkv" for p in "wsb"],
         "outputs": lambda c: [("yq", c["OT"]), ("yk", c["OT"]), ("yv", c["OT"])],
         "combos": lambda full: qmv_combos(full, MAX_FUSED_ROWS, (1, 2, 4), norm_extra),
     },
@@ -142,7 +151,7 @@ KERNELS = [
         "name": "mlxrt_rms_norm_swiglu", "file": FUSED, "source": "kSwigluSource",
         "header": [(DEVICE_H, "kQmvDevice"), (FUSED, "kFusedDevice")], "header_expr": "header()",
         "inputs": lambda c: [("x", c["XT"]), ("nw", c["XT"])]
-        + [(p + m, "u32" if p == "w" else c["ST"]) for m in "gu" for p in "wsb"],
+        + [(p + m, w_type(c) if p == "w" else c["ST"]) for m in "gu" for p in "wsb"],
         "outputs": lambda c: [("y", c["OT"])],
         # Half choose_tiling's rows per warp, at least 1.
         "combos": lambda full: qmv_combos(full, MAX_FUSED_ROWS, (1, 2), norm_extra),
@@ -150,7 +159,7 @@ KERNELS = [
     {
         "name": "mlxrt_qmv_residual", "file": FUSED, "source": "kResidualSource",
         "header": [(DEVICE_H, "kQmvDevice")], "header_expr": "detail::kQmvDevice",
-        "inputs": lambda c: [("x", c["XT"]), ("w", "u32"), ("scales", c["ST"]), ("biases", c["ST"]),
+        "inputs": lambda c: [("x", c["XT"]), ("w", w_type(c)), ("scales", c["ST"]), ("biases", c["ST"]),
                              ("res", c["OT"])],
         "outputs": lambda c: [("y", c["OT"])],
         "combos": lambda full: qmv_combos(full, MAX_FUSED_ROWS, (1, 2, 4), no_extra),

@@ -27,6 +27,7 @@
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/io/model_dir.h"
 #include "mlxrt/kernels/cpu/matmul.h"
+#include "mlxrt/kernels/cuda/affine_qmv.h"
 #include "mlxrt/model/make_prompt_cache.h"
 #include "mlxrt/tokenizer/tokenizer.h"
 #include "mlxrt/util/errors.h"
@@ -173,8 +174,10 @@ std::string kernels_description(const Args& a, model::FidelityTier tier) {
   const auto kernels = model::cpu_kernels_for(options);
   const bool cpu = mx::default_device() == mx::Device::cpu;
   if (model::gpu_l3_for(options))
-    return "MLX's GPU kernels, with mlxrt's L3 CUDA matrix-vector product for the affine 4- and 8-bit layers "
-           "(1-8 rows, float32 sums; kernels/cuda/affine_qmv.h)";
+    return std::string("MLX's GPU kernels, with mlxrt's L3 CUDA matrix-vector product for the affine 4- and 8-bit "
+                       "layers") +
+           (kernels::cuda::dense_l3_opted_in() ? " and the dense ones (MLXRT_CUDA_L3_DENSE=1)" : "") +
+           " (1-8 rows, float32 sums; kernels/cuda/affine_qmv.h)";
   if (!kernels) return cpu ? "MLX's CPU kernels" : "MLX's GPU kernels";
   std::string text = std::string("mlxrt CPU kernels (") + kernels->instruction_set() + ", " +
                      std::to_string(kernels->threads()) + " threads)";

@@ -2,6 +2,7 @@
 // written this way: affine_qmv.h.
 #include "mlxrt/kernels/cuda/affine_qmv.h"
 
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -31,9 +32,12 @@ bool is_float(mx::Dtype t) { return t == mx::bfloat16 || t == mx::float16 || t =
 }  // namespace
 
 // Enough warps to fill the H200's 132 multiprocessors several times over (more rows per warp only
-// where N leaves warps to spare: they put more loads in flight per warp), 4 warps a block.
-QmvTiling choose_tiling(int n, QmvTiling t) {
-  if (t.rows_per_warp == 0) t.rows_per_warp = n >= 8192 ? 4 : n >= 4096 ? 2 : 1;
+// where N leaves warps to spare: they put more loads in flight per warp), 4 warps a block. A dense
+// matrix: 4 rows a warp where N or K reaches 8192, else 1 (mlxrt_qmv_bench's best on Qwen3-8B's
+// bf16 shapes on an H200: gate/up, down and the head at 4, q and o at 1).
+QmvTiling choose_tiling(int n, QmvTiling t, bool dense, int k) {
+  if (t.rows_per_warp == 0)
+    t.rows_per_warp = dense ? (n >= 8192 || k >= 8192 ? 4 : 1) : n >= 8192 ? 4 : n >= 4096 ? 2 : 1;
   if (t.warps_per_block == 0) t.warps_per_block = 4;
   return t;
 }
@@ -59,11 +63,32 @@ bool affine_qmv_preferred(const mx::array& x, const mx::array& w, int bits) {
   return rows <= 7 && static_cast<size_t>(w.nbytes()) >= (size_t{4} << 20);
 }
 
-mx::array affine_qmv(const mx::array& x, const mx::array& w, const mx::array& scales, const mx::array& biases,
-                     int group_size, int bits, QmvTiling tiling) {
-  if (!affine_qmv_applies(x, w, scales, biases, group_size, bits))
-    throw std::invalid_argument("[affine_qmv] unsupported operands (affine_qmv_applies)");
-  tiling = choose_tiling(w.shape(0), tiling);
+bool dense_l3_opted_in() {
+  const char* v = std::getenv("MLXRT_CUDA_L3_DENSE");
+  return v && std::string(v) == "1";
+}
+
+bool dense_mv_applies(const mx::array& x, const mx::array& w) {
+  if (w.ndim() != 2 || !is_float(w.dtype()) || x.ndim() < 1 || x.dtype() != w.dtype()) return false;
+  const int n = w.shape(0), k = w.shape(1);
+  if (n == 0 || k == 0 || x.shape(-1) != k) return false;
+  const size_t rows = x.size() / static_cast<size_t>(k);
+  if (rows < 1 || rows > static_cast<size_t>(kQmvMaxRows)) return false;
+  return mx::default_device() == mx::Device::gpu && mx::cu::is_available();
+}
+
+bool dense_mv_preferred(const mx::array& x, const mx::array& w) {
+  const size_t k = static_cast<size_t>(w.shape(1));
+  const size_t rows = k ? x.size() / k : 0;
+  return rows <= 7 && static_cast<size_t>(w.nbytes()) >= (size_t{4} << 20);
+}
+
+namespace {
+
+// The launch both products share: `bits` 0 is a dense w (scales and biases then w again, unread).
+mx::array launch_mv(const mx::array& x, const mx::array& w, const mx::array& scales, const mx::array& biases,
+                    int group_size, int bits, mx::Dtype out_type, QmvTiling tiling) {
+  tiling = choose_tiling(w.shape(0), tiling, bits == 0, x.shape(-1));
   // More than 8 warps a block can ask more registers than a multiprocessor has (8 rows of x).
   if (tiling.rows_per_warp < 1 || tiling.rows_per_warp > 8 || tiling.warps_per_block < 1 ||
       tiling.warps_per_block > 8)
@@ -73,7 +98,6 @@ mx::array affine_qmv(const mx::array& x, const mx::array& w, const mx::array& sc
   const int n = w.shape(0);
   const int k = x.shape(-1);
   const int rows = static_cast<int>(x.size() / static_cast<size_t>(k));
-  const auto out_type = mx::promote_types(mx::promote_types(x.dtype(), scales.dtype()), biases.dtype());
   const int warps = (n + tiling.rows_per_warp - 1) / tiling.rows_per_warp;
   const int blocks = (warps + tiling.warps_per_block - 1) / tiling.warps_per_block;
   const int threads = 32 * tiling.warps_per_block;
@@ -83,6 +107,21 @@ mx::array affine_qmv(const mx::array& x, const mx::array& w, const mx::array& sc
                   {{"XT", x.dtype()}, {"ST", scales.dtype()}, {"OT", out_type}, {"M", rows}, {"R", tiling.rows_per_warp}, {"BITS", bits},
                    {"GS", group_size}},
                   std::nullopt, false, {})[0];
+}
+
+}  // namespace
+
+mx::array affine_qmv(const mx::array& x, const mx::array& w, const mx::array& scales, const mx::array& biases,
+                     int group_size, int bits, QmvTiling tiling) {
+  if (!affine_qmv_applies(x, w, scales, biases, group_size, bits))
+    throw std::invalid_argument("[affine_qmv] unsupported operands (affine_qmv_applies)");
+  const auto out_type = mx::promote_types(mx::promote_types(x.dtype(), scales.dtype()), biases.dtype());
+  return launch_mv(x, w, scales, biases, group_size, bits, out_type, tiling);
+}
+
+mx::array dense_mv(const mx::array& x, const mx::array& w, QmvTiling tiling) {
+  if (!dense_mv_applies(x, w)) throw std::invalid_argument("[dense_mv] unsupported operands (dense_mv_applies)");
+  return launch_mv(x, w, w, w, 0, 0, x.dtype(), tiling);
 }
 
 }  // namespace mlxrt::kernels::cuda

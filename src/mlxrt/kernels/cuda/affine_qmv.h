@@ -29,8 +29,9 @@ struct QmvTiling {
   int warps_per_block = 0;
 };
 
-/** `t` with its zero fields chosen for an output of `n` rows (affine_qmv.cpp says how). */
-QmvTiling choose_tiling(int n, QmvTiling t = {});
+/** `t` with its zero fields chosen for an output of `n` rows of a quantized matrix, or of a dense
+ * one of `k` columns (affine_qmv.cpp says how). */
+QmvTiling choose_tiling(int n, QmvTiling t = {}, bool dense = false, int k = 0);
 
 /** The most rows of x one call takes (a batched decoding step's). */
 constexpr int kQmvMaxRows = 8;
@@ -51,5 +52,25 @@ bool affine_qmv_preferred(const mx::array& x, const mx::array& w, int bits);
  * shaped [..., N]. std::invalid_argument where affine_qmv_applies does not hold. */
 mx::array affine_qmv(const mx::array& x, const mx::array& w, const mx::array& scales, const mx::array& biases,
                      int group_size, int bits, QmvTiling tiling = {});
+
+/** Whether dense layers (bfloat16, float16, float32) take dense_mv and the fused kernels
+ * (fused_qmv.h) at --fidelity l3: MLXRT_CUDA_L3_DENSE=1, opt-in. On the H200 (bench/RESULTS.md,
+ * 2026-12-04, tenth session) dense_mv reads 0.54-0.97x as fast as MLX's cuBLAS matrix-vector
+ * product, and a Qwen3 decode step with the fused dense kernels is no faster than L1, so L3 leaves
+ * dense layers to MLX unless asked. */
+bool dense_l3_opted_in();
+
+/** Whether dense_mv computes x @ w.T: default device a CUDA GPU, w [N, K] of x's floating type
+ * (bfloat16, float16 or float32), x [..., K] of 1 to kQmvMaxRows rows. */
+bool dense_mv_applies(const mx::array& x, const mx::array& w);
+
+/** Where a dense layer takes dense_mv at L3 over MLX's matmul (a cuBLAS matrix-vector product
+ * for one row): as affine_qmv_preferred, at most 7 rows and at least 4 MiB of weights. */
+bool dense_mv_preferred(const mx::array& x, const mx::array& w);
+
+/** x @ w.T for a dense w, each output the float32 sum of its products (16-byte loads of w as
+ * affine_qmv reads its words; not cuBLAS's order, so not L1's bytes), rounded to x's type,
+ * shaped [..., N]. std::invalid_argument where dense_mv_applies does not hold. */
+mx::array dense_mv(const mx::array& x, const mx::array& w, QmvTiling tiling = {});
 
 }  // namespace mlxrt::kernels::cuda

@@ -61,9 +61,9 @@ constexpr const char* kQkvSource = R"(
   const int nq = wq_shape[0], nk = wk_shape[0], nv = wv_shape[0];
   const int bq_blocks = (nq + per_block - 1) / per_block, bk_blocks = (nk + per_block - 1) / per_block;
   int b = blockIdx.x;
-  const uint32_t* w = wq;
-  const ST* s = sq;
-  const ST* bias = bq;
+  auto w = wq;
+  auto s = sq;
+  auto bias = bq;
   OT* y = yq;
   int N = nq;
   if (b >= bq_blocks + bk_blocks) {
@@ -75,7 +75,7 @@ constexpr const char* kQkvSource = R"(
   }
   const int row0 = (b * nwarps + (threadIdx.x >> 5)) * R;
   if (row0 >= N) return;
-  mlxrt_qmv_warp<M, R, BITS, GS>(xs, true, w, s, bias, N, K * BITS / 32, row0,
+  mlxrt_qmv_warp<M, R, BITS, GS>(xs, true, w, s, bias, N, COLS, row0,
                                  [&](size_t i, float v) { y[i] = static_cast<OT>(v); });
 )";
 
@@ -91,8 +91,8 @@ constexpr const char* kSwigluSource = R"(
   const int row0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
   if (row0 >= N) return;
   float ag[M][R], au[M][R];
-  mlxrt_qmv_rows<M, R, BITS, GS>(xs, true, wg, sg, bg, N, K * BITS / 32, row0, lane, ag);
-  mlxrt_qmv_rows<M, R, BITS, GS>(xs, true, wu, su, bu, N, K * BITS / 32, row0, lane, au);
+  mlxrt_mv_rows<M, R, BITS, GS>(xs, true, wg, sg, bg, N, COLS, row0, lane, ag);
+  mlxrt_mv_rows<M, R, BITS, GS>(xs, true, wu, su, bu, N, COLS, row0, lane, au);
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
@@ -131,7 +131,9 @@ int fused_rows(const mx::array& x, std::initializer_list<const QmvMatrix*> mats)
   for (const auto* m : mats) {
     if (m->bits != first->bits || m->group_size != first->group_size || m->scales.dtype() != first->scales.dtype())
       return 0;
-    if (!affine_qmv_applies(x, m->w, m->scales, m->biases, m->group_size, m->bits)) return 0;
+    if (m->is_dense() ? !dense_mv_applies(x, m->w)
+                      : !affine_qmv_applies(x, m->w, m->scales, m->biases, m->group_size, m->bits))
+      return 0;
   }
   const int rows = static_cast<int>(x.size() / static_cast<size_t>(x.shape(-1)));
   return rows <= kFusedMaxRows ? rows : 0;
@@ -144,8 +146,12 @@ bool norm_fits(const mx::array& x, const RmsNormIn& norm, int rows) {
 }
 
 mx::Dtype product_type(const mx::array& x, const QmvMatrix& m) {
+  if (m.is_dense()) return mx::promote_types(x.dtype(), m.w.dtype());
   return mx::promote_types(mx::promote_types(x.dtype(), m.scales.dtype()), m.biases.dtype());
 }
+
+// w's row length in its own elements: packed words, or a dense matrix's values.
+int cols_of(const QmvMatrix& m, int k) { return m.is_dense() ? k : k * m.bits / 32; }
 
 mx::Shape with_last(mx::Shape shape, int n) {
   shape.back() = n;
@@ -167,7 +173,7 @@ std::optional<std::array<mx::array, 3>> rms_norm_qkv(const mx::array& x, const R
       "mlxrt_rms_norm_qkv", {"x", "nw", "wq", "sq", "bq", "wk", "sk", "bk", "wv", "sv", "bv"}, {"yq", "yk", "yv"},
       kQkvSource, header(), true, 0);
   const int nq = q.w.shape(0), nk = k.w.shape(0), nv = v.w.shape(0), kdim = x.shape(-1);
-  const auto t = choose_tiling(nq + nk + nv);
+  const auto t = choose_tiling(nq + nk + nv, {}, q.is_dense(), kdim);
   const int blocks = blocks_for(nq, t) + blocks_for(nk, t) + blocks_for(nv, t);
   const int threads = 32 * t.warps_per_block;
   const auto out = product_type(x, q);
@@ -175,7 +181,7 @@ std::optional<std::array<mx::array, 3>> rms_norm_qkv(const mx::array& x, const R
                    {with_last(x.shape(), nq), with_last(x.shape(), nk), with_last(x.shape(), nv)}, {out, out, out},
                    {blocks * threads, 1, 1}, {threads, 1, 1},
                    {{"XT", x.dtype()}, {"ST", q.scales.dtype()}, {"OT", out}, {"M", rows}, {"R", t.rows_per_warp},
-                    {"BITS", q.bits}, {"GS", q.group_size}, {"K", kdim}, {"SK", rows * kdim},
+                    {"BITS", q.bits}, {"GS", q.group_size}, {"K", kdim}, {"COLS", cols_of(q, kdim)}, {"SK", rows * kdim},
                     {"EPS_BITS", std::bit_cast<int>(norm.eps)}},
                    std::nullopt, false, {});
   return std::array<mx::array, 3>{ys[0], ys[1], ys[2]};
@@ -190,14 +196,15 @@ std::optional<mx::array> rms_norm_swiglu(const mx::array& x, const RmsNormIn& no
                             kSwigluSource, header(), true, 0);
   const int n = gate.w.shape(0), kdim = x.shape(-1);
   // Two matrices' loads in flight per row: half affine_qmv's rows per warp.
-  auto t = choose_tiling(n);
+  auto t = choose_tiling(n, {}, gate.is_dense(), kdim);
   t.rows_per_warp = std::max(1, t.rows_per_warp / 2);
   const int threads = 32 * t.warps_per_block;
   const auto out = product_type(x, gate);
   return kernel({x, norm.weight, gate.w, gate.scales, gate.biases, up.w, up.scales, up.biases},
                 {with_last(x.shape(), n)}, {out}, {blocks_for(n, t) * threads, 1, 1}, {threads, 1, 1},
                 {{"XT", x.dtype()}, {"ST", gate.scales.dtype()}, {"OT", out}, {"M", rows}, {"R", t.rows_per_warp},
-                 {"BITS", gate.bits}, {"GS", gate.group_size}, {"K", kdim}, {"SK", rows * kdim},
+                 {"BITS", gate.bits}, {"GS", gate.group_size}, {"K", kdim}, {"COLS", cols_of(gate, kdim)},
+                 {"SK", rows * kdim},
                  {"EPS_BITS", std::bit_cast<int>(norm.eps)}},
                 std::nullopt, false, {})[0];
 }
@@ -210,7 +217,7 @@ std::optional<mx::array> qmv_residual(const mx::array& x, const QmvMatrix& m, co
   if (residual.dtype() != out || residual.shape() != with_last(x.shape(), n)) return std::nullopt;
   static const auto kernel = mx::fast::cuda_kernel("mlxrt_qmv_residual", {"x", "w", "scales", "biases", "res"}, {"y"},
                                                    kResidualSource, detail::kQmvDevice, true, 0);
-  const auto t = choose_tiling(n);
+  const auto t = choose_tiling(n, {}, m.is_dense(), x.shape(-1));
   const int threads = 32 * t.warps_per_block;
   return kernel({x, m.w, m.scales, m.biases, residual}, {residual.shape()}, {out}, {blocks_for(n, t) * threads, 1, 1},
                 {threads, 1, 1},

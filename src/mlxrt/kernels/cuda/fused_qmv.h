@@ -16,10 +16,14 @@
  * output, the gate and up products, the MLP output before the add), so the fused step stays
  * close to L1; how close is measured by `mlxrt fidelity` (bench/gpu/l3_bench.py).
  *
+ * Dense matrices (a bfloat16, float16 or float32 model) take the same kernels with the products
+ * of dense_mv (affine_qmv.h): MLX runs each of those products as a cuBLAS matrix-vector call of
+ * its own node.
+ *
  * Each function returns nullopt where it does not apply (the caller runs the unfused nodes):
- * default device not a CUDA GPU, a matrix not affine 4/8-bit with group 32/64/128, matrices that
- * differ in bits, group size or parameter type, more than kFusedMaxRows rows of x, or rows of x
- * too long for a block's shared memory. */
+ * default device not a CUDA GPU, a matrix neither affine 4/8-bit with group 32/64/128 nor dense of
+ * x's type, matrices that differ in bits, group size or parameter type, more than kFusedMaxRows
+ * rows of x, or rows of x too long for a block's shared memory. */
 #include <array>
 #include <optional>
 #include <utility>
@@ -30,10 +34,14 @@ namespace mlxrt::kernels::cuda {
 
 namespace mx = mlx::core;
 
-/** One affine-quantized matrix as mx.quantize packs it. */
+/** One matrix of a decoding step's products: affine-quantized as mx.quantize packs it, or dense
+ * (`bits` 0: w [N, K] of the input's floating type; scales and biases are w again, unread, so that
+ * each kernel keeps one list of inputs). */
 struct QmvMatrix {
   mx::array w, scales, biases;
   int group_size = 64, bits = 4;
+  static QmvMatrix dense(const mx::array& w) { return {w, w, w, 0, 0}; }
+  bool is_dense() const { return bits == 0; }
 };
 
 /** An RMSNorm's weight and eps. */

@@ -155,14 +155,120 @@ __device__ __forceinline__ void mlxrt_qmv_rows(const XT* x, bool x_vec, const ui
   }
 }
 
+// 16 bytes of w from p as four words: one load where w_vec, else 16-bit or 32-bit loads put
+// together (values at or past `left` read as 0).
+template <typename WT>
+__device__ __forceinline__ uint4 mlxrt_load_w16(const WT* p, bool w_vec, int left) {
+  if (w_vec) return *reinterpret_cast<const uint4*>(p);
+  uint32_t u[4];
+  if constexpr (sizeof(WT) == 4) {
+    const uint32_t* q = reinterpret_cast<const uint32_t*>(p);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) u[i] = i < left ? q[i] : 0u;
+  } else {
+    const unsigned short* q = reinterpret_cast<const unsigned short*>(p);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t lo = 2 * i < left ? q[2 * i] : 0u, hi = 2 * i + 1 < left ? q[2 * i + 1] : 0u;
+      u[i] = lo | (hi << 16);
+    }
+  }
+  return make_uint4(u[0], u[1], u[2], u[3]);
+}
+
+// The same for a dense w ([N, K] of x's floating type, the kernels' BITS 0). Lane l reads 16
+// bytes of each row at value offsets l * kVpl + u * 32 * kVpl + c * kU * 32 * kVpl (u < kU: kU
+// loads a row per step, so a warp has twice the bytes in flight of the quantized loop while x's
+// rows fit in registers), the next step's loads issued before this one is summed, rows past N
+// repeating row N - 1. Float32 products and sums (not cuBLAS's order).
+template <int M, int R, typename XT, typename WT>
+__device__ __forceinline__ void mlxrt_dense_rows(const XT* x, bool x_vec, const WT* w, int N, int K, int row0,
+                                                 int lane, float (&acc)[M][R]) {
+  constexpr int kVpl = 16 / static_cast<int>(sizeof(WT));  // values per lane per 16-byte load
+  constexpr int kPer = 4 / static_cast<int>(sizeof(WT));    // values per 32-bit word
+  constexpr int kU = M <= 2 ? 2 : 1;                        // loads per row per step
+  const bool w_vec = (reinterpret_cast<unsigned long long>(w) & 15) == 0 && (K % kVpl) == 0;
+  const bool xv_ok = x_vec && (K % kVpl) == 0;
+  size_t wrow[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) wrow[r] = static_cast<size_t>(min(row0 + r, N - 1)) * K;
+  // The step at k: kU loads of each row (those at or past K left as zeros).
+  auto load = [&](int k, uint4 (*v)[R]) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int ku = k + u * 32 * kVpl;
+#pragma unroll
+      for (int r = 0; r < R; ++r) v[u][r] = ku < K ? mlxrt_load_w16(w + wrow[r] + ku, w_vec, K - ku) : make_uint4(0, 0, 0, 0);
+    }
+  };
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
+  constexpr int kStep = kU * 32 * kVpl;
+  int k0 = lane * kVpl;
+  uint4 cur[kU][R];
+  if (k0 < K) load(k0, cur);
+  for (; k0 < K; k0 += kStep) {
+    // The next step's loads go out before this step is summed.
+    uint4 nxt[kU][R];
+    if (k0 + kStep < K) load(k0 + kStep, nxt);
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int ku = k0 + u * 32 * kVpl;
+      if (ku >= K) break;
+      float xv[M][kVpl];
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const XT* xm = x + static_cast<size_t>(m) * K + ku;
+        if (xv_ok) {
+          mlxrt_load_x(xm, xv[m], true);
+        } else {
+#pragma unroll
+          for (int j = 0; j < kVpl; ++j) xv[m][j] = ku + j < K ? static_cast<float>(xm[j]) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float f[kPer];
+          mlxrt_word_to_float(mlxrt_part(cur[u][r], i), f, w);
+#pragma unroll
+          for (int m = 0; m < M; ++m)
+#pragma unroll
+            for (int j = 0; j < kPer; ++j) acc[m][r] = fmaf(f[j], xv[m][i * kPer + j], acc[m][r]);
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) cur[u][r] = nxt[u][r];
+  }
+}
+
+// Either product by the kernels' BITS: 0 a dense w (`cols` its K, scales and biases unused), else
+// affine-quantized (`cols` its words per row).
+template <int M, int R, int BITS, int GS, typename XT, typename WT, typename ST>
+__device__ __forceinline__ void mlxrt_mv_rows(const XT* x, bool x_vec, const WT* w, const ST* scales,
+                                              const ST* biases, int N, int cols, int row0, int lane,
+                                              float (&acc)[M][R]) {
+  if constexpr (BITS == 0) {
+    mlxrt_dense_rows<M, R>(x, x_vec, w, N, cols, row0, lane, acc);
+  } else {
+    mlxrt_qmv_rows<M, R, BITS, GS>(x, x_vec, w, scales, biases, N, cols, row0, lane, acc);
+  }
+}
+
 // A warp's rows row0 .. row0 + R - 1 of w (those below N): write(i, sum) with i = m * N + n, the
-// index of output row m, column n, from one lane each.
-template <int M, int R, int BITS, int GS, typename XT, typename ST, typename Write>
-__device__ __forceinline__ void mlxrt_qmv_warp(const XT* x, bool x_vec, const uint32_t* w, const ST* scales,
-                                               const ST* biases, int N, int words, int row0, Write write) {
+// index of output row m, column n, from one lane each. `cols`: w's row length in its own elements
+// (words of a quantized w, values of a dense one).
+template <int M, int R, int BITS, int GS, typename XT, typename WT, typename ST, typename Write>
+__device__ __forceinline__ void mlxrt_qmv_warp(const XT* x, bool x_vec, const WT* w, const ST* scales,
+                                               const ST* biases, int N, int cols, int row0, Write write) {
   const int lane = threadIdx.x & 31;
   float acc[M][R];
-  mlxrt_qmv_rows<M, R, BITS, GS>(x, x_vec, w, scales, biases, N, words, row0, lane, acc);
+  mlxrt_mv_rows<M, R, BITS, GS>(x, x_vec, w, scales, biases, N, cols, row0, lane, acc);
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll

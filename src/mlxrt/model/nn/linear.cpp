@@ -76,6 +76,7 @@ Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int o
   if (bias) b = w.take(path + ".bias", {out_dims});
   Linear linear(std::move(weight), std::move(b), std::move(q));
   linear.cpu_ = w.cpu_kernels();
+  linear.gpu_l3_ = !linear.q_ && w.gpu_l3() && kernels::cuda::dense_l3_opted_in();
   if (w.row_exact()) linear.rows_per_call_ = row_invariant_rows(linear.weight_, linear.q_);
   // The adapter's delta of this layer (LoRALinear / DoRALinear). DoRALinear.set_linear: m =
   // |W.astype(float32)| per output row, when the adapter lacks it.
@@ -157,9 +158,9 @@ std::optional<kernels::cpu::L3Matrix> Linear::l3_matrix() const {
 }
 
 std::optional<kernels::cuda::QmvMatrix> Linear::cuda_l3_matrix() const {
-  if (!q_ || !q_->gpu_l3 || q_->spec.mode != "affine" || !q_->biases || bias_ || lora_ || slots_ || sum_over_ ||
-      rows_per_call_ > 0)
-    return std::nullopt;
+  if (bias_ || lora_ || slots_ || sum_over_ || rows_per_call_ > 0) return std::nullopt;
+  if (!q_) return gpu_l3_ ? std::optional(kernels::cuda::QmvMatrix::dense(weight_)) : std::nullopt;
+  if (!q_->gpu_l3 || q_->spec.mode != "affine" || !q_->biases) return std::nullopt;
   return kernels::cuda::QmvMatrix{weight_, q_->scales, *q_->biases, q_->spec.group_size, q_->spec.bits};
 }
 
@@ -236,6 +237,9 @@ mx::array Linear::base(const mx::array& x) const {
     auto y = q_->matmul(x, weight_);
     return bias_ ? mx::add(y, *bias_) : y;
   }
+  // At L3 on a CUDA GPU, a decoding step's few rows: our matrix-vector kernel.
+  if (gpu_l3_ && !bias_ && kernels::cuda::dense_mv_applies(x, weight_) && kernels::cuda::dense_mv_preferred(x, weight_))
+    return kernels::cuda::dense_mv(x, weight_);
   // mlx.nn.Linear: addmm with a bias, else x @ W.T.
   return kernels::cpu::matmul_transposed(cpu_, x, weight_, bias_, weight_t_);
 }
@@ -246,6 +250,7 @@ Embedding Embedding::load(WeightBinder& w, const std::string& path, int num_embe
   Embedding embedding(std::move(weight), std::move(q));
   if (embedding.weight_t_) w.derive(*embedding.weight_t_);  // see Linear::keep_transposed
   embedding.cpu_ = w.cpu_kernels();
+  embedding.gpu_l3_ = !embedding.q_ && w.gpu_l3() && kernels::cuda::dense_l3_opted_in();
   if (w.row_exact()) embedding.rows_per_call_ = row_invariant_rows(embedding.weight_, embedding.q_);
   // The adapter's delta of this embedding (LoRAEmbedding / DoRAEmbedding). DoRAEmbedding.set_embedding:
   // m = |weight| per row, when the adapter lacks it.
@@ -306,6 +311,8 @@ mx::array Embedding::as_linear_rows(const mx::array& x) const {
 }
 
 mx::array Embedding::base_as_linear(const mx::array& x) const {
+  if (!q_ && gpu_l3_ && kernels::cuda::dense_mv_applies(x, weight_) && kernels::cuda::dense_mv_preferred(x, weight_))
+    return kernels::cuda::dense_mv(x, weight_);
   if (!q_) return kernels::cpu::matmul_transposed(cpu_, x, weight_, std::nullopt, weight_t_);
   return q_->matmul(x, weight_);
 }

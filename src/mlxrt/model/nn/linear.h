@@ -67,13 +67,15 @@ class Linear {
    * quantized layer is not such a layer: MLX's quantized matmul keeps the batch axes, and which
    * kernel it picks depends on them. Nor is one that our CPU kernels may run (one node whatever
    * the input's rank). */
-  bool flattens_rows() const { return !q_ && !lora_ && !slots_ && !sum_over_ && !cpu_ && rows_per_call_ == 0; }
+  bool flattens_rows() const {
+    return !q_ && !lora_ && !slots_ && !sum_over_ && !cpu_ && !gpu_l3_ && rows_per_call_ == 0;
+  }
 
   /** The layer's L3-packed matrix where its forward is that product alone (no bias, adapter,
    * sharding or row-exact split around it), for the fused L3 blocks; nullopt elsewhere. */
   std::optional<kernels::cpu::L3Matrix> l3_matrix() const;
-  /** At --fidelity l3 on a CUDA GPU, the layer's affine-quantized matrix where its forward is that
-   * product alone (as l3_matrix), for the fused CUDA kernels; nullopt elsewhere. */
+  /** At --fidelity l3 on a CUDA GPU, the layer's matrix (affine-quantized, or dense) where its
+   * forward is that product alone (as l3_matrix), for the fused CUDA kernels; nullopt elsewhere. */
   std::optional<kernels::cuda::QmvMatrix> cuda_l3_matrix() const;
 
  private:
@@ -101,6 +103,9 @@ class Linear {
   /** Row-exact loads: the most rows one call of this layer's matmul may take and still give each
    * row a one-row call's bytes (row_invariant_rows; 0: any number, the layer runs as it is). */
   int rows_per_call_ = 0;
+  /** --fidelity l3 on a CUDA GPU with MLXRT_CUDA_L3_DENSE=1, a dense layer: few-row products go to
+   * kernels::cuda::dense_mv (a quantized layer's flag is Quantized::gpu_l3). */
+  bool gpu_l3_ = false;
 };
 
 /** How many rows one matmul call of a layer with this weight (quantized as `q`, or dense) may take
@@ -144,6 +149,7 @@ class Embedding {
   std::shared_ptr<const SlotDeltas> slots_;  // a mixed-adapter model's deltas, by slot
   std::shared_ptr<const kernels::cpu::CpuKernels> cpu_;  // our CPU kernels (null: MLX's)
   int rows_per_call_ = 0;  // as Linear's, for as_linear
+  bool gpu_l3_ = false;    // as Linear's: a dense tied head's few-row products by dense_mv
 };
 
 /** The deltas each slot's adapter has for module `path` (WeightBinder::adapter_slots); null when
