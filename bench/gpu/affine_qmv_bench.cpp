@@ -88,7 +88,10 @@ int main(int argc, char** argv) {
       {"0.6B down bf16", 1024, 3072, 1, 16},        {"0.6B lm_head bf16", 151936, 1024, 1, 16}};
   if (quick) shapes = {shapes[1], shapes[3]};
   if (dense_only) std::erase_if(shapes, [](const Shape& s) { return s.bits != 16; });
-  const std::vector<QmvTiling> tilings = {{0, 0}, {1, 4}, {2, 4}, {4, 4}, {1, 8}, {2, 8}, {4, 8}, {8, 4}};
+  // Then dense_mv's split-K variant (the block's warps share its rows), dense shapes only.
+  const std::vector<QmvTiling> tilings = {{0, 0},       {1, 4},       {2, 4},       {4, 4},      {1, 8},
+                                          {2, 8},       {4, 8},       {8, 4},       {1, 4, true}, {2, 4, true},
+                                          {4, 4, true}, {1, 8, true}, {2, 8, true}, {4, 8, true}};
 
   // The ceiling: a 2 GiB float32 array negated (read + write).
   {
@@ -135,6 +138,7 @@ int main(int argc, char** argv) {
     QmvTiling best_t;
     std::string line;
     for (auto t : tilings) {
+      if (t.split_k && !dense) continue;
       const double ours = time_per_call(
           [&](int i) {
             const int c = i % copies;
@@ -143,16 +147,17 @@ int main(int argc, char** argv) {
           },
           calls, rounds);
       char cell[64];
-      std::snprintf(cell, sizeof cell, " %dx%d:%.0f", t.rows_per_warp, t.warps_per_block, bytes / ours / 1e9);
+      std::snprintf(cell, sizeof cell, " %dx%d%s:%.0f", t.rows_per_warp, t.warps_per_block, t.split_k ? "s" : "",
+                    bytes / ours / 1e9);
       line += cell;
       if (t.rows_per_warp == 0) chosen = ours;
       if (ours < best) best = ours, best_t = t;
     }
     // The chosen tiling (what the model runs) against MLX, then the best fixed one.
-    std::printf("%-26s %5.0f %9.2f %8.0f | %9.2f %8.0f %5.2fx | %dx%-4d %9.2f %8.0f\n", sh.name, bytes / 1e6,
+    std::printf("%-26s %5.0f %9.2f %8.0f | %9.2f %8.0f %5.2fx | %dx%d%-3s %9.2f %8.0f\n", sh.name, bytes / 1e6,
                 mlx * 1e6, bytes / mlx / 1e9, chosen * 1e6, bytes / chosen / 1e9, mlx / chosen, best_t.rows_per_warp,
-                best_t.warps_per_block, best * 1e6, bytes / best / 1e9);
-    std::printf("    GB/s by tiling (rows/warp x warps/block):%s\n", line.c_str());
+                best_t.warps_per_block, best_t.split_k ? "s" : "", best * 1e6, bytes / best / 1e9);
+    std::printf("    GB/s by tiling (rows/warp x warps/block; s: split-K, rows per block):%s\n", line.c_str());
     std::fflush(stdout);
   }
   return 0;

@@ -142,7 +142,7 @@ void check_dense(const DenseCase& c, int seed, QmvTiling tiling = {}) {
   mx::eval({w, x});
   std::ostringstream what;
   what << "dense N " << c.n << " K " << c.k << " rows " << c.rows << " " << c.type << (c.misaligned ? " misaligned" : "")
-       << " tiling " << tiling.rows_per_warp << "x" << tiling.warps_per_block;
+       << " tiling " << tiling.rows_per_warp << "x" << tiling.warps_per_block << (tiling.split_k ? " split-K" : "");
   ASSERT_TRUE(dense_mv_applies(x, w)) << what.str();
   auto y = dense_mv(x, w, tiling);
   mx::eval(y);
@@ -181,6 +181,14 @@ TEST_F(AffineQmv, DenseWithinFloat32Bound) {
   int seed = 300;
   for (const auto& c : cases) check_dense(c, seed++);
   for (QmvTiling t : {QmvTiling{1, 1}, QmvTiling{3, 2}, QmvTiling{8, 8}}) check_dense({517, 1024, 2, mx::bfloat16}, seed++, t);
+  // The split-K variant (the block's warps share its rows): its cross-warp sum in shared memory.
+  for (QmvTiling t : {QmvTiling{2, 4, true}, QmvTiling{1, 2, true}, QmvTiling{8, 4, true}, QmvTiling{3, 3, true}}) {
+    check_dense({517, 1024, 2, mx::bfloat16}, seed++, t);
+    check_dense({130, 4096, 8, mx::float16}, seed++, t);
+    check_dense({67, 300, 3, mx::float32, true}, seed++, t);
+  }
+  EXPECT_THROW(dense_mv(mx::ones({1, 64}, mx::bfloat16), mx::ones({8, 64}, mx::bfloat16), QmvTiling{2, 1, true}),
+               std::invalid_argument);  // one warp: the M x R outputs need a thread each
   EXPECT_FALSE(dense_mv_applies(mx::ones({1, 64}, mx::float32), mx::ones({8, 64}, mx::bfloat16)));  // types differ
   EXPECT_FALSE(dense_mv_applies(mx::ones({9, 64}, mx::bfloat16), mx::ones({8, 64}, mx::bfloat16)));  // 9 rows
   EXPECT_FALSE(dense_mv_applies(mx::ones({1, 32}, mx::bfloat16), mx::ones({8, 64}, mx::bfloat16)));  // K differs

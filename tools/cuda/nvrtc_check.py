@@ -140,6 +140,16 @@ KERNELS = [
         "combos": lambda full: qmv_combos(full, MAX_QMV_ROWS, (1, 2, 4, 8), no_extra),
     },
     {
+        "name": "mlxrt_dense_mv_split", "file": QMV, "source": "kSplitSource", "header": [(DEVICE_H, "kQmvDevice")],
+        "header_expr": "detail::kQmvDevice",
+        "inputs": lambda c: [("x", c["OT"]), ("w", c["OT"])],
+        "outputs": lambda c: [("y", c["OT"])],
+        # dense_mv's split_k variant: 1-8 rows of x, 1-8 rows a block.
+        "combos": lambda full: [{"OT": t, "M": m, "R": r} for t in FLOATS
+                                for m, r in (itertools.product(range(1, 9), range(1, 9)) if full
+                                             else ((1, 2), (2, 1), (4, 4), (8, 8)))],
+    },
+    {
         "name": "mlxrt_rms_norm_qkv", "file": FUSED, "source": "kQkvSource",
         "header": [(DEVICE_H, "kQmvDevice"), (FUSED, "kFusedDevice")], "header_expr": "header()",
         "inputs": lambda c: [("x", c["XT"]), ("nw", c["XT"])]

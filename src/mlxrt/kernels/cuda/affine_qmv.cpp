@@ -27,6 +27,34 @@ constexpr const char* kSource = R"(
                                  [&](size_t i, float v) { y[i] = static_cast<OT>(v); });
 )";
 
+// A dense w with the block's warps sharing R rows (QmvTiling::split_k): thread t of the block reads
+// at t * V + c * blockDim.x * V (qmv_device.h's mlxrt_dense_rows over T = blockDim.x threads), so a
+// block reads blockDim.x * 16 contiguous bytes of a row per load and each thread few loads; each
+// warp's sums are reduced by shuffles, then the warps' by the first M * R threads.
+constexpr const char* kSplitSource = R"(
+  __shared__ float part[8 * M * R];  // at most 8 warps' sums of the M x R outputs
+  const int N = w_shape[0], K = w_shape[1];
+  const int row0 = blockIdx.x * R;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+  const bool x_vec = (reinterpret_cast<unsigned long long>(x) & 15) == 0;
+  float acc[M][R];
+  mlxrt_dense_rows<M, R>(x, x_vec, w, N, K, row0, threadIdx.x, acc, blockDim.x);
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float v = mlxrt_warp_sum(acc[m][r]);
+      if (lane == 0) part[warp * M * R + m * R + r] = v;
+    }
+  __syncthreads();
+  if (threadIdx.x < M * R) {
+    float sum = 0.0f;
+    for (int i = 0; i < nwarps; ++i) sum += part[i * M * R + threadIdx.x];
+    const int m = threadIdx.x / R, r = threadIdx.x % R;
+    if (row0 + r < N) y[static_cast<size_t>(m) * N + row0 + r] = static_cast<OT>(sum);
+  }
+)";
+
 bool is_float(mx::Dtype t) { return t == mx::bfloat16 || t == mx::float16 || t == mx::float32; }
 
 }  // namespace
@@ -121,7 +149,23 @@ mx::array affine_qmv(const mx::array& x, const mx::array& w, const mx::array& sc
 
 mx::array dense_mv(const mx::array& x, const mx::array& w, QmvTiling tiling) {
   if (!dense_mv_applies(x, w)) throw std::invalid_argument("[dense_mv] unsupported operands (dense_mv_applies)");
-  return launch_mv(x, w, w, w, 0, 0, x.dtype(), tiling);
+  if (!tiling.split_k) return launch_mv(x, w, w, w, 0, 0, x.dtype(), tiling);
+  // The block's warps share rows_per_warp rows (at least 2 warps, so that M x R outputs have a thread each).
+  if (tiling.rows_per_warp == 0) tiling.rows_per_warp = 2;
+  if (tiling.warps_per_block == 0) tiling.warps_per_block = 4;
+  if (tiling.rows_per_warp < 1 || tiling.rows_per_warp > 8 || tiling.warps_per_block < 2 ||
+      tiling.warps_per_block > 8)
+    throw std::invalid_argument("[dense_mv] split_k tiling: 1-8 rows per block, 2-8 warps per block");
+  static const auto kernel =
+      mx::fast::cuda_kernel("mlxrt_dense_mv_split", {"x", "w"}, {"y"}, kSplitSource, detail::kQmvDevice, true, 0);
+  const int n = w.shape(0), k = x.shape(-1);
+  const int rows = static_cast<int>(x.size() / static_cast<size_t>(k));
+  const int blocks = (n + tiling.rows_per_warp - 1) / tiling.rows_per_warp;
+  const int threads = 32 * tiling.warps_per_block;
+  auto shape = x.shape();
+  shape.back() = n;
+  return kernel({x, w}, {shape}, {x.dtype()}, {blocks * threads, 1, 1}, {threads, 1, 1},
+                {{"OT", x.dtype()}, {"M", rows}, {"R", tiling.rows_per_warp}}, std::nullopt, false, {})[0];
 }
 
 }  // namespace mlxrt::kernels::cuda

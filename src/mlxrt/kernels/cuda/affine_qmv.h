@@ -23,10 +23,13 @@ namespace mlxrt::kernels::cuda {
 namespace mx = mlx::core;
 
 /** How the rows are spread: rows of w per warp and warps per block (benchmarked, not semantic; the
- * bytes of a row's result do not depend on them). 0: chosen from N (affine_qmv.cpp says how). */
+ * bytes of a row's result do not depend on them). 0: chosen from N (affine_qmv.cpp says how).
+ * split_k (dense_mv only, a variant for mlxrt_qmv_bench): the block's warps share rows_per_warp
+ * rows and split K between them, 2-8 warps (a row's sum then comes in another order). */
 struct QmvTiling {
   int rows_per_warp = 0;
   int warps_per_block = 0;
+  bool split_k = false;
 };
 
 /** `t` with its zero fields chosen for an output of `n` rows of a quantized matrix, or of a dense

@@ -176,14 +176,15 @@ __device__ __forceinline__ uint4 mlxrt_load_w16(const WT* p, bool w_vec, int lef
   return make_uint4(u[0], u[1], u[2], u[3]);
 }
 
-// The same for a dense w ([N, K] of x's floating type, the kernels' BITS 0). Lane l reads 16
-// bytes of each row at value offsets l * kVpl + u * 32 * kVpl + c * kU * 32 * kVpl (u < kU: kU
-// loads a row per step, so a warp has twice the bytes in flight of the quantized loop while x's
-// rows fit in registers), the next step's loads issued before this one is summed, rows past N
-// repeating row N - 1. Float32 products and sums (not cuBLAS's order).
+// The same for a dense w ([N, K] of x's floating type, the kernels' BITS 0), shared by T threads
+// (a warp: T 32, thread t its lane; or a block splitting K): thread t reads 16 bytes of each row
+// at value offsets t * kVpl + u * T * kVpl + c * kU * T * kVpl (u < kU: kU loads a row per step,
+// so a warp has twice the bytes in flight of the quantized loop while x's rows fit in registers),
+// the next step's loads issued before this one is summed, rows past N repeating row N - 1.
+// Float32 products and sums (not cuBLAS's order); each thread's partial sums in acc.
 template <int M, int R, typename XT, typename WT>
 __device__ __forceinline__ void mlxrt_dense_rows(const XT* x, bool x_vec, const WT* w, int N, int K, int row0,
-                                                 int lane, float (&acc)[M][R]) {
+                                                 int lane, float (&acc)[M][R], int T = 32) {
   constexpr int kVpl = 16 / static_cast<int>(sizeof(WT));  // values per lane per 16-byte load
   constexpr int kPer = 4 / static_cast<int>(sizeof(WT));    // values per 32-bit word
   constexpr int kU = M <= 2 ? 2 : 1;                        // loads per row per step
@@ -196,7 +197,7 @@ __device__ __forceinline__ void mlxrt_dense_rows(const XT* x, bool x_vec, const 
   auto load = [&](int k, uint4 (*v)[R]) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
-      const int ku = k + u * 32 * kVpl;
+      const int ku = k + u * T * kVpl;
 #pragma unroll
       for (int r = 0; r < R; ++r) v[u][r] = ku < K ? mlxrt_load_w16(w + wrow[r] + ku, w_vec, K - ku) : make_uint4(0, 0, 0, 0);
     }
@@ -205,7 +206,7 @@ __device__ __forceinline__ void mlxrt_dense_rows(const XT* x, bool x_vec, const 
   for (int m = 0; m < M; ++m)
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
-  constexpr int kStep = kU * 32 * kVpl;
+  const int kStep = kU * T * kVpl;
   int k0 = lane * kVpl;
   uint4 cur[kU][R];
   if (k0 < K) load(k0, cur);
@@ -215,7 +216,7 @@ __device__ __forceinline__ void mlxrt_dense_rows(const XT* x, bool x_vec, const 
     if (k0 + kStep < K) load(k0 + kStep, nxt);
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
-      const int ku = k0 + u * 32 * kVpl;
+      const int ku = k0 + u * T * kVpl;
       if (ku >= K) break;
       float xv[M][kVpl];
 #pragma unroll
