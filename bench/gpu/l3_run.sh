@@ -11,7 +11,8 @@
 #           against l1) on L3_MODELS (default "qwen3-0.6b-q4 qwen3-8b-q4"), made there first;
 #   steptime: bench/gpu/step_timing.py (the decode step's build / dispatch / wait split at l1 and
 #           l3 and mlx-lm's tok/s, under MLX's CUDA graph settings STEP_SETTINGS) on L3_MODELS;
-#           STEP_ARGS: more of its options (--programs, --compare-bin LABEL=BIN).
+#           STEP_ARGS: more of its options (--programs, --compare-bin LABEL=BIN);
+#   nodecost: bench/gpu/node_cost.py (MLX's host cost per graph node, by kind; NODE_COST_ARGS).
 # Logs and tables go to $OUT; MLX's compiled kernels are kept as bench/gpu/bundle_setup.sh keeps them
 # (PTX_TARBALL, default build-gpu/ptx-cache.tgz, in; $OUT/ptx-cache.tgz out).
 # Usage (repository root): [B=build-gpu/bundle] [L3_STEPS="tests qmv decode"] bench/gpu/l3_run.sh
@@ -81,6 +82,11 @@ PYEOF
         --out "$out" --models $models --settings ${STEP_SETTINGS:-default graphs-off ops-400} --rounds ${STEP_ROUNDS:-1} ${STEP_ARGS:-} > "$out/steptime.txt" 2>&1
       tail -n 24 "$out/steptime.txt"
       echo "steptime $(( $(date +%s) - t0 )) s" ;;
-    *) echo "unknown step $step (tests qmv ncu ncu_sections decode steptime)"; exit 2 ;;
+    nodecost)
+      # shellcheck disable=SC2086  # a list of options
+      timeout 300 $PY bench/gpu/node_cost.py ${NODE_COST_ARGS:-} > "$out/node_cost.txt" 2>&1
+      cat "$out/node_cost.txt"
+      echo "nodecost $(( $(date +%s) - t0 )) s" ;;
+    *) echo "unknown step $step (tests qmv ncu ncu_sections decode steptime nodecost)"; exit 2 ;;
   esac
 done
