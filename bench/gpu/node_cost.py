@@ -62,7 +62,9 @@ def kinds(dims, heads, kv_heads, head_dim, dtype):
 
     # A KV cache's update: the new key written into the buffer at the next position (a
     # slice_update), then the prefix read back (a slice view), as mlx-lm's KVCache does.
-    def cache_update(x, state={"buf": None, "pos": 0}):
+    state = {"buf": None, "pos": 0}
+
+    def cache_update(x):
         if state["buf"] is None or state["pos"] >= cache_len:
             state["buf"], state["pos"] = mx.zeros((1, kv_heads, cache_len, hd), dtype), 0
         k = to_heads(x, kv_heads)
