@@ -85,10 +85,18 @@ bool affine_qmv_applies(const mx::array& x, const mx::array& w, const mx::array&
   return mx::default_device() == mx::Device::gpu && mx::cu::is_available();
 }
 
-bool affine_qmv_preferred(const mx::array& x, const mx::array& w, int bits) {
-  const size_t k = static_cast<size_t>(w.shape(1)) * 32 / static_cast<size_t>(bits);
+namespace {
+
+// Both products' measured rule: at most 7 rows of x (of k values) and at least 4 MiB of weights.
+bool few_rows_of_large_weights(const mx::array& x, const mx::array& w, size_t k) {
   const size_t rows = k ? x.size() / k : 0;
   return rows <= 7 && static_cast<size_t>(w.nbytes()) >= (size_t{4} << 20);
+}
+
+}  // namespace
+
+bool affine_qmv_preferred(const mx::array& x, const mx::array& w, int bits) {
+  return few_rows_of_large_weights(x, w, static_cast<size_t>(w.shape(1)) * 32 / static_cast<size_t>(bits));
 }
 
 bool dense_l3_opted_in() {
@@ -106,9 +114,7 @@ bool dense_mv_applies(const mx::array& x, const mx::array& w) {
 }
 
 bool dense_mv_preferred(const mx::array& x, const mx::array& w) {
-  const size_t k = static_cast<size_t>(w.shape(1));
-  const size_t rows = k ? x.size() / k : 0;
-  return rows <= 7 && static_cast<size_t>(w.nbytes()) >= (size_t{4} << 20);
+  return few_rows_of_large_weights(x, w, static_cast<size_t>(w.shape(1)));
 }
 
 namespace {

@@ -184,8 +184,8 @@ __device__ __forceinline__ uint4 mlxrt_load_w16(const WT* p, bool w_vec, int lef
 // Float32 products and sums (not cuBLAS's order); each thread's partial sums in acc.
 template <int M, int R, typename XT, typename WT>
 __device__ __forceinline__ void mlxrt_dense_rows(const XT* x, bool x_vec, const WT* w, int N, int K, int row0,
-                                                 int lane, float (&acc)[M][R], int T = 32) {
-  constexpr int kVpl = 16 / static_cast<int>(sizeof(WT));  // values per lane per 16-byte load
+                                                 int t, float (&acc)[M][R], int T = 32) {
+  constexpr int kVpl = 16 / static_cast<int>(sizeof(WT));  // values per thread per 16-byte load
   constexpr int kPer = 4 / static_cast<int>(sizeof(WT));    // values per 32-bit word
   constexpr int kU = M <= 2 ? 2 : 1;                        // loads per row per step
   const bool w_vec = (reinterpret_cast<unsigned long long>(w) & 15) == 0 && (K % kVpl) == 0;
@@ -207,7 +207,7 @@ __device__ __forceinline__ void mlxrt_dense_rows(const XT* x, bool x_vec, const 
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
   const int kStep = kU * T * kVpl;
-  int k0 = lane * kVpl;
+  int k0 = t * kVpl;
   uint4 cur[kU][R];
   if (k0 < K) load(k0, cur);
   for (; k0 < K; k0 += kStep) {

@@ -55,6 +55,14 @@ mx::array Quantized::matmul(const mx::array& x, const mx::array& weight) const {
   return kernels::cpu::quantized_matmul(cpu, x, weight, scales, biases, spec.group_size, spec.bits, spec.mode);
 }
 
+// At L3 on a CUDA GPU with the dense kernels opted in (`gpu_l3`), a decoding step's few rows of
+// x @ w.T on our matrix-vector kernel; nullopt where MLX's matmul runs it.
+static std::optional<mx::array> l3_dense_product(bool gpu_l3, const mx::array& x, const mx::array& w) {
+  if (!gpu_l3 || !kernels::cuda::dense_mv_applies(x, w) || !kernels::cuda::dense_mv_preferred(x, w))
+    return std::nullopt;
+  return kernels::cuda::dense_mv(x, w);
+}
+
 std::shared_ptr<const SlotDeltas> take_slot_deltas(
     const WeightBinder& w, const std::function<std::shared_ptr<const LoraDelta>(Adapter&)>& take) {
   const AdapterSlots* slots = w.adapter_slots();
@@ -237,9 +245,8 @@ mx::array Linear::base(const mx::array& x) const {
     auto y = q_->matmul(x, weight_);
     return bias_ ? mx::add(y, *bias_) : y;
   }
-  // At L3 on a CUDA GPU, a decoding step's few rows: our matrix-vector kernel.
-  if (gpu_l3_ && !bias_ && kernels::cuda::dense_mv_applies(x, weight_) && kernels::cuda::dense_mv_preferred(x, weight_))
-    return kernels::cuda::dense_mv(x, weight_);
+  if (!bias_)
+    if (auto y = l3_dense_product(gpu_l3_, x, weight_)) return *y;
   // mlx.nn.Linear: addmm with a bias, else x @ W.T.
   return kernels::cpu::matmul_transposed(cpu_, x, weight_, bias_, weight_t_);
 }
@@ -311,10 +318,9 @@ mx::array Embedding::as_linear_rows(const mx::array& x) const {
 }
 
 mx::array Embedding::base_as_linear(const mx::array& x) const {
-  if (!q_ && gpu_l3_ && kernels::cuda::dense_mv_applies(x, weight_) && kernels::cuda::dense_mv_preferred(x, weight_))
-    return kernels::cuda::dense_mv(x, weight_);
-  if (!q_) return kernels::cpu::matmul_transposed(cpu_, x, weight_, std::nullopt, weight_t_);
-  return q_->matmul(x, weight_);
+  if (q_) return q_->matmul(x, weight_);
+  if (auto y = l3_dense_product(gpu_l3_, x, weight_)) return *y;
+  return kernels::cpu::matmul_transposed(cpu_, x, weight_, std::nullopt, weight_t_);
 }
 
 }  // namespace mlxrt::model::nn
