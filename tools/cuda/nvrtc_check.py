@@ -38,7 +38,7 @@ ARCH = "sm_90a"  # the H200's: MLX compiles straight to sm_90a where the driver 
 MAX_STAGED_BYTES = 40 * 1024  # fused_qmv.cpp's kMaxStagedBytes: the fused kernels stage M*K values of x
 MAX_QMV_ROWS, MAX_FUSED_ROWS = 8, 4  # affine_qmv.h's kQmvMaxRows, fused_qmv.h's kFusedMaxRows
 
-CUDA_TYPE = {"bf16": "__nv_bfloat16", "f16": "__half", "f32": "float", "u32": "uint32_t"}
+CUDA_TYPE = {"bf16": "__nv_bfloat16", "f16": "__half", "f32": "float", "u32": "uint32_t", "i32": "int32_t"}
 FLOATS = ("bf16", "f16", "f32")
 SIZE = {"bf16": 2, "f16": 2, "f32": 4}
 
@@ -59,6 +59,7 @@ def eps_bits(eps):
 # (name -> dtype of the combination), and combos(full) -> list of dicts (template args, plus dtypes).
 QMV = "src/mlxrt/kernels/cuda/affine_qmv.cpp"
 FUSED = "src/mlxrt/kernels/cuda/fused_qmv.cpp"
+QK_ROPE = "src/mlxrt/kernels/cuda/qk_rope.cpp"
 DELTA = "src/mlxrt/model/nn/gated_delta_cuda.cpp"
 DEVICE_H = "src/mlxrt/kernels/cuda/qmv_device.h"
 
@@ -130,6 +131,26 @@ def conv_combos(full):
     return [{"XT": xt, "K": k} for xt in ("bf16", "f16") for k in ((2, 3, 4, 5) if full else (4, 1))]
 
 
+def qk_rope_combos(full):
+    """qk_norm_rope: each float type; heads (query, key) and head dims of Qwen3-0.6B / 8B, Llama,
+    Gemma (256) and a partial rotation; 1-4 rows as one batch of L or L of one; norms or none,
+    base or frequencies, split-half or traditional pairs, one offset or one per batch row."""
+    shapes = [(16, 8, 128, 128), (32, 8, 128, 128), (32, 8, 64, 64), (8, 4, 256, 256), (16, 4, 128, 64)]
+    rows = [(1, 1), (4, 1), (1, 3), (2, 2)]
+    flags = list(itertools.product((False, True), repeat=4))  # TRAD, FREQS, NORM, PER_ROW
+    out = []
+    for i, (t, (h, hk, d, rot), (b, l), (trad, freqs, norm, per_row)) in enumerate(
+            itertools.product(FLOATS, shapes, rows, flags)):
+        if not full and i % 23:
+            continue
+        out.append({"QT": t, "M": b * l, "L": l, "H": h, "HK": hk, "D": d, "ROT": rot, "TRAD": trad,
+                    "FREQS": freqs, "NORM": norm, "PER_ROW": per_row and b > 1,
+                    "EPS_Q_BITS": eps_bits(1e-6) if norm else 0, "EPS_K_BITS": eps_bits(1e-6) if norm else 0,
+                    "LOG2_BASE_BITS": 0 if freqs else eps_bits(19.931568569324174),
+                    "SCALE_BITS": eps_bits(1.0)})
+    return out
+
+
 KERNELS = [
     {
         "name": "mlxrt_affine_qmv", "file": QMV, "source": "kSource", "header": [(DEVICE_H, "kQmvDevice")],
@@ -173,6 +194,13 @@ KERNELS = [
                              ("res", c["OT"])],
         "outputs": lambda c: [("y", c["OT"])],
         "combos": lambda full: qmv_combos(full, MAX_FUSED_ROWS, (1, 2, 4), no_extra),
+    },
+    {
+        "name": "mlxrt_qk_norm_rope", "file": QK_ROPE, "source": "kSource", "header": "",
+        "inputs": lambda c: [("q", c["QT"]), ("k", c["QT"]), ("qw", c["QT"]), ("kw", c["QT"]), ("off", "i32"),
+                             ("freqs", "f32" if c["FREQS"] else "i32")],
+        "outputs": lambda c: [("yq", c["QT"]), ("yk", c["QT"])],
+        "combos": qk_rope_combos,
     },
     {
         "name": "mlxrt_gated_delta_step", "file": DELTA, "source": "kStepSource",
@@ -366,7 +394,10 @@ def build_kernel(name, header, source, inputs, outputs, targs):
             src += f"    const __grid_constant__ int {n}_ndim,\n"
     src += ",\n".join(f"    {CUDA_TYPE[t]}* {n}" for n, t in outputs) + ") {\n"
     for k, v in targs:
-        src += f"  using {k} = {CUDA_TYPE[v]};\n" if isinstance(v, str) else f"  constexpr int {k} = {v};\n"
+        if isinstance(v, bool):  # fmt writes MLX's bool template args as true / false
+            src += f"  constexpr bool {k} = {'true' if v else 'false'};\n"
+        else:
+            src += f"  using {k} = {CUDA_TYPE[v]};\n" if isinstance(v, str) else f"  constexpr int {k} = {v};\n"
     src += "\n" + source + "\n}\n\n} // namespace mlx::core::cu\n"
     return src
 

@@ -17,6 +17,7 @@
 #include "mlxrt/model/nn/activations.h"
 #include "mlxrt/kernels/cpu/l3_block.h"
 #include "mlxrt/kernels/cpu/l3_fused.h"
+#include "mlxrt/kernels/cuda/qk_rope.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::model::nn {
@@ -219,14 +220,44 @@ std::optional<mx::array> Attention::cuda_l3_residual_block(const mx::array& x, c
   auto qkv = kernels::cuda::rms_norm_qkv(x, {rms->first, rms->second}, *q, *k, *v);
   if (!qkv) return std::nullopt;
   const int B = x.shape(0), L = x.shape(1);
-  auto heads = split_projected((*qkv)[0], (*qkv)[1], (*qkv)[2], B, L);
-  // The rest as operator() runs it, then o_proj and the residual add in one node.
   const int offset = cache && o_.scale_queries ? cache->offset() : 0;
-  auto kv = position_and_cache(heads.queries, heads.keys, heads.values, cache);
-  if (o_.scale_queries) heads.queries = o_.scale_queries(heads.queries, offset);
-  auto merged = mx::reshape(mx::transpose(sdpa(heads.queries, kv, mask), {0, 2, 1, 3}), {B, L, -1});
+  auto positioned = cuda_l3_position_and_cache((*qkv)[0], (*qkv)[1], (*qkv)[2], B, L, cache);
+  if (!positioned) {
+    // The rest as operator() runs it.
+    auto heads = split_projected((*qkv)[0], (*qkv)[1], (*qkv)[2], B, L);
+    auto kv = position_and_cache(heads.queries, heads.keys, heads.values, cache);
+    positioned.emplace(heads.queries, kv);
+  }
+  auto& [queries, kv] = *positioned;
+  if (o_.scale_queries) queries = o_.scale_queries(queries, offset);
+  // Then o_proj and the residual add in one node.
+  auto merged = mx::reshape(mx::transpose(sdpa(queries, kv, mask), {0, 2, 1, 3}), {B, L, -1});
   if (auto out = kernels::cuda::qmv_residual(merged, *o, x)) return *out;
   return mx::add(x, o_proj_(merged));
+}
+
+std::optional<std::pair<mx::array, cache::CachedKV>> Attention::cuda_l3_position_and_cache(
+    const mx::array& q, const mx::array& k, const mx::array& v, int B, int L, cache::Cache* cache) const {
+  if (o_.qk_norm != QkNorm::none && o_.qk_norm != QkNorm::per_head) return std::nullopt;
+  const auto rope = o_.rope ? o_.rope->fast_call() : std::nullopt;
+  if (!rope) return std::nullopt;
+  std::optional<kernels::cuda::RmsNormIn> q_norm, k_norm;
+  if (o_.qk_norm == QkNorm::per_head) {
+    const auto qn = q_norm_->rms(), kn = k_norm_->rms();
+    if (!qn || !kn) return std::nullopt;
+    q_norm = kernels::cuda::RmsNormIn{qn->first, qn->second};
+    k_norm = kernels::cuda::RmsNormIn{kn->first, kn->second};
+  }
+  // The positions RoPE would be given (rope_and_update_cache): a batched cache's offset per row.
+  const auto* batch = dynamic_cast<const cache::BatchCache*>(cache);
+  const mx::array offset = batch ? batch->offset_array() : mx::array(cache ? cache->offset() : 0, mx::int32);
+  auto heads = kernels::cuda::qk_norm_rope(q, k, o_.n_heads, o_.n_kv_heads, q_norm, k_norm,
+                                           {rope->dims, rope->traditional, rope->base, rope->scale, rope->freqs},
+                                           offset);
+  if (!heads) return std::nullopt;
+  const auto values = split_heads(v, B, L, o_.n_kv_heads);
+  cache::CachedKV kv = cache ? cache->update_and_fetch(heads->second, values) : cache::PlainKV{heads->second, values};
+  return std::pair{heads->first, kv};
 }
 
 std::optional<mx::array> Attention::l3_residual_block(const mx::array& x, const Norm& norm, const AttentionMask& mask,

@@ -120,6 +120,13 @@ class Attention {
    * operator() runs it; nullopt where those kernels do not apply. */
   std::optional<mx::array> cuda_l3_residual_block(const mx::array& x, const Norm& norm, const AttentionMask& mask,
                                                   cache::Cache* cache) const;
+  /** In cuda_l3_residual_block: the q/k norms (per head or none) and RoPE of the projections q, k
+   * ([B, L, heads * D]) in one node (kernels/cuda/qk_rope.h), then the cache update; the rotated
+   * queries and what the cache gives back. nullopt where that kernel does not apply. */
+  std::optional<std::pair<mx::array, cache::CachedKV>> cuda_l3_position_and_cache(const mx::array& q,
+                                                                                  const mx::array& k,
+                                                                                  const mx::array& v, int B, int L,
+                                                                                  cache::Cache* cache) const;
   AttentionOptions o_;
   bool gpu_l3_ = false;  // --fidelity l3 on a CUDA GPU: the fused CUDA kernels where they apply
   bool per_query_row_ = false;  // row-exact loads: each query attends alone (attend_each_query)
