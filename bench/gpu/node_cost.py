@@ -76,12 +76,12 @@ def kinds(dims, heads, kv_heads, head_dim, dtype):
     out["slice_update (cache write)"] = (cache_update, 6)
     if mx.default_device() == mx.gpu and hasattr(mx, "cuda") and mx.cuda.is_available():
         kernel = mx.fast.cuda_kernel(name="node_cost_copy", input_names=["inp"], output_names=["out"],
-                                     source="uint i = blockIdx.x * blockDim.x + threadIdx.x;"
-                                            " if (i < inp_size) out[i] = inp[i];")
+                                     source="unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;"
+                                            " if (i < N) out[i] = inp[i];")
 
         def custom(x):
             return kernel(inputs=[x], output_shapes=[x.shape], output_dtypes=[x.dtype], grid=(dims, 1, 1),
-                          threadgroup=(256, 1, 1))[0]
+                          threadgroup=(256, 1, 1), template=[("N", x.size)])[0]
         out["custom kernel (mx.fast.cuda_kernel)"] = (custom, 1)
     return out
 

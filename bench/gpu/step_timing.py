@@ -11,7 +11,8 @@ build + dispatch is close to its whole time is bound by the host, and a faster k
 Usage: step_timing.py --bin MLXRT --work MODELS_DIR --tokenizer DIR --out DIR
        [--models qwen3-0.6b-q4 qwen3-8b-q4] [--settings default graphs-off ops-400]
        [--prompt 128] [--gen 256] [--trials 2] [--rounds 1] [--programs l1 l3 mlx-lm]
-       [--compare-bin LABEL=BIN]   (repeatable: that build at l1 too, as program "l1-LABEL")
+       [--compare-bin LABEL=BIN]   (repeatable: that build too, as programs "l1-LABEL" and, where l3 is
+                                    among --programs, "l3-LABEL")
 Each round runs every setting and program once, in turn; the table gives each row's median over the
 rounds (and every round's tok/s).
 """
@@ -74,7 +75,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--programs", nargs="+", default=["l1", "l3", "mlx-lm"], choices=["l1", "l3", "mlx-lm"])
     ap.add_argument("--compare-bin", action="append", default=[], metavar="LABEL=BIN",
-                    help="another build, run at l1 as program l1-LABEL (a before/after in the same run)")
+                    help="another build, run at l1 as program l1-LABEL and at l3 as l3-LABEL where l3 is among "
+                         "--programs (a before/after in the same run)")
     args = ap.parse_args()
     others = []
     for spec in args.compare_bin:
@@ -98,6 +100,9 @@ def main():
         programs = {k: v for k, v in programs.items() if k in args.programs}
         for label, binary in others:
             programs[f"l1-{label}"] = [binary, "benchmark", "--model", model, *flags, "--step-timing"]
+            if "l3" in args.programs:
+                programs[f"l3-{label}"] = [binary, "benchmark", "--model", model, *flags, "--step-timing",
+                                           "--fidelity", "l3"]
         runs = {}
         for _ in range(args.rounds):
             for setting in args.settings:
