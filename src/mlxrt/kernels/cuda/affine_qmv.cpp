@@ -11,6 +11,7 @@
 #include <mlx/fast.h>
 #include <mlx/ops.h>
 
+#include "mlxrt/kernels/cuda/cached_kernel.h"
 #include "mlxrt/kernels/cuda/qmv_device.h"
 
 namespace mlxrt::kernels::cuda {
@@ -127,8 +128,9 @@ mx::array launch_mv(const mx::array& x, const mx::array& w, const mx::array& sca
   if (tiling.rows_per_warp < 1 || tiling.rows_per_warp > 8 || tiling.warps_per_block < 1 ||
       tiling.warps_per_block > 8)
     throw std::invalid_argument("[affine_qmv] tiling: 1-8 rows per warp, 1-8 warps per block");
-  static const auto kernel = mx::fast::cuda_kernel("mlxrt_affine_qmv", {"x", "w", "scales", "biases"}, {"y"},
-                                                   kSource, detail::kQmvDevice, true, 0);
+  static const CachedKernel kernel(mx::fast::cuda_kernel(
+      "mlxrt_affine_qmv", {"x", "w", "scales", "biases"}, {"y"},
+      kSource, detail::kQmvDevice, true, 0));
   const int n = w.shape(0);
   const int k = x.shape(-1);
   const int rows = static_cast<int>(x.size() / static_cast<size_t>(k));
@@ -162,8 +164,8 @@ mx::array dense_mv(const mx::array& x, const mx::array& w, QmvTiling tiling) {
   if (tiling.rows_per_warp < 1 || tiling.rows_per_warp > 8 || tiling.warps_per_block < 2 ||
       tiling.warps_per_block > 8)
     throw std::invalid_argument("[dense_mv] split_k tiling: 1-8 rows per block, 2-8 warps per block");
-  static const auto kernel =
-      mx::fast::cuda_kernel("mlxrt_dense_mv_split", {"x", "w"}, {"y"}, kSplitSource, detail::kQmvDevice, true, 0);
+  static const CachedKernel kernel(
+      mx::fast::cuda_kernel("mlxrt_dense_mv_split", {"x", "w"}, {"y"}, kSplitSource, detail::kQmvDevice, true, 0));
   const int n = w.shape(0), k = x.shape(-1);
   const int rows = static_cast<int>(x.size() / static_cast<size_t>(k));
   const int blocks = (n + tiling.rows_per_warp - 1) / tiling.rows_per_warp;

@@ -11,6 +11,8 @@
 #include <mlx/fast.h>
 #include <mlx/ops.h>
 
+#include "mlxrt/kernels/cuda/cached_kernel.h"
+
 namespace mlxrt::kernels::cuda {
 
 namespace {
@@ -113,8 +115,9 @@ std::optional<std::pair<mx::array, mx::array>> qk_norm_rope(const mx::array& q, 
     return std::nullopt;
   if (mx::default_device() != mx::Device::gpu || !mx::cu::is_available()) return std::nullopt;
 
-  static const auto kernel = mx::fast::cuda_kernel("mlxrt_qk_norm_rope", {"q", "k", "qw", "kw", "off", "freqs"},
-                                                   {"yq", "yk"}, kSource, "", true, 0);
+  static const CachedKernel kernel(mx::fast::cuda_kernel(
+      "mlxrt_qk_norm_rope", {"q", "k", "qw", "kw", "off", "freqs"},
+      {"yq", "yk"}, kSource, "", true, 0));
   const int tasks = B * L * (n_heads + n_kv_heads);
   const int blocks = (tasks + kWarpsPerBlock - 1) / kWarpsPerBlock;
   const int threads = 32 * kWarpsPerBlock;
