@@ -20,9 +20,11 @@
 #             (profile.txt): where a host-bound step's dispatch goes;
 #   serverprobe: the servers side by side (bench/batch_bench.py, SERVERPROBE_ARGS; default 32
 #             clients, 64 tokens, one round) with mlxrt's DEBUG log (each batched prefill step's
-#             milliseconds) and bench/gpu/api_timer.c preloaded into mlxrt's server alone: what the
-#             server's process paid in NVRTC compiles, cuDNN graph builds and cuBLASLt heuristics
-#             over the run (serverprobe.txt; the logs in $out/serverprobe);
+#             milliseconds), its attention shapes (MLXRT_ATTENTION_SHAPES: the shape each cuDNN
+#             graph built after the warm-up was for) and bench/gpu/api_timer.c preloaded into
+#             mlxrt's server alone: what the server's process paid in NVRTC compiles, cuDNN graph
+#             builds and cuBLASLt heuristics over the run (serverprobe.txt; the logs in
+#             $out/serverprobe);
 #   prefill:  bench/gpu/batch_prefill_probe.py on BATCH_MODELS: mlx-lm's own batched prefill, its
 #             forwards at new and repeated shapes (KVCache and BatchKVCache) and its BatchGenerator
 #             with 32 prompts at once (prefill.txt).
@@ -99,12 +101,19 @@ for step in ${BATCH_STEPS:-split batchgen batching}; do
         # shellcheck disable=SC2086  # SERVERPROBE_ARGS is a list of options
         MLXRT_BIN="$work/mlxrt" timeout 600 $PY bench/batch_bench.py --model "$path" --log-dir "$out/serverprobe/$m" \
           --mlxrt-env "LD_PRELOAD=$work/api_timer.so" --mlxrt-env API_TIMER_AT_EXIT=1 --mlxrt-env API_TIMER_TRACE=1 \
+          --mlxrt-env MLXRT_ATTENTION_SHAPES=1 \
           ${SERVERPROBE_ARGS:---clients 32 --gen-tokens 64 --runs 1 --mlxrt-args=--warm-up --mlxrt-args=--log-level=DEBUG} \
           >> "$out/serverprobe.txt" 2>&1
         grep -h 'api_timer' "$out/serverprobe/$m/mlxrt.log" >> "$out/serverprobe.txt"
         # The step lines and the trace lines (each new cuDNN graph, compile, module load) in time order.
         grep -h -E 'batch step:|batch:|warm-up:|api_timer trace' "$out/serverprobe/$m/mlxrt.log" \
           | sed -E 's/^api_timer trace //; s/ - (DEBUG|INFO) - / /' | sort -s -k1,2 >> "$out/serverprobe.txt"
+        # Each cuDNN graph built after the warm-up, with the attention shape logged last before it
+        # (MLXRT_ATTENTION_SHAPES: the calls of the forward that graph belongs to).
+        echo "== $m: attention graphs built after the warm-up, each after the shape logged last" >> "$out/serverprobe.txt"
+        awk '/warm-up:/ {after = 1} /^attention shapes:/ {shape = $0}
+             after && /cudnnBackendPopulateCudaGraph/ {print $4, shape}' "$out/serverprobe/$m/mlxrt.log" \
+          >> "$out/serverprobe.txt"
       done
       grep -E '^(== |clients|[0-9]+ +(tok_s|ttft|errors)|api_timer)' "$out/serverprobe.txt"
       echo "serverprobe $(( $(date +%s) - t0 )) s" ;;
