@@ -64,6 +64,8 @@ def main():
     ap.add_argument("--mlxrt-env", action="append", default=[], metavar="NAME=VALUE",
                     help="more environment for mlxrt's server (e.g. MLXRT_PAD_MASKED_CONTIGUOUS=0: "
                          "the keys as a prefix of the batched buffer, as before the contiguous copy)")
+    ap.add_argument("--server-args", default="",
+                    help="options for both servers (e.g. \"--prompt-concurrency 32\"), passed to batch_bench.py")
     ap.add_argument("--log-dir", help="keep the servers' logs here")
     args = ap.parse_args()
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="shape-survey-"))
@@ -72,6 +74,8 @@ def main():
            "--mlxrt-env", "MLXRT_PAD_PREFILL_ATTENTION=force", "--mlxrt-env", "MLXRT_ATTENTION_SHAPES=1"]
     for e in args.mlxrt_env:
         cmd += ["--mlxrt-env", e]
+    if args.server_args:
+        cmd += [f"--server-args={args.server_args}"]
     if args.model:
         cmd += ["--model", args.model]
     bench = subprocess.run(cmd, capture_output=True, text=True)

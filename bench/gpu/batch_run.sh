@@ -112,7 +112,7 @@ for step in ${BATCH_STEPS:-split batchgen batching}; do
         # (MLXRT_ATTENTION_SHAPES: the calls of the forward that graph belongs to).
         echo "== $m: attention graphs built after the warm-up, each after the shape logged last" >> "$out/serverprobe.txt"
         awk '/warm-up:/ {after = 1} /^attention shapes:/ {shape = $0}
-             after && /cudnnBackendPopulateCudaGraph/ {print $4, shape}' "$out/serverprobe/$m/mlxrt.log" \
+             after && /^api_timer trace .*cudnnBackendPopulateCudaGraph/ {print $4, shape}' "$out/serverprobe/$m/mlxrt.log" \
           >> "$out/serverprobe.txt"
       done
       grep -E '^(== |clients|[0-9]+ +(tok_s|ttft|errors)|api_timer)' "$out/serverprobe.txt"

@@ -155,7 +155,15 @@ def padded_query_count(n):
     return q
 
 
-def op_bytes(heads, bucket, lengths, offsets, rows=0, any_offset=False, contiguous=False):
+def padded_row_count(n):
+    """mlxrt's padded_row_count (model/nn/attention.cpp): the next power of two."""
+    r = 1
+    while r < n:
+        r *= 2
+    return r
+
+
+def op_bytes(heads, bucket, lengths, offsets, rows=0, any_offset=False, contiguous=False, pad_rows=False):
     """Padded against plain fused attention on random inputs laid out as mlx-lm's are. rows > 0:
     the batched path's attention instead, `rows` left-padded rows under create_causal_mask's array
     (padded as mlxrt pads it: every added row and key column masked). any_offset: under the mask
@@ -163,7 +171,10 @@ def op_bytes(heads, bucket, lengths, offsets, rows=0, any_offset=False, contiguo
     MLXRT_PAD_MASKED_ANY_OFFSET=1) instead of to the bucket's end. contiguous: under the mask array,
     the cache's buffer holds exactly the keys (as a batched cache's merge leaves it: capacity Tk),
     and the padded attention reads a contiguous copy padded with zeros to the next multiple of 256
-    (mlxrt's MLXRT_PAD_MASKED_CONTIGUOUS=1), while the plain one reads the buffer as mlx-lm does."""
+    (mlxrt's MLXRT_PAD_MASKED_CONTIGUOUS=1), while the plain one reads the buffer as mlx-lm does.
+    pad_rows (with contiguous): the padded call also has its batch rows padded to
+    padded_row_count (zero queries, keys and values, every mask entry masked) and its queries as a
+    fresh row-major copy even when no position is added (mlxrt's MLXRT_PAD_MASKED_ROWS, default on)."""
     hq, hkv = heads
     D, bad, total = 128, [], 0
     B = max(rows, 1)
@@ -191,13 +202,18 @@ def op_bytes(heads, bucket, lengths, offsets, rows=0, any_offset=False, contiguo
             mx.eval(q, kb, vb)
             plain = mx.fast.scaled_dot_product_attention(q, kb[..., :Tk, :], vb[..., :Tk, :], scale=D ** -0.5,
                                                          mask=mask)
-            qp = mx.concatenate([q, mx.zeros((B, hq, Lp - L, D), q.dtype)], axis=2)
+            Bp = padded_row_count(B) if rows and contiguous and pad_rows else B
+            if Bp > B or (rows and contiguous and pad_rows):
+                qp = mx.contiguous(mx.pad(q, [(0, Bp - B), (0, 0), (0, Lp - L), (0, 0)]))
+                padded_mask = mx.pad(padded_mask, [(0, Bp - B), (0, 0), (0, 0), (0, 0)], constant_values=False)
+            else:
+                qp = mx.concatenate([q, mx.zeros((B, hq, Lp - L, D), q.dtype)], axis=2)
             if rows and contiguous:
-                kp = mx.contiguous(mx.pad(kb[..., :Tk, :], [(0, 0), (0, 0), (0, Tp - Tk), (0, 0)]))
-                vp = mx.contiguous(mx.pad(vb[..., :Tk, :], [(0, 0), (0, 0), (0, Tp - Tk), (0, 0)]))
+                kp = mx.contiguous(mx.pad(kb[..., :Tk, :], [(0, Bp - B), (0, 0), (0, Tp - Tk), (0, 0)]))
+                vp = mx.contiguous(mx.pad(vb[..., :Tk, :], [(0, Bp - B), (0, 0), (0, Tp - Tk), (0, 0)]))
             else:
                 kp, vp = kb[..., :Tp, :], vb[..., :Tp, :]
-            padded = mx.fast.scaled_dot_product_attention(qp, kp, vp, scale=D ** -0.5, mask=padded_mask)[:, :, :L, :]
+            padded = mx.fast.scaled_dot_product_attention(qp, kp, vp, scale=D ** -0.5, mask=padded_mask)[:B, :, :L, :]
             total += 1
             if not mx.array_equal(plain, padded).item():
                 bad.append((p, L))
@@ -212,8 +228,11 @@ def bytes_check(args):
             for rows in [0] + (args.op_mask_rows or []):
                 contiguous = bool(rows and args.op_contiguous)
                 if not args.op_skip_step:
-                    total, bad = op_bytes(heads, args.bucket, op_lengths, [0, 2048, 300], rows, contiguous=contiguous)
-                    kind = (f"mask array, {rows} rows" + (", contiguous" if contiguous else "")) if rows else "causal"
+                    total, bad = op_bytes(heads, args.bucket, op_lengths, [0, 2048, 300], rows, contiguous=contiguous,
+                                          pad_rows=args.op_pad_rows)
+                    kind = (f"mask array, {rows} rows" + (", contiguous" if contiguous else "")
+                            + (f", rows padded to {padded_row_count(rows)}" if contiguous and args.op_pad_rows else "")
+                            ) if rows else "causal"
                     print(f"op heads {heads[0]}/{heads[1]} ({kind}): {total - len(bad)}/{total} padded = plain"
                           + (f"; differ at (offset, len) {bad[:20]}" if bad else ""), flush=True)
                 if not (rows and args.op_any_offset):
@@ -222,8 +241,9 @@ def bytes_check(args):
                 # prompt batch's second step, a chat turn after a prompt-cache hit) and long ones.
                 any_lengths = args.op_lengths or sorted(set(op_lengths) | {2, 3, 5, 8, 9, 15, 17, 31, 33, 100, 200})
                 total, bad = op_bytes(heads, args.bucket, any_lengths, [37, 300, 1000, 2100], rows, any_offset=True,
-                                      contiguous=contiguous)
-                kind = f"mask array, {rows} rows, any offset" + (", contiguous" if contiguous else "")
+                                      contiguous=contiguous, pad_rows=args.op_pad_rows)
+                kind = (f"mask array, {rows} rows, any offset" + (", contiguous" if contiguous else "")
+                        + (f", rows padded to {padded_row_count(rows)}" if contiguous and args.op_pad_rows else ""))
                 print(f"op heads {heads[0]}/{heads[1]} ({kind}): {total - len(bad)}/{total} padded = plain"
                       + (f"; differ at (offset, len) {bad[:20]}" if bad else ""), flush=True)
     if not args.model:
@@ -281,6 +301,9 @@ def main():
     ap.add_argument("--op-contiguous", action="store_true",
                     help="with --op-mask-rows: the keys a buffer of exactly Tk positions (a merged batched cache), "
                          "padded as a contiguous copy (MLXRT_PAD_MASKED_CONTIGUOUS=1)")
+    ap.add_argument("--op-pad-rows", action="store_true",
+                    help="with --op-contiguous: the padded call's rows padded to a power of two and its queries a "
+                         "row-major copy (MLXRT_PAD_MASKED_ROWS)")
     ap.add_argument("--json")
     args = ap.parse_args()
     costs(args) if args.mode == "costs" else bytes_check(args)

@@ -58,7 +58,12 @@ def test_warm_up_logs_what_it_ran_and_keeps_the_bytes(servers):
         # bucket, then batches of 2 and 3 rows of 256 tokens: 3 + 3 + 2 + 3 prompts. Then (the
         # contiguous masked keys, on unless MLXRT_PAD_MASKED_CONTIGUOUS=0) batches of 1, 2 and 3
         # rows continuing a prompt-cache hit of 1 and of 257 tokens, 5 query counts each: 2 x 6 x 5.
-        prompts = 11 if os.environ.get("MLXRT_PAD_MASKED_CONTIGUOUS") == "0" else 71
+        # With the rows padded to powers of two (on unless MLXRT_PAD_MASKED_ROWS=0) the batches are
+        # of 2 and 4 rows, and the prompt-cache hits' of 1, 2 and 4: 3 + 3 + 6 + 2 x 7 x 5.
+        if os.environ.get("MLXRT_PAD_MASKED_CONTIGUOUS") == "0":
+            prompts = 11
+        else:
+            prompts = 71 if os.environ.get("MLXRT_PAD_MASKED_ROWS") == "0" else 82
         assert re.match(rf"warm-up: {prompts} prompts of 256\.\.768 tokens in [0-9.]+ s$", line), line
     else:
         assert line.startswith("warm-up: skipped: the prefill attention is not padded here"), line

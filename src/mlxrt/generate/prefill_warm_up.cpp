@@ -92,7 +92,15 @@ WarmUpReport warm_up_server_prefill_shapes(model::CausalLM& model, int prefill_s
     run_batch(model, prefill_step_size, 1, length);
     report.prompts += 1;
   }
-  for (int rows = 2; rows <= batch_rows; ++rows) {
+  // The row counts a prompt batch's attention runs at: every count up to --prompt-concurrency, or,
+  // where rows are padded (model/nn/attention.h padded_row_count), the powers of two that cover it.
+  std::vector<int> row_counts;
+  const bool rows_padded = model::nn::masked_prefill_rows_padded();
+  for (int rows = 1; rows <= batch_rows; ++rows)
+    if (!rows_padded || rows == model::nn::padded_row_count(rows)) row_counts.push_back(rows);
+  if (rows_padded && row_counts.back() < batch_rows) row_counts.push_back(model::nn::padded_row_count(batch_rows));
+  for (int rows : row_counts) {
+    if (rows == 1) continue;  // the single rows ran above, one per bucket
     run_batch(model, prefill_step_size, rows, kBucket);
     report.prompts += rows;
   }
@@ -103,7 +111,7 @@ WarmUpReport warm_up_server_prefill_shapes(model::CausalLM& model, int prefill_s
     // (plus the last, kept for the first step) make each query count 16 .. 256 once.
     for (int hit_tokens : {1, kBucket + 1}) {
       const auto hit = prefilled_cache(model, hit_tokens);
-      for (int rows = 1; rows <= batch_rows; ++rows)
+      for (int rows : row_counts)
         for (int queries : {16, 32, 64, 128, 255}) {
           run_batch(model, prefill_step_size, rows, queries + 1, &hit, hit_tokens);
           report.prompts += rows;

@@ -43,6 +43,23 @@ TEST(PaddedAttention, QueriesUnderAMaskAtAnyOffsetPadToFewCounts) {
   }
 }
 
+TEST(PaddedAttention, RowsUnderAMaskPadToPowersOfTwo) {
+  using mlxrt::model::nn::padded_row_count;
+  EXPECT_EQ(padded_row_count(1), 1);
+  EXPECT_EQ(padded_row_count(2), 2);
+  EXPECT_EQ(padded_row_count(3), 4);
+  EXPECT_EQ(padded_row_count(5), 8);
+  EXPECT_EQ(padded_row_count(29), 32);
+  EXPECT_EQ(padded_row_count(32), 32);
+  EXPECT_EQ(padded_row_count(33), 64);
+  for (int n = 1; n <= 300; ++n) {
+    const int p = padded_row_count(n);
+    EXPECT_GE(p, n);
+    EXPECT_LT(p, 2 * n);
+    EXPECT_EQ(padded_row_count(p), p);
+  }
+}
+
 TEST(PaddedAttention, KVCacheHandsOverItsBuffers) {
   mlxrt::cache::KVCache cache;
   auto k = mx::random::normal({1, 2, 5, 8}, mx::bfloat16);

@@ -88,6 +88,12 @@ int padded_query_count(int queries) {
   return n;
 }
 
+int padded_row_count(int rows) {
+  int n = 1;
+  while (n < rows) n *= 2;
+  return n;
+}
+
 namespace {
 
 // Prefill attention at a new length, on MLX's CUDA backend (issue 14). MLX runs a causal prefill's
@@ -173,6 +179,19 @@ bool masked_any_offset_enabled() {
   return on;
 }
 
+// On by default with the contiguous copy above (MLXRT_PAD_MASKED_ROWS=0 turns it off): such a chunk
+// also pads its batch rows to padded_row_count. cuDNN's graph key has the row count in it, so a
+// server's prompt batches (every count from 1 to --prompt-concurrency as requests arrive) built a
+// graph per count, 48-120 ms each while requests waited, and its warm-up had to run every count
+// (5825 prompts in 44 s at --prompt-concurrency 32 on the H200; bench/RESULTS.md, 2026-12-04,
+// twelfth session). cuDNN's fused kernel works on each (row, head) apart, so an added row (zero
+// queries, keys and values, every mask entry masked, dropped after) leaves the real rows' bytes as
+// they were (bench/gpu/shape_cost.py bytes --op-pad-rows).
+bool masked_rows_enabled() {
+  static const bool on = !env_is("MLXRT_PAD_MASKED_ROWS", "0");
+  return on;
+}
+
 /** MLX's CUDA backend is the default device's and takes fused attention through cuDNN
  * (supports_sdpa_cudnn in mlx/backend/cuda/scaled_dot_product_attention.cpp, MLX 0.32.4: compute
  * capability 8 or more, MLX_CUDA_USE_CUDNN_SDPA not 0). */
@@ -232,28 +251,58 @@ std::optional<mx::array> padded_prefill_attention(const mx::array& q, const cach
   const int Tp = contiguous ? (Tk + 255) / 256 * 256 : padded_attention_length(Tk, kv.keys_buffer->shape(2));
   const int Lp = on_step ? L + Tp - Tk : padded_query_count(L);  // never below L
   if (!contiguous && ((Tp == Tk && Lp == L) || kv.values_buffer->shape(2) < Tp)) return std::nullopt;
+  // Rows are padded only where the mask has one row per batch row (the batched path's left padding).
+  const int B = q.shape(0);
+  const int Bp = contiguous && masked_rows_enabled() && mask->ndim() == 4 && mask->shape(0) == B ? padded_row_count(B)
+                                                                                                : B;
   auto prefix = [](const mx::array& a, int n) {
     mx::Shape stop = a.shape();
     stop[2] = n;
     return mx::slice(a, mx::Shape(a.ndim(), 0), stop);
   };
-  auto padded_copy = [&](const mx::array& a) {
-    return mx::contiguous(Tp > Tk ? mx::pad(a, {2}, {0}, {Tp - Tk}, mx::array(0, a.dtype())) : a);
+  // Zeros appended to axes 0 (rows) and 2 (positions). The result is always a fresh row-major array,
+  // padded or not: cuDNN keys its graph on strides as well, and the queries come as the model's
+  // transposed view, so a chunk whose count needs no padding (exactly 16, 128, 256 queries) would
+  // otherwise key another graph than the padded chunks of the same count (the server's warm-up runs
+  // those exact counts).
+  auto grown = [](const mx::array& a, int rows, int positions) {
+    if (rows == a.shape(0) && positions == a.shape(2)) return mx::contiguous(a);
+    return mx::contiguous(
+        mx::pad(a, {0, 2}, {0, 0}, {rows - a.shape(0), positions - a.shape(2)}, mx::array(0, a.dtype())));
   };
-  mx::Shape pad = q.shape();
-  pad[2] = Lp - L;
-  auto queries = Lp > L ? mx::concatenate({q, mx::zeros(pad, q.dtype())}, 2) : q;
-  auto keys = contiguous ? padded_copy(kv.keys) : prefix(*kv.keys_buffer, Tp);
-  auto values = contiguous ? padded_copy(kv.values) : prefix(*kv.values_buffer, Tp);
+  // The keys as a prefix of the cache's buffer: the queries get zero rows appended (as before the
+  // contiguous mode, whose bytes the op checks compared).
+  auto appended = [&] {
+    if (Lp == L) return q;
+    mx::Shape pad = q.shape();
+    pad[2] = Lp - L;
+    return mx::concatenate({q, mx::zeros(pad, q.dtype())}, 2);
+  };
   if (!mask) {
+    auto queries = appended();
+    auto keys = prefix(*kv.keys_buffer, Tp);
+    auto values = prefix(*kv.values_buffer, Tp);
     log_attention_shapes("padded causal", queries, keys, std::nullopt, kv.keys_buffer);
     return prefix(mx::fast::scaled_dot_product_attention(queries, keys, values, scale, "causal"), L);
   }
   auto wide = padded_attention_mask(*mask, L, Tk, Lp, Tp);
   if (!wide) return std::nullopt;
+  if (Bp > B) {
+    const mx::array fill = wide->dtype() == mx::bool_
+                               ? mx::array(false)
+                               : mx::array(-std::numeric_limits<float>::infinity(), wide->dtype());
+    wide = mx::pad(*wide, {0}, {0}, {Bp - B}, fill);
+  }
+  auto queries = contiguous ? grown(q, Bp, Lp) : appended();
+  auto keys = contiguous ? grown(kv.keys, Bp, Tp) : prefix(*kv.keys_buffer, Tp);
+  auto values = contiguous ? grown(kv.values, Bp, Tp) : prefix(*kv.values_buffer, Tp);
   log_attention_shapes(contiguous ? "padded array, contiguous" : "padded array", queries, keys, *wide,
                        contiguous ? std::nullopt : kv.keys_buffer);
-  return prefix(mx::fast::scaled_dot_product_attention(queries, keys, values, scale, "array", *wide), L);
+  auto out = prefix(mx::fast::scaled_dot_product_attention(queries, keys, values, scale, "array", *wide), L);
+  if (Bp == B) return out;
+  mx::Shape stop = out.shape();
+  stop[0] = B;
+  return mx::slice(out, mx::Shape(out.ndim(), 0), stop);
 }
 
 }  // namespace
@@ -261,6 +310,8 @@ std::optional<mx::array> padded_prefill_attention(const mx::array& q, const cach
 bool prefill_attention_padded() { return padding_enabled() && cudnn_attention_device(); }
 
 bool masked_prefill_contiguous() { return prefill_attention_padded() && masked_contiguous_enabled(); }
+
+bool masked_prefill_rows_padded() { return masked_prefill_contiguous() && masked_rows_enabled(); }
 
 namespace {
 

@@ -40,6 +40,13 @@ int padded_attention_length(int keys, int capacity);
  * query row need not line up with any key: its mask row is all masked. */
 int padded_query_count(int queries);
 
+/** The batch row count a chunk of `rows` rows is padded to under a mask array when its keys are a
+ * contiguous copy (masked_prefill_contiguous; MLXRT_PAD_MASKED_ROWS=0 turns it off): the next power
+ * of two. cuDNN keys its graph on the row count too, so a server whose prompt batches come with
+ * every count from 1 to --prompt-concurrency would otherwise build (and warm) one graph per count;
+ * an added row's queries, keys and values are zeros, its mask all masked, and it is dropped after. */
+int padded_row_count(int rows);
+
 /** A prefill's mask array [..., L or 1, Tk] widened for the padded attention's Lp queries and Tp
  * keys: every added entry masks (false; -inf for an additive mask), so a real row sees the keys it
  * saw, and a padded row (dropped after) sees none. nullopt for a mask of another shape. */
@@ -58,6 +65,10 @@ bool prefill_attention_padded();
  * shape that repeats, and the server's warm-up builds those too. Never without
  * prefill_attention_padded(). */
 bool masked_prefill_contiguous();
+
+/** Whether such chunks also pad their row count to padded_row_count (the default with
+ * masked_prefill_contiguous; MLXRT_PAD_MASKED_ROWS=0 turns it off). */
+bool masked_prefill_rows_padded();
 
 /** mlx-lm's scaled_dot_product_attention: the fused kernel over plain keys/values, or
  * quantized_scaled_dot_product_attention over a quantized cache's tensors. */
