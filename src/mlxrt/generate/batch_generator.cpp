@@ -26,6 +26,9 @@ cache::BatchCache& batch_cache(const std::unique_ptr<cache::Cache>& c) {
 
 void eval_state(const model::CacheList& caches) { mx::eval(cache::state_arrays(caches)); }
 
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
 /** The values of an int32 or uint32 vector (a step's sampled tokens: argmax and the categorical
  * draw give uint32) read as they are. Through mx::astype they would be a new node, queued behind
  * the step just dispatched: reading it would wait for that whole step, and the host would build
@@ -216,17 +219,23 @@ void BatchGenerator::prompt(PromptBatch& batch, const std::vector<std::vector<in
   // tokens are handed out. Same kernels in the same order.
   auto settle = [&](bool last) {
     if (wait || !last) {
+      const auto t0 = Clock::now();
       eval_state(batch.cache);
+      split_.prefill_wait_ms += ms_since(t0);
       mx::clear_cache();
     } else {
+      const auto t0 = Clock::now();
       mx::async_eval(cache::state_arrays(batch.cache));
+      split_.prefill_dispatch_ms += ms_since(t0);
       clear_cache_pending_ = true;
     }
   };
   while (input.shape(1) > 0) {
     const int n = std::min(o_.prefill_step_size, input.shape(1));
     route(batch.rows);
+    const auto t0 = Clock::now();
     model_(mx::slice(input, {0, 0}, {B, n}), &batch.cache);
+    split_.prefill_build_ms += ms_since(t0);
     input = mx::slice(input, {0, n}, {B, input.shape(1)});
     const bool last = input.shape(1) == 0;
     if (!(last && max_padding > 0 && !wait)) settle(last);  // else the roll below is dispatched with it
@@ -457,13 +466,17 @@ std::vector<BatchGenerationResponse> BatchGenerator::gen_next() {
 
 std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>> BatchGenerator::next() {
   if (o_.batch_invariant) return solo_next();
+  split_ = {};
+  const auto t_owed = Clock::now();
   dispatch_owed_step();
+  split_.owed_ms = ms_since(t_owed);
   if (clear_cache_next_call_) {
     mx::clear_cache();
     clear_cache_pending_ = clear_cache_next_call_ = false;
   }
   std::vector<BatchGenerationResponse> generation_responses;
   std::vector<BatchPromptResponse> prompt_responses;
+  auto t0 = Clock::now();
 
   // Generate tokens first
   if (!gen_.uids.empty()) {
@@ -471,6 +484,7 @@ std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>
     generation_steps_ += 1;
     if (generation_steps_ % 512 == 0) mx::clear_cache();
   }
+  split_.generate_ms = ms_since(t0);
 
   // Exit early because we already have our hands full with decoding
   if (static_cast<int>(gen_.uids.size()) >= o_.completion_batch_size)
@@ -480,6 +494,7 @@ std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>
   const int n = std::min({o_.prefill_batch_size - static_cast<int>(prompt_.uids.size()),
                           o_.completion_batch_size - static_cast<int>(gen_.uids.size()),
                           static_cast<int>(unprocessed_.size())});
+  t0 = Clock::now();
   if (n > 0) {
     PromptBatch added = make_batch(n);
     prompt_.uids.insert(prompt_.uids.end(), added.uids.begin(), added.uids.end());
@@ -490,8 +505,10 @@ std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>
     }
     for (auto& r : added.rows) prompt_.rows.push_back(std::move(r));
   }
+  split_.admit_ms = ms_since(t0);
 
   // Split the prompt sequences to the ones moving to generation and the rest
+  t0 = Clock::now();
   std::vector<int> keep, split;
   for (size_t i = 0; i < processing_.size(); ++i) {
     const auto& segments = processing_[i].segments;
@@ -521,6 +538,7 @@ std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>
       prompt_responses.push_back(BatchPromptResponse{started.uids[i], totals[i], totals[i], true, true});
     extend_gen(std::move(started));
   }
+  split_.start_ms = ms_since(t0);
 
   // Extract the next prompts input
   std::vector<std::vector<int32_t>> prompts;
@@ -546,7 +564,9 @@ std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>
   const bool last_chunk = std::all_of(processing_.begin(), processing_.end(), [](const Processing& p) {
     return p.segments.size() == 1 && p.segments.front().size() == 1;
   });
+  t0 = Clock::now();
   prompt(prompt_, prompts, !last_chunk);
+  split_.prefill_ms = ms_since(t0);
   return {std::move(prompt_responses), std::move(generation_responses)};
 }
 

@@ -112,6 +112,17 @@ class BatchGenerator {
   size_t size() const;
   size_t generating() const { return gen_.uids.size() + solo_.size(); }
 
+  /** Where the last next() spent its time, in milliseconds (the server's DEBUG step line): the
+   * step owed from the call before (dispatched first), the decoding rows' step, admitting queued
+   * prompts (their caches merged), starting the rows whose prompts ended (their first step), and
+   * the prefill chunk in all, of which building its graph, waiting for it, and only dispatching it
+   * (its last chunk: the rows' first step is encoded while the device runs it). */
+  struct NextSplit {
+    double owed_ms = 0, generate_ms = 0, admit_ms = 0, start_ms = 0, prefill_ms = 0, prefill_build_ms = 0,
+           prefill_wait_ms = 0, prefill_dispatch_ms = 0;
+  };
+  const NextSplit& last_split() const { return split_; }
+
  private:
   struct Row {
     std::vector<int32_t> tokens;  // what the cache holds
@@ -205,6 +216,7 @@ class BatchGenerator {
   PromptBatch prompt_;
   GenBatch gen_;
   long generation_steps_ = 0;
+  NextSplit split_;
   bool owed_step_ = false;            // gen_next handed out first tokens before dispatching the next step
   bool clear_cache_pending_ = false;  // a prefill left MLX's buffer cache for after its first tokens
   bool clear_cache_next_call_ = false;  // ... which were read: cleared at the start of the next call
