@@ -156,6 +156,16 @@ def test_step_timing_and_a_step_without_per_layer_copies_of_shared_nodes(tmp_pat
     # Every step after the first of its batch reads the one before it: the longest row's tokens less one.
     assert int(m.group(4)) >= max(len(r["tokens"]) for r in rows) - 1
     assert all(float(v) >= 0 for v in m.groups()[:3])
+    # Each prefilling step's split: the prompts' chunk (built, then dispatched or waited for), then
+    # the step that starts their rows.
+    prefills = re.findall(r"prefilling step: (\d+) prompts, (\d+) tokens generated \(owed step ([\d.]+), decode "
+                          r"([\d.]+), admit ([\d.]+), start ([\d.]+), prefill ([\d.]+): build ([\d.]+), wait "
+                          r"([\d.]+), dispatch ([\d.]+) ms\)", proc.stderr)
+    assert prefills, proc.stderr
+    assert sum(int(p[0]) for p in prefills) >= len(GREEDY)
+    assert any(float(p[7]) > 0 for p in prefills) and any(float(p[5]) > 0 for p in prefills)
+    for p in prefills:
+        assert float(p[6]) >= float(p[7]) + float(p[8]) + float(p[9]) - 0.01
     transposes = graph.read_text().count('label ="Transpose"')
     assert 0 < transposes < 7 * layers
 
