@@ -28,6 +28,9 @@
 #   prefill:  bench/gpu/batch_prefill_probe.py on BATCH_MODELS: mlx-lm's own batched prefill, its
 #             forwards at new and repeated shapes (KVCache and BatchKVCache) and its BatchGenerator
 #             with 32 prompts at once (prefill.txt).
+#   prefillsplit: mlxrt's batched prefill alone (`batch-generate --step-timing`, groups of
+#             PREFILL_ROWS prompts), with and without cuDNN's attention, then with the host sampled
+#             (prefillsplit.txt): whether a prefilling step's dispatch is the host's or the device's;
 # Logs and tables go to $OUT (split.txt, and run.sh's batchgen.log, batching.log, summary.txt),
 # the rest to $BENCH_WORK. MLX's compiled kernels are kept as bench/gpu/bundle_setup.sh keeps them.
 # Usage (repository root): [B=build-gpu/bundle] [BATCH_STEPS="split batchgen batching"] bench/gpu/batch_run.sh
@@ -131,6 +134,42 @@ for step in ${BATCH_STEPS:-split batchgen batching}; do
       done
       grep -E '^(== |forward|run [0-9]+: first)' "$out/prefill.txt"
       echo "prefill $(( $(date +%s) - t0 )) s" ;;
-    *) echo "unknown step $step (split batchgen batching profile serverprobe prefill)"; exit 2 ;;
+    prefillsplit)
+      # mlxrt's batched prefill alone, in one process without HTTP: `batch-generate --step-timing`
+      # (each prefilling step's build / wait / dispatch, and the start of its rows) for three groups
+      # of N prompts of 64 random tokens, N in PREFILL_ROWS (default "3 32"), one group prefilled
+      # after the other (the later ones on warmed shapes); under MLX's default and with cuDNN's
+      # attention off; then once more with bench/gpu/sampler.c preloaded: the host's CPU time inside
+      # the prefill (BatchGenerator::prompt). A dispatch the sampler barely sees is the host waiting
+      # for the device (MLX's eval waits when more than 10 command buffers are in flight).
+      ${CC:-gcc} -O2 -shared -fPIC -o "$work/sampler.so" bench/gpu/sampler.c -ldl || exit 1
+      for m in $models; do
+        path=$(model_dir "$m") || exit 1
+        for rows in ${PREFILL_ROWS:-3 32}; do
+          $PY -c "import json, random, sys; random.seed($rows)
+vocab = json.load(open('$path/config.json'))['vocab_size']
+reqs = [{'prompt_tokens': [random.randrange(vocab) for _ in range(64)], 'max_tokens': 4} for _ in range(3 * $rows)]
+json.dump({'requests': reqs}, sys.stdout)" > "$work/prefill-$rows.json" || exit 1
+          flags=(--model "$path" --requests "$work/prefill-$rows.json" --step-timing
+                 --prefill-batch-size "$rows" --completion-batch-size "$rows")
+          for s in default no-cudnn; do
+            vars=""; [ "$s" = no-cudnn ] && vars="MLX_CUDA_USE_CUDNN_SDPA=0"
+            echo "== $m, $rows prompts a group, $s" >> "$out/prefillsplit.txt"
+            # shellcheck disable=SC2086  # vars is empty or one assignment
+            env $vars timeout 300 "$work/mlxrt" batch-generate "${flags[@]}" 2>&1 >/dev/null \
+              | grep -E 'prefilling step|decode step|sequences' >> "$out/prefillsplit.txt"
+          done
+          rm -f "$work/stacks-$rows".*
+          echo "== $m, $rows prompts a group, default, sampled" >> "$out/prefillsplit.txt"
+          SAMPLER_OUT="$work/stacks-$rows" LD_PRELOAD="$work/sampler.so" timeout 300 "$work/mlxrt" batch-generate \
+            "${flags[@]}" 2>&1 >/dev/null | grep -E 'prefilling step' >> "$out/prefillsplit.txt"
+          for f in $(ls -S "$work/stacks-$rows".* 2>/dev/null | head -1); do
+            $PY bench/gpu/sampler_report.py "$f" --focus 'BatchGenerator::prompt\(' --top 30 >> "$out/prefillsplit.txt" 2>&1
+          done
+        done
+      done
+      grep -E '^(== |\[batch_generate\] prefilling)' "$out/prefillsplit.txt" | cut -c1-220
+      echo "prefillsplit $(( $(date +%s) - t0 )) s" ;;
+    *) echo "unknown step $step (split batchgen batching profile serverprobe prefill prefillsplit)"; exit 2 ;;
   esac
 done
