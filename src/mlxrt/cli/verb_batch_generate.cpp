@@ -11,7 +11,8 @@
 // "seed": N, its sampler then drawing as `mlxrt generate --seed N` does. --step-log FILE (ours)
 // records each step's wall time, --step-graph FILE one step's op graph, --step-timing the decode
 // steps' build / dispatch / wait split (as `benchmark --step-timing`), for
-// bench/batch_generate_bench.py, and each prefilling step's split (as the server's DEBUG line). --adapters NAME=DIR ... (ours) loads mlx_lm.lora adapters beside
+// bench/batch_generate_bench.py, and each prefilling step's split (as the server's DEBUG line).
+// --adapters NAME=DIR ... (ours) loads mlx_lm.lora adapters beside
 // the model and a request's "adapter": NAME runs its row with that adapter, rows of different
 // adapters in one batch: each row's tokens equal those of the same batch run with every row on
 // that row's adapter.
@@ -271,14 +272,9 @@ void run_batch_generate(const BatchArgs& a) {
     // next_generated(), with each prefilling step's split on stderr under --step-timing (where time
     // to first token goes: the prefill's build, wait and dispatch, the rows' first step).
     auto [prompt_responses, responses] = gen.next();
-    if (a.step_timing && !prompt_responses.empty() && dist_run.primary()) {
-      const auto& s = gen.last_split();
-      std::fprintf(stderr,
-                   "[batch_generate] prefilling step: %zu prompts, %zu tokens generated (owed step %.2f, decode %.2f, "
-                   "admit %.2f, start %.2f, prefill %.2f: build %.2f, wait %.2f, dispatch %.2f ms)\n",
-                   prompt_responses.size(), responses.size(), s.owed_ms, s.generate_ms, s.admit_ms, s.start_ms,
-                   s.prefill_ms, s.prefill_build_ms, s.prefill_wait_ms, s.prefill_dispatch_ms);
-    }
+    if (a.step_timing && !prompt_responses.empty() && dist_run.primary())
+      std::fprintf(stderr, "[batch_generate] prefilling step: %zu prompts, %zu tokens generated (%s ms)\n",
+                   prompt_responses.size(), responses.size(), gen.describe_last_split().c_str());
     if (responses.empty() && !prompt_responses.empty()) continue;
     read_pending();
     if (responses.empty()) break;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <set>
 #include <stdexcept>
 #include <tuple>
@@ -568,6 +569,15 @@ std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>
   prompt(prompt_, prompts, !last_chunk);
   split_.prefill_ms = ms_since(t0);
   return {std::move(prompt_responses), std::move(generation_responses)};
+}
+
+std::string BatchGenerator::describe_last_split() const {
+  char text[200];
+  std::snprintf(text, sizeof(text),
+                "owed step %.2f, decode %.2f, admit %.2f, start %.2f, prefill %.2f: build %.2f, wait %.2f, dispatch %.2f",
+                split_.owed_ms, split_.generate_ms, split_.admit_ms, split_.start_ms, split_.prefill_ms,
+                split_.prefill_build_ms, split_.prefill_wait_ms, split_.prefill_dispatch_ms);
+  return text;
 }
 
 std::vector<BatchGenerationResponse> BatchGenerator::next_generated() {

@@ -122,6 +122,9 @@ class BatchGenerator {
            prefill_wait_ms = 0, prefill_dispatch_ms = 0;
   };
   const NextSplit& last_split() const { return split_; }
+  /** last_split() as "owed step A, decode B, admit C, start D, prefill E: build F, wait G, dispatch H"
+   * (milliseconds, two decimals): the server's DEBUG step line and batch-generate --step-timing. */
+  std::string describe_last_split() const;
 
  private:
   struct Row {

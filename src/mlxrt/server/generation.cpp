@@ -388,17 +388,12 @@ void Generator::batch_serve(const std::function<bool()>& arrived) {
     if (!prompt_responses.empty() && log_.enabled(LogLevel::debug)) {
       int processed = 0, total = 0;
       for (const auto& p : prompt_responses) processed += p.processed, total += p.total;
-      const auto& split = batcher_->last_split();
-      char line[320];
+      char line[200];
       std::snprintf(line, sizeof(line),
-                    "batch step: %zu prompts at %d of %d tokens, %zu tokens generated, %.2f ms in the generator "
-                    "(owed step %.2f, decode %.2f, admit %.2f, start %.2f, prefill %.2f: build %.2f, wait %.2f, "
-                    "dispatch %.2f)",
+                    "batch step: %zu prompts at %d of %d tokens, %zu tokens generated, %.2f ms in the generator",
                     prompt_responses.size(), processed, total, gen_responses.size(),
-                    1e3 * Seconds(after_next - before_next).count(), split.owed_ms, split.generate_ms,
-                    split.admit_ms, split.start_ms, split.prefill_ms, split.prefill_build_ms, split.prefill_wait_ms,
-                    split.prefill_dispatch_ms);
-      log_.debug(line);
+                    1e3 * Seconds(after_next - before_next).count());
+      log_.debug(std::string(line) + " (" + batcher_->describe_last_split() + ")");
     }
     tokens += gen_responses.size();
     const std::vector<int> stopping = stopping_jobs();
