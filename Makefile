@@ -49,10 +49,14 @@ fuzz-long: build
 	@tools/fuzz_long.sh $(BUILD) $(FUZZ_SECONDS)
 
 # The CUDA kernels' source text compiled with NVRTC, without a GPU: every template-argument
-# combination the C++ launches (tools/cuda/nvrtc_check.py; not part of `make test` or CI). It
-# downloads the pinned mlx-cuda-13 and NVIDIA's NVRTC wheels into build-nvrtc/ once.
-check-cuda-kernels:
+# combination the C++ launches as MLX compiles it (tools/cuda/nvrtc_check.py), then the L3 kernels
+# as mlxrt compiles them itself (MLXRT_CUDA_SELF_COMPILE=1: tests/nvrtc/, through our NVRTC
+# wrapper). Not part of `make test` or CI. It downloads the pinned mlx-cuda-13 and NVIDIA's NVRTC
+# wheels into build-nvrtc/ once.
+check-cuda-kernels: build
 	@"$(MLXRT_VENV)/bin/python3" tools/cuda/nvrtc_check.py $(NVRTC_CHECK_ARGS)
+	cmake --build $(BUILD) -j $(JOBS) --target mlxrt_nvrtc_tests
+	MLXRT_NVRTC_LIBRARY=$(CURDIR)/build-nvrtc/root/nvidia/cu13/lib/libnvrtc.so.13 $(BUILD)/mlxrt_nvrtc_tests
 
 # FIDELITY=l3: the demo at mlxrt's own measured kernels (default l1: mlx-lm's bytes).
 FIDELITY ?= l1

@@ -3,7 +3,7 @@
 # bench/gpu/prepare.sh: installs the carried wheels (run.sh env install build), then the steps
 # named in L3_STEPS (default "tests qmv decode"):
 #   tests:  mlxrt_cuda_kernel_tests (the L3 matrix-vector product against float64, the fused
-#           gated-delta kernels against the ops path);
+#           gated-delta kernels against the ops path), then again with MLXRT_CUDA_SELF_COMPILE=1;
 #   qmv:    mlxrt_qmv_bench (the kernel against MLX's quantized_matmul on Qwen3-8B/0.6B shapes);
 #   ncu:    the same two shapes under Nsight Compute: each kernel's time and DRAM bytes;
 #   ncu_sections: Nsight Compute's sections for one launch of the kernel (what limits it);
@@ -12,6 +12,8 @@
 #   steptime: bench/gpu/step_timing.py (the decode step's build / dispatch / wait split at l1 and
 #           l3 and mlx-lm's tok/s, under MLX's CUDA graph settings STEP_SETTINGS) on L3_MODELS;
 #           STEP_ARGS: more of its options (--programs, --compare-bin LABEL=BIN);
+#   startup: bench/gpu/l3_startup.py (a new process's wall time at l1, l3 and l3 self-compiled, and
+#           whether l3's two routes write the same text; STARTUP_ARGS);
 #   nodecost: bench/gpu/node_cost.py (MLX's host cost per graph node, by kind; NODE_COST_ARGS).
 # Logs and tables go to $OUT; MLX's compiled kernels are kept as bench/gpu/bundle_setup.sh keeps them
 # (PTX_TARBALL, default build-gpu/ptx-cache.tgz, in; $OUT/ptx-cache.tgz out).
@@ -30,6 +32,11 @@ for step in ${L3_STEPS:-tests qmv decode}; do
     tests)
       timeout 300 "$work/mlxrt_cuda_kernel_tests" ${KERNEL_TEST_ARGS:-} > "$out/kernel_tests.txt" 2>&1
       grep -E '^\[  (PASSED|FAILED) |Failure|error' "$out/kernel_tests.txt" | head -20
+      # The same tests with the L3 kernels compiled by mlxrt and launched as precompiled kernels.
+      MLXRT_CUDA_SELF_COMPILE=1 timeout 300 "$work/mlxrt_cuda_kernel_tests" ${KERNEL_TEST_ARGS:-} \
+        > "$out/kernel_tests_self_compiled.txt" 2>&1
+      echo "self-compiled:"
+      grep -E '^\[  (PASSED|FAILED) |Failure|error|SELF_COMPILE' "$out/kernel_tests_self_compiled.txt" | head -20
       echo "tests $(( $(date +%s) - t0 )) s" ;;
     qmv)
       timeout 400 "$work/mlxrt_qmv_bench" ${QMV_ARGS:-} > "$out/qmv_bench.txt" 2>&1
@@ -82,11 +89,18 @@ PYEOF
         --out "$out" --models $models --settings ${STEP_SETTINGS:-default graphs-off ops-400} --rounds ${STEP_ROUNDS:-1} ${STEP_ARGS:-} > "$out/steptime.txt" 2>&1
       tail -n 24 "$out/steptime.txt"
       echo "steptime $(( $(date +%s) - t0 )) s" ;;
+    startup)
+      # A new process's wall time at l1, l3 and l3 self-compiled (MLXRT_CUDA_SELF_COMPILE=1).
+      # shellcheck disable=SC2086  # models is a list of names
+      timeout 900 $PY bench/gpu/l3_startup.py --bin "$work/mlxrt" --work "$work/models" --tokenizer "$work/tokenizer" \
+        --out "$out" --models $models ${STARTUP_ARGS:-} > "$out/startup.txt" 2>&1
+      tail -n 10 "$out/startup.txt"
+      echo "startup $(( $(date +%s) - t0 )) s" ;;
     nodecost)
       # shellcheck disable=SC2086  # a list of options
       timeout 300 $PY bench/gpu/node_cost.py ${NODE_COST_ARGS:-} > "$out/node_cost.txt" 2>&1
       cat "$out/node_cost.txt"
       echo "nodecost $(( $(date +%s) - t0 )) s" ;;
-    *) echo "unknown step $step (tests qmv ncu ncu_sections decode steptime nodecost)"; exit 2 ;;
+    *) echo "unknown step $step (tests qmv ncu ncu_sections decode steptime startup nodecost)"; exit 2 ;;
   esac
 done

@@ -1,6 +1,7 @@
 // CachedKernel (kernels/cuda/cached_kernel.h): a repeated launch reuses its primitive and still
 // computes each call's own inputs; a launch that differs in anything the primitive holds gets its
 // own. Needs a CUDA device.
+#include <cstdlib>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -27,7 +28,7 @@ std::vector<float> host(const mx::array& a) {
 
 TEST(CachedKernel, RepeatedLaunchesShareOnePrimitive) {
   if (!mx::cu::is_available()) GTEST_SKIP() << "needs a CUDA device";
-  const CachedKernel kernel(mx::fast::cuda_kernel("mlxrt_test_scale", {"inp"}, {"out"}, kScale, "", true, 0));
+  const CachedKernel kernel(KernelSpec{"mlxrt_test_scale", {"inp"}, {"out"}, kScale, ""});
   auto launch = [&](const mx::array& x, int s, std::tuple<int, int, int> grid = {64, 1, 1}) {
     return kernel({x}, {x.shape()}, {x.dtype()}, grid, {32, 1, 1},
                   {{"T", x.dtype()}, {"N", static_cast<int>(x.size())}, {"S", s}}, std::nullopt, false, {})[0];
@@ -54,6 +55,37 @@ TEST(CachedKernel, RepeatedLaunchesShareOnePrimitive) {
   }
   // After evaluation the graph is detached; the cache still gives the next call a working node.
   EXPECT_EQ(host(launch(b, 3))[7], -21.0f);
+}
+
+// The self-compiled route (MLXRT_CUDA_SELF_COMPILE=1): mlxrt compiles the program with NVRTC and
+// MLX launches it as a precompiled kernel; a shape the body reads arrives as scalars.
+constexpr const char* kScaleByShape = R"(
+  const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < inp_shape[0] * inp_shape[1]) out[i] = static_cast<T>(static_cast<float>(inp[i]) * S);
+)";
+
+TEST(CachedKernel, SelfCompiledLaunchComputesTheSame) {
+  if (!mx::cu::is_available()) GTEST_SKIP() << "needs a CUDA device";
+  const char* before = std::getenv("MLXRT_CUDA_SELF_COMPILE");
+  setenv("MLXRT_CUDA_SELF_COMPILE", "1", 1);
+  const CachedKernel kernel(KernelSpec{"mlxrt_test_scale_by_shape", {"inp"}, {"out"}, kScaleByShape, ""});
+  EXPECT_TRUE(kernel.self_compiled()) << "NVRTC or the CUDA headers were not found (see stderr)";
+  auto launch = [&](const mx::array& x, int s) {
+    return kernel({x}, {x.shape()}, {x.dtype()}, {static_cast<int>(x.size()), 1, 1}, {32, 1, 1},
+                  {{"T", x.dtype()}, {"S", s}}, std::nullopt, false, {})[0];
+  };
+  const auto a = mx::reshape(mx::arange(0.0f, 60.0f, 1.0f), {6, 10});
+  const auto b = mx::reshape(mx::arange(0.0f, 60.0f, 1.0f), {5, 12});  // same size, other shape
+  auto ya = launch(a, 3), yb = launch(b, 3), yc = launch(mx::astype(a, mx::bfloat16), 2);
+  EXPECT_NE(ya.primitive_ptr().get(), yb.primitive_ptr().get()) << "the shape's scalars are the primitive's";
+  const auto got_a = host(ya), got_b = host(yb), got_c = host(yc);
+  for (int i = 0; i < 60; ++i) {
+    EXPECT_EQ(got_a[i], 3.0f * i);
+    EXPECT_EQ(got_b[i], 3.0f * i);
+    EXPECT_EQ(got_c[i], 2.0f * i);
+  }
+  if (before) setenv("MLXRT_CUDA_SELF_COMPILE", before, 1);
+  else unsetenv("MLXRT_CUDA_SELF_COMPILE");
 }
 
 }  // namespace

@@ -226,6 +226,10 @@ class CheckError(Exception):
 
 
 # ---- the C++ side: source constants and the cuda_kernel(...) calls ------------------------------
+# Where a kernel's text is given: a KernelSpec (kernels/cuda/kernel_source.h), or MLX's function.
+KERNEL_TEXT = r'(?:cuda_kernel\(|KernelSpec(?: spec)?\{)'
+
+
 def cpp_constant(path, name):
     text = (SOURCES / path).read_text()
     m = re.search(r'constexpr const char\* ' + re.escape(name) + r' = R"\((.*?)\)";', text, re.S)
@@ -242,11 +246,11 @@ def check_call(k):
     """The cuda_kernel(...) call of k["name"] in its file: inputs, outputs, source, header, and the
     template-argument names of the launch that follows, in their order (which MLX keeps)."""
     text = (SOURCES / k["file"]).read_text()
-    call = re.search(r'cuda_kernel\(\s*"' + re.escape(k["name"]) + r'",\s*\{([^}]*)\},\s*\{([^}]*)\},\s*(\w+),\s*'
+    call = re.search(KERNEL_TEXT + r'\s*"' + re.escape(k["name"]) + r'",\s*\{([^}]*)\},\s*\{([^}]*)\},\s*(\w+),\s*'
                      r'((?:"(?:[^"\\]|\\.)*"\s*)+|[\w:]+\(\)|[\w:]+)', text)
     if not call:
-        raise CheckError(f"{k['file']}: no mx::fast::cuda_kernel(\"{k['name']}\", {{inputs}}, {{outputs}}, source, "
-                         "header...) call")
+        raise CheckError(f"{k['file']}: no KernelSpec{{\"{k['name']}\", {{inputs}}, {{outputs}}, source, header...}} "
+                         "(or mx::fast::cuda_kernel call)")
     where = f"{k['file']}: cuda_kernel(\"{k['name']}\")"
     sample = k["combos"](False)[0]
     for what, got, want in (("inputs", names_of(call.group(1)), [n for n, _ in k["inputs"](sample)]),
@@ -264,7 +268,10 @@ def check_call(k):
     if header == "header()" and "std::string header() { return std::string(detail::kQmvDevice) + kFusedDevice; }" \
             not in text:
         raise CheckError(f"{k['file']}: header() is no longer kQmvDevice + kFusedDevice")
-    launch = text[call.end():text.index("std::nullopt", call.end())]
+    # The launch: after the kernel's CachedKernel, made from its spec function or an inline spec.
+    made = re.search(r'CachedKernel kernel\(' + re.escape(k["name"].removeprefix("mlxrt_")) + r'_spec\(\)\)', text)
+    start = made.end() if made else call.end()
+    launch = text[start:text.index("std::nullopt", start)]
     targs = re.findall(r'\{"(\w+)",', launch)
     want = [t for t in sample if t not in ("VT", "BT")]  # v's and beta's dtypes are inputs', not template args
     if sorted(targs) != sorted(want):
@@ -273,10 +280,10 @@ def check_call(k):
 
 
 def check_all_listed():
-    """Every cuda_kernel("name", ...) under src/mlxrt has a row in KERNELS: a new kernel is checked too."""
+    """Every kernel text under src/mlxrt has a row in KERNELS: a new kernel is checked too."""
     listed = {k["name"] for k in KERNELS}
     for path in sorted((SOURCES / "src" / "mlxrt").rglob("*.[ch]*")):
-        for name in re.findall(r'cuda_kernel\(\s*"(\w+)"', path.read_text()):
+        for name in re.findall(KERNEL_TEXT + r'\s*"(\w+)"', path.read_text()):
             if name not in listed:
                 raise CheckError(f"{path.relative_to(SOURCES)}: cuda_kernel(\"{name}\") has no row in "
                                  "tools/cuda/nvrtc_check.py's KERNELS")

@@ -60,6 +60,16 @@ bool is_float(mx::Dtype t) { return t == mx::bfloat16 || t == mx::float16 || t =
 
 }  // namespace
 
+const KernelSpec& affine_qmv_spec() {
+  static const KernelSpec spec{"mlxrt_affine_qmv", {"x", "w", "scales", "biases"}, {"y"}, kSource, detail::kQmvDevice};
+  return spec;
+}
+
+const KernelSpec& dense_mv_split_spec() {
+  static const KernelSpec spec{"mlxrt_dense_mv_split", {"x", "w"}, {"y"}, kSplitSource, detail::kQmvDevice};
+  return spec;
+}
+
 // Enough warps to fill the H200's 132 multiprocessors several times over (more rows per warp only
 // where N leaves warps to spare: they put more loads in flight per warp), 4 warps a block. A dense
 // matrix: 4 rows a warp where N or K reaches 8192, else 1 (mlxrt_qmv_bench's best on Qwen3-8B's
@@ -128,9 +138,7 @@ mx::array launch_mv(const mx::array& x, const mx::array& w, const mx::array& sca
   if (tiling.rows_per_warp < 1 || tiling.rows_per_warp > 8 || tiling.warps_per_block < 1 ||
       tiling.warps_per_block > 8)
     throw std::invalid_argument("[affine_qmv] tiling: 1-8 rows per warp, 1-8 warps per block");
-  static const CachedKernel kernel(mx::fast::cuda_kernel(
-      "mlxrt_affine_qmv", {"x", "w", "scales", "biases"}, {"y"},
-      kSource, detail::kQmvDevice, true, 0));
+  static const CachedKernel kernel(affine_qmv_spec());
   const int n = w.shape(0);
   const int k = x.shape(-1);
   const int rows = static_cast<int>(x.size() / static_cast<size_t>(k));
@@ -164,8 +172,7 @@ mx::array dense_mv(const mx::array& x, const mx::array& w, QmvTiling tiling) {
   if (tiling.rows_per_warp < 1 || tiling.rows_per_warp > 8 || tiling.warps_per_block < 2 ||
       tiling.warps_per_block > 8)
     throw std::invalid_argument("[dense_mv] split_k tiling: 1-8 rows per block, 2-8 warps per block");
-  static const CachedKernel kernel(
-      mx::fast::cuda_kernel("mlxrt_dense_mv_split", {"x", "w"}, {"y"}, kSplitSource, detail::kQmvDevice, true, 0));
+  static const CachedKernel kernel(dense_mv_split_spec());
   const int n = w.shape(0), k = x.shape(-1);
   const int rows = static_cast<int>(x.size() / static_cast<size_t>(k));
   const int blocks = (n + tiling.rows_per_warp - 1) / tiling.rows_per_warp;

@@ -18,6 +18,8 @@
 
 #include <mlx/array.h>
 
+#include "mlxrt/kernels/cuda/kernel_source.h"
+
 namespace mlxrt::kernels::cuda {
 
 namespace mx = mlx::core;
@@ -75,5 +77,9 @@ bool dense_mv_preferred(const mx::array& x, const mx::array& w);
  * affine_qmv reads its words; not cuBLAS's order, so not L1's bytes), rounded to x's type,
  * shaped [..., N]. std::invalid_argument where dense_mv_applies does not hold. */
 mx::array dense_mv(const mx::array& x, const mx::array& w, QmvTiling tiling = {});
+
+/** The kernels' text (tests and tools compile it without a GPU). */
+const KernelSpec& affine_qmv_spec();
+const KernelSpec& dense_mv_split_spec();
 
 }  // namespace mlxrt::kernels::cuda

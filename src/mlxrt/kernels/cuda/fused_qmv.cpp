@@ -166,13 +166,32 @@ int blocks_for(int n, QmvTiling t) {
 
 }  // namespace
 
+const KernelSpec& rms_norm_qkv_spec() {
+  static const KernelSpec spec{"mlxrt_rms_norm_qkv",
+                               {"x", "nw", "wq", "sq", "bq", "wk", "sk", "bk", "wv", "sv", "bv"},
+                               {"yq", "yk", "yv"},
+                               kQkvSource,
+                               header()};
+  return spec;
+}
+
+const KernelSpec& rms_norm_swiglu_spec() {
+  static const KernelSpec spec{
+      "mlxrt_rms_norm_swiglu", {"x", "nw", "wg", "sg", "bg", "wu", "su", "bu"}, {"y"}, kSwigluSource, header()};
+  return spec;
+}
+
+const KernelSpec& qmv_residual_spec() {
+  static const KernelSpec spec{
+      "mlxrt_qmv_residual", {"x", "w", "scales", "biases", "res"}, {"y"}, kResidualSource, detail::kQmvDevice};
+  return spec;
+}
+
 std::optional<std::array<mx::array, 3>> rms_norm_qkv(const mx::array& x, const RmsNormIn& norm, const QmvMatrix& q,
                                                      const QmvMatrix& k, const QmvMatrix& v) {
   const int rows = fused_rows(x, {&q, &k, &v});
   if (rows == 0 || !norm_fits(x, norm, rows)) return std::nullopt;
-  static const CachedKernel kernel(mx::fast::cuda_kernel(
-      "mlxrt_rms_norm_qkv", {"x", "nw", "wq", "sq", "bq", "wk", "sk", "bk", "wv", "sv", "bv"}, {"yq", "yk", "yv"},
-      kQkvSource, header(), true, 0));
+  static const CachedKernel kernel(rms_norm_qkv_spec());
   const int nq = q.w.shape(0), nk = k.w.shape(0), nv = v.w.shape(0), kdim = x.shape(-1);
   const auto t = choose_tiling(nq + nk + nv, {}, q.is_dense(), kdim);
   const int blocks = blocks_for(nq, t) + blocks_for(nk, t) + blocks_for(nv, t);
@@ -192,9 +211,7 @@ std::optional<mx::array> rms_norm_swiglu(const mx::array& x, const RmsNormIn& no
                                          const QmvMatrix& up) {
   const int rows = fused_rows(x, {&gate, &up});
   if (rows == 0 || !norm_fits(x, norm, rows) || gate.w.shape() != up.w.shape()) return std::nullopt;
-  static const CachedKernel kernel(mx::fast::cuda_kernel(
-      "mlxrt_rms_norm_swiglu", {"x", "nw", "wg", "sg", "bg", "wu", "su", "bu"}, {"y"},
-      kSwigluSource, header(), true, 0));
+  static const CachedKernel kernel(rms_norm_swiglu_spec());
   const int n = gate.w.shape(0), kdim = x.shape(-1);
   // Two matrices' loads in flight per row: half affine_qmv's rows per warp.
   auto t = choose_tiling(n, {}, gate.is_dense(), kdim);
@@ -216,9 +233,7 @@ std::optional<mx::array> qmv_residual(const mx::array& x, const QmvMatrix& m, co
   const auto out = product_type(x, m);
   const int n = m.w.shape(0);
   if (residual.dtype() != out || residual.shape() != with_last(x.shape(), n)) return std::nullopt;
-  static const CachedKernel kernel(mx::fast::cuda_kernel(
-      "mlxrt_qmv_residual", {"x", "w", "scales", "biases", "res"}, {"y"},
-      kResidualSource, detail::kQmvDevice, true, 0));
+  static const CachedKernel kernel(qmv_residual_spec());
   const auto t = choose_tiling(n, {}, m.is_dense(), x.shape(-1));
   const int threads = 32 * t.warps_per_block;
   return kernel({x, m.w, m.scales, m.biases, residual}, {residual.shape()}, {out}, {blocks_for(n, t) * threads, 1, 1},

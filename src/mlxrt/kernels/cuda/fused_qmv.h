@@ -30,6 +30,8 @@
 
 #include <mlx/array.h>
 
+#include "mlxrt/kernels/cuda/kernel_source.h"
+
 namespace mlxrt::kernels::cuda {
 
 namespace mx = mlx::core;
@@ -63,5 +65,10 @@ std::optional<mx::array> rms_norm_swiglu(const mx::array& x, const RmsNormIn& no
 
 /** residual + x @ m.T, the product rounded to its type before the add (as two MLX nodes give). */
 std::optional<mx::array> qmv_residual(const mx::array& x, const QmvMatrix& m, const mx::array& residual);
+
+/** The kernels' text (tests and tools compile it without a GPU). */
+const KernelSpec& rms_norm_qkv_spec();
+const KernelSpec& rms_norm_swiglu_spec();
+const KernelSpec& qmv_residual_spec();
 
 }  // namespace mlxrt::kernels::cuda

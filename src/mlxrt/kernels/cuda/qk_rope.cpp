@@ -92,6 +92,11 @@ bool norm_applies(const std::optional<RmsNormIn>& norm, mx::Dtype t, int d) {
 
 }  // namespace
 
+const KernelSpec& qk_norm_rope_spec() {
+  static const KernelSpec spec{"mlxrt_qk_norm_rope", {"q", "k", "qw", "kw", "off", "freqs"}, {"yq", "yk"}, kSource, ""};
+  return spec;
+}
+
 std::optional<std::pair<mx::array, mx::array>> qk_norm_rope(const mx::array& q, const mx::array& k, int n_heads,
                                                             int n_kv_heads, const std::optional<RmsNormIn>& q_norm,
                                                             const std::optional<RmsNormIn>& k_norm,
@@ -115,9 +120,7 @@ std::optional<std::pair<mx::array, mx::array>> qk_norm_rope(const mx::array& q, 
     return std::nullopt;
   if (mx::default_device() != mx::Device::gpu || !mx::cu::is_available()) return std::nullopt;
 
-  static const CachedKernel kernel(mx::fast::cuda_kernel(
-      "mlxrt_qk_norm_rope", {"q", "k", "qw", "kw", "off", "freqs"},
-      {"yq", "yk"}, kSource, "", true, 0));
+  static const CachedKernel kernel(qk_norm_rope_spec());
   const int tasks = B * L * (n_heads + n_kv_heads);
   const int blocks = (tasks + kWarpsPerBlock - 1) / kWarpsPerBlock;
   const int threads = 32 * kWarpsPerBlock;

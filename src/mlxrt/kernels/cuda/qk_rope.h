@@ -19,6 +19,8 @@
 
 #include <mlx/array.h>
 
+#include "mlxrt/kernels/cuda/kernel_source.h"
+
 #include "mlxrt/kernels/cuda/fused_qmv.h"
 
 namespace mlxrt::kernels::cuda {
@@ -49,5 +51,8 @@ std::optional<std::pair<mx::array, mx::array>> qk_norm_rope(const mx::array& q, 
                                                             int n_kv_heads, const std::optional<RmsNormIn>& q_norm,
                                                             const std::optional<RmsNormIn>& k_norm,
                                                             const RopeIn& rope, const mx::array& offset);
+
+/** The kernel's text (tests and tools compile it without a GPU). */
+const KernelSpec& qk_norm_rope_spec();
 
 }  // namespace mlxrt::kernels::cuda

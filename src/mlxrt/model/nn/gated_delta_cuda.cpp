@@ -122,9 +122,10 @@ bool fused_gated_delta_applies(const mx::array& q, const mx::array& k, const mx:
 
 std::pair<mx::array, mx::array> gated_delta_fused(const mx::array& q, const mx::array& k, const mx::array& v,
                                                   const mx::array& g, const mx::array& beta, const mx::array& state) {
-  static const kernels::cuda::CachedKernel kernel(mx::fast::cuda_kernel(
+  static const kernels::cuda::CachedKernel kernel(kernels::cuda::KernelSpec{
       "mlxrt_gated_delta_step", {"q", "k", "v", "g", "beta", "state_in"}, {"y", "state_out"},
-      kStepSource, "#include <cooperative_groups/reduce.h>\n"));
+      kStepSource, "#include <cooperative_groups/reduce.h>\n", true, 0,
+      /*self_compile=*/false});
   const int B = q.shape(0), T = q.shape(1), Hk = q.shape(2), Dk = q.shape(3), Hv = v.shape(2), Dv = v.shape(3);
   auto out = kernel({q, k, v, g, beta, state}, {{B, T, Hv, Dv}, state.shape()}, {q.dtype(), mx::float32},
                     {32, Dv, B * Hv}, {32, 4, 1},
@@ -140,9 +141,10 @@ bool fused_conv_silu_applies(const mx::array& x, const mx::array& weight) {
 }
 
 mx::array conv_silu_fused(const mx::array& x, const mx::array& weight) {
-  static const kernels::cuda::CachedKernel kernel(mx::fast::cuda_kernel(
+  static const kernels::cuda::CachedKernel kernel(kernels::cuda::KernelSpec{
       "mlxrt_conv_silu", {"x", "w"}, {"out"}, kConvSiluSource,
-      "#include \"mlx/backend/cuda/device/unary_ops.cuh\"\n#include \"mlx/backend/cuda/device/binary_ops.cuh\"\n"));
+      "#include \"mlx/backend/cuda/device/unary_ops.cuh\"\n#include \"mlx/backend/cuda/device/binary_ops.cuh\"\n", true, 0,
+      /*self_compile=*/false});
   const int B = x.shape(0), L = x.shape(1), C = x.shape(2), K = weight.shape(1);
   return kernel({x, weight}, {{B, L - K + 1, C}}, {x.dtype()}, {C, L - K + 1, B}, {256, 1, 1},
                 {{"XT", x.dtype()}, {"K", K}}, std::nullopt, false, {})[0];

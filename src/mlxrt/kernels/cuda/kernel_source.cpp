@@ -1,0 +1,113 @@
+// A kernel's whole program as mlxrt compiles it itself. Why and how: kernel_source.h.
+#include "mlxrt/kernels/cuda/kernel_source.h"
+
+#include <stdexcept>
+#include <type_traits>
+#include <variant>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace mlxrt::kernels::cuda {
+
+namespace {
+
+// The CUDA types and the fixed-width integers, which NVRTC does not declare by itself (MLX's prelude
+// brings them with its device utilities). Less than 0.1 s of NVRTC's time.
+constexpr const char* kPrelude = R"(#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long long int64_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+)";
+
+}  // namespace
+
+std::vector<bool> shapes_read(const KernelSpec& spec) {
+  std::vector<bool> read;
+  read.reserve(spec.input_names.size());
+  for (const auto& name : spec.input_names) read.push_back(spec.source.find(name + "_shape") != std::string::npos);
+  return read;
+}
+
+std::string cuda_type_name(mx::Dtype t) {
+  switch (t.val()) {
+    case mx::Dtype::Val::bool_: return "bool";
+    case mx::Dtype::Val::uint8: return "uint8_t";
+    case mx::Dtype::Val::uint16: return "uint16_t";
+    case mx::Dtype::Val::uint32: return "uint32_t";
+    case mx::Dtype::Val::uint64: return "uint64_t";
+    case mx::Dtype::Val::int8: return "int8_t";
+    case mx::Dtype::Val::int16: return "int16_t";
+    case mx::Dtype::Val::int32: return "int32_t";
+    case mx::Dtype::Val::int64: return "int64_t";
+    case mx::Dtype::Val::float16: return "__half";
+    case mx::Dtype::Val::bfloat16: return "__nv_bfloat16";
+    case mx::Dtype::Val::float32: return "float";
+    case mx::Dtype::Val::float64: return "double";
+    default: break;
+  }
+  throw std::invalid_argument("[kernel_source] no CUDA kernel type for this dtype (complex)");
+}
+
+std::string self_contained_source(const KernelSpec& spec, const std::vector<mx::Dtype>& input_types,
+                                  const std::vector<mx::Shape>& input_shapes,
+                                  const std::vector<mx::Dtype>& output_types,
+                                  const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args) {
+  if (input_types.size() != spec.input_names.size() || input_shapes.size() != spec.input_names.size())
+    throw std::invalid_argument(fmt::format("[kernel_source] {}: {} inputs named, {} types and {} shapes given",
+                                            spec.name, spec.input_names.size(), input_types.size(),
+                                            input_shapes.size()));
+  if (output_types.size() != spec.output_names.size())
+    throw std::invalid_argument(fmt::format("[kernel_source] {}: {} outputs named, {} types given", spec.name,
+                                            spec.output_names.size(), output_types.size()));
+  const auto read = shapes_read(spec);
+  std::vector<std::string> params;
+  for (size_t i = 0; i < spec.input_names.size(); ++i)
+    params.push_back(fmt::format("const {}* {}", cuda_type_name(input_types[i]), spec.input_names[i]));
+  for (size_t i = 0; i < spec.output_names.size(); ++i)
+    params.push_back(fmt::format("{}* {}", cuda_type_name(output_types[i]), spec.output_names[i]));
+  std::string gather;  // the shapes back as the arrays the body indexes
+  for (size_t i = 0; i < spec.input_names.size(); ++i) {
+    if (!read[i] || input_shapes[i].empty()) continue;
+    const auto& name = spec.input_names[i];
+    std::vector<std::string> dims;
+    for (size_t d = 0; d < input_shapes[i].size(); ++d) {
+      params.push_back(fmt::format("int {}_shape_{}", name, d));
+      dims.push_back(fmt::format("{}_shape_{}", name, d));
+    }
+    gather += fmt::format("  const int {}_shape[{}] = {{{}}};\n", name, dims.size(), fmt::join(dims, ", "));
+  }
+  std::string constants;
+  for (const auto& [name, arg] : template_args) {
+    constants += std::visit(
+        [&](const auto& v) -> std::string {
+          using V = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<V, bool>)
+            return fmt::format("  constexpr bool {} = {};\n", name, v);
+          else if constexpr (std::is_same_v<V, int>)
+            return fmt::format("  constexpr int {} = {};\n", name, v);
+          else
+            return fmt::format("  using {} = {};\n", name, cuda_type_name(v));
+        },
+        arg);
+  }
+  return fmt::format("{}{}\nextern \"C\" __global__ void {}(\n    {}) {{\n{}{}\n{}\n}}\n", kPrelude, spec.header,
+                     spec.name, fmt::join(params, ",\n    "), constants, gather, spec.source);
+}
+
+std::vector<mx::fast::ScalarArg> shape_scalars(const KernelSpec& spec, const std::vector<mx::Shape>& input_shapes) {
+  const auto read = shapes_read(spec);
+  std::vector<mx::fast::ScalarArg> scalars;
+  for (size_t i = 0; i < read.size() && i < input_shapes.size(); ++i)
+    if (read[i])
+      for (const int d : input_shapes[i]) scalars.emplace_back(d);
+  return scalars;
+}
+
+}  // namespace mlxrt::kernels::cuda

@@ -1,0 +1,54 @@
+#pragma once
+/** One of mlxrt's CUDA kernels as text, and the whole program mlxrt compiles from it itself.
+ *
+ * A KernelSpec holds what mx::fast::cuda_kernel takes: a name, the input and output names, the
+ * body, the device code before it. MLX's function wraps the body in a __global__ function whose
+ * parameters are the inputs (typed by their dtypes, plus `<input>_shape` where the body reads it),
+ * then the outputs, with one `constexpr` / `using` line per template argument, behind its own
+ * prelude. self_contained_source() writes the same kernel without that prelude (nvrtc.h says why)
+ * for MLX's precompiled-kernel launch, whose parameters are the inputs, the outputs, then scalars:
+ * an input's shape, where the body reads it, comes as one int scalar per dimension and is gathered
+ * back into the `<input>_shape` array the body indexes. The body and the device code are the same
+ * text either way. */
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <mlx/array.h>
+#include <mlx/fast.h>
+
+namespace mlxrt::kernels::cuda {
+
+namespace mx = mlx::core;
+
+struct KernelSpec {
+  std::string name;
+  std::vector<std::string> input_names;
+  std::vector<std::string> output_names;
+  std::string source;  // the kernel's body
+  std::string header;  // device code before the kernel
+  bool ensure_row_contiguous = true;
+  int shared_memory = 0;
+  /** False for kernels whose bytes must be MLX's own compile of mlx-lm's text (L1): those always go
+   * through mx::fast::cuda_kernel. */
+  bool self_compile = true;
+};
+
+/** For each input: whether the body reads `<name>_shape`. */
+std::vector<bool> shapes_read(const KernelSpec& spec);
+
+/** The CUDA type of a dtype in a kernel's signature (`__nv_bfloat16`, `float`, `uint32_t`, ...).
+ * Throws std::invalid_argument for a type the kernels do not take (complex). */
+std::string cuda_type_name(mx::Dtype t);
+
+/** The whole program for one launch: the kernel as `extern "C" __global__ void <spec.name>(...)`.
+ * `input_shapes[i]` is used only for its number of dimensions, where shapes_read(spec)[i]. */
+std::string self_contained_source(const KernelSpec& spec, const std::vector<mx::Dtype>& input_types,
+                                  const std::vector<mx::Shape>& input_shapes,
+                                  const std::vector<mx::Dtype>& output_types,
+                                  const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args);
+
+/** The scalars self_contained_source's kernel takes after its outputs: each read shape's sizes. */
+std::vector<mx::fast::ScalarArg> shape_scalars(const KernelSpec& spec, const std::vector<mx::Shape>& input_shapes);
+
+}  // namespace mlxrt::kernels::cuda
