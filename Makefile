@@ -49,14 +49,16 @@ fuzz-long: build
 	@tools/fuzz_long.sh $(BUILD) $(FUZZ_SECONDS)
 
 # The CUDA kernels' source text compiled with NVRTC, without a GPU: every template-argument
-# combination the C++ launches as MLX compiles it (tools/cuda/nvrtc_check.py), then the L3 kernels
-# as mlxrt compiles them itself (MLXRT_CUDA_SELF_COMPILE=1: tests/nvrtc/, through our NVRTC
-# wrapper). Not part of `make test` or CI. It downloads the pinned mlx-cuda-13 and NVIDIA's NVRTC
-# wheels into build-nvrtc/ once.
+# combination the C++ launches as MLX compiles it (tools/cuda/nvrtc_check.py); the L3 kernels as
+# mlxrt compiles them itself (MLXRT_CUDA_SELF_COMPILE=1: tests/nvrtc/, through our NVRTC wrapper);
+# and the two compiles' machine code compared, instruction by instruction (tools/cuda/sass_compare.py).
+# Not part of `make test` or CI. It downloads the pinned mlx-cuda-13 and NVIDIA's NVRTC and
+# nvdisasm wheels into build-nvrtc/ once.
 check-cuda-kernels: build
 	@"$(MLXRT_VENV)/bin/python3" tools/cuda/nvrtc_check.py $(NVRTC_CHECK_ARGS)
-	cmake --build $(BUILD) -j $(JOBS) --target mlxrt_nvrtc_tests
+	cmake --build $(BUILD) -j $(JOBS) --target mlxrt_nvrtc_tests mlxrt_kernel_program
 	MLXRT_NVRTC_LIBRARY=$(CURDIR)/build-nvrtc/root/nvidia/cu13/lib/libnvrtc.so.13 $(BUILD)/mlxrt_nvrtc_tests
+	@"$(MLXRT_VENV)/bin/python3" tools/cuda/sass_compare.py --program $(BUILD)/mlxrt_kernel_program
 
 # FIDELITY=l3: the demo at mlxrt's own measured kernels (default l1: mlx-lm's bytes).
 FIDELITY ?= l1

@@ -41,15 +41,14 @@ TEST(KernelSource, ProgramHasMlxsParameterOrderAndTemplateLines) {
       "    const uint32_t* w,\n"
       "    const __nv_bfloat16* bias,\n"
       "    __half* out,\n"
-      "    int w_shape_0,\n"
-      "    int w_shape_1) {\n"
+      "    const __grid_constant__ int w_shape_0,\n"
+      "    const __grid_constant__ int w_shape_1) {\n"
       "  using T = __half;\n"
       "  constexpr int S = 3;\n"
       "  constexpr bool TRAD = true;\n"
       "  constexpr bool OFF = false;\n"
-      "  const int w_shape[2] = {w_shape_0, w_shape_1};\n"
       "\n"
-      "  out[0] = static_cast<T>(inp[0] * S) + w[w_shape[1]];\n"
+      "  out[0] = static_cast<T>(inp[0] * S) + w[w_shape_1];\n"
       "\n"
       "}\n";
   ASSERT_GE(text.size(), expected_kernel.size());
@@ -59,6 +58,14 @@ TEST(KernelSource, ProgramHasMlxsParameterOrderAndTemplateLines) {
   EXPECT_NE(text.find("typedef unsigned int uint32_t;"), std::string::npos);
   EXPECT_EQ(text.find("mlx/backend"), std::string::npos);
   EXPECT_EQ(text.find("cooperative_groups"), std::string::npos);
+}
+
+TEST(KernelSource, ANonLiteralShapeIndexGetsALocalArray) {
+  const KernelSpec spec{"mlxrt_test_rank", {"x"}, {"y"}, "  for (int d = 0; d < 3; ++d) y[d] = x_shape[d];\n", ""};
+  const auto text =
+      mlxrt::kernels::cuda::self_contained_source(spec, {mx::float32}, {{2, 3, 4}}, {mx::float32}, {});
+  EXPECT_NE(text.find("  const int x_shape[3] = {x_shape_0, x_shape_1, x_shape_2};\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("y[d] = x_shape[d];"), std::string::npos) << text;
 }
 
 TEST(KernelSource, ShapeScalarsFollowTheReadShapes) {

@@ -14,10 +14,10 @@
  *
  * Self-compiled route (kernel_source.h, nvrtc.h): the same body and device code compiled without
  * MLX's prelude, 0.1-0.3 s a kernel instead of 1.1-1.3 s, and launched as an MLX precompiled kernel
- * (the same kinds of parameters, in the same order, with the read shapes as int scalars). It stays
- * opt-in until a GPU run has checked the L3 kernels' tests and fidelity through it; where NVRTC or
- * the CUDA headers cannot be found, or a compile fails, the launch takes MLX's function (with one
- * warning on stderr). Kernels whose spec says self_compile = false (L1 ports of mlx-lm's kernels)
+ * (the inputs, the outputs, then the read shapes as int scalars). Its machine code is MLX's compile
+ * of the same kernel (tools/cuda/sass_compare.py); it stays opt-in until a GPU run has checked the
+ * launch (the kernel tests through it). Where NVRTC or the CUDA headers cannot be found, or a
+ * compile fails, the launch takes MLX's function (with one warning on stderr). Kernels whose spec says self_compile = false (L1 ports of mlx-lm's kernels)
  * always take MLX's function.
  *
  * The entries are a cache of compiled-launch descriptions, like MLX's own kernel cache: made under

@@ -1,6 +1,7 @@
 // A kernel's whole program as mlxrt compiles it itself. Why and how: kernel_source.h.
 #include "mlxrt/kernels/cuda/kernel_source.h"
 
+#include <regex>
 #include <stdexcept>
 #include <type_traits>
 #include <variant>
@@ -72,16 +73,23 @@ std::string self_contained_source(const KernelSpec& spec, const std::vector<mx::
     params.push_back(fmt::format("const {}* {}", cuda_type_name(input_types[i]), spec.input_names[i]));
   for (size_t i = 0; i < spec.output_names.size(); ++i)
     params.push_back(fmt::format("{}* {}", cuda_type_name(output_types[i]), spec.output_names[i]));
-  std::string gather;  // the shapes back as the arrays the body indexes
+  // A read shape: one __grid_constant__ int per dimension, and `name_shape[d]` in the body becomes
+  // `name_shape_d`. That is how NVRTC sees MLX's own __grid_constant__ Shape parameter: compiled this
+  // way our kernels' machine code is MLX's compile of them, instruction for instruction, up to the
+  // parameters' offsets and register numbers (nvdisasm, on the kernels tests/nvrtc compiles). An
+  // index that is not a literal gets a local array instead (the same values; other code).
+  std::string body = spec.source, gather;
   for (size_t i = 0; i < spec.input_names.size(); ++i) {
     if (!read[i] || input_shapes[i].empty()) continue;
     const auto& name = spec.input_names[i];
     std::vector<std::string> dims;
     for (size_t d = 0; d < input_shapes[i].size(); ++d) {
-      params.push_back(fmt::format("int {}_shape_{}", name, d));
+      params.push_back(fmt::format("const __grid_constant__ int {}_shape_{}", name, d));
       dims.push_back(fmt::format("{}_shape_{}", name, d));
     }
-    gather += fmt::format("  const int {}_shape[{}] = {{{}}};\n", name, dims.size(), fmt::join(dims, ", "));
+    body = std::regex_replace(body, std::regex("\\b" + name + "_shape\\[([0-9]+)\\]"), name + "_shape_$1");
+    if (body.find(name + "_shape[") != std::string::npos)
+      gather += fmt::format("  const int {}_shape[{}] = {{{}}};\n", name, dims.size(), fmt::join(dims, ", "));
   }
   std::string constants;
   for (const auto& [name, arg] : template_args) {
@@ -98,7 +106,7 @@ std::string self_contained_source(const KernelSpec& spec, const std::vector<mx::
         arg);
   }
   return fmt::format("{}{}\nextern \"C\" __global__ void {}(\n    {}) {{\n{}{}\n{}\n}}\n", kPrelude, spec.header,
-                     spec.name, fmt::join(params, ",\n    "), constants, gather, spec.source);
+                     spec.name, fmt::join(params, ",\n    "), constants, gather, body);
 }
 
 std::vector<mx::fast::ScalarArg> shape_scalars(const KernelSpec& spec, const std::vector<mx::Shape>& input_shapes) {
