@@ -9,9 +9,12 @@
 #include <variant>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <mlx/version.h>
 #include <mlx/device.h>
 #include <mlx/stream.h>
 
+#include "mlxrt/kernels/cuda/kernel_image_cache.h"
 #include "mlxrt/kernels/cuda/nvrtc.h"
 
 namespace mlxrt::kernels::cuda {
@@ -22,6 +25,8 @@ namespace {
 struct Toolchain {
   std::unique_ptr<Nvrtc> nvrtc;
   std::vector<std::string> options;
+  std::string compiler_key;  // what an image depends on besides its text: NVRTC's version, the options
+  std::unique_ptr<KernelImageCache> cache;
 };
 
 size_t info_number(const std::unordered_map<std::string, std::variant<std::string, size_t>>& info,
@@ -43,6 +48,8 @@ const Toolchain& toolchain() {
       const auto& info = mx::device_info(mx::Device::gpu);
       t.options = device_options(static_cast<int>(info_number(info, "compute_capability_major")),
                                  static_cast<int>(info_number(info, "compute_capability_minor")), include);
+      t.compiler_key = fmt::format("nvrtc {}.{} {}", t.nvrtc->major(), t.nvrtc->minor(), fmt::join(t.options, " "));
+      t.cache = std::make_unique<KernelImageCache>(default_image_cache_dir(mx::version()));
     } catch (const std::exception& e) {
       t.nvrtc.reset();
       std::fprintf(stderr, "[mlxrt] MLXRT_CUDA_SELF_COMPILE: %s; MLX compiles the kernels instead\n", e.what());
@@ -137,7 +144,12 @@ std::vector<mx::array> CachedKernel::launch_self_compiled(
     if (it == images_.end()) {
       const auto& tc = toolchain();
       try {
-        it = images_.emplace(text, tc.nvrtc->compile(text, spec_.name + ".cu", tc.options)).first;
+        auto stored = tc.cache->load(text, tc.compiler_key);
+        if (!stored) {
+          stored = tc.nvrtc->compile(text, spec_.name + ".cu", tc.options);
+          tc.cache->store(text, tc.compiler_key, *stored);
+        }
+        it = images_.emplace(text, std::move(*stored)).first;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "[mlxrt] MLXRT_CUDA_SELF_COMPILE: %s; MLX compiles %s instead\n", e.what(),
                      spec_.name.c_str());

@@ -16,8 +16,9 @@
  * MLX's prelude, 0.1-0.3 s a kernel instead of 1.1-1.3 s, and launched as an MLX precompiled kernel
  * (the inputs, the outputs, then the read shapes as int scalars). Its machine code is MLX's compile
  * of the same kernel (tools/cuda/sass_compare.py); it stays opt-in until a GPU run has checked the
- * launch (the kernel tests through it). Where NVRTC or the CUDA headers cannot be found, or a
- * compile fails, the launch takes MLX's function (with one warning on stderr). Kernels whose spec says self_compile = false (L1 ports of mlx-lm's kernels)
+ * launch (the kernel tests through it). The images are kept on disk (kernel_image_cache.h), so a
+ * later process loads them instead. Where NVRTC or the CUDA headers cannot be found, or a compile
+ * fails, the launch takes MLX's function (with one warning on stderr). Kernels whose spec says self_compile = false (L1 ports of mlx-lm's kernels)
  * always take MLX's function.
  *
  * The entries are a cache of compiled-launch descriptions, like MLX's own kernel cache: made under
