@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """What a fresh process pays before its L3 kernels run: MLX compiling them (its prelude and all,
-1.1-1.3 s a kernel) against mlxrt compiling them itself (MLXRT_CUDA_SELF_COMPILE=1, ~0.17 s).
+1.1-1.3 s a kernel, every process) against mlxrt compiling them itself into MLX's kernel cache
+(MLXRT_CUDA_SELF_COMPILE=1: ~0.17 s a kernel, then none for later processes).
 
 For each model (bench/gpu/models.py), `mlxrt generate` of a few tokens in a new process at l1, at l3,
 and at l3 self-compiled, in turn, ROUNDS times: the whole process's wall time (load, prefill, the
 first decode steps with their kernel compiles), and whether l3's two routes wrote the same text
 (the same machine code launched two ways: they should). Each route runs twice on one kernel folder
 (MLX_PTX_CACHE_DIR, fresh for the route): "cold" with it empty, "warm" with what the first run
-left there (MLX's own JIT kernels, and the self-compiled kernels' images; MLX keeps no custom
-kernel, so l3's are compiled again).
+left there (MLX's own JIT kernels, and the self-compiled kernels' entries; MLX writes no custom
+kernel there, so plain l3's are compiled again).
 
 Usage: l3_startup.py --bin MLXRT --work MODELS_DIR --tokenizer DIR --out DIR [--models ...] [--rounds 2]
 """

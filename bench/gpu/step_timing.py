@@ -38,8 +38,8 @@ SETTINGS = {
     # there, a few layers of an 8B model), so MLX's limit of 10 graphs in flight (transforms.cpp's
     # MAX_ACTIVE_TASKS, where the host waits for the device) is not reached by two steps.
     "one-graph": {"MLX_MAX_OPS_PER_BUFFER": "4000", "MLX_MAX_MB_PER_BUFFER": "1000000"},
-    # Not MLX's: mlxrt compiles its L3 kernels itself and launches them as precompiled kernels
-    # (kernels/cuda/cached_kernel.h); the same kernel text, the shapes as scalars.
+    # Not MLX's: mlxrt compiles its L3 kernels itself into MLX's kernel cache, where MLX loads
+    # them (kernels/cuda/cached_kernel.h); the same machine code, launched by MLX as before.
     "self-compile": {"MLXRT_CUDA_SELF_COMPILE": "1"},
 }
 

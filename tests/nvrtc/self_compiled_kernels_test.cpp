@@ -4,7 +4,7 @@
 // shapes, each float type, 4 and 8 bits, groups of 32-128, 1-8 rows). NVRTC needs no GPU, so this
 // runs on a CPU machine: `make check-cuda-kernels` builds it and points MLXRT_NVRTC_LIBRARY at the
 // NVRTC wheel it downloads (not part of `make test`). Whether the kernels compute the right
-// numbers through the precompiled launch is tests/gpu/'s job, on a GPU.
+// numbers when MLX launches them is tests/gpu/'s job, on a GPU.
 #include <gtest/gtest.h>
 
 #include <bit>

@@ -2,16 +2,17 @@
 """Whether mlxrt's own compile of its L3 CUDA kernels (MLXRT_CUDA_SELF_COMPILE=1) is MLX's compile of
 them, instruction for instruction (`make check-cuda-kernels`; no GPU needed).
 
-MLX compiles a custom kernel from its own wrapping of the body (its prelude, the signature with a
-`__grid_constant__ Shape` per read shape: nvrtc_check.py's build_kernel). mlxrt compiles the same
-body and device code without that prelude, with the read shapes as `__grid_constant__ int`s
-(kernels/cuda/kernel_source.cpp; the program is printed by the mlxrt_kernel_program helper, so this
-compares the C++'s text, not a copy). For each of nvrtc_check.py's combinations of the L3 kernels
-both are compiled to sm_90a machine code, disassembled with nvdisasm, and compared with three
-things set aside: which registers hold what, where each parameter sits in the parameter bank
-(mapped back to the parameter's name first, so a swapped N and K would show), and the address of a
-global (the sin/cos reduction table). "identical" then means the same instructions with the same
-operands in the same order: the same arithmetic, the same bytes out.
+MLX compiles a custom kernel from its own wrapping of the body (its prelude, then the signature:
+each input with a `__grid_constant__ Shape` after it where the body reads its shape, then the
+outputs: nvrtc_check.py's build_kernel). mlxrt compiles the same body and device code behind a small
+prelude of its own, with the same parameters (kernels/cuda/kernel_source.cpp; the program is printed
+by the mlxrt_kernel_program helper, so this compares the C++'s text, not a copy), and MLX loads the
+result as its own (kernels/cuda/mlx_kernel_cache.h). For each of nvrtc_check.py's combinations of the
+L3 kernels both are compiled to sm_90a machine code, disassembled with nvdisasm, and compared with
+three things set aside: which registers hold what, the address of a global (the sin/cos reduction
+table), and the kernel's own symbol (MLX's is mangled). Parameters are compared by name at their
+offsets. "identical" then means the same instructions with the same operands in the same order,
+reading the same parameters: the same arithmetic, the same bytes out, launched with MLX's arguments.
 
 Needs the build's mlxrt_kernel_program (cmake --build build --target mlxrt_kernel_program) and
 downloads NVIDIA's nvdisasm wheel into the nvrtc_check cache once (13.0 is not published; 13.2
@@ -115,19 +116,6 @@ def mlx_layout(inputs, outputs, source):
     return names
 
 
-def self_layout(inputs, outputs, source, ndim):
-    """The same for mlxrt's signature: inputs, outputs, then each read shape's ints."""
-    names, off = {}, PARAM_BASE
-    for name, _ in inputs + outputs:
-        off = (off + 7) // 8 * 8
-        names[off], names[off + 4], off = name, name + ".hi", off + 8
-    for name, _ in inputs:
-        if name + "_shape" in source:
-            for d in range(ndim):
-                names[off], off = f"{name}_shape[{d}]", off + 4
-    return names
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", type=Path, default=nc.ROOT / "build-nvrtc")
@@ -143,7 +131,7 @@ def main():
     include = root / "nvidia" / "cu13" / "include"
     self_options = [f"--gpu-architecture={nc.ARCH}", f"--include-path={include}"]  # nvrtc.h's device_options
     scratch = args.cache / "sass_compare.cubin"
-    ndim = 2  # the weights' shapes, the only ones the L3 kernels read
+    ndim = 2  # every input of the L3 kernels has dimensions (MLX passes a Shape only then)
     counts, failed = {}, 0
     for k in nc.KERNELS:
         if k["name"] not in SELF_COMPILED or (args.only and args.only not in k["name"]):
@@ -165,7 +153,7 @@ def main():
             a = instructions(nvdisasm, cubin(nvrtc, mlx_source, True, mlx_options),
                              mlx_layout(inputs, outputs, source), scratch)
             b = instructions(nvdisasm, cubin(nvrtc, own.stdout, False, self_options),
-                             self_layout(inputs, outputs, source, ndim), scratch)
+                             mlx_layout(inputs, outputs, source), scratch)
             same = a == b
             counts.setdefault(k["name"], [0, 0])[0 if same else 1] += 1
             if not same:

@@ -1,7 +1,7 @@
 // The program mlxrt compiles itself for one of its CUDA kernels (kernels/cuda/kernel_source.h): the
-// parameters in MLX's precompiled-kernel order (inputs, outputs, then the read shapes as int
-// scalars), the template arguments as MLX's cuda_kernel writes them, the body and device code as
-// given; and clear errors for what it cannot write. No GPU needed (compiling the programs with
+// parameters as MLX's own kernel has them (each input, its Shape where read, the outputs), the
+// template arguments as MLX's cuda_kernel writes them, the body and device code as given; and clear
+// errors for what it cannot write. No GPU needed (compiling the programs with
 // NVRTC is tests/nvrtc/, run by `make check-cuda-kernels`).
 #include <gtest/gtest.h>
 
@@ -39,16 +39,15 @@ TEST(KernelSource, ProgramHasMlxsParameterOrderAndTemplateLines) {
       "extern \"C\" __global__ void mlxrt_test_scale(\n"
       "    const float* inp,\n"
       "    const uint32_t* w,\n"
+      "    const __grid_constant__ mlxrt_shape w_shape,\n"
       "    const __nv_bfloat16* bias,\n"
-      "    __half* out,\n"
-      "    const __grid_constant__ int w_shape_0,\n"
-      "    const __grid_constant__ int w_shape_1) {\n"
+      "    __half* out) {\n"
       "  using T = __half;\n"
       "  constexpr int S = 3;\n"
       "  constexpr bool TRAD = true;\n"
       "  constexpr bool OFF = false;\n"
       "\n"
-      "  out[0] = static_cast<T>(inp[0] * S) + w[w_shape_1];\n"
+      "  out[0] = static_cast<T>(inp[0] * S) + w[w_shape[1]];\n"
       "\n"
       "}\n";
   ASSERT_GE(text.size(), expected_kernel.size());
@@ -56,28 +55,24 @@ TEST(KernelSource, ProgramHasMlxsParameterOrderAndTemplateLines) {
   // The prelude: the CUDA types' headers and the fixed-width integers, nothing of MLX's.
   EXPECT_EQ(text.rfind("#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n", 0), 0u);
   EXPECT_NE(text.find("typedef unsigned int uint32_t;"), std::string::npos);
+  // MLX's Shape: ten int32 by value.
+  EXPECT_NE(text.find("struct mlxrt_shape {\n  int32_t v[10];"), std::string::npos);
   EXPECT_EQ(text.find("mlx/backend"), std::string::npos);
   EXPECT_EQ(text.find("cooperative_groups"), std::string::npos);
 }
 
-TEST(KernelSource, ANonLiteralShapeIndexGetsALocalArray) {
-  const KernelSpec spec{"mlxrt_test_rank", {"x"}, {"y"}, "  for (int d = 0; d < 3; ++d) y[d] = x_shape[d];\n", ""};
-  const auto text =
-      mlxrt::kernels::cuda::self_contained_source(spec, {mx::float32}, {{2, 3, 4}}, {mx::float32}, {});
-  EXPECT_NE(text.find("  const int x_shape[3] = {x_shape_0, x_shape_1, x_shape_2};\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("y[d] = x_shape[d];"), std::string::npos) << text;
-}
-
-TEST(KernelSource, ShapeScalarsFollowTheReadShapes) {
-  const auto scalars = mlxrt::kernels::cuda::shape_scalars(kScale, {{4}, {3, 8}, {}});
-  ASSERT_EQ(scalars.size(), 2u);
-  EXPECT_EQ(std::get<int>(scalars[0]), 3);
-  EXPECT_EQ(std::get<int>(scalars[1]), 8);
-  // A read input without dimensions has neither parameters nor scalars.
-  EXPECT_TRUE(mlxrt::kernels::cuda::shape_scalars(kScale, {{4}, {}, {}}).empty());
+TEST(KernelSource, AShapeOnlyWhereTheInputHasDimensions) {
+  // MLX passes no Shape for an input without dimensions, so neither does the program.
   const auto text = mlxrt::kernels::cuda::self_contained_source(kScale, {mx::float32, mx::uint32, mx::float32},
                                                                 {{4}, {}, {}}, {mx::float32}, {});
-  EXPECT_EQ(text.find("w_shape_0"), std::string::npos);
+  EXPECT_EQ(text.find("w_shape,"), std::string::npos) << text;
+  EXPECT_NE(text.find("    const uint32_t* w,\n    const float* bias,"), std::string::npos) << text;
+}
+
+TEST(KernelSource, StridesAndNdimAreMlxsOnly) {
+  const KernelSpec spec{"mlxrt_test_strided", {"x"}, {"y"}, "  y[0] = x[x_strides[0]];\n", ""};
+  EXPECT_THROW(mlxrt::kernels::cuda::self_contained_source(spec, {mx::float32}, {{2}}, {mx::float32}, {}),
+               std::invalid_argument);
 }
 
 TEST(KernelSource, MismatchedListsAndComplexTypesAreRefused) {

@@ -4,17 +4,18 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <type_traits>
 #include <unordered_map>
 #include <variant>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <mlx/version.h>
 #include <mlx/device.h>
+#include <mlx/fast_primitives.h>
 #include <mlx/stream.h>
+#include <mlx/version.h>
 
-#include "mlxrt/kernels/cuda/kernel_image_cache.h"
+#include "mlxrt/kernels/cuda/mlx_kernel_cache.h"
 #include "mlxrt/kernels/cuda/nvrtc.h"
 
 namespace mlxrt::kernels::cuda {
@@ -25,8 +26,7 @@ namespace {
 struct Toolchain {
   std::unique_ptr<Nvrtc> nvrtc;
   std::vector<std::string> options;
-  std::string compiler_key;  // what an image depends on besides its text: NVRTC's version, the options
-  std::unique_ptr<KernelImageCache> cache;
+  std::filesystem::path dir;  // MLX's kernel cache folder
 };
 
 size_t info_number(const std::unordered_map<std::string, std::variant<std::string, size_t>>& info,
@@ -48,8 +48,7 @@ const Toolchain& toolchain() {
       const auto& info = mx::device_info(mx::Device::gpu);
       t.options = device_options(static_cast<int>(info_number(info, "compute_capability_major")),
                                  static_cast<int>(info_number(info, "compute_capability_minor")), include);
-      t.compiler_key = fmt::format("nvrtc {}.{} {}", t.nvrtc->major(), t.nvrtc->minor(), fmt::join(t.options, " "));
-      t.cache = std::make_unique<KernelImageCache>(default_image_cache_dir(mx::version()));
+      t.dir = mlx_ptx_cache_dir(mx::version());
     } catch (const std::exception& e) {
       t.nvrtc.reset();
       std::fprintf(stderr, "[mlxrt] MLXRT_CUDA_SELF_COMPILE: %s; MLX compiles the kernels instead\n", e.what());
@@ -68,7 +67,6 @@ bool self_compile_opted_in() {
 
 CachedKernel::CachedKernel(KernelSpec spec)
     : spec_(std::move(spec)),
-      shapes_read_(shapes_read(spec_)),
       kernel_(mx::fast::cuda_kernel(spec_.name, spec_.input_names, spec_.output_names, spec_.source, spec_.header,
                                     spec_.ensure_row_contiguous, spec_.shared_memory)) {}
 
@@ -83,21 +81,17 @@ std::vector<mx::array> CachedKernel::operator()(
     bool verbose, mx::StreamOrDevice s) const {
   if (init_value || verbose || !std::holds_alternative<std::monostate>(s))
     return kernel_(inputs, output_shapes, output_dtypes, grid, threadgroup, template_args, init_value, verbose, s);
-  const bool own = self_compiled();
   // What the primitive MLX would build holds: its stream, the template arguments' values (their
   // names are the call site's, fixed), the signature's types (an input's shape parameters only
-  // where it has dimensions), the launch dimensions. A self-compiled one also holds the read
-  // shapes' sizes, as scalars.
+  // where it has dimensions), the launch dimensions.
   std::vector<int64_t> key;
-  key.reserve(12 + template_args.size() + inputs.size() + output_dtypes.size());
+  key.reserve(8 + template_args.size() + inputs.size() + output_dtypes.size());
   key.push_back(mx::default_stream(mx::default_device()).index);
   for (const auto& [name, arg] : template_args)
     key.push_back(std::visit(
         [](const auto& v) -> int64_t {
-          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, mx::Dtype>)
-            return 1000 + static_cast<int>(v.val());
-          else
-            return static_cast<int64_t>(v);
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, mx::Dtype>) return 1000 + static_cast<int>(v.val());
+          else return static_cast<int64_t>(v);
         },
         arg));
   for (const auto& in : inputs) key.push_back(static_cast<int>(in.dtype().val()) * 2 + (in.ndim() > 0));
@@ -105,64 +99,48 @@ std::vector<mx::array> CachedKernel::operator()(
   for (const int v : {std::get<0>(grid), std::get<1>(grid), std::get<2>(grid), std::get<0>(threadgroup),
                       std::get<1>(threadgroup), std::get<2>(threadgroup)})
     key.push_back(v);
-  if (own) {
-    key.push_back(-1);  // apart from MLX-compiled launches
-    for (size_t i = 0; i < inputs.size() && i < shapes_read_.size(); ++i)
-      if (shapes_read_[i]) {
-        key.push_back(inputs[i].ndim());
-        for (const int d : inputs[i].shape()) key.push_back(d);
-      }
-  }
   {
     std::lock_guard lock(mutex_);
     if (auto it = launches_.find(key); it != launches_.end())
       return mx::array::make_arrays(output_shapes, output_dtypes, it->second, inputs);
   }
   auto outputs =
-      own ? launch_self_compiled(inputs, output_shapes, output_dtypes, grid, threadgroup, template_args)
-          : kernel_(inputs, output_shapes, output_dtypes, grid, threadgroup, template_args, std::nullopt, false, {});
+      kernel_(inputs, output_shapes, output_dtypes, grid, threadgroup, template_args, std::nullopt, false, {});
+  if (self_compiled()) prime_mlx_cache(*outputs.front().primitive_ptr(), inputs, output_dtypes, template_args);
   std::lock_guard lock(mutex_);
   launches_.emplace(std::move(key), outputs.front().primitive_ptr());
   return outputs;
 }
 
-std::vector<mx::array> CachedKernel::launch_self_compiled(
-    const std::vector<mx::array>& inputs, const std::vector<mx::Shape>& output_shapes,
-    const std::vector<mx::Dtype>& output_dtypes, std::tuple<int, int, int> grid, std::tuple<int, int, int> threadgroup,
+void CachedKernel::prime_mlx_cache(
+    const mx::Primitive& primitive, const std::vector<mx::array>& inputs, const std::vector<mx::Dtype>& output_dtypes,
     const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args) const {
+  if (std::string(primitive.name()) != "CustomKernel") return;
+  // The name and the source text MLX will compile the kernel from, and so its module's name.
+  const auto state = static_cast<const mx::fast::CustomKernel&>(primitive).state();
+  const auto& name = std::get<0>(state);
+  const auto module = mlx_custom_kernel_module(name, std::get<1>(state));
+  {
+    std::lock_guard lock(mutex_);
+    if (!primed_.insert(module).second) return;
+  }
+  const auto& tc = toolchain();
+  std::error_code ec;
+  if (std::filesystem::exists(mlx_module_path(tc.dir, module), ec)) return;  // this or an earlier process's
   std::vector<mx::Dtype> types;
   std::vector<mx::Shape> shapes;
   for (const auto& in : inputs) {
     types.push_back(in.dtype());
     shapes.push_back(in.shape());
   }
-  const auto text = self_contained_source(spec_, types, shapes, output_dtypes, template_args);
-  std::string image;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = images_.find(text);
-    if (it == images_.end()) {
-      const auto& tc = toolchain();
-      try {
-        auto stored = tc.cache->load(text, tc.compiler_key);
-        if (!stored) {
-          stored = tc.nvrtc->compile(text, spec_.name + ".cu", tc.options);
-          tc.cache->store(text, tc.compiler_key, *stored);
-        }
-        it = images_.emplace(text, std::move(*stored)).first;
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "[mlxrt] MLXRT_CUDA_SELF_COMPILE: %s; MLX compiles %s instead\n", e.what(),
-                     spec_.name.c_str());
-        it = images_.emplace(text, std::string()).first;
-      }
-    }
-    image = it->second;
+  try {
+    const auto text = self_contained_source(spec_, types, shapes, output_dtypes, template_args);
+    write_mlx_module(tc.dir, module, "mlx::core::cu::" + name, spec_.name,
+                     tc.nvrtc->compile(text, spec_.name + ".cu", tc.options));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[mlxrt] MLXRT_CUDA_SELF_COMPILE: %s; MLX compiles %s instead\n", e.what(),
+                 spec_.name.c_str());
   }
-  if (image.empty())
-    return kernel_(inputs, output_shapes, output_dtypes, grid, threadgroup, template_args, std::nullopt, false, {});
-  return mx::fast::precompiled_cuda_kernel(spec_.name, image, inputs, output_shapes, output_dtypes,
-                                           shape_scalars(spec_, shapes), grid, threadgroup, spec_.shared_memory,
-                                           std::nullopt, spec_.ensure_row_contiguous, {});
 }
 
 }  // namespace mlxrt::kernels::cuda

@@ -12,14 +12,16 @@
  * primitive is immutable once built, so the nodes that share it compute exactly what separate ones
  * would.
  *
- * Self-compiled route (kernel_source.h, nvrtc.h): the same body and device code compiled without
- * MLX's prelude, 0.1-0.3 s a kernel instead of 1.1-1.3 s, and launched as an MLX precompiled kernel
- * (the inputs, the outputs, then the read shapes as int scalars). Its machine code is MLX's compile
- * of the same kernel (tools/cuda/sass_compare.py); it stays opt-in until a GPU run has checked the
- * launch (the kernel tests through it). The images are kept on disk (kernel_image_cache.h), so a
- * later process loads them instead. Where NVRTC or the CUDA headers cannot be found, or a compile
- * fails, the launch takes MLX's function (with one warning on stderr). Kernels whose spec says self_compile = false (L1 ports of mlx-lm's kernels)
- * always take MLX's function.
+ * Self-compiled route (MLXRT_CUDA_SELF_COMPILE=1; kernel_source.h, nvrtc.h, mlx_kernel_cache.h):
+ * when a launch makes a new primitive, mlxrt compiles the same kernel without MLX's prelude
+ * (0.1-0.3 s instead of MLX's 1.1-1.3 s) and writes it into MLX's on-disk kernel cache under the
+ * module name MLX will look for; MLX then loads it instead of compiling, and launches it as always.
+ * Its machine code is MLX's compile of the kernel, instruction for instruction
+ * (tools/cuda/sass_compare.py), and the entry stays for later processes. It is opt-in until a GPU
+ * run has checked that MLX takes the entries (l3_run.sh's tests and startup steps). Where NVRTC or
+ * the CUDA headers cannot be found, or a compile or a write fails, MLX compiles the kernel as
+ * without the variable (one warning on stderr). Kernels whose spec says self_compile = false (L1
+ * ports of mlx-lm's kernels) are always MLX's compile.
  *
  * The entries are a cache of compiled-launch descriptions, like MLX's own kernel cache: made under
  * a mutex, never changed or removed after. Calls with an init value, verbose output or an explicit
@@ -29,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -36,6 +39,7 @@
 
 #include <mlx/array.h>
 #include <mlx/fast.h>
+#include <mlx/primitives.h>
 
 #include "mlxrt/kernels/cuda/kernel_source.h"
 
@@ -61,19 +65,17 @@ class CachedKernel {
   bool self_compiled() const;
 
  private:
-  // The precompiled primitive's first launch: compiles the program (once per distinct text).
-  std::vector<mx::array> launch_self_compiled(
-      const std::vector<mx::array>& inputs, const std::vector<mx::Shape>& output_shapes,
-      const std::vector<mx::Dtype>& output_dtypes, std::tuple<int, int, int> grid,
-      std::tuple<int, int, int> threadgroup,
-      const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args) const;
+  // Compiles the kernel of a new MLX primitive and writes it where MLX will look for it
+  // (mlx_kernel_cache.h), unless an entry is there already.
+  void prime_mlx_cache(const mx::Primitive& primitive, const std::vector<mx::array>& inputs,
+                       const std::vector<mx::Dtype>& output_dtypes,
+                       const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args) const;
 
   KernelSpec spec_;
-  std::vector<bool> shapes_read_;
   mx::fast::CustomKernelFunction kernel_;
   mutable std::mutex mutex_;
   mutable std::map<std::vector<int64_t>, std::shared_ptr<mx::Primitive>> launches_;
-  mutable std::map<std::string, std::string> images_;  // program text -> compiled image
+  mutable std::set<std::string> primed_;  // MLX module names written or found
 };
 
 }  // namespace mlxrt::kernels::cuda

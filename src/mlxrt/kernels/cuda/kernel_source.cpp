@@ -1,7 +1,6 @@
 // A kernel's whole program as mlxrt compiles it itself. Why and how: kernel_source.h.
 #include "mlxrt/kernels/cuda/kernel_source.h"
 
-#include <regex>
 #include <stdexcept>
 #include <type_traits>
 #include <variant>
@@ -13,8 +12,8 @@ namespace mlxrt::kernels::cuda {
 
 namespace {
 
-// The CUDA types and the fixed-width integers, which NVRTC does not declare by itself (MLX's prelude
-// brings them with its device utilities). Less than 0.1 s of NVRTC's time.
+// The CUDA types, the fixed-width integers (NVRTC does not declare them; MLX's prelude brings them
+// with its device utilities) and a stand-in for MLX's Shape. Less than 0.1 s of NVRTC's time.
 constexpr const char* kPrelude = R"(#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 typedef signed char int8_t;
@@ -25,6 +24,11 @@ typedef unsigned char uint8_t;
 typedef unsigned short uint16_t;
 typedef unsigned int uint32_t;
 typedef unsigned long long uint64_t;
+// MLX's Shape (cuda::std::array<int32_t, MAX_NDIM> with MAX_NDIM 10): the same bytes by value.
+struct mlxrt_shape {
+  int32_t v[10];
+  __device__ __forceinline__ const int32_t& operator[](int i) const { return v[i]; }
+};
 )";
 
 }  // namespace
@@ -67,30 +71,24 @@ std::string self_contained_source(const KernelSpec& spec, const std::vector<mx::
   if (output_types.size() != spec.output_names.size())
     throw std::invalid_argument(fmt::format("[kernel_source] {}: {} outputs named, {} types given", spec.name,
                                             spec.output_names.size(), output_types.size()));
+  for (const auto& name : spec.input_names)
+    if (spec.source.find(name + "_strides") != std::string::npos ||
+        spec.source.find(name + "_ndim") != std::string::npos)
+      throw std::invalid_argument(fmt::format("[kernel_source] {}: the body reads {}'s strides or ndim, which only "
+                                              "MLX's own compile of the kernel passes",
+                                              spec.name, name));
+  // MLX's parameters, in MLX's order: each input, and after it its Shape where the body reads it
+  // and it has dimensions (passed by value in the parameter bank, __grid_constant__: NVRTC's code
+  // depends on that), then the outputs.
   const auto read = shapes_read(spec);
   std::vector<std::string> params;
-  for (size_t i = 0; i < spec.input_names.size(); ++i)
+  for (size_t i = 0; i < spec.input_names.size(); ++i) {
     params.push_back(fmt::format("const {}* {}", cuda_type_name(input_types[i]), spec.input_names[i]));
+    if (read[i] && !input_shapes[i].empty())
+      params.push_back(fmt::format("const __grid_constant__ mlxrt_shape {}_shape", spec.input_names[i]));
+  }
   for (size_t i = 0; i < spec.output_names.size(); ++i)
     params.push_back(fmt::format("{}* {}", cuda_type_name(output_types[i]), spec.output_names[i]));
-  // A read shape: one __grid_constant__ int per dimension, and `name_shape[d]` in the body becomes
-  // `name_shape_d`. That is how NVRTC sees MLX's own __grid_constant__ Shape parameter: compiled this
-  // way our kernels' machine code is MLX's compile of them, instruction for instruction, up to the
-  // parameters' offsets and register numbers (nvdisasm, on the kernels tests/nvrtc compiles). An
-  // index that is not a literal gets a local array instead (the same values; other code).
-  std::string body = spec.source, gather;
-  for (size_t i = 0; i < spec.input_names.size(); ++i) {
-    if (!read[i] || input_shapes[i].empty()) continue;
-    const auto& name = spec.input_names[i];
-    std::vector<std::string> dims;
-    for (size_t d = 0; d < input_shapes[i].size(); ++d) {
-      params.push_back(fmt::format("const __grid_constant__ int {}_shape_{}", name, d));
-      dims.push_back(fmt::format("{}_shape_{}", name, d));
-    }
-    body = std::regex_replace(body, std::regex("\\b" + name + "_shape\\[([0-9]+)\\]"), name + "_shape_$1");
-    if (body.find(name + "_shape[") != std::string::npos)
-      gather += fmt::format("  const int {}_shape[{}] = {{{}}};\n", name, dims.size(), fmt::join(dims, ", "));
-  }
   std::string constants;
   for (const auto& [name, arg] : template_args) {
     constants += std::visit(
@@ -105,17 +103,8 @@ std::string self_contained_source(const KernelSpec& spec, const std::vector<mx::
         },
         arg);
   }
-  return fmt::format("{}{}\nextern \"C\" __global__ void {}(\n    {}) {{\n{}{}\n{}\n}}\n", kPrelude, spec.header,
-                     spec.name, fmt::join(params, ",\n    "), constants, gather, body);
-}
-
-std::vector<mx::fast::ScalarArg> shape_scalars(const KernelSpec& spec, const std::vector<mx::Shape>& input_shapes) {
-  const auto read = shapes_read(spec);
-  std::vector<mx::fast::ScalarArg> scalars;
-  for (size_t i = 0; i < read.size() && i < input_shapes.size(); ++i)
-    if (read[i])
-      for (const int d : input_shapes[i]) scalars.emplace_back(d);
-  return scalars;
+  return fmt::format("{}{}\nextern \"C\" __global__ void {}(\n    {}) {{\n{}\n{}\n}}\n", kPrelude, spec.header,
+                     spec.name, fmt::join(params, ",\n    "), constants, spec.source);
 }
 
 }  // namespace mlxrt::kernels::cuda

@@ -3,13 +3,13 @@
  *
  * A KernelSpec holds what mx::fast::cuda_kernel takes: a name, the input and output names, the
  * body, the device code before it. MLX's function wraps the body in a __global__ function whose
- * parameters are the inputs (typed by their dtypes, plus `<input>_shape` where the body reads it),
- * then the outputs, with one `constexpr` / `using` line per template argument, behind its own
- * prelude. self_contained_source() writes the same kernel without that prelude (nvrtc.h says why)
- * for MLX's precompiled-kernel launch, whose parameters are the inputs, the outputs, then scalars:
- * an input's shape, where the body reads it, comes as one int scalar per dimension and is gathered
- * back into the `<input>_shape` array the body indexes. The body and the device code are the same
- * text either way. */
+ * parameters are the inputs (typed by their dtypes, each followed by a `__grid_constant__ Shape
+ * <input>_shape` where the body reads it), then the outputs, with one `constexpr` / `using` line per
+ * template argument, behind its own prelude (its device utilities and cooperative groups).
+ * self_contained_source() writes the same kernel, with the same parameters in the same order, behind
+ * a small prelude of ours instead (nvrtc.h says why), as an extern "C" function named spec.name.
+ * Its machine code is MLX's compile of the kernel, instruction for instruction
+ * (tools/cuda/sass_compare.py), so MLX can launch it as its own (cached_kernel.h). */
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,13 +42,12 @@ std::vector<bool> shapes_read(const KernelSpec& spec);
 std::string cuda_type_name(mx::Dtype t);
 
 /** The whole program for one launch: the kernel as `extern "C" __global__ void <spec.name>(...)`.
- * `input_shapes[i]` is used only for its number of dimensions, where shapes_read(spec)[i]. */
+ * `input_shapes[i]` is used only for whether it has dimensions (MLX passes no Shape for a scalar).
+ * Throws std::invalid_argument for lists of the wrong length, and for a body that reads an input's
+ * strides or ndim (MLX's parameters ours do not write). */
 std::string self_contained_source(const KernelSpec& spec, const std::vector<mx::Dtype>& input_types,
                                   const std::vector<mx::Shape>& input_shapes,
                                   const std::vector<mx::Dtype>& output_types,
                                   const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args);
-
-/** The scalars self_contained_source's kernel takes after its outputs: each read shape's sizes. */
-std::vector<mx::fast::ScalarArg> shape_scalars(const KernelSpec& spec, const std::vector<mx::Shape>& input_shapes);
 
 }  // namespace mlxrt::kernels::cuda

@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
-#include <mlx/fast.h>
+#include <mlx/version.h>
 
 namespace mlxrt::kernels::cuda {
 
@@ -163,13 +163,7 @@ std::string find_cuda_include_dir(const Nvrtc& nvrtc) {
   const std::string cu = fmt::format("cu{}", nvrtc.major());
   std::vector<fs::path> candidates;
   // MLX's CUDA wheel: <site-packages>/mlx/lib/libmlx.so beside <site-packages>/nvidia/cuN/include.
-  using PrecompiledFn = std::vector<mlx::core::array> (*)(
-      const std::string&, const std::string&, const std::vector<mlx::core::array>&,
-      const std::vector<mlx::core::Shape>&, const std::vector<mlx::core::Dtype>&,
-      const std::vector<mlx::core::fast::ScalarArg>&, std::tuple<int, int, int>, std::tuple<int, int, int>, int,
-      std::optional<float>, bool, mlx::core::StreamOrDevice);
-  const PrecompiledFn mlx_fn = &mlx::core::fast::precompiled_cuda_kernel;
-  if (auto lib = loaded_from(reinterpret_cast<const void*>(mlx_fn)); !lib.empty())
+  if (auto lib = loaded_from(reinterpret_cast<const void*>(&mlx::core::version)); !lib.empty())
     candidates.push_back(fs::path(lib).parent_path().parent_path().parent_path() / "nvidia" / cu / "include");
   // NVIDIA's wheel of NVRTC: <site-packages>/nvidia/cuN/lib/libnvrtc.so.N.
   candidates.push_back(fs::path(nvrtc.path()).parent_path().parent_path() / "include");
