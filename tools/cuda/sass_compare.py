@@ -19,6 +19,7 @@ downloads NVIDIA's nvdisasm wheel into the nvrtc_check cache once (13.0 is not p
 reads sm_90a cubins).
 """
 import argparse
+import concurrent.futures
 import json
 import re
 import subprocess
@@ -123,6 +124,7 @@ def main():
                     help="the build's mlxrt_kernel_program")
     ap.add_argument("--full", action="store_true", help="every combination nvrtc_check.py --full compiles")
     ap.add_argument("--only", help="kernels whose name contains this")
+    ap.add_argument("-j", "--jobs", type=int, default=2)
     args = ap.parse_args()
     root = nc.fetch(args.cache)
     nvdisasm = fetch_nvdisasm(args.cache)
@@ -130,9 +132,8 @@ def main():
     mlx_options = [o.decode() for o in nvrtc.options if b"ptxas" not in o]
     include = root / "nvidia" / "cu13" / "include"
     self_options = [f"--gpu-architecture={nc.ARCH}", f"--include-path={include}"]  # nvrtc.h's device_options
-    scratch = args.cache / "sass_compare.cubin"
     ndim = 2  # every input of the L3 kernels has dimensions (MLX passes a Shape only then)
-    counts, failed = {}, 0
+    jobs = []
     for k in nc.KERNELS:
         if k["name"] not in SELF_COMPILED or (args.only and args.only not in k["name"]):
             continue
@@ -141,26 +142,40 @@ def main():
             "".join(nc.cpp_constant(f, c) for f, c in k["header"])
         source = nc.cpp_constant(k["file"], k["source"])
         for c in k["combos"](args.full):
-            targs = [(t, c[t]) for t in order]
-            inputs, outputs = k["inputs"](c), k["outputs"](c)
-            mlx_source = nc.build_kernel(k["name"], header, source, inputs, outputs, targs)
-            request = {"kernel": k["name"], "inputs": [TYPE_NAME[t] for _, t in inputs],
-                       "ndims": [ndim] * len(inputs), "outputs": [TYPE_NAME[t] for _, t in outputs],
-                       "template_args": [[name, TYPE_NAME.get(v, v) if isinstance(v, str) else v] for name, v in targs]}
-            own = subprocess.run([str(args.program)], input=json.dumps(request), capture_output=True, text=True)
-            if own.returncode != 0:
-                raise nc.CheckError(own.stderr.strip())
-            a = instructions(nvdisasm, cubin(nvrtc, mlx_source, True, mlx_options),
-                             mlx_layout(inputs, outputs, source), scratch)
-            b = instructions(nvdisasm, cubin(nvrtc, own.stdout, False, self_options),
-                             mlx_layout(inputs, outputs, source), scratch)
-            same = a == b
-            counts.setdefault(k["name"], [0, 0])[0 if same else 1] += 1
+            jobs.append((k, c, order, header, source))
+
+    def compare(index, job):
+        """(same, message) for one combination; each job its own scratch file."""
+        k, c, order, header, source = job
+        targs = [(t, c[t]) for t in order]
+        inputs, outputs = k["inputs"](c), k["outputs"](c)
+        mlx_source = nc.build_kernel(k["name"], header, source, inputs, outputs, targs)
+        request = {"kernel": k["name"], "inputs": [TYPE_NAME[t] for _, t in inputs],
+                   "ndims": [ndim] * len(inputs), "outputs": [TYPE_NAME[t] for _, t in outputs],
+                   "template_args": [[name, TYPE_NAME.get(v, v) if isinstance(v, str) else v] for name, v in targs]}
+        own = subprocess.run([str(args.program)], input=json.dumps(request), capture_output=True, text=True)
+        if own.returncode != 0:
+            raise nc.CheckError(own.stderr.strip())
+        scratch = args.cache / f"sass_compare.{index}.cubin"
+        try:
+            params = mlx_layout(inputs, outputs, source)
+            a = instructions(nvdisasm, cubin(nvrtc, mlx_source, True, mlx_options), params, scratch)
+            b = instructions(nvdisasm, cubin(nvrtc, own.stdout, False, self_options), params, scratch)
+        finally:
+            scratch.unlink(missing_ok=True)
+        if a == b:
+            return True, ""
+        first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        return False, (f"DIFF {k['name']} [{nc.label(c)}]: {len(a)} vs {len(b)} instructions, first at {first}: "
+                       f"{a[first] if first < len(a) else '-'} | {b[first] if first < len(b) else '-'}")
+
+    counts, failed = {}, 0
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        for job, (same, message) in zip(jobs, pool.map(compare, range(len(jobs)), jobs)):
+            counts.setdefault(job[0]["name"], [0, 0])[0 if same else 1] += 1
             if not same:
                 failed += 1
-                first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-                print(f"DIFF {k['name']} [{nc.label(c)}]: {len(a)} vs {len(b)} instructions, first at {first}: "
-                      f"{a[first] if first < len(a) else '-'} | {b[first] if first < len(b) else '-'}", flush=True)
+                print(message, flush=True)
     for name, (same, diff) in counts.items():
         print(f"{name}: {same} of {same + diff} combinations identical")
     return 1 if failed else 0
