@@ -6,8 +6,6 @@
 #include <stdexcept>
 #include <string>
 
-#include <mlx/backend/cuda/cuda.h>
-#include <mlx/device.h>
 #include <mlx/fast.h>
 #include <mlx/ops.h>
 
@@ -81,8 +79,8 @@ QmvTiling choose_tiling(int n, QmvTiling t, bool dense, int k) {
   return t;
 }
 
-bool affine_qmv_applies(const mx::array& x, const mx::array& w, const mx::array& scales,
-                        const std::optional<mx::array>& biases, int group_size, int bits) {
+bool affine_qmv_operands_fit(const mx::array& x, const mx::array& w, const mx::array& scales,
+                             const std::optional<mx::array>& biases, int group_size, int bits) {
   if (!biases || (bits != 4 && bits != 8) || (group_size != 32 && group_size != 64 && group_size != 128)) return false;
   if (w.ndim() != 2 || w.dtype() != mx::uint32 || x.ndim() < 1 || !is_float(x.dtype())) return false;
   if (!is_float(scales.dtype()) || biases->dtype() != scales.dtype()) return false;
@@ -92,8 +90,12 @@ bool affine_qmv_applies(const mx::array& x, const mx::array& w, const mx::array&
   const mx::Shape groups = {n, static_cast<int>(k / group_size)};
   if (scales.shape() != groups || biases->shape() != groups) return false;
   const size_t rows = x.size() / static_cast<size_t>(k);
-  if (rows < 1 || rows > static_cast<size_t>(kQmvMaxRows)) return false;
-  return mx::default_device() == mx::Device::gpu && mx::cu::is_available();
+  return rows >= 1 && rows <= static_cast<size_t>(kQmvMaxRows);
+}
+
+bool affine_qmv_applies(const mx::array& x, const mx::array& w, const mx::array& scales,
+                        const std::optional<mx::array>& biases, int group_size, int bits) {
+  return affine_qmv_operands_fit(x, w, scales, biases, group_size, bits) && cuda_gpu_is_default();
 }
 
 namespace {
@@ -115,13 +117,16 @@ bool dense_l3_opted_in() {
   return v && std::string(v) == "1";
 }
 
-bool dense_mv_applies(const mx::array& x, const mx::array& w) {
+bool dense_mv_operands_fit(const mx::array& x, const mx::array& w) {
   if (w.ndim() != 2 || !is_float(w.dtype()) || x.ndim() < 1 || x.dtype() != w.dtype()) return false;
   const int n = w.shape(0), k = w.shape(1);
   if (n == 0 || k == 0 || x.shape(-1) != k) return false;
   const size_t rows = x.size() / static_cast<size_t>(k);
-  if (rows < 1 || rows > static_cast<size_t>(kQmvMaxRows)) return false;
-  return mx::default_device() == mx::Device::gpu && mx::cu::is_available();
+  return rows >= 1 && rows <= static_cast<size_t>(kQmvMaxRows);
+}
+
+bool dense_mv_applies(const mx::array& x, const mx::array& w) {
+  return dense_mv_operands_fit(x, w) && cuda_gpu_is_default();
 }
 
 bool dense_mv_preferred(const mx::array& x, const mx::array& w) {
@@ -131,14 +136,13 @@ bool dense_mv_preferred(const mx::array& x, const mx::array& w) {
 namespace {
 
 // The launch both products share: `bits` 0 is a dense w (scales and biases then w again, unread).
-mx::array launch_mv(const mx::array& x, const mx::array& w, const mx::array& scales, const mx::array& biases,
-                    int group_size, int bits, mx::Dtype out_type, QmvTiling tiling) {
+KernelLaunch mv_launch(const mx::array& x, const mx::array& w, const mx::array& scales, const mx::array& biases,
+                       int group_size, int bits, mx::Dtype out_type, QmvTiling tiling) {
   tiling = choose_tiling(w.shape(0), tiling, bits == 0, x.shape(-1));
   // More than 8 warps a block can ask more registers than a multiprocessor has (8 rows of x).
   if (tiling.rows_per_warp < 1 || tiling.rows_per_warp > 8 || tiling.warps_per_block < 1 ||
       tiling.warps_per_block > 8)
     throw std::invalid_argument("[affine_qmv] tiling: 1-8 rows per warp, 1-8 warps per block");
-  static const CachedKernel kernel(affine_qmv_spec());
   const int n = w.shape(0);
   const int k = x.shape(-1);
   const int rows = static_cast<int>(x.size() / static_cast<size_t>(k));
@@ -147,40 +151,64 @@ mx::array launch_mv(const mx::array& x, const mx::array& w, const mx::array& sca
   const int threads = 32 * tiling.warps_per_block;
   auto shape = x.shape();
   shape.back() = n;
-  return kernel({x, w, scales, biases}, {shape}, {out_type}, {blocks * threads, 1, 1}, {threads, 1, 1},
-                  {{"XT", x.dtype()}, {"ST", scales.dtype()}, {"OT", out_type}, {"M", rows}, {"R", tiling.rows_per_warp}, {"BITS", bits},
-                   {"GS", group_size}},
-                  std::nullopt, false, {})[0];
+  return {&affine_qmv_spec(),
+          {x, w, scales, biases},
+          {shape},
+          {out_type},
+          {blocks * threads, 1, 1},
+          {threads, 1, 1},
+          {{"XT", x.dtype()}, {"ST", scales.dtype()}, {"OT", out_type}, {"M", rows}, {"R", tiling.rows_per_warp},
+           {"BITS", bits}, {"GS", group_size}}};
 }
 
 }  // namespace
+
+KernelLaunch affine_qmv_launch(const mx::array& x, const mx::array& w, const mx::array& scales,
+                               const mx::array& biases, int group_size, int bits, QmvTiling tiling) {
+  if (!affine_qmv_operands_fit(x, w, scales, biases, group_size, bits))
+    throw std::invalid_argument("[affine_qmv] unsupported operands (affine_qmv_operands_fit)");
+  const auto out_type = mx::promote_types(mx::promote_types(x.dtype(), scales.dtype()), biases.dtype());
+  return mv_launch(x, w, scales, biases, group_size, bits, out_type, tiling);
+}
 
 mx::array affine_qmv(const mx::array& x, const mx::array& w, const mx::array& scales, const mx::array& biases,
                      int group_size, int bits, QmvTiling tiling) {
   if (!affine_qmv_applies(x, w, scales, biases, group_size, bits))
     throw std::invalid_argument("[affine_qmv] unsupported operands (affine_qmv_applies)");
-  const auto out_type = mx::promote_types(mx::promote_types(x.dtype(), scales.dtype()), biases.dtype());
-  return launch_mv(x, w, scales, biases, group_size, bits, out_type, tiling);
+  static const CachedKernel kernel(affine_qmv_spec());
+  return kernel(affine_qmv_launch(x, w, scales, biases, group_size, bits, tiling))[0];
 }
 
-mx::array dense_mv(const mx::array& x, const mx::array& w, QmvTiling tiling) {
-  if (!dense_mv_applies(x, w)) throw std::invalid_argument("[dense_mv] unsupported operands (dense_mv_applies)");
-  if (!tiling.split_k) return launch_mv(x, w, w, w, 0, 0, x.dtype(), tiling);
+KernelLaunch dense_mv_launch(const mx::array& x, const mx::array& w, QmvTiling tiling) {
+  if (!dense_mv_operands_fit(x, w))
+    throw std::invalid_argument("[dense_mv] unsupported operands (dense_mv_operands_fit)");
+  if (!tiling.split_k) return mv_launch(x, w, w, w, 0, 0, x.dtype(), tiling);
   // The block's warps share rows_per_warp rows (at least 2 warps, so that M x R outputs have a thread each).
   if (tiling.rows_per_warp == 0) tiling.rows_per_warp = 2;
   if (tiling.warps_per_block == 0) tiling.warps_per_block = 4;
   if (tiling.rows_per_warp < 1 || tiling.rows_per_warp > 8 || tiling.warps_per_block < 2 ||
       tiling.warps_per_block > 8)
     throw std::invalid_argument("[dense_mv] split_k tiling: 1-8 rows per block, 2-8 warps per block");
-  static const CachedKernel kernel(dense_mv_split_spec());
   const int n = w.shape(0), k = x.shape(-1);
   const int rows = static_cast<int>(x.size() / static_cast<size_t>(k));
   const int blocks = (n + tiling.rows_per_warp - 1) / tiling.rows_per_warp;
   const int threads = 32 * tiling.warps_per_block;
   auto shape = x.shape();
   shape.back() = n;
-  return kernel({x, w}, {shape}, {x.dtype()}, {blocks * threads, 1, 1}, {threads, 1, 1},
-                {{"OT", x.dtype()}, {"M", rows}, {"R", tiling.rows_per_warp}}, std::nullopt, false, {})[0];
+  return {&dense_mv_split_spec(),
+          {x, w},
+          {shape},
+          {x.dtype()},
+          {blocks * threads, 1, 1},
+          {threads, 1, 1},
+          {{"OT", x.dtype()}, {"M", rows}, {"R", tiling.rows_per_warp}}};
+}
+
+mx::array dense_mv(const mx::array& x, const mx::array& w, QmvTiling tiling) {
+  if (!dense_mv_applies(x, w)) throw std::invalid_argument("[dense_mv] unsupported operands (dense_mv_applies)");
+  const auto launch = dense_mv_launch(x, w, tiling);
+  static const CachedKernel mv(affine_qmv_spec()), split(dense_mv_split_spec());
+  return (launch.spec == &dense_mv_split_spec() ? split : mv)(launch)[0];
 }
 
 }  // namespace mlxrt::kernels::cuda

@@ -13,12 +13,12 @@
  * chunk's dot product is s * 2^b * (sum x f - sum x) + bias * sum x, with sum x computed once per
  * chunk for all rows. That costs a few bits of float32 against summing x * (s q + b) directly
  * (the difference of two sums near sum x), far below the output's 16-bit rounding; the test in
- * tests/gpu/affine_qmv_cuda_test.cpp holds it to a bound derived from that. */
+ * tests/cuda_kernels/affine_qmv_test.cpp holds it to a bound derived from that. */
 #include <optional>
 
 #include <mlx/array.h>
 
-#include "mlxrt/kernels/cuda/kernel_source.h"
+#include "mlxrt/kernels/cuda/kernel_launch.h"
 
 namespace mlxrt::kernels::cuda {
 
@@ -41,9 +41,13 @@ QmvTiling choose_tiling(int n, QmvTiling t = {}, bool dense = false, int k = 0);
 /** The most rows of x one call takes (a batched decoding step's). */
 constexpr int kQmvMaxRows = 8;
 
-/** Whether affine_qmv computes this product: default device a CUDA GPU, affine mode (biases given),
- * 4 or 8 bits, group size 32, 64 or 128, w uint32 [N, K * bits / 32] with scales and biases
- * [N, K / group_size] of one floating dtype, x floating [..., K] of 1 to kQmvMaxRows rows. */
+/** Whether affine_qmv's kernel takes these operands: affine mode (biases given), 4 or 8 bits, group
+ * size 32, 64 or 128, w uint32 [N, K * bits / 32] with scales and biases [N, K / group_size] of one
+ * floating dtype, x floating [..., K] of 1 to kQmvMaxRows rows. */
+bool affine_qmv_operands_fit(const mx::array& x, const mx::array& w, const mx::array& scales,
+                             const std::optional<mx::array>& biases, int group_size, int bits);
+
+/** Whether affine_qmv computes this product: the operands fit and the default device is a CUDA GPU. */
 bool affine_qmv_applies(const mx::array& x, const mx::array& w, const mx::array& scales,
                         const std::optional<mx::array>& biases, int group_size, int bits);
 
@@ -58,6 +62,11 @@ bool affine_qmv_preferred(const mx::array& x, const mx::array& w, int bits);
 mx::array affine_qmv(const mx::array& x, const mx::array& w, const mx::array& scales, const mx::array& biases,
                      int group_size, int bits, QmvTiling tiling = {});
 
+/** affine_qmv's launch (kernel_launch.h). std::invalid_argument where the operands do not fit or
+ * the tiling is out of range. */
+KernelLaunch affine_qmv_launch(const mx::array& x, const mx::array& w, const mx::array& scales,
+                               const mx::array& biases, int group_size, int bits, QmvTiling tiling = {});
+
 /** Whether dense layers (bfloat16, float16, float32) take dense_mv and the fused kernels
  * (fused_qmv.h) at --fidelity l3: MLXRT_CUDA_L3_DENSE=1, opt-in. On the H200 (bench/RESULTS.md,
  * 2026-12-04, tenth session) dense_mv reads 0.54-0.97x as fast as MLX's cuBLAS matrix-vector
@@ -65,8 +74,11 @@ mx::array affine_qmv(const mx::array& x, const mx::array& w, const mx::array& sc
  * dense layers to MLX unless asked. */
 bool dense_l3_opted_in();
 
-/** Whether dense_mv computes x @ w.T: default device a CUDA GPU, w [N, K] of x's floating type
- * (bfloat16, float16 or float32), x [..., K] of 1 to kQmvMaxRows rows. */
+/** Whether dense_mv's kernel takes these operands: w [N, K] of x's floating type (bfloat16,
+ * float16 or float32), x [..., K] of 1 to kQmvMaxRows rows. */
+bool dense_mv_operands_fit(const mx::array& x, const mx::array& w);
+
+/** Whether dense_mv computes x @ w.T: the operands fit and the default device is a CUDA GPU. */
 bool dense_mv_applies(const mx::array& x, const mx::array& w);
 
 /** Where a dense layer takes dense_mv at L3 over MLX's matmul (a cuBLAS matrix-vector product
@@ -77,6 +89,9 @@ bool dense_mv_preferred(const mx::array& x, const mx::array& w);
  * affine_qmv reads its words; not cuBLAS's order, so not L1's bytes), rounded to x's type,
  * shaped [..., N]. std::invalid_argument where dense_mv_applies does not hold. */
 mx::array dense_mv(const mx::array& x, const mx::array& w, QmvTiling tiling = {});
+
+/** dense_mv's launch (either kernel, by tiling.split_k). std::invalid_argument as dense_mv's. */
+KernelLaunch dense_mv_launch(const mx::array& x, const mx::array& w, QmvTiling tiling = {});
 
 /** The kernels' text (tests and tools compile it without a GPU). */
 const KernelSpec& affine_qmv_spec();

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <stdexcept>
 #include <type_traits>
 #include <unordered_map>
 #include <variant>
@@ -110,6 +111,14 @@ std::vector<mx::array> CachedKernel::operator()(
   std::lock_guard lock(mutex_);
   launches_.emplace(std::move(key), outputs.front().primitive_ptr());
   return outputs;
+}
+
+std::vector<mx::array> CachedKernel::operator()(const KernelLaunch& launch) const {
+  if (!launch.spec || launch.spec->name != spec_.name)
+    throw std::invalid_argument(fmt::format("[CachedKernel] {}: a launch of another kernel ({})", spec_.name,
+                                            launch.spec ? launch.spec->name : "none"));
+  return (*this)(launch.inputs, launch.output_shapes, launch.output_dtypes, launch.grid, launch.threadgroup,
+                 launch.template_args, std::nullopt, false, {});
 }
 
 void CachedKernel::prime_mlx_cache(

@@ -41,7 +41,7 @@
 #include <mlx/fast.h>
 #include <mlx/primitives.h>
 
-#include "mlxrt/kernels/cuda/kernel_source.h"
+#include "mlxrt/kernels/cuda/kernel_launch.h"
 
 namespace mlxrt::kernels::cuda {
 
@@ -60,6 +60,9 @@ class CachedKernel {
                                     std::tuple<int, int, int> threadgroup,
                                     const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args,
                                     std::optional<float> init_value, bool verbose, mx::StreamOrDevice s) const;
+
+  /** A launch of this kernel (launch.spec names the same kernel) on the default stream. */
+  std::vector<mx::array> operator()(const KernelLaunch& launch) const;
 
   /** Whether launches take the self-compiled route (opted in, allowed by the spec, NVRTC found). */
   bool self_compiled() const;

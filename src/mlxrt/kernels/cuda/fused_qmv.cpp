@@ -132,8 +132,8 @@ int fused_rows(const mx::array& x, std::initializer_list<const QmvMatrix*> mats)
   for (const auto* m : mats) {
     if (m->bits != first->bits || m->group_size != first->group_size || m->scales.dtype() != first->scales.dtype())
       return 0;
-    if (m->is_dense() ? !dense_mv_applies(x, m->w)
-                      : !affine_qmv_applies(x, m->w, m->scales, m->biases, m->group_size, m->bits))
+    if (m->is_dense() ? !dense_mv_operands_fit(x, m->w)
+                      : !affine_qmv_operands_fit(x, m->w, m->scales, m->biases, m->group_size, m->bits))
       return 0;
   }
   const int rows = static_cast<int>(x.size() / static_cast<size_t>(x.shape(-1)));
@@ -187,60 +187,90 @@ const KernelSpec& qmv_residual_spec() {
   return spec;
 }
 
-std::optional<std::array<mx::array, 3>> rms_norm_qkv(const mx::array& x, const RmsNormIn& norm, const QmvMatrix& q,
-                                                     const QmvMatrix& k, const QmvMatrix& v) {
+std::optional<KernelLaunch> rms_norm_qkv_launch(const mx::array& x, const RmsNormIn& norm, const QmvMatrix& q,
+                                                const QmvMatrix& k, const QmvMatrix& v) {
   const int rows = fused_rows(x, {&q, &k, &v});
   if (rows == 0 || !norm_fits(x, norm, rows)) return std::nullopt;
-  static const CachedKernel kernel(rms_norm_qkv_spec());
   const int nq = q.w.shape(0), nk = k.w.shape(0), nv = v.w.shape(0), kdim = x.shape(-1);
   const auto t = choose_tiling(nq + nk + nv, {}, q.is_dense(), kdim);
   const int blocks = blocks_for(nq, t) + blocks_for(nk, t) + blocks_for(nv, t);
   const int threads = 32 * t.warps_per_block;
   const auto out = product_type(x, q);
-  auto ys = kernel({x, norm.weight, q.w, q.scales, q.biases, k.w, k.scales, k.biases, v.w, v.scales, v.biases},
-                   {with_last(x.shape(), nq), with_last(x.shape(), nk), with_last(x.shape(), nv)}, {out, out, out},
-                   {blocks * threads, 1, 1}, {threads, 1, 1},
-                   {{"XT", x.dtype()}, {"ST", q.scales.dtype()}, {"OT", out}, {"M", rows}, {"R", t.rows_per_warp},
-                    {"BITS", q.bits}, {"GS", q.group_size}, {"K", kdim}, {"COLS", cols_of(q, kdim)}, {"SK", rows * kdim},
-                    {"EPS_BITS", std::bit_cast<int>(norm.eps)}},
-                   std::nullopt, false, {});
+  return KernelLaunch{&rms_norm_qkv_spec(),
+                      {x, norm.weight, q.w, q.scales, q.biases, k.w, k.scales, k.biases, v.w, v.scales, v.biases},
+                      {with_last(x.shape(), nq), with_last(x.shape(), nk), with_last(x.shape(), nv)},
+                      {out, out, out},
+                      {blocks * threads, 1, 1},
+                      {threads, 1, 1},
+                      {{"XT", x.dtype()}, {"ST", q.scales.dtype()}, {"OT", out}, {"M", rows}, {"R", t.rows_per_warp},
+                       {"BITS", q.bits}, {"GS", q.group_size}, {"K", kdim}, {"COLS", cols_of(q, kdim)},
+                       {"SK", rows * kdim}, {"EPS_BITS", std::bit_cast<int>(norm.eps)}}};
+}
+
+std::optional<std::array<mx::array, 3>> rms_norm_qkv(const mx::array& x, const RmsNormIn& norm, const QmvMatrix& q,
+                                                     const QmvMatrix& k, const QmvMatrix& v) {
+  if (!cuda_gpu_is_default()) return std::nullopt;
+  const auto launch = rms_norm_qkv_launch(x, norm, q, k, v);
+  if (!launch) return std::nullopt;
+  static const CachedKernel kernel(rms_norm_qkv_spec());
+  auto ys = kernel(*launch);
   return std::array<mx::array, 3>{ys[0], ys[1], ys[2]};
 }
 
-std::optional<mx::array> rms_norm_swiglu(const mx::array& x, const RmsNormIn& norm, const QmvMatrix& gate,
-                                         const QmvMatrix& up) {
+std::optional<KernelLaunch> rms_norm_swiglu_launch(const mx::array& x, const RmsNormIn& norm, const QmvMatrix& gate,
+                                                   const QmvMatrix& up) {
   const int rows = fused_rows(x, {&gate, &up});
   if (rows == 0 || !norm_fits(x, norm, rows) || gate.w.shape() != up.w.shape()) return std::nullopt;
-  static const CachedKernel kernel(rms_norm_swiglu_spec());
   const int n = gate.w.shape(0), kdim = x.shape(-1);
   // Two matrices' loads in flight per row: half affine_qmv's rows per warp.
   auto t = choose_tiling(n, {}, gate.is_dense(), kdim);
   t.rows_per_warp = std::max(1, t.rows_per_warp / 2);
   const int threads = 32 * t.warps_per_block;
   const auto out = product_type(x, gate);
-  return kernel({x, norm.weight, gate.w, gate.scales, gate.biases, up.w, up.scales, up.biases},
-                {with_last(x.shape(), n)}, {out}, {blocks_for(n, t) * threads, 1, 1}, {threads, 1, 1},
-                {{"XT", x.dtype()}, {"ST", gate.scales.dtype()}, {"OT", out}, {"M", rows}, {"R", t.rows_per_warp},
-                 {"BITS", gate.bits}, {"GS", gate.group_size}, {"K", kdim}, {"COLS", cols_of(gate, kdim)},
-                 {"SK", rows * kdim},
-                 {"EPS_BITS", std::bit_cast<int>(norm.eps)}},
-                std::nullopt, false, {})[0];
+  return KernelLaunch{&rms_norm_swiglu_spec(),
+                      {x, norm.weight, gate.w, gate.scales, gate.biases, up.w, up.scales, up.biases},
+                      {with_last(x.shape(), n)},
+                      {out},
+                      {blocks_for(n, t) * threads, 1, 1},
+                      {threads, 1, 1},
+                      {{"XT", x.dtype()}, {"ST", gate.scales.dtype()}, {"OT", out}, {"M", rows},
+                       {"R", t.rows_per_warp}, {"BITS", gate.bits}, {"GS", gate.group_size}, {"K", kdim},
+                       {"COLS", cols_of(gate, kdim)}, {"SK", rows * kdim}, {"EPS_BITS", std::bit_cast<int>(norm.eps)}}};
 }
 
-std::optional<mx::array> qmv_residual(const mx::array& x, const QmvMatrix& m, const mx::array& residual) {
+std::optional<mx::array> rms_norm_swiglu(const mx::array& x, const RmsNormIn& norm, const QmvMatrix& gate,
+                                         const QmvMatrix& up) {
+  if (!cuda_gpu_is_default()) return std::nullopt;
+  const auto launch = rms_norm_swiglu_launch(x, norm, gate, up);
+  if (!launch) return std::nullopt;
+  static const CachedKernel kernel(rms_norm_swiglu_spec());
+  return kernel(*launch)[0];
+}
+
+std::optional<KernelLaunch> qmv_residual_launch(const mx::array& x, const QmvMatrix& m, const mx::array& residual) {
   const int rows = fused_rows(x, {&m});
   if (rows == 0) return std::nullopt;
   const auto out = product_type(x, m);
   const int n = m.w.shape(0);
   if (residual.dtype() != out || residual.shape() != with_last(x.shape(), n)) return std::nullopt;
-  static const CachedKernel kernel(qmv_residual_spec());
   const auto t = choose_tiling(n, {}, m.is_dense(), x.shape(-1));
   const int threads = 32 * t.warps_per_block;
-  return kernel({x, m.w, m.scales, m.biases, residual}, {residual.shape()}, {out}, {blocks_for(n, t) * threads, 1, 1},
-                {threads, 1, 1},
-                {{"XT", x.dtype()}, {"ST", m.scales.dtype()}, {"OT", out}, {"M", rows}, {"R", t.rows_per_warp},
-                 {"BITS", m.bits}, {"GS", m.group_size}},
-                std::nullopt, false, {})[0];
+  return KernelLaunch{&qmv_residual_spec(),
+                      {x, m.w, m.scales, m.biases, residual},
+                      {residual.shape()},
+                      {out},
+                      {blocks_for(n, t) * threads, 1, 1},
+                      {threads, 1, 1},
+                      {{"XT", x.dtype()}, {"ST", m.scales.dtype()}, {"OT", out}, {"M", rows}, {"R", t.rows_per_warp},
+                       {"BITS", m.bits}, {"GS", m.group_size}}};
+}
+
+std::optional<mx::array> qmv_residual(const mx::array& x, const QmvMatrix& m, const mx::array& residual) {
+  if (!cuda_gpu_is_default()) return std::nullopt;
+  const auto launch = qmv_residual_launch(x, m, residual);
+  if (!launch) return std::nullopt;
+  static const CachedKernel kernel(qmv_residual_spec());
+  return kernel(*launch)[0];
 }
 
 }  // namespace mlxrt::kernels::cuda

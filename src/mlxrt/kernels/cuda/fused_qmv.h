@@ -30,7 +30,7 @@
 
 #include <mlx/array.h>
 
-#include "mlxrt/kernels/cuda/kernel_source.h"
+#include "mlxrt/kernels/cuda/kernel_launch.h"
 
 namespace mlxrt::kernels::cuda {
 
@@ -65,6 +65,14 @@ std::optional<mx::array> rms_norm_swiglu(const mx::array& x, const RmsNormIn& no
 
 /** residual + x @ m.T, the product rounded to its type before the add (as two MLX nodes give). */
 std::optional<mx::array> qmv_residual(const mx::array& x, const QmvMatrix& m, const mx::array& residual);
+
+/** The three functions' launches (kernel_launch.h), worked out from the operands alone: nullopt
+ * where the function would decline them for their shapes or types (any device). */
+std::optional<KernelLaunch> rms_norm_qkv_launch(const mx::array& x, const RmsNormIn& norm, const QmvMatrix& q,
+                                                const QmvMatrix& k, const QmvMatrix& v);
+std::optional<KernelLaunch> rms_norm_swiglu_launch(const mx::array& x, const RmsNormIn& norm, const QmvMatrix& gate,
+                                                   const QmvMatrix& up);
+std::optional<KernelLaunch> qmv_residual_launch(const mx::array& x, const QmvMatrix& m, const mx::array& residual);
 
 /** The kernels' text (tests and tools compile it without a GPU). */
 const KernelSpec& rms_norm_qkv_spec();

@@ -60,10 +60,9 @@ std::string cuda_type_name(mx::Dtype t) {
   throw std::invalid_argument("[kernel_source] no CUDA kernel type for this dtype (complex)");
 }
 
-std::string self_contained_source(const KernelSpec& spec, const std::vector<mx::Dtype>& input_types,
-                                  const std::vector<mx::Shape>& input_shapes,
-                                  const std::vector<mx::Dtype>& output_types,
-                                  const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args) {
+std::vector<KernelParameter> kernel_parameters(const KernelSpec& spec, const std::vector<mx::Dtype>& input_types,
+                                               const std::vector<mx::Shape>& input_shapes,
+                                               const std::vector<mx::Dtype>& output_types) {
   if (input_types.size() != spec.input_names.size() || input_shapes.size() != spec.input_names.size())
     throw std::invalid_argument(fmt::format("[kernel_source] {}: {} inputs named, {} types and {} shapes given",
                                             spec.name, spec.input_names.size(), input_types.size(),
@@ -78,17 +77,27 @@ std::string self_contained_source(const KernelSpec& spec, const std::vector<mx::
                                               "MLX's own compile of the kernel passes",
                                               spec.name, name));
   // MLX's parameters, in MLX's order: each input, and after it its Shape where the body reads it
-  // and it has dimensions (passed by value in the parameter bank, __grid_constant__: NVRTC's code
-  // depends on that), then the outputs.
+  // and it has dimensions, then the outputs.
   const auto read = shapes_read(spec);
-  std::vector<std::string> params;
+  std::vector<KernelParameter> params;
   for (size_t i = 0; i < spec.input_names.size(); ++i) {
-    params.push_back(fmt::format("const {}* {}", cuda_type_name(input_types[i]), spec.input_names[i]));
-    if (read[i] && !input_shapes[i].empty())
-      params.push_back(fmt::format("const __grid_constant__ mlxrt_shape {}_shape", spec.input_names[i]));
+    params.push_back({fmt::format("const {}*", cuda_type_name(input_types[i])), spec.input_names[i]});
+    if (read[i] && !input_shapes[i].empty()) params.push_back({"mlxrt_shape", spec.input_names[i] + "_shape", true});
   }
   for (size_t i = 0; i < spec.output_names.size(); ++i)
-    params.push_back(fmt::format("{}* {}", cuda_type_name(output_types[i]), spec.output_names[i]));
+    params.push_back({fmt::format("{}*", cuda_type_name(output_types[i])), spec.output_names[i]});
+  return params;
+}
+
+std::string kernel_function_source(const KernelSpec& spec, const std::vector<mx::Dtype>& input_types,
+                                   const std::vector<mx::Shape>& input_shapes,
+                                   const std::vector<mx::Dtype>& output_types,
+                                   const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args) {
+  // Shapes are passed by value in the parameter bank, __grid_constant__ (NVRTC's code depends on it).
+  std::vector<std::string> params;
+  for (const auto& p : kernel_parameters(spec, input_types, input_shapes, output_types))
+    params.push_back(p.shape ? fmt::format("const __grid_constant__ {} {}", p.type, p.name)
+                             : fmt::format("{} {}", p.type, p.name));
   std::string constants;
   for (const auto& [name, arg] : template_args) {
     constants += std::visit(
@@ -103,8 +112,15 @@ std::string self_contained_source(const KernelSpec& spec, const std::vector<mx::
         },
         arg);
   }
-  return fmt::format("{}{}\nextern \"C\" __global__ void {}(\n    {}) {{\n{}\n{}\n}}\n", kPrelude, spec.header,
-                     spec.name, fmt::join(params, ",\n    "), constants, spec.source);
+  return fmt::format("{}\nextern \"C\" __global__ void {}(\n    {}) {{\n{}\n{}\n}}\n", spec.header, spec.name,
+                     fmt::join(params, ",\n    "), constants, spec.source);
+}
+
+std::string self_contained_source(const KernelSpec& spec, const std::vector<mx::Dtype>& input_types,
+                                  const std::vector<mx::Shape>& input_shapes,
+                                  const std::vector<mx::Dtype>& output_types,
+                                  const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args) {
+  return kPrelude + kernel_function_source(spec, input_types, input_shapes, output_types, template_args);
 }
 
 }  // namespace mlxrt::kernels::cuda

@@ -41,6 +41,30 @@ std::vector<bool> shapes_read(const KernelSpec& spec);
  * Throws std::invalid_argument for a type the kernels do not take (complex). */
 std::string cuda_type_name(mx::Dtype t);
 
+/** One parameter of a launch's kernel function, in MLX's order: an input's or output's pointer
+ * (`type` "const __nv_bfloat16*", "float*", ...), or an input's Shape passed by value (`shape`,
+ * `type` "mlxrt_shape"). */
+struct KernelParameter {
+  std::string type;
+  std::string name;
+  bool shape = false;
+};
+
+/** The parameters of a launch's kernel function (arguments as self_contained_source says). */
+std::vector<KernelParameter> kernel_parameters(const KernelSpec& spec, const std::vector<mx::Dtype>& input_types,
+                                               const std::vector<mx::Shape>& input_shapes,
+                                               const std::vector<mx::Dtype>& output_types);
+
+/** The program after its prelude: the spec's device code, then the kernel as
+ * `extern "C" __global__ void <spec.name>(...)`, its template arguments as constants at the top of
+ * its body. Needs the CUDA types, the fixed-width integers and `mlxrt_shape` declared before it
+ * (self_contained_source's prelude; a CPU test harness has its own). Arguments and errors as
+ * self_contained_source. */
+std::string kernel_function_source(const KernelSpec& spec, const std::vector<mx::Dtype>& input_types,
+                                   const std::vector<mx::Shape>& input_shapes,
+                                   const std::vector<mx::Dtype>& output_types,
+                                   const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args);
+
 /** The whole program for one launch: the kernel as `extern "C" __global__ void <spec.name>(...)`.
  * `input_shapes[i]` is used only for whether it has dimensions (MLX passes no Shape for a scalar).
  * Throws std::invalid_argument for lists of the wrong length, and for a body that reads an input's

@@ -6,8 +6,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include <mlx/backend/cuda/cuda.h>
-#include <mlx/device.h>
 #include <mlx/fast.h>
 #include <mlx/ops.h>
 
@@ -97,10 +95,10 @@ const KernelSpec& qk_norm_rope_spec() {
   return spec;
 }
 
-std::optional<std::pair<mx::array, mx::array>> qk_norm_rope(const mx::array& q, const mx::array& k, int n_heads,
-                                                            int n_kv_heads, const std::optional<RmsNormIn>& q_norm,
-                                                            const std::optional<RmsNormIn>& k_norm,
-                                                            const RopeIn& rope, const mx::array& offset) {
+std::optional<KernelLaunch> qk_norm_rope_launch(const mx::array& q, const mx::array& k, int n_heads, int n_kv_heads,
+                                                const std::optional<RmsNormIn>& q_norm,
+                                                const std::optional<RmsNormIn>& k_norm, const RopeIn& rope,
+                                                const mx::array& offset) {
   if (q.ndim() != 3 || k.ndim() != 3 || q.dtype() != k.dtype() || !is_float(q.dtype())) return std::nullopt;
   const int B = q.shape(0), L = q.shape(1);
   if (k.shape(0) != B || k.shape(1) != L || n_heads <= 0 || n_kv_heads <= 0) return std::nullopt;
@@ -118,9 +116,6 @@ std::optional<std::pair<mx::array, mx::array>> qk_norm_rope(const mx::array& q, 
   const bool per_row = offset.size() > 1;
   if (offset.dtype() != mx::int32 || offset.ndim() > 1 || (per_row && offset.size() != static_cast<size_t>(B)))
     return std::nullopt;
-  if (mx::default_device() != mx::Device::gpu || !mx::cu::is_available()) return std::nullopt;
-
-  static const CachedKernel kernel(qk_norm_rope_spec());
   const int tasks = B * L * (n_heads + n_kv_heads);
   const int blocks = (tasks + kWarpsPerBlock - 1) / kWarpsPerBlock;
   const int threads = 32 * kWarpsPerBlock;
@@ -130,16 +125,30 @@ std::optional<std::pair<mx::array, mx::array>> qk_norm_rope(const mx::array& q, 
   const auto& freqs = rope.freqs ? *rope.freqs : offset;
   // As MLX's RoPE passes it: log2 of the float base, in float.
   const float log2_base = rope.base ? std::log2(*rope.base) : 0.0f;
-  auto ys = kernel({q, k, qw, kw, offset, freqs}, {{B, n_heads, L, d}, {B, n_kv_heads, L, d}}, {q.dtype(), q.dtype()},
-                   {blocks * threads, 1, 1}, {threads, 1, 1},
-                   {{"QT", q.dtype()}, {"M", B * L}, {"L", L}, {"H", n_heads}, {"HK", n_kv_heads}, {"D", d},
-                    {"ROT", rope.dims}, {"TRAD", rope.traditional}, {"FREQS", rope.freqs.has_value()},
-                    {"NORM", q_norm.has_value()}, {"PER_ROW", per_row},
-                    {"EPS_Q_BITS", q_norm ? std::bit_cast<int>(q_norm->eps) : 0},
-                    {"EPS_K_BITS", k_norm ? std::bit_cast<int>(k_norm->eps) : 0},
-                    {"LOG2_BASE_BITS", std::bit_cast<int>(log2_base)},
-                    {"SCALE_BITS", std::bit_cast<int>(rope.scale)}},
-                   std::nullopt, false, {});
+  return KernelLaunch{&qk_norm_rope_spec(),
+                      {q, k, qw, kw, offset, freqs},
+                      {{B, n_heads, L, d}, {B, n_kv_heads, L, d}},
+                      {q.dtype(), q.dtype()},
+                      {blocks * threads, 1, 1},
+                      {threads, 1, 1},
+                      {{"QT", q.dtype()}, {"M", B * L}, {"L", L}, {"H", n_heads}, {"HK", n_kv_heads}, {"D", d},
+                       {"ROT", rope.dims}, {"TRAD", rope.traditional}, {"FREQS", rope.freqs.has_value()},
+                       {"NORM", q_norm.has_value()}, {"PER_ROW", per_row},
+                       {"EPS_Q_BITS", q_norm ? std::bit_cast<int>(q_norm->eps) : 0},
+                       {"EPS_K_BITS", k_norm ? std::bit_cast<int>(k_norm->eps) : 0},
+                       {"LOG2_BASE_BITS", std::bit_cast<int>(log2_base)},
+                       {"SCALE_BITS", std::bit_cast<int>(rope.scale)}}};
+}
+
+std::optional<std::pair<mx::array, mx::array>> qk_norm_rope(const mx::array& q, const mx::array& k, int n_heads,
+                                                            int n_kv_heads, const std::optional<RmsNormIn>& q_norm,
+                                                            const std::optional<RmsNormIn>& k_norm,
+                                                            const RopeIn& rope, const mx::array& offset) {
+  if (!cuda_gpu_is_default()) return std::nullopt;
+  const auto launch = qk_norm_rope_launch(q, k, n_heads, n_kv_heads, q_norm, k_norm, rope, offset);
+  if (!launch) return std::nullopt;
+  static const CachedKernel kernel(qk_norm_rope_spec());
+  auto ys = kernel(*launch);
   return std::pair{ys[0], ys[1]};
 }
 

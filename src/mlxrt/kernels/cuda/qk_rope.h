@@ -19,7 +19,7 @@
 
 #include <mlx/array.h>
 
-#include "mlxrt/kernels/cuda/kernel_source.h"
+#include "mlxrt/kernels/cuda/kernel_launch.h"
 
 #include "mlxrt/kernels/cuda/fused_qmv.h"
 
@@ -51,6 +51,13 @@ std::optional<std::pair<mx::array, mx::array>> qk_norm_rope(const mx::array& q, 
                                                             int n_kv_heads, const std::optional<RmsNormIn>& q_norm,
                                                             const std::optional<RmsNormIn>& k_norm,
                                                             const RopeIn& rope, const mx::array& offset);
+
+/** qk_norm_rope's launch (kernel_launch.h) from the operands alone: nullopt where it declines
+ * them for their shapes or types (any device). */
+std::optional<KernelLaunch> qk_norm_rope_launch(const mx::array& q, const mx::array& k, int n_heads, int n_kv_heads,
+                                                const std::optional<RmsNormIn>& q_norm,
+                                                const std::optional<RmsNormIn>& k_norm, const RopeIn& rope,
+                                                const mx::array& offset);
 
 /** The kernel's text (tests and tools compile it without a GPU). */
 const KernelSpec& qk_norm_rope_spec();

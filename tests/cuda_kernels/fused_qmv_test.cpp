@@ -1,10 +1,11 @@
 // The fused L3 CUDA kernels of a decoding step (kernels/cuda/fused_qmv.h) against float64 on the
 // host. x is drawn from {±0.5, ±1, ±2}, whose squares sum exactly in float32 in any order, so the
 // kernels' RMSNorm gives exactly the bytes of mx.fast.rms_norm (the same rsqrt of the same sum);
-// the products then get affine_qmv's float32 bound (tests/gpu/affine_qmv_cuda_test.cpp):
+// the products then get affine_qmv's float32 bound (tests/cuda_kernels/affine_qmv_test.cpp):
 //   |p - ref| <= u_out |ref| + 2^-24 (3 V + K / V + 16) sum_k |x_k| (|s_k| 2^bits + |b_k|),
 // and SwiGLU and the residual add the roundings fused_qmv.h names, each bounded in the check. A
-// wrong row, matrix or lane is off by orders of magnitude. Needs a CUDA device.
+// wrong row, matrix or lane is off by orders of magnitude. Runs on a CUDA GPU and on the CPU's SIMT
+// runtime (kernel_backend.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -13,12 +14,12 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <mlx/backend/cuda/cuda.h>
 #include <mlx/fast.h>
 #include <mlx/ops.h>
 #include <mlx/random.h>
 #include <mlx/transforms.h>
 
+#include "kernel_backend.h"
 #include "mlxrt/kernels/cuda/fused_qmv.h"
 
 namespace mlxrt::kernels::cuda {
@@ -75,7 +76,7 @@ struct Products {
 };
 
 // A dense matrix's products: a lane's K / V chained products (V values a 16-byte load) and the
-// warp's reduction, 2^-24 (K / V + 16) sum_k |x_k w_k| (tests/gpu/affine_qmv_cuda_test.cpp).
+// warp's reduction, 2^-24 (K / V + 16) sum_k |x_k w_k| (tests/cuda_kernels/affine_qmv_test.cpp).
 Products dense_products(const std::vector<double>& x, int rows, const QmvMatrix& m) {
   const int n = m.w.shape(0), k = static_cast<int>(x.size()) / rows;
   const auto w = host(m.w);
@@ -150,8 +151,7 @@ std::string describe(const char* kernel, const Case& c) {
 class FusedQmv : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(mx::cu::is_available()) << "these tests need a CUDA device";
-    mx::set_default_device(mx::Device::gpu);
+    ASSERT_TRUE(kernel_tests::use_kernel_device()) << "these tests need a CUDA device";
   }
 };
 
@@ -170,16 +170,17 @@ TEST_F(FusedQmv, RmsNormQkvIsTheNormThenThreeProducts) {
     const QmvMatrix q = random_matrix(keys, c.n, c.k, c.group_size, c.bits, c.x_type);
     const QmvMatrix k = random_matrix(keys, std::max(1, c.n / 4), c.k, c.group_size, c.bits, c.x_type);
     const QmvMatrix v = random_matrix(keys, std::max(1, c.n / 4) + 3, c.k, c.group_size, c.bits, c.x_type);
-    auto ys = rms_norm_qkv(x, {nw, eps}, q, k, v);
-    ASSERT_TRUE(ys.has_value()) << describe("qkv", c);
+    const auto launch = rms_norm_qkv_launch(x, {nw, eps}, q, k, v);
+    ASSERT_TRUE(launch.has_value()) << describe("qkv", c);
+    const auto ys = kernel_tests::run(*launch);
     const auto xn = host(mx::fast::rms_norm(x, nw, eps));  // exact: see the file's comment
     const double u = half_ulp(c.x_type);
     const QmvMatrix* mats[] = {&q, &k, &v};
     for (int i = 0; i < 3; ++i) {
-      ASSERT_EQ((*ys)[i].shape(), (mx::Shape{1, c.rows, mats[i]->w.shape(0)}));
-      ASSERT_EQ((*ys)[i].dtype(), c.x_type);
+      ASSERT_EQ(ys[i].shape(), (mx::Shape{1, c.rows, mats[i]->w.shape(0)}));
+      ASSERT_EQ(ys[i].dtype(), c.x_type);
       const auto p = products(xn, c.rows, *mats[i]);
-      expect_close(describe("qkv", c) + " output " + std::to_string(i), host((*ys)[i]),
+      expect_close(describe("qkv", c) + " output " + std::to_string(i), host(ys[i]),
                    [&](size_t j) { return p.ref[j]; }, [&](size_t j) { return u * std::abs(p.ref[j]) + p.bound[j]; });
     }
   }
@@ -196,9 +197,10 @@ TEST_F(FusedQmv, RmsNormSwigluIsSiluOfGateTimesUp) {
     const auto nw = mx::astype(mx::random::normal({c.k}, mx::float32, keys.next()), c.x_type);
     const QmvMatrix gate = random_matrix(keys, c.n, c.k, c.group_size, c.bits, c.x_type);
     const QmvMatrix up = random_matrix(keys, c.n, c.k, c.group_size, c.bits, c.x_type);
-    auto y = rms_norm_swiglu(x, {nw, 1e-5f}, gate, up);
-    ASSERT_TRUE(y.has_value()) << describe("swiglu", c);
-    ASSERT_EQ(y->shape(), (mx::Shape{1, c.rows, c.n}));
+    const auto launch = rms_norm_swiglu_launch(x, {nw, 1e-5f}, gate, up);
+    ASSERT_TRUE(launch.has_value()) << describe("swiglu", c);
+    const auto y = kernel_tests::run(*launch)[0];
+    ASSERT_EQ(y.shape(), (mx::Shape{1, c.rows, c.n}));
     const auto xn = host(mx::fast::rms_norm(x, nw, 1e-5f));
     const auto g = products(xn, c.rows, gate), v = products(xn, c.rows, up);
     const double u = half_ulp(c.x_type);
@@ -206,7 +208,7 @@ TEST_F(FusedQmv, RmsNormSwigluIsSiluOfGateTimesUp) {
     // Each product off by its bound and its rounding to the output type; |silu'| <= 1.1; then the
     // sigmoid, silu and the product each rounded once more.
     expect_close(
-        describe("swiglu", c), host(*y), [&](size_t j) { return silu(g.ref[j]) * v.ref[j]; },
+        describe("swiglu", c), host(y), [&](size_t j) { return silu(g.ref[j]) * v.ref[j]; },
         [&](size_t j) {
           const double eg = u * std::abs(g.ref[j]) + g.bound[j], ev = u * std::abs(v.ref[j]) + v.bound[j];
           const double s = std::abs(silu(g.ref[j]));
@@ -225,14 +227,15 @@ TEST_F(FusedQmv, QmvResidualAddsTheRoundedProduct) {
     const auto x = mx::astype(mx::random::normal({1, c.rows, c.k}, mx::float32, keys.next()), c.x_type);
     const auto res = mx::astype(mx::random::normal({1, c.rows, c.n}, mx::float32, keys.next()), c.x_type);
     const QmvMatrix m = random_matrix(keys, c.n, c.k, c.group_size, c.bits, c.x_type);
-    auto y = qmv_residual(x, m, res);
-    ASSERT_TRUE(y.has_value()) << describe("residual", c);
-    ASSERT_EQ(y->shape(), res.shape());
+    const auto launch = qmv_residual_launch(x, m, res);
+    ASSERT_TRUE(launch.has_value()) << describe("residual", c);
+    const auto y = kernel_tests::run(*launch)[0];
+    ASSERT_EQ(y.shape(), res.shape());
     const auto p = products(host(x), c.rows, m);
     const auto r = host(res);
     const double u = half_ulp(c.x_type);
     expect_close(
-        describe("residual", c), host(*y), [&](size_t j) { return r[j] + p.ref[j]; },
+        describe("residual", c), host(y), [&](size_t j) { return r[j] + p.ref[j]; },
         [&](size_t j) { return u * std::abs(p.ref[j]) + p.bound[j] + u * (std::abs(r[j] + p.ref[j]) + p.bound[j]); });
   }
 }
@@ -243,18 +246,39 @@ TEST_F(FusedQmv, DeclinesWhatItDoesNotFuse) {
   const QmvMatrix eight = random_matrix(keys, 128, 512, 64, 8, mx::bfloat16);
   const auto nw = mx::ones({512}, mx::bfloat16);
   const auto x = mx::ones({1, 1, 512}, mx::bfloat16);
-  EXPECT_TRUE(rms_norm_qkv(x, {nw, 1e-6f}, a, a, a).has_value());
-  EXPECT_FALSE(rms_norm_qkv(x, {nw, 1e-6f}, a, eight, a).has_value());                    // mixed bits
+  EXPECT_TRUE(rms_norm_qkv_launch(x, {nw, 1e-6f}, a, a, a).has_value());
+  EXPECT_FALSE(rms_norm_qkv_launch(x, {nw, 1e-6f}, a, eight, a).has_value());                    // mixed bits
   const QmvMatrix dense = random_matrix(keys, 128, 512, 0, 0, mx::bfloat16);
-  EXPECT_TRUE(rms_norm_qkv(x, {nw, 1e-6f}, dense, dense, dense).has_value());
-  EXPECT_FALSE(rms_norm_qkv(x, {nw, 1e-6f}, dense, a, dense).has_value());               // dense with quantized
-  EXPECT_FALSE(qmv_residual(mx::ones({1, 1, 512}, mx::float32), random_matrix(keys, 64, 512, 0, 0, mx::bfloat16),
+  EXPECT_TRUE(rms_norm_qkv_launch(x, {nw, 1e-6f}, dense, dense, dense).has_value());
+  EXPECT_FALSE(rms_norm_qkv_launch(x, {nw, 1e-6f}, dense, a, dense).has_value());               // dense with quantized
+  EXPECT_FALSE(qmv_residual_launch(mx::ones({1, 1, 512}, mx::float32), random_matrix(keys, 64, 512, 0, 0, mx::bfloat16),
                             mx::ones({1, 1, 64}, mx::float32)));                          // dense of another type
-  EXPECT_FALSE(rms_norm_qkv(mx::ones({1, 5, 512}, mx::bfloat16), {nw, 1e-6f}, a, a, a));  // 5 rows
-  EXPECT_FALSE(rms_norm_qkv(x, {mx::ones({512}, mx::float32), 1e-6f}, a, a, a));         // norm dtype
-  EXPECT_FALSE(rms_norm_swiglu(x, {nw, 1e-6f}, a, random_matrix(keys, 64, 512, 64, 4, mx::bfloat16)));  // shapes
-  EXPECT_FALSE(qmv_residual(x, a, mx::ones({1, 1, 64}, mx::bfloat16)));                   // residual shape
-  EXPECT_FALSE(qmv_residual(x, a, mx::ones({1, 1, 128}, mx::float32)));                   // residual dtype
+  EXPECT_FALSE(rms_norm_qkv_launch(mx::ones({1, 5, 512}, mx::bfloat16), {nw, 1e-6f}, a, a, a));  // 5 rows
+  EXPECT_FALSE(rms_norm_qkv_launch(x, {mx::ones({512}, mx::float32), 1e-6f}, a, a, a));         // norm dtype
+  EXPECT_FALSE(rms_norm_swiglu_launch(x, {nw, 1e-6f}, a, random_matrix(keys, 64, 512, 64, 4, mx::bfloat16)));  // shapes
+  EXPECT_FALSE(qmv_residual_launch(x, a, mx::ones({1, 1, 64}, mx::bfloat16)));                   // residual shape
+  EXPECT_FALSE(qmv_residual_launch(x, a, mx::ones({1, 1, 128}, mx::float32)));                   // residual dtype
+}
+
+// The model's functions: the launch through CachedKernel on a CUDA GPU, declined elsewhere.
+TEST_F(FusedQmv, TheModelsFunctionsRunTheLaunchOnlyOnAGpu) {
+  Keys keys(8);
+  const QmvMatrix a = random_matrix(keys, 128, 512, 64, 4, mx::bfloat16);
+  const auto nw = mx::ones({512}, mx::bfloat16);
+  const auto x = exact_square_x(keys, 1, 512, mx::bfloat16);
+  const auto res = mx::ones({1, 1, 128}, mx::bfloat16);
+  if (kernel_tests::kernels_on_gpu()) {
+    const auto qkv = rms_norm_qkv(x, {nw, 1e-6f}, a, a, a);
+    ASSERT_TRUE(qkv.has_value());
+    const auto launched = kernel_tests::run(*rms_norm_qkv_launch(x, {nw, 1e-6f}, a, a, a));
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(mx::array_equal((*qkv)[i], launched[i]).item<bool>());
+    ASSERT_TRUE(rms_norm_swiglu(x, {nw, 1e-6f}, a, a).has_value());
+    ASSERT_TRUE(qmv_residual(x, a, res).has_value());
+  } else {
+    EXPECT_FALSE(rms_norm_qkv(x, {nw, 1e-6f}, a, a, a).has_value());
+    EXPECT_FALSE(rms_norm_swiglu(x, {nw, 1e-6f}, a, a).has_value());
+    EXPECT_FALSE(qmv_residual(x, a, res).has_value());
+  }
 }
 
 }  // namespace

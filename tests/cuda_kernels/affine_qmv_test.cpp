@@ -5,8 +5,8 @@
 // where u_out is the output dtype's half ulp (0 for float32) and V the values one lane reads per
 // load: a chunk's sums (V terms each, the two of sum x f and sum x, scaled by 2^bits) and the K / V
 // chunk sums of a lane, and the warp's reduction, each round at 2^-24 of what they add. A wrong
-// index or an unwritten output misses that by orders of magnitude. Needs a CUDA device
-// (bench/gpu/run.sh kernels).
+// index or an unwritten output misses that by orders of magnitude. Runs on a CUDA GPU
+// (bench/gpu/run.sh kernels) and on the CPU's SIMT runtime (kernel_backend.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -15,11 +15,11 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <mlx/backend/cuda/cuda.h>
 #include <mlx/ops.h>
 #include <mlx/random.h>
 #include <mlx/transforms.h>
 
+#include "kernel_backend.h"
 #include "mlxrt/kernels/cuda/affine_qmv.h"
 
 namespace mlxrt::kernels::cuda {
@@ -48,8 +48,7 @@ double half_ulp(mx::Dtype t) { return t == mx::bfloat16 ? std::ldexp(1.0, -8) : 
 class AffineQmv : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(mx::cu::is_available()) << "these tests need a CUDA device";
-    mx::set_default_device(mx::Device::gpu);
+    ASSERT_TRUE(kernel_tests::use_kernel_device()) << "these tests need a CUDA device";
   }
 
   // Random operands for `c` (x optionally a view at an odd element offset, so not 16-byte aligned),
@@ -71,8 +70,8 @@ class AffineQmv : public ::testing::Test {
     x = misaligned_x ? mx::slice(x, {1}, {1 + c.rows * c.k}) : mx::slice(x, {0}, {c.rows * c.k});
     x = mx::reshape(x, {1, c.rows, c.k});
     mx::eval({w, scales, biases, x});
-    ASSERT_TRUE(affine_qmv_applies(x, w, scales, biases, c.group_size, c.bits)) << describe(c, tiling);
-    auto y = affine_qmv(x, w, scales, biases, c.group_size, c.bits, tiling);
+    ASSERT_TRUE(affine_qmv_operands_fit(x, w, scales, biases, c.group_size, c.bits)) << describe(c, tiling);
+    auto y = kernel_tests::run(affine_qmv_launch(x, w, scales, biases, c.group_size, c.bits, tiling))[0];
     mx::eval(y);
     const auto out_type = mx::promote_types(c.x_type, c.param_type);
     ASSERT_EQ(y.dtype(), out_type);
@@ -143,8 +142,8 @@ void check_dense(const DenseCase& c, int seed, QmvTiling tiling = {}) {
   std::ostringstream what;
   what << "dense N " << c.n << " K " << c.k << " rows " << c.rows << " " << c.type << (c.misaligned ? " misaligned" : "")
        << " tiling " << tiling.rows_per_warp << "x" << tiling.warps_per_block << (tiling.split_k ? " split-K" : "");
-  ASSERT_TRUE(dense_mv_applies(x, w)) << what.str();
-  auto y = dense_mv(x, w, tiling);
+  ASSERT_TRUE(dense_mv_operands_fit(x, w)) << what.str();
+  auto y = kernel_tests::run(dense_mv_launch(x, w, tiling))[0];
   mx::eval(y);
   ASSERT_EQ(y.dtype(), c.type);
   ASSERT_EQ(y.shape(), (mx::Shape{1, c.rows, c.n}));
@@ -187,12 +186,12 @@ TEST_F(AffineQmv, DenseWithinFloat32Bound) {
     check_dense({130, 4096, 8, mx::float16}, seed++, t);
     check_dense({67, 300, 3, mx::float32, true}, seed++, t);
   }
-  EXPECT_THROW(dense_mv(mx::ones({1, 64}, mx::bfloat16), mx::ones({8, 64}, mx::bfloat16), QmvTiling{2, 1, true}),
+  EXPECT_THROW(dense_mv_launch(mx::ones({1, 64}, mx::bfloat16), mx::ones({8, 64}, mx::bfloat16), QmvTiling{2, 1, true}),
                std::invalid_argument);  // one warp: the M x R outputs need a thread each
-  EXPECT_FALSE(dense_mv_applies(mx::ones({1, 64}, mx::float32), mx::ones({8, 64}, mx::bfloat16)));  // types differ
-  EXPECT_FALSE(dense_mv_applies(mx::ones({9, 64}, mx::bfloat16), mx::ones({8, 64}, mx::bfloat16)));  // 9 rows
-  EXPECT_FALSE(dense_mv_applies(mx::ones({1, 32}, mx::bfloat16), mx::ones({8, 64}, mx::bfloat16)));  // K differs
-  EXPECT_THROW(dense_mv(mx::ones({1, 32}, mx::bfloat16), mx::ones({8, 64}, mx::bfloat16)), std::invalid_argument);
+  EXPECT_FALSE(dense_mv_operands_fit(mx::ones({1, 64}, mx::float32), mx::ones({8, 64}, mx::bfloat16)));  // types differ
+  EXPECT_FALSE(dense_mv_operands_fit(mx::ones({9, 64}, mx::bfloat16), mx::ones({8, 64}, mx::bfloat16)));  // 9 rows
+  EXPECT_FALSE(dense_mv_operands_fit(mx::ones({1, 32}, mx::bfloat16), mx::ones({8, 64}, mx::bfloat16)));  // K differs
+  EXPECT_THROW(dense_mv_launch(mx::ones({1, 32}, mx::bfloat16), mx::ones({8, 64}, mx::bfloat16)), std::invalid_argument);
 }
 
 TEST_F(AffineQmv, FourBitWithinFloat32Bound) {
@@ -224,12 +223,37 @@ TEST_F(AffineQmv, RefusesWhatItDoesNotCompute) {
   auto w = mx::zeros({64, 64}, mx::uint32);  // K = 512 at 4 bits
   auto s = mx::ones({64, 8}, mx::bfloat16);
   auto x = mx::ones({1, 512}, mx::bfloat16);
-  EXPECT_TRUE(affine_qmv_applies(x, w, s, s, 64, 4));
-  EXPECT_FALSE(affine_qmv_applies(x, w, s, std::nullopt, 64, 4));                     // not affine
-  EXPECT_FALSE(affine_qmv_applies(mx::ones({9, 512}, mx::bfloat16), w, s, s, 64, 4));  // 9 rows
-  EXPECT_FALSE(affine_qmv_applies(x, w, s, s, 64, 3));                                 // 3 bits
-  EXPECT_FALSE(affine_qmv_applies(mx::ones({1, 256}, mx::bfloat16), w, s, s, 64, 4));  // K differs
-  EXPECT_THROW(affine_qmv(x, w, s, s, 64, 2), std::invalid_argument);
+  EXPECT_TRUE(affine_qmv_operands_fit(x, w, s, s, 64, 4));
+  EXPECT_FALSE(affine_qmv_operands_fit(x, w, s, std::nullopt, 64, 4));                     // not affine
+  EXPECT_FALSE(affine_qmv_operands_fit(mx::ones({9, 512}, mx::bfloat16), w, s, s, 64, 4));  // 9 rows
+  EXPECT_FALSE(affine_qmv_operands_fit(x, w, s, s, 64, 3));                                 // 3 bits
+  EXPECT_FALSE(affine_qmv_operands_fit(mx::ones({1, 256}, mx::bfloat16), w, s, s, 64, 4));  // K differs
+  EXPECT_THROW(affine_qmv_launch(x, w, s, s, 64, 2), std::invalid_argument);
+  EXPECT_THROW(affine_qmv_launch(x, w, s, s, 64, 4, QmvTiling{9, 1}), std::invalid_argument);  // rows per warp
+}
+
+// The model's functions: on a CUDA GPU the same launch through CachedKernel, the same bytes;
+// elsewhere declined (the model then runs MLX's nodes).
+TEST_F(AffineQmv, TheModelsFunctionsRunTheLaunchOnlyOnAGpu) {
+  auto key = mx::random::key(9);
+  auto w = mx::random::bits({96, 64}, 4, key);  // K = 512 at 4 bits
+  auto s = mx::astype(mx::multiply(mx::random::normal({96, 8}, mx::float32, key), mx::array(0.02f)), mx::bfloat16);
+  auto x = mx::astype(mx::random::normal({1, 2, 512}, mx::float32, key), mx::bfloat16);
+  auto dense = mx::astype(mx::random::normal({40, 512}, mx::float32, key), mx::bfloat16);
+  mx::eval({w, s, x, dense});
+  if (kernel_tests::kernels_on_gpu()) {
+    ASSERT_TRUE(affine_qmv_applies(x, w, s, s, 64, 4));
+    const auto launched = kernel_tests::run(affine_qmv_launch(x, w, s, s, 64, 4))[0];
+    EXPECT_TRUE(mx::array_equal(affine_qmv(x, w, s, s, 64, 4), launched).item<bool>());
+    ASSERT_TRUE(dense_mv_applies(x, dense));
+    EXPECT_TRUE(mx::array_equal(dense_mv(x, dense), kernel_tests::run(dense_mv_launch(x, dense))[0]).item<bool>());
+  } else {
+    EXPECT_TRUE(affine_qmv_operands_fit(x, w, s, s, 64, 4));
+    EXPECT_FALSE(affine_qmv_applies(x, w, s, s, 64, 4));
+    EXPECT_THROW(affine_qmv(x, w, s, s, 64, 4), std::invalid_argument);
+    EXPECT_FALSE(dense_mv_applies(x, dense));
+    EXPECT_THROW(dense_mv(x, dense), std::invalid_argument);
+  }
 }
 
 }  // namespace

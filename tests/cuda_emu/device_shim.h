@@ -1,0 +1,125 @@
+#pragma once
+// What a CUDA kernel program needs from the compiler and the device, for compiling it as ordinary
+// C++ on the CPU (emulated_program.h puts this in front of the program text mlxrt would hand NVRTC).
+// The kernel becomes a host function that every emulated thread runs (simt.h); thread indices,
+// barriers and shuffles go through the runtime's table (emu_abi.h).
+//
+// Arithmetic follows IEEE float32 with no contraction (the program is compiled with
+// -ffp-contract=off), so __fmul_rn and friends are the plain operations and fmaf is a fused
+// multiply-add, as on the device. What differs from a GPU: rsqrtf, expf, exp2f, sinf and cosf are
+// the host's libm (the device's are approximations within a few ulps), and the places where nvcc
+// would contract a * b + c into one FMA stay two roundings. Tests of emulated kernels therefore
+// check bounds, not bytes; bytes against MLX's GPU nodes stay the GPU tests' job.
+#include <math.h>
+#include <stdint.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+
+#include "emu_abi.h"
+
+extern "C" {
+// Set by the runtime after loading the program, before any launch.
+__attribute__((visibility("default"))) mlxrt_emu_api* mlxrt_emu = nullptr;
+}
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __grid_constant__
+#define __restrict__ __restrict
+#define __align__(n) __attribute__((aligned(n)))
+// Blocks run one after another, so a function-scope static is the running block's shared memory.
+#define __shared__ static
+
+#define threadIdx (mlxrt_emu->thread_idx)
+#define blockIdx (mlxrt_emu->block_idx)
+#define blockDim (mlxrt_emu->block_dim)
+#define gridDim (mlxrt_emu->grid_dim)
+
+inline void __syncthreads() { mlxrt_emu->sync_threads(); }
+inline void __syncwarp(unsigned mask = 0xFFFFFFFFu) { mlxrt_emu->sync_warp(mask); }
+
+template <typename T>
+inline T mlxrt_emu_shuffle(unsigned mask, T v, int arg, int mode, int width) {
+  static_assert(sizeof(T) <= 8, "a shuffle moves at most 8 bytes");
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  bits = mlxrt_emu->shuffle(mask, bits, arg, mode, width);
+  T out;
+  std::memcpy(&out, &bits, sizeof(T));
+  return out;
+}
+template <typename T>
+inline T __shfl_sync(unsigned mask, T v, int lane, int width = 32) {
+  return mlxrt_emu_shuffle(mask, v, lane, MLXRT_EMU_SHFL_IDX, width);
+}
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  return mlxrt_emu_shuffle(mask, v, lane_mask, MLXRT_EMU_SHFL_XOR, width);
+}
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  return mlxrt_emu_shuffle(mask, v, static_cast<int>(delta), MLXRT_EMU_SHFL_DOWN, width);
+}
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  return mlxrt_emu_shuffle(mask, v, static_cast<int>(delta), MLXRT_EMU_SHFL_UP, width);
+}
+
+struct alignas(16) uint4 {
+  uint32_t x, y, z, w;
+};
+struct alignas(8) uint2 {
+  uint32_t x, y;
+};
+inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return {x, y, z, w}; }
+inline uint2 make_uint2(uint32_t x, uint32_t y) { return {x, y}; }
+
+inline float __uint_as_float(uint32_t u) { return std::bit_cast<float>(u); }
+inline float __int_as_float(int32_t i) { return std::bit_cast<float>(i); }
+inline uint32_t __float_as_uint(float f) { return std::bit_cast<uint32_t>(f); }
+inline int32_t __float_as_int(float f) { return std::bit_cast<int32_t>(f); }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+using std::max;
+using std::min;
+
+// bfloat16: float32's upper half, rounded to nearest even (NaNs stay NaNs).
+struct __nv_bfloat16 {
+  uint16_t bits;
+  __nv_bfloat16() = default;
+  __nv_bfloat16(float f) {
+    const uint32_t u = std::bit_cast<uint32_t>(f);
+    bits = std::isnan(f) ? static_cast<uint16_t>((u >> 16) | 0x40u)
+                         : static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  }
+  operator float() const { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+};
+
+// float16 through the compiler's _Float16 (IEEE binary16, round to nearest even).
+struct __half {
+  _Float16 value;
+  __half() = default;
+  __half(float f) : value(static_cast<_Float16>(f)) {}
+  operator float() const { return static_cast<float>(value); }
+};
+inline float __half2float(__half h) { return static_cast<float>(h); }
+inline __half __float2half(float f) { return __half(f); }
+inline __half __ushort_as_half(unsigned short u) { return std::bit_cast<__half>(u); }
+inline unsigned short __half_as_ushort(__half h) { return std::bit_cast<unsigned short>(h); }
+inline float __bfloat162float(__nv_bfloat16 b) { return static_cast<float>(b); }
+inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
+
+// MLX's Shape parameter (mlxrt's self-compiled programs declare the same struct in their prelude).
+struct mlxrt_shape {
+  int32_t v[10];
+  const int32_t& operator[](int i) const { return v[i]; }
+};

@@ -1,0 +1,194 @@
+// mlxrt's CUDA kernels compiled for the CPU and run there. Why and how: emulated_kernel.h.
+#include "emulated_kernel.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <mlx/allocator.h>
+#include <mlx/ops.h>
+#include <mlx/transforms.h>
+
+#include "simt.h"
+
+namespace mlxrt::cuda_emu {
+
+namespace fs = std::filesystem;
+using kernels::cuda::KernelParameter;
+using kernels::cuda::KernelSpec;
+
+namespace {
+
+constexpr const char* kEntry = "mlxrt_emu_entry";
+
+// A loaded program: its library, its table and its entry.
+class Program {
+ public:
+  explicit Program(const fs::path& library) {
+    handle_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle_) throw std::runtime_error(fmt::format("[cuda_emu] cannot load {}: {}", library.string(), dlerror()));
+    auto** table = static_cast<mlxrt_emu_api**>(dlsym(handle_, "mlxrt_emu"));
+    entry_ = reinterpret_cast<KernelEntry>(dlsym(handle_, kEntry));
+    if (!table || !entry_) {
+      dlclose(handle_);
+      throw std::runtime_error(fmt::format("[cuda_emu] {} lacks mlxrt_emu or its entry", library.string()));
+    }
+    *table = &api_;
+  }
+  ~Program() { dlclose(handle_); }
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+
+  void run(Dim3 grid, Dim3 block, void** params) { launch(entry_, api_, grid, block, params); }
+
+ private:
+  void* handle_ = nullptr;
+  KernelEntry entry_ = nullptr;
+  mlxrt_emu_api api_{};
+};
+
+fs::path cache_dir() {
+  if (const char* d = std::getenv("MLXRT_EMU_CACHE_DIR"); d && *d) return d;
+  return MLXRT_EMU_CACHE_DIR;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The library for `text`: from the cache folder, else compiled into it (written under a name of
+// this process's, then renamed: tests in other processes may compile the same program at once).
+fs::path library_for(const std::string& text) {
+  const auto dir = cache_dir();
+  fs::create_directories(dir);
+  const auto stem = fmt::format("{:016x}", std::hash<std::string>{}(text));
+  const auto library = dir / (stem + ".so");
+  if (fs::exists(library)) return library;
+  const auto tag = fmt::format("{}.{}", stem, getpid());
+  const auto source = dir / (tag + ".cpp"), partial = dir / (tag + ".so"), log = dir / (tag + ".log");
+  {
+    std::ofstream out(source);
+    out << text;
+    if (!out) throw std::runtime_error("[cuda_emu] cannot write " + source.string());
+  }
+  const auto command = fmt::format(
+      "'{}' -x c++ -std=c++20 -O1 -fPIC -shared -ffp-contract=off -I'{}' -include device_shim.h '{}' -o '{}' 2> '{}'",
+      MLXRT_EMU_CXX, MLXRT_EMU_SHIM_DIR, source.string(), partial.string(), log.string());
+  const int rc = std::system(command.c_str());
+  if (rc != 0) {
+    const auto messages = read_file(log);
+    throw std::runtime_error(fmt::format("[cuda_emu] the compiler rejected {} (exit {}):\n{}", source.string(), rc,
+                                         messages.substr(0, 4000)));
+  }
+  fs::rename(partial, library);
+  fs::remove(source);
+  fs::remove(log);
+  return library;
+}
+
+// Loaded programs by text, for this process.
+Program& program_for(const std::string& text) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<Program>> loaded;
+  std::lock_guard lock(mutex);
+  auto& slot = loaded[text];
+  if (!slot) slot = std::make_unique<Program>(library_for(text));
+  return *slot;
+}
+
+}  // namespace
+
+std::string emulated_program_text(const KernelSpec& spec, const std::vector<mx::Dtype>& input_types,
+                                  const std::vector<mx::Shape>& input_shapes,
+                                  const std::vector<mx::Dtype>& output_types,
+                                  const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args) {
+  auto text = kernels::cuda::kernel_function_source(spec, input_types, input_shapes, output_types, template_args);
+  // The entry: each parameter read from where params[i] points (cuLaunchKernel's convention).
+  std::vector<std::string> args;
+  const auto params = kernels::cuda::kernel_parameters(spec, input_types, input_shapes, output_types);
+  for (size_t i = 0; i < params.size(); ++i)
+    args.push_back(params[i].shape ? fmt::format("*static_cast<const {}*>(p[{}])", params[i].type, i)
+                                   : fmt::format("*static_cast<{} const*>(p[{}])", params[i].type, i));
+  text += fmt::format("\nextern \"C\" __attribute__((visibility(\"default\"))) void {}(void** p) {{\n  {}(\n    {});\n}}\n",
+                      kEntry, spec.name, fmt::join(args, ",\n    "));
+  return text;
+}
+
+std::vector<mx::array> emulated_launch(const KernelSpec& spec, const std::vector<mx::array>& inputs,
+                                       const std::vector<mx::Shape>& output_shapes,
+                                       const std::vector<mx::Dtype>& output_dtypes, std::tuple<int, int, int> grid,
+                                       std::tuple<int, int, int> threadgroup,
+                                       const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args) {
+  if (output_shapes.size() != output_dtypes.size())
+    throw std::invalid_argument("[cuda_emu] output shapes and types differ in number");
+  const auto [gx, gy, gz] = grid;
+  const auto [tx, ty, tz] = threadgroup;
+  if (tx < 1 || ty < 1 || tz < 1 || gx < 1 || gy < 1 || gz < 1)
+    throw std::invalid_argument("[cuda_emu] grid and threadgroup sizes must be positive");
+  // MLX's grid counts threads; a partial block at the end is launched whole (as MLX rounds up).
+  const Dim3 blocks{static_cast<unsigned>((gx + tx - 1) / tx), static_cast<unsigned>((gy + ty - 1) / ty),
+                    static_cast<unsigned>((gz + tz - 1) / tz)};
+  const Dim3 block{static_cast<unsigned>(tx), static_cast<unsigned>(ty), static_cast<unsigned>(tz)};
+
+  std::vector<mx::array> ins;
+  std::vector<mx::Dtype> types;
+  std::vector<mx::Shape> shapes;
+  for (const auto& in : inputs) {
+    ins.push_back(spec.ensure_row_contiguous ? mx::contiguous(in) : in);
+    types.push_back(in.dtype());
+    shapes.push_back(in.shape());
+  }
+  mx::eval(ins);
+  for (auto& in : ins)
+    if (spec.ensure_row_contiguous && !in.flags().row_contiguous) {
+      in = mx::copy(in);  // a broadcast or strided view mx::contiguous kept
+      mx::eval(in);
+    }
+  std::vector<mx::array> outs;
+  for (size_t i = 0; i < output_shapes.size(); ++i) {
+    outs.emplace_back(mx::zeros(output_shapes[i], output_dtypes[i]));
+    outs.back() = mx::copy(outs.back());  // a buffer of its own, not a broadcast zero
+  }
+  mx::eval(outs);
+  // Every byte 0xFF (NaN in the floating types, -1 in the integers): what the kernel leaves unwritten shows.
+  for (auto& o : outs) std::memset(o.data<void>(), 0xFF, o.nbytes());
+
+  const auto text = emulated_program_text(spec, types, shapes, output_dtypes, template_args);
+  const auto params = kernels::cuda::kernel_parameters(spec, types, shapes, output_dtypes);
+  // Storage for each parameter's value; params[i] points at slot i.
+  std::vector<const void*> pointers(params.size());
+  std::vector<std::array<int32_t, 10>> shape_values(params.size());
+  std::vector<void*> args(params.size());
+  size_t in = 0, out = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].shape) {
+      const auto& s = ins[in - 1].shape();  // the shape follows its input
+      if (s.size() > 10) throw std::invalid_argument("[cuda_emu] an input of more than 10 dimensions");
+      shape_values[i].fill(0);
+      for (size_t d = 0; d < s.size(); ++d) shape_values[i][d] = s[d];
+      args[i] = shape_values[i].data();
+    } else {
+      pointers[i] = in < ins.size() ? ins[in++].data<void>() : outs[out++].data<void>();
+      args[i] = &pointers[i];
+    }
+  }
+  program_for(text).run(blocks, block, args.data());
+  return outs;
+}
+
+}  // namespace mlxrt::cuda_emu
