@@ -21,10 +21,9 @@
 
 #include "emu_abi.h"
 
-extern "C" {
-// Set by the runtime after loading the program, before any launch.
-__attribute__((visibility("default"))) mlxrt_emu_api* mlxrt_emu = nullptr;
-}
+// The calling system thread's table: set by the runtime on each thread that runs blocks.
+inline thread_local mlxrt_emu_api* mlxrt_emu = nullptr;
+extern "C" __attribute__((visibility("default"))) mlxrt_emu_api** mlxrt_emu_slot() { return &mlxrt_emu; }
 
 #define __global__
 #define __device__
@@ -33,8 +32,9 @@ __attribute__((visibility("default"))) mlxrt_emu_api* mlxrt_emu = nullptr;
 #define __grid_constant__
 #define __restrict__ __restrict
 #define __align__(n) __attribute__((aligned(n)))
-// Blocks run one after another, so a function-scope static is the running block's shared memory.
-#define __shared__ static
+// A block runs on one system thread at a time (one after another, or each on its own where they
+// must be resident together), so a function-scope thread_local is the running block's shared memory.
+#define __shared__ static thread_local
 
 #define threadIdx (mlxrt_emu->thread_idx)
 #define blockIdx (mlxrt_emu->block_idx)
@@ -42,6 +42,30 @@ __attribute__((visibility("default"))) mlxrt_emu_api* mlxrt_emu = nullptr;
 #define gridDim (mlxrt_emu->grid_dim)
 
 inline void __syncthreads() { mlxrt_emu->sync_threads(); }
+inline void __nanosleep(unsigned) { mlxrt_emu->pause(); }
+// Blocks may run on several system threads: the atomics are the CPU's, sequentially consistent.
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+template <typename T>
+inline T atomicAdd(T* p, T v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+inline float atomicAdd(float* p, float v) {
+  float old, desired;
+  __atomic_load(p, &old, __ATOMIC_SEQ_CST);
+  do {
+    desired = old + v;
+  } while (!__atomic_compare_exchange(p, &old, &desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+  return old;
+}
+template <typename T>
+inline T atomicExch(T* p, T v) {
+  return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
+}
+template <typename T>
+inline T atomicCAS(T* p, T expected, T desired) {
+  __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return expected;
+}
 inline void __syncwarp(unsigned mask = 0xFFFFFFFFu) { mlxrt_emu->sync_warp(mask); }
 
 template <typename T>

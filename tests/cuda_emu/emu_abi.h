@@ -23,7 +23,12 @@ struct mlxrt_emu_api {
   /* `value`'s bytes (at most 8) as the lane picked by mode and arg reads them, within groups of
    * `width` lanes. */
   uint64_t (*shuffle)(unsigned mask, uint64_t value, int arg, int mode, int width);
+  /* __nanosleep: the thread lets the others of its block run (a spin-wait's pause). */
+  void (*pause)(void);
 };
+
+/* The program's pointer to the calling system thread's table (each block's thread has its own). */
+typedef struct mlxrt_emu_api** (*mlxrt_emu_slot_fn)(void);
 
 #ifdef __cplusplus
 }

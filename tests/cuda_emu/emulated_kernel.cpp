@@ -32,6 +32,8 @@ using kernels::cuda::KernelSpec;
 namespace {
 
 constexpr const char* kEntry = "mlxrt_emu_entry";
+// No contraction of a * b + c (device_shim.h says why); -O1: a fraction of a second a program.
+constexpr const char* kFlags = "-x c++ -std=c++20 -O1 -fPIC -shared -ffp-contract=off";
 
 // A loaded program: its library, its table and its entry.
 class Program {
@@ -39,24 +41,23 @@ class Program {
   explicit Program(const fs::path& library) {
     handle_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle_) throw std::runtime_error(fmt::format("[cuda_emu] cannot load {}: {}", library.string(), dlerror()));
-    auto** table = static_cast<mlxrt_emu_api**>(dlsym(handle_, "mlxrt_emu"));
+    slot_ = reinterpret_cast<mlxrt_emu_slot_fn>(dlsym(handle_, "mlxrt_emu_slot"));
     entry_ = reinterpret_cast<KernelEntry>(dlsym(handle_, kEntry));
-    if (!table || !entry_) {
+    if (!slot_ || !entry_) {
       dlclose(handle_);
-      throw std::runtime_error(fmt::format("[cuda_emu] {} lacks mlxrt_emu or its entry", library.string()));
+      throw std::runtime_error(fmt::format("[cuda_emu] {} lacks mlxrt_emu_slot or its entry", library.string()));
     }
-    *table = &api_;
   }
   ~Program() { dlclose(handle_); }
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
 
-  void run(Dim3 grid, Dim3 block, void** params) { launch(entry_, api_, grid, block, params); }
+  void run(Dim3 grid, Dim3 block, void** params, bool resident) { launch(entry_, slot_, grid, block, params, resident); }
 
  private:
   void* handle_ = nullptr;
   KernelEntry entry_ = nullptr;
-  mlxrt_emu_api api_{};
+  mlxrt_emu_slot_fn slot_ = nullptr;
 };
 
 fs::path cache_dir() {
@@ -76,7 +77,10 @@ std::string read_file(const fs::path& p) {
 fs::path library_for(const std::string& text) {
   const auto dir = cache_dir();
   fs::create_directories(dir);
-  const auto stem = fmt::format("{:016x}", std::hash<std::string>{}(text));
+  // Keyed by everything the library is made from: the text, the shim's headers, the command.
+  static const std::string made_with = read_file(fs::path(MLXRT_EMU_SHIM_DIR) / "device_shim.h") +
+                                       read_file(fs::path(MLXRT_EMU_SHIM_DIR) / "emu_abi.h") + kFlags + MLXRT_EMU_CXX;
+  const auto stem = fmt::format("{:016x}", std::hash<std::string>{}(text + made_with));
   const auto library = dir / (stem + ".so");
   if (fs::exists(library)) return library;
   const auto tag = fmt::format("{}.{}", stem, getpid());
@@ -87,8 +91,8 @@ fs::path library_for(const std::string& text) {
     if (!out) throw std::runtime_error("[cuda_emu] cannot write " + source.string());
   }
   const auto command = fmt::format(
-      "'{}' -x c++ -std=c++20 -O1 -fPIC -shared -ffp-contract=off -I'{}' -include device_shim.h '{}' -o '{}' 2> '{}'",
-      MLXRT_EMU_CXX, MLXRT_EMU_SHIM_DIR, source.string(), partial.string(), log.string());
+      "'{}' {} -I'{}' -include device_shim.h '{}' -o '{}' 2> '{}'", MLXRT_EMU_CXX, kFlags, MLXRT_EMU_SHIM_DIR,
+      source.string(), partial.string(), log.string());
   const int rc = std::system(command.c_str());
   if (rc != 0) {
     const auto messages = read_file(log);
@@ -133,7 +137,8 @@ std::vector<mx::array> emulated_launch(const KernelSpec& spec, const std::vector
                                        const std::vector<mx::Shape>& output_shapes,
                                        const std::vector<mx::Dtype>& output_dtypes, std::tuple<int, int, int> grid,
                                        std::tuple<int, int, int> threadgroup,
-                                       const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args) {
+                                       const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args,
+                                       bool resident) {
   if (output_shapes.size() != output_dtypes.size())
     throw std::invalid_argument("[cuda_emu] output shapes and types differ in number");
   const auto [gx, gy, gz] = grid;
@@ -187,7 +192,7 @@ std::vector<mx::array> emulated_launch(const KernelSpec& spec, const std::vector
       args[i] = &pointers[i];
     }
   }
-  program_for(text).run(blocks, block, args.data());
+  program_for(text).run(blocks, block, args.data(), resident);
   return outs;
 }
 

@@ -6,7 +6,8 @@
  *
  * emulated_launch takes what CachedKernel (and MLX's cuda_kernel) take, so a test calls a kernel
  * as the model's launch code does: grid in threads, threadgroup, template arguments, output shapes
- * and types. Libraries are kept by the hash of their text in MLXRT_EMU_CACHE_DIR (the build folder:
+ * and types; `resident`: the blocks run all at once (simt.h), for kernels whose blocks wait on each
+ * other. Libraries are kept by the hash of their text in MLXRT_EMU_CACHE_DIR (the build folder:
  * a later run loads them) and loaded once per process. */
 #include <string>
 #include <tuple>
@@ -30,7 +31,8 @@ std::vector<mx::array> emulated_launch(const kernels::cuda::KernelSpec& spec, co
                                        const std::vector<mx::Shape>& output_shapes,
                                        const std::vector<mx::Dtype>& output_dtypes, std::tuple<int, int, int> grid,
                                        std::tuple<int, int, int> threadgroup,
-                                       const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args);
+                                       const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args,
+                                       bool resident = false);
 
 /** A program's text as emulated_launch compiles it: kernel_function_source and an entry taking the
  * parameters as a pointer array (for tests of the harness itself). */

@@ -1,12 +1,19 @@
 // A CUDA launch on the CPU: fibers, barriers, shuffles. Why and what it checks: simt.h.
 #include "simt.h"
 
+#include <sched.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 
 #include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace mlxrt::cuda_emu {
@@ -15,6 +22,12 @@ namespace {
 
 constexpr size_t kStackBytes = 256 * 1024;  // mapped lazily: only the pages a thread touches
 constexpr unsigned kMaxThreads = 1024;
+constexpr unsigned kMaxResidentBlocks = 512;
+// How long a spin-wait may last: 30 s, or MLXRT_EMU_SPIN_LIMIT_S (the tests of the error shorten it).
+std::chrono::duration<double> spin_limit() {
+  const char* v = std::getenv("MLXRT_EMU_SPIN_LIMIT_S");
+  return std::chrono::duration<double>(v && *v ? std::atof(v) : 30.0);
+}
 
 enum class State { runnable, at_block_barrier, at_warp_barrier, done };
 
@@ -27,23 +40,40 @@ struct Fiber {
   unsigned warp = 0, lane = 0;
 };
 
-// The running launch: one at a time (launch() holds the mutex), all on the caller's thread.
-struct Launch {
+// What all the blocks of one launch share.
+struct Grid {
   KernelEntry entry = nullptr;
   void** params = nullptr;
-  mlxrt_emu_api* api = nullptr;
+  std::atomic<bool> failed{false};  // a block failed: the others stop at their next pause
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  std::chrono::duration<double> limit = spin_limit();
+};
+
+// One system thread's blocks, one at a time: its fibers, the running one, its table.
+struct BlockRunner {
+  Grid* grid = nullptr;
+  mlxrt_emu_api api{};
   ucontext_t scheduler;
   std::vector<Fiber> fibers;
   Fiber* current = nullptr;
   std::vector<std::array<uint64_t, 32>> exchange;  // a slot per lane of each warp
   std::string error;
+
+  BlockRunner() = default;
+  BlockRunner(const BlockRunner&) = delete;
+  BlockRunner& operator=(const BlockRunner&) = delete;
+  ~BlockRunner() {
+    for (auto& f : fibers)
+      if (f.stack) munmap(f.stack, kStackBytes);
+  }
 };
 
-std::mutex launch_mutex;
-Launch* running = nullptr;
+// The runtime's entry points are C callbacks without a context argument: each system thread's
+// runner is found here (one per thread that runs blocks, set for the length of its launch).
+thread_local BlockRunner* running = nullptr;
 
 std::string where(const Fiber& f) {
-  const auto& b = running->api->block_idx;
+  const auto& b = running->api.block_idx;
   return "block (" + std::to_string(b.x) + ", " + std::to_string(b.y) + ", " + std::to_string(b.z) + ") thread (" +
          std::to_string(f.index.x) + ", " + std::to_string(f.index.y) + ", " + std::to_string(f.index.z) + ")";
 }
@@ -65,6 +95,13 @@ void yield(State state) {
 }
 
 void sync_threads() { yield(State::at_block_barrier); }
+
+void pause() {
+  if (running->grid->failed.load()) fail("stopped: another block failed");
+  if (std::chrono::steady_clock::now() - running->grid->start > running->grid->limit)
+    fail("a wait that never ended (a spin-wait on something no thread will do)");
+  yield(State::runnable);
+}
 
 void wait_warp(unsigned mask) {
   Fiber& f = *running->current;
@@ -99,30 +136,26 @@ uint64_t shuffle(unsigned mask, uint64_t value, int arg, int mode, int width) {
 }
 
 void fiber_main() {
-  running->entry(running->params);
+  running->grid->entry(running->grid->params);
   running->current->state = State::done;
   // Returning ends the fiber: uc_link resumes the scheduler.
 }
 
-void set_current(Fiber& f) {
-  running->current = &f;
-  running->api->thread_idx = f.index;
-}
-
 // Opens the barriers every thread of which has arrived; false when none could open.
-bool release(std::vector<Fiber>& fibers, unsigned warps) {
+bool release(std::vector<Fiber>& fibers, size_t threads, unsigned warps) {
   size_t alive = 0, at_block = 0;
-  for (const auto& f : fibers) {
-    if (f.state != State::done) ++alive;
-    if (f.state == State::at_block_barrier) ++at_block;
+  for (size_t i = 0; i < threads; ++i) {
+    if (fibers[i].state != State::done) ++alive;
+    if (fibers[i].state == State::at_block_barrier) ++at_block;
   }
   if (alive > 0 && at_block == alive) {
-    for (auto& f : fibers) f.state = State::runnable;
+    for (size_t i = 0; i < threads; ++i)
+      if (fibers[i].state == State::at_block_barrier) fibers[i].state = State::runnable;
     return true;
   }
   bool opened = false;
   for (unsigned w = 0; w < warps; ++w) {
-    const size_t first = static_cast<size_t>(w) * 32, last = std::min(first + 32, fibers.size());
+    const size_t first = static_cast<size_t>(w) * 32, last = std::min(first + 32, threads);
     // Each waiting lane's mask must name lanes that wait with the same mask.
     for (size_t i = first; i < last; ++i) {
       auto& f = fibers[i];
@@ -141,10 +174,11 @@ bool release(std::vector<Fiber>& fibers, unsigned warps) {
   return opened;
 }
 
-std::string stuck(const std::vector<Fiber>& fibers) {
+std::string stuck(const std::vector<Fiber>& fibers, size_t threads) {
   size_t block = 0, warp = 0;
   const Fiber* example = nullptr;
-  for (const auto& f : fibers) {
+  for (size_t i = 0; i < threads; ++i) {
+    const auto& f = fibers[i];
     if (f.state == State::at_block_barrier) ++block;
     if (f.state == State::at_warp_barrier) {
       ++warp;
@@ -161,80 +195,128 @@ std::string stuck(const std::vector<Fiber>& fibers) {
   return s;
 }
 
-void run_block(Launch& l, unsigned threads, unsigned warps) {
+// Stacks for `threads` fibers (kept for the runner's later blocks).
+void prepare(BlockRunner& r, Dim3 block) {
+  const unsigned threads = block.count();
+  r.exchange.resize((threads + 31) / 32);
+  r.fibers.resize(threads);
   for (unsigned t = 0; t < threads; ++t) {
-    auto& f = l.fibers[t];
+    auto& f = r.fibers[t];
+    f.index = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+    f.warp = t / 32;
+    f.lane = t % 32;
+    if (f.stack) continue;
+    void* stack = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (stack == MAP_FAILED) throw SimtError("no memory for the threads' stacks");
+    f.stack = stack;
+  }
+}
+
+// Runs one block on the calling thread; false (r.error set) when it failed.
+bool run_block(BlockRunner& r, unsigned threads) {
+  const unsigned warps = (threads + 31) / 32;
+  for (unsigned t = 0; t < threads; ++t) {
+    auto& f = r.fibers[t];
     getcontext(&f.context);
     f.context.uc_stack.ss_sp = f.stack;
     f.context.uc_stack.ss_size = kStackBytes;
-    f.context.uc_link = &l.scheduler;
+    f.context.uc_link = &r.scheduler;
     f.state = State::runnable;
     makecontext(&f.context, fiber_main, 0);
   }
   for (;;) {
     bool ran = false;
     for (unsigned t = 0; t < threads; ++t) {
-      auto& f = l.fibers[t];
+      auto& f = r.fibers[t];
       if (f.state != State::runnable) continue;
-      set_current(f);
-      swapcontext(&l.scheduler, &f.context);
+      r.current = &f;
+      r.api.thread_idx = f.index;
+      swapcontext(&r.scheduler, &f.context);
       ran = true;
-      if (!l.error.empty()) return;
+      if (!r.error.empty()) return false;
     }
-    if (ran) continue;
+    if (ran) {
+      // Only threads pausing in a spin-wait ran? Then let the other blocks' system threads work.
+      sched_yield();
+      continue;
+    }
     bool all_done = true;
-    for (unsigned t = 0; t < threads; ++t) all_done = all_done && l.fibers[t].state == State::done;
-    if (all_done) return;
-    if (!release(l.fibers, warps)) {
-      l.error = stuck(l.fibers);
-      return;
+    for (unsigned t = 0; t < threads; ++t) all_done = all_done && r.fibers[t].state == State::done;
+    if (all_done) return true;
+    if (!release(r.fibers, threads, warps)) {
+      r.error = stuck(r.fibers, threads);
+      return false;
     }
   }
 }
 
+void bind(BlockRunner& r, Grid& g, mlxrt_emu_slot_fn slot, Dim3 grid, Dim3 block) {
+  r.grid = &g;
+  r.api.sync_threads = sync_threads;
+  r.api.sync_warp = sync_warp;
+  r.api.shuffle = shuffle;
+  r.api.pause = pause;
+  r.api.block_dim = {block.x, block.y, block.z};
+  r.api.grid_dim = {grid.x, grid.y, grid.z};
+  *slot() = &r.api;
+  running = &r;
+}
+
+void unbind(mlxrt_emu_slot_fn slot) {
+  *slot() = nullptr;
+  running = nullptr;
+}
+
+mlxrt_emu_dim3 block_index(unsigned i, Dim3 grid) { return {i % grid.x, (i / grid.x) % grid.y, i / (grid.x * grid.y)}; }
+
 }  // namespace
 
-void launch(KernelEntry entry, mlxrt_emu_api& api, Dim3 grid, Dim3 block, void** params) {
+void launch(KernelEntry entry, mlxrt_emu_slot_fn slot, Dim3 grid, Dim3 block, void** params, bool resident) {
   const unsigned threads = block.count();
   if (threads == 0 || threads > kMaxThreads)
     throw SimtError("a block of " + std::to_string(threads) + " threads (CUDA allows 1 to 1024)");
-  if (grid.count() == 0) return;
-  std::lock_guard lock(launch_mutex);
-  Launch l;
-  l.entry = entry;
-  l.params = params;
-  l.api = &api;
-  const unsigned warps = (threads + 31) / 32;
-  l.exchange.resize(warps);
-  l.fibers.resize(threads);
-  api.sync_threads = sync_threads;
-  api.sync_warp = sync_warp;
-  api.shuffle = shuffle;
-  api.block_dim = {block.x, block.y, block.z};
-  api.grid_dim = {grid.x, grid.y, grid.z};
-  for (unsigned t = 0; t < threads; ++t) {
-    auto& f = l.fibers[t];
-    f.index = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-    f.warp = t / 32;
-    f.lane = t % 32;
-    f.stack = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (f.stack == MAP_FAILED) {
-      f.stack = nullptr;
-      l.error = "no memory for the threads' stacks";
-      break;
+  const unsigned blocks = grid.count();
+  if (blocks == 0) return;
+  if (resident && blocks > kMaxResidentBlocks)
+    throw SimtError("a grid of " + std::to_string(blocks) + " blocks resident together (at most " +
+                    std::to_string(kMaxResidentBlocks) + " here)");
+  Grid g;
+  g.entry = entry;
+  g.params = params;
+  if (!resident) {
+    // One block after another on this thread.
+    BlockRunner r;
+    prepare(r, block);
+    bind(r, g, slot, grid, block);
+    for (unsigned i = 0; i < blocks; ++i) {
+      r.api.block_idx = block_index(i, grid);
+      if (!run_block(r, threads)) break;
     }
+    unbind(slot);
+    if (!r.error.empty()) throw SimtError(r.error);
+    return;
   }
-  running = &l;
-  for (unsigned z = 0; z < grid.z && l.error.empty(); ++z)
-    for (unsigned y = 0; y < grid.y && l.error.empty(); ++y)
-      for (unsigned x = 0; x < grid.x && l.error.empty(); ++x) {
-        api.block_idx = {x, y, z};
-        run_block(l, threads, warps);
-      }
-  running = nullptr;
-  for (auto& f : l.fibers)
-    if (f.stack) munmap(f.stack, kStackBytes);
-  if (!l.error.empty()) throw SimtError(l.error);
+  // Every block on a system thread of its own, all at once: blocks may wait on each other.
+  std::vector<std::unique_ptr<BlockRunner>> runners;
+  for (unsigned i = 0; i < blocks; ++i) {
+    runners.push_back(std::make_unique<BlockRunner>());
+    prepare(*runners.back(), block);
+  }
+  std::vector<std::thread> workers;
+  for (unsigned i = 0; i < blocks; ++i)
+    workers.emplace_back([&, i] {
+      auto& r = *runners[i];
+      bind(r, g, slot, grid, block);
+      r.api.block_idx = block_index(i, grid);
+      if (!run_block(r, threads)) g.failed = true;
+      unbind(slot);
+    });
+  for (auto& w : workers) w.join();
+  for (const auto& r : runners)
+    if (!r->error.empty() && r->error.find("stopped: another block failed") == std::string::npos)
+      throw SimtError(r->error);
+  for (const auto& r : runners)
+    if (!r->error.empty()) throw SimtError(r->error);
 }
 
 }  // namespace mlxrt::cuda_emu

@@ -1,6 +1,7 @@
 // The CPU runtime for CUDA kernels (simt.h, emulated_kernel.h) on small kernels written here: what
 // threads, blocks, shared memory, barriers and shuffles compute, and the kernel bugs it names.
 #include <cstdint>
+#include <cstdlib>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -111,6 +112,69 @@ TEST(Simt, AStridedInputIsMadeRowContiguous) {
   auto x = mx::transpose(mx::reshape(iota(6), {2, 3}));  // [[0, 3], [1, 4], [2, 5]]
   auto y = floats(emulated_launch(spec, {x}, {{6}}, {mx::float32}, {32, 1, 1}, {32, 1, 1}, {})[0]);
   EXPECT_THAT(y, ::testing::ElementsAre(0.0f, 3.0f, 1.0f, 4.0f, 2.0f, 5.0f));
+}
+
+// A grid-wide barrier of atomics (as a persistent kernel's): the arrivals' counter, and a generation
+// the last arrival moves on while the others spin on it.
+constexpr const char* kGridBarrier = R"(
+__device__ void grid_sync(unsigned* bar) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile unsigned* generation = bar + 1;
+    const unsigned g = *generation;
+    __threadfence();
+    if (atomicAdd(bar, 1u) == gridDim.x * gridDim.y * gridDim.z - 1) {
+      atomicExch(bar, 0u);
+      __threadfence();
+      atomicAdd(bar + 1, 1u);
+    } else {
+      while (*generation == g) __nanosleep(64);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+)";
+
+TEST(Simt, ResidentBlocksMeetAtAGridBarrier) {
+  const KernelSpec spec{"rounds", {"state"}, {"y", "z"}, R"(
+  unsigned* bar = const_cast<unsigned*>(state);
+  const int b = blockIdx.x, nb = gridDim.x;
+  for (int round = 0; round < 3; ++round) {
+    if (threadIdx.x == 0) y[b] = static_cast<float>(b + round);
+    grid_sync(bar);
+    if (threadIdx.x == 0) {
+      float s = 0.0f;
+      for (int i = 0; i < nb; ++i) s += y[i];
+      z[round * nb + b] = s;
+    }
+    grid_sync(bar);
+  }
+)",
+                        kGridBarrier};
+  const int nb = 8;
+  auto out = emulated_launch(spec, {mx::zeros({2}, mx::uint32)}, {{nb}, {3 * nb}}, {mx::float32, mx::float32},
+                             {nb * 64, 1, 1}, {64, 1, 1}, {}, true);
+  const auto z = floats(out[1]);
+  for (int round = 0; round < 3; ++round)
+    for (int b = 0; b < nb; ++b) EXPECT_EQ(z[round * nb + b], nb * (nb - 1) / 2.0f + nb * round) << round << " " << b;
+}
+
+TEST(Simt, ABlockThatSkipsTheGridBarrierIsNamed) {
+  setenv("MLXRT_EMU_SPIN_LIMIT_S", "1", 1);
+  const KernelSpec spec{"skips", {"state"}, {"y"}, R"(
+  if (blockIdx.x == 2) return;
+  grid_sync(const_cast<unsigned*>(state));
+  y[blockIdx.x] = 1.0f;
+)",
+                        kGridBarrier};
+  try {
+    emulated_launch(spec, {mx::zeros({2}, mx::uint32)}, {{4}}, {mx::float32}, {4 * 32, 1, 1}, {32, 1, 1}, {}, true);
+    ADD_FAILURE() << "the grid barrier opened without block 2";
+  } catch (const SimtError& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("never ended"));
+  }
+  unsetenv("MLXRT_EMU_SPIN_LIMIT_S");
 }
 
 void expect_kernel_bug(const std::string& body, const std::string& message) {
