@@ -41,6 +41,9 @@ SETTINGS = {
     # Not MLX's: mlxrt compiles its L3 kernels itself into MLX's kernel cache, where MLX loads
     # them (kernels/cuda/cached_kernel.h); the same machine code, launched by MLX as before.
     "self-compile": {"MLXRT_CUDA_SELF_COMPILE": "1"},
+    # Not MLX's: a decoding step's llama-style layers as one kernel each at l3
+    # (kernels/cuda/decoder_layer.h; l1 is unchanged).
+    "layer": {"MLXRT_CUDA_L3_LAYER": "1"},
 }
 
 AVERAGES = re.compile(r"Averages: prompt_tps=([\d.]+), generation_tps=([\d.]+)")

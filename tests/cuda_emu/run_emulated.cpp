@@ -16,7 +16,8 @@ bool use_kernel_device() {
 
 std::vector<mx::array> run(const KernelLaunch& launch) {
   return cuda_emu::emulated_launch(*launch.spec, launch.inputs, launch.output_shapes, launch.output_dtypes,
-                                   launch.grid, launch.threadgroup, launch.template_args);
+                                   launch.grid, launch.threadgroup, launch.template_args,
+                                   launch.spec->grid_barrier);
 }
 
 }  // namespace mlxrt::kernels::cuda::kernel_tests

@@ -62,6 +62,7 @@ FUSED = "src/mlxrt/kernels/cuda/fused_qmv.cpp"
 QK_ROPE = "src/mlxrt/kernels/cuda/qk_rope.cpp"
 DELTA = "src/mlxrt/model/nn/gated_delta_cuda.cpp"
 DEVICE_H = "src/mlxrt/kernels/cuda/qmv_device.h"
+LAYER = "src/mlxrt/kernels/cuda/decoder_layer.cpp"
 
 
 def dtype_pairs(full):
@@ -151,6 +152,42 @@ def qk_rope_combos(full):
     return out
 
 
+def layer_combos(full):
+    """decoder_layer: Qwen3-0.6B's and 8B's layer shapes and a small one; each float type with 4- and
+    8-bit weights (groups 32/64/128), float32 x with bf16 scales, dense weights; norms or none, base
+    or frequencies, split-half or traditional pairs; 8 warps a block, chunks of 128 keys."""
+    shapes = [(1024, 16, 8, 128, 3072), (4096, 32, 8, 128, 12288), (256, 4, 2, 64, 512)]
+    variants = [((t, t), b, g) for t in FLOATS for b, g in ((4, 64), (8, 32), (4, 128))]
+    variants += [(("f32", "bf16"), 4, 64)] + [((t, t), 0, 0) for t in FLOATS]
+    flags = list(itertools.product((False, True), repeat=3))  # TRAD, FREQS, NORM
+    out = []
+    for i, (((xt, st), bits, gs), shape, (trad, freqs, norm)) in enumerate(
+            itertools.product(variants, shapes, flags)):
+        if not full and i % 7:
+            continue
+        k, h, hk, d, inter = shape
+        cols = (lambda n: n * bits // 32) if bits else (lambda n: n)
+        r = (4 if k >= 8192 else 1) if not bits else (4 if k >= 8192 else 2 if k >= 4096 else 1)
+        out.append({"XT": xt, "WT": "u32" if bits else xt, "ST": st if bits else xt, "R": r, "BITS": bits, "GS": gs,
+                    "K": k, "COLS": cols(k), "COLS_O": cols(h * d), "I": inter, "COLS_I": cols(inter), "H": h,
+                    "HK": hk, "D": d, "ROT": d, "TRAD": trad, "FREQS": freqs, "NORM": norm, "NW": 8, "CHUNK": 128,
+                    "EPS1_BITS": eps_bits(1e-6), "EPS2_BITS": eps_bits(1e-6),
+                    "EPS_Q_BITS": eps_bits(1e-6) if norm else 0, "EPS_K_BITS": eps_bits(1e-6) if norm else 0,
+                    "LOG2_BASE_BITS": 0 if freqs else eps_bits(19.931568569324174), "SCALE_BITS": eps_bits(1.0),
+                    "ATT_SCALE_BITS": eps_bits(d ** -0.5)})
+    return out
+
+
+def layer_inputs(c):
+    mat = lambda m: [("w" + m, c["WT"]), ("s" + m, c["ST"]), ("b" + m, c["ST"])]
+    xt = c["XT"]
+    return ([("x", xt), ("nw1", xt)] + mat("q") + mat("k") + mat("v")
+            + [("qnw", xt), ("knw", xt), ("kc", xt), ("vc", xt), ("off", "i32"), ("freqs", "f32" if c["FREQS"] else "i32")]
+            + mat("o") + [("nw2", xt)] + mat("g") + mat("u") + mat("d") + [("bar", "u32")])
+
+
+FUSED_HEADER = "std::string header() { return std::string(detail::kQmvDevice) + detail::kStageRmsNormDevice; }"
+
 KERNELS = [
     {
         "name": "mlxrt_affine_qmv", "file": QMV, "source": "kSource", "header": [(DEVICE_H, "kQmvDevice")],
@@ -172,7 +209,8 @@ KERNELS = [
     },
     {
         "name": "mlxrt_rms_norm_qkv", "file": FUSED, "source": "kQkvSource",
-        "header": [(DEVICE_H, "kQmvDevice"), (FUSED, "kFusedDevice")], "header_expr": "header()",
+        "header": [(DEVICE_H, "kQmvDevice"), (DEVICE_H, "kStageRmsNormDevice")], "header_expr": "header()",
+        "header_def": FUSED_HEADER,
         "inputs": lambda c: [("x", c["XT"]), ("nw", c["XT"])]
         + [(p + m, w_type(c) if p == "w" else c["ST"]) for m in "qkv" for p in "wsb"],
         "outputs": lambda c: [("yq", c["OT"]), ("yk", c["OT"]), ("yv", c["OT"])],
@@ -180,7 +218,8 @@ KERNELS = [
     },
     {
         "name": "mlxrt_rms_norm_swiglu", "file": FUSED, "source": "kSwigluSource",
-        "header": [(DEVICE_H, "kQmvDevice"), (FUSED, "kFusedDevice")], "header_expr": "header()",
+        "header": [(DEVICE_H, "kQmvDevice"), (DEVICE_H, "kStageRmsNormDevice")], "header_expr": "header()",
+        "header_def": FUSED_HEADER,
         "inputs": lambda c: [("x", c["XT"]), ("nw", c["XT"])]
         + [(p + m, w_type(c) if p == "w" else c["ST"]) for m in "gu" for p in "wsb"],
         "outputs": lambda c: [("y", c["OT"])],
@@ -201,6 +240,17 @@ KERNELS = [
                              ("freqs", "f32" if c["FREQS"] else "i32")],
         "outputs": lambda c: [("yq", c["QT"]), ("yk", c["QT"])],
         "combos": qk_rope_combos,
+    },
+    {
+        "name": "mlxrt_decoder_layer", "file": LAYER, "source": "kSource",
+        "header": [(DEVICE_H, "kQmvDevice"), (DEVICE_H, "kStageRmsNormDevice"), (LAYER, "kLayerDevice")],
+        "header_expr": "header()",
+        "header_def": "std::string header() { return std::string(detail::kQmvDevice) + detail::kStageRmsNormDevice + "
+                      "kLayerDevice; }",
+        "inputs": layer_inputs,
+        "outputs": lambda c: [("y", c["XT"]), ("bar_next", "u32")]
+        + [(n, "f32" if n == "part" else c["XT"]) for n in ("xn1", "qkv", "qr", "part", "attn", "hres", "xn2", "act")],
+        "combos": layer_combos,
     },
     {
         "name": "mlxrt_gated_delta_step", "file": DELTA, "source": "kStepSource",
@@ -265,13 +315,18 @@ def check_call(k):
             raise CheckError(f"{where} has header {header}, the table {k['header']!r}")
     elif header != k["header_expr"]:
         raise CheckError(f"{where} has header {header}, the table {k['header_expr']}")
-    if header == "header()" and "std::string header() { return std::string(detail::kQmvDevice) + kFusedDevice; }" \
-            not in text:
-        raise CheckError(f"{k['file']}: header() is no longer kQmvDevice + kFusedDevice")
-    # The launch: after the kernel's CachedKernel, made from its spec function or an inline spec.
-    made = re.search(r'CachedKernel kernel\(' + re.escape(k["name"].removeprefix("mlxrt_")) + r'_spec\(\)\)', text)
-    start = made.end() if made else call.end()
-    launch = text[start:text.index("std::nullopt", start)]
+    if header == "header()" and k["header_def"] not in text:
+        raise CheckError(f"{k['file']}: header() is no longer `{k['header_def']}`")
+    # The launch: a KernelLaunch of the kernel's spec (kernel_launch.h), else the call after the
+    # kernel's CachedKernel or MLX's function.
+    spec_fn = re.escape(k["name"].removeprefix("mlxrt_")) + r'_spec\(\)'
+    as_data = re.search(r'(?:KernelLaunch)?\{\s*&' + spec_fn + r',', text)
+    if as_data:
+        launch = text[as_data.end():text.index("};", as_data.end())]
+    else:
+        made = re.search(r'CachedKernel kernel\(' + spec_fn + r'\)', text)
+        start = made.end() if made else call.end()
+        launch = text[start:text.index("std::nullopt", start)]
     targs = re.findall(r'\{"(\w+)",', launch)
     want = [t for t in sample if t not in ("VT", "BT")]  # v's and beta's dtypes are inputs', not template args
     if sorted(targs) != sorted(want):

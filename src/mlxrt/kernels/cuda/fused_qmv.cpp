@@ -18,36 +18,6 @@ namespace mlxrt::kernels::cuda {
 
 namespace {
 
-// Staging x in shared memory, and one row's output written by one lane.
-constexpr const char* kFusedDevice = R"(
-// The M rows of x (K values each) into xs, as mx.fast.rms_norm leaves them: the float32 sum of
-// squares (the block's), rsqrt(sum / K + eps), x times that rounded to XT, times the weight, rounded
-// again. red: 32 floats of shared memory. Every thread of the block calls it.
-template <int M, typename XT>
-__device__ __forceinline__ void mlxrt_stage_rms_norm(const XT* x, const XT* nw, float eps, int K, XT* xs,
-                                                     float* red) {
-  const int nwarps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-#pragma unroll 1
-  for (int m = 0; m < M; ++m) {
-    const XT* xm = x + static_cast<size_t>(m) * K;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < K; i += blockDim.x) {
-      const float v = static_cast<float>(xm[i]);
-      ss += v * v;
-    }
-    ss = mlxrt_warp_sum(ss);
-    if (lane == 0) red[warp] = ss;
-    __syncthreads();
-    const float total = mlxrt_warp_sum(lane < nwarps ? red[lane] : 0.0f);
-    const float rs = rsqrtf(total / K + eps);
-    for (int i = threadIdx.x; i < K; i += blockDim.x) {
-      const XT y = static_cast<XT>(static_cast<float>(xm[i]) * rs);
-      xs[static_cast<size_t>(m) * K + i] = static_cast<XT>(static_cast<float>(nw[i]) * static_cast<float>(y));
-    }
-    __syncthreads();  // red is written again for the next row; xs is read after the last
-  }
-}
-)";
 
 // q, k and v: the blocks split between the three matrices (block-uniform: no divergence), each
 // block first staging the normalised x.
@@ -123,7 +93,7 @@ constexpr const char* kResidualSource = R"(
 // The staged rows of x must fit a block's static shared memory (48 KB, with room for the rest).
 constexpr size_t kMaxStagedBytes = 40 * 1024;
 
-std::string header() { return std::string(detail::kQmvDevice) + kFusedDevice; }
+std::string header() { return std::string(detail::kQmvDevice) + detail::kStageRmsNormDevice; }
 
 // What every product of one fused call needs: affine_qmv's conditions for each matrix, one
 // quantization for them all, and few enough rows. Returns the rows of x, 0 where it does not hold.

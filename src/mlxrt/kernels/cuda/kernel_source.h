@@ -32,6 +32,9 @@ struct KernelSpec {
   /** False for kernels whose bytes must be MLX's own compile of mlx-lm's text (L1): those always go
    * through mx::fast::cuda_kernel. */
   bool self_compile = true;
+  /** The kernel's blocks wait on each other (a grid-wide barrier): its launches keep the grid to
+   * what the GPU holds at once, and a CPU emulation must run the blocks together. */
+  bool grid_barrier = false;
 };
 
 /** For each input: whether the body reads `<name>_shape`. */

@@ -17,6 +17,8 @@
 #include "mlxrt/model/nn/activations.h"
 #include "mlxrt/kernels/cpu/l3_block.h"
 #include "mlxrt/kernels/cpu/l3_fused.h"
+#include "mlxrt/kernels/cuda/cached_kernel.h"
+#include "mlxrt/kernels/cuda/decoder_layer.h"
 #include "mlxrt/kernels/cuda/qk_rope.h"
 #include "mlxrt/util/errors.h"
 
@@ -260,6 +262,34 @@ std::optional<std::pair<mx::array, cache::CachedKV>> Attention::cuda_l3_position
   return std::pair{heads->first, kv};
 }
 
+std::optional<kernels::cuda::DecoderLayerAttention> Attention::cuda_layer_attention() const {
+  if (!gpu_l3_ || qkv_proj_ || o_.sharded || per_query_row_ || o_.qk_norm_after_rope || o_.scale_queries ||
+      o_.sdpa_cast != SdpaCast::none || !o_.rope)
+    return std::nullopt;
+  if (o_.qk_norm != QkNorm::none && o_.qk_norm != QkNorm::per_head) return std::nullopt;
+  const auto rope = o_.rope->fast_call();
+  const auto q = q_proj_->cuda_l3_matrix(), k = k_proj_->cuda_l3_matrix(), v = v_proj_->cuda_l3_matrix();
+  const auto o = o_proj_.cuda_l3_matrix();
+  if (!rope || !q || !k || !v || !o) return std::nullopt;
+  std::optional<kernels::cuda::RmsNormIn> q_norm, k_norm;
+  if (o_.qk_norm == QkNorm::per_head) {
+    const auto qn = q_norm_->rms(), kn = k_norm_->rms();
+    if (!qn || !kn) return std::nullopt;
+    q_norm = kernels::cuda::RmsNormIn{qn->first, qn->second};
+    k_norm = kernels::cuda::RmsNormIn{kn->first, kn->second};
+  }
+  return kernels::cuda::DecoderLayerAttention{*q,
+                                              *k,
+                                              *v,
+                                              *o,
+                                              q_norm,
+                                              k_norm,
+                                              {rope->dims, rope->traditional, rope->base, rope->scale, rope->freqs},
+                                              o_.scale,
+                                              o_.n_heads,
+                                              o_.n_kv_heads};
+}
+
 std::optional<mx::array> Attention::l3_residual_block(const mx::array& x, const Norm& norm, const AttentionMask& mask,
                                                       cache::Cache* cache) const {
   if (gpu_l3_) return cuda_l3_residual_block(x, norm, mask, cache);
@@ -361,6 +391,14 @@ std::optional<mx::array> Mlp::l3_residual_block(const mx::array& h, const Norm& 
   return kernels::cpu::l3_mlp_block(cpu_, h, rms->first, rms->second, *gate, *up, *down);
 }
 
+std::optional<kernels::cuda::DecoderLayerMlp> Mlp::cuda_layer_mlp() const {
+  if (!gpu_l3_ || o_.kind != MlpOptions::Kind::swiglu || o_.sharded) return std::nullopt;
+  const auto gate = gate_proj_->cuda_l3_matrix(), up = up_proj_->cuda_l3_matrix();
+  const auto down = down_proj_->cuda_l3_matrix();
+  if (!gate || !up || !down) return std::nullopt;
+  return kernels::cuda::DecoderLayerMlp{*gate, *up, *down};
+}
+
 namespace {
 
 std::optional<Norm> maybe_norm(const BlockOptions& o, WeightBinder& w, const std::string& path,
@@ -382,7 +420,36 @@ Block::Block(const BlockOptions& o, WeightBinder& w, const std::string& path)
       residual_(o.residual),
       use_sliding_(o.use_sliding) {}
 
+std::optional<mx::array> Block::cuda_l3_layer(const mx::array& x, const AttentionMask& mask,
+                                              cache::Cache* cache) const {
+  if (!kernels::cuda::decoder_layer_opted_in()) return std::nullopt;
+  auto* kv = dynamic_cast<cache::KVCache*>(cache);
+  if (!kv || mask.kind == AttentionMask::Kind::array || residual_ != BlockOptions::Residual::sequential ||
+      !input_norm_ || !pre_mlp_norm_ || post_attention_norm_ || post_mlp_norm_ || residual_scale_)
+    return std::nullopt;
+  const auto attn_norm = input_norm_->rms(), mlp_norm = pre_mlp_norm_->rms();
+  auto attn = self_attn_.cuda_layer_attention();
+  auto mlp = mlp_.cuda_layer_mlp();
+  if (!attn_norm || !mlp_norm || !attn || !mlp) return std::nullopt;
+  const kernels::cuda::DecoderLayerWeights w{
+      {attn_norm->first, attn_norm->second}, std::move(*attn), {mlp_norm->first, mlp_norm->second}, std::move(*mlp)};
+  const int blocks = kernels::cuda::decoder_layer_blocks();
+  if (blocks <= 0 || !kernels::cuda::decoder_layer_fits(x, w)) return std::nullopt;
+  const int head_dim = w.attn.q.w.shape(0) / w.attn.n_heads;
+  auto slot = kv->begin_in_place_write({1, w.attn.n_kv_heads, 1, head_dim}, x.dtype());
+  if (!slot) return std::nullopt;
+  const auto launch = kernels::cuda::decoder_layer_launch(x, w, slot->keys, slot->values,
+                                                          mx::array(slot->position, mx::int32), slot->barrier, blocks);
+  // The cache has moved on: its buffers were made to fit, so a refusal here is a bug, not a fallback.
+  if (!launch) throw std::logic_error("[decoder_layer] the cache's buffers do not fit the layer they were made for");
+  static const kernels::cuda::CachedKernel kernel(kernels::cuda::decoder_layer_spec());
+  auto out = kernel(*launch);
+  kv->end_in_place_write(out[1]);
+  return out[0];
+}
+
 mx::array Block::operator()(const mx::array& x, const AttentionMask& mask, cache::Cache* cache) const {
+  if (auto layer = cuda_l3_layer(x, mask, cache)) return *layer;
   auto scaled = [&](mx::array r) {
     if (!residual_scale_) return r;
     return mx::multiply(r, mx::array(static_cast<float>(*residual_scale_), r.dtype()));

@@ -13,6 +13,7 @@
 #include <mlx/array.h>
 
 #include "mlxrt/cache/cache.h"
+#include "mlxrt/kernels/cuda/decoder_layer.h"
 #include "mlxrt/model/causal_lm.h"
 #include "mlxrt/model/nn/attention.h"
 #include "mlxrt/model/nn/linear.h"
@@ -111,6 +112,12 @@ class Attention {
   int n_kv_heads() const { return o_.n_kv_heads; }
   int head_dim() const { return o_.head_dim; }
 
+  /** At --fidelity l3 on a CUDA GPU: this attention as the one-kernel decoder layer takes it
+   * (kernels/cuda/decoder_layer.h): llama's (separate q/k/v/o without biases, per-head RMS q/k norms
+   * before RoPE or none, one fast RoPE, no family step on the queries, not sharded); nullopt
+   * otherwise. */
+  std::optional<kernels::cuda::DecoderLayerAttention> cuda_layer_attention() const;
+
  private:
   mx::array sdpa(const mx::array& queries, const cache::CachedKV& kv, const AttentionMask& mask) const;
   /** project()'s heads from the projections: the q/k norms and the split into heads. */
@@ -165,6 +172,9 @@ class Mlp {
    * MLP of L3-packed layers and `norm` an RMSNorm; on a CUDA GPU, two nodes (the norm, gate, up and
    * SwiGLU; down and the add: kernels/cuda/fused_qmv.h); nullopt elsewhere. */
   std::optional<mx::array> l3_residual_block(const mx::array& h, const Norm& norm) const;
+  /** At --fidelity l3 on a CUDA GPU: this MLP as the one-kernel decoder layer takes it (a plain
+   * SwiGLU of gate, up and down without biases); nullopt otherwise. */
+  std::optional<kernels::cuda::DecoderLayerMlp> cuda_layer_mlp() const;
 
  private:
   MlpOptions o_;
@@ -209,6 +219,11 @@ class Block {
   bool use_sliding() const { return use_sliding_; }
 
  private:
+  /** MLXRT_CUDA_L3_LAYER=1 at --fidelity l3 on a CUDA GPU: a decoding step of this layer (one
+   * position, one sequence, a plain KVCache) as one kernel that also writes the cache in place
+   * (kernels/cuda/decoder_layer.h); nullopt where the layer or the step does not fit it. */
+  std::optional<mx::array> cuda_l3_layer(const mx::array& x, const AttentionMask& mask, cache::Cache* cache) const;
+
   Attention self_attn_;
   Mlp mlp_;
   std::optional<Norm> input_norm_, pre_mlp_norm_, post_attention_norm_, post_mlp_norm_;

@@ -1,0 +1,401 @@
+// A llama-style decoder layer's decoding step as one CUDA kernel: the kernel and its launch. What
+// it computes, why, and what is left before the model uses it: decoder_layer.h.
+#include "mlxrt/kernels/cuda/decoder_layer.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <bit>
+#include <cmath>
+#include <string>
+
+#include <mlx/ops.h>
+
+#include "mlxrt/kernels/cuda/affine_qmv.h"
+#include "mlxrt/kernels/cuda/cuda_driver.h"
+#include "mlxrt/kernels/cuda/qmv_device.h"
+
+namespace mlxrt::kernels::cuda {
+
+namespace {
+
+// The grid-wide barrier: `bar` holds the arrivals and a generation. Each block's thread 0 reads
+// the generation, then arrives; the last to arrive resets the count and moves the generation on,
+// the others wait for that. Every launch leaves the count at 0 (each barrier is passed by every
+// block), so the buffer serves the next launch as it is. Needs the grid resident at once.
+constexpr const char* kLayerDevice = R"(
+__device__ __forceinline__ void mlxrt_grid_sync(unsigned* bar) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile unsigned* generation = bar + 1;
+    const unsigned g = *generation;
+    __threadfence();
+    if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+      atomicExch(bar, 0u);
+      __threadfence();
+      atomicAdd(bar + 1, 1u);
+    } else {
+      while (*generation == g) __nanosleep(32);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+)";
+
+// The phases (decoder_layer.h). Work is spread over the grid's warps: warp `gw` of `G` takes
+// tasks gw, gw + G, ...; a product's task is R rows (mlxrt_qmv_warp), a head's a warp.
+constexpr const char* kSource = R"(
+  __shared__ __align__(16) unsigned char xs_bytes[K * sizeof(XT)];
+  __shared__ float red[32];
+  __shared__ float rows[NW][D];
+  __shared__ float scores[NW][CHUNK];
+  XT* xs = reinterpret_cast<XT*>(xs_bytes);
+  unsigned* barrier = const_cast<unsigned*>(bar);
+  XT* kcache = const_cast<XT*>(kc);
+  XT* vcache = const_cast<XT*>(vc);
+  const int S = kc_shape[2];
+  const int ch_max = (S + CHUNK - 1) / CHUNK;  // part's chunks per head
+  const int pos = off[0];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int gw = blockIdx.x * NW + warp, G = gridDim.x * NW;
+  constexpr int NQ = H * D, NK = HK * D;
+  XT* yq = qkv;
+  XT* yk = qkv + NQ;
+  XT* yv = qkv + NQ + NK;
+
+  // 1. RMSNorm(x) staged; the rows of q, k and v.
+  mlxrt_stage_rms_norm<1>(x, nw1, __int_as_float(EPS1_BITS), K, xs, red);
+  if (blockIdx.x == 0)
+    for (int i = threadIdx.x; i < K; i += blockDim.x) xn1[i] = xs[i];  // for the tests: every block staged this
+  {
+    constexpr int tq = (NQ + R - 1) / R, tk = (NK + R - 1) / R;
+    for (int t = gw; t < tq + 2 * tk; t += G) {
+      const WT* w = wq;
+      const ST* s = sq;
+      const ST* b = bq;
+      XT* y = yq;
+      int N = NQ, row0 = t * R;
+      if (t >= tq + tk) {
+        w = wv; s = sv; b = bv; y = yv; N = NK; row0 = (t - tq - tk) * R;
+      } else if (t >= tq) {
+        w = wk; s = sk; b = bk; y = yk; N = NK; row0 = (t - tq) * R;
+      }
+      mlxrt_qmv_warp<1, R, BITS, GS>(xs, true, w, s, b, N, COLS, row0,
+                                     [&](size_t i, float v) { y[i] = static_cast<XT>(v); });
+    }
+  }
+  mlxrt_grid_sync(barrier);
+
+  // 2. A warp per head: q/k norms and RoPE (qk_rope's arithmetic); keys and values into the cache.
+  for (int t = gw; t < H + HK; t += G) {
+    const bool is_q = t < H;
+    const int hh = is_q ? t : t - H;
+    const XT* src = (is_q ? yq : yk) + hh * D;
+    constexpr int kPer = (D + 31) / 32;
+    float v[kPer];
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = lane * kPer + j;
+      v[j] = i < D ? static_cast<float>(src[i]) : 0.0f;
+      ss += v[j] * v[j];
+    }
+    float* row = rows[warp];
+    if (NORM) {
+      ss = mlxrt_warp_sum(ss);
+      const float rs = rsqrtf(ss / D + __int_as_float(is_q ? EPS_Q_BITS : EPS_K_BITS));
+      const XT* nw = is_q ? qnw : knw;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int i = lane * kPer + j;
+        if (i < D) {
+          const XT y = static_cast<XT>(v[j] * rs);
+          row[i] = static_cast<float>(static_cast<XT>(static_cast<float>(nw[i]) * static_cast<float>(y)));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int i = lane * kPer + j;
+        if (i < D) row[i] = v[j];
+      }
+    }
+    __syncwarp();
+    XT* dst = is_q ? qr + hh * D : kcache + (static_cast<size_t>(hh) * S + pos) * D;
+    const float position = __int_as_float(SCALE_BITS) * static_cast<float>(pos);
+    constexpr int kHalf = ROT / 2;
+    for (int j = lane; j < kHalf; j += 32) {
+      const float inv_freq = FREQS ? static_cast<float>(1.0 / freqs[j])
+                                   : exp2f(-(static_cast<float>(j) / static_cast<float>(kHalf)) *
+                                           __int_as_float(LOG2_BASE_BITS));
+      const float theta = position * inv_freq;
+      const float c = cosf(theta), s = sinf(theta);
+      const int i1 = TRAD ? 2 * j : j, i2 = TRAD ? 2 * j + 1 : j + kHalf;
+      const float x1 = row[i1], x2 = row[i2];
+      dst[i1] = static_cast<XT>(x1 * c - x2 * s);
+      dst[i2] = static_cast<XT>(x1 * s + x2 * c);
+    }
+    for (int i = ROT + lane; i < D; i += 32) dst[i] = static_cast<XT>(row[i]);
+    if (!is_q) {
+      XT* vdst = vcache + (static_cast<size_t>(hh) * S + pos) * D;
+      for (int i = lane; i < D; i += 32) vdst[i] = yv[hh * D + i];
+    }
+    __syncwarp();  // rows[warp] is written again by this warp's next head
+  }
+  mlxrt_grid_sync(barrier);
+
+  // 3. A warp per (query head, chunk of keys): each lane a key's score, then the chunk's maximum,
+  // sum and weighted values (lane l holds dimensions l, l + 32, ...).
+  const int n_keys = pos + 1;
+  const int chunks = (n_keys + CHUNK - 1) / CHUNK;
+  constexpr int kDims = (D + 31) / 32;
+  for (int t = gw; t < H * chunks; t += G) {
+    const int h = t / chunks, c = t - h * chunks;
+    const int hk = h / (H / HK);
+    const XT* q = qr + h * D;
+    const XT* kh = kcache + static_cast<size_t>(hk) * S * D;
+    const XT* vh = vcache + static_cast<size_t>(hk) * S * D;
+    const int k0 = c * CHUNK, k1 = min(k0 + CHUNK, n_keys);
+    float* sc = scores[warp];
+    float m = __int_as_float(0xff800000);
+    for (int j = k0 + lane; j < k1; j += 32) {
+      const XT* kj = kh + static_cast<size_t>(j) * D;
+      float dot = 0.0f;
+      for (int i = 0; i < D; ++i) dot = fmaf(static_cast<float>(q[i]), static_cast<float>(kj[i]), dot);
+      const float sj = dot * __int_as_float(ATT_SCALE_BITS);
+      sc[j - k0] = sj;
+      m = fmaxf(m, sj);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    __syncwarp();
+    float l = 0.0f;
+    for (int j = k0 + lane; j < k1; j += 32) {
+      const float p = expf(sc[j - k0] - m);
+      sc[j - k0] = p;
+      l += p;
+    }
+    l = mlxrt_warp_sum(l);
+    __syncwarp();
+    float acc[kDims];
+#pragma unroll
+    for (int d = 0; d < kDims; ++d) acc[d] = 0.0f;
+    for (int j = k0; j < k1; ++j) {
+      const float p = sc[j - k0];
+      const XT* vj = vh + static_cast<size_t>(j) * D;
+#pragma unroll
+      for (int d = 0; d < kDims; ++d)
+        if (lane + 32 * d < D) acc[d] = fmaf(p, static_cast<float>(vj[lane + 32 * d]), acc[d]);
+    }
+    float* out = part + (static_cast<size_t>(h) * ch_max + c) * (D + 2);
+#pragma unroll
+    for (int d = 0; d < kDims; ++d)
+      if (lane + 32 * d < D) out[2 + lane + 32 * d] = acc[d];
+    if (lane == 0) {
+      out[0] = m;
+      out[1] = l;
+    }
+    __syncwarp();  // scores[warp] is written again by this warp's next task
+  }
+  mlxrt_grid_sync(barrier);
+
+  // 4. A warp per query head: the chunks combined.
+  for (int h = gw; h < H; h += G) {
+    const float* ph = part + static_cast<size_t>(h) * ch_max * (D + 2);
+    float mx = __int_as_float(0xff800000);
+    for (int c = 0; c < chunks; ++c) mx = fmaxf(mx, ph[c * (D + 2)]);
+    float total = 0.0f;
+    float acc[kDims];
+#pragma unroll
+    for (int d = 0; d < kDims; ++d) acc[d] = 0.0f;
+    for (int c = 0; c < chunks; ++c) {
+      const float* pc = ph + c * (D + 2);
+      const float f = expf(pc[0] - mx);
+      total = fmaf(pc[1], f, total);
+#pragma unroll
+      for (int d = 0; d < kDims; ++d)
+        if (lane + 32 * d < D) acc[d] = fmaf(pc[2 + lane + 32 * d], f, acc[d]);
+    }
+#pragma unroll
+    for (int d = 0; d < kDims; ++d)
+      if (lane + 32 * d < D) attn[h * D + lane + 32 * d] = static_cast<XT>(acc[d] / total);
+  }
+  mlxrt_grid_sync(barrier);
+
+  // 5. o_proj and the residual: h = x + round(attn @ wo.T).
+  for (int t = gw; t < (K + R - 1) / R; t += G)
+    mlxrt_qmv_warp<1, R, BITS, GS>(attn, true, wo, so, bo, K, COLS_O, t * R, [&](size_t i, float v) {
+      hres[i] = static_cast<XT>(static_cast<float>(x[i]) + static_cast<float>(static_cast<XT>(v)));
+    });
+  mlxrt_grid_sync(barrier);
+
+  // 6. RMSNorm(h) staged; gate and up rows, SwiGLU (rms_norm_swiglu's roundings).
+  mlxrt_stage_rms_norm<1>(hres, nw2, __int_as_float(EPS2_BITS), K, xs, red);
+  if (blockIdx.x == 0)
+    for (int i = threadIdx.x; i < K; i += blockDim.x) xn2[i] = xs[i];
+  {
+    constexpr int RG = R > 1 ? R / 2 : 1;
+    for (int t = gw; t < (I + RG - 1) / RG; t += G) {
+      const int row0 = t * RG;
+      float ag[1][RG], au[1][RG];
+      mlxrt_mv_rows<1, RG, BITS, GS>(xs, true, wg, sg, bg, I, COLS, row0, lane, ag);
+      mlxrt_mv_rows<1, RG, BITS, GS>(xs, true, wu, su, bu, I, COLS, row0, lane, au);
+#pragma unroll
+      for (int r = 0; r < RG; ++r) {
+        const float g = static_cast<float>(static_cast<XT>(mlxrt_warp_sum(ag[0][r])));
+        const float u = static_cast<float>(static_cast<XT>(mlxrt_warp_sum(au[0][r])));
+        if (lane == (r & 31) && row0 + r < I) {
+          const float sig = static_cast<float>(static_cast<XT>(1.0f / (1.0f + expf(-g))));
+          const float a = static_cast<float>(static_cast<XT>(g * sig));
+          act[row0 + r] = static_cast<XT>(a * u);
+        }
+      }
+    }
+  }
+  mlxrt_grid_sync(barrier);
+
+  // 7. down and the residual: the layer's output.
+  for (int t = gw; t < (K + R - 1) / R; t += G)
+    mlxrt_qmv_warp<1, R, BITS, GS>(act, true, wd, sd, bd, K, COLS_I, t * R, [&](size_t i, float v) {
+      y[i] = static_cast<XT>(static_cast<float>(hres[i]) + static_cast<float>(static_cast<XT>(v)));
+    });
+  // The next launch's barrier: every block is past the last barrier, so the count is back to 0.
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    bar_next[0] = 0u;
+    bar_next[1] = 0u;
+  }
+)";
+
+std::string header() { return std::string(detail::kQmvDevice) + detail::kStageRmsNormDevice + kLayerDevice; }
+
+bool same_kind(std::initializer_list<const QmvMatrix*> mats) {
+  const auto* first = *mats.begin();
+  for (const auto* m : mats)
+    if (m->bits != first->bits || m->group_size != first->group_size || m->scales.dtype() != first->scales.dtype() ||
+        m->w.dtype() != first->w.dtype())
+      return false;
+  return true;
+}
+
+// Whether m is [n, k] of the kernel's kind for an x of type t (affine_qmv's conditions; no arrays
+// made: this runs for every layer of every decoding step).
+bool matrix_fits(const QmvMatrix& m, mx::Dtype t, int n, int k) {
+  const auto is_float = [](mx::Dtype d) { return d == mx::bfloat16 || d == mx::float16 || d == mx::float32; };
+  if (m.w.ndim() != 2 || m.w.shape(0) != n) return false;
+  if (m.is_dense()) return m.w.dtype() == t && m.w.shape(1) == k;
+  if ((m.bits != 4 && m.bits != 8) || (m.group_size != 32 && m.group_size != 64 && m.group_size != 128)) return false;
+  if (m.w.dtype() != mx::uint32 || k % m.group_size != 0 || m.w.shape(1) != k / 32 * m.bits || k % 32 != 0)
+    return false;
+  const mx::Shape groups = {n, k / m.group_size};
+  return is_float(m.scales.dtype()) && m.biases.dtype() == m.scales.dtype() && m.scales.shape() == groups &&
+         m.biases.shape() == groups;
+}
+
+int cols_of(const QmvMatrix& m, int k) { return m.is_dense() ? k : k * m.bits / 32; }
+
+bool norm_of(const RmsNormIn& n, mx::Dtype t, int size) {
+  return n.weight.dtype() == t && n.weight.ndim() == 1 && n.weight.shape(0) == size;
+}
+
+}  // namespace
+
+const KernelSpec& decoder_layer_spec() {
+  static const KernelSpec spec{
+      "mlxrt_decoder_layer",
+      {"x", "nw1", "wq", "sq", "bq", "wk", "sk", "bk", "wv", "sv", "bv", "qnw", "knw", "kc", "vc", "off", "freqs",
+       "wo", "so", "bo", "nw2", "wg", "sg", "bg", "wu", "su", "bu", "wd", "sd", "bd", "bar"},
+      {"y", "bar_next", "xn1", "qkv", "qr", "part", "attn", "hres", "xn2", "act"},
+      kSource,
+      header(),
+      true,
+      0,
+      true,
+      true};
+  return spec;
+}
+
+bool decoder_layer_opted_in() {
+  const char* v = std::getenv("MLXRT_CUDA_L3_LAYER");
+  return v && std::string(v) == "1";
+}
+
+int decoder_layer_blocks() {
+  static const int blocks = cuda_multiprocessor_count();
+  return blocks;
+}
+
+bool decoder_layer_fits(const mx::array& x, const DecoderLayerWeights& w) {
+  const auto t = x.dtype();
+  if (t != mx::bfloat16 && t != mx::float16 && t != mx::float32) return false;
+  if (x.ndim() != 3 || x.shape(0) != 1 || x.shape(1) != 1) return false;
+  const auto& a = w.attn;
+  const int K = x.shape(2), H = a.n_heads, HK = a.n_kv_heads;
+  if (H <= 0 || HK <= 0 || H % HK != 0) return false;
+  const int D = a.q.w.shape(0) / H;
+  if (D * H != a.q.w.shape(0) || D % 2 != 0 || D > 256) return false;
+  const int I = w.mlp.gate.w.shape(0);
+  // The products: one kind for all seven, each of its shape.
+  if (!same_kind({&a.q, &a.k, &a.v, &a.o, &w.mlp.gate, &w.mlp.up, &w.mlp.down})) return false;
+  if (!matrix_fits(a.q, t, H * D, K) || !matrix_fits(a.k, t, HK * D, K) || !matrix_fits(a.v, t, HK * D, K) ||
+      !matrix_fits(a.o, t, K, H * D) || !matrix_fits(w.mlp.gate, t, I, K) || !matrix_fits(w.mlp.up, t, I, K) ||
+      !matrix_fits(w.mlp.down, t, K, I))
+    return false;
+  // The products' output type is x's (what the layer's nodes round to).
+  if (!a.q.is_dense() && mx::promote_types(t, a.q.scales.dtype()) != t) return false;
+  if (!norm_of(w.attn_norm, t, K) || !norm_of(w.mlp_norm, t, K)) return false;
+  if (a.q_norm.has_value() != a.k_norm.has_value()) return false;
+  if (a.q_norm && (!norm_of(*a.q_norm, t, D) || !norm_of(*a.k_norm, t, D))) return false;
+  const auto& rope = a.rope;
+  if (rope.dims <= 0 || rope.dims % 2 != 0 || rope.dims > D || rope.base.has_value() == rope.freqs.has_value())
+    return false;
+  if (rope.freqs && (rope.freqs->dtype() != mx::float32 || rope.freqs->size() != static_cast<size_t>(rope.dims / 2)))
+    return false;
+  // The staged row in static shared memory with the other arrays (48 KB), at up to 8 warps.
+  return static_cast<size_t>(K) * mx::size_of(t) + 4 * (32 + 8 * (D + kDecoderLayerChunk)) <= 46 * 1024;
+}
+
+std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const DecoderLayerWeights& w,
+                                                 const mx::array& keys, const mx::array& values,
+                                                 const mx::array& offset, const mx::array& bar, int blocks,
+                                                 int warps) {
+  if (!decoder_layer_fits(x, w) || warps < 1 || warps > 8 || blocks < 1) return std::nullopt;
+  const auto t = x.dtype();
+  const auto& a = w.attn;
+  const int K = x.shape(2), H = a.n_heads, HK = a.n_kv_heads, D = a.q.w.shape(0) / H, I = w.mlp.gate.w.shape(0);
+  if (keys.ndim() != 4 || keys.shape(0) != 1 || keys.shape(1) != HK || keys.shape(3) != D || keys.dtype() != t)
+    return std::nullopt;
+  if (values.shape() != keys.shape() || values.dtype() != t || keys.shape(2) < 1) return std::nullopt;
+  if (offset.dtype() != mx::int32 || offset.size() != 1 || bar.dtype() != mx::uint32 || bar.size() != 2)
+    return std::nullopt;
+  const int S = keys.shape(2);
+  const auto tiling = choose_tiling(K, {}, a.q.is_dense(), K);
+  const int chunks = (S + kDecoderLayerChunk - 1) / kDecoderLayerChunk;
+  const auto& qnw = a.q_norm ? a.q_norm->weight : x;
+  const auto& knw = a.k_norm ? a.k_norm->weight : x;
+  const auto& freqs = a.rope.freqs ? *a.rope.freqs : offset;
+  const float log2_base = a.rope.base ? std::log2(*a.rope.base) : 0.0f;
+  const int threads = 32 * warps;
+  const auto& m = w.mlp;
+  return KernelLaunch{
+      &decoder_layer_spec(),
+      {x, w.attn_norm.weight, a.q.w, a.q.scales, a.q.biases, a.k.w, a.k.scales, a.k.biases, a.v.w, a.v.scales,
+       a.v.biases, qnw, knw, keys, values, offset, freqs, a.o.w, a.o.scales, a.o.biases, w.mlp_norm.weight,
+       m.gate.w, m.gate.scales, m.gate.biases, m.up.w, m.up.scales, m.up.biases, m.down.w, m.down.scales,
+       m.down.biases, bar},
+      {x.shape(), {2}, {K}, {H * D + 2 * HK * D}, {H * D}, {H * chunks * (D + 2)}, {H * D}, {K}, {K}, {I}},
+      {t, mx::uint32, t, t, t, mx::float32, t, t, t, t},
+      {blocks * threads, 1, 1},
+      {threads, 1, 1},
+      {{"XT", t}, {"WT", a.q.w.dtype()}, {"ST", a.q.scales.dtype()}, {"R", tiling.rows_per_warp},
+       {"BITS", a.q.bits}, {"GS", a.q.group_size}, {"K", K}, {"COLS", cols_of(a.q, K)},
+       {"COLS_O", cols_of(a.o, H * D)}, {"I", I}, {"COLS_I", cols_of(m.down, I)}, {"H", H}, {"HK", HK}, {"D", D},
+       {"ROT", a.rope.dims}, {"TRAD", a.rope.traditional}, {"FREQS", a.rope.freqs.has_value()},
+       {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"CHUNK", kDecoderLayerChunk},
+       {"EPS1_BITS", std::bit_cast<int>(w.attn_norm.eps)}, {"EPS2_BITS", std::bit_cast<int>(w.mlp_norm.eps)},
+       {"EPS_Q_BITS", a.q_norm ? std::bit_cast<int>(a.q_norm->eps) : 0},
+       {"EPS_K_BITS", a.k_norm ? std::bit_cast<int>(a.k_norm->eps) : 0},
+       {"LOG2_BASE_BITS", std::bit_cast<int>(log2_base)}, {"SCALE_BITS", std::bit_cast<int>(a.rope.scale)},
+       {"ATT_SCALE_BITS", std::bit_cast<int>(a.scale)}}};
+}
+
+}  // namespace mlxrt::kernels::cuda

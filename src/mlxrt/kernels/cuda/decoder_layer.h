@@ -1,0 +1,108 @@
+#pragma once
+/** A llama-style decoder layer's decoding step for one token as ONE CUDA kernel (L3; not yet used by
+ * the model: it waits for its first GPU run, see below).
+ *
+ * Why: a decoding step on a GPU is bound by the host. MLX encodes every node of the step's graph
+ * at 2-6 µs each (bench/RESULTS.md, eleventh session), and at L3 a Qwen3 layer is still about eight
+ * compute nodes (the fused products, the q/k norms and RoPE, the cache's two slice updates, the
+ * attention) plus views: an 8B step is ~5 ms of host time against ~1.5 ms of reads. One node a
+ * layer is the lever the issue names ("the whole decode step ... or one persistent kernel").
+ *
+ * What the kernel does, in phases separated by a grid-wide barrier (its blocks are resident
+ * together: the grid is at most the GPU's multiprocessors, and a barrier of atomics in `bar`, a
+ * two-word buffer that persists between launches, lets them wait on each other):
+ *  1. every block stages RMSNorm(x) in shared memory; the warps of the grid share the rows of q, k
+ *     and v (affine 4/8-bit or dense, as fused_qmv's products);
+ *  2. a warp per head: the per-head q/k RMSNorm (Qwen3's) and RoPE, as qk_rope; the new key and
+ *     value written into the cache buffers at `offset`, in place (no slice update node);
+ *  3. a warp per (query head, chunk of CHUNK keys): scores, their maximum and sum, and the
+ *     weighted values of the chunk (grouped-query heads share their key head);
+ *  4. a warp per query head: the chunks combined, the attention output;
+ *  5. o_proj and the residual add;
+ *  6. every block stages RMSNorm(h); gate and up rows, SwiGLU;
+ *  7. down and the residual add: the layer's output.
+ * Intermediate results are rounded to the model's type where MLX's separate nodes round them (as
+ * the fused kernels do); sums are float32. So it is L3: measured against L1 (`mlxrt fidelity`),
+ * not byte-equal.
+ *
+ * The cache is written in place, so the caller must own its buffers alone (no clone or prompt
+ * cache sharing them) and must have grown them to hold `offset` + 1 positions, and it advances the
+ * cache's offset itself (cache::KVCache::begin_in_place_write does all three).
+ *
+ * Tested on the CPU's SIMT runtime against float64, phase by phase
+ * (tests/cuda_kernels/decoder_layer_test.cpp, which also runs on a GPU), and compiled by NVRTC for
+ * sm_90a in every combination the model launches (tools/cuda/nvrtc_check.py). Not yet run on a GPU,
+ * so the model takes it only with MLXRT_CUDA_L3_LAYER=1 (decoder_layer_opted_in). */
+#include <optional>
+
+#include <mlx/array.h>
+
+
+#include "mlxrt/kernels/cuda/fused_qmv.h"
+#include "mlxrt/kernels/cuda/kernel_launch.h"
+#include "mlxrt/kernels/cuda/qk_rope.h"
+
+namespace mlxrt::kernels::cuda {
+
+namespace mx = mlx::core;
+
+/** The attention's part of a layer: q/k/v/o, the per-head q/k RMSNorms before RoPE (Qwen3's) or
+ * none, the rotation, the softmax scale and the heads. */
+struct DecoderLayerAttention {
+  QmvMatrix q, k, v, o;
+  std::optional<RmsNormIn> q_norm, k_norm;
+  RopeIn rope;
+  float scale = 1.0f;
+  int n_heads = 0, n_kv_heads = 0;
+};
+
+/** The MLP's part: SwiGLU's gate, up and down. */
+struct DecoderLayerMlp {
+  QmvMatrix gate, up, down;
+};
+
+/** One decoder layer as the kernel takes it: the seven products of one kind (all affine with the
+ * same bits, group size and scale type, or all dense of x's type), RMSNorms before the attention
+ * and before the MLP. */
+struct DecoderLayerWeights {
+  RmsNormIn attn_norm;
+  DecoderLayerAttention attn;
+  RmsNormIn mlp_norm;
+  DecoderLayerMlp mlp;
+};
+
+/** MLXRT_CUDA_L3_LAYER=1: the model runs a decoding step's llama-style layers as this kernel at
+ * --fidelity l3 on a CUDA GPU (opt-in until a GPU run has checked and timed it). */
+bool decoder_layer_opted_in();
+
+/** The blocks the kernel's launches use on this process's GPU: one per multiprocessor (the
+ * driver's count; each block's registers and shared memory fit one), 0 where the CUDA driver
+ * cannot say. */
+int decoder_layer_blocks();
+
+/** Whether the kernel takes x [1, 1, hidden] with `w` (shapes, types, kinds of weights), for a
+ * cache of `x`'s type and w's key heads and head size. */
+bool decoder_layer_fits(const mx::array& x, const DecoderLayerWeights& w);
+
+/** Keys per attention task (phase 3). */
+constexpr int kDecoderLayerChunk = 128;
+
+/** The launch for x [1, 1, hidden] at position `offset` (int32 scalar) with the cache buffers
+ * `keys` and `values` [1, n_kv_heads, capacity, head_dim] of x's type (capacity > offset), the
+ * barrier's state `bar` (uint32 [2], zeros) and `blocks` resident blocks of `warps` warps. Output 0
+ * is the layer's output [1, 1, hidden]; output 1 the next launch's barrier state (zeros, written
+ * once every block has passed the last barrier: the next launch on this cache takes it, which
+ * orders the two); the others are each phase's results, for the tests: the staged RMSNorm(x)
+ * [hidden], the q, k and v projections [(H + 2 HK) D], the rotated queries [H D], the attention's
+ * partial sums, its output [H D], h [hidden], the staged RMSNorm(h) [hidden], SwiGLU's output
+ * [intermediate]. nullopt where decoder_layer_fits does not hold or the cache or barrier do not
+ * match it. */
+std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const DecoderLayerWeights& w,
+                                                 const mx::array& keys, const mx::array& values,
+                                                 const mx::array& offset, const mx::array& bar, int blocks,
+                                                 int warps = 8);
+
+/** The kernel's text (tests and tools compile it without a GPU). */
+const KernelSpec& decoder_layer_spec();
+
+}  // namespace mlxrt::kernels::cuda

@@ -1,0 +1,308 @@
+// The one-kernel decoder layer (kernels/cuda/decoder_layer.h), phase by phase: each phase's output
+// (the launch returns them all) against float64 computed from the kernel's own output of the phase
+// before, so each check has a local bound and a wrong row, head, position, chunk or rounding shows
+// where it happens:
+//  - RMSNorm(x): x drawn from {±0.5, ±1, ±2} (squares sum exactly), so it is mx.fast.rms_norm's
+//    bytes on the test's device;
+//  - the products (q/k/v, o_proj, gate/up, down): float32 bounds (reference.h), the residual adds
+//    and SwiGLU with the roundings fused_qmv_test.cpp bounds;
+//  - q/k norms and RoPE: the normalised row may differ from float64's by an ulp of the type per
+//    rounding (the sum of squares' order), so the bound is two ulps of the pair plus float32's
+//    rotation;
+//  - the cache: the new key (rotated) and value at the position, every other position untouched;
+//  - the attention: softmax over the positions up to the new one, grouped-query heads, float32
+//    sums (2^-16 of the largest value), then rounded;
+//  - RMSNorm(h): within two roundings of mx.fast.rms_norm (h's squares do not sum exactly).
+// Runs on a CUDA GPU and on the CPU's SIMT runtime, whose blocks then run together (the kernel's
+// grid-wide barrier).
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <mlx/fast.h>
+#include <mlx/ops.h>
+#include <mlx/random.h>
+#include <mlx/transforms.h>
+
+#include "kernel_backend.h"
+#include "mlxrt/kernels/cuda/decoder_layer.h"
+#include "reference.h"
+
+namespace mlxrt::kernels::cuda {
+namespace {
+
+using namespace kernel_tests;
+
+struct Case {
+  mx::Dtype type;
+  int group_size, bits;  // bits 0: dense weights of `type`
+  int hidden, heads, kv_heads, head_dim, rot, intermediate, capacity;
+  bool norm, traditional, freqs;
+  std::vector<int> positions;  // steps run in turn, each checked
+};
+
+std::string label(const Case& c, int pos) {
+  char text[200];
+  std::snprintf(text, sizeof text, "%s %d-bit g%d hidden %d heads %d/%d of %d rot %d inter %d%s%s%s pos %d",
+                c.type == mx::bfloat16 ? "bfloat16" : c.type == mx::float16 ? "float16" : "float32", c.bits,
+                c.group_size, c.hidden, c.heads, c.kv_heads, c.head_dim, c.rot, c.intermediate,
+                c.norm ? " norm" : "", c.traditional ? " traditional" : "", c.freqs ? " freqs" : "", pos);
+  return text;
+}
+
+mx::array owned(mx::array a) {
+  a = mx::copy(a);  // a buffer of its own (the kernel writes the caches in place)
+  mx::eval(a);
+  return a;
+}
+
+double ulp(mx::Dtype t) { return t == mx::float32 ? std::ldexp(1.0, -23) : 2 * half_ulp(t); }
+
+// float64 of the type's value of x (the kernel stores a float32 result in the type).
+double rounded(double x, mx::Dtype t) {
+  auto a = mx::astype(mx::astype(mx::array(static_cast<float>(x)), t), mx::float32);
+  mx::eval(a);
+  return a.item<float>();
+}
+
+class DecoderLayer : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(use_kernel_device()) << "these tests need a CUDA device"; }
+};
+
+void run_case(const Case& c, int seed) {
+  Keys keys(seed);
+  const auto t = c.type;
+  const int K = c.hidden, H = c.heads, HK = c.kv_heads, D = c.head_dim, I = c.intermediate, S = c.capacity;
+  auto weight = [&](int n) {
+    auto w = mx::astype(mx::add(mx::array(1.0f), mx::multiply(mx::random::normal({n}, mx::float32, keys.next()),
+                                                               mx::array(0.1f))), t);
+    mx::eval(w);
+    return w;
+  };
+  DecoderLayerWeights w{{weight(K), 1e-6f},
+                        {random_matrix(keys, H * D, K, c.group_size, c.bits, t),
+                         random_matrix(keys, HK * D, K, c.group_size, c.bits, t),
+                         random_matrix(keys, HK * D, K, c.group_size, c.bits, t),
+                         random_matrix(keys, K, H * D, c.group_size, c.bits, t),
+                         std::nullopt,
+                         std::nullopt,
+                         {c.rot, c.traditional, std::nullopt, 1.0f, std::nullopt},
+                         1.0f / std::sqrt(static_cast<float>(D)),
+                         H,
+                         HK},
+                        {weight(K), 1e-5f},
+                        {random_matrix(keys, I, K, c.group_size, c.bits, t),
+                         random_matrix(keys, I, K, c.group_size, c.bits, t),
+                         random_matrix(keys, K, I, c.group_size, c.bits, t)}};
+  if (c.norm) {
+    w.attn.q_norm = RmsNormIn{weight(D), 1e-6f};
+    w.attn.k_norm = RmsNormIn{weight(D), 1e-6f};
+  }
+  std::vector<double> freqs;
+  if (c.freqs) {
+    auto i = mx::astype(mx::arange(0, c.rot, 2), mx::float32);
+    auto f = mx::power(mx::array(500000.0f), mx::divide(i, mx::array(static_cast<float>(c.rot))));
+    mx::eval(f);
+    w.attn.rope.freqs = f;
+    freqs = host(f);
+  } else {
+    w.attn.rope.base = 10000.0f;
+  }
+  auto kc = owned(mx::astype(mx::random::normal({1, HK, S, D}, mx::float32, keys.next()), t));
+  auto vc = owned(mx::astype(mx::random::normal({1, HK, S, D}, mx::float32, keys.next()), t));
+  auto bar = owned(mx::zeros({2}, mx::uint32));  // the first launch's; then each launch's next
+  const double u = half_ulp(t);
+
+  for (const int pos : c.positions) {
+    const auto what = label(c, pos);
+    SCOPED_TRACE(what);
+    const auto x = exact_square_x(keys, 1, K, t);
+    const auto k_before = host(kc), v_before = host(vc);
+    const auto launch = decoder_layer_launch(x, w, kc, vc, mx::array(pos, mx::int32), bar, 4, 4);
+    ASSERT_TRUE(launch.has_value()) << what << ": declined";
+    const auto out = run(*launch);
+    ASSERT_EQ(out[0].shape(), x.shape());
+    const auto xn1 = host(out[2]), qkv = host(out[3]), qr = host(out[4]), attn = host(out[6]);
+    const auto hres = host(out[7]), xn2 = host(out[8]), act = host(out[9]), y = host(out[0]);
+    // The barrier: every block passed its six barriers (the count back to 0, six generations on),
+    // and the next launch's state is zeros (the next step takes it).
+    EXPECT_EQ(host(bar), (std::vector<double>{0.0, 6.0}));
+    EXPECT_EQ(host(out[1]), (std::vector<double>{0.0, 0.0}));
+    bar = out[1];
+    const auto kc_now = host(kc), vc_now = host(vc), xs = host(x);
+
+    // RMSNorm(x): MLX's bytes.
+    const auto xn1_ref = host(mx::fast::rms_norm(x, w.attn_norm.weight, w.attn_norm.eps));
+    for (int i = 0; i < K; ++i) ASSERT_EQ(xn1[i], xn1_ref[i]) << what << " RMSNorm(x) at " << i;
+
+    // q, k, v from the staged row.
+    const QmvMatrix* mats[] = {&w.attn.q, &w.attn.k, &w.attn.v};
+    size_t at = 0;
+    for (const auto* m : mats) {
+      const auto p = products(xn1, 1, *m);
+      const std::vector<double> got(qkv.begin() + at, qkv.begin() + at + p.ref.size());
+      expect_close(what + " q/k/v", got, [&](size_t j) { return p.ref[j]; },
+                   [&](size_t j) { return u * std::abs(p.ref[j]) + p.bound[j]; });
+      at += p.ref.size();
+    }
+
+    // The q/k norms and RoPE; the cache's new key and value.
+    const double* q_raw = qkv.data();
+    const double* k_raw = qkv.data() + H * D;
+    const double* v_raw = qkv.data() + H * D + HK * D;
+    auto positioned = [&](const double* src, const std::optional<RmsNormIn>& norm, std::vector<double>& want,
+                          std::vector<double>& tol) {
+      std::vector<double> row(src, src + D);
+      if (norm) {
+        const auto nw = host(norm->weight);
+        double ss = 0;
+        for (double v : row) ss += v * v;
+        const double rs = 1.0 / std::sqrt(ss / D + norm->eps);
+        for (int i = 0; i < D; ++i) row[i] = rounded(nw[i] * rounded(row[i] * rs, t), t);
+      }
+      want.assign(D, 0.0);
+      tol.assign(D, 0.0);
+      const int half = c.rot / 2;
+      for (int j = 0; j < half; ++j) {
+        const float inv = c.freqs ? static_cast<float>(1.0 / freqs[j])
+                                  : std::exp2(-(static_cast<float>(j) / static_cast<float>(half)) *
+                                              std::log2(*w.attn.rope.base));
+        const double theta = static_cast<double>(static_cast<float>(pos) * inv);
+        const int i1 = c.traditional ? 2 * j : j, i2 = c.traditional ? 2 * j + 1 : j + half;
+        want[i1] = row[i1] * std::cos(theta) - row[i2] * std::sin(theta);
+        want[i2] = row[i1] * std::sin(theta) + row[i2] * std::cos(theta);
+        const double mag = std::abs(row[i1]) + std::abs(row[i2]);
+        tol[i1] = tol[i2] = (norm ? 2 * ulp(t) : 0.0) * mag + u * mag + std::ldexp(mag, -20);
+      }
+      for (int i = c.rot; i < D; ++i) {
+        want[i] = row[i];
+        tol[i] = norm ? 2 * ulp(t) * std::abs(row[i]) : 0.0;
+      }
+    };
+    std::vector<double> want, tol;
+    for (int h = 0; h < H; ++h) {
+      positioned(q_raw + h * D, w.attn.q_norm, want, tol);
+      for (int i = 0; i < D; ++i)
+        ASSERT_LE(std::abs(qr[h * D + i] - want[i]), tol[i]) << what << " query head " << h << " dim " << i;
+    }
+    for (int h = 0; h < HK; ++h) {
+      positioned(k_raw + h * D, w.attn.k_norm, want, tol);
+      for (int s = 0; s < S; ++s)
+        for (int i = 0; i < D; ++i) {
+          const size_t e = (size_t(h) * S + s) * D + i;
+          if (s != pos) {
+            ASSERT_EQ(kc_now[e], k_before[e]) << what << " key cache head " << h << " position " << s << " changed";
+            ASSERT_EQ(vc_now[e], v_before[e]) << what << " value cache head " << h << " position " << s << " changed";
+          } else {
+            ASSERT_LE(std::abs(kc_now[e] - want[i]), tol[i]) << what << " new key, head " << h << " dim " << i;
+            ASSERT_EQ(vc_now[e], v_raw[h * D + i]) << what << " new value, head " << h << " dim " << i;
+          }
+        }
+    }
+
+    // The attention over positions 0 .. pos from the rotated queries and the cache.
+    for (int h = 0; h < H; ++h) {
+      const int hk = h / (H / HK);
+      std::vector<double> score(pos + 1);
+      double top = -INFINITY;
+      for (int s = 0; s <= pos; ++s) {
+        double dot = 0;
+        for (int i = 0; i < D; ++i) dot += qr[h * D + i] * kc_now[(size_t(hk) * S + s) * D + i];
+        score[s] = dot * w.attn.scale;
+        top = std::max(top, score[s]);
+      }
+      double total = 0;
+      for (auto& s : score) total += (s = std::exp(s - top));
+      for (int i = 0; i < D; ++i) {
+        double ref = 0, largest = 0;
+        for (int s = 0; s <= pos; ++s) {
+          const double v = vc_now[(size_t(hk) * S + s) * D + i];
+          ref += score[s] / total * v;
+          largest = std::max(largest, std::abs(v));
+        }
+        ASSERT_LE(std::abs(attn[h * D + i] - ref), u * std::abs(ref) + std::ldexp(largest, -16))
+            << what << " attention head " << h << " dim " << i;
+      }
+    }
+
+    // o_proj and the residual.
+    const auto po = products(attn, 1, w.attn.o);
+    expect_close(what + " h", hres, [&](size_t j) { return xs[j] + po.ref[j]; },
+                 [&](size_t j) { return u * std::abs(po.ref[j]) + po.bound[j] + u * (std::abs(xs[j] + po.ref[j]) + po.bound[j]); });
+
+    // RMSNorm(h): within two roundings of MLX's.
+    const auto xn2_ref = host(mx::fast::rms_norm(out[7], w.mlp_norm.weight, w.mlp_norm.eps));
+    for (int i = 0; i < K; ++i)
+      ASSERT_LE(std::abs(xn2[i] - xn2_ref[i]), 2 * ulp(t) * std::abs(xn2_ref[i]) + 1e-30) << what << " RMSNorm(h) at " << i;
+
+    // gate, up, SwiGLU from the staged row.
+    const auto g = products(xn2, 1, w.mlp.gate), v = products(xn2, 1, w.mlp.up);
+    auto silu = [](double a) { return a / (1.0 + std::exp(-a)); };
+    expect_close(
+        what + " SwiGLU", act, [&](size_t j) { return silu(g.ref[j]) * v.ref[j]; },
+        [&](size_t j) {
+          const double eg = u * std::abs(g.ref[j]) + g.bound[j], ev = u * std::abs(v.ref[j]) + v.bound[j];
+          const double s = std::abs(silu(g.ref[j]));
+          return 1.1 * eg * (std::abs(v.ref[j]) + ev) + s * ev + 4 * u * (s + 1.1 * eg) * (std::abs(v.ref[j]) + ev) + 1e-30;
+        });
+
+    // down and the residual: the layer's output.
+    const auto pd = products(act, 1, w.mlp.down);
+    expect_close(what + " y", y, [&](size_t j) { return hres[j] + pd.ref[j]; },
+                 [&](size_t j) { return u * std::abs(pd.ref[j]) + pd.bound[j] + u * (std::abs(hres[j] + pd.ref[j]) + pd.bound[j]); });
+  }
+}
+
+TEST_F(DecoderLayer, QwenLayerFourBitThroughSeveralChunks) {
+  // Qwen3's layout, small: per-head q/k norms, 2 query heads a key head; positions across the
+  // attention's chunks of 128 (1, 2 and 3 of them), the cache kept between the steps.
+  run_case({mx::bfloat16, 64, 4, 256, 4, 2, 64, 64, 512, 384, true, false, false, {0, 1, 130, 300}}, 1);
+}
+
+TEST_F(DecoderLayer, HalfTraditionalPartialRotationNoNorms) {
+  // (float16 with 8-bit random weights would overflow: its products reach 1e5.)
+  run_case({mx::float16, 32, 4, 256, 4, 4, 64, 32, 384, 256, false, true, false, {5, 200}}, 2);
+}
+
+TEST_F(DecoderLayer, DenseFloat32WithFrequencies) {
+  run_case({mx::float32, 0, 0, 128, 2, 1, 64, 64, 256, 256, true, false, true, {3, 129}}, 3);
+}
+
+TEST_F(DecoderLayer, EightBitWideQueriesNarrowHidden) {
+  // Qwen3-0.6B's shape of projections: the queries (heads x head_dim) wider than the hidden size.
+  run_case({mx::bfloat16, 128, 8, 128, 4, 2, 64, 64, 256, 128, true, false, false, {7}}, 4);
+}
+
+TEST_F(DecoderLayer, DeclinesWhatItDoesNotCompute) {
+  Keys keys(5);
+  const auto t = mx::bfloat16;
+  auto m = [&](int n, int k) { return random_matrix(keys, n, k, 64, 4, t); };
+  auto ones = [&](int n) { return mx::ones({n}, t); };
+  DecoderLayerWeights w{{ones(128), 1e-6f},
+                        {m(128, 128), m(64, 128), m(64, 128), m(128, 128), std::nullopt, std::nullopt,
+                         {64, false, 10000.0f, 1.0f, std::nullopt}, 0.125f, 2, 1},
+                        {ones(128), 1e-6f},
+                        {m(256, 128), m(256, 128), m(128, 256)}};
+  const auto x = mx::ones({1, 1, 128}, t), cache = mx::zeros({1, 1, 16, 64}, t);
+  const auto pos = mx::array(0, mx::int32), bar = mx::zeros({2}, mx::uint32);
+  EXPECT_TRUE(decoder_layer_launch(x, w, cache, cache, pos, bar, 4).has_value());
+  EXPECT_FALSE(decoder_layer_launch(mx::ones({1, 2, 128}, t), w, cache, cache, pos, bar, 4)) << "two positions";
+  EXPECT_FALSE(decoder_layer_launch(x, w, mx::zeros({1, 2, 16, 64}, t), mx::zeros({1, 2, 16, 64}, t), pos, bar, 4))
+      << "cache heads";
+  EXPECT_FALSE(decoder_layer_launch(x, w, cache, cache, pos, mx::zeros({3}, mx::uint32), 4)) << "barrier state";
+  EXPECT_TRUE(decoder_layer_fits(x, w));
+  auto mixed = w;
+  mixed.mlp.down = random_matrix(keys, 128, 256, 64, 8, t);
+  EXPECT_FALSE(decoder_layer_fits(x, mixed));
+  EXPECT_FALSE(decoder_layer_launch(x, mixed, cache, cache, pos, bar, 4)) << "mixed bits";
+  auto odd = w;
+  odd.attn.rope.dims = 63;
+  EXPECT_FALSE(decoder_layer_launch(x, odd, cache, cache, pos, bar, 4)) << "odd rotation";
+}
+
+}  // namespace
+}  // namespace mlxrt::kernels::cuda
