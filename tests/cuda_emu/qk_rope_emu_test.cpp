@@ -22,6 +22,7 @@
 
 #include "kernel_backend.h"
 #include "mlxrt/kernels/cuda/qk_rope.h"
+#include "qk_rope_case.h"
 
 namespace mlxrt::kernels::cuda {
 namespace {
@@ -43,21 +44,7 @@ double half_ulp(mx::Dtype t) {
   return t == mx::bfloat16 ? std::ldexp(1.0, -8) : t == mx::float16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -24);
 }
 
-mx::array exact_square(mx::array key, int b, int l, int n, mx::Dtype t) {
-  auto keys = mx::random::split(key);
-  auto mag = mx::power(mx::array(2.0f), mx::astype(mx::random::randint(-1, 2, {b, l, n}, mx::int32, keys.first), mx::float32));
-  auto sign = mx::where(mx::random::bernoulli(mx::array(0.5f), {b, l, n}, keys.second), mx::array(1.0f), mx::array(-1.0f));
-  auto x = mx::astype(mx::multiply(mag, sign), t);
-  mx::eval(x);
-  return x;
-}
-
-struct Case {
-  mx::Dtype dtype;
-  int heads, kv_heads, head_dim, rot, batch, length;
-  bool norm, traditional, freqs;
-  std::vector<int> offsets;  // one, or one per batch row
-};
+using Case = kernel_tests::QkRopeCase;
 
 // What the kernel must write for x ([B, L, nh * D]) into [B, nh, L, D].
 std::vector<double> expected(const Case& c, const std::vector<float>& x, int nh, const std::vector<float>* weight,
@@ -98,15 +85,6 @@ std::vector<double> expected(const Case& c, const std::vector<float>& x, int nh,
   return out;
 }
 
-std::string label(const Case& c) {
-  char text[200];
-  std::snprintf(text, sizeof text, "%s heads %d/%d of %d rot %d rows %dx%d%s%s%s offsets %zu",
-                c.dtype == mx::bfloat16 ? "bfloat16" : c.dtype == mx::float16 ? "float16" : "float32", c.heads,
-                c.kv_heads, c.head_dim, c.rot, c.batch, c.length, c.norm ? " norm" : "",
-                c.traditional ? " traditional" : "", c.freqs ? " freqs" : "", c.offsets.size());
-  return text;
-}
-
 void check(const std::string& what, const mx::array& got, const std::vector<double>& want,
            const std::vector<double>& bound) {
   const auto g = host(got);
@@ -121,55 +99,27 @@ void check(const std::string& what, const mx::array& got, const std::vector<doub
 }
 
 void run(const Case& c) {
-  auto key = mx::random::key(c.heads * 131 + c.head_dim * 7 + c.batch * 3 + c.length);
-  auto next = [&key] {
-    auto parts = mx::random::split(key);
-    key = parts.first;
-    return parts.second;
-  };
-  const auto q = exact_square(next(), c.batch, c.length, c.heads * c.head_dim, c.dtype);
-  const auto k = exact_square(next(), c.batch, c.length, c.kv_heads * c.head_dim, c.dtype);
-  std::optional<RmsNormIn> q_norm, k_norm;
-  if (c.norm) {
-    auto qw = mx::astype(mx::add(mx::array(1.0f), mx::multiply(mx::random::normal({c.head_dim}, mx::float32, next()),
-                                                                mx::array(0.1f))), c.dtype);
-    auto kw = mx::astype(mx::add(mx::array(1.0f), mx::multiply(mx::random::normal({c.head_dim}, mx::float32, next()),
-                                                                mx::array(0.1f))), c.dtype);
-    mx::eval({qw, kw});
-    q_norm = RmsNormIn{qw, 1e-6f};
-    k_norm = RmsNormIn{kw, 1e-5f};
-  }
-  RopeIn rope{c.rot, c.traditional, std::nullopt, 1.0f, std::nullopt};
-  std::vector<float> freqs;
-  if (c.freqs) {
-    auto i = mx::astype(mx::arange(0, c.rot, 2), mx::float32);
-    auto f = mx::power(mx::array(500000.0f), mx::divide(i, mx::array(static_cast<float>(c.rot))));
-    f = mx::where(mx::greater(i, mx::array(c.rot / 2.0f)), mx::multiply(f, mx::array(8.0f)), f);
-    mx::eval(f);
-    rope.freqs = f;
-    freqs = host(f);
-  } else {
-    rope.base = 1000000.0f;
-  }
-  const bool per_row = c.offsets.size() > 1;
-  const auto offset = per_row ? mx::array(c.offsets.data(), {static_cast<int>(c.offsets.size())}, mx::int32)
-                              : mx::array(c.offsets[0], mx::int32);
-  const auto launch = qk_norm_rope_launch(q, k, c.heads, c.kv_heads, q_norm, k_norm, rope, offset);
-  ASSERT_TRUE(launch.has_value()) << label(c) << ": declined";
+  const auto o = kernel_tests::qk_rope_operands(c);
+  const auto launch = qk_norm_rope_launch(o.q, o.k, c.heads, c.kv_heads, o.q_norm, o.k_norm, o.rope, o.offset);
+  const auto what = kernel_tests::qk_rope_label(c, "emulated");
+  ASSERT_TRUE(launch.has_value()) << what << ": declined";
   const auto got = kernel_tests::run(*launch);
   ASSERT_EQ(got[0].shape(), (mx::Shape{c.batch, c.heads, c.length, c.head_dim}));
   ASSERT_EQ(got[1].shape(), (mx::Shape{c.batch, c.kv_heads, c.length, c.head_dim}));
-  const float log2_base = rope.base ? std::log2(*rope.base) : 0.0f;
+  const float log2_base = o.rope.base ? std::log2(*o.rope.base) : 0.0f;
+  const auto freqs = o.rope.freqs ? host(*o.rope.freqs) : std::vector<float>{};
   std::vector<float> qw, kw;
   if (c.norm) {
-    qw = host(q_norm->weight);
-    kw = host(k_norm->weight);
+    qw = host(o.q_norm->weight);
+    kw = host(o.k_norm->weight);
   }
   std::vector<double> bound;
-  auto want = expected(c, host(q), c.heads, c.norm ? &qw : nullptr, 1e-6f, freqs, log2_base, bound);
-  check(label(c) + " queries", got[0], want, bound);
-  want = expected(c, host(k), c.kv_heads, c.norm ? &kw : nullptr, 1e-5f, freqs, log2_base, bound);
-  check(label(c) + " keys", got[1], want, bound);
+  auto want = expected(c, host(o.q), c.heads, c.norm ? &qw : nullptr, o.q_norm ? o.q_norm->eps : 0.0f, freqs,
+                       log2_base, bound);
+  check(what + " queries", got[0], want, bound);
+  want = expected(c, host(o.k), c.kv_heads, c.norm ? &kw : nullptr, o.k_norm ? o.k_norm->eps : 0.0f, freqs,
+                  log2_base, bound);
+  check(what + " keys", got[1], want, bound);
 }
 
 class QkNormRopeEmulated : public ::testing::Test {

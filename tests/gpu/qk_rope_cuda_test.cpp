@@ -25,6 +25,7 @@
 #include <mlx/transforms.h>
 
 #include "mlxrt/kernels/cuda/qk_rope.h"
+#include "qk_rope_case.h"
 
 namespace mlxrt::kernels::cuda {
 namespace {
@@ -41,25 +42,8 @@ double ulp(mx::Dtype t) {
   return t == mx::bfloat16 ? std::ldexp(1.0, -7) : t == mx::float16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -23);
 }
 
-// [B, L, n] with values in {±0.5, ±1, ±2}.
-mx::array exact_square(mx::array key, int b, int l, int n, mx::Dtype t) {
-  auto keys = mx::random::split(key);
-  auto exponent = mx::astype(mx::random::randint(-1, 2, {b, l, n}, mx::int32, keys.first), mx::float32);
-  auto mag = mx::power(mx::array(2.0f), exponent);
-  auto heads = mx::random::bernoulli(mx::array(0.5f), {b, l, n}, keys.second);
-  auto sign = mx::where(heads, mx::array(1.0f), mx::array(-1.0f));
-  auto x = mx::astype(mx::multiply(mag, sign), t);
-  mx::eval(x);
-  return x;
-}
-
-struct Case {
-  mx::Dtype dtype;
-  int heads, kv_heads, head_dim, rot;
-  int batch, length;
-  bool norm, traditional, freqs;
-  std::vector<int> offsets;  // one, or one per batch row
-};
+using Case = kernel_tests::QkRopeCase;
+using kernel_tests::qk_rope_label;
 
 // MLX's nodes as the decoder runs them at L1: split_projected, then rope_and_update_cache's RoPE.
 mx::array reference(const mx::array& x, int heads, const std::optional<RmsNormIn>& norm, const RopeIn& rope,
@@ -93,55 +77,14 @@ void check(const std::string& what, const mx::array& got, const mx::array& want,
   std::printf("%s: %zu of %zu equal to MLX's, largest error / bound %.3g\n", what.c_str(), equal, g.size(), worst);
 }
 
-std::string label(const Case& c, const char* part) {
-  char text[200];
-  std::snprintf(text, sizeof text, "%s %s heads %d/%d of %d rot %d rows %dx%d%s%s%s offsets %zu", part,
-                c.dtype == mx::bfloat16 ? "bfloat16" : c.dtype == mx::float16 ? "float16" : "float32", c.heads,
-                c.kv_heads, c.head_dim, c.rot, c.batch, c.length, c.norm ? " norm" : "",
-                c.traditional ? " traditional" : "", c.freqs ? " freqs" : "", c.offsets.size());
-  return text;
-}
-
 void run(const Case& c) {
-  auto key = mx::random::key(c.heads * 131 + c.head_dim * 7 + c.batch * 3 + c.length);
-  auto next = [&key] {
-    auto parts = mx::random::split(key);
-    key = parts.first;
-    return parts.second;
-  };
-  const auto q = exact_square(next(), c.batch, c.length, c.heads * c.head_dim, c.dtype);
-  const auto k = exact_square(next(), c.batch, c.length, c.kv_heads * c.head_dim, c.dtype);
-  std::optional<RmsNormIn> q_norm, k_norm;
-  if (c.norm) {
-    // Weights of the type, near 1 as a trained norm's (any value: the product is rounded once).
-    auto qw = mx::astype(mx::add(mx::array(1.0f), mx::multiply(mx::random::normal({c.head_dim}, mx::float32, next()),
-                                                                mx::array(0.1f))), c.dtype);
-    auto kw = mx::astype(mx::add(mx::array(1.0f), mx::multiply(mx::random::normal({c.head_dim}, mx::float32, next()),
-                                                                mx::array(0.1f))), c.dtype);
-    mx::eval({qw, kw});
-    q_norm = RmsNormIn{qw, 1e-6f};
-    k_norm = RmsNormIn{kw, 1e-5f};
-  }
-  RopeIn rope{c.rot, c.traditional, std::nullopt, 1.0f, std::nullopt};
-  if (c.freqs) {
-    // llama3-style frequencies: base^(2i / dims), some stretched.
-    auto i = mx::astype(mx::arange(0, c.rot, 2), mx::float32);
-    auto f = mx::power(mx::array(500000.0f), mx::divide(i, mx::array(static_cast<float>(c.rot))));
-    f = mx::where(mx::greater(i, mx::array(c.rot / 2.0f)), mx::multiply(f, mx::array(8.0f)), f);
-    mx::eval(f);
-    rope.freqs = f;
-  } else {
-    rope.base = 1000000.0f;
-  }
-  const bool per_row = c.offsets.size() > 1;
-  const auto offset = per_row ? mx::array(c.offsets.data(), {static_cast<int>(c.offsets.size())}, mx::int32)
-                              : mx::array(c.offsets[0], mx::int32);
-  auto got = qk_norm_rope(q, k, c.heads, c.kv_heads, q_norm, k_norm, rope, offset);
-  ASSERT_TRUE(got.has_value()) << label(c, "declined");
-  check(label(c, "queries"), got->first, reference(q, c.heads, q_norm, rope, offset, c.offsets[0], per_row), c.dtype,
-        c.head_dim);
-  check(label(c, "keys"), got->second, reference(k, c.kv_heads, k_norm, rope, offset, c.offsets[0], per_row),
-        c.dtype, c.head_dim);
+  const auto o = kernel_tests::qk_rope_operands(c);
+  auto got = qk_norm_rope(o.q, o.k, c.heads, c.kv_heads, o.q_norm, o.k_norm, o.rope, o.offset);
+  ASSERT_TRUE(got.has_value()) << qk_rope_label(c, "declined");
+  check(qk_rope_label(c, "queries"), got->first,
+        reference(o.q, c.heads, o.q_norm, o.rope, o.offset, c.offsets[0], o.per_row), c.dtype, c.head_dim);
+  check(qk_rope_label(c, "keys"), got->second,
+        reference(o.k, c.kv_heads, o.k_norm, o.rope, o.offset, c.offsets[0], o.per_row), c.dtype, c.head_dim);
 }
 
 bool have_gpu() { return mx::cu::is_available(); }

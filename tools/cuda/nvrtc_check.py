@@ -63,6 +63,7 @@ QK_ROPE = "src/mlxrt/kernels/cuda/qk_rope.cpp"
 DELTA = "src/mlxrt/model/nn/gated_delta_cuda.cpp"
 DEVICE_H = "src/mlxrt/kernels/cuda/qmv_device.h"
 LAYER = "src/mlxrt/kernels/cuda/decoder_layer.cpp"
+ROPE_H = "src/mlxrt/kernels/cuda/rope_device.h"
 
 
 def dtype_pairs(full):
@@ -235,7 +236,8 @@ KERNELS = [
         "combos": lambda full: qmv_combos(full, MAX_FUSED_ROWS, (1, 2, 4), no_extra),
     },
     {
-        "name": "mlxrt_qk_norm_rope", "file": QK_ROPE, "source": "kSource", "header": "",
+        "name": "mlxrt_qk_norm_rope", "file": QK_ROPE, "source": "kSource", "header": [(ROPE_H, "kNormRopeDevice")],
+        "header_expr": "detail::kNormRopeDevice",
         "inputs": lambda c: [("q", c["QT"]), ("k", c["QT"]), ("qw", c["QT"]), ("kw", c["QT"]), ("off", "i32"),
                              ("freqs", "f32" if c["FREQS"] else "i32")],
         "outputs": lambda c: [("yq", c["QT"]), ("yk", c["QT"])],
@@ -243,10 +245,11 @@ KERNELS = [
     },
     {
         "name": "mlxrt_decoder_layer", "file": LAYER, "source": "kSource",
-        "header": [(DEVICE_H, "kQmvDevice"), (DEVICE_H, "kStageRmsNormDevice"), (LAYER, "kLayerDevice")],
+        "header": [(DEVICE_H, "kQmvDevice"), (DEVICE_H, "kStageRmsNormDevice"), (ROPE_H, "kNormRopeDevice"),
+                   (LAYER, "kLayerDevice")],
         "header_expr": "header()",
-        "header_def": "std::string header() { return std::string(detail::kQmvDevice) + detail::kStageRmsNormDevice + "
-                      "kLayerDevice; }",
+        "header_def": "return std::string(detail::kQmvDevice) + detail::kStageRmsNormDevice + detail::kNormRopeDevice "
+                      "+ kLayerDevice;",
         "inputs": layer_inputs,
         "outputs": lambda c: [("y", c["XT"]), ("bar_next", "u32")]
         + [(n, "f32" if n == "part" else c["XT"]) for n in ("xn1", "qkv", "qr", "part", "attn", "hres", "xn2", "act")],

@@ -33,7 +33,7 @@ NVDISASM_SERIES = "13.2.*"
 PARAM_BASE = 0x210  # sm_90's first kernel parameter in constant bank 0
 MAX_NDIM = 10  # MLX's Shape: cuda::std::array<int32_t, MAX_NDIM> (device/config.h)
 SELF_COMPILED = ("mlxrt_affine_qmv", "mlxrt_dense_mv_split", "mlxrt_rms_norm_qkv", "mlxrt_rms_norm_swiglu",
-                 "mlxrt_qmv_residual", "mlxrt_qk_norm_rope")
+                 "mlxrt_qmv_residual", "mlxrt_qk_norm_rope", "mlxrt_decoder_layer")
 TYPE_NAME = {"bf16": "bf16", "f16": "f16", "f32": "f32", "u32": "u32", "i32": "i32"}
 
 
@@ -125,7 +125,12 @@ def main():
     ap.add_argument("--full", action="store_true", help="every combination nvrtc_check.py --full compiles")
     ap.add_argument("--only", help="kernels whose name contains this")
     ap.add_argument("-j", "--jobs", type=int, default=2)
+    ap.add_argument("--sources", type=Path,
+                    help="read MLX's side (the kernels' text as MLX wraps it) from this copy of the tree: a change of "
+                         "a kernel's text that must keep its machine code compared with the text before it")
     args = ap.parse_args()
+    if args.sources:
+        nc.SOURCES = args.sources.resolve()
     root = nc.fetch(args.cache)
     nvdisasm = fetch_nvdisasm(args.cache)
     nvrtc = nc.Nvrtc(root)

@@ -13,6 +13,7 @@
 #include "mlxrt/kernels/cuda/affine_qmv.h"
 #include "mlxrt/kernels/cuda/cuda_driver.h"
 #include "mlxrt/kernels/cuda/qmv_device.h"
+#include "mlxrt/kernels/cuda/rope_device.h"
 
 namespace mlxrt::kernels::cuda {
 
@@ -86,56 +87,16 @@ constexpr const char* kSource = R"(
   }
   mlxrt_grid_sync(barrier);
 
-  // 2. A warp per head: q/k norms and RoPE (qk_rope's arithmetic); keys and values into the cache.
+  // 2. A warp per head: q/k norms and RoPE (qk_rope's device code); keys and values into the cache.
   for (int t = gw; t < H + HK; t += G) {
     const bool is_q = t < H;
     const int hh = is_q ? t : t - H;
-    const XT* src = (is_q ? yq : yk) + hh * D;
-    constexpr int kPer = (D + 31) / 32;
-    float v[kPer];
-    float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const int i = lane * kPer + j;
-      v[j] = i < D ? static_cast<float>(src[i]) : 0.0f;
-      ss += v[j] * v[j];
-    }
     float* row = rows[warp];
-    if (NORM) {
-      ss = mlxrt_warp_sum(ss);
-      const float rs = rsqrtf(ss / D + __int_as_float(is_q ? EPS_Q_BITS : EPS_K_BITS));
-      const XT* nw = is_q ? qnw : knw;
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const int i = lane * kPer + j;
-        if (i < D) {
-          const XT y = static_cast<XT>(v[j] * rs);
-          row[i] = static_cast<float>(static_cast<XT>(static_cast<float>(nw[i]) * static_cast<float>(y)));
-        }
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const int i = lane * kPer + j;
-        if (i < D) row[i] = v[j];
-      }
-    }
-    __syncwarp();
+    mlxrt_norm_head<XT, D, NORM>((is_q ? yq : yk) + hh * D, is_q ? qnw : knw,
+                                 __int_as_float(is_q ? EPS_Q_BITS : EPS_K_BITS), row, lane);
     XT* dst = is_q ? qr + hh * D : kcache + (static_cast<size_t>(hh) * S + pos) * D;
-    const float position = __int_as_float(SCALE_BITS) * static_cast<float>(pos);
-    constexpr int kHalf = ROT / 2;
-    for (int j = lane; j < kHalf; j += 32) {
-      const float inv_freq = FREQS ? static_cast<float>(1.0 / freqs[j])
-                                   : exp2f(-(static_cast<float>(j) / static_cast<float>(kHalf)) *
-                                           __int_as_float(LOG2_BASE_BITS));
-      const float theta = position * inv_freq;
-      const float c = cosf(theta), s = sinf(theta);
-      const int i1 = TRAD ? 2 * j : j, i2 = TRAD ? 2 * j + 1 : j + kHalf;
-      const float x1 = row[i1], x2 = row[i2];
-      dst[i1] = static_cast<XT>(x1 * c - x2 * s);
-      dst[i2] = static_cast<XT>(x1 * s + x2 * c);
-    }
-    for (int i = ROT + lane; i < D; i += 32) dst[i] = static_cast<XT>(row[i]);
+    mlxrt_rope_row<XT, D, ROT, TRAD, FREQS>(row, __int_as_float(SCALE_BITS) * static_cast<float>(pos), freqs,
+                                            __int_as_float(LOG2_BASE_BITS), dst, lane);
     if (!is_q) {
       XT* vdst = vcache + (static_cast<size_t>(hh) * S + pos) * D;
       for (int i = lane; i < D; i += 32) vdst[i] = yv[hh * D + i];
@@ -266,7 +227,9 @@ constexpr const char* kSource = R"(
   }
 )";
 
-std::string header() { return std::string(detail::kQmvDevice) + detail::kStageRmsNormDevice + kLayerDevice; }
+std::string header() {
+  return std::string(detail::kQmvDevice) + detail::kStageRmsNormDevice + detail::kNormRopeDevice + kLayerDevice;
+}
 
 bool same_kind(std::initializer_list<const QmvMatrix*> mats) {
   const auto* first = *mats.begin();

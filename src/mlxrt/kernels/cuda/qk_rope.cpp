@@ -10,6 +10,7 @@
 #include <mlx/ops.h>
 
 #include "mlxrt/kernels/cuda/cached_kernel.h"
+#include "mlxrt/kernels/cuda/rope_device.h"
 
 namespace mlxrt::kernels::cuda {
 
@@ -19,8 +20,6 @@ namespace {
 // warp's slice of shared memory as the norm leaves them (rounded to QT), then rotated pair by pair.
 // Heads 0..H-1 are the queries', H..H+HK-1 the keys'.
 constexpr const char* kSource = R"(
-  constexpr int kHalf = ROT / 2;
-  constexpr int kPer = (D + 31) / 32;
   __shared__ float heads[4][D];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int task = blockIdx.x * (blockDim.x >> 5) + warp;
@@ -30,53 +29,12 @@ constexpr const char* kSource = R"(
   const int hh = is_q ? head : head - H;
   const int nh = is_q ? H : HK;
   const QT* src = (is_q ? q : k) + (static_cast<size_t>(m) * nh + hh) * D;
-  float v[kPer];
-  float ss = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int i = lane * kPer + j;
-    v[j] = i < D ? static_cast<float>(src[i]) : 0.0f;
-    ss += v[j] * v[j];
-  }
   float* row = heads[warp];
-  if (NORM) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const float eps = __int_as_float(is_q ? EPS_Q_BITS : EPS_K_BITS);
-    const float rs = rsqrtf(ss / D + eps);
-    const QT* nw = is_q ? qw : kw;
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const int i = lane * kPer + j;
-      if (i < D) {
-        const QT y = static_cast<QT>(v[j] * rs);
-        row[i] = static_cast<float>(static_cast<QT>(static_cast<float>(nw[i]) * static_cast<float>(y)));
-      }
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const int i = lane * kPer + j;
-      if (i < D) row[i] = v[j];
-    }
-  }
-  __syncwarp();
+  mlxrt_norm_head<QT, D, NORM>(src, is_q ? qw : kw, __int_as_float(is_q ? EPS_Q_BITS : EPS_K_BITS), row, lane);
   const int b = m / L, l = m - b * L;
   const float position = __int_as_float(SCALE_BITS) * static_cast<float>(off[PER_ROW ? b : 0] + l);
   QT* dst = (is_q ? yq : yk) + ((static_cast<size_t>(b) * nh + hh) * L + l) * D;
-  for (int j = lane; j < kHalf; j += 32) {
-    // MLX's CUDA RoPE: 1 / freqs in double, rounded; or exp2 of -d * log2(base), d = j / (ROT / 2).
-    const float inv_freq = FREQS ? static_cast<float>(1.0 / freqs[j])
-                                 : exp2f(-(static_cast<float>(j) / static_cast<float>(kHalf)) *
-                                         __int_as_float(LOG2_BASE_BITS));
-    const float theta = position * inv_freq;
-    const float c = cosf(theta), s = sinf(theta);
-    const int i1 = TRAD ? 2 * j : j, i2 = TRAD ? 2 * j + 1 : j + kHalf;
-    const float x1 = row[i1], x2 = row[i2];
-    dst[i1] = static_cast<QT>(x1 * c - x2 * s);
-    dst[i2] = static_cast<QT>(x1 * s + x2 * c);
-  }
-  for (int i = ROT + lane; i < D; i += 32) dst[i] = static_cast<QT>(row[i]);
+  mlxrt_rope_row<QT, D, ROT, TRAD, FREQS>(row, position, freqs, __int_as_float(LOG2_BASE_BITS), dst, lane);
 )";
 
 constexpr int kWarpsPerBlock = 4;  // the kernel's shared memory holds 4 heads
@@ -91,7 +49,8 @@ bool norm_applies(const std::optional<RmsNormIn>& norm, mx::Dtype t, int d) {
 }  // namespace
 
 const KernelSpec& qk_norm_rope_spec() {
-  static const KernelSpec spec{"mlxrt_qk_norm_rope", {"q", "k", "qw", "kw", "off", "freqs"}, {"yq", "yk"}, kSource, ""};
+  static const KernelSpec spec{
+      "mlxrt_qk_norm_rope", {"q", "k", "qw", "kw", "off", "freqs"}, {"yq", "yk"}, kSource, detail::kNormRopeDevice};
   return spec;
 }
 

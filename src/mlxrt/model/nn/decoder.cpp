@@ -238,18 +238,26 @@ std::optional<mx::array> Attention::cuda_l3_residual_block(const mx::array& x, c
   return mx::add(x, o_proj_(merged));
 }
 
-std::optional<std::pair<mx::array, cache::CachedKV>> Attention::cuda_l3_position_and_cache(
-    const mx::array& q, const mx::array& k, const mx::array& v, int B, int L, cache::Cache* cache) const {
-  if (o_.qk_norm != QkNorm::none && o_.qk_norm != QkNorm::per_head) return std::nullopt;
-  const auto rope = o_.rope ? o_.rope->fast_call() : std::nullopt;
-  if (!rope) return std::nullopt;
+std::optional<std::pair<std::optional<kernels::cuda::RmsNormIn>, std::optional<kernels::cuda::RmsNormIn>>>
+Attention::cuda_qk_norms() const {
   std::optional<kernels::cuda::RmsNormIn> q_norm, k_norm;
   if (o_.qk_norm == QkNorm::per_head) {
     const auto qn = q_norm_->rms(), kn = k_norm_->rms();
     if (!qn || !kn) return std::nullopt;
     q_norm = kernels::cuda::RmsNormIn{qn->first, qn->second};
     k_norm = kernels::cuda::RmsNormIn{kn->first, kn->second};
+  } else if (o_.qk_norm != QkNorm::none) {
+    return std::nullopt;
   }
+  return std::pair{q_norm, k_norm};
+}
+
+std::optional<std::pair<mx::array, cache::CachedKV>> Attention::cuda_l3_position_and_cache(
+    const mx::array& q, const mx::array& k, const mx::array& v, int B, int L, cache::Cache* cache) const {
+  const auto norms = cuda_qk_norms();
+  const auto rope = o_.rope ? o_.rope->fast_call() : std::nullopt;
+  if (!norms || !rope) return std::nullopt;
+  const auto& [q_norm, k_norm] = *norms;
   // The positions RoPE would be given (rope_and_update_cache): a batched cache's offset per row.
   const auto* batch = dynamic_cast<const cache::BatchCache*>(cache);
   const mx::array offset = batch ? batch->offset_array() : mx::array(cache ? cache->offset() : 0, mx::int32);
@@ -266,18 +274,12 @@ std::optional<kernels::cuda::DecoderLayerAttention> Attention::cuda_layer_attent
   if (!gpu_l3_ || qkv_proj_ || o_.sharded || per_query_row_ || o_.qk_norm_after_rope || o_.scale_queries ||
       o_.sdpa_cast != SdpaCast::none || !o_.rope)
     return std::nullopt;
-  if (o_.qk_norm != QkNorm::none && o_.qk_norm != QkNorm::per_head) return std::nullopt;
+  const auto norms = cuda_qk_norms();
   const auto rope = o_.rope->fast_call();
   const auto q = q_proj_->cuda_l3_matrix(), k = k_proj_->cuda_l3_matrix(), v = v_proj_->cuda_l3_matrix();
   const auto o = o_proj_.cuda_l3_matrix();
-  if (!rope || !q || !k || !v || !o) return std::nullopt;
-  std::optional<kernels::cuda::RmsNormIn> q_norm, k_norm;
-  if (o_.qk_norm == QkNorm::per_head) {
-    const auto qn = q_norm_->rms(), kn = k_norm_->rms();
-    if (!qn || !kn) return std::nullopt;
-    q_norm = kernels::cuda::RmsNormIn{qn->first, qn->second};
-    k_norm = kernels::cuda::RmsNormIn{kn->first, kn->second};
-  }
+  if (!norms || !rope || !q || !k || !v || !o) return std::nullopt;
+  const auto& [q_norm, k_norm] = *norms;
   return kernels::cuda::DecoderLayerAttention{*q,
                                               *k,
                                               *v,

@@ -134,6 +134,10 @@ class Attention {
                                                                                   const mx::array& k,
                                                                                   const mx::array& v, int B, int L,
                                                                                   cache::Cache* cache) const;
+  /** The CUDA kernels' q/k norms: both per-head RMSNorms, or neither (no q/k norms); nullopt for
+   * other kinds. */
+  std::optional<std::pair<std::optional<kernels::cuda::RmsNormIn>, std::optional<kernels::cuda::RmsNormIn>>>
+  cuda_qk_norms() const;
   AttentionOptions o_;
   bool gpu_l3_ = false;  // --fidelity l3 on a CUDA GPU: the fused CUDA kernels where they apply
   bool per_query_row_ = false;  // row-exact loads: each query attends alone (attend_each_query)
