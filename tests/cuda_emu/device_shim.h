@@ -43,6 +43,7 @@ extern "C" __attribute__((visibility("default"))) mlxrt_emu_api** mlxrt_emu_slot
 
 inline void __syncthreads() { mlxrt_emu->sync_threads(); }
 inline void __nanosleep(unsigned) { mlxrt_emu->pause(); }
+[[noreturn]] inline void __trap() { mlxrt_emu->trap(); __builtin_unreachable(); }
 // Blocks may run on several system threads: the atomics are the CPU's, sequentially consistent.
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 template <typename T>

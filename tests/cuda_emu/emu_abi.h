@@ -25,6 +25,8 @@ struct mlxrt_emu_api {
   uint64_t (*shuffle)(unsigned mask, uint64_t value, int arg, int mode, int width);
   /* __nanosleep: the thread lets the others of its block run (a spin-wait's pause). */
   void (*pause)(void);
+  /* __trap: the kernel stops itself (an error of the launch). */
+  void (*trap)(void);
 };
 
 /* The program's pointer to the calling system thread's table (each block's thread has its own). */

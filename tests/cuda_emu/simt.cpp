@@ -103,6 +103,8 @@ void pause() {
   yield(State::runnable);
 }
 
+void trap() { fail("__trap(): the kernel stopped itself"); }
+
 void wait_warp(unsigned mask) {
   Fiber& f = *running->current;
   if (!(mask >> f.lane & 1u)) fail("a warp-synchronous call whose mask leaves out the calling lane");
@@ -256,6 +258,7 @@ void bind(BlockRunner& r, Grid& g, mlxrt_emu_slot_fn slot, Dim3 grid, Dim3 block
   r.api.sync_warp = sync_warp;
   r.api.shuffle = shuffle;
   r.api.pause = pause;
+  r.api.trap = trap;
   r.api.block_dim = {block.x, block.y, block.z};
   r.api.grid_dim = {grid.x, grid.y, grid.z};
   *slot() = &r.api;

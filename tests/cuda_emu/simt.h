@@ -18,7 +18,8 @@
  *  - a warp-synchronous call (shuffle, __syncwarp) whose mask names a lane that has exited or is
  *    not waiting on the same mask;
  *  - a shuffle reading a lane that is not in its mask;
- *  - a spin-wait that never ends (30 s: e.g. a block that exits before a grid barrier). */
+ *  - a spin-wait that never ends (30 s: e.g. a block that exits before a grid barrier);
+ *  - __trap(), a kernel stopping itself. */
 #include <cstdint>
 #include <stdexcept>
 #include <string>

@@ -205,6 +205,11 @@ TEST(Simt, NamesTheBugsTheDeviceLeavesUndefined) {
   if ((threadIdx.x & 31) < 16) y[threadIdx.x] = __shfl_down_sync(0xffffu, 1.0f, 8);
 )",
                     "not in its mask");
+  // A kernel that stops itself.
+  expect_kernel_bug(R"(
+  if (threadIdx.x == 40) __trap();
+)",
+                    "__trap()");
   // A mask that leaves out the lane calling it.
   expect_kernel_bug(R"(
   y[threadIdx.x] = __shfl_xor_sync(0x1u, 1.0f, 1);

@@ -28,6 +28,7 @@
 #include "mlxrt/io/model_dir.h"
 #include "mlxrt/kernels/cpu/matmul.h"
 #include "mlxrt/kernels/cuda/affine_qmv.h"
+#include "mlxrt/kernels/cuda/decoder_layer.h"
 #include "mlxrt/model/make_prompt_cache.h"
 #include "mlxrt/tokenizer/tokenizer.h"
 #include "mlxrt/util/errors.h"
@@ -177,7 +178,11 @@ std::string kernels_description(const Args& a, model::FidelityTier tier) {
     return std::string("MLX's GPU kernels, with mlxrt's L3 CUDA matrix-vector product for the affine 4- and 8-bit "
                        "layers") +
            (kernels::cuda::dense_l3_opted_in() ? " and the dense ones (MLXRT_CUDA_L3_DENSE=1)" : "") +
-           " (1-8 rows, float32 sums; kernels/cuda/affine_qmv.h)";
+           " (1-8 rows, float32 sums; kernels/cuda/affine_qmv.h)" +
+           (kernels::cuda::decoder_layer_opted_in()
+                ? "; a decoding step's llama-style layers as one kernel each (MLXRT_CUDA_L3_LAYER=1; "
+                  "kernels/cuda/decoder_layer.h)"
+                : "");
   if (!kernels) return cpu ? "MLX's CPU kernels" : "MLX's GPU kernels";
   std::string text = std::string("mlxrt CPU kernels (") + kernels->instruction_set() + ", " +
                      std::to_string(kernels->threads()) + " threads)";

@@ -35,7 +35,13 @@ __device__ __forceinline__ void mlxrt_grid_sync(unsigned* bar) {
       __threadfence();
       atomicAdd(bar + 1, 1u);
     } else {
-      while (*generation == g) __nanosleep(32);
+      // A grid that is not resident at once would wait here for ever: stop the kernel instead
+      // (an error MLX reports) after ~2^26 pauses, seconds where a real wait is microseconds.
+      unsigned spins = 0;
+      while (*generation == g) {
+        __nanosleep(32);
+        if (++spins == (1u << 26)) __trap();
+      }
     }
     __threadfence();
   }
