@@ -268,6 +268,12 @@ TEST_F(DecoderLayer, HalfTraditionalPartialRotationNoNorms) {
   run_case({mx::float16, 32, 4, 256, 4, 4, 64, 32, 384, 256, false, true, false, {5, 200}}, 2);
 }
 
+TEST_F(DecoderLayer, HeadsWhoseRowsDoNotAlignTo16Bytes) {
+  // 68 dimensions of float16 (dense weights: 4 x 68 is no multiple of a quantization group): a
+  // key's row is 136 bytes, so the attention reads it value by value.
+  run_case({mx::float16, 0, 0, 256, 4, 2, 68, 68, 256, 256, true, false, false, {0, 140}}, 5);
+}
+
 TEST_F(DecoderLayer, DenseFloat32WithFrequencies) {
   run_case({mx::float32, 0, 0, 128, 2, 1, 64, 64, 256, 256, true, false, true, {3, 129}}, 3);
 }

@@ -124,11 +124,27 @@ constexpr const char* kSource = R"(
     const XT* vh = vcache + static_cast<size_t>(hk) * S * D;
     const int k0 = c * CHUNK, k1 = min(k0 + CHUNK, n_keys);
     float* sc = scores[warp];
+    // The query in shared memory (every lane reads all of it); a lane's key in 16-byte loads where
+    // its rows allow.
+    float* qs = rows[warp];
+    for (int i = lane; i < D; i += 32) qs[i] = static_cast<float>(q[i]);
+    __syncwarp();
+    constexpr int kV = 16 / static_cast<int>(sizeof(XT));
+    const bool kvec = D % kV == 0 && (reinterpret_cast<unsigned long long>(kh) & 15) == 0;
     float m = __int_as_float(0xff800000);
     for (int j = k0 + lane; j < k1; j += 32) {
       const XT* kj = kh + static_cast<size_t>(j) * D;
       float dot = 0.0f;
-      for (int i = 0; i < D; ++i) dot = fmaf(static_cast<float>(q[i]), static_cast<float>(kj[i]), dot);
+      if (kvec) {
+        for (int i = 0; i < D; i += kV) {
+          float kv[kV];
+          mlxrt_load_x(kj + i, kv, true);
+#pragma unroll
+          for (int e = 0; e < kV; ++e) dot = fmaf(qs[i + e], kv[e], dot);
+        }
+      } else {
+        for (int i = 0; i < D; ++i) dot = fmaf(qs[i], static_cast<float>(kj[i]), dot);
+      }
       const float sj = dot * __int_as_float(ATT_SCALE_BITS);
       sc[j - k0] = sj;
       m = fmaxf(m, sj);
@@ -162,7 +178,7 @@ constexpr const char* kSource = R"(
       out[0] = m;
       out[1] = l;
     }
-    __syncwarp();  // scores[warp] is written again by this warp's next task
+    __syncwarp();  // scores[warp] and rows[warp] are written again by this warp's next task
   }
   mlxrt_grid_sync(barrier);
 
