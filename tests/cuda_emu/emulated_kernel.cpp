@@ -159,16 +159,12 @@ std::vector<mx::array> emulated_launch(const KernelSpec& spec, const std::vector
     shapes.push_back(in.shape());
   }
   mx::eval(ins);
-  for (auto& in : ins)
-    if (spec.ensure_row_contiguous && !in.flags().row_contiguous) {
-      in = mx::copy(in);  // a broadcast or strided view mx::contiguous kept
-      mx::eval(in);
-    }
+  for (const auto& in : ins)
+    if (spec.ensure_row_contiguous && !in.flags().row_contiguous)
+      throw std::logic_error("[cuda_emu] mx::contiguous left an input that is not row-contiguous");
   std::vector<mx::array> outs;
-  for (size_t i = 0; i < output_shapes.size(); ++i) {
-    outs.emplace_back(mx::zeros(output_shapes[i], output_dtypes[i]));
-    outs.back() = mx::copy(outs.back());  // a buffer of its own, not a broadcast zero
-  }
+  // Buffers of their own (MLX's zeros are a Full node's output; mx::copy would only share a buffer).
+  for (size_t i = 0; i < output_shapes.size(); ++i) outs.emplace_back(mx::zeros(output_shapes[i], output_dtypes[i]));
   mx::eval(outs);
   // Every byte 0xFF (NaN in the floating types, -1 in the integers): what the kernel leaves unwritten shows.
   for (auto& o : outs) std::memset(o.data<void>(), 0xFF, o.nbytes());

@@ -53,8 +53,9 @@ std::string label(const Case& c, int pos) {
   return text;
 }
 
+// Evaluated, with a buffer of its own (the kernel writes the caches in place): `a` is a fresh
+// node's output here (astype's, zeros'), which nothing else holds.
 mx::array owned(mx::array a) {
-  a = mx::copy(a);  // a buffer of its own (the kernel writes the caches in place)
   mx::eval(a);
   return a;
 }
