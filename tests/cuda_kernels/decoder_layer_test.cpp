@@ -115,7 +115,7 @@ void run_case(const Case& c, int seed) {
   }
   auto kc = owned(mx::astype(mx::random::normal({1, HK, S, D}, mx::float32, keys.next()), t));
   auto vc = owned(mx::astype(mx::random::normal({1, HK, S, D}, mx::float32, keys.next()), t));
-  auto bar = owned(mx::zeros({2}, mx::uint32));  // the first launch's; then each launch's next
+  auto bar = owned(mx::zeros({kDecoderLayerBarrierWords}, mx::uint32));  // the first launch's; then each launch's next
   const double u = half_ulp(t);
 
   for (const int pos : c.positions) {
@@ -131,8 +131,11 @@ void run_case(const Case& c, int seed) {
     const auto hres = host(out[7]), xn2 = host(out[8]), act = host(out[9]), y = host(out[0]);
     // The barrier: every block passed its six barriers (the count back to 0, six generations on),
     // and the next launch's state is zeros (the next step takes it).
-    EXPECT_EQ(host(bar), (std::vector<double>{0.0, 6.0}));
-    EXPECT_EQ(host(out[1]), (std::vector<double>{0.0, 0.0}));
+    const auto bar_now = host(bar), bar_next = host(out[1]);
+    EXPECT_EQ(bar_now[0], 0.0);
+    EXPECT_EQ(bar_now[kDecoderLayerGenerationWord], 6.0);
+    EXPECT_EQ(bar_next[0], 0.0);
+    EXPECT_EQ(bar_next[kDecoderLayerGenerationWord], 0.0);
     bar = out[1];
     const auto kc_now = host(kc), vc_now = host(vc), xs = host(x);
 
@@ -295,7 +298,7 @@ TEST_F(DecoderLayer, DeclinesWhatItDoesNotCompute) {
                         {ones(128), 1e-6f},
                         {m(256, 128), m(256, 128), m(128, 256)}};
   const auto x = mx::ones({1, 1, 128}, t), cache = mx::zeros({1, 1, 16, 64}, t);
-  const auto pos = mx::array(0, mx::int32), bar = mx::zeros({2}, mx::uint32);
+  const auto pos = mx::array(0, mx::int32), bar = mx::zeros({kDecoderLayerBarrierWords}, mx::uint32);
   EXPECT_TRUE(decoder_layer_launch(x, w, cache, cache, pos, bar, 4).has_value());
   EXPECT_FALSE(decoder_layer_launch(mx::ones({1, 2, 128}, t), w, cache, cache, pos, bar, 4)) << "two positions";
   EXPECT_FALSE(decoder_layer_launch(x, w, mx::zeros({1, 2, 16, 64}, t), mx::zeros({1, 2, 16, 64}, t), pos, bar, 4))

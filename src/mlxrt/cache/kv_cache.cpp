@@ -40,7 +40,8 @@ void KVCache::depend_keys_on(const mx::array& x) {
   if (keys_) keys_ = mx::depends({*keys_}, {x})[0];
 }
 
-std::optional<KVCache::InPlaceWrite> KVCache::begin_in_place_write(const mx::Shape& shape, mx::Dtype type) {
+std::optional<KVCache::InPlaceWrite> KVCache::begin_in_place_write(const mx::Shape& shape, mx::Dtype type,
+                                                                   int barrier_words) {
   if (shape.size() != 4 || shape[2] != 1) return std::nullopt;
   if (keys_ && (keys_->dtype() != type || values_->dtype() != type || keys_->shape(0) != shape[0] ||
                 keys_->shape(1) != shape[1] || keys_->shape(3) != shape[3] || values_->shape() != keys_->shape()))
@@ -73,7 +74,8 @@ std::optional<KVCache::InPlaceWrite> KVCache::begin_in_place_write(const mx::Sha
     values_ = mx::concatenate({prefix(*values_, prev), mx::zeros(tail, type)}, 2);
     exclusive_ = true;
   }
-  if (!barrier_) barrier_ = mx::zeros({2}, mx::uint32);
+  if (!barrier_ || barrier_->size() != static_cast<size_t>(barrier_words))
+    barrier_ = mx::zeros({barrier_words}, mx::uint32);
   offset_ = prev + 1;
   return InPlaceWrite{*keys_, *values_, prev, *barrier_};
 }

@@ -37,15 +37,16 @@ class KVCache final : public Cache {
   struct InPlaceWrite {
     mx::array keys, values;  // the buffers, [B, heads, capacity, head_dim]
     int position;            // where the kernel writes
-    mx::array barrier;       // the launch's barrier state (uint32 [2], zeros)
+    mx::array barrier;       // the launch's barrier state (uint32 [barrier_words], zeros at first)
   };
   /** For a kernel that writes the next position's keys and values into the buffers itself: the
    * buffers grown as update_and_fetch grows them for one position, and made this cache's alone
    * (copied where a clone, a read of the state or anything else may share them: MLX then writes
    * into the copy), the position, and the barrier state for the launch; the offset advances by one.
-   * `shape` is the new keys' [B, heads, 1, head_dim], `type` theirs. nullopt, the cache unchanged,
-   * where the buffers hold another shape or type. end_in_place_write must follow the launch. */
-  std::optional<InPlaceWrite> begin_in_place_write(const mx::Shape& shape, mx::Dtype type);
+   * `shape` is the new keys' [B, heads, 1, head_dim], `type` theirs; `barrier_words` the size of
+   * the kernel's barrier state. nullopt, the cache unchanged, where the buffers hold another shape
+   * or type. end_in_place_write must follow the launch. */
+  std::optional<InPlaceWrite> begin_in_place_write(const mx::Shape& shape, mx::Dtype type, int barrier_words);
   /** `next_barrier`: the launch's output that is the next launch's barrier state. Later readers of
    * the buffers (state(), clone(), update_and_fetch, ...) are made to wait for it: the kernel's
    * writes are not nodes of MLX's graph. */

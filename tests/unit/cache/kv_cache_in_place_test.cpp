@@ -18,6 +18,7 @@ namespace {
 namespace mx = mlx::core;
 
 constexpr int kHeads = 2, kDim = 4;
+constexpr int kBarrierWords = 64;  // the kernel's barrier state (the cache keeps whatever size it is asked for)
 
 // What the kernel does: keys and values of every head at `position` set to `value`.
 void kernel_writes(KVCache::InPlaceWrite& w, float value) {
@@ -38,14 +39,14 @@ float key_at(const KVCache& c, int position) {
   return k.data<float>()[position * kDim];
 }
 
-mx::array next_barrier() { return mx::zeros({2}, mx::uint32); }
+mx::array next_barrier() { return mx::zeros({kBarrierWords}, mx::uint32); }
 
 const mx::Shape kOne = {1, kHeads, 1, kDim};
 
 TEST(KVCacheInPlace, AnEmptyCacheGetsBuffersOfItsOwnAndPositionsInTurn) {
   KVCache c;
   for (int i = 0; i < 3; ++i) {
-    auto w = c.begin_in_place_write(kOne, mx::float32);
+    auto w = c.begin_in_place_write(kOne, mx::float32, kBarrierWords);
     ASSERT_TRUE(w.has_value());
     EXPECT_EQ(w->position, i);
     EXPECT_EQ(c.offset(), i + 1);
@@ -62,14 +63,14 @@ TEST(KVCacheInPlace, ThePositionsAfterAPrefillAndTheGrowthPastAStep) {
   KVCache c;
   auto prefill = mx::full({1, kHeads, KVCache::kStep - 1, kDim}, 1.0f);
   c.update_and_fetch(prefill, prefill);
-  auto w = c.begin_in_place_write(kOne, mx::float32);
+  auto w = c.begin_in_place_write(kOne, mx::float32, kBarrierWords);
   ASSERT_TRUE(w.has_value());
   EXPECT_EQ(w->position, KVCache::kStep - 1);
   EXPECT_EQ(w->keys.shape(2), KVCache::kStep);
   kernel_writes(*w, 7.0f);
   c.end_in_place_write(next_barrier());
   // Full: the next position grows the buffers by a step, keeping what they hold.
-  w = c.begin_in_place_write(kOne, mx::float32);
+  w = c.begin_in_place_write(kOne, mx::float32, kBarrierWords);
   ASSERT_TRUE(w.has_value());
   EXPECT_EQ(w->position, KVCache::kStep);
   EXPECT_EQ(w->keys.shape(2), 2 * KVCache::kStep);
@@ -82,12 +83,12 @@ TEST(KVCacheInPlace, ThePositionsAfterAPrefillAndTheGrowthPastAStep) {
 
 TEST(KVCacheInPlace, AClonesBuffersAreNeverWrittenThrough) {
   KVCache c;
-  auto w = c.begin_in_place_write(kOne, mx::float32);
+  auto w = c.begin_in_place_write(kOne, mx::float32, kBarrierWords);
   kernel_writes(*w, 1.0f);
   c.end_in_place_write(next_barrier());
   auto copy = c.clone();
   auto& clone = static_cast<KVCache&>(*copy);
-  w = c.begin_in_place_write(kOne, mx::float32);
+  w = c.begin_in_place_write(kOne, mx::float32, kBarrierWords);
   ASSERT_TRUE(w.has_value());
   kernel_writes(*w, 2.0f);
   c.end_in_place_write(next_barrier());
@@ -99,7 +100,7 @@ TEST(KVCacheInPlace, AClonesBuffersAreNeverWrittenThrough) {
   EXPECT_EQ(key_at(c, 0), 1.0f);
   EXPECT_EQ(key_at(c, 1), 2.0f);
   // And the clone writes into a buffer of its own too.
-  auto cw = clone.begin_in_place_write(kOne, mx::float32);
+  auto cw = clone.begin_in_place_write(kOne, mx::float32, kBarrierWords);
   ASSERT_TRUE(cw.has_value());
   EXPECT_EQ(cw->position, 1);
   kernel_writes(*cw, 3.0f);
@@ -110,13 +111,13 @@ TEST(KVCacheInPlace, AClonesBuffersAreNeverWrittenThrough) {
 
 TEST(KVCacheInPlace, StateReadOutIsNotWrittenThrough) {
   KVCache c;
-  auto w = c.begin_in_place_write(kOne, mx::float32);
+  auto w = c.begin_in_place_write(kOne, mx::float32, kBarrierWords);
   kernel_writes(*w, 1.0f);
   c.end_in_place_write(next_barrier());
   auto saved = c.state();  // e.g. a prompt cache keeps these
   mx::eval(saved);
   EXPECT_EQ(c.trim(1), 1);  // the same position again
-  w = c.begin_in_place_write(kOne, mx::float32);
+  w = c.begin_in_place_write(kOne, mx::float32, kBarrierWords);
   ASSERT_TRUE(w.has_value());
   EXPECT_EQ(w->position, 0);
   kernel_writes(*w, 5.0f);
@@ -129,15 +130,15 @@ TEST(KVCacheInPlace, AnotherShapeOrTypeLeavesTheCacheAlone) {
   KVCache c;
   auto prefill = mx::ones({1, kHeads, 2, kDim});
   c.update_and_fetch(prefill, prefill);
-  EXPECT_FALSE(c.begin_in_place_write({1, kHeads, 1, kDim}, mx::bfloat16).has_value());
-  EXPECT_FALSE(c.begin_in_place_write({1, kHeads + 1, 1, kDim}, mx::float32).has_value());
-  EXPECT_FALSE(c.begin_in_place_write({1, kHeads, 2, kDim}, mx::float32).has_value());  // two positions
+  EXPECT_FALSE(c.begin_in_place_write({1, kHeads, 1, kDim}, mx::bfloat16, kBarrierWords).has_value());
+  EXPECT_FALSE(c.begin_in_place_write({1, kHeads + 1, 1, kDim}, mx::float32, kBarrierWords).has_value());
+  EXPECT_FALSE(c.begin_in_place_write({1, kHeads, 2, kDim}, mx::float32, kBarrierWords).has_value());  // two positions
   EXPECT_EQ(c.offset(), 2);
 }
 
 TEST(KVCacheInPlace, TheUsualUpdateContinuesAfterInPlaceWrites) {
   KVCache c;
-  auto w = c.begin_in_place_write(kOne, mx::float32);
+  auto w = c.begin_in_place_write(kOne, mx::float32, kBarrierWords);
   kernel_writes(*w, 4.0f);
   c.end_in_place_write(next_barrier());
   auto more = mx::full({1, kHeads, 2, kDim}, 6.0f);

@@ -19,21 +19,23 @@ namespace mlxrt::kernels::cuda {
 
 namespace {
 
-// The grid-wide barrier: `bar` holds the arrivals and a generation. Each block's thread 0 reads
-// the generation, then arrives; the last to arrive resets the count and moves the generation on,
-// the others wait for that. Every launch leaves the count at 0 (each barrier is passed by every
-// block), so the buffer serves the next launch as it is. Needs the grid resident at once.
+// The grid-wide barrier: `bar` holds the arrivals (word 0) and a generation (word `gen_word`,
+// kDecoderLayerGenerationWord, on a line of its own: the waiting blocks poll it while the others
+// add to the count). Each block's thread 0 reads the generation, then arrives; the last to arrive
+// resets the count and moves the generation on, the others wait for that. Every launch leaves the
+// count at 0 (each barrier is passed by every block), so the buffer serves the next launch as it
+// is. Needs the grid resident at once.
 constexpr const char* kLayerDevice = R"(
-__device__ __forceinline__ void mlxrt_grid_sync(unsigned* bar) {
+__device__ __forceinline__ void mlxrt_grid_sync(unsigned* bar, int gen_word) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    volatile unsigned* generation = bar + 1;
+    volatile unsigned* generation = bar + gen_word;
     const unsigned g = *generation;
     __threadfence();
     if (atomicAdd(bar, 1u) == gridDim.x - 1) {
       atomicExch(bar, 0u);
       __threadfence();
-      atomicAdd(bar + 1, 1u);
+      atomicAdd(bar + gen_word, 1u);
     } else {
       // A grid that is not resident at once would wait here for ever: stop the kernel instead
       // (an error MLX reports) after ~2^26 pauses, seconds where a real wait is microseconds.
@@ -91,7 +93,7 @@ constexpr const char* kSource = R"(
                                      [&](size_t i, float v) { y[i] = static_cast<XT>(v); });
     }
   }
-  mlxrt_grid_sync(barrier);
+  mlxrt_grid_sync(barrier, GEN_WORD);
 
   // 2. A warp per head: q/k norms and RoPE (qk_rope's device code); keys and values into the cache.
   for (int t = gw; t < H + HK; t += G) {
@@ -109,7 +111,7 @@ constexpr const char* kSource = R"(
     }
     __syncwarp();  // rows[warp] is written again by this warp's next head
   }
-  mlxrt_grid_sync(barrier);
+  mlxrt_grid_sync(barrier, GEN_WORD);
 
   // 3. A warp per (query head, chunk of keys): each lane a key's score, then the chunk's maximum,
   // sum and weighted values (lane l holds dimensions l, l + 32, ...).
@@ -180,7 +182,7 @@ constexpr const char* kSource = R"(
     }
     __syncwarp();  // scores[warp] and rows[warp] are written again by this warp's next task
   }
-  mlxrt_grid_sync(barrier);
+  mlxrt_grid_sync(barrier, GEN_WORD);
 
   // 4. A warp per query head: the chunks combined.
   for (int h = gw; h < H; h += G) {
@@ -203,14 +205,14 @@ constexpr const char* kSource = R"(
     for (int d = 0; d < kDims; ++d)
       if (lane + 32 * d < D) attn[h * D + lane + 32 * d] = static_cast<XT>(acc[d] / total);
   }
-  mlxrt_grid_sync(barrier);
+  mlxrt_grid_sync(barrier, GEN_WORD);
 
   // 5. o_proj and the residual: h = x + round(attn @ wo.T).
   for (int t = gw; t < (K + R - 1) / R; t += G)
     mlxrt_qmv_warp<1, R, BITS, GS>(attn, true, wo, so, bo, K, COLS_O, t * R, [&](size_t i, float v) {
       hres[i] = static_cast<XT>(static_cast<float>(x[i]) + static_cast<float>(static_cast<XT>(v)));
     });
-  mlxrt_grid_sync(barrier);
+  mlxrt_grid_sync(barrier, GEN_WORD);
 
   // 6. RMSNorm(h) staged; gate and up rows, SwiGLU (rms_norm_swiglu's roundings).
   mlxrt_stage_rms_norm<1>(hres, nw2, __int_as_float(EPS2_BITS), K, xs, red);
@@ -235,7 +237,7 @@ constexpr const char* kSource = R"(
       }
     }
   }
-  mlxrt_grid_sync(barrier);
+  mlxrt_grid_sync(barrier, GEN_WORD);
 
   // 7. down and the residual: the layer's output.
   for (int t = gw; t < (K + R - 1) / R; t += G)
@@ -245,7 +247,7 @@ constexpr const char* kSource = R"(
   // The next launch's barrier: every block is past the last barrier, so the count is back to 0.
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     bar_next[0] = 0u;
-    bar_next[1] = 0u;
+    bar_next[GEN_WORD] = 0u;
   }
 )";
 
@@ -350,7 +352,8 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
   if (keys.ndim() != 4 || keys.shape(0) != 1 || keys.shape(1) != HK || keys.shape(3) != D || keys.dtype() != t)
     return std::nullopt;
   if (values.shape() != keys.shape() || values.dtype() != t || keys.shape(2) < 1) return std::nullopt;
-  if (offset.dtype() != mx::int32 || offset.size() != 1 || bar.dtype() != mx::uint32 || bar.size() != 2)
+  if (offset.dtype() != mx::int32 || offset.size() != 1 || bar.dtype() != mx::uint32 ||
+      bar.size() != kDecoderLayerBarrierWords)
     return std::nullopt;
   const int S = keys.shape(2);
   const auto tiling = choose_tiling(K, {}, a.q.is_dense(), K);
@@ -367,7 +370,7 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
        a.v.biases, qnw, knw, keys, values, offset, freqs, a.o.w, a.o.scales, a.o.biases, w.mlp_norm.weight,
        m.gate.w, m.gate.scales, m.gate.biases, m.up.w, m.up.scales, m.up.biases, m.down.w, m.down.scales,
        m.down.biases, bar},
-      {x.shape(), {2}, {K}, {H * D + 2 * HK * D}, {H * D}, {H * chunks * (D + 2)}, {H * D}, {K}, {K}, {I}},
+      {x.shape(), {kDecoderLayerBarrierWords}, {K}, {H * D + 2 * HK * D}, {H * D}, {H * chunks * (D + 2)}, {H * D}, {K}, {K}, {I}},
       {t, mx::uint32, t, t, t, mx::float32, t, t, t, t},
       {blocks * threads, 1, 1},
       {threads, 1, 1},
@@ -376,6 +379,7 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
        {"COLS_O", cols_of(a.o, H * D)}, {"I", I}, {"COLS_I", cols_of(m.down, I)}, {"H", H}, {"HK", HK}, {"D", D},
        {"ROT", a.rope.dims}, {"TRAD", a.rope.traditional}, {"FREQS", a.rope.freqs.has_value()},
        {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"CHUNK", kDecoderLayerChunk},
+       {"GEN_WORD", kDecoderLayerGenerationWord},
        {"EPS1_BITS", std::bit_cast<int>(w.attn_norm.eps)}, {"EPS2_BITS", std::bit_cast<int>(w.mlp_norm.eps)},
        {"EPS_Q_BITS", a.q_norm ? std::bit_cast<int>(a.q_norm->eps) : 0},
        {"EPS_K_BITS", a.k_norm ? std::bit_cast<int>(a.k_norm->eps) : 0},

@@ -10,7 +10,7 @@
  *
  * What the kernel does, in phases separated by a grid-wide barrier (its blocks are resident
  * together: the grid is at most the GPU's multiprocessors, and a barrier of atomics in `bar`, a
- * two-word buffer that persists between launches, lets them wait on each other):
+ * small buffer that persists between launches, lets them wait on each other):
  *  1. every block stages RMSNorm(x) in shared memory; the warps of the grid share the rows of q, k
  *     and v (affine 4/8-bit or dense, as fused_qmv's products);
  *  2. a warp per head: the per-head q/k RMSNorm (Qwen3's) and RoPE, as qk_rope; the new key and
@@ -87,10 +87,19 @@ bool decoder_layer_fits(const mx::array& x, const DecoderLayerWeights& w);
 /** Keys per attention task (phase 3). */
 constexpr int kDecoderLayerChunk = 128;
 
+/** The barrier's state: uint32 words, zeros, the arrivals in word 0 and the generation in word
+ * kDecoderLayerGenerationWord (128 bytes on). Why 64 words and not the two it uses: MLX's CUDA
+ * allocator puts buffers of up to 8 bytes in a pool of managed memory shared with the scalars the
+ * host writes (each step's positions, the sampled tokens read back), and a page the host touches
+ * while 132 blocks poll it migrates back and forth: with a two-word state a Qwen3-0.6B step took
+ * 242 ms on the H200 (bench/RESULTS.md). A larger buffer is device memory. */
+constexpr int kDecoderLayerBarrierWords = 64;
+constexpr int kDecoderLayerGenerationWord = 32;
+
 /** The launch for x [1, 1, hidden] at position `offset` (int32 scalar) with the cache buffers
  * `keys` and `values` [1, n_kv_heads, capacity, head_dim] of x's type (capacity > offset), the
- * barrier's state `bar` (uint32 [2], zeros) and `blocks` resident blocks of `warps` warps. Output 0
- * is the layer's output [1, 1, hidden]; output 1 the next launch's barrier state (zeros, written
+ * barrier's state `bar` (uint32 [kDecoderLayerBarrierWords], zeros) and `blocks` resident blocks
+ * of `warps` warps. Output 0 is the layer's output [1, 1, hidden]; output 1 the next launch's barrier state (zeros, written
  * once every block has passed the last barrier: the next launch on this cache takes it, which
  * orders the two); the others are each phase's results, for the tests: the staged RMSNorm(x)
  * [hidden], the q, k and v projections [(H + 2 HK) D], the rotated queries [H D], the attention's

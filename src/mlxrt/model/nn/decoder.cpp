@@ -438,7 +438,8 @@ std::optional<mx::array> Block::cuda_l3_layer(const mx::array& x, const Attentio
   const int blocks = kernels::cuda::decoder_layer_blocks();
   if (blocks <= 0 || !kernels::cuda::decoder_layer_fits(x, w)) return std::nullopt;
   const int head_dim = w.attn.q.w.shape(0) / w.attn.n_heads;
-  auto slot = kv->begin_in_place_write({1, w.attn.n_kv_heads, 1, head_dim}, x.dtype());
+  auto slot = kv->begin_in_place_write({1, w.attn.n_kv_heads, 1, head_dim}, x.dtype(),
+                                       kernels::cuda::kDecoderLayerBarrierWords);
   if (!slot) return std::nullopt;
   const auto launch = kernels::cuda::decoder_layer_launch(x, w, slot->keys, slot->values,
                                                           mx::array(slot->position, mx::int32), slot->barrier, blocks);
