@@ -44,6 +44,8 @@ SETTINGS = {
     # Not MLX's: a decoding step's llama-style layers as one kernel each at l3
     # (kernels/cuda/decoder_layer.h; l1 is unchanged).
     "layer": {"MLXRT_CUDA_L3_LAYER": "1"},
+    # The same with two blocks a multiprocessor (more of the products' loads in flight).
+    "layer-2": {"MLXRT_CUDA_L3_LAYER": "1", "MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM": "2"},
 }
 
 AVERAGES = re.compile(r"Averages: prompt_tps=([\d.]+), generation_tps=([\d.]+)")

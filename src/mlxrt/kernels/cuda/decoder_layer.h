@@ -76,8 +76,9 @@ struct DecoderLayerWeights {
 bool decoder_layer_opted_in();
 
 /** The blocks the kernel's launches use on this process's GPU: one per multiprocessor (the
- * driver's count; each block's registers and shared memory fit one), 0 where the CUDA driver
- * cannot say. */
+ * driver's count; each block's registers and shared memory fit one), or two with
+ * MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM=2 (a block's registers and shared memory fit two: more loads in
+ * flight for the products, a barrier of twice the blocks); 0 where the CUDA driver cannot say. */
 int decoder_layer_blocks();
 
 /** Whether the kernel takes x [1, 1, hidden] with `w` (shapes, types, kinds of weights), for a
