@@ -309,7 +309,8 @@ bool decoder_layer_opted_in() {
 int decoder_layer_blocks() {
   static const int blocks = [] {
     const char* v = std::getenv("MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM");
-    const int per_sm = v && std::string(v) == "2" ? 2 : 1;
+    const std::string s = v ? v : "";
+    const int per_sm = s == "2" ? 2 : s == "3" ? 3 : 1;
     return per_sm * cuda_multiprocessor_count();
   }();
   return blocks;

@@ -1,6 +1,6 @@
 #pragma once
-/** A llama-style decoder layer's decoding step for one token as ONE CUDA kernel (L3; not yet used by
- * the model: it waits for its first GPU run, see below).
+/** A llama-style decoder layer's decoding step for one token as ONE CUDA kernel (L3; opt-in: on the
+ * H200 it is faster than the per-node path on Qwen3-0.6B and slower on 8B, see below).
  *
  * Why: a decoding step on a GPU is bound by the host. MLX encodes every node of the step's graph
  * at 2-6 µs each (bench/RESULTS.md, eleventh session), and at L3 a Qwen3 layer is still about eight
@@ -31,8 +31,12 @@
  *
  * Tested on the CPU's SIMT runtime against float64, phase by phase
  * (tests/cuda_kernels/decoder_layer_test.cpp, which also runs on a GPU), and compiled by NVRTC for
- * sm_90a in every combination the model launches (tools/cuda/nvrtc_check.py). Not yet run on a GPU,
- * so the model takes it only with MLXRT_CUDA_L3_LAYER=1 (decoder_layer_opted_in). */
+ * sm_90a in every combination the model launches (tools/cuda/nvrtc_check.py). On the H200
+ * (bench/RESULTS.md, fifteenth session) its tests pass, and Qwen3's decoding step went from 8 nodes
+ * a layer to one: 0.6B 4-bit 463 -> 502 tok/s, host time 2.2 -> 1.3 ms a step. But the kernel
+ * reads at 0.6-0.8 TB/s (an 8B layer 135-179 µs for 109 MB), so 8B 4-bit is slower (206 -> 135-170
+ * tok/s). Hence opt-in (MLXRT_CUDA_L3_LAYER=1, decoder_layer_opted_in) until its products read
+ * near the bandwidth. */
 #include <optional>
 
 #include <mlx/array.h>
@@ -76,9 +80,10 @@ struct DecoderLayerWeights {
 bool decoder_layer_opted_in();
 
 /** The blocks the kernel's launches use on this process's GPU: one per multiprocessor (the
- * driver's count; each block's registers and shared memory fit one), or two with
- * MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM=2 (a block's registers and shared memory fit two: more loads in
- * flight for the products, a barrier of twice the blocks); 0 where the CUDA driver cannot say. */
+ * driver's count; each block's registers and shared memory fit one), or two or three with
+ * MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM=2 or 3 (up to 80 registers a thread, three blocks fit: more
+ * loads in flight for the products, a barrier of more blocks; on the H200's 8B layer 179 µs at
+ * one, 139 at two, 135 at three); 0 where the CUDA driver cannot say. */
 int decoder_layer_blocks();
 
 /** Whether the kernel takes x [1, 1, hidden] with `w` (shapes, types, kinds of weights), for a
