@@ -236,7 +236,11 @@ def rank_pid(launcher_pid, rank):
 
 def test_a_rank_that_dies_ends_the_server_with_an_error(models, tmp_path):
     """mlx.launch leaves rank 0 running when rank 1 dies: rank 0 itself notices, at the next
-    collective (it polls its queue every tenth of a second), and exits naming the cause."""
+    collective (it polls its queue every tenth of a second), and exits naming the cause. Which of
+    its two ends names it is a matter of timing: the collective fails and the server stops with
+    its rank, or the collective queued behind the failed one waits on the lost peer and the peer
+    watch (dist/peer_watch.h) ends the rank with its own message."""
+    endings = ("rank 0 of 2 stopped serving", "the connection to a peer of this distributed run was lost")
     port = free_port()
     cmd = [MLX_LAUNCH, "--backend", "ring", "-n", 2, "-p", free_port_pair(), "--", BIN, "server", "--model",
            models["tensor"], "--host", "127.0.0.1", "--port", port]
@@ -246,10 +250,10 @@ def test_a_rank_that_dies_ends_the_server_with_an_error(models, tmp_path):
         assert follower, served.log()
         os.kill(follower, signal.SIGKILL)
         deadline = time.time() + 30
-        while time.time() < deadline and "stopped serving" not in served.log():
+        while time.time() < deadline and not any(e in served.log() for e in endings):
             time.sleep(0.2)
-        assert "rank 0 of 2 stopped serving" in served.log(), served.log()[-3000:]
-        served.proc.wait(timeout=30)
+        assert any(e in served.log() for e in endings), served.log()[-3000:]
+        served.proc.wait(timeout=30)  # (mlx.launch's own status does not carry its ranks')
     finally:
         stop(served)
 
