@@ -302,8 +302,12 @@ const KernelSpec& decoder_layer_spec() {
 }
 
 bool decoder_layer_opted_in() {
-  const char* v = std::getenv("MLXRT_CUDA_L3_LAYER");
-  return v && std::string(v) == "1";
+  // Read once: every layer of every forward asks, on every platform.
+  static const bool opted_in = [] {
+    const char* v = std::getenv("MLXRT_CUDA_L3_LAYER");
+    return v && std::string(v) == "1";
+  }();
+  return opted_in;
 }
 
 int decoder_layer_blocks() {

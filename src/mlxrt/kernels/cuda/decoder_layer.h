@@ -76,7 +76,7 @@ struct DecoderLayerWeights {
 };
 
 /** MLXRT_CUDA_L3_LAYER=1: the model runs a decoding step's llama-style layers as this kernel at
- * --fidelity l3 on a CUDA GPU (opt-in until a GPU run has checked and timed it). */
+ * --fidelity l3 on a CUDA GPU (opt-in: see above). Read once a process. */
 bool decoder_layer_opted_in();
 
 /** The blocks the kernel's launches use on this process's GPU: one per multiprocessor (the
