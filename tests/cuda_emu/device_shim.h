@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -59,6 +60,13 @@ inline float atomicAdd(float* p, float v) {
   return old;
 }
 template <typename T>
+inline T atomicMax(T* p, T v) {
+  T old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+  while (old < v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+  }
+  return old;
+}
+template <typename T>
 inline T atomicExch(T* p, T v) {
   return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
 }
@@ -66,6 +74,12 @@ template <typename T>
 inline T atomicCAS(T* p, T expected, T desired) {
   __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   return expected;
+}
+// %globaltimer: the host's monotonic nanoseconds (kernels read it for their own timings).
+inline unsigned long long mlxrt_globaltimer() {
+  return static_cast<unsigned long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             std::chrono::steady_clock::now().time_since_epoch())
+                                             .count());
 }
 inline void __syncwarp(unsigned mask = 0xFFFFFFFFu) { mlxrt_emu->sync_warp(mask); }
 

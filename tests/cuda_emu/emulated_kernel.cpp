@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -105,6 +106,50 @@ fs::path library_for(const std::string& text) {
   return library;
 }
 
+// The copies of a launch's buffers at a GPU's alignment (emulated_launch), by the MLX data they
+// stand for.
+class Staging {
+ public:
+  // Copies of the buffers of `arrays` (inputs, then outputs); pointer(i) is array i's.
+  explicit Staging(const std::vector<mx::array>& arrays) {
+    for (const auto& a : arrays) {
+      auto* data = static_cast<char*>(const_cast<void*>(a.data<void>()));
+      const size_t bytes = std::max<size_t>(a.data_size() * a.itemsize(), 1);
+      auto it = std::find_if(copies_.begin(), copies_.end(), [&](const Copy& c) { return c.data == data; });
+      if (it == copies_.end()) {
+        auto& c = copies_.emplace_back();
+        c.data = data;
+        c.lead = static_cast<size_t>(a.offset()) % kAlign;
+        it = copies_.end() - 1;
+      }
+      it->bytes = std::max(it->bytes, bytes);
+      index_.push_back(static_cast<size_t>(it - copies_.begin()));
+    }
+    for (auto& c : copies_) {
+      c.memory.reset(static_cast<char*>(std::aligned_alloc(kAlign, (c.lead + c.bytes + kAlign - 1) / kAlign * kAlign)));
+      if (!c.memory) throw std::bad_alloc();
+      std::memcpy(c.memory.get() + c.lead, c.data, c.bytes);
+    }
+  }
+  void* pointer(size_t i) const {
+    const auto& c = copies_[index_[i]];
+    return c.memory.get() + c.lead;
+  }
+  void write_back() const {
+    for (const auto& c : copies_) std::memcpy(c.data, c.memory.get() + c.lead, c.bytes);
+  }
+
+ private:
+  static constexpr size_t kAlign = 256;
+  struct Copy {
+    std::unique_ptr<char, decltype(&std::free)> memory{nullptr, &std::free};
+    char* data = nullptr;
+    size_t lead = 0, bytes = 0;
+  };
+  std::vector<Copy> copies_;
+  std::vector<size_t> index_;
+};
+
 // Loaded programs by text, for this process.
 Program& program_for(const std::string& text) {
   static std::mutex mutex;
@@ -169,6 +214,16 @@ std::vector<mx::array> emulated_launch(const KernelSpec& spec, const std::vector
   // Every byte 0xFF (NaN in the floating types, -1 in the integers): what the kernel leaves unwritten shows.
   for (auto& o : outs) std::memset(o.data<void>(), 0xFF, o.nbytes());
 
+  // The kernel sees each buffer where a GPU would put it: cudaMalloc's bases are 256-byte aligned,
+  // MLX's CPU buffers only 8-byte, and the kernels take their 16-byte loads only where a pointer is
+  // aligned, so without this the emulator would test only their element-wise fallbacks. A view
+  // keeps its offset's alignment; inputs sharing a buffer share its copy (a kernel that writes an
+  // input in place, as the decoder layer writes its cache, writes what the others read), and every
+  // copy is written back after the run.
+  std::vector<mx::array> buffers = ins;
+  buffers.insert(buffers.end(), outs.begin(), outs.end());
+  const Staging staging(buffers);
+
   const auto text = emulated_program_text(spec, types, shapes, output_dtypes, template_args);
   const auto params = kernels::cuda::kernel_parameters(spec, types, shapes, output_dtypes);
   // Storage for each parameter's value; params[i] points at slot i.
@@ -184,11 +239,12 @@ std::vector<mx::array> emulated_launch(const KernelSpec& spec, const std::vector
       for (size_t d = 0; d < s.size(); ++d) shape_values[i][d] = s[d];
       args[i] = shape_values[i].data();
     } else {
-      pointers[i] = in < ins.size() ? ins[in++].data<void>() : outs[out++].data<void>();
+      pointers[i] = in < ins.size() ? staging.pointer(in++) : staging.pointer(ins.size() + out++);
       args[i] = &pointers[i];
     }
   }
   program_for(text).run(blocks, block, args.data(), resident);
+  staging.write_back();
   return outs;
 }
 

@@ -127,8 +127,8 @@ void run_case(const Case& c, int seed) {
     ASSERT_TRUE(launch.has_value()) << what << ": declined";
     const auto out = run(*launch);
     ASSERT_EQ(out[0].shape(), x.shape());
-    const auto xn1 = host(out[2]), qkv = host(out[3]), qr = host(out[4]), attn = host(out[6]);
-    const auto hres = host(out[7]), xn2 = host(out[8]), act = host(out[9]), y = host(out[0]);
+    const auto xn1 = host(out[3]), qkv = host(out[4]), qr = host(out[5]), attn = host(out[7]);
+    const auto hres = host(out[8]), xn2 = host(out[9]), act = host(out[10]), y = host(out[0]);
     // The barrier: every block passed its six barriers (the count back to 0, six generations on),
     // and the next launch's state is zeros (the next step takes it).
     const auto bar_now = host(bar), bar_next = host(out[1]);
@@ -137,6 +137,13 @@ void run_case(const Case& c, int seed) {
     EXPECT_EQ(bar_next[0], 0.0);
     EXPECT_EQ(bar_next[kDecoderLayerGenerationWord], 0.0);
     bar = out[1];
+    // The phases' stamps: the start, past each barrier, the end, in order.
+    auto stamps = mx::astype(out[2], mx::uint64);
+    mx::eval(stamps);
+    ASSERT_EQ(stamps.size(), static_cast<size_t>(kDecoderLayerStamps));
+    const uint64_t* stamp = stamps.data<uint64_t>();
+    EXPECT_GT(stamp[0], 0u);
+    for (int i = 1; i < 8; ++i) EXPECT_LE(stamp[i - 1], stamp[i]) << "stamp " << i;
     const auto kc_now = host(kc), vc_now = host(vc), xs = host(x);
 
     // RMSNorm(x): MLX's bytes.
@@ -239,7 +246,7 @@ void run_case(const Case& c, int seed) {
                  [&](size_t j) { return u * std::abs(po.ref[j]) + po.bound[j] + u * (std::abs(xs[j] + po.ref[j]) + po.bound[j]); });
 
     // RMSNorm(h): within two roundings of MLX's.
-    const auto xn2_ref = host(mx::fast::rms_norm(out[7], w.mlp_norm.weight, w.mlp_norm.eps));
+    const auto xn2_ref = host(mx::fast::rms_norm(out[8], w.mlp_norm.weight, w.mlp_norm.eps));
     for (int i = 0; i < K; ++i)
       ASSERT_LE(std::abs(xn2[i] - xn2_ref[i]), 2 * ulp(t) * std::abs(xn2_ref[i]) + 1e-30) << what << " RMSNorm(h) at " << i;
 

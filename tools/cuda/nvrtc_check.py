@@ -38,7 +38,7 @@ ARCH = "sm_90a"  # the H200's: MLX compiles straight to sm_90a where the driver 
 MAX_STAGED_BYTES = 40 * 1024  # fused_qmv.cpp's kMaxStagedBytes: the fused kernels stage M*K values of x
 MAX_QMV_ROWS, MAX_FUSED_ROWS = 8, 4  # affine_qmv.h's kQmvMaxRows, fused_qmv.h's kFusedMaxRows
 
-CUDA_TYPE = {"bf16": "__nv_bfloat16", "f16": "__half", "f32": "float", "u32": "uint32_t", "i32": "int32_t"}
+CUDA_TYPE = {"bf16": "__nv_bfloat16", "f16": "__half", "f32": "float", "u32": "uint32_t", "u64": "uint64_t", "i32": "int32_t"}
 FLOATS = ("bf16", "f16", "f32")
 SIZE = {"bf16": 2, "f16": 2, "f32": 4}
 
@@ -171,7 +171,7 @@ def layer_combos(full):
         r = (4 if k >= 8192 else 1) if not bits else (4 if k >= 8192 else 2 if k >= 4096 else 1)
         out.append({"XT": xt, "WT": "u32" if bits else xt, "ST": st if bits else xt, "R": r, "BITS": bits, "GS": gs,
                     "K": k, "COLS": cols(k), "COLS_O": cols(h * d), "I": inter, "COLS_I": cols(inter), "H": h,
-                    "HK": hk, "D": d, "ROT": d, "TRAD": trad, "FREQS": freqs, "NORM": norm, "NW": 8, "CHUNK": 128,
+                    "HK": hk, "D": d, "ROT": d, "TRAD": trad, "FREQS": freqs, "NORM": norm, "NW": 8, "CHUNK": 128, "GEN_WORD": 32,
                     "EPS1_BITS": eps_bits(1e-6), "EPS2_BITS": eps_bits(1e-6),
                     "EPS_Q_BITS": eps_bits(1e-6) if norm else 0, "EPS_K_BITS": eps_bits(1e-6) if norm else 0,
                     "LOG2_BASE_BITS": 0 if freqs else eps_bits(19.931568569324174), "SCALE_BITS": eps_bits(1.0),
@@ -251,7 +251,7 @@ KERNELS = [
         "header_def": "return std::string(detail::kQmvDevice) + detail::kStageRmsNormDevice + detail::kNormRopeDevice "
                       "+ kLayerDevice;",
         "inputs": layer_inputs,
-        "outputs": lambda c: [("y", c["XT"]), ("bar_next", "u32")]
+        "outputs": lambda c: [("y", c["XT"]), ("bar_next", "u32"), ("stamps", "u64")]
         + [(n, "f32" if n == "part" else c["XT"]) for n in ("xn1", "qkv", "qr", "part", "attn", "hres", "xn2", "act")],
         "combos": layer_combos,
     },

@@ -26,6 +26,14 @@ namespace {
 // count at 0 (each barrier is passed by every block), so the buffer serves the next launch as it
 // is. Needs the grid resident at once.
 constexpr const char* kLayerDevice = R"(
+#ifdef __CUDA_ARCH__
+// The GPU's nanosecond clock, common to its multiprocessors (the phases' stamps).
+__device__ __forceinline__ unsigned long long mlxrt_globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#endif
 __device__ __forceinline__ void mlxrt_grid_sync(unsigned* bar, int gen_word) {
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -63,14 +71,24 @@ constexpr const char* kSource = R"(
   XT* kcache = const_cast<XT*>(kc);
   XT* vcache = const_cast<XT*>(vc);
   const int S = kc_shape[2];
-  const int ch_max = (S + CHUNK - 1) / CHUNK;  // part's chunks per head
   const int pos = off[0];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int gw = blockIdx.x * NW + warp, G = gridDim.x * NW;
+  // part's chunks per head: CHUNK keys each, or shorter ones where a head has at most G / H of them
+  // (phase 3; decoder_layer_part_chunks).
+  const int ch_max = max((S + CHUNK - 1) / CHUNK, G / H);
   constexpr int NQ = H * D, NK = HK * D;
   XT* yq = qkv;
   XT* yk = qkv + NQ;
   XT* yv = qkv + NQ + NK;
+  // The phases' stamps (decoder_layer.h): block 0's thread 0 at the start and past each barrier;
+  // the last block's end by an atomic maximum on a slot block 0 clears before the first barrier.
+  unsigned long long* stamp_at = reinterpret_cast<unsigned long long*>(stamps);
+  auto stamp = [&](int i) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) stamp_at[i] = mlxrt_globaltimer();
+  };
+  stamp(0);
+  if (blockIdx.x == 0 && threadIdx.x == 0) stamp_at[7] = 0ull;
 
   // 1. RMSNorm(x) staged; the rows of q, k and v.
   mlxrt_stage_rms_norm<1>(x, nw1, __int_as_float(EPS1_BITS), K, xs, red);
@@ -94,6 +112,7 @@ constexpr const char* kSource = R"(
     }
   }
   mlxrt_grid_sync(barrier, GEN_WORD);
+  stamp(1);
 
   // 2. A warp per head: q/k norms and RoPE (qk_rope's device code); keys and values into the cache.
   for (int t = gw; t < H + HK; t += G) {
@@ -112,26 +131,36 @@ constexpr const char* kSource = R"(
     __syncwarp();  // rows[warp] is written again by this warp's next head
   }
   mlxrt_grid_sync(barrier, GEN_WORD);
+  stamp(2);
 
   // 3. A warp per (query head, chunk of keys): each lane a key's score, then the chunk's maximum,
-  // sum and weighted values (lane l holds dimensions l, l + 32, ...).
+  // sum and weighted values. The chunk is CHUNK keys, halved (down to 32) while the halves still
+  // give every task a warp of the grid: a short context's few chunks would leave most warps idle
+  // and each busy one reading its keys and values alone (ch_max holds the most chunks a head gets).
   const int n_keys = pos + 1;
-  const int chunks = (n_keys + CHUNK - 1) / CHUNK;
+  int clen = CHUNK;
+  while (clen > 32 && H * ((n_keys + clen / 2 - 1) / (clen / 2)) <= G) clen /= 2;
+  const int chunks = (n_keys + clen - 1) / clen;
   constexpr int kDims = (D + 31) / 32;
+  // The weighted values by key groups where a row's values are whole 16-byte loads for a power of
+  // two of lanes (kL): lanes l and l + kL take keys j and j + 32 / kL, each lane kV dimensions, so a
+  // warp has several rows' loads in flight; else lane l holds dimensions l, l + 32, ... of every key.
+  constexpr int kV = 16 / static_cast<int>(sizeof(XT));
+  constexpr int kL = D / kV;
+  constexpr bool kGrouped = D % kV == 0 && kL <= 32 && (32 % kL) == 0;
   for (int t = gw; t < H * chunks; t += G) {
     const int h = t / chunks, c = t - h * chunks;
     const int hk = h / (H / HK);
     const XT* q = qr + h * D;
     const XT* kh = kcache + static_cast<size_t>(hk) * S * D;
     const XT* vh = vcache + static_cast<size_t>(hk) * S * D;
-    const int k0 = c * CHUNK, k1 = min(k0 + CHUNK, n_keys);
+    const int k0 = c * clen, k1 = min(k0 + clen, n_keys);
     float* sc = scores[warp];
     // The query in shared memory (every lane reads all of it); a lane's key in 16-byte loads where
     // its rows allow.
     float* qs = rows[warp];
     for (int i = lane; i < D; i += 32) qs[i] = static_cast<float>(q[i]);
     __syncwarp();
-    constexpr int kV = 16 / static_cast<int>(sizeof(XT));
     const bool kvec = D % kV == 0 && (reinterpret_cast<unsigned long long>(kh) & 15) == 0;
     float m = __int_as_float(0xff800000);
     for (int j = k0 + lane; j < k1; j += 32) {
@@ -162,20 +191,43 @@ constexpr const char* kSource = R"(
     }
     l = mlxrt_warp_sum(l);
     __syncwarp();
-    float acc[kDims];
+    float* out = part + (static_cast<size_t>(h) * ch_max + c) * (D + 2);
+    if (kGrouped && (reinterpret_cast<unsigned long long>(vh) & 15) == 0) {
+      constexpr int kG = kGrouped ? kL : 32;  // (a valid shift where the branch is not taken)
+      const int slot = lane / kG, d0 = (lane % kG) * kV;
+      float acc[kV];
 #pragma unroll
-    for (int d = 0; d < kDims; ++d) acc[d] = 0.0f;
-    for (int j = k0; j < k1; ++j) {
-      const float p = sc[j - k0];
-      const XT* vj = vh + static_cast<size_t>(j) * D;
+      for (int e = 0; e < kV; ++e) acc[e] = 0.0f;
+#pragma unroll 4
+      for (int j = k0 + slot; j < k1; j += 32 / kG) {
+        const float p = sc[j - k0];
+        float vv[kV];
+        mlxrt_load_x(vh + static_cast<size_t>(j) * D + d0, vv, true);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) acc[e] = fmaf(p, vv[e], acc[e]);
+      }
+#pragma unroll
+      for (int o = kG; o < 32; o <<= 1)
+#pragma unroll
+        for (int e = 0; e < kV; ++e) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], o);
+      if (slot == 0)
+#pragma unroll
+        for (int e = 0; e < kV; ++e) out[2 + d0 + e] = acc[e];
+    } else {
+      float acc[kDims];
+#pragma unroll
+      for (int d = 0; d < kDims; ++d) acc[d] = 0.0f;
+      for (int j = k0; j < k1; ++j) {
+        const float p = sc[j - k0];
+        const XT* vj = vh + static_cast<size_t>(j) * D;
+#pragma unroll
+        for (int d = 0; d < kDims; ++d)
+          if (lane + 32 * d < D) acc[d] = fmaf(p, static_cast<float>(vj[lane + 32 * d]), acc[d]);
+      }
 #pragma unroll
       for (int d = 0; d < kDims; ++d)
-        if (lane + 32 * d < D) acc[d] = fmaf(p, static_cast<float>(vj[lane + 32 * d]), acc[d]);
+        if (lane + 32 * d < D) out[2 + lane + 32 * d] = acc[d];
     }
-    float* out = part + (static_cast<size_t>(h) * ch_max + c) * (D + 2);
-#pragma unroll
-    for (int d = 0; d < kDims; ++d)
-      if (lane + 32 * d < D) out[2 + lane + 32 * d] = acc[d];
     if (lane == 0) {
       out[0] = m;
       out[1] = l;
@@ -183,6 +235,7 @@ constexpr const char* kSource = R"(
     __syncwarp();  // scores[warp] and rows[warp] are written again by this warp's next task
   }
   mlxrt_grid_sync(barrier, GEN_WORD);
+  stamp(3);
 
   // 4. A warp per query head: the chunks combined.
   for (int h = gw; h < H; h += G) {
@@ -206,6 +259,7 @@ constexpr const char* kSource = R"(
       if (lane + 32 * d < D) attn[h * D + lane + 32 * d] = static_cast<XT>(acc[d] / total);
   }
   mlxrt_grid_sync(barrier, GEN_WORD);
+  stamp(4);
 
   // 5. o_proj and the residual: h = x + round(attn @ wo.T).
   for (int t = gw; t < (K + R - 1) / R; t += G)
@@ -213,6 +267,7 @@ constexpr const char* kSource = R"(
       hres[i] = static_cast<XT>(static_cast<float>(x[i]) + static_cast<float>(static_cast<XT>(v)));
     });
   mlxrt_grid_sync(barrier, GEN_WORD);
+  stamp(5);
 
   // 6. RMSNorm(h) staged; gate and up rows, SwiGLU (rms_norm_swiglu's roundings).
   mlxrt_stage_rms_norm<1>(hres, nw2, __int_as_float(EPS2_BITS), K, xs, red);
@@ -238,6 +293,7 @@ constexpr const char* kSource = R"(
     }
   }
   mlxrt_grid_sync(barrier, GEN_WORD);
+  stamp(6);
 
   // 7. down and the residual: the layer's output.
   for (int t = gw; t < (K + R - 1) / R; t += G)
@@ -249,6 +305,8 @@ constexpr const char* kSource = R"(
     bar_next[0] = 0u;
     bar_next[GEN_WORD] = 0u;
   }
+  __syncthreads();
+  if (threadIdx.x == 0) atomicMax(stamp_at + 7, mlxrt_globaltimer());
 )";
 
 std::string header() {
@@ -291,7 +349,7 @@ const KernelSpec& decoder_layer_spec() {
       "mlxrt_decoder_layer",
       {"x", "nw1", "wq", "sq", "bq", "wk", "sk", "bk", "wv", "sv", "bv", "qnw", "knw", "kc", "vc", "off", "freqs",
        "wo", "so", "bo", "nw2", "wg", "sg", "bg", "wu", "su", "bu", "wd", "sd", "bd", "bar"},
-      {"y", "bar_next", "xn1", "qkv", "qr", "part", "attn", "hres", "xn2", "act"},
+      {"y", "bar_next", "stamps", "xn1", "qkv", "qr", "part", "attn", "hres", "xn2", "act"},
       kSource,
       header(),
       true,
@@ -366,7 +424,7 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
     return std::nullopt;
   const int S = keys.shape(2);
   const auto tiling = choose_tiling(K, {}, a.q.is_dense(), K);
-  const int chunks = (S + kDecoderLayerChunk - 1) / kDecoderLayerChunk;
+  const int chunks = std::max((S + kDecoderLayerChunk - 1) / kDecoderLayerChunk, blocks * warps / H);
   const auto& qnw = a.q_norm ? a.q_norm->weight : x;
   const auto& knw = a.k_norm ? a.k_norm->weight : x;
   const auto& freqs = a.rope.freqs ? *a.rope.freqs : offset;
@@ -379,8 +437,8 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
        a.v.biases, qnw, knw, keys, values, offset, freqs, a.o.w, a.o.scales, a.o.biases, w.mlp_norm.weight,
        m.gate.w, m.gate.scales, m.gate.biases, m.up.w, m.up.scales, m.up.biases, m.down.w, m.down.scales,
        m.down.biases, bar},
-      {x.shape(), {kDecoderLayerBarrierWords}, {K}, {H * D + 2 * HK * D}, {H * D}, {H * chunks * (D + 2)}, {H * D}, {K}, {K}, {I}},
-      {t, mx::uint32, t, t, t, mx::float32, t, t, t, t},
+      {x.shape(), {kDecoderLayerBarrierWords}, {kDecoderLayerStamps}, {K}, {H * D + 2 * HK * D}, {H * D}, {H * chunks * (D + 2)}, {H * D}, {K}, {K}, {I}},
+      {t, mx::uint32, mx::uint64, t, t, t, mx::float32, t, t, t, t},
       {blocks * threads, 1, 1},
       {threads, 1, 1},
       {{"XT", t}, {"WT", a.q.w.dtype()}, {"ST", a.q.scales.dtype()}, {"R", tiling.rows_per_warp},

@@ -15,8 +15,9 @@
  *     and v (affine 4/8-bit or dense, as fused_qmv's products);
  *  2. a warp per head: the per-head q/k RMSNorm (Qwen3's) and RoPE, as qk_rope; the new key and
  *     value written into the cache buffers at `offset`, in place (no slice update node);
- *  3. a warp per (query head, chunk of CHUNK keys): scores, their maximum and sum, and the
- *     weighted values of the chunk (grouped-query heads share their key head);
+ *  3. a warp per (query head, chunk of up to CHUNK keys, fewer while the grid has warps to spare):
+ *     scores, their maximum and sum, and the weighted values of the chunk, several keys' rows in
+ *     flight at once (grouped-query heads share their key head);
  *  4. a warp per query head: the chunks combined, the attention output;
  *  5. o_proj and the residual add;
  *  6. every block stages RMSNorm(h); gate and up rows, SwiGLU;
@@ -90,8 +91,15 @@ int decoder_layer_blocks();
  * cache of `x`'s type and w's key heads and head size. */
 bool decoder_layer_fits(const mx::array& x, const DecoderLayerWeights& w);
 
-/** Keys per attention task (phase 3). */
+/** Keys per attention task (phase 3) at most: a short context's chunks are halved, down to 32
+ * keys, while the grid's warps outnumber the tasks. */
 constexpr int kDecoderLayerChunk = 128;
+
+/** The phases' stamps (output 2, uint64 nanoseconds of the GPU's global timer): 0 the start,
+ * 1-6 past each of the six barriers (block 0's view: every block has then finished the phase
+ * before), 7 the last block's end. Slots 8-15 are unused. The launch's cost to write them is a few
+ * stores; bench/gpu/decoder_layer_bench.cpp reads them. */
+constexpr int kDecoderLayerStamps = 16;
 
 /** The barrier's state: uint32 words, zeros, the arrivals in word 0 and the generation in word
  * kDecoderLayerGenerationWord (128 bytes on). Why 64 words and not the two it uses: MLX's CUDA
@@ -107,7 +115,8 @@ constexpr int kDecoderLayerGenerationWord = 32;
  * barrier's state `bar` (uint32 [kDecoderLayerBarrierWords], zeros) and `blocks` resident blocks
  * of `warps` warps. Output 0 is the layer's output [1, 1, hidden]; output 1 the next launch's barrier state (zeros, written
  * once every block has passed the last barrier: the next launch on this cache takes it, which
- * orders the two); the others are each phase's results, for the tests: the staged RMSNorm(x)
+ * orders the two); output 2 the phases' stamps (kDecoderLayerStamps); the others are each phase's
+ * results, for the tests: the staged RMSNorm(x)
  * [hidden], the q, k and v projections [(H + 2 HK) D], the rotated queries [H D], the attention's
  * partial sums, its output [H D], h [hidden], the staged RMSNorm(h) [hidden], SwiGLU's output
  * [intermediate]. nullopt where decoder_layer_fits does not hold or the cache or barrier do not
