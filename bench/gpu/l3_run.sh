@@ -5,6 +5,9 @@
 #   tests:  mlxrt_cuda_kernel_tests (the L3 matrix-vector product against float64, the fused
 #           gated-delta kernels against the ops path), then again with MLXRT_CUDA_SELF_COMPILE=1;
 #   qmv:    mlxrt_qmv_bench (the kernel against MLX's quantized_matmul on Qwen3-8B/0.6B shapes);
+#   layerbench: mlxrt_layer_bench (the one-kernel decoder layer at Qwen3-0.6B/8B shapes, phase by
+#           phase from its GPU timer stamps, by bits, position and blocks per multiprocessor;
+#           LAYER_BENCH_ARGS: its options);
 #   ncu:    the same two shapes under Nsight Compute: each kernel's time and DRAM bytes;
 #   ncu_sections: Nsight Compute's sections for one launch of the kernel (what limits it);
 #   decode: bench/gpu/l3_bench.py (decode tok/s at l1, l3 and of mlx-lm, and l3's fidelity
@@ -45,6 +48,10 @@ for step in ${L3_STEPS:-tests qmv decode}; do
       timeout 400 "$work/mlxrt_qmv_bench" ${QMV_ARGS:-} > "$out/qmv_bench.txt" 2>&1
       tail -n 30 "$out/qmv_bench.txt"
       echo "qmv $(( $(date +%s) - t0 )) s" ;;
+    layerbench)
+      timeout 500 "$work/mlxrt_layer_bench" ${LAYER_BENCH_ARGS:-} > "$out/layer_bench.txt" 2>&1
+      tail -n 60 "$out/layer_bench.txt"
+      echo "layerbench $(( $(date +%s) - t0 )) s" ;;
     ncu)
       ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
       timeout 300 "$ncu_bin" --clock-control none --csv --print-units base --metrics gpu__time_duration.sum,dram__bytes_read.sum \
@@ -104,6 +111,6 @@ PYEOF
       timeout 300 $PY bench/gpu/node_cost.py ${NODE_COST_ARGS:-} > "$out/node_cost.txt" 2>&1
       cat "$out/node_cost.txt"
       echo "nodecost $(( $(date +%s) - t0 )) s" ;;
-    *) echo "unknown step $step (tests qmv ncu ncu_sections decode steptime startup nodecost)"; exit 2 ;;
+    *) echo "unknown step $step (tests qmv layerbench ncu ncu_sections decode steptime startup nodecost)"; exit 2 ;;
   esac
 done

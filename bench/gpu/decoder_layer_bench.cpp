@@ -1,0 +1,264 @@
+// The one-kernel decoder layer (src/mlxrt/kernels/cuda/decoder_layer.h) at Qwen3's layer shapes,
+// phase by phase: random weights (4- or 8-bit g64, or dense bfloat16) and a cache of `pos` + 1
+// positions, a step's layers launched back to back in one eval (each layer's output the next one's
+// input, as in a model; enough copies of the weights to stay out of L2), and for each setting:
+// - µs a layer, by the host's clock over the eval (launch gaps included);
+// - µs a layer by the kernel's own stamps, and each phase's share of it (the stamps are block 0's
+//   view past each grid barrier, so a phase's time includes the barrier that ends it);
+// - the products' phases' reads (weights, scales, biases) over their time.
+// Medians over the launches of `rounds` evals after one unmeasured one (NVRTC, graph capture).
+//
+// Usage: mlxrt_layer_bench [--models 0.6b,8b] [--bits 4,8,16] [--positions 128,384,1024,4096]
+//                          [--blocks-per-sm 1,2,3] [--warps 8] [--rounds 5]
+//        mlxrt_layer_bench --emulate   (a small layer on the CPU's SIMT runtime: checks this
+//                                       program's bookkeeping without a GPU; its times mean nothing)
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <mlx/backend/cuda/cuda.h>
+#include <mlx/ops.h>
+#include <mlx/random.h>
+#include <mlx/transforms.h>
+
+#include "emulated_kernel.h"
+#include "mlxrt/kernels/cuda/cached_kernel.h"
+#include "mlxrt/kernels/cuda/cuda_driver.h"
+#include "mlxrt/kernels/cuda/decoder_layer.h"
+
+namespace mx = mlx::core;
+using namespace mlxrt::kernels::cuda;
+
+namespace {
+
+struct Dims {
+  const char* name;
+  int hidden, heads, kv_heads, head_dim, intermediate, layers;
+};
+
+// Qwen3's published dims (and a small layer for --emulate).
+const Dims kModels[] = {{"0.6b", 1024, 16, 8, 128, 3072, 28},
+                        {"8b", 4096, 32, 8, 128, 12288, 36},
+                        {"tiny", 256, 4, 2, 64, 512, 4}};
+
+std::vector<int> int_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(std::atoi(item.c_str()));
+  return out;
+}
+
+std::vector<std::string> name_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
+  return out;
+}
+
+QmvMatrix random_matrix(int n, int k, int bits) {
+  constexpr int kGroup = 64;
+  if (bits == 16) {
+    auto w = mx::astype(mx::multiply(mx::random::normal({n, k}), mx::array(0.02f)), mx::bfloat16);
+    mx::eval(w);
+    return QmvMatrix::dense(w);
+  }
+  auto w = mx::random::bits({n, k * bits / 32}, 4);
+  auto s = mx::astype(mx::multiply(mx::random::normal({n, k / kGroup}), mx::array(0.002f)), mx::bfloat16);
+  auto b = mx::astype(mx::multiply(mx::random::normal({n, k / kGroup}), mx::array(0.01f)), mx::bfloat16);
+  mx::eval({w, s, b});
+  return {w, s, b, kGroup, bits};
+}
+
+mx::array norm_weight(int n) {
+  auto w = mx::astype(mx::add(mx::array(1.0f), mx::multiply(mx::random::normal({n}), mx::array(0.1f))), mx::bfloat16);
+  mx::eval(w);
+  return w;
+}
+
+DecoderLayerWeights random_layer(const Dims& d, int bits) {
+  const int H = d.heads, HK = d.kv_heads, D = d.head_dim, K = d.hidden, I = d.intermediate;
+  return {{norm_weight(K), 1e-6f},
+          {random_matrix(H * D, K, bits), random_matrix(HK * D, K, bits), random_matrix(HK * D, K, bits),
+           random_matrix(K, H * D, bits), RmsNormIn{norm_weight(D), 1e-6f}, RmsNormIn{norm_weight(D), 1e-6f},
+           RopeIn{D, false, 1000000.0f, 1.0f, std::nullopt}, 1.0f / std::sqrt(static_cast<float>(D)), H, HK},
+          {norm_weight(K), 1e-6f},
+          {random_matrix(I, K, bits), random_matrix(I, K, bits), random_matrix(K, I, bits)}};
+}
+
+double bytes_of(const QmvMatrix& m) {
+  return static_cast<double>(m.w.nbytes()) + (m.is_dense() ? 0.0 : m.scales.nbytes() + m.biases.nbytes());
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// What one layer's launch reads in the products' phases 1, 5, 6 and 7.
+double product_bytes(const DecoderLayerWeights& w, int phase) {
+  switch (phase) {
+    case 1: return bytes_of(w.attn.q) + bytes_of(w.attn.k) + bytes_of(w.attn.v);
+    case 5: return bytes_of(w.attn.o);
+    case 6: return bytes_of(w.mlp.gate) + bytes_of(w.mlp.up);
+    case 7: return bytes_of(w.mlp.down);
+    default: return 0.0;
+  }
+}
+
+struct Layer {
+  DecoderLayerWeights w;
+  mx::array keys, values;  // the cache, `capacity` positions
+};
+
+Layer make_layer(const Dims& d, int bits, int capacity) {
+  const mx::Shape cache = {1, d.kv_heads, capacity, d.head_dim};
+  Layer l{random_layer(d, bits), mx::astype(mx::multiply(mx::random::normal(cache), mx::array(0.5f)), mx::bfloat16),
+          mx::astype(mx::random::normal(cache), mx::bfloat16)};
+  mx::eval(l.keys, l.values);
+  return l;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string models = "0.6b,8b", bits_arg = "4,8,16", positions_arg = "128,384,1024,4096", per_sm_arg = "1,2,3";
+  int rounds = 5, warps = 8;
+  bool emulate = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (a == "--models" && has_value) models = argv[++i];
+    else if (a == "--bits" && has_value) bits_arg = argv[++i];
+    else if (a == "--positions" && has_value) positions_arg = argv[++i];
+    else if (a == "--blocks-per-sm" && has_value) per_sm_arg = argv[++i];
+    else if (a == "--rounds" && has_value) rounds = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--warps" && has_value) warps = std::atoi(argv[++i]);
+    else if (a == "--emulate") emulate = true;
+    else {
+      std::fprintf(stderr, "mlxrt_layer_bench: unknown or incomplete option %s (see the file's head)\n", a.c_str());
+      return 2;
+    }
+  }
+  int sms = 0;
+  if (emulate) {
+    // The SIMT runtime runs resident blocks as system threads: a few, a small layer, short caches.
+    models = "tiny";
+    positions_arg = positions_arg == "128,384,1024,4096" ? "5,130" : positions_arg;
+    per_sm_arg = "1";
+    sms = 4;
+    rounds = std::min(rounds, 2);
+    warps = std::min(warps, 4);
+    mx::set_default_device(mx::Device::cpu);
+  } else {
+    if (!mx::cu::is_available()) {
+      std::fprintf(stderr, "mlxrt_layer_bench needs a CUDA device (or --emulate)\n");
+      return 1;
+    }
+    mx::set_default_device(mx::Device::gpu);
+    sms = cuda_multiprocessor_count();
+  }
+  std::unique_ptr<CachedKernel> kernel;
+  if (!emulate) kernel = std::make_unique<CachedKernel>(decoder_layer_spec());
+  auto launch_layer = [&](const KernelLaunch& l) {
+    if (!emulate) return (*kernel)(l);
+    return mlxrt::cuda_emu::emulated_launch(*l.spec, l.inputs, l.output_shapes, l.output_dtypes, l.grid,
+                                            l.threadgroup, l.template_args, l.spec->grid_barrier);
+  };
+
+  std::printf("%d multiprocessors; %s\n", sms, emulate ? "emulated on the CPU (times mean nothing)" : "CUDA");
+  std::printf("%-5s %4s %5s %3s | %8s %8s | %7s %7s %7s %7s %7s %7s %7s | %8s %8s\n", "model", "bits", "pos",
+              "bps", "us wall", "us kern", "1 qkv", "2 rope", "3 attn", "4 comb", "5 o", "6 g/u", "7 down",
+              "prod GB/s", "all GB/s");
+  for (const auto& name : name_list(models)) {
+    const Dims* dims = nullptr;
+    for (const auto& d : kModels)
+      if (name == d.name) dims = &d;
+    if (!dims) {
+      std::fprintf(stderr, "mlxrt_layer_bench: no model %s (0.6b, 8b)\n", name.c_str());
+      return 2;
+    }
+    const auto positions = int_list(positions_arg);
+    const int capacity = *std::max_element(positions.begin(), positions.end()) + 1;
+    for (const int bits : int_list(bits_arg)) {
+      if (bits != 4 && bits != 8 && bits != 16) {
+        std::fprintf(stderr, "mlxrt_layer_bench: --bits takes 4, 8 or 16\n");
+        return 2;
+      }
+      // Copies of the layer: a step's layers read more than L2 holds, as a model's do.
+      std::vector<Layer> layers;
+      layers.push_back(make_layer(*dims, bits, capacity));
+      double layer_bytes = 0;
+      for (int p : {1, 5, 6, 7}) layer_bytes += product_bytes(layers[0].w, p);
+      const int copies = emulate ? 2 : std::min(dims->layers, std::max(2, static_cast<int>(std::ceil(256e6 / layer_bytes))));
+      while (static_cast<int>(layers.size()) < copies) layers.push_back(make_layer(*dims, bits, capacity));
+      const int launches = dims->layers;  // a step's
+      for (const int per_sm : int_list(per_sm_arg)) {
+        const int blocks = per_sm * sms;
+        for (const int pos : positions) {
+          std::vector<double> wall, total, phase[8];
+          auto bar = mx::zeros({kDecoderLayerBarrierWords}, mx::uint32);
+          auto x = mx::astype(mx::random::normal({1, 1, dims->hidden}), mx::bfloat16);
+          mx::eval({bar, x});
+          bool declined = false;
+          for (int r = 0; r <= rounds && !declined; ++r) {
+            std::vector<mx::array> stamps;
+            mx::array h = x;
+            mx::synchronize();
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < launches; ++i) {
+              const auto& l = layers[static_cast<size_t>(i) % layers.size()];
+              const auto launch = decoder_layer_launch(h, l.w, l.keys, l.values, mx::array(pos, mx::int32), bar,
+                                                       blocks, warps);
+              if (!launch) {
+                declined = true;
+                break;
+              }
+              auto out = launch_layer(*launch);
+              h = out[0];
+              bar = out[1];
+              stamps.push_back(out[2]);
+            }
+            if (declined) break;
+            mx::eval(h);
+            mx::eval(stamps);
+            mx::synchronize();
+            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (r == 0) continue;  // NVRTC, graph capture
+            wall.push_back(s / launches * 1e6);
+            for (auto& st : stamps) {
+              auto host = mx::astype(st, mx::uint64);
+              mx::eval(host);
+              const uint64_t* t = host.data<uint64_t>();
+              total.push_back(static_cast<double>(t[7] - t[0]) / 1e3);
+              for (int p = 1; p <= 7; ++p) phase[p].push_back(static_cast<double>(t[p] - t[p - 1]) / 1e3);
+            }
+          }
+          if (declined) {
+            std::printf("%-5s %4d %5d %3d | the kernel declines this setting\n", dims->name, bits, pos, per_sm);
+            continue;
+          }
+          double prod_bytes = 0, prod_us = 0;
+          for (int p : {1, 5, 6, 7}) {
+            prod_bytes += product_bytes(layers[0].w, p);
+            prod_us += median(phase[p]);
+          }
+          const double kern = median(total);
+          std::printf("%-5s %4d %5d %3d | %8.1f %8.1f | %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %8.0f %8.0f\n",
+                      dims->name, bits, pos, per_sm, median(wall), kern, median(phase[1]), median(phase[2]),
+                      median(phase[3]), median(phase[4]), median(phase[5]), median(phase[6]), median(phase[7]),
+                      prod_us > 0 ? prod_bytes / prod_us / 1e3 : 0.0, kern > 0 ? layer_bytes / kern / 1e3 : 0.0);
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  return 0;
+}
