@@ -9,7 +9,10 @@
 // Medians over the launches of `rounds` evals after one unmeasured one (NVRTC, graph capture).
 //
 // Usage: mlxrt_layer_bench [--models 0.6b,8b] [--bits 4,8,16] [--positions 128,384,1024,4096]
-//                          [--blocks-per-sm 1,2,3] [--warps 8] [--rounds 5]
+//                          [--blocks-per-sm 1] [--depth 2] [--warps 8] [--rounds 5]
+// Lists sweep. A setting whose blocks cannot all be resident at once (a kernel of more registers a
+// thread than that many blocks leave) stops at the barrier's trap and ends the process: l3_run.sh
+// runs one process per blocks-per-SM and depth.
 //        mlxrt_layer_bench --emulate   (a small layer on the CPU's SIMT runtime: checks this
 //                                       program's bookkeeping without a GPU; its times mean nothing)
 #include <algorithm>
@@ -129,7 +132,8 @@ Layer make_layer(const Dims& d, int bits, int capacity) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string models = "0.6b,8b", bits_arg = "4,8,16", positions_arg = "128,384,1024,4096", per_sm_arg = "1,2,3";
+  std::string models = "0.6b,8b", bits_arg = "4,8,16", positions_arg = "128,384,1024,4096", per_sm_arg = "1",
+              depth_arg = "2";
   int rounds = 5, warps = 8;
   bool emulate = false;
   for (int i = 1; i < argc; ++i) {
@@ -139,6 +143,7 @@ int main(int argc, char** argv) {
     else if (a == "--bits" && has_value) bits_arg = argv[++i];
     else if (a == "--positions" && has_value) positions_arg = argv[++i];
     else if (a == "--blocks-per-sm" && has_value) per_sm_arg = argv[++i];
+    else if (a == "--depth" && has_value) depth_arg = argv[++i];
     else if (a == "--rounds" && has_value) rounds = std::max(1, std::atoi(argv[++i]));
     else if (a == "--warps" && has_value) warps = std::atoi(argv[++i]);
     else if (a == "--emulate") emulate = true;
@@ -174,8 +179,8 @@ int main(int argc, char** argv) {
   };
 
   std::printf("%d multiprocessors; %s\n", sms, emulate ? "emulated on the CPU (times mean nothing)" : "CUDA");
-  std::printf("%-5s %4s %5s %3s | %8s %8s | %7s %7s %7s %7s %7s %7s %7s | %8s %8s\n", "model", "bits", "pos",
-              "bps", "us wall", "us kern", "1 qkv", "2 rope", "3 attn", "4 comb", "5 o", "6 g/u", "7 down",
+  std::printf("%-5s %4s %5s %3s %2s | %8s %8s | %7s %7s %7s %7s %7s %7s %7s | %8s %8s\n", "model", "bits", "pos",
+              "bps", "dp", "us wall", "us kern", "1 qkv", "2 rope", "3 attn", "4 comb", "5 o", "6 g/u", "7 down",
               "prod GB/s", "all GB/s");
   for (const auto& name : name_list(models)) {
     const Dims* dims = nullptr;
@@ -200,7 +205,8 @@ int main(int argc, char** argv) {
       const int copies = emulate ? 2 : std::min(dims->layers, std::max(2, static_cast<int>(std::ceil(256e6 / layer_bytes))));
       while (static_cast<int>(layers.size()) < copies) layers.push_back(make_layer(*dims, bits, capacity));
       const int launches = dims->layers;  // a step's
-      for (const int per_sm : int_list(per_sm_arg)) {
+      for (const int per_sm : int_list(per_sm_arg))
+      for (const int depth : int_list(depth_arg)) {
         const int blocks = per_sm * sms;
         for (const int pos : positions) {
           std::vector<double> wall, total, phase[8];
@@ -216,7 +222,7 @@ int main(int argc, char** argv) {
             for (int i = 0; i < launches; ++i) {
               const auto& l = layers[static_cast<size_t>(i) % layers.size()];
               const auto launch = decoder_layer_launch(h, l.w, l.keys, l.values, mx::array(pos, mx::int32), bar,
-                                                       blocks, warps);
+                                                       blocks, warps, depth);
               if (!launch) {
                 declined = true;
                 break;
@@ -242,7 +248,7 @@ int main(int argc, char** argv) {
             }
           }
           if (declined) {
-            std::printf("%-5s %4d %5d %3d | the kernel declines this setting\n", dims->name, bits, pos, per_sm);
+            std::printf("%-5s %4d %5d %3d %2d | the kernel declines this setting\n", dims->name, bits, pos, per_sm, depth);
             continue;
           }
           double prod_bytes = 0, prod_us = 0;
@@ -251,8 +257,8 @@ int main(int argc, char** argv) {
             prod_us += median(phase[p]);
           }
           const double kern = median(total);
-          std::printf("%-5s %4d %5d %3d | %8.1f %8.1f | %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %8.0f %8.0f\n",
-                      dims->name, bits, pos, per_sm, median(wall), kern, median(phase[1]), median(phase[2]),
+          std::printf("%-5s %4d %5d %3d %2d | %8.1f %8.1f | %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %8.0f %8.0f\n",
+                      dims->name, bits, pos, per_sm, depth, median(wall), kern, median(phase[1]), median(phase[2]),
                       median(phase[3]), median(phase[4]), median(phase[5]), median(phase[6]), median(phase[7]),
                       prod_us > 0 ? prod_bytes / prod_us / 1e3 : 0.0, kern > 0 ? layer_bytes / kern / 1e3 : 0.0);
           std::fflush(stdout);

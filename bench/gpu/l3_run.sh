@@ -6,8 +6,8 @@
 #           gated-delta kernels against the ops path), then again with MLXRT_CUDA_SELF_COMPILE=1;
 #   qmv:    mlxrt_qmv_bench (the kernel against MLX's quantized_matmul on Qwen3-8B/0.6B shapes);
 #   layerbench: mlxrt_layer_bench (the one-kernel decoder layer at Qwen3-0.6B/8B shapes, phase by
-#           phase from its GPU timer stamps, by bits, position and blocks per multiprocessor;
-#           LAYER_BENCH_ARGS: its options);
+#           phase from its GPU timer stamps, by bits and position) once per LAYER_SETTINGS entry
+#           (blocks per multiprocessor:steps of loads in flight); LAYER_BENCH_ARGS: more options);
 #   ncu:    the same two shapes under Nsight Compute: each kernel's time and DRAM bytes;
 #   ncu_sections: Nsight Compute's sections for one launch of the kernel (what limits it);
 #   decode: bench/gpu/l3_bench.py (decode tok/s at l1, l3 and of mlx-lm, and l3's fidelity
@@ -49,8 +49,16 @@ for step in ${L3_STEPS:-tests qmv decode}; do
       tail -n 30 "$out/qmv_bench.txt"
       echo "qmv $(( $(date +%s) - t0 )) s" ;;
     layerbench)
-      timeout 500 "$work/mlxrt_layer_bench" ${LAYER_BENCH_ARGS:-} > "$out/layer_bench.txt" 2>&1
-      tail -n 60 "$out/layer_bench.txt"
+      # One process per setting (blocks per multiprocessor : steps of loads in flight): a setting
+      # whose blocks cannot all be resident (too many registers a thread for that many blocks) stops
+      # its kernel at the barrier's trap, and the CUDA context with it.
+      : > "$out/layer_bench.txt"
+      for setting in ${LAYER_SETTINGS:-1:2 2:2 3:2 1:3 1:4 2:4}; do
+        # shellcheck disable=SC2086  # a list of options
+        timeout 300 "$work/mlxrt_layer_bench" --blocks-per-sm "${setting%%:*}" --depth "${setting##*:}" \
+          ${LAYER_BENCH_ARGS:-} >> "$out/layer_bench.txt" 2>&1 || echo "setting $setting: exit $?" >> "$out/layer_bench.txt"
+      done
+      grep -v '^model\|multiprocessors' "$out/layer_bench.txt" | sort -s -k1,1 -k2,2n -k3,3n | tail -n 80
       echo "layerbench $(( $(date +%s) - t0 )) s" ;;
     ncu)
       ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)

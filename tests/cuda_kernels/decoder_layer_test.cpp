@@ -42,14 +42,15 @@ struct Case {
   int hidden, heads, kv_heads, head_dim, rot, intermediate, capacity;
   bool norm, traditional, freqs;
   std::vector<int> positions;  // steps run in turn, each checked
+  int depth = 2;               // the products' steps of loads in flight
 };
 
 std::string label(const Case& c, int pos) {
   char text[200];
-  std::snprintf(text, sizeof text, "%s %d-bit g%d hidden %d heads %d/%d of %d rot %d inter %d%s%s%s pos %d",
+  std::snprintf(text, sizeof text, "%s %d-bit g%d hidden %d heads %d/%d of %d rot %d inter %d%s%s%s depth %d pos %d",
                 c.type == mx::bfloat16 ? "bfloat16" : c.type == mx::float16 ? "float16" : "float32", c.bits,
                 c.group_size, c.hidden, c.heads, c.kv_heads, c.head_dim, c.rot, c.intermediate,
-                c.norm ? " norm" : "", c.traditional ? " traditional" : "", c.freqs ? " freqs" : "", pos);
+                c.norm ? " norm" : "", c.traditional ? " traditional" : "", c.freqs ? " freqs" : "", c.depth, pos);
   return text;
 }
 
@@ -123,7 +124,7 @@ void run_case(const Case& c, int seed) {
     SCOPED_TRACE(what);
     const auto x = exact_square_x(keys, 1, K, t);
     const auto k_before = host(kc), v_before = host(vc);
-    const auto launch = decoder_layer_launch(x, w, kc, vc, mx::array(pos, mx::int32), bar, 4, 4);
+    const auto launch = decoder_layer_launch(x, w, kc, vc, mx::array(pos, mx::int32), bar, 4, 4, c.depth);
     ASSERT_TRUE(launch.has_value()) << what << ": declined";
     const auto out = run(*launch);
     ASSERT_EQ(out[0].shape(), x.shape());
@@ -271,27 +272,34 @@ void run_case(const Case& c, int seed) {
 TEST_F(DecoderLayer, QwenLayerFourBitThroughSeveralChunks) {
   // Qwen3's layout, small: per-head q/k norms, 2 query heads a key head; positions across the
   // attention's chunks of 128 (1, 2 and 3 of them), the cache kept between the steps.
-  run_case({mx::bfloat16, 64, 4, 256, 4, 2, 64, 64, 512, 384, true, false, false, {0, 1, 130, 300}}, 1);
+  run_case({mx::bfloat16, 64, 4, 256, 4, 2, 64, 64, 512, 384, true, false, false, {0, 1, 130, 300}, 4}, 1);
 }
 
 TEST_F(DecoderLayer, HalfTraditionalPartialRotationNoNorms) {
   // (float16 with 8-bit random weights would overflow: its products reach 1e5.)
-  run_case({mx::float16, 32, 4, 256, 4, 4, 64, 32, 384, 256, false, true, false, {5, 200}}, 2);
+  run_case({mx::float16, 32, 4, 256, 4, 4, 64, 32, 384, 256, false, true, false, {5, 200}, 1}, 2);
 }
 
 TEST_F(DecoderLayer, HeadsWhoseRowsDoNotAlignTo16Bytes) {
   // 68 dimensions of float16 (dense weights: 4 x 68 is no multiple of a quantization group): a
   // key's row is 136 bytes, so the attention reads it value by value.
-  run_case({mx::float16, 0, 0, 256, 4, 2, 68, 68, 256, 256, true, false, false, {0, 140}}, 5);
+  run_case({mx::float16, 0, 0, 256, 4, 2, 68, 68, 256, 256, true, false, false, {0, 140}, 3}, 5);
 }
 
 TEST_F(DecoderLayer, DenseFloat32WithFrequencies) {
-  run_case({mx::float32, 0, 0, 128, 2, 1, 64, 64, 256, 256, true, false, true, {3, 129}}, 3);
+  run_case({mx::float32, 0, 0, 128, 2, 1, 64, 64, 256, 256, true, false, true, {3, 129}, 4}, 3);
 }
 
 TEST_F(DecoderLayer, EightBitWideQueriesNarrowHidden) {
   // Qwen3-0.6B's shape of projections: the queries (heads x head_dim) wider than the hidden size.
   run_case({mx::bfloat16, 128, 8, 128, 4, 2, 64, 64, 256, 128, true, false, false, {7}}, 4);
+}
+
+TEST_F(DecoderLayer, ProductsOverSeveralStepsAtEachDepth) {
+  // 8-bit rows of 1024 and 2560 values: each lane's loop takes 2 and 5 steps (the last partial),
+  // so every depth of the ring of loads wraps, stops early or never fills.
+  for (const int depth : {1, 3, 4})
+    run_case({mx::bfloat16, 64, 8, 1024, 4, 2, 64, 64, 2560, 64, true, false, false, {2}, depth}, 6 + depth);
 }
 
 TEST_F(DecoderLayer, DeclinesWhatItDoesNotCompute) {
@@ -311,6 +319,8 @@ TEST_F(DecoderLayer, DeclinesWhatItDoesNotCompute) {
   EXPECT_FALSE(decoder_layer_launch(x, w, mx::zeros({1, 2, 16, 64}, t), mx::zeros({1, 2, 16, 64}, t), pos, bar, 4))
       << "cache heads";
   EXPECT_FALSE(decoder_layer_launch(x, w, cache, cache, pos, mx::zeros({3}, mx::uint32), 4)) << "barrier state";
+  EXPECT_FALSE(decoder_layer_launch(x, w, cache, cache, pos, bar, 4, 8, 5)) << "five steps in flight";
+  EXPECT_FALSE(decoder_layer_launch(x, w, cache, cache, pos, bar, 4, 8, 0)) << "no step in flight";
   EXPECT_TRUE(decoder_layer_fits(x, w));
   auto mixed = w;
   mixed.mlp.down = random_matrix(keys, 128, 256, 64, 8, t);

@@ -107,7 +107,7 @@ constexpr const char* kSource = R"(
       } else if (t >= tq) {
         w = wk; s = sk; b = bk; y = yk; N = NK; row0 = (t - tq) * R;
       }
-      mlxrt_qmv_warp<1, R, BITS, GS>(xs, true, w, s, b, N, COLS, row0,
+      mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(xs, true, w, s, b, N, COLS, row0,
                                      [&](size_t i, float v) { y[i] = static_cast<XT>(v); });
     }
   }
@@ -263,7 +263,7 @@ constexpr const char* kSource = R"(
 
   // 5. o_proj and the residual: h = x + round(attn @ wo.T).
   for (int t = gw; t < (K + R - 1) / R; t += G)
-    mlxrt_qmv_warp<1, R, BITS, GS>(attn, true, wo, so, bo, K, COLS_O, t * R, [&](size_t i, float v) {
+    mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(attn, true, wo, so, bo, K, COLS_O, t * R, [&](size_t i, float v) {
       hres[i] = static_cast<XT>(static_cast<float>(x[i]) + static_cast<float>(static_cast<XT>(v)));
     });
   mlxrt_grid_sync(barrier, GEN_WORD);
@@ -274,16 +274,15 @@ constexpr const char* kSource = R"(
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < K; i += blockDim.x) xn2[i] = xs[i];
   {
-    constexpr int RG = R > 1 ? R / 2 : 1;
-    for (int t = gw; t < (I + RG - 1) / RG; t += G) {
-      const int row0 = t * RG;
-      float ag[1][RG], au[1][RG];
-      mlxrt_mv_rows<1, RG, BITS, GS>(xs, true, wg, sg, bg, I, COLS, row0, lane, ag);
-      mlxrt_mv_rows<1, RG, BITS, GS>(xs, true, wu, su, bu, I, COLS, row0, lane, au);
+    // R rows of gate and the same of up, loaded together.
+    for (int t = gw; t < (I + R - 1) / R; t += G) {
+      const int row0 = t * R;
+      float gu[1][2 * R];
+      mlxrt_mv_row_pairs<1, R, BITS, GS, DEPTH>(xs, true, wg, sg, bg, wu, su, bu, I, COLS, row0, lane, gu);
 #pragma unroll
-      for (int r = 0; r < RG; ++r) {
-        const float g = static_cast<float>(static_cast<XT>(mlxrt_warp_sum(ag[0][r])));
-        const float u = static_cast<float>(static_cast<XT>(mlxrt_warp_sum(au[0][r])));
+      for (int r = 0; r < R; ++r) {
+        const float g = static_cast<float>(static_cast<XT>(mlxrt_warp_sum(gu[0][r])));
+        const float u = static_cast<float>(static_cast<XT>(mlxrt_warp_sum(gu[0][R + r])));
         if (lane == (r & 31) && row0 + r < I) {
           const float sig = static_cast<float>(static_cast<XT>(1.0f / (1.0f + expf(-g))));
           const float a = static_cast<float>(static_cast<XT>(g * sig));
@@ -297,7 +296,7 @@ constexpr const char* kSource = R"(
 
   // 7. down and the residual: the layer's output.
   for (int t = gw; t < (K + R - 1) / R; t += G)
-    mlxrt_qmv_warp<1, R, BITS, GS>(act, true, wd, sd, bd, K, COLS_I, t * R, [&](size_t i, float v) {
+    mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(act, true, wd, sd, bd, K, COLS_I, t * R, [&](size_t i, float v) {
       y[i] = static_cast<XT>(static_cast<float>(hres[i]) + static_cast<float>(static_cast<XT>(v)));
     });
   // The next launch's barrier: every block is past the last barrier, so the count is back to 0.
@@ -378,6 +377,15 @@ int decoder_layer_blocks() {
   return blocks;
 }
 
+int decoder_layer_depth() {
+  static const int depth = [] {
+    const char* v = std::getenv("MLXRT_CUDA_L3_LAYER_DEPTH");
+    const std::string s = v ? v : "";
+    return s == "1" ? 1 : s == "3" ? 3 : s == "4" ? 4 : 2;
+  }();
+  return depth;
+}
+
 bool decoder_layer_fits(const mx::array& x, const DecoderLayerWeights& w) {
   const auto t = x.dtype();
   if (t != mx::bfloat16 && t != mx::float16 && t != mx::float32) return false;
@@ -411,8 +419,9 @@ bool decoder_layer_fits(const mx::array& x, const DecoderLayerWeights& w) {
 std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const DecoderLayerWeights& w,
                                                  const mx::array& keys, const mx::array& values,
                                                  const mx::array& offset, const mx::array& bar, int blocks,
-                                                 int warps) {
-  if (!decoder_layer_fits(x, w) || warps < 1 || warps > 8 || blocks < 1) return std::nullopt;
+                                                 int warps, int depth) {
+  if (!decoder_layer_fits(x, w) || warps < 1 || warps > 8 || blocks < 1 || depth < 1 || depth > 4)
+    return std::nullopt;
   const auto t = x.dtype();
   const auto& a = w.attn;
   const int K = x.shape(2), H = a.n_heads, HK = a.n_kv_heads, D = a.q.w.shape(0) / H, I = w.mlp.gate.w.shape(0);
@@ -445,7 +454,7 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
        {"BITS", a.q.bits}, {"GS", a.q.group_size}, {"K", K}, {"COLS", cols_of(a.q, K)},
        {"COLS_O", cols_of(a.o, H * D)}, {"I", I}, {"COLS_I", cols_of(m.down, I)}, {"H", H}, {"HK", HK}, {"D", D},
        {"ROT", a.rope.dims}, {"TRAD", a.rope.traditional}, {"FREQS", a.rope.freqs.has_value()},
-       {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"CHUNK", kDecoderLayerChunk},
+       {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"DEPTH", depth}, {"CHUNK", kDecoderLayerChunk},
        {"GEN_WORD", kDecoderLayerGenerationWord},
        {"EPS1_BITS", std::bit_cast<int>(w.attn_norm.eps)}, {"EPS2_BITS", std::bit_cast<int>(w.mlp_norm.eps)},
        {"EPS_Q_BITS", a.q_norm ? std::bit_cast<int>(a.q_norm->eps) : 0},

@@ -87,6 +87,11 @@ bool decoder_layer_opted_in();
  * one, 139 at two, 135 at three); 0 where the CUDA driver cannot say. */
 int decoder_layer_blocks();
 
+/** The steps of loads each warp keeps in flight in the products (1-4; 2, one step ahead, unless
+ * MLXRT_CUDA_L3_LAYER_DEPTH says otherwise): a tuning knob while the phases are measured
+ * (bench/gpu/decoder_layer_bench.cpp sweeps it). Read once a process. */
+int decoder_layer_depth();
+
 /** Whether the kernel takes x [1, 1, hidden] with `w` (shapes, types, kinds of weights), for a
  * cache of `x`'s type and w's key heads and head size. */
 bool decoder_layer_fits(const mx::array& x, const DecoderLayerWeights& w);
@@ -113,7 +118,7 @@ constexpr int kDecoderLayerGenerationWord = 32;
 /** The launch for x [1, 1, hidden] at position `offset` (int32 scalar) with the cache buffers
  * `keys` and `values` [1, n_kv_heads, capacity, head_dim] of x's type (capacity > offset), the
  * barrier's state `bar` (uint32 [kDecoderLayerBarrierWords], zeros) and `blocks` resident blocks
- * of `warps` warps. Output 0 is the layer's output [1, 1, hidden]; output 1 the next launch's barrier state (zeros, written
+ * of `warps` warps, each keeping `depth` steps of the products' loads in flight. Output 0 is the layer's output [1, 1, hidden]; output 1 the next launch's barrier state (zeros, written
  * once every block has passed the last barrier: the next launch on this cache takes it, which
  * orders the two); output 2 the phases' stamps (kDecoderLayerStamps); the others are each phase's
  * results, for the tests: the staged RMSNorm(x)
@@ -124,7 +129,7 @@ constexpr int kDecoderLayerGenerationWord = 32;
 std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const DecoderLayerWeights& w,
                                                  const mx::array& keys, const mx::array& values,
                                                  const mx::array& offset, const mx::array& bar, int blocks,
-                                                 int warps = 8);
+                                                 int warps = 8, int depth = 2);
 
 /** The kernel's text (tests and tools compile it without a GPU). */
 const KernelSpec& decoder_layer_spec();

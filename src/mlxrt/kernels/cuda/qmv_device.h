@@ -68,51 +68,44 @@ __device__ __forceinline__ float mlxrt_warp_sum(float v) {
   return v;
 }
 
-// One warp's sums for rows row0 .. row0 + R - 1 of w ([N, words]) with the M rows of x (M x K,
-// row-major, x_vec: 16-byte aligned), each lane's partial sum in acc (mlxrt_warp_sum totals it).
-// Lane l reads 16 bytes of each row at value offsets l * kVpl + c * 32 * kVpl (c = 0, 1, ...);
-// rows past N repeat row N - 1 (their sums are dropped by the caller), so every load is in
-// bounds without a branch in the loop.
-template <int M, int R, int BITS, int GS, typename XT, typename ST>
-__device__ __forceinline__ void mlxrt_qmv_rows(const XT* x, bool x_vec, const uint32_t* w, const ST* scales,
-                                               const ST* biases, int N, int words, int row0, int lane,
-                                               float (&acc)[M][R]) {
+// One warp's sums for R rows of quantized matrices with the M rows of x (M x K, row-major, x_vec:
+// 16-byte aligned), each lane's partial sum in acc (mlxrt_warp_sum totals it). Row r is row n[r] of
+// matrix a (packed words wa, scales sa, biases ba) for r < RA, of matrix b (same shape and kind)
+// after: R == RA for one matrix, RA = R / 2 for gate's and up's rows in one pass. Lane l reads 16
+// bytes of each row at value offsets l * kVpl + c * 32 * kVpl (c = 0, 1, ...). DEPTH steps of
+// loads are in flight: 2, the next step's loads issued before this one is summed (the loop the
+// kernels were measured with), or a ring of 1, 3 or 4 (each slot reloaded DEPTH steps on once it
+// is summed). The sums' order does not depend on DEPTH.
+template <int M, int R, int RA, int BITS, int GS, int DEPTH, typename XT, typename ST>
+__device__ __forceinline__ void mlxrt_qmv_rows_of(const XT* x, bool x_vec, const uint32_t* wa, const ST* sa,
+                                                  const ST* ba, const uint32_t* wb, const ST* sb, const ST* bb,
+                                                  const int (&n)[R], int words, int lane, float (&acc)[M][R]) {
+  static_assert(DEPTH >= 1 && RA >= 1 && RA <= R, "a step of loads at least; matrix a's rows first");
   constexpr int kVpw = 32 / BITS;  // values per uint32 word
   constexpr int kVpl = 4 * kVpw;   // values per lane per 16-byte load: one group holds them all
   constexpr float kLift = static_cast<float>(1 << BITS);
   const int K = words * kVpw;
   const int groups = K / GS;
-  const bool w_vec = (reinterpret_cast<unsigned long long>(w) & 15) == 0;
+  const unsigned long long bases =
+      reinterpret_cast<unsigned long long>(wa) | (RA < R ? reinterpret_cast<unsigned long long>(wb) : 0ull);
+  const bool w_vec = (bases & 15) == 0;
   size_t wrow[R], grow[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const int n = min(row0 + r, N - 1);
-    wrow[r] = static_cast<size_t>(n) * words;
-    grow[r] = static_cast<size_t>(n) * groups;
+    wrow[r] = static_cast<size_t>(n[r]) * words;
+    grow[r] = static_cast<size_t>(n[r]) * groups;
   }
   auto load = [&](int k, uint4* wv, float* s, float* b) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const uint32_t* p = w + wrow[r] + k / kVpw;
+      const uint32_t* p = (r < RA ? wa : wb) + wrow[r] + k / kVpw;
       wv[r] = w_vec ? *reinterpret_cast<const uint4*>(p) : make_uint4(p[0], p[1], p[2], p[3]);
-      s[r] = static_cast<float>(scales[grow[r] + k / GS]);
-      b[r] = static_cast<float>(biases[grow[r] + k / GS]);
+      s[r] = static_cast<float>((r < RA ? sa : sb)[grow[r] + k / GS]);
+      b[r] = static_cast<float>((r < RA ? ba : bb)[grow[r] + k / GS]);
     }
   };
-#pragma unroll
-  for (int m = 0; m < M; ++m)
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
-  constexpr int kStep = 32 * kVpl;
-  int k0 = lane * kVpl;
-  uint4 cur[R];
-  float cs[R], cb[R];
-  if (k0 < K) load(k0, cur, cs, cb);
-  for (; k0 < K; k0 += kStep) {
-    // The next chunk's loads go out before this chunk is summed.
-    uint4 nxt[R];
-    float ns[R], nb[R];
-    if (k0 + kStep < K) load(k0 + kStep, nxt, ns, nb);
+  // One step: the 16 bytes at k0 of each row against x.
+  auto sum_step = [&](int k0, const uint4* wv, const float* s, const float* b) {
     float dot[M][R], xs[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) {
@@ -125,7 +118,7 @@ __device__ __forceinline__ void mlxrt_qmv_rows(const XT* x, bool x_vec, const ui
       float f[R][kVpw];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        const uint32_t word = mlxrt_part(cur[r], i);
+        const uint32_t word = mlxrt_part(wv[r], i);
 #pragma unroll
         for (int j = 0; j < kVpw; ++j) f[r][j] = mlxrt_unpack<BITS>(word, j);
       }
@@ -145,14 +138,60 @@ __device__ __forceinline__ void mlxrt_qmv_rows(const XT* x, bool x_vec, const ui
 #pragma unroll
     for (int m = 0; m < M; ++m)
 #pragma unroll
-      for (int r = 0; r < R; ++r) acc[m][r] = fmaf(cs[r] * kLift, dot[m][r] - xs[m], fmaf(cb[r], xs[m], acc[m][r]));
+      for (int r = 0; r < R; ++r) acc[m][r] = fmaf(s[r] * kLift, dot[m][r] - xs[m], fmaf(b[r], xs[m], acc[m][r]));
+  };
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      cur[r] = nxt[r];
-      cs[r] = ns[r];
-      cb[r] = nb[r];
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
+  constexpr int kStep = 32 * kVpl;
+  if constexpr (DEPTH == 2) {
+    int k0 = lane * kVpl;
+    uint4 cur[R];
+    float cs[R], cb[R];
+    if (k0 < K) load(k0, cur, cs, cb);
+    for (; k0 < K; k0 += kStep) {
+      // The next chunk's loads go out before this chunk is summed.
+      uint4 nxt[R];
+      float ns[R], nb[R];
+      if (k0 + kStep < K) load(k0 + kStep, nxt, ns, nb);
+      sum_step(k0, cur, cs, cb);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        cur[r] = nxt[r];
+        cs[r] = ns[r];
+        cb[r] = nb[r];
+      }
+    }
+  } else {
+    uint4 ring[DEPTH][R];
+    float rs[DEPTH][R], rb[DEPTH][R];
+    const int k_lane = lane * kVpl;
+#pragma unroll
+    for (int d = 0; d < DEPTH; ++d)
+      if (k_lane + d * kStep < K) load(k_lane + d * kStep, ring[d], rs[d], rb[d]);
+    for (int k_base = k_lane; k_base < K; k_base += DEPTH * kStep) {
+#pragma unroll
+      for (int d = 0; d < DEPTH; ++d) {
+        const int k0 = k_base + d * kStep;
+        if (k0 >= K) break;
+        sum_step(k0, ring[d], rs[d], rb[d]);
+        if (k0 + DEPTH * kStep < K) load(k0 + DEPTH * kStep, ring[d], rs[d], rb[d]);
+      }
     }
   }
+}
+
+// The rows row0 .. row0 + R - 1 of one w ([N, words]); rows past N repeat row N - 1 (their sums are
+// dropped by the caller), so every load is in bounds without a branch in the loop.
+template <int M, int R, int BITS, int GS, int DEPTH = 2, typename XT, typename ST>
+__device__ __forceinline__ void mlxrt_qmv_rows(const XT* x, bool x_vec, const uint32_t* w, const ST* scales,
+                                               const ST* biases, int N, int words, int row0, int lane,
+                                               float (&acc)[M][R]) {
+  int n[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) n[r] = min(row0 + r, N - 1);
+  mlxrt_qmv_rows_of<M, R, R, BITS, GS, DEPTH>(x, x_vec, w, scales, biases, w, scales, biases, n, words, lane, acc);
 }
 
 // 16 bytes of w from p as four words: one load where w_vec, else 16-bit or 32-bit loads put
@@ -176,44 +215,37 @@ __device__ __forceinline__ uint4 mlxrt_load_w16(const WT* p, bool w_vec, int lef
   return make_uint4(u[0], u[1], u[2], u[3]);
 }
 
-// The same for a dense w ([N, K] of x's floating type, the kernels' BITS 0), shared by T threads
-// (a warp: T 32, thread t its lane; or a block splitting K): thread t reads 16 bytes of each row
-// at value offsets t * kVpl + u * T * kVpl + c * kU * T * kVpl (u < kU: kU loads a row per step,
-// so a warp has twice the bytes in flight of the quantized loop while x's rows fit in registers),
-// the next step's loads issued before this one is summed, rows past N repeating row N - 1.
+// The same for dense matrices ([N, K] of x's floating type, the kernels' BITS 0; rows as above: row
+// n[r] of a for r < RA, of b after), shared by T threads (a warp: T 32, thread t its lane; or a
+// block splitting K): thread t reads 16 bytes of each row at value offsets t * kVpl + u * T * kVpl
+// + c * kU * T * kVpl (u < kU: kU loads a row per step, so a warp has twice the bytes in flight of
+// the quantized loop while x's rows fit in registers), DEPTH steps of loads in flight as above.
 // Float32 products and sums (not cuBLAS's order); each thread's partial sums in acc.
-template <int M, int R, typename XT, typename WT>
-__device__ __forceinline__ void mlxrt_dense_rows(const XT* x, bool x_vec, const WT* w, int N, int K, int row0,
-                                                 int t, float (&acc)[M][R], int T = 32) {
+template <int M, int R, int RA, int DEPTH, typename XT, typename WT>
+__device__ __forceinline__ void mlxrt_dense_rows_of(const XT* x, bool x_vec, const WT* wa, const WT* wb,
+                                                    const int (&n)[R], int K, int t, float (&acc)[M][R], int T) {
+  static_assert(DEPTH >= 1 && RA >= 1 && RA <= R, "a step of loads at least; matrix a's rows first");
   constexpr int kVpl = 16 / static_cast<int>(sizeof(WT));  // values per thread per 16-byte load
   constexpr int kPer = 4 / static_cast<int>(sizeof(WT));    // values per 32-bit word
   constexpr int kU = M <= 2 ? 2 : 1;                        // loads per row per step
-  const bool w_vec = (reinterpret_cast<unsigned long long>(w) & 15) == 0 && (K % kVpl) == 0;
+  const unsigned long long bases =
+      reinterpret_cast<unsigned long long>(wa) | (RA < R ? reinterpret_cast<unsigned long long>(wb) : 0ull);
+  const bool w_vec = (bases & 15) == 0 && (K % kVpl) == 0;
   const bool xv_ok = x_vec && (K % kVpl) == 0;
   size_t wrow[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) wrow[r] = static_cast<size_t>(min(row0 + r, N - 1)) * K;
+  for (int r = 0; r < R; ++r) wrow[r] = static_cast<size_t>(n[r]) * K;
   // The step at k: kU loads of each row (those at or past K left as zeros).
   auto load = [&](int k, uint4 (*v)[R]) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int ku = k + u * T * kVpl;
 #pragma unroll
-      for (int r = 0; r < R; ++r) v[u][r] = ku < K ? mlxrt_load_w16(w + wrow[r] + ku, w_vec, K - ku) : make_uint4(0, 0, 0, 0);
+      for (int r = 0; r < R; ++r)
+        v[u][r] = ku < K ? mlxrt_load_w16((r < RA ? wa : wb) + wrow[r] + ku, w_vec, K - ku) : make_uint4(0, 0, 0, 0);
     }
   };
-#pragma unroll
-  for (int m = 0; m < M; ++m)
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
-  const int kStep = kU * T * kVpl;
-  int k0 = t * kVpl;
-  uint4 cur[kU][R];
-  if (k0 < K) load(k0, cur);
-  for (; k0 < K; k0 += kStep) {
-    // The next step's loads go out before this step is summed.
-    uint4 nxt[kU][R];
-    if (k0 + kStep < K) load(k0 + kStep, nxt);
+  auto sum_step = [&](int k0, const uint4 (*v)[R]) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int ku = k0 + u * T * kVpl;
@@ -234,42 +266,99 @@ __device__ __forceinline__ void mlxrt_dense_rows(const XT* x, bool x_vec, const 
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           float f[kPer];
-          mlxrt_word_to_float(mlxrt_part(cur[u][r], i), f, w);
+          mlxrt_word_to_float(mlxrt_part(v[u][r], i), f, wa);
 #pragma unroll
           for (int m = 0; m < M; ++m)
 #pragma unroll
             for (int j = 0; j < kPer; ++j) acc[m][r] = fmaf(f[j], xv[m][i * kPer + j], acc[m][r]);
         }
     }
+  };
 #pragma unroll
-    for (int u = 0; u < kU; ++u)
+  for (int m = 0; m < M; ++m)
 #pragma unroll
-      for (int r = 0; r < R; ++r) cur[u][r] = nxt[u][r];
+    for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
+  const int kStep = kU * T * kVpl;
+  if constexpr (DEPTH == 2) {
+    int k0 = t * kVpl;
+    uint4 cur[kU][R];
+    if (k0 < K) load(k0, cur);
+    for (; k0 < K; k0 += kStep) {
+      // The next step's loads go out before this step is summed.
+      uint4 nxt[kU][R];
+      if (k0 + kStep < K) load(k0 + kStep, nxt);
+      sum_step(k0, cur);
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+#pragma unroll
+        for (int r = 0; r < R; ++r) cur[u][r] = nxt[u][r];
+    }
+  } else {
+    uint4 ring[DEPTH][kU][R];
+    const int k_thread = t * kVpl;
+#pragma unroll
+    for (int d = 0; d < DEPTH; ++d)
+      if (k_thread + d * kStep < K) load(k_thread + d * kStep, ring[d]);
+    for (int k_base = k_thread; k_base < K; k_base += DEPTH * kStep) {
+#pragma unroll
+      for (int d = 0; d < DEPTH; ++d) {
+        const int k0 = k_base + d * kStep;
+        if (k0 >= K) break;
+        sum_step(k0, ring[d]);
+        if (k0 + DEPTH * kStep < K) load(k0 + DEPTH * kStep, ring[d]);
+      }
+    }
   }
+}
+
+// The rows row0 .. row0 + R - 1 of one dense w ([N, K]); rows past N repeat row N - 1.
+template <int M, int R, int DEPTH = 2, typename XT, typename WT>
+__device__ __forceinline__ void mlxrt_dense_rows(const XT* x, bool x_vec, const WT* w, int N, int K, int row0,
+                                                 int t, float (&acc)[M][R], int T = 32) {
+  int n[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) n[r] = min(row0 + r, N - 1);
+  mlxrt_dense_rows_of<M, R, R, DEPTH>(x, x_vec, w, w, n, K, t, acc, T);
 }
 
 // Either product by the kernels' BITS: 0 a dense w (`cols` its K, scales and biases unused), else
 // affine-quantized (`cols` its words per row).
-template <int M, int R, int BITS, int GS, typename XT, typename WT, typename ST>
+template <int M, int R, int BITS, int GS, int DEPTH = 2, typename XT, typename WT, typename ST>
 __device__ __forceinline__ void mlxrt_mv_rows(const XT* x, bool x_vec, const WT* w, const ST* scales,
                                               const ST* biases, int N, int cols, int row0, int lane,
                                               float (&acc)[M][R]) {
   if constexpr (BITS == 0) {
-    mlxrt_dense_rows<M, R>(x, x_vec, w, N, cols, row0, lane, acc);
+    mlxrt_dense_rows<M, R, DEPTH>(x, x_vec, w, N, cols, row0, lane, acc);
   } else {
-    mlxrt_qmv_rows<M, R, BITS, GS>(x, x_vec, w, scales, biases, N, cols, row0, lane, acc);
+    mlxrt_qmv_rows<M, R, BITS, GS, DEPTH>(x, x_vec, w, scales, biases, N, cols, row0, lane, acc);
+  }
+}
+
+// Rows row0 .. row0 + RH - 1 of two matrices of one shape and kind in one pass (gate's and up's):
+// acc[m][r] is row row0 + r of a for r < RH, row row0 + r - RH of b after; rows past N repeat N - 1.
+template <int M, int RH, int BITS, int GS, int DEPTH, typename XT, typename WT, typename ST>
+__device__ __forceinline__ void mlxrt_mv_row_pairs(const XT* x, bool x_vec, const WT* wa, const ST* sa,
+                                                   const ST* ba, const WT* wb, const ST* sb, const ST* bb, int N,
+                                                   int cols, int row0, int lane, float (&acc)[M][2 * RH]) {
+  int n[2 * RH];
+#pragma unroll
+  for (int r = 0; r < 2 * RH; ++r) n[r] = min(row0 + (r < RH ? r : r - RH), N - 1);
+  if constexpr (BITS == 0) {
+    mlxrt_dense_rows_of<M, 2 * RH, RH, DEPTH>(x, x_vec, wa, wb, n, cols, lane, acc, 32);
+  } else {
+    mlxrt_qmv_rows_of<M, 2 * RH, RH, BITS, GS, DEPTH>(x, x_vec, wa, sa, ba, wb, sb, bb, n, cols, lane, acc);
   }
 }
 
 // A warp's rows row0 .. row0 + R - 1 of w (those below N): write(i, sum) with i = m * N + n, the
 // index of output row m, column n, from one lane each. `cols`: w's row length in its own elements
 // (words of a quantized w, values of a dense one).
-template <int M, int R, int BITS, int GS, typename XT, typename WT, typename ST, typename Write>
+template <int M, int R, int BITS, int GS, int DEPTH = 2, typename XT, typename WT, typename ST, typename Write>
 __device__ __forceinline__ void mlxrt_qmv_warp(const XT* x, bool x_vec, const WT* w, const ST* scales,
                                                const ST* biases, int N, int cols, int row0, Write write) {
   const int lane = threadIdx.x & 31;
   float acc[M][R];
-  mlxrt_mv_rows<M, R, BITS, GS>(x, x_vec, w, scales, biases, N, cols, row0, lane, acc);
+  mlxrt_mv_rows<M, R, BITS, GS, DEPTH>(x, x_vec, w, scales, biases, N, cols, row0, lane, acc);
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll

@@ -442,7 +442,8 @@ std::optional<mx::array> Block::cuda_l3_layer(const mx::array& x, const Attentio
                                        kernels::cuda::kDecoderLayerBarrierWords);
   if (!slot) return std::nullopt;
   const auto launch = kernels::cuda::decoder_layer_launch(x, w, slot->keys, slot->values,
-                                                          mx::array(slot->position, mx::int32), slot->barrier, blocks);
+                                                          mx::array(slot->position, mx::int32), slot->barrier, blocks,
+                                                          8, kernels::cuda::decoder_layer_depth());
   // The cache has moved on: its buffers were made to fit, so a refusal here is a bug, not a fallback.
   if (!launch) throw std::logic_error("[decoder_layer] the cache's buffers do not fit the layer they were made for");
   static const kernels::cuda::CachedKernel kernel(kernels::cuda::decoder_layer_spec());
