@@ -254,7 +254,8 @@ KERNELS = [
                       "+ kLayerDevice;",
         "inputs": layer_inputs,
         "outputs": lambda c: [("y", c["XT"]), ("bar_next", "u32"), ("stamps", "u64")]
-        + [(n, "f32" if n == "part" else c["XT"]) for n in ("xn1", "qkv", "qr", "part", "attn", "hres", "xn2", "act")],
+        + [(n, "f32" if n == "part" else c["XT"]) for n in ("xn1", "qkv", "qr", "part", "attn", "hres", "xn2", "act")]
+        + [("done", "u32")],
         "combos": layer_combos,
     },
     {

@@ -88,7 +88,12 @@ constexpr const char* kSource = R"(
     if (blockIdx.x == 0 && threadIdx.x == 0) stamp_at[i] = mlxrt_globaltimer();
   };
   stamp(0);
-  if (blockIdx.x == 0 && threadIdx.x == 0) stamp_at[7] = 0ull;
+  unsigned* head_done = done;
+  if (blockIdx.x == 0) {
+    if (threadIdx.x == 0) stamp_at[6] = 0ull;
+    // Phase 3's count of finished chunks per head (read after two barriers).
+    for (int i = threadIdx.x; i < H; i += blockDim.x) head_done[i] = 0u;
+  }
 
   // 1. RMSNorm(x) staged; the rows of q, k and v.
   mlxrt_stage_rms_norm<1>(x, nw1, __int_as_float(EPS1_BITS), K, xs, red);
@@ -134,7 +139,7 @@ constexpr const char* kSource = R"(
   stamp(2);
 
   // 3. A warp per (query head, chunk of keys): each lane a key's score, then the chunk's maximum,
-  // sum and weighted values. The chunk is CHUNK keys, halved (down to 32) while the halves still
+  // sum and weighted values; the last of a head's chunks combines them. The chunk is CHUNK keys, halved (down to 32) while the halves still
   // give every task a warp of the grid: a short context's few chunks would leave most warps idle
   // and each busy one reading its keys and values alone (ch_max holds the most chunks a head gets).
   const int n_keys = pos + 1;
@@ -232,44 +237,50 @@ constexpr const char* kSource = R"(
       out[0] = m;
       out[1] = l;
     }
+    // The head's last chunk to finish combines them all (no barrier between the two): each warp
+    // publishes its partial sums before counting itself in; the one that completes the count sees
+    // every other's (and reads them past L1, which another multiprocessor's writes do not reach).
+    __syncwarp();
+    unsigned done = 0;
+    if (lane == 0) {
+      __threadfence();
+      done = atomicAdd(&head_done[h], 1u) == static_cast<unsigned>(chunks - 1);
+    }
+    if (__shfl_sync(0xffffffffu, done, 0)) {
+      __threadfence();
+      const volatile float* ph = part + static_cast<size_t>(h) * ch_max * (D + 2);
+      float mx = __int_as_float(0xff800000);
+      for (int cc = 0; cc < chunks; ++cc) mx = fmaxf(mx, ph[cc * (D + 2)]);
+      float total = 0.0f;
+      float acc[kDims];
+#pragma unroll
+      for (int d = 0; d < kDims; ++d) acc[d] = 0.0f;
+      for (int cc = 0; cc < chunks; ++cc) {
+        const volatile float* pc = ph + cc * (D + 2);
+        const float f = expf(pc[0] - mx);
+        total = fmaf(pc[1], f, total);
+#pragma unroll
+        for (int d = 0; d < kDims; ++d)
+          if (lane + 32 * d < D) acc[d] = fmaf(pc[2 + lane + 32 * d], f, acc[d]);
+      }
+#pragma unroll
+      for (int d = 0; d < kDims; ++d)
+        if (lane + 32 * d < D) attn[h * D + lane + 32 * d] = static_cast<XT>(acc[d] / total);
+    }
     __syncwarp();  // scores[warp] and rows[warp] are written again by this warp's next task
   }
   mlxrt_grid_sync(barrier, GEN_WORD);
   stamp(3);
 
-  // 4. A warp per query head: the chunks combined.
-  for (int h = gw; h < H; h += G) {
-    const float* ph = part + static_cast<size_t>(h) * ch_max * (D + 2);
-    float mx = __int_as_float(0xff800000);
-    for (int c = 0; c < chunks; ++c) mx = fmaxf(mx, ph[c * (D + 2)]);
-    float total = 0.0f;
-    float acc[kDims];
-#pragma unroll
-    for (int d = 0; d < kDims; ++d) acc[d] = 0.0f;
-    for (int c = 0; c < chunks; ++c) {
-      const float* pc = ph + c * (D + 2);
-      const float f = expf(pc[0] - mx);
-      total = fmaf(pc[1], f, total);
-#pragma unroll
-      for (int d = 0; d < kDims; ++d)
-        if (lane + 32 * d < D) acc[d] = fmaf(pc[2 + lane + 32 * d], f, acc[d]);
-    }
-#pragma unroll
-    for (int d = 0; d < kDims; ++d)
-      if (lane + 32 * d < D) attn[h * D + lane + 32 * d] = static_cast<XT>(acc[d] / total);
-  }
-  mlxrt_grid_sync(barrier, GEN_WORD);
-  stamp(4);
-
-  // 5. o_proj and the residual: h = x + round(attn @ wo.T).
+  // 4. o_proj and the residual: h = x + round(attn @ wo.T).
   for (int t = gw; t < (K + R - 1) / R; t += G)
     mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(attn, true, wo, so, bo, K, COLS_O, t * R, [&](size_t i, float v) {
       hres[i] = static_cast<XT>(static_cast<float>(x[i]) + static_cast<float>(static_cast<XT>(v)));
     });
   mlxrt_grid_sync(barrier, GEN_WORD);
-  stamp(5);
+  stamp(4);
 
-  // 6. RMSNorm(h) staged; gate and up rows, SwiGLU (rms_norm_swiglu's roundings).
+  // 5. RMSNorm(h) staged; gate and up rows, SwiGLU (rms_norm_swiglu's roundings).
   mlxrt_stage_rms_norm<1>(hres, nw2, __int_as_float(EPS2_BITS), K, xs, red);
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < K; i += blockDim.x) xn2[i] = xs[i];
@@ -292,9 +303,9 @@ constexpr const char* kSource = R"(
     }
   }
   mlxrt_grid_sync(barrier, GEN_WORD);
-  stamp(6);
+  stamp(5);
 
-  // 7. down and the residual: the layer's output.
+  // 6. down and the residual: the layer's output.
   for (int t = gw; t < (K + R - 1) / R; t += G)
     mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(act, true, wd, sd, bd, K, COLS_I, t * R, [&](size_t i, float v) {
       y[i] = static_cast<XT>(static_cast<float>(hres[i]) + static_cast<float>(static_cast<XT>(v)));
@@ -305,7 +316,7 @@ constexpr const char* kSource = R"(
     bar_next[GEN_WORD] = 0u;
   }
   __syncthreads();
-  if (threadIdx.x == 0) atomicMax(stamp_at + 7, mlxrt_globaltimer());
+  if (threadIdx.x == 0) atomicMax(stamp_at + 6, mlxrt_globaltimer());
 )";
 
 std::string header() {
@@ -348,7 +359,7 @@ const KernelSpec& decoder_layer_spec() {
       "mlxrt_decoder_layer",
       {"x", "nw1", "wq", "sq", "bq", "wk", "sk", "bk", "wv", "sv", "bv", "qnw", "knw", "kc", "vc", "off", "freqs",
        "wo", "so", "bo", "nw2", "wg", "sg", "bg", "wu", "su", "bu", "wd", "sd", "bd", "bar"},
-      {"y", "bar_next", "stamps", "xn1", "qkv", "qr", "part", "attn", "hres", "xn2", "act"},
+      {"y", "bar_next", "stamps", "xn1", "qkv", "qr", "part", "attn", "hres", "xn2", "act", "done"},
       kSource,
       header(),
       true,
@@ -446,8 +457,8 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
        a.v.biases, qnw, knw, keys, values, offset, freqs, a.o.w, a.o.scales, a.o.biases, w.mlp_norm.weight,
        m.gate.w, m.gate.scales, m.gate.biases, m.up.w, m.up.scales, m.up.biases, m.down.w, m.down.scales,
        m.down.biases, bar},
-      {x.shape(), {kDecoderLayerBarrierWords}, {kDecoderLayerStamps}, {K}, {H * D + 2 * HK * D}, {H * D}, {H * chunks * (D + 2)}, {H * D}, {K}, {K}, {I}},
-      {t, mx::uint32, mx::uint64, t, t, t, mx::float32, t, t, t, t},
+      {x.shape(), {kDecoderLayerBarrierWords}, {kDecoderLayerStamps}, {K}, {H * D + 2 * HK * D}, {H * D}, {H * chunks * (D + 2)}, {H * D}, {K}, {K}, {I}, {std::max(H, 16)}},
+      {t, mx::uint32, mx::uint64, t, t, t, mx::float32, t, t, t, t, mx::uint32},
       {blocks * threads, 1, 1},
       {threads, 1, 1},
       {{"XT", t}, {"WT", a.q.w.dtype()}, {"ST", a.q.scales.dtype()}, {"R", tiling.rows_per_warp},

@@ -17,11 +17,12 @@
  *     value written into the cache buffers at `offset`, in place (no slice update node);
  *  3. a warp per (query head, chunk of up to CHUNK keys, fewer while the grid has warps to spare):
  *     scores, their maximum and sum, and the weighted values of the chunk, several keys' rows in
- *     flight at once (grouped-query heads share their key head);
- *  4. a warp per query head: the chunks combined, the attention output;
- *  5. o_proj and the residual add;
- *  6. every block stages RMSNorm(h); gate and up rows, SwiGLU;
- *  7. down and the residual add: the layer's output.
+ *     flight at once (grouped-query heads share their key head); the warp that finishes a head's
+ *     last chunk combines the head's chunks into the attention output (a count per head, no
+ *     barrier);
+ *  4. o_proj and the residual add;
+ *  5. every block stages RMSNorm(h); gate and up rows together, SwiGLU;
+ *  6. down and the residual add: the layer's output.
  * Intermediate results are rounded to the model's type where MLX's separate nodes round them (as
  * the fused kernels do); sums are float32. So it is L3: measured against L1 (`mlxrt fidelity`),
  * not byte-equal.
@@ -100,9 +101,12 @@ bool decoder_layer_fits(const mx::array& x, const DecoderLayerWeights& w);
  * keys, while the grid's warps outnumber the tasks. */
 constexpr int kDecoderLayerChunk = 128;
 
+/** The kernel's phases (above), one grid barrier after each but the last. */
+constexpr int kDecoderLayerPhases = 6;
+
 /** The phases' stamps (output 2, uint64 nanoseconds of the GPU's global timer): 0 the start,
- * 1-6 past each of the six barriers (block 0's view: every block has then finished the phase
- * before), 7 the last block's end. Slots 8-15 are unused. The launch's cost to write them is a few
+ * 1-5 past each of the five barriers (block 0's view: every block has then finished the phase
+ * before), 6 the last block's end. Slots 7-15 are unused. The launch's cost to write them is a few
  * stores; bench/gpu/decoder_layer_bench.cpp reads them. */
 constexpr int kDecoderLayerStamps = 16;
 
@@ -124,8 +128,8 @@ constexpr int kDecoderLayerGenerationWord = 32;
  * results, for the tests: the staged RMSNorm(x)
  * [hidden], the q, k and v projections [(H + 2 HK) D], the rotated queries [H D], the attention's
  * partial sums, its output [H D], h [hidden], the staged RMSNorm(h) [hidden], SwiGLU's output
- * [intermediate]. nullopt where decoder_layer_fits does not hold or the cache or barrier do not
- * match it. */
+ * [intermediate]; the last, phase 3's count of finished chunks per head. nullopt where
+ * decoder_layer_fits does not hold or the cache or barrier do not match it. */
 std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const DecoderLayerWeights& w,
                                                  const mx::array& keys, const mx::array& values,
                                                  const mx::array& offset, const mx::array& bar, int blocks,
