@@ -5,11 +5,14 @@
 // - µs a layer, by the host's clock over the eval (launch gaps included);
 // - µs a layer by the kernel's own stamps, and each phase's share of it (the stamps are block 0's
 //   view past each grid barrier, so a phase's time includes the barrier that ends it);
-// - the products' phases' reads (weights, scales, biases) over their time.
+// - the products' phases' reads (weights, scales, biases) over their time, and the whole layer's
+//   over the kernel's time.
+// Columns: bps blocks per multiprocessor, dp steps of loads in flight, rw rows a product task (0:
+// the kernel's choice).
 // Medians over the launches of `rounds` evals after one unmeasured one (NVRTC, graph capture).
 //
 // Usage: mlxrt_layer_bench [--models 0.6b,8b] [--bits 4,8,16] [--positions 128,384,1024,4096]
-//                          [--blocks-per-sm 1] [--depth 2] [--warps 8] [--rounds 5]
+//                          [--blocks-per-sm 1] [--depth 2] [--rows 0] [--warps 8] [--rounds 5]
 // Lists sweep. A setting whose blocks cannot all be resident at once (a kernel of more registers a
 // thread than that many blocks leave) stops at the barrier's trap and ends the process: l3_run.sh
 // runs one process per blocks-per-SM and depth.
@@ -133,7 +136,7 @@ Layer make_layer(const Dims& d, int bits, int capacity) {
 
 int main(int argc, char** argv) {
   std::string models = "0.6b,8b", bits_arg = "4,8,16", positions_arg = "128,384,1024,4096", per_sm_arg = "1",
-              depth_arg = "2";
+              depth_arg = "2", rows_arg = "0";
   int rounds = 5, warps = 8;
   bool emulate = false;
   for (int i = 1; i < argc; ++i) {
@@ -144,6 +147,7 @@ int main(int argc, char** argv) {
     else if (a == "--positions" && has_value) positions_arg = argv[++i];
     else if (a == "--blocks-per-sm" && has_value) per_sm_arg = argv[++i];
     else if (a == "--depth" && has_value) depth_arg = argv[++i];
+    else if (a == "--rows" && has_value) rows_arg = argv[++i];
     else if (a == "--rounds" && has_value) rounds = std::max(1, std::atoi(argv[++i]));
     else if (a == "--warps" && has_value) warps = std::atoi(argv[++i]);
     else if (a == "--emulate") emulate = true;
@@ -180,8 +184,8 @@ int main(int argc, char** argv) {
 
   std::printf("%d multiprocessors; %s\n", sms, emulate ? "emulated on the CPU (times mean nothing)" : "CUDA");
   static_assert(kDecoderLayerPhases == 6, "the table's columns are the kernel's phases");
-  std::printf("%-5s %4s %5s %3s %2s | %8s %8s | %7s %7s %7s %7s %7s %7s | %8s %8s\n", "model", "bits", "pos",
-              "bps", "dp", "us wall", "us kern", "1 qkv", "2 rope", "3 attn", "4 o", "5 g/u", "6 down", "prod GB/s",
+  std::printf("%-5s %4s %5s %3s %2s %2s | %8s %8s | %7s %7s %7s %7s %7s %7s | %8s %8s\n", "model", "bits",
+              "pos", "bps", "dp", "rw", "us wall", "us kern", "1 qkv", "2 rope", "3 attn", "4 o", "5 g/u", "6 down", "prod GB/s",
               "all GB/s");
   for (const auto& name : name_list(models)) {
     const Dims* dims = nullptr;
@@ -207,7 +211,8 @@ int main(int argc, char** argv) {
       while (static_cast<int>(layers.size()) < copies) layers.push_back(make_layer(*dims, bits, capacity));
       const int launches = dims->layers;  // a step's
       for (const int per_sm : int_list(per_sm_arg))
-      for (const int depth : int_list(depth_arg)) {
+      for (const int depth : int_list(depth_arg))
+      for (const int rows : int_list(rows_arg)) {
         const int blocks = per_sm * sms;
         for (const int pos : positions) {
           std::vector<double> wall, total, phase[kDecoderLayerPhases + 1];
@@ -223,7 +228,7 @@ int main(int argc, char** argv) {
             for (int i = 0; i < launches; ++i) {
               const auto& l = layers[static_cast<size_t>(i) % layers.size()];
               const auto launch = decoder_layer_launch(h, l.w, l.keys, l.values, mx::array(pos, mx::int32), bar,
-                                                       blocks, warps, depth);
+                                                       {blocks, warps, depth, rows});
               if (!launch) {
                 declined = true;
                 break;
@@ -250,7 +255,8 @@ int main(int argc, char** argv) {
             }
           }
           if (declined) {
-            std::printf("%-5s %4d %5d %3d %2d | the kernel declines this setting\n", dims->name, bits, pos, per_sm, depth);
+            std::printf("%-5s %4d %5d %3d %2d %2d | the kernel declines this setting\n", dims->name, bits, pos, per_sm,
+                        depth, rows);
             continue;
           }
           double prod_bytes = 0, prod_us = 0;
@@ -259,8 +265,8 @@ int main(int argc, char** argv) {
             prod_us += median(phase[p]);
           }
           const double kern = median(total);
-          std::printf("%-5s %4d %5d %3d %2d | %8.1f %8.1f | %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %8.0f %8.0f\n",
-                      dims->name, bits, pos, per_sm, depth, median(wall), kern, median(phase[1]), median(phase[2]),
+          std::printf("%-5s %4d %5d %3d %2d %2d | %8.1f %8.1f | %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %8.0f %8.0f\n",
+                      dims->name, bits, pos, per_sm, depth, rows, median(wall), kern, median(phase[1]), median(phase[2]),
                       median(phase[3]), median(phase[4]), median(phase[5]), median(phase[6]),
                       prod_us > 0 ? prod_bytes / prod_us / 1e3 : 0.0, kern > 0 ? layer_bytes / kern / 1e3 : 0.0);
           std::fflush(stdout);

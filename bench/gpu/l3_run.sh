@@ -53,7 +53,7 @@ for step in ${L3_STEPS:-tests qmv decode}; do
       # whose blocks cannot all be resident (too many registers a thread for that many blocks) stops
       # its kernel at the barrier's trap, and the CUDA context with it.
       : > "$out/layer_bench.txt"
-      for setting in ${LAYER_SETTINGS:-1:2 2:2 3:2 1:3 1:4 2:4}; do
+      for setting in ${LAYER_SETTINGS:-1:2 2:2 3:2 1:3 1:4 2:4}; do  # LAYER_BENCH_ARGS="--rows 0,4,8" adds a sweep
         # shellcheck disable=SC2086  # a list of options
         timeout 300 "$work/mlxrt_layer_bench" --blocks-per-sm "${setting%%:*}" --depth "${setting##*:}" \
           ${LAYER_BENCH_ARGS:-} >> "$out/layer_bench.txt" 2>&1 || echo "setting $setting: exit $?" >> "$out/layer_bench.txt"

@@ -43,6 +43,7 @@ struct Case {
   bool norm, traditional, freqs;
   std::vector<int> positions;  // steps run in turn, each checked
   int depth = 2;               // the products' steps of loads in flight
+  int rows = 0;                // rows a product task (0: the kernel's choice)
 };
 
 std::string label(const Case& c, int pos) {
@@ -124,7 +125,7 @@ void run_case(const Case& c, int seed) {
     SCOPED_TRACE(what);
     const auto x = exact_square_x(keys, 1, K, t);
     const auto k_before = host(kc), v_before = host(vc);
-    const auto launch = decoder_layer_launch(x, w, kc, vc, mx::array(pos, mx::int32), bar, 4, 4, c.depth);
+    const auto launch = decoder_layer_launch(x, w, kc, vc, mx::array(pos, mx::int32), bar, {4, 4, c.depth, c.rows});
     ASSERT_TRUE(launch.has_value()) << what << ": declined";
     const auto out = run(*launch);
     ASSERT_EQ(out[0].shape(), x.shape());
@@ -297,9 +298,11 @@ TEST_F(DecoderLayer, EightBitWideQueriesNarrowHidden) {
 
 TEST_F(DecoderLayer, ProductsOverSeveralStepsAtEachDepth) {
   // 8-bit rows of 1024 and 2560 values: each lane's loop takes 2 and 5 steps (the last partial),
-  // so every depth of the ring of loads wraps, stops early or never fills.
+  // so every depth of the ring of loads wraps, stops early or never fills; at depth 3, tasks of 8
+  // rows (and 16 of gate and up).
   for (const int depth : {1, 3, 4})
-    run_case({mx::bfloat16, 64, 8, 1024, 4, 2, 64, 64, 2560, 64, true, false, false, {2}, depth}, 6 + depth);
+    run_case({mx::bfloat16, 64, 8, 1024, 4, 2, 64, 64, 2560, 64, true, false, false, {2}, depth, depth == 3 ? 8 : 0},
+             6 + depth);
 }
 
 TEST_F(DecoderLayer, DeclinesWhatItDoesNotCompute) {
@@ -314,21 +317,23 @@ TEST_F(DecoderLayer, DeclinesWhatItDoesNotCompute) {
                         {m(256, 128), m(256, 128), m(128, 256)}};
   const auto x = mx::ones({1, 1, 128}, t), cache = mx::zeros({1, 1, 16, 64}, t);
   const auto pos = mx::array(0, mx::int32), bar = mx::zeros({kDecoderLayerBarrierWords}, mx::uint32);
-  EXPECT_TRUE(decoder_layer_launch(x, w, cache, cache, pos, bar, 4).has_value());
-  EXPECT_FALSE(decoder_layer_launch(mx::ones({1, 2, 128}, t), w, cache, cache, pos, bar, 4)) << "two positions";
-  EXPECT_FALSE(decoder_layer_launch(x, w, mx::zeros({1, 2, 16, 64}, t), mx::zeros({1, 2, 16, 64}, t), pos, bar, 4))
+  EXPECT_TRUE(decoder_layer_launch(x, w, cache, cache, pos, bar, {4}).has_value());
+  EXPECT_FALSE(decoder_layer_launch(mx::ones({1, 2, 128}, t), w, cache, cache, pos, bar, {4})) << "two positions";
+  EXPECT_FALSE(decoder_layer_launch(x, w, mx::zeros({1, 2, 16, 64}, t), mx::zeros({1, 2, 16, 64}, t), pos, bar, {4}))
       << "cache heads";
-  EXPECT_FALSE(decoder_layer_launch(x, w, cache, cache, pos, mx::zeros({3}, mx::uint32), 4)) << "barrier state";
-  EXPECT_FALSE(decoder_layer_launch(x, w, cache, cache, pos, bar, 4, 8, 5)) << "five steps in flight";
-  EXPECT_FALSE(decoder_layer_launch(x, w, cache, cache, pos, bar, 4, 8, 0)) << "no step in flight";
+  EXPECT_FALSE(decoder_layer_launch(x, w, cache, cache, pos, mx::zeros({3}, mx::uint32), {4})) << "barrier state";
+  EXPECT_FALSE(decoder_layer_launch(x, w, cache, cache, pos, bar, {4, 8, 5})) << "five steps in flight";
+  EXPECT_FALSE(decoder_layer_launch(x, w, cache, cache, pos, bar, {4, 8, 0})) << "no step in flight";
+  EXPECT_FALSE(decoder_layer_launch(x, w, cache, cache, pos, bar, {4, 8, 2, 3})) << "three rows a task";
+  EXPECT_FALSE(decoder_layer_launch(x, w, cache, cache, pos, bar, {4, 9})) << "nine warps";
   EXPECT_TRUE(decoder_layer_fits(x, w));
   auto mixed = w;
   mixed.mlp.down = random_matrix(keys, 128, 256, 64, 8, t);
   EXPECT_FALSE(decoder_layer_fits(x, mixed));
-  EXPECT_FALSE(decoder_layer_launch(x, mixed, cache, cache, pos, bar, 4)) << "mixed bits";
+  EXPECT_FALSE(decoder_layer_launch(x, mixed, cache, cache, pos, bar, {4})) << "mixed bits";
   auto odd = w;
   odd.attn.rope.dims = 63;
-  EXPECT_FALSE(decoder_layer_launch(x, odd, cache, cache, pos, bar, 4)) << "odd rotation";
+  EXPECT_FALSE(decoder_layer_launch(x, odd, cache, cache, pos, bar, {4})) << "odd rotation";
 }
 
 }  // namespace

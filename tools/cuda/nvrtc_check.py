@@ -157,7 +157,7 @@ def layer_combos(full):
     """decoder_layer: Qwen3-0.6B's and 8B's layer shapes and a small one; each float type with 4- and
     8-bit weights (groups 32/64/128), float32 x with bf16 scales, dense weights; norms or none, base
     or frequencies, split-half or traditional pairs; 8 warps a block, chunks of 128 keys; products
-    with 2 or 4 steps of loads in flight."""
+    with 2 or 4 steps of loads in flight, tasks of the kernel's choice of rows or of 4 or 8."""
     shapes = [(1024, 16, 8, 128, 3072), (4096, 32, 8, 128, 12288), (256, 4, 2, 64, 512)]
     variants = [((t, t), b, g) for t in FLOATS for b, g in ((4, 64), (8, 32), (4, 128))]
     variants += [(("f32", "bf16"), 4, 64)] + [((t, t), 0, 0) for t in FLOATS]
@@ -170,6 +170,7 @@ def layer_combos(full):
         k, h, hk, d, inter = shape
         cols = (lambda n: n * bits // 32) if bits else (lambda n: n)
         r = (4 if k >= 8192 else 1) if not bits else (4 if k >= 8192 else 2 if k >= 4096 else 1)
+        r = (r, 4, 8)[i // 7 % 3]  # the kernel's choice, or MLXRT_CUDA_L3_LAYER_ROWS
         out.append({"XT": xt, "WT": "u32" if bits else xt, "ST": st if bits else xt, "R": r, "BITS": bits, "GS": gs,
                     "K": k, "COLS": cols(k), "COLS_O": cols(h * d), "I": inter, "COLS_I": cols(inter), "H": h,
                     "HK": hk, "D": d, "ROT": d, "TRAD": trad, "FREQS": freqs, "NORM": norm, "NW": 8, "DEPTH": 2 + 2 * (i % 2), "CHUNK": 128,

@@ -378,23 +378,21 @@ bool decoder_layer_opted_in() {
   return opted_in;
 }
 
-int decoder_layer_blocks() {
-  static const int blocks = [] {
-    const char* v = std::getenv("MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM");
-    const std::string s = v ? v : "";
-    const int per_sm = s == "2" ? 2 : s == "3" ? 3 : 1;
-    return per_sm * cuda_multiprocessor_count();
+DecoderLayerGrid decoder_layer_grid() {
+  static const DecoderLayerGrid grid = [] {
+    auto knob = [](const char* name, std::initializer_list<int> allowed, int otherwise) {
+      const char* v = std::getenv(name);
+      for (int a : allowed)
+        if (v && std::string(v) == std::to_string(a)) return a;
+      return otherwise;
+    };
+    DecoderLayerGrid g;
+    g.blocks = knob("MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM", {1, 2, 3}, 1) * cuda_multiprocessor_count();
+    g.depth = knob("MLXRT_CUDA_L3_LAYER_DEPTH", {1, 2, 3, 4}, 2);
+    g.rows = knob("MLXRT_CUDA_L3_LAYER_ROWS", {1, 2, 4, 8}, 0);
+    return g;
   }();
-  return blocks;
-}
-
-int decoder_layer_depth() {
-  static const int depth = [] {
-    const char* v = std::getenv("MLXRT_CUDA_L3_LAYER_DEPTH");
-    const std::string s = v ? v : "";
-    return s == "1" ? 1 : s == "3" ? 3 : s == "4" ? 4 : 2;
-  }();
-  return depth;
+  return grid;
 }
 
 bool decoder_layer_fits(const mx::array& x, const DecoderLayerWeights& w) {
@@ -429,9 +427,11 @@ bool decoder_layer_fits(const mx::array& x, const DecoderLayerWeights& w) {
 
 std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const DecoderLayerWeights& w,
                                                  const mx::array& keys, const mx::array& values,
-                                                 const mx::array& offset, const mx::array& bar, int blocks,
-                                                 int warps, int depth) {
-  if (!decoder_layer_fits(x, w) || warps < 1 || warps > 8 || blocks < 1 || depth < 1 || depth > 4)
+                                                 const mx::array& offset, const mx::array& bar,
+                                                 const DecoderLayerGrid& grid) {
+  const int blocks = grid.blocks, warps = grid.warps, depth = grid.depth;
+  const bool rows_ok = grid.rows == 0 || grid.rows == 1 || grid.rows == 2 || grid.rows == 4 || grid.rows == 8;
+  if (!decoder_layer_fits(x, w) || warps < 1 || warps > 8 || blocks < 1 || depth < 1 || depth > 4 || !rows_ok)
     return std::nullopt;
   const auto t = x.dtype();
   const auto& a = w.attn;
@@ -461,7 +461,7 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
       {t, mx::uint32, mx::uint64, t, t, t, mx::float32, t, t, t, t, mx::uint32},
       {blocks * threads, 1, 1},
       {threads, 1, 1},
-      {{"XT", t}, {"WT", a.q.w.dtype()}, {"ST", a.q.scales.dtype()}, {"R", tiling.rows_per_warp},
+      {{"XT", t}, {"WT", a.q.w.dtype()}, {"ST", a.q.scales.dtype()}, {"R", grid.rows > 0 ? grid.rows : tiling.rows_per_warp},
        {"BITS", a.q.bits}, {"GS", a.q.group_size}, {"K", K}, {"COLS", cols_of(a.q, K)},
        {"COLS_O", cols_of(a.o, H * D)}, {"I", I}, {"COLS_I", cols_of(m.down, I)}, {"H", H}, {"HK", HK}, {"D", D},
        {"ROT", a.rope.dims}, {"TRAD", a.rope.traditional}, {"FREQS", a.rope.freqs.has_value()},

@@ -81,17 +81,26 @@ struct DecoderLayerWeights {
  * --fidelity l3 on a CUDA GPU (opt-in: see above). Read once a process. */
 bool decoder_layer_opted_in();
 
-/** The blocks the kernel's launches use on this process's GPU: one per multiprocessor (the
- * driver's count; each block's registers and shared memory fit one), or two or three with
- * MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM=2 or 3 (up to 80 registers a thread, three blocks fit: more
- * loads in flight for the products, a barrier of more blocks; on the H200's 8B layer 179 µs at
- * one, 139 at two, 135 at three); 0 where the CUDA driver cannot say. */
-int decoder_layer_blocks();
+/** How a launch spreads its work: `blocks` resident blocks of `warps` warps (at most 8), each warp
+ * keeping `depth` steps of the products' loads in flight (1-4; 2 is one step ahead), with
+ * `rows` rows of a matrix per product task (1, 2, 4 or 8; 0: affine_qmv's choice for the hidden
+ * size). */
+struct DecoderLayerGrid {
+  int blocks = 0;
+  int warps = 8;
+  int depth = 2;
+  int rows = 0;
+};
 
-/** The steps of loads each warp keeps in flight in the products (1-4; 2, one step ahead, unless
- * MLXRT_CUDA_L3_LAYER_DEPTH says otherwise): a tuning knob while the phases are measured
- * (bench/gpu/decoder_layer_bench.cpp sweeps it). Read once a process. */
-int decoder_layer_depth();
+/** This process's grid on its GPU (read once): one block per multiprocessor (the driver's count;
+ * each block's registers and shared memory fit one), or two or three with
+ * MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM=2 or 3 (a kernel of up to 80 registers a thread fits three:
+ * more loads in flight for the products, a barrier of more blocks; on the H200's 8B layer 179 µs
+ * at one, 139 at two, 135 at three, fifteenth session); MLXRT_CUDA_L3_LAYER_DEPTH=1..4 and
+ * MLXRT_CUDA_L3_LAYER_ROWS=1|2|4|8 set depth and rows. These are tuning knobs while the phases are
+ * measured (bench/gpu/decoder_layer_bench.cpp sweeps them); a setting whose blocks cannot all be
+ * resident stops at the barrier's trap with an error. blocks is 0 where the CUDA driver cannot say. */
+DecoderLayerGrid decoder_layer_grid();
 
 /** Whether the kernel takes x [1, 1, hidden] with `w` (shapes, types, kinds of weights), for a
  * cache of `x`'s type and w's key heads and head size. */
@@ -121,8 +130,7 @@ constexpr int kDecoderLayerGenerationWord = 32;
 
 /** The launch for x [1, 1, hidden] at position `offset` (int32 scalar) with the cache buffers
  * `keys` and `values` [1, n_kv_heads, capacity, head_dim] of x's type (capacity > offset), the
- * barrier's state `bar` (uint32 [kDecoderLayerBarrierWords], zeros) and `blocks` resident blocks
- * of `warps` warps, each keeping `depth` steps of the products' loads in flight. Output 0 is the layer's output [1, 1, hidden]; output 1 the next launch's barrier state (zeros, written
+ * barrier's state `bar` (uint32 [kDecoderLayerBarrierWords], zeros) and `grid`. Output 0 is the layer's output [1, 1, hidden]; output 1 the next launch's barrier state (zeros, written
  * once every block has passed the last barrier: the next launch on this cache takes it, which
  * orders the two); output 2 the phases' stamps (kDecoderLayerStamps); the others are each phase's
  * results, for the tests: the staged RMSNorm(x)
@@ -132,8 +140,8 @@ constexpr int kDecoderLayerGenerationWord = 32;
  * decoder_layer_fits does not hold or the cache or barrier do not match it. */
 std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const DecoderLayerWeights& w,
                                                  const mx::array& keys, const mx::array& values,
-                                                 const mx::array& offset, const mx::array& bar, int blocks,
-                                                 int warps = 8, int depth = 2);
+                                                 const mx::array& offset, const mx::array& bar,
+                                                 const DecoderLayerGrid& grid);
 
 /** The kernel's text (tests and tools compile it without a GPU). */
 const KernelSpec& decoder_layer_spec();

@@ -435,15 +435,14 @@ std::optional<mx::array> Block::cuda_l3_layer(const mx::array& x, const Attentio
   if (!attn_norm || !mlp_norm || !attn || !mlp) return std::nullopt;
   const kernels::cuda::DecoderLayerWeights w{
       {attn_norm->first, attn_norm->second}, std::move(*attn), {mlp_norm->first, mlp_norm->second}, std::move(*mlp)};
-  const int blocks = kernels::cuda::decoder_layer_blocks();
-  if (blocks <= 0 || !kernels::cuda::decoder_layer_fits(x, w)) return std::nullopt;
+  const auto grid = kernels::cuda::decoder_layer_grid();
+  if (grid.blocks <= 0 || !kernels::cuda::decoder_layer_fits(x, w)) return std::nullopt;
   const int head_dim = w.attn.q.w.shape(0) / w.attn.n_heads;
   auto slot = kv->begin_in_place_write({1, w.attn.n_kv_heads, 1, head_dim}, x.dtype(),
                                        kernels::cuda::kDecoderLayerBarrierWords);
   if (!slot) return std::nullopt;
   const auto launch = kernels::cuda::decoder_layer_launch(x, w, slot->keys, slot->values,
-                                                          mx::array(slot->position, mx::int32), slot->barrier, blocks,
-                                                          8, kernels::cuda::decoder_layer_depth());
+                                                          mx::array(slot->position, mx::int32), slot->barrier, grid);
   // The cache has moved on: its buffers were made to fit, so a refusal here is a bug, not a fallback.
   if (!launch) throw std::logic_error("[decoder_layer] the cache's buffers do not fit the layer they were made for");
   static const kernels::cuda::CachedKernel kernel(kernels::cuda::decoder_layer_spec());
