@@ -108,13 +108,13 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// What one layer's launch reads in the products' phases 1, 4, 5 and 6.
+// What one layer's launch reads in the products' phases 1, 3, 4 and 5.
 double product_bytes(const DecoderLayerWeights& w, int phase) {
   switch (phase) {
     case 1: return bytes_of(w.attn.q) + bytes_of(w.attn.k) + bytes_of(w.attn.v);
-    case 4: return bytes_of(w.attn.o);
-    case 5: return bytes_of(w.mlp.gate) + bytes_of(w.mlp.up);
-    case 6: return bytes_of(w.mlp.down);
+    case 3: return bytes_of(w.attn.o);
+    case 4: return bytes_of(w.mlp.gate) + bytes_of(w.mlp.up);
+    case 5: return bytes_of(w.mlp.down);
     default: return 0.0;
   }
 }
@@ -183,10 +183,9 @@ int main(int argc, char** argv) {
   };
 
   std::printf("%d multiprocessors; %s\n", sms, emulate ? "emulated on the CPU (times mean nothing)" : "CUDA");
-  static_assert(kDecoderLayerPhases == 6, "the table's columns are the kernel's phases");
-  std::printf("%-5s %4s %5s %3s %2s %2s | %8s %8s | %7s %7s %7s %7s %7s %7s | %8s %8s\n", "model", "bits",
-              "pos", "bps", "dp", "rw", "us wall", "us kern", "1 qkv", "2 rope", "3 attn", "4 o", "5 g/u", "6 down", "prod GB/s",
-              "all GB/s");
+  static_assert(kDecoderLayerPhases == 5, "the table's columns are the kernel's phases");
+  std::printf("%-5s %4s %5s %3s %2s %2s | %8s %8s | %7s %7s %7s %7s %7s | %8s %8s\n", "model", "bits", "pos", "bps",
+              "dp", "rw", "us wall", "us kern", "1 qkv", "2 attn", "3 o", "4 g/u", "5 down", "prod GB/s", "all GB/s");
   for (const auto& name : name_list(models)) {
     const Dims* dims = nullptr;
     for (const auto& d : kModels)
@@ -206,7 +205,7 @@ int main(int argc, char** argv) {
       std::vector<Layer> layers;
       layers.push_back(make_layer(*dims, bits, capacity));
       double layer_bytes = 0;
-      for (int p : {1, 4, 5, 6}) layer_bytes += product_bytes(layers[0].w, p);
+      for (int p : {1, 3, 4, 5}) layer_bytes += product_bytes(layers[0].w, p);
       const int copies = emulate ? 2 : std::min(dims->layers, std::max(2, static_cast<int>(std::ceil(256e6 / layer_bytes))));
       while (static_cast<int>(layers.size()) < copies) layers.push_back(make_layer(*dims, bits, capacity));
       const int launches = dims->layers;  // a step's
@@ -260,14 +259,14 @@ int main(int argc, char** argv) {
             continue;
           }
           double prod_bytes = 0, prod_us = 0;
-          for (int p : {1, 4, 5, 6}) {
+          for (int p : {1, 3, 4, 5}) {
             prod_bytes += product_bytes(layers[0].w, p);
             prod_us += median(phase[p]);
           }
           const double kern = median(total);
-          std::printf("%-5s %4d %5d %3d %2d %2d | %8.1f %8.1f | %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %8.0f %8.0f\n",
+          std::printf("%-5s %4d %5d %3d %2d %2d | %8.1f %8.1f | %7.1f %7.1f %7.1f %7.1f %7.1f | %8.0f %8.0f\n",
                       dims->name, bits, pos, per_sm, depth, rows, median(wall), kern, median(phase[1]), median(phase[2]),
-                      median(phase[3]), median(phase[4]), median(phase[5]), median(phase[6]),
+                      median(phase[3]), median(phase[4]), median(phase[5]),
                       prod_us > 0 ? prod_bytes / prod_us / 1e3 : 0.0, kern > 0 ? layer_bytes / kern / 1e3 : 0.0);
           std::fflush(stdout);
         }

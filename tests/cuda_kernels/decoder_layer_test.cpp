@@ -131,11 +131,11 @@ void run_case(const Case& c, int seed) {
     ASSERT_EQ(out[0].shape(), x.shape());
     const auto xn1 = host(out[3]), qkv = host(out[4]), qr = host(out[5]), attn = host(out[7]);
     const auto hres = host(out[8]), xn2 = host(out[9]), act = host(out[10]), y = host(out[0]);
-    // The barrier: every block passed its five barriers (the count back to 0, five generations on),
+    // The barrier: every block passed its four barriers (the count back to 0, four generations on),
     // and the next launch's state is zeros (the next step takes it).
     const auto bar_now = host(bar), bar_next = host(out[1]);
     EXPECT_EQ(bar_now[0], 0.0);
-    EXPECT_EQ(bar_now[kDecoderLayerGenerationWord], 5.0);
+    EXPECT_EQ(bar_now[kDecoderLayerGenerationWord], 4.0);
     EXPECT_EQ(bar_next[0], 0.0);
     EXPECT_EQ(bar_next[kDecoderLayerGenerationWord], 0.0);
     bar = out[1];

@@ -66,6 +66,9 @@ constexpr const char* kSource = R"(
   __shared__ float red[32];
   __shared__ float rows[NW][D];
   __shared__ float scores[NW][CHUNK];
+  // Each warp's rotated query and new key, in the model's type (raw bytes: see xs_bytes).
+  __shared__ __align__(16) unsigned char qx_bytes[NW * D * sizeof(XT)];
+  __shared__ __align__(16) unsigned char kx_bytes[NW * D * sizeof(XT)];
   XT* xs = reinterpret_cast<XT*>(xs_bytes);
   unsigned* barrier = const_cast<unsigned*>(bar);
   XT* kcache = const_cast<XT*>(kc);
@@ -90,8 +93,8 @@ constexpr const char* kSource = R"(
   stamp(0);
   unsigned* head_done = done;
   if (blockIdx.x == 0) {
-    if (threadIdx.x == 0) stamp_at[6] = 0ull;
-    // Phase 3's count of finished chunks per head (read after two barriers).
+    if (threadIdx.x == 0) stamp_at[5] = 0ull;
+    // Phase 2's count of finished chunks per head (read after the first barrier).
     for (int i = threadIdx.x; i < H; i += blockDim.x) head_done[i] = 0u;
   }
 
@@ -119,27 +122,11 @@ constexpr const char* kSource = R"(
   mlxrt_grid_sync(barrier, GEN_WORD);
   stamp(1);
 
-  // 2. A warp per head: q/k norms and RoPE (qk_rope's device code); keys and values into the cache.
-  for (int t = gw; t < H + HK; t += G) {
-    const bool is_q = t < H;
-    const int hh = is_q ? t : t - H;
-    float* row = rows[warp];
-    mlxrt_norm_head<XT, D, NORM>((is_q ? yq : yk) + hh * D, is_q ? qnw : knw,
-                                 __int_as_float(is_q ? EPS_Q_BITS : EPS_K_BITS), row, lane);
-    XT* dst = is_q ? qr + hh * D : kcache + (static_cast<size_t>(hh) * S + pos) * D;
-    mlxrt_rope_row<XT, D, ROT, TRAD, FREQS>(row, __int_as_float(SCALE_BITS) * static_cast<float>(pos), freqs,
-                                            __int_as_float(LOG2_BASE_BITS), dst, lane);
-    if (!is_q) {
-      XT* vdst = vcache + (static_cast<size_t>(hh) * S + pos) * D;
-      for (int i = lane; i < D; i += 32) vdst[i] = yv[hh * D + i];
-    }
-    __syncwarp();  // rows[warp] is written again by this warp's next head
-  }
-  mlxrt_grid_sync(barrier, GEN_WORD);
-  stamp(2);
-
-  // 3. A warp per (query head, chunk of keys): each lane a key's score, then the chunk's maximum,
-  // sum and weighted values; the last of a head's chunks combines them. The chunk is CHUNK keys, halved (down to 32) while the halves still
+  // 2. A warp per (query head, chunk of keys): the head's q/k norms and RoPE (qk_rope's device
+  // code), each lane a key's score, then the chunk's maximum, sum and weighted values; the last of
+  // a head's chunks to finish combines them. The new position's key and value are the task's own
+  // (computed again by each task that needs them: D values) and are written into the cache by one
+  // task a key head; no task reads the cache at that position. The chunk is CHUNK keys, halved (down to 32) while the halves still
   // give every task a warp of the grid: a short context's few chunks would leave most warps idle
   // and each busy one reading its keys and values alone (ch_max holds the most chunks a head gets).
   const int n_keys = pos + 1;
@@ -153,23 +140,48 @@ constexpr const char* kSource = R"(
   constexpr int kV = 16 / static_cast<int>(sizeof(XT));
   constexpr int kL = D / kV;
   constexpr bool kGrouped = D % kV == 0 && kL <= 32 && (32 % kL) == 0;
+  XT* qx = reinterpret_cast<XT*>(qx_bytes) + warp * D;
+  XT* kx = reinterpret_cast<XT*>(kx_bytes) + warp * D;
+  const float angle = __int_as_float(SCALE_BITS) * static_cast<float>(pos);
   for (int t = gw; t < H * chunks; t += G) {
     const int h = t / chunks, c = t - h * chunks;
     const int hk = h / (H / HK);
-    const XT* q = qr + h * D;
     const XT* kh = kcache + static_cast<size_t>(hk) * S * D;
     const XT* vh = vcache + static_cast<size_t>(hk) * S * D;
+    const XT* v_new = yv + hk * D;
     const int k0 = c * clen, k1 = min(k0 + clen, n_keys);
     float* sc = scores[warp];
-    // The query in shared memory (every lane reads all of it); a lane's key in 16-byte loads where
-    // its rows allow.
-    float* qs = rows[warp];
-    for (int i = lane; i < D; i += 32) qs[i] = static_cast<float>(q[i]);
+    float* row = rows[warp];
+    if (k1 == n_keys) {
+      // The new key, rotated; the first query head of its group writes it and the value in place.
+      mlxrt_norm_head<XT, D, NORM>(yk + hk * D, knw, __int_as_float(EPS_K_BITS), row, lane);
+      mlxrt_rope_row<XT, D, ROT, TRAD, FREQS>(row, angle, freqs, __int_as_float(LOG2_BASE_BITS), kx, lane);
+      __syncwarp();  // kx is read by every lane; row is the query's next
+      if (h % (H / HK) == 0) {
+        XT* kdst = kcache + (static_cast<size_t>(hk) * S + pos) * D;
+        XT* vdst = vcache + (static_cast<size_t>(hk) * S + pos) * D;
+        for (int i = lane; i < D; i += 32) {
+          kdst[i] = kx[i];
+          vdst[i] = v_new[i];
+        }
+      }
+    }
+    // The query, rotated and rounded to the model's type, then in shared memory as floats (every
+    // lane reads all of it); the first chunk's task keeps it for the tests.
+    mlxrt_norm_head<XT, D, NORM>(yq + h * D, qnw, __int_as_float(EPS_Q_BITS), row, lane);
+    mlxrt_rope_row<XT, D, ROT, TRAD, FREQS>(row, angle, freqs, __int_as_float(LOG2_BASE_BITS), qx, lane);
     __syncwarp();
+    float* qs = row;
+    for (int i = lane; i < D; i += 32) {
+      qs[i] = static_cast<float>(qx[i]);
+      if (c == 0) qr[h * D + i] = qx[i];
+    }
+    __syncwarp();
+    // A lane's key in 16-byte loads where its rows allow.
     const bool kvec = D % kV == 0 && (reinterpret_cast<unsigned long long>(kh) & 15) == 0;
     float m = __int_as_float(0xff800000);
     for (int j = k0 + lane; j < k1; j += 32) {
-      const XT* kj = kh + static_cast<size_t>(j) * D;
+      const XT* kj = j == pos ? kx : kh + static_cast<size_t>(j) * D;
       float dot = 0.0f;
       if (kvec) {
         for (int i = 0; i < D; i += kV) {
@@ -197,7 +209,7 @@ constexpr const char* kSource = R"(
     l = mlxrt_warp_sum(l);
     __syncwarp();
     float* out = part + (static_cast<size_t>(h) * ch_max + c) * (D + 2);
-    if (kGrouped && (reinterpret_cast<unsigned long long>(vh) & 15) == 0) {
+    if (kGrouped && ((reinterpret_cast<unsigned long long>(vh) | reinterpret_cast<unsigned long long>(v_new)) & 15) == 0) {
       constexpr int kG = kGrouped ? kL : 32;  // (a valid shift where the branch is not taken)
       const int slot = lane / kG, d0 = (lane % kG) * kV;
       float acc[kV];
@@ -207,7 +219,7 @@ constexpr const char* kSource = R"(
       for (int j = k0 + slot; j < k1; j += 32 / kG) {
         const float p = sc[j - k0];
         float vv[kV];
-        mlxrt_load_x(vh + static_cast<size_t>(j) * D + d0, vv, true);
+        mlxrt_load_x((j == pos ? v_new : vh + static_cast<size_t>(j) * D) + d0, vv, true);
 #pragma unroll
         for (int e = 0; e < kV; ++e) acc[e] = fmaf(p, vv[e], acc[e]);
       }
@@ -224,7 +236,7 @@ constexpr const char* kSource = R"(
       for (int d = 0; d < kDims; ++d) acc[d] = 0.0f;
       for (int j = k0; j < k1; ++j) {
         const float p = sc[j - k0];
-        const XT* vj = vh + static_cast<size_t>(j) * D;
+        const XT* vj = j == pos ? v_new : vh + static_cast<size_t>(j) * D;
 #pragma unroll
         for (int d = 0; d < kDims; ++d)
           if (lane + 32 * d < D) acc[d] = fmaf(p, static_cast<float>(vj[lane + 32 * d]), acc[d]);
@@ -270,17 +282,17 @@ constexpr const char* kSource = R"(
     __syncwarp();  // scores[warp] and rows[warp] are written again by this warp's next task
   }
   mlxrt_grid_sync(barrier, GEN_WORD);
-  stamp(3);
+  stamp(2);
 
-  // 4. o_proj and the residual: h = x + round(attn @ wo.T).
+  // 3. o_proj and the residual: h = x + round(attn @ wo.T).
   for (int t = gw; t < (K + R - 1) / R; t += G)
     mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(attn, true, wo, so, bo, K, COLS_O, t * R, [&](size_t i, float v) {
       hres[i] = static_cast<XT>(static_cast<float>(x[i]) + static_cast<float>(static_cast<XT>(v)));
     });
   mlxrt_grid_sync(barrier, GEN_WORD);
-  stamp(4);
+  stamp(3);
 
-  // 5. RMSNorm(h) staged; gate and up rows, SwiGLU (rms_norm_swiglu's roundings).
+  // 4. RMSNorm(h) staged; gate and up rows, SwiGLU (rms_norm_swiglu's roundings).
   mlxrt_stage_rms_norm<1>(hres, nw2, __int_as_float(EPS2_BITS), K, xs, red);
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < K; i += blockDim.x) xn2[i] = xs[i];
@@ -303,9 +315,9 @@ constexpr const char* kSource = R"(
     }
   }
   mlxrt_grid_sync(barrier, GEN_WORD);
-  stamp(5);
+  stamp(4);
 
-  // 6. down and the residual: the layer's output.
+  // 5. down and the residual: the layer's output.
   for (int t = gw; t < (K + R - 1) / R; t += G)
     mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(act, true, wd, sd, bd, K, COLS_I, t * R, [&](size_t i, float v) {
       y[i] = static_cast<XT>(static_cast<float>(hres[i]) + static_cast<float>(static_cast<XT>(v)));
@@ -316,7 +328,7 @@ constexpr const char* kSource = R"(
     bar_next[GEN_WORD] = 0u;
   }
   __syncthreads();
-  if (threadIdx.x == 0) atomicMax(stamp_at + 6, mlxrt_globaltimer());
+  if (threadIdx.x == 0) atomicMax(stamp_at + 5, mlxrt_globaltimer());
 )";
 
 std::string header() {
@@ -421,8 +433,11 @@ bool decoder_layer_fits(const mx::array& x, const DecoderLayerWeights& w) {
     return false;
   if (rope.freqs && (rope.freqs->dtype() != mx::float32 || rope.freqs->size() != static_cast<size_t>(rope.dims / 2)))
     return false;
-  // The staged row in static shared memory with the other arrays (48 KB), at up to 8 warps.
-  return static_cast<size_t>(K) * mx::size_of(t) + 4 * (32 + 8 * (D + kDecoderLayerChunk)) <= 46 * 1024;
+  // The staged row in static shared memory with the other arrays (48 KB), at up to 8 warps: each
+  // warp's float rows (D) and scores (CHUNK), its rotated query and new key (D of the type).
+  return static_cast<size_t>(K) * mx::size_of(t) + 4 * (32 + 8 * (D + kDecoderLayerChunk)) +
+             2 * 8 * static_cast<size_t>(D) * mx::size_of(t) <=
+         46 * 1024;
 }
 
 std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const DecoderLayerWeights& w,

@@ -13,16 +13,17 @@
  * small buffer that persists between launches, lets them wait on each other):
  *  1. every block stages RMSNorm(x) in shared memory; the warps of the grid share the rows of q, k
  *     and v (affine 4/8-bit or dense, as fused_qmv's products);
- *  2. a warp per head: the per-head q/k RMSNorm (Qwen3's) and RoPE, as qk_rope; the new key and
- *     value written into the cache buffers at `offset`, in place (no slice update node);
- *  3. a warp per (query head, chunk of up to CHUNK keys, fewer while the grid has warps to spare):
- *     scores, their maximum and sum, and the weighted values of the chunk, several keys' rows in
- *     flight at once (grouped-query heads share their key head); the warp that finishes a head's
- *     last chunk combines the head's chunks into the attention output (a count per head, no
- *     barrier);
- *  4. o_proj and the residual add;
- *  5. every block stages RMSNorm(h); gate and up rows together, SwiGLU;
- *  6. down and the residual add: the layer's output.
+ *  2. a warp per (query head, chunk of up to CHUNK keys, fewer while the grid has warps to spare):
+ *     the head's q RMSNorm (Qwen3's) and RoPE, as qk_rope, and for the chunk of the new position
+ *     its key's; the new key and value written into the cache buffers at `offset` in place (no
+ *     slice update node) by one task a key head, and taken from the task's own copy by every task
+ *     that needs them; scores, their maximum and sum, and the weighted values of the chunk,
+ *     several keys' rows in flight at once (grouped-query heads share their key head); the warp
+ *     that finishes a head's last chunk combines the head's chunks into the attention output (a
+ *     count per head, no barrier);
+ *  3. o_proj and the residual add;
+ *  4. every block stages RMSNorm(h); gate and up rows together, SwiGLU;
+ *  5. down and the residual add: the layer's output.
  * Intermediate results are rounded to the model's type where MLX's separate nodes round them (as
  * the fused kernels do); sums are float32. So it is L3: measured against L1 (`mlxrt fidelity`),
  * not byte-equal.
@@ -111,11 +112,11 @@ bool decoder_layer_fits(const mx::array& x, const DecoderLayerWeights& w);
 constexpr int kDecoderLayerChunk = 128;
 
 /** The kernel's phases (above), one grid barrier after each but the last. */
-constexpr int kDecoderLayerPhases = 6;
+constexpr int kDecoderLayerPhases = 5;
 
 /** The phases' stamps (output 2, uint64 nanoseconds of the GPU's global timer): 0 the start,
- * 1-5 past each of the five barriers (block 0's view: every block has then finished the phase
- * before), 6 the last block's end. Slots 7-15 are unused. The launch's cost to write them is a few
+ * 1-4 past each of the four barriers (block 0's view: every block has then finished the phase
+ * before), 5 the last block's end. Slots 6-15 are unused. The launch's cost to write them is a few
  * stores; bench/gpu/decoder_layer_bench.cpp reads them. */
 constexpr int kDecoderLayerStamps = 16;
 
@@ -136,7 +137,7 @@ constexpr int kDecoderLayerGenerationWord = 32;
  * results, for the tests: the staged RMSNorm(x)
  * [hidden], the q, k and v projections [(H + 2 HK) D], the rotated queries [H D], the attention's
  * partial sums, its output [H D], h [hidden], the staged RMSNorm(h) [hidden], SwiGLU's output
- * [intermediate]; the last, phase 3's count of finished chunks per head. nullopt where
+ * [intermediate]; the last, phase 2's count of finished chunks per head. nullopt where
  * decoder_layer_fits does not hold or the cache or barrier do not match it. */
 std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const DecoderLayerWeights& w,
                                                  const mx::array& keys, const mx::array& values,
