@@ -46,6 +46,11 @@ SETTINGS = {
     "layer": {"MLXRT_CUDA_L3_LAYER": "1"},
     # The same with two blocks a multiprocessor (more of the products' loads in flight).
     "layer-2": {"MLXRT_CUDA_L3_LAYER": "1", "MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM": "2"},
+    # Four steps of the products' loads in flight; tasks of four rows (decoder_layer.h's grid).
+    "layer-d4": {"MLXRT_CUDA_L3_LAYER": "1", "MLXRT_CUDA_L3_LAYER_DEPTH": "4"},
+    "layer-r4": {"MLXRT_CUDA_L3_LAYER": "1", "MLXRT_CUDA_L3_LAYER_ROWS": "4"},
+    # Dense (bf16) weights through the layer kernel too (MLX's cuBLAS products otherwise).
+    "layer-dense": {"MLXRT_CUDA_L3_LAYER": "1", "MLXRT_CUDA_L3_DENSE": "1"},
 }
 
 AVERAGES = re.compile(r"Averages: prompt_tps=([\d.]+), generation_tps=([\d.]+)")
