@@ -60,7 +60,8 @@ __device__ __forceinline__ void mlxrt_grid_sync(unsigned* bar, int gen_word) {
 )";
 
 // The phases (decoder_layer.h). Work is spread over the grid's warps: warp `gw` of `G` takes
-// tasks gw, gw + G, ...; a product's task is R rows (mlxrt_qmv_warp), a head's a warp.
+// tasks gw, gw + G, ...; a product's task is R rows (mlxrt_qmv_warp; gate and up R rows of each),
+// an attention task a (query head, chunk of keys).
 constexpr const char* kSource = R"(
   __shared__ __align__(16) unsigned char xs_bytes[K * sizeof(XT)];
   __shared__ float red[32];
@@ -78,7 +79,7 @@ constexpr const char* kSource = R"(
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int gw = blockIdx.x * NW + warp, G = gridDim.x * NW;
   // part's chunks per head: CHUNK keys each, or shorter ones where a head has at most G / H of them
-  // (phase 3; decoder_layer_part_chunks).
+  // (phase 2; the launch sizes part the same way).
   const int ch_max = max((S + CHUNK - 1) / CHUNK, G / H);
   constexpr int NQ = H * D, NK = HK * D;
   XT* yq = qkv;
@@ -116,7 +117,7 @@ constexpr const char* kSource = R"(
         w = wk; s = sk; b = bk; y = yk; N = NK; row0 = (t - tq) * R;
       }
       mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(xs, true, w, s, b, N, COLS, row0,
-                                     [&](size_t i, float v) { y[i] = static_cast<XT>(v); });
+                                            [&](size_t i, float v) { y[i] = static_cast<XT>(v); });
     }
   }
   mlxrt_grid_sync(barrier, GEN_WORD);
@@ -126,9 +127,10 @@ constexpr const char* kSource = R"(
   // code), each lane a key's score, then the chunk's maximum, sum and weighted values; the last of
   // a head's chunks to finish combines them. The new position's key and value are the task's own
   // (computed again by each task that needs them: D values) and are written into the cache by one
-  // task a key head; no task reads the cache at that position. The chunk is CHUNK keys, halved (down to 32) while the halves still
-  // give every task a warp of the grid: a short context's few chunks would leave most warps idle
-  // and each busy one reading its keys and values alone (ch_max holds the most chunks a head gets).
+  // task a key head; no task reads the cache at that position. The chunk is CHUNK keys, halved
+  // (down to 32) while the halves still give every task a warp of the grid: a short context's few
+  // chunks would leave most warps idle and each busy one reading its keys and values alone (ch_max
+  // holds the most chunks a head gets).
   const int n_keys = pos + 1;
   int clen = CHUNK;
   while (clen > 32 && H * ((n_keys + clen / 2 - 1) / (clen / 2)) <= G) clen /= 2;
@@ -253,12 +255,12 @@ constexpr const char* kSource = R"(
     // publishes its partial sums before counting itself in; the one that completes the count sees
     // every other's (and reads them past L1, which another multiprocessor's writes do not reach).
     __syncwarp();
-    unsigned done = 0;
+    unsigned last = 0;
     if (lane == 0) {
       __threadfence();
-      done = atomicAdd(&head_done[h], 1u) == static_cast<unsigned>(chunks - 1);
+      last = atomicAdd(&head_done[h], 1u) == static_cast<unsigned>(chunks - 1);
     }
-    if (__shfl_sync(0xffffffffu, done, 0)) {
+    if (__shfl_sync(0xffffffffu, last, 0)) {
       __threadfence();
       const volatile float* ph = part + static_cast<size_t>(h) * ch_max * (D + 2);
       float mx = __int_as_float(0xff800000);
