@@ -8,6 +8,7 @@
 #   layerbench: mlxrt_layer_bench (the one-kernel decoder layer at Qwen3-0.6B/8B shapes, phase by
 #           phase from its GPU timer stamps, by bits and position) once per LAYER_SETTINGS entry
 #           (blocks per multiprocessor:steps of loads in flight); LAYER_BENCH_ARGS: more options);
+#   layerncu: Nsight Compute's sections for one 8B 4-bit layer launch of mlxrt_layer_bench;
 #   ncu:    the same two shapes under Nsight Compute: each kernel's time and DRAM bytes;
 #   ncu_sections: Nsight Compute's sections for one launch of the kernel (what limits it);
 #   decode: bench/gpu/l3_bench.py (decode tok/s at l1, l3 and of mlx-lm, and l3's fidelity
@@ -60,6 +61,16 @@ for step in ${L3_STEPS:-tests qmv decode}; do
       done
       grep -v '^model\|multiprocessors' "$out/layer_bench.txt" | sort -s -k1,1 -k2,2n -k3,3n | tail -n 80
       echo "layerbench $(( $(date +%s) - t0 )) s" ;;
+    layerncu)
+      # One 8B 4-bit layer launch at position 384 under Nsight Compute: its time, DRAM bytes, and
+      # where its warps stall (the barrier's polling, the products' loads, the attention's).
+      ncu_bin=$(command -v ncu || find /opt/nvidia/nsight-compute -name ncu -type f 2>/dev/null | head -1)
+      timeout 300 "$ncu_bin" --clock-control none -k regex:decoder_layer --launch-skip 40 --launch-count 1 \
+        --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+        --section MemoryWorkloadAnalysis "$work/mlxrt_layer_bench" --models 8b --bits 4 --positions 384 --rounds 1 \
+        ${LAYER_BENCH_ARGS:-} > "$out/layer_ncu_sections.txt" 2>&1
+      grep -E 'Duration|Throughput|Achieved Occupancy|Registers|Stall|Issue|Warp Cycles' "$out/layer_ncu_sections.txt" | head -40
+      echo "layerncu $(( $(date +%s) - t0 )) s" ;;
     ncu)
       ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
       timeout 300 "$ncu_bin" --clock-control none --csv --print-units base --metrics gpu__time_duration.sum,dram__bytes_read.sum \
@@ -119,6 +130,6 @@ PYEOF
       timeout 300 $PY bench/gpu/node_cost.py ${NODE_COST_ARGS:-} > "$out/node_cost.txt" 2>&1
       cat "$out/node_cost.txt"
       echo "nodecost $(( $(date +%s) - t0 )) s" ;;
-    *) echo "unknown step $step (tests qmv layerbench ncu ncu_sections decode steptime startup nodecost)"; exit 2 ;;
+    *) echo "unknown step $step (tests qmv layerbench layerncu ncu ncu_sections decode steptime startup nodecost)"; exit 2 ;;
   esac
 done

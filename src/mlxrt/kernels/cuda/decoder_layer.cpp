@@ -252,14 +252,13 @@ constexpr const char* kSource = R"(
       out[1] = l;
     }
     // The head's last chunk to finish combines them all (no barrier between the two): each warp
-    // publishes its partial sums before counting itself in; the one that completes the count sees
-    // every other's (and reads them past L1, which another multiprocessor's writes do not reach).
+    // publishes its partial sums (every lane fences its own writes) before counting itself in; the
+    // one that completes the count sees every other's (and reads them past L1, which another
+    // multiprocessor's writes do not reach).
+    __threadfence();
     __syncwarp();
     unsigned last = 0;
-    if (lane == 0) {
-      __threadfence();
-      last = atomicAdd(&head_done[h], 1u) == static_cast<unsigned>(chunks - 1);
-    }
+    if (lane == 0) last = atomicAdd(&head_done[h], 1u) == static_cast<unsigned>(chunks - 1);
     if (__shfl_sync(0xffffffffu, last, 0)) {
       __threadfence();
       const volatile float* ph = part + static_cast<size_t>(h) * ch_max * (D + 2);
