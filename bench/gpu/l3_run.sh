@@ -68,7 +68,7 @@ for step in ${L3_STEPS:-tests qmv decode}; do
       timeout 300 "$ncu_bin" --clock-control none -k regex:decoder_layer --launch-skip 40 --launch-count 1 \
         --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
         --section MemoryWorkloadAnalysis "$work/mlxrt_layer_bench" --models 8b --bits 4 --positions 384 --rounds 1 \
-        ${LAYER_BENCH_ARGS:-} > "$out/layer_ncu_sections.txt" 2>&1
+        > "$out/layer_ncu_sections.txt" 2>&1
       grep -E 'Duration|Throughput|Achieved Occupancy|Registers|Stall|Issue|Warp Cycles' "$out/layer_ncu_sections.txt" | head -40
       echo "layerncu $(( $(date +%s) - t0 )) s" ;;
     ncu)
