@@ -84,28 +84,42 @@ TEST_F(FusedQmv, RmsNormSwigluIsSiluOfGateTimesUp) {
                         {500, 2048, 2, 0, 0, mx::float16}};
   int seed = 50;
   for (const auto& c : cases) {
+    // The paired pass on a quantized and a dense case of two rows (the emulator's time is the limit).
+    const bool try_paired = &c == &cases[1] || &c == &cases[4];
     Keys keys(seed++);
     const auto x = exact_square_x(keys, c.rows, c.k, c.x_type);
     const auto nw = mx::astype(mx::random::normal({c.k}, mx::float32, keys.next()), c.x_type);
     const QmvMatrix gate = random_matrix(keys, c.n, c.k, c.group_size, c.bits, c.x_type);
     const QmvMatrix up = random_matrix(keys, c.n, c.k, c.group_size, c.bits, c.x_type);
-    const auto launch = rms_norm_swiglu_launch(x, {nw, 1e-5f}, gate, up);
-    ASSERT_TRUE(launch.has_value()) << describe("swiglu", c);
-    const auto y = kernel_tests::run(*launch)[0];
-    ASSERT_EQ(y.shape(), (mx::Shape{1, c.rows, c.n}));
     const auto xn = host(mx::fast::rms_norm(x, nw, 1e-5f));
     const auto g = products(xn, c.rows, gate), v = products(xn, c.rows, up);
     const double u = half_ulp(c.x_type);
     auto silu = [](double a) { return a / (1.0 + std::exp(-a)); };
-    // Each product off by its bound and its rounding to the output type; |silu'| <= 1.1; then the
-    // sigmoid, silu and the product each rounded once more.
-    expect_close(
-        describe("swiglu", c), host(y), [&](size_t j) { return silu(g.ref[j]) * v.ref[j]; },
-        [&](size_t j) {
-          const double eg = u * std::abs(g.ref[j]) + g.bound[j], ev = u * std::abs(v.ref[j]) + v.bound[j];
-          const double s = std::abs(silu(g.ref[j]));
-          return 1.1 * eg * (std::abs(v.ref[j]) + ev) + s * ev + 4 * u * (s + 1.1 * eg) * (std::abs(v.ref[j]) + ev) + 1e-30;
-        });
+    // The two matrices read in turn, then in one pass (MLXRT_CUDA_L3_SWIGLU_PAIRS): the same sums.
+    std::vector<double> first;
+    for (const bool paired : {false, true}) {
+      if (paired && !try_paired) continue;
+      const auto what = describe(paired ? "swiglu paired" : "swiglu", c);
+      const auto launch = rms_norm_swiglu_launch(x, {nw, 1e-5f}, gate, up, paired);
+      ASSERT_TRUE(launch.has_value()) << what;
+      const auto y = kernel_tests::run(*launch)[0];
+      ASSERT_EQ(y.shape(), (mx::Shape{1, c.rows, c.n}));
+      // Each product off by its bound and its rounding to the output type; |silu'| <= 1.1; then the
+      // sigmoid, silu and the product each rounded once more.
+      const auto got = host(y);
+      expect_close(
+          what, got, [&](size_t j) { return silu(g.ref[j]) * v.ref[j]; },
+          [&](size_t j) {
+            const double eg = u * std::abs(g.ref[j]) + g.bound[j], ev = u * std::abs(v.ref[j]) + v.bound[j];
+            const double s = std::abs(silu(g.ref[j]));
+            return 1.1 * eg * (std::abs(v.ref[j]) + ev) + s * ev + 4 * u * (s + 1.1 * eg) * (std::abs(v.ref[j]) + ev) + 1e-30;
+          });
+      if (paired) {
+        EXPECT_EQ(got, first) << what << ": each row's sums are taken in the same order either way";
+      } else {
+        first = got;
+      }
+    }
   }
 }
 

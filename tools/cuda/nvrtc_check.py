@@ -227,8 +227,9 @@ KERNELS = [
         "inputs": lambda c: [("x", c["XT"]), ("nw", c["XT"])]
         + [(p + m, w_type(c) if p == "w" else c["ST"]) for m in "gu" for p in "wsb"],
         "outputs": lambda c: [("y", c["OT"])],
-        # Half choose_tiling's rows per warp, at least 1.
-        "combos": lambda full: qmv_combos(full, MAX_FUSED_ROWS, (1, 2), norm_extra),
+        # Half choose_tiling's rows per warp, at least 1; the two matrices in turn or paired.
+        "combos": lambda full: [{**c, "PAIRED": i % 2 == 1}
+                                for i, c in enumerate(qmv_combos(full, MAX_FUSED_ROWS, (1, 2), norm_extra))],
     },
     {
         "name": "mlxrt_qmv_residual", "file": FUSED, "source": "kResidualSource",

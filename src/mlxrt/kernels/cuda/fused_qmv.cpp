@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include <mlx/fast.h>
@@ -50,7 +51,8 @@ constexpr const char* kQkvSource = R"(
                                  [&](size_t i, float v) { y[i] = static_cast<OT>(v); });
 )";
 
-// silu(gate) * up: each warp owns the same R rows of both matrices.
+// silu(gate) * up: each warp owns the same R rows of both matrices, read one matrix after the
+// other, or (PAIRED) both in one pass.
 constexpr const char* kSwigluSource = R"(
   // Raw bytes: a __shared__ array of a class type (the 16-bit floats) may not be declared as such.
   __shared__ __align__(16) unsigned char xs_bytes[SK * sizeof(XT)];
@@ -62,8 +64,20 @@ constexpr const char* kSwigluSource = R"(
   const int row0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
   if (row0 >= N) return;
   float ag[M][R], au[M][R];
-  mlxrt_mv_rows<M, R, BITS, GS>(xs, true, wg, sg, bg, N, COLS, row0, lane, ag);
-  mlxrt_mv_rows<M, R, BITS, GS>(xs, true, wu, su, bu, N, COLS, row0, lane, au);
+  if constexpr (PAIRED) {
+    float gu[M][2 * R];
+    mlxrt_mv_row_pairs<M, R, BITS, GS, 2>(xs, true, wg, sg, bg, wu, su, bu, N, COLS, row0, lane, gu);
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        ag[m][r] = gu[m][r];
+        au[m][r] = gu[m][R + r];
+      }
+  } else {
+    mlxrt_mv_rows<M, R, BITS, GS>(xs, true, wg, sg, bg, N, COLS, row0, lane, ag);
+    mlxrt_mv_rows<M, R, BITS, GS>(xs, true, wu, su, bu, N, COLS, row0, lane, au);
+  }
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
@@ -188,7 +202,7 @@ std::optional<std::array<mx::array, 3>> rms_norm_qkv(const mx::array& x, const R
 }
 
 std::optional<KernelLaunch> rms_norm_swiglu_launch(const mx::array& x, const RmsNormIn& norm, const QmvMatrix& gate,
-                                                   const QmvMatrix& up) {
+                                                   const QmvMatrix& up, bool paired) {
   const int rows = fused_rows(x, {&gate, &up});
   if (rows == 0 || !norm_fits(x, norm, rows) || gate.w.shape() != up.w.shape()) return std::nullopt;
   const int n = gate.w.shape(0), kdim = x.shape(-1);
@@ -205,13 +219,22 @@ std::optional<KernelLaunch> rms_norm_swiglu_launch(const mx::array& x, const Rms
                       {threads, 1, 1},
                       {{"XT", x.dtype()}, {"ST", gate.scales.dtype()}, {"OT", out}, {"M", rows},
                        {"R", t.rows_per_warp}, {"BITS", gate.bits}, {"GS", gate.group_size}, {"K", kdim},
-                       {"COLS", cols_of(gate, kdim)}, {"SK", rows * kdim}, {"EPS_BITS", std::bit_cast<int>(norm.eps)}}};
+                       {"COLS", cols_of(gate, kdim)}, {"SK", rows * kdim}, {"EPS_BITS", std::bit_cast<int>(norm.eps)},
+                       {"PAIRED", paired}}};
+}
+
+bool swiglu_pairs_opted_in() {
+  static const bool opted_in = [] {
+    const char* v = std::getenv("MLXRT_CUDA_L3_SWIGLU_PAIRS");
+    return v && std::string(v) == "1";
+  }();
+  return opted_in;
 }
 
 std::optional<mx::array> rms_norm_swiglu(const mx::array& x, const RmsNormIn& norm, const QmvMatrix& gate,
                                          const QmvMatrix& up) {
   if (!cuda_gpu_is_default()) return std::nullopt;
-  const auto launch = rms_norm_swiglu_launch(x, norm, gate, up);
+  const auto launch = rms_norm_swiglu_launch(x, norm, gate, up, swiglu_pairs_opted_in());
   if (!launch) return std::nullopt;
   static const CachedKernel kernel(rms_norm_swiglu_spec());
   return kernel(*launch)[0];

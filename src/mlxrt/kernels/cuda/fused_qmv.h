@@ -71,7 +71,12 @@ std::optional<mx::array> qmv_residual(const mx::array& x, const QmvMatrix& m, co
 std::optional<KernelLaunch> rms_norm_qkv_launch(const mx::array& x, const RmsNormIn& norm, const QmvMatrix& q,
                                                 const QmvMatrix& k, const QmvMatrix& v);
 std::optional<KernelLaunch> rms_norm_swiglu_launch(const mx::array& x, const RmsNormIn& norm, const QmvMatrix& gate,
-                                                   const QmvMatrix& up);
+                                                   const QmvMatrix& up, bool paired = false);
+
+/** MLXRT_CUDA_L3_SWIGLU_PAIRS=1: rms_norm_swiglu reads gate's and up's rows of a warp in one pass
+ * (twice the loads in flight) instead of one matrix after the other (opt-in until the H200 times
+ * it; the sums are the same either way). Read once a process. */
+bool swiglu_pairs_opted_in();
 std::optional<KernelLaunch> qmv_residual_launch(const mx::array& x, const QmvMatrix& m, const mx::array& residual);
 
 /** The kernels' text (tests and tools compile it without a GPU). */
