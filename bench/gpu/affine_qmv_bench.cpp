@@ -89,9 +89,12 @@ int main(int argc, char** argv) {
   if (quick) shapes = {shapes[1], shapes[3]};
   if (dense_only) std::erase_if(shapes, [](const Shape& s) { return s.bits != 16; });
   // Then dense_mv's split-K variant (the block's warps share its rows), dense shapes only.
-  const std::vector<QmvTiling> tilings = {{0, 0},       {1, 4},       {2, 4},       {4, 4},      {1, 8},
-                                          {2, 8},       {4, 8},       {8, 4},       {1, 4, true}, {2, 4, true},
-                                          {4, 4, true}, {1, 8, true}, {2, 8, true}, {4, 8, true}};
+  // Then 3 and 4 steps of loads in flight (QmvTiling::depth; the others take l3_depth(), 2).
+  const std::vector<QmvTiling> tilings = {{0, 0},          {1, 4},          {2, 4},          {4, 4},
+                                          {1, 8},          {2, 8},          {4, 8},          {8, 4},
+                                          {1, 4, true},    {2, 4, true},    {4, 4, true},    {1, 8, true},
+                                          {2, 8, true},    {4, 8, true},    {1, 4, false, 4}, {2, 4, false, 4},
+                                          {4, 4, false, 4}, {2, 8, false, 3}, {1, 8, false, 4}};
 
   // The ceiling: a 2 GiB float32 array negated (read + write).
   {
@@ -147,17 +150,20 @@ int main(int argc, char** argv) {
           },
           calls, rounds);
       char cell[64];
-      std::snprintf(cell, sizeof cell, " %dx%d%s:%.0f", t.rows_per_warp, t.warps_per_block, t.split_k ? "s" : "",
-                    bytes / ours / 1e9);
+      std::snprintf(cell, sizeof cell, " %dx%d%s%s:%.0f", t.rows_per_warp, t.warps_per_block, t.split_k ? "s" : "",
+                    t.depth ? ("d" + std::to_string(t.depth)).c_str() : "", bytes / ours / 1e9);
       line += cell;
       if (t.rows_per_warp == 0) chosen = ours;
       if (ours < best) best = ours, best_t = t;
     }
     // The chosen tiling (what the model runs) against MLX, then the best fixed one.
-    std::printf("%-26s %5.0f %9.2f %8.0f | %9.2f %8.0f %5.2fx | %dx%d%-3s %9.2f %8.0f\n", sh.name, bytes / 1e6,
-                mlx * 1e6, bytes / mlx / 1e9, chosen * 1e6, bytes / chosen / 1e9, mlx / chosen, best_t.rows_per_warp,
-                best_t.warps_per_block, best_t.split_k ? "s" : "", best * 1e6, bytes / best / 1e9);
-    std::printf("    GB/s by tiling (rows/warp x warps/block; s: split-K, rows per block):%s\n", line.c_str());
+    const std::string best_label = std::to_string(best_t.rows_per_warp) + "x" + std::to_string(best_t.warps_per_block) +
+                                   (best_t.split_k ? "s" : "") + (best_t.depth ? "d" + std::to_string(best_t.depth) : "");
+    std::printf("%-26s %5.0f %9.2f %8.0f | %9.2f %8.0f %5.2fx | %-6s %9.2f %8.0f\n", sh.name, bytes / 1e6, mlx * 1e6,
+                bytes / mlx / 1e9, chosen * 1e6, bytes / chosen / 1e9, mlx / chosen, best_label.c_str(), best * 1e6,
+                bytes / best / 1e9);
+    std::printf("    GB/s by tiling (rows/warp x warps/block; s: split-K, rows per block; dN: N steps in flight):%s\n",
+                line.c_str());
     std::fflush(stdout);
   }
   return 0;

@@ -49,8 +49,11 @@ SETTINGS = {
     # Four steps of the products' loads in flight; tasks of four rows (decoder_layer.h's grid).
     "layer-d4": {"MLXRT_CUDA_L3_LAYER": "1", "MLXRT_CUDA_L3_LAYER_DEPTH": "4"},
     "layer-r4": {"MLXRT_CUDA_L3_LAYER": "1", "MLXRT_CUDA_L3_LAYER_ROWS": "4"},
-    # The per-node L3 path's fused SwiGLU reading gate's and up's rows in one pass.
+    # The per-node L3 path's fused SwiGLU reading gate's and up's rows in one pass; its products
+    # keeping four steps of loads in flight (affine_qmv.h's l3_depth); both.
     "swiglu-pairs": {"MLXRT_CUDA_L3_SWIGLU_PAIRS": "1"},
+    "depth-4": {"MLXRT_CUDA_L3_DEPTH": "4"},
+    "pairs-d4": {"MLXRT_CUDA_L3_SWIGLU_PAIRS": "1", "MLXRT_CUDA_L3_DEPTH": "4"},
     # Dense (bf16) weights through the layer kernel too (MLX's cuBLAS products otherwise).
     "layer-dense": {"MLXRT_CUDA_L3_LAYER": "1", "MLXRT_CUDA_L3_DENSE": "1"},
 }

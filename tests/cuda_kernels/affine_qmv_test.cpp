@@ -179,7 +179,8 @@ TEST_F(AffineQmv, DenseWithinFloat32Bound) {
                              {31, 260, 2, mx::float32, true}};
   int seed = 300;
   for (const auto& c : cases) check_dense(c, seed++);
-  for (QmvTiling t : {QmvTiling{1, 1}, QmvTiling{3, 2}, QmvTiling{8, 8}}) check_dense({517, 1024, 2, mx::bfloat16}, seed++, t);
+  for (QmvTiling t : {QmvTiling{1, 1}, QmvTiling{3, 2}, QmvTiling{8, 8}, QmvTiling{2, 4, false, 3}})
+    check_dense({517, 1024, 2, mx::bfloat16}, seed++, t);
   // The split-K variant (the block's warps share its rows): its cross-warp sum in shared memory.
   for (QmvTiling t : {QmvTiling{2, 4, true}, QmvTiling{1, 2, true}, QmvTiling{8, 4, true}, QmvTiling{3, 3, true}}) {
     check_dense({517, 1024, 2, mx::bfloat16}, seed++, t);
@@ -213,7 +214,9 @@ TEST_F(AffineQmv, EightBitWithinFloat32Bound) {
 TEST_F(AffineQmv, EveryTilingAndUnalignedInput) {
   const Case c{517, 1536, 3, 64, 4, mx::bfloat16, mx::bfloat16};
   int seed = 200;
-  for (QmvTiling t : {QmvTiling{1, 1}, QmvTiling{2, 4}, QmvTiling{3, 2}, QmvTiling{8, 8}, QmvTiling{4, 8}})
+  // K 1536 at 4 bits: each lane's loop takes 2 steps, so depths 1, 3 and 4 (the ring) stop early.
+  for (QmvTiling t : {QmvTiling{1, 1}, QmvTiling{2, 4}, QmvTiling{3, 2}, QmvTiling{8, 8}, QmvTiling{4, 8},
+                      QmvTiling{1, 4, false, 1}, QmvTiling{2, 4, false, 3}, QmvTiling{3, 2, false, 4}})
     check(c, seed++, t);
   check(c, seed++, {}, true);
   check({91, 512, 1, 32, 8, mx::float16, mx::float16}, seed++, {}, true);
@@ -230,6 +233,7 @@ TEST_F(AffineQmv, RefusesWhatItDoesNotCompute) {
   EXPECT_FALSE(affine_qmv_operands_fit(mx::ones({1, 256}, mx::bfloat16), w, s, s, 64, 4));  // K differs
   EXPECT_THROW(affine_qmv_launch(x, w, s, s, 64, 2), std::invalid_argument);
   EXPECT_THROW(affine_qmv_launch(x, w, s, s, 64, 4, QmvTiling{9, 1}), std::invalid_argument);  // rows per warp
+  EXPECT_THROW(affine_qmv_launch(x, w, s, s, 64, 4, QmvTiling{1, 1, false, 5}), std::invalid_argument);  // depth
 }
 
 // The model's functions: on a CUDA GPU the same launch through CachedKernel, the same bytes;

@@ -89,7 +89,9 @@ def qmv_combos(full, max_rows, rows_per_warp, extra):
         for m, r in mr:
             for ex in extra(full, i):
                 ot = promote(xt, st)
-                combo = {"XT": xt, "ST": st, "OT": ot, "M": m, "R": r, "BITS": bits, "GS": gs, **ex}
+                # DEPTH: the steps of loads in flight, 2 by default (MLXRT_CUDA_L3_DEPTH), 4 the deepest.
+                combo = {"XT": xt, "ST": st, "OT": ot, "M": m, "R": r, "BITS": bits, "GS": gs, **ex,
+                         "DEPTH": 4 if (i + m) % 3 == 0 else 2}
                 if "K" in combo:
                     if m * combo["K"] * SIZE[xt] > MAX_STAGED_BYTES:
                         continue  # norm_fits() refuses it: never launched

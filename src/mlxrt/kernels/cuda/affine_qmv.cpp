@@ -22,7 +22,7 @@ constexpr const char* kSource = R"(
   const int row0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
   if (row0 >= N) return;
   const bool x_vec = (reinterpret_cast<unsigned long long>(x) & 15) == 0;
-  mlxrt_qmv_warp<M, R, BITS, GS>(x, x_vec, w, scales, biases, N, w_shape[1], row0,
+  mlxrt_qmv_warp<M, R, BITS, GS, DEPTH>(x, x_vec, w, scales, biases, N, w_shape[1], row0,
                                  [&](size_t i, float v) { y[i] = static_cast<OT>(v); });
 )";
 
@@ -72,10 +72,20 @@ const KernelSpec& dense_mv_split_spec() {
 // where N leaves warps to spare: they put more loads in flight per warp), 4 warps a block. A dense
 // matrix: 4 rows a warp where N or K reaches 8192, else 1 (mlxrt_qmv_bench's best on Qwen3-8B's
 // bf16 shapes on an H200: gate/up, down and the head at 4, q and o at 1).
+int l3_depth() {
+  static const int depth = [] {
+    const char* v = std::getenv("MLXRT_CUDA_L3_DEPTH");
+    const std::string s = v ? v : "";
+    return s == "1" ? 1 : s == "3" ? 3 : s == "4" ? 4 : 2;
+  }();
+  return depth;
+}
+
 QmvTiling choose_tiling(int n, QmvTiling t, bool dense, int k) {
   if (t.rows_per_warp == 0)
     t.rows_per_warp = dense ? (n >= 8192 || k >= 8192 ? 4 : 1) : n >= 8192 ? 4 : n >= 4096 ? 2 : 1;
   if (t.warps_per_block == 0) t.warps_per_block = 4;
+  if (t.depth == 0) t.depth = l3_depth();
   return t;
 }
 
@@ -141,8 +151,8 @@ KernelLaunch mv_launch(const mx::array& x, const mx::array& w, const mx::array& 
   tiling = choose_tiling(w.shape(0), tiling, bits == 0, x.shape(-1));
   // More than 8 warps a block can ask more registers than a multiprocessor has (8 rows of x).
   if (tiling.rows_per_warp < 1 || tiling.rows_per_warp > 8 || tiling.warps_per_block < 1 ||
-      tiling.warps_per_block > 8)
-    throw std::invalid_argument("[affine_qmv] tiling: 1-8 rows per warp, 1-8 warps per block");
+      tiling.warps_per_block > 8 || tiling.depth < 1 || tiling.depth > 4)
+    throw std::invalid_argument("[affine_qmv] tiling: 1-8 rows per warp, 1-8 warps per block, 1-4 steps in flight");
   const int n = w.shape(0);
   const int k = x.shape(-1);
   const int rows = static_cast<int>(x.size() / static_cast<size_t>(k));
@@ -158,7 +168,7 @@ KernelLaunch mv_launch(const mx::array& x, const mx::array& w, const mx::array& 
           {blocks * threads, 1, 1},
           {threads, 1, 1},
           {{"XT", x.dtype()}, {"ST", scales.dtype()}, {"OT", out_type}, {"M", rows}, {"R", tiling.rows_per_warp},
-           {"BITS", bits}, {"GS", group_size}}};
+           {"BITS", bits}, {"GS", group_size}, {"DEPTH", tiling.depth}}};
 }
 
 }  // namespace

@@ -32,7 +32,13 @@ struct QmvTiling {
   int rows_per_warp = 0;
   int warps_per_block = 0;
   bool split_k = false;
+  int depth = 0;  // steps of loads a warp keeps in flight, 1-4 (qmv_device.h); 0: l3_depth()
 };
+
+/** The steps of loads in flight the L3 products take by default: 2 (one step ahead, as measured),
+ * or 1-4 from MLXRT_CUDA_L3_DEPTH (a tuning knob until the H200 times it; the sums do not depend on
+ * it). Read once a process. */
+int l3_depth();
 
 /** `t` with its zero fields chosen for an output of `n` rows of a quantized matrix, or of a dense
  * one of `k` columns (affine_qmv.cpp says how). */

@@ -47,7 +47,7 @@ constexpr const char* kQkvSource = R"(
   }
   const int row0 = (b * nwarps + (threadIdx.x >> 5)) * R;
   if (row0 >= N) return;
-  mlxrt_qmv_warp<M, R, BITS, GS>(xs, true, w, s, bias, N, COLS, row0,
+  mlxrt_qmv_warp<M, R, BITS, GS, DEPTH>(xs, true, w, s, bias, N, COLS, row0,
                                  [&](size_t i, float v) { y[i] = static_cast<OT>(v); });
 )";
 
@@ -66,7 +66,7 @@ constexpr const char* kSwigluSource = R"(
   float ag[M][R], au[M][R];
   if constexpr (PAIRED) {
     float gu[M][2 * R];
-    mlxrt_mv_row_pairs<M, R, BITS, GS, 2>(xs, true, wg, sg, bg, wu, su, bu, N, COLS, row0, lane, gu);
+    mlxrt_mv_row_pairs<M, R, BITS, GS, DEPTH>(xs, true, wg, sg, bg, wu, su, bu, N, COLS, row0, lane, gu);
 #pragma unroll
     for (int m = 0; m < M; ++m)
 #pragma unroll
@@ -75,8 +75,8 @@ constexpr const char* kSwigluSource = R"(
         au[m][r] = gu[m][R + r];
       }
   } else {
-    mlxrt_mv_rows<M, R, BITS, GS>(xs, true, wg, sg, bg, N, COLS, row0, lane, ag);
-    mlxrt_mv_rows<M, R, BITS, GS>(xs, true, wu, su, bu, N, COLS, row0, lane, au);
+    mlxrt_mv_rows<M, R, BITS, GS, DEPTH>(xs, true, wg, sg, bg, N, COLS, row0, lane, ag);
+    mlxrt_mv_rows<M, R, BITS, GS, DEPTH>(xs, true, wu, su, bu, N, COLS, row0, lane, au);
   }
 #pragma unroll
   for (int m = 0; m < M; ++m)
@@ -99,7 +99,7 @@ constexpr const char* kResidualSource = R"(
   const int row0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
   if (row0 >= N) return;
   const bool x_vec = (reinterpret_cast<unsigned long long>(x) & 15) == 0;
-  mlxrt_qmv_warp<M, R, BITS, GS>(x, x_vec, w, scales, biases, N, w_shape[1], row0, [&](size_t i, float v) {
+  mlxrt_qmv_warp<M, R, BITS, GS, DEPTH>(x, x_vec, w, scales, biases, N, w_shape[1], row0, [&](size_t i, float v) {
     y[i] = static_cast<OT>(static_cast<float>(res[i]) + static_cast<float>(static_cast<OT>(v)));
   });
 )";
@@ -188,7 +188,7 @@ std::optional<KernelLaunch> rms_norm_qkv_launch(const mx::array& x, const RmsNor
                       {threads, 1, 1},
                       {{"XT", x.dtype()}, {"ST", q.scales.dtype()}, {"OT", out}, {"M", rows}, {"R", t.rows_per_warp},
                        {"BITS", q.bits}, {"GS", q.group_size}, {"K", kdim}, {"COLS", cols_of(q, kdim)},
-                       {"SK", rows * kdim}, {"EPS_BITS", std::bit_cast<int>(norm.eps)}}};
+                       {"SK", rows * kdim}, {"EPS_BITS", std::bit_cast<int>(norm.eps)}, {"DEPTH", t.depth}}};
 }
 
 std::optional<std::array<mx::array, 3>> rms_norm_qkv(const mx::array& x, const RmsNormIn& norm, const QmvMatrix& q,
@@ -220,7 +220,7 @@ std::optional<KernelLaunch> rms_norm_swiglu_launch(const mx::array& x, const Rms
                       {{"XT", x.dtype()}, {"ST", gate.scales.dtype()}, {"OT", out}, {"M", rows},
                        {"R", t.rows_per_warp}, {"BITS", gate.bits}, {"GS", gate.group_size}, {"K", kdim},
                        {"COLS", cols_of(gate, kdim)}, {"SK", rows * kdim}, {"EPS_BITS", std::bit_cast<int>(norm.eps)},
-                       {"PAIRED", paired}}};
+                       {"PAIRED", paired}, {"DEPTH", t.depth}}};
 }
 
 bool swiglu_pairs_opted_in() {
@@ -255,7 +255,7 @@ std::optional<KernelLaunch> qmv_residual_launch(const mx::array& x, const QmvMat
                       {blocks_for(n, t) * threads, 1, 1},
                       {threads, 1, 1},
                       {{"XT", x.dtype()}, {"ST", m.scales.dtype()}, {"OT", out}, {"M", rows}, {"R", t.rows_per_warp},
-                       {"BITS", m.bits}, {"GS", m.group_size}}};
+                       {"BITS", m.bits}, {"GS", m.group_size}, {"DEPTH", t.depth}}};
 }
 
 std::optional<mx::array> qmv_residual(const mx::array& x, const QmvMatrix& m, const mx::array& residual) {
