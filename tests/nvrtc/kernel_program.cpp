@@ -3,7 +3,7 @@
 // (tools/cuda/sass_compare.py). Reads one JSON object on stdin:
 //   {"kernel": "mlxrt_affine_qmv", "inputs": ["bf16", "u32", ...], "ndims": [2, 2, ...],
 //    "outputs": ["bf16"], "template_args": [["XT", "bf16"], ["M", 1], ["TRAD", false], ...]}
-// Types are nvrtc_check.py's names (bf16 f16 f32 u32 i32).
+// Types are nvrtc_check.py's names (bf16 f16 f32 u32 u64 i32).
 #include <iostream>
 #include <map>
 #include <string>
@@ -23,7 +23,8 @@ namespace {
 
 mx::Dtype dtype(const std::string& name) {
   static const std::map<std::string, mx::Dtype> types{
-      {"bf16", mx::bfloat16}, {"f16", mx::float16}, {"f32", mx::float32}, {"u32", mx::uint32}, {"i32", mx::int32}};
+      {"bf16", mx::bfloat16}, {"f16", mx::float16}, {"f32", mx::float32}, {"u32", mx::uint32}, {"u64", mx::uint64},
+      {"i32", mx::int32}};
   auto it = types.find(name);
   if (it == types.end()) throw std::invalid_argument("unknown type " + name);
   return it->second;

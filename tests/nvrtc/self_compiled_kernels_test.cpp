@@ -45,7 +45,7 @@ std::vector<std::string> h200_options() { return device_options(9, 0, find_cuda_
 int eps_bits(float eps) { return std::bit_cast<int>(eps); }
 
 // An affine product's launch: x [M, K], w [N, K * bits / 32] (x's type where bits is 0: dense).
-Launch qmv(mx::Dtype xt, mx::Dtype st, int bits, int gs, int m, int r, int n, int k) {
+Launch qmv(mx::Dtype xt, mx::Dtype st, int bits, int gs, int m, int r, int n, int k, int depth = 2) {
   const auto ot = mx::promote_types(xt, st);
   const auto wt = bits ? mx::uint32 : xt;
   const int cols = bits ? k * bits / 32 : k;
@@ -53,7 +53,8 @@ Launch qmv(mx::Dtype xt, mx::Dtype st, int bits, int gs, int m, int r, int n, in
           {xt, wt, bits ? st : xt, bits ? st : xt},
           {{m, k}, {n, cols}, {n, bits ? k / gs : cols}, {n, bits ? k / gs : cols}},
           {ot},
-          {{"XT", xt}, {"ST", bits ? st : xt}, {"OT", ot}, {"M", m}, {"R", r}, {"BITS", bits}, {"GS", gs}}};
+          {{"XT", xt}, {"ST", bits ? st : xt}, {"OT", ot}, {"M", m}, {"R", r}, {"BITS", bits}, {"GS", gs},
+           {"DEPTH", depth}}};
 }
 
 // The fused products' launches (fused_qmv.cpp): the normalised q/k/v, gate/up + SwiGLU, a product
@@ -65,6 +66,10 @@ std::vector<Launch> fused(mx::Dtype t, int bits, int gs, int m, int k, int nq, i
                             {"BITS", bits}, {"GS", gs}, {"K", k}, {"COLS", cols}, {"SK", m * k}};
   auto with_eps = common;
   with_eps.emplace_back("EPS_BITS", eps_bits(1e-6f));
+  auto swiglu = with_eps;  // gate and up in one pass, 4 steps of loads in flight
+  swiglu.emplace_back("PAIRED", true);
+  swiglu.emplace_back("DEPTH", 4);
+  with_eps.emplace_back("DEPTH", 2);
   std::vector<Launch> out;
   out.push_back({&rms_norm_qkv_spec(),
                  {t, t, wt, t, t, wt, t, t, wt, t, t},
@@ -76,13 +81,13 @@ std::vector<Launch> fused(mx::Dtype t, int bits, int gs, int m, int k, int nq, i
                  {t, t, wt, t, t, wt, t, t},
                  {{m, k}, {k}, {ffn, cols}, {ffn, groups}, {ffn, groups}, {ffn, cols}, {ffn, groups}, {ffn, groups}},
                  {t},
-                 with_eps});
+                 swiglu});
   const int dcols = bits ? ffn * bits / 32 : ffn, dgroups = bits ? ffn / gs : ffn;
   out.push_back({&qmv_residual_spec(),
                  {t, wt, t, t, t},
                  {{m, ffn}, {k, dcols}, {k, dgroups}, {k, dgroups}, {m, k}},
                  {t},
-                 {{"XT", t}, {"ST", t}, {"OT", t}, {"M", m}, {"R", 2}, {"BITS", bits}, {"GS", gs}}});
+                 {{"XT", t}, {"ST", t}, {"OT", t}, {"M", m}, {"R", 2}, {"BITS", bits}, {"GS", gs}, {"DEPTH", 3}}});
   return out;
 }
 
@@ -113,7 +118,7 @@ TEST(SelfCompiledKernels, EveryL3KernelCompilesForTheH200) {
   ASSERT_EQ(options.size(), 2u) << "no CUDA headers found beside " << nvrtc().path();
   std::vector<Launch> launches{
       qmv(mx::bfloat16, mx::bfloat16, 4, 64, 1, 4, 12288, 4096),  // Qwen3-8B gate/up, one row
-      qmv(mx::float16, mx::float16, 8, 32, 3, 2, 4096, 4096),
+      qmv(mx::float16, mx::float16, 8, 32, 3, 2, 4096, 4096, 4),
       qmv(mx::float32, mx::bfloat16, 4, 128, 8, 1, 2048, 1024),
       qmv(mx::bfloat16, mx::bfloat16, 0, 0, 1, 4, 151936, 1024),  // a dense head (MLXRT_CUDA_L3_DENSE)
       qk_rope(mx::bfloat16, 1, 32, 8, 128, true, false),          // Qwen3-8B
