@@ -107,7 +107,7 @@ DecoderLayerGrid decoder_layer_grid();
  * cache of `x`'s type and w's key heads and head size. */
 bool decoder_layer_fits(const mx::array& x, const DecoderLayerWeights& w);
 
-/** Keys per attention task (phase 3) at most: a short context's chunks are halved, down to 32
+/** Keys per attention task (phase 2) at most: a short context's chunks are halved, down to 32
  * keys, while the grid's warps outnumber the tasks. */
 constexpr int kDecoderLayerChunk = 128;
 
@@ -131,14 +131,15 @@ constexpr int kDecoderLayerGenerationWord = 32;
 
 /** The launch for x [1, 1, hidden] at position `offset` (int32 scalar) with the cache buffers
  * `keys` and `values` [1, n_kv_heads, capacity, head_dim] of x's type (capacity > offset), the
- * barrier's state `bar` (uint32 [kDecoderLayerBarrierWords], zeros) and `grid`. Output 0 is the layer's output [1, 1, hidden]; output 1 the next launch's barrier state (zeros, written
- * once every block has passed the last barrier: the next launch on this cache takes it, which
- * orders the two); output 2 the phases' stamps (kDecoderLayerStamps); the others are each phase's
- * results, for the tests: the staged RMSNorm(x)
- * [hidden], the q, k and v projections [(H + 2 HK) D], the rotated queries [H D], the attention's
- * partial sums, its output [H D], h [hidden], the staged RMSNorm(h) [hidden], SwiGLU's output
- * [intermediate]; the last, phase 2's count of finished chunks per head. nullopt where
- * decoder_layer_fits does not hold or the cache or barrier do not match it. */
+ * barrier's state `bar` (uint32 [kDecoderLayerBarrierWords], zeros) and `grid`. Output 0 is the
+ * layer's output [1, 1, hidden]; output 1 the next launch's barrier state (zeros, written once
+ * every block has passed the last barrier: the next launch on this cache takes it, which orders the
+ * two); output 2 the phases' stamps (kDecoderLayerStamps); the others are each phase's results,
+ * for the tests: the staged RMSNorm(x) [hidden], the q, k and v projections [(H + 2 HK) D], the
+ * rotated queries [H D], the attention's partial sums, its output [H D], h [hidden], the staged
+ * RMSNorm(h) [hidden], SwiGLU's output [intermediate]; the last, phase 2's count of finished
+ * chunks per head. nullopt where decoder_layer_fits does not hold or the cache or barrier do not
+ * match it. */
 std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const DecoderLayerWeights& w,
                                                  const mx::array& keys, const mx::array& values,
                                                  const mx::array& offset, const mx::array& bar,
