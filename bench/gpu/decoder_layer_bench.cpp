@@ -17,7 +17,10 @@
 // thread than that many blocks leave) stops at the barrier's trap and ends the process: l3_run.sh
 // runs one process per blocks-per-SM and depth.
 //        mlxrt_layer_bench --emulate   (a small layer on the CPU's SIMT runtime: checks this
-//                                       program's bookkeeping without a GPU; its times mean nothing)
+//                                       program's bookkeeping without a GPU, as `make test` does;
+//                                       its times mean nothing)
+// Exits 3 where the stamps come out of order (the barriers failed) or, emulated, the layer is
+// declined.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -248,6 +251,12 @@ int main(int argc, char** argv) {
               auto host = mx::astype(st, mx::uint64);
               mx::eval(host);
               const uint64_t* t = host.data<uint64_t>();
+              for (int p = 1; p <= kDecoderLayerPhases; ++p)
+                if (t[p] < t[p - 1]) {
+                  std::fprintf(stderr, "mlxrt_layer_bench: stamp %d is before stamp %d: the kernel's barriers failed\n",
+                               p, p - 1);
+                  return 3;
+                }
               total.push_back(static_cast<double>(t[kDecoderLayerPhases] - t[0]) / 1e3);
               for (int p = 1; p <= kDecoderLayerPhases; ++p)
                 phase[p].push_back(static_cast<double>(t[p] - t[p - 1]) / 1e3);
@@ -256,6 +265,7 @@ int main(int argc, char** argv) {
           if (declined) {
             std::printf("%-5s %4d %5d %3d %2d %2d | the kernel declines this setting\n", dims->name, bits, pos, per_sm,
                         depth, rows);
+            if (emulate) return 3;  // the small layer is always taken: a decline is this program's bug
             continue;
           }
           double prod_bytes = 0, prod_us = 0;
