@@ -10,6 +10,7 @@
 #include <mlx/ops.h>
 
 #include "mlxrt/kernels/cuda/cached_kernel.h"
+#include "mlxrt/kernels/cuda/env_knob.h"
 #include "mlxrt/kernels/cuda/qmv_device.h"
 
 namespace mlxrt::kernels::cuda {
@@ -73,11 +74,7 @@ const KernelSpec& dense_mv_split_spec() {
 // matrix: 4 rows a warp where N or K reaches 8192, else 1 (mlxrt_qmv_bench's best on Qwen3-8B's
 // bf16 shapes on an H200: gate/up, down and the head at 4, q and o at 1).
 int l3_depth() {
-  static const int depth = [] {
-    const char* v = std::getenv("MLXRT_CUDA_L3_DEPTH");
-    const std::string s = v ? v : "";
-    return s == "1" ? 1 : s == "3" ? 3 : s == "4" ? 4 : 2;
-  }();
+  static const int depth = env_choice("MLXRT_CUDA_L3_DEPTH", {1, 2, 3, 4}, 2);
   return depth;
 }
 
@@ -122,10 +119,7 @@ bool affine_qmv_preferred(const mx::array& x, const mx::array& w, int bits) {
   return few_rows_of_large_weights(x, w, static_cast<size_t>(w.shape(1)) * 32 / static_cast<size_t>(bits));
 }
 
-bool dense_l3_opted_in() {
-  const char* v = std::getenv("MLXRT_CUDA_L3_DENSE");
-  return v && std::string(v) == "1";
-}
+bool dense_l3_opted_in() { return env_flag("MLXRT_CUDA_L3_DENSE"); }
 
 bool dense_mv_operands_fit(const mx::array& x, const mx::array& w) {
   if (w.ndim() != 2 || !is_float(w.dtype()) || x.ndim() < 1 || x.dtype() != w.dtype()) return false;

@@ -16,6 +16,7 @@
 #include <mlx/stream.h>
 #include <mlx/version.h>
 
+#include "mlxrt/kernels/cuda/env_knob.h"
 #include "mlxrt/kernels/cuda/mlx_kernel_cache.h"
 #include "mlxrt/kernels/cuda/nvrtc.h"
 
@@ -61,10 +62,7 @@ const Toolchain& toolchain() {
 
 }  // namespace
 
-bool self_compile_opted_in() {
-  const char* v = std::getenv("MLXRT_CUDA_SELF_COMPILE");
-  return v && std::string(v) == "1";
-}
+bool self_compile_opted_in() { return env_flag("MLXRT_CUDA_SELF_COMPILE"); }
 
 CachedKernel::CachedKernel(KernelSpec spec)
     : spec_(std::move(spec)),

@@ -12,6 +12,7 @@
 
 #include "mlxrt/kernels/cuda/affine_qmv.h"
 #include "mlxrt/kernels/cuda/cuda_driver.h"
+#include "mlxrt/kernels/cuda/env_knob.h"
 #include "mlxrt/kernels/cuda/qmv_device.h"
 #include "mlxrt/kernels/cuda/rope_device.h"
 
@@ -384,25 +385,16 @@ const KernelSpec& decoder_layer_spec() {
 
 bool decoder_layer_opted_in() {
   // Read once: every layer of every forward asks, on every platform.
-  static const bool opted_in = [] {
-    const char* v = std::getenv("MLXRT_CUDA_L3_LAYER");
-    return v && std::string(v) == "1";
-  }();
+  static const bool opted_in = env_flag("MLXRT_CUDA_L3_LAYER");
   return opted_in;
 }
 
 DecoderLayerGrid decoder_layer_grid() {
   static const DecoderLayerGrid grid = [] {
-    auto knob = [](const char* name, std::initializer_list<int> allowed, int otherwise) {
-      const char* v = std::getenv(name);
-      for (int a : allowed)
-        if (v && std::string(v) == std::to_string(a)) return a;
-      return otherwise;
-    };
     DecoderLayerGrid g;
-    g.blocks = knob("MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM", {1, 2, 3}, 1) * cuda_multiprocessor_count();
-    g.depth = knob("MLXRT_CUDA_L3_LAYER_DEPTH", {1, 2, 3, 4}, 2);
-    g.rows = knob("MLXRT_CUDA_L3_LAYER_ROWS", {1, 2, 4, 8}, 0);
+    g.blocks = env_choice("MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM", {1, 2, 3}, 1) * cuda_multiprocessor_count();
+    g.depth = env_choice("MLXRT_CUDA_L3_LAYER_DEPTH", {1, 2, 3, 4}, 2);
+    g.rows = env_choice("MLXRT_CUDA_L3_LAYER_ROWS", {1, 2, 4, 8}, 0);
     return g;
   }();
   return grid;

@@ -13,6 +13,7 @@
 
 #include "mlxrt/kernels/cuda/affine_qmv.h"
 #include "mlxrt/kernels/cuda/cached_kernel.h"
+#include "mlxrt/kernels/cuda/env_knob.h"
 #include "mlxrt/kernels/cuda/qmv_device.h"
 
 namespace mlxrt::kernels::cuda {
@@ -224,10 +225,7 @@ std::optional<KernelLaunch> rms_norm_swiglu_launch(const mx::array& x, const Rms
 }
 
 bool swiglu_pairs_opted_in() {
-  static const bool opted_in = [] {
-    const char* v = std::getenv("MLXRT_CUDA_L3_SWIGLU_PAIRS");
-    return v && std::string(v) == "1";
-  }();
+  static const bool opted_in = env_flag("MLXRT_CUDA_L3_SWIGLU_PAIRS");
   return opted_in;
 }
 
