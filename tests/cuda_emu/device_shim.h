@@ -75,6 +75,11 @@ inline T atomicCAS(T* p, T expected, T desired) {
   __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   return expected;
 }
+// ld.global.cg (a load cached in L2 alone): the emulator has one memory.
+template <typename T>
+inline T __ldcg(const T* p) {
+  return *p;
+}
 // %globaltimer: the host's monotonic nanoseconds (kernels read it for their own timings).
 inline unsigned long long mlxrt_globaltimer() {
   return static_cast<unsigned long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(

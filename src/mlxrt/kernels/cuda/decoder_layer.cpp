@@ -35,6 +35,26 @@ __device__ __forceinline__ unsigned long long mlxrt_globaltimer() {
   return t;
 }
 #endif
+// Asks for `bytes` from p to be brought into L2, and waits for nothing: the products' rows a warp
+// reads next (PREFETCH). The loads that follow then wait on L2 rather than on memory, and no
+// register holds anything meanwhile, so a warp has more of memory's latency covered than its
+// registers would allow. Whole 16-byte units inside [p, p + bytes) (device buffers start 256-byte
+// aligned, so rounding p down stays in its buffer). Hopper: one bulk prefetch by lane 0; before it,
+// a line of 128 bytes a lane.
+__device__ __forceinline__ void mlxrt_prefetch_l2(const void* p, size_t bytes, int lane) {
+#ifdef __CUDA_ARCH__
+  const unsigned long long a = reinterpret_cast<unsigned long long>(p);
+  const unsigned long long lo = a & ~15ull, hi = (a + bytes) & ~15ull;
+  if (hi <= lo) return;
+#if __CUDA_ARCH__ >= 900
+  if (lane == 0)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"(static_cast<unsigned>(hi - lo)) : "memory");
+#else
+  for (unsigned long long q = lo + 128ull * lane; q < hi; q += 32ull * 128ull)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(q));
+#endif
+#endif
+}
 __device__ __forceinline__ void mlxrt_grid_sync(unsigned* bar, int gen_word) {
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -100,26 +120,68 @@ constexpr const char* kSource = R"(
     for (int i = threadIdx.x; i < H; i += blockDim.x) head_done[i] = 0u;
   }
 
+  // A product task's rows (row0 .. row0 + R - 1 of w below N, their scales and biases) into L2,
+  // one task ahead of the warp's loads (mlxrt_prefetch_l2 says why). The weights do not depend on
+  // the step's values, so a warp asks for its next phase's rows before it waits at a barrier.
+  auto prefetch_rows = [&](const WT* w, const ST* s, const ST* b, int N, int cols, int row0) {
+    if constexpr (PREFETCH) {
+      if (row0 >= N) return;
+      const size_t n = static_cast<size_t>(min(R, N - row0));
+      mlxrt_prefetch_l2(w + static_cast<size_t>(row0) * cols, n * cols * sizeof(WT), lane);
+      if constexpr (BITS != 0) {
+        const int groups = cols * 32 / (BITS == 0 ? 32 : BITS) / GS;
+        mlxrt_prefetch_l2(s + static_cast<size_t>(row0) * groups, n * groups * sizeof(ST), lane);
+        mlxrt_prefetch_l2(b + static_cast<size_t>(row0) * groups, n * groups * sizeof(ST), lane);
+      }
+    }
+  };
+  // Phase 1's tasks: q's rows, then k's, then v's.
+  constexpr int tq = (NQ + R - 1) / R, tk = (NK + R - 1) / R, tasks_qkv = tq + 2 * tk;
+  constexpr int tasks_o = (K + R - 1) / R, tasks_gu = (I + R - 1) / R;
+  auto qkv_task = [&](int t, const WT*& w, const ST*& s, const ST*& b, XT*& y, int& N, int& row0) {
+    w = wq; s = sq; b = bq; y = yq; N = NQ; row0 = t * R;
+    if (t >= tq + tk) {
+      w = wv; s = sv; b = bv; y = yv; N = NK; row0 = (t - tq - tk) * R;
+    } else if (t >= tq) {
+      w = wk; s = sk; b = bk; y = yk; N = NK; row0 = (t - tq) * R;
+    }
+  };
+  auto prefetch_qkv = [&](int t) {
+    if (t >= tasks_qkv) return;
+    const WT* w;
+    const ST* s;
+    const ST* b;
+    XT* y;
+    int N, row0;
+    qkv_task(t, w, s, b, y, N, row0);
+    prefetch_rows(w, s, b, N, COLS, row0);
+  };
+  auto prefetch_down = [&](int t) {
+    if (t < tasks_o) prefetch_rows(wd, sd, bd, K, COLS_I, t * R);
+  };
+
   // 1. RMSNorm(x) staged; the rows of q, k and v.
+  prefetch_qkv(gw);
   mlxrt_stage_rms_norm<1>(x, nw1, __int_as_float(EPS1_BITS), K, xs, red);
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < K; i += blockDim.x) xn1[i] = xs[i];  // for the tests: every block staged this
-  {
-    constexpr int tq = (NQ + R - 1) / R, tk = (NK + R - 1) / R;
-    for (int t = gw; t < tq + 2 * tk; t += G) {
-      const WT* w = wq;
-      const ST* s = sq;
-      const ST* b = bq;
-      XT* y = yq;
-      int N = NQ, row0 = t * R;
-      if (t >= tq + tk) {
-        w = wv; s = sv; b = bv; y = yv; N = NK; row0 = (t - tq - tk) * R;
-      } else if (t >= tq) {
-        w = wk; s = sk; b = bk; y = yk; N = NK; row0 = (t - tq) * R;
-      }
-      mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(xs, true, w, s, b, N, COLS, row0,
-                                            [&](size_t i, float v) { y[i] = static_cast<XT>(v); });
-    }
+  for (int t = gw; t < tasks_qkv; t += G) {
+    prefetch_qkv(t + G);
+    const WT* w;
+    const ST* s;
+    const ST* b;
+    XT* y;
+    int N, row0;
+    qkv_task(t, w, s, b, y, N, row0);
+    mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(xs, true, w, s, b, N, COLS, row0,
+                                          [&](size_t i, float v) { y[i] = static_cast<XT>(v); });
+  }
+  // This warp's o_proj rows and its first gate and up rows, fetched while the grid waits here and
+  // while the attention runs (which reads little).
+  for (int t = gw; t < tasks_o; t += G) prefetch_rows(wo, so, bo, K, COLS_O, t * R);
+  if (gw < tasks_gu) {
+    prefetch_rows(wg, sg, bg, I, COLS, gw * R);
+    prefetch_rows(wu, su, bu, I, COLS, gw * R);
   }
   mlxrt_grid_sync(barrier, GEN_WORD);
   stamp(1);
@@ -254,28 +316,33 @@ constexpr const char* kSource = R"(
     }
     // The head's last chunk to finish combines them all (no barrier between the two): each warp
     // publishes its partial sums (every lane fences its own writes) before counting itself in; the
-    // one that completes the count sees every other's (and reads them past L1, which another
-    // multiprocessor's writes do not reach).
+    // one that completes the count sees every other's, and reads them with loads cached in L2
+    // alone (__ldcg: another multiprocessor's writes do not reach this one's L1). Those loads are
+    // not volatile, so the chunks' loads can be in flight together: the lanes take the maxima a
+    // chunk each, and the sums below may be loaded ahead of their use (their order is kept).
     __threadfence();
     __syncwarp();
     unsigned last = 0;
     if (lane == 0) last = atomicAdd(&head_done[h], 1u) == static_cast<unsigned>(chunks - 1);
     if (__shfl_sync(0xffffffffu, last, 0)) {
       __threadfence();
-      const volatile float* ph = part + static_cast<size_t>(h) * ch_max * (D + 2);
+      const float* ph = part + static_cast<size_t>(h) * ch_max * (D + 2);
       float mx = __int_as_float(0xff800000);
-      for (int cc = 0; cc < chunks; ++cc) mx = fmaxf(mx, ph[cc * (D + 2)]);
+      for (int cc = lane; cc < chunks; cc += 32) mx = fmaxf(mx, __ldcg(ph + cc * (D + 2)));
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
       float total = 0.0f;
       float acc[kDims];
 #pragma unroll
       for (int d = 0; d < kDims; ++d) acc[d] = 0.0f;
+#pragma unroll 4
       for (int cc = 0; cc < chunks; ++cc) {
-        const volatile float* pc = ph + cc * (D + 2);
-        const float f = expf(pc[0] - mx);
-        total = fmaf(pc[1], f, total);
+        const float* pc = ph + cc * (D + 2);
+        const float f = expf(__ldcg(pc) - mx);
+        total = fmaf(__ldcg(pc + 1), f, total);
 #pragma unroll
         for (int d = 0; d < kDims; ++d)
-          if (lane + 32 * d < D) acc[d] = fmaf(pc[2 + lane + 32 * d], f, acc[d]);
+          if (lane + 32 * d < D) acc[d] = fmaf(__ldcg(pc + 2 + lane + 32 * d), f, acc[d]);
       }
 #pragma unroll
       for (int d = 0; d < kDims; ++d)
@@ -286,8 +353,8 @@ constexpr const char* kSource = R"(
   mlxrt_grid_sync(barrier, GEN_WORD);
   stamp(2);
 
-  // 3. o_proj and the residual: h = x + round(attn @ wo.T).
-  for (int t = gw; t < (K + R - 1) / R; t += G)
+  // 3. o_proj and the residual: h = x + round(attn @ wo.T) (its rows asked for before phase 2).
+  for (int t = gw; t < tasks_o; t += G)
     mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(attn, true, wo, so, bo, K, COLS_O, t * R, [&](size_t i, float v) {
       hres[i] = static_cast<XT>(static_cast<float>(x[i]) + static_cast<float>(static_cast<XT>(v)));
     });
@@ -299,8 +366,16 @@ constexpr const char* kSource = R"(
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < K; i += blockDim.x) xn2[i] = xs[i];
   {
-    // R rows of gate and the same of up, loaded together.
-    for (int t = gw; t < (I + R - 1) / R; t += G) {
+    // R rows of gate and the same of up, loaded together; the next task's asked for first, and
+    // at the last task this warp's first rows of down.
+    if (gw >= tasks_gu) prefetch_down(gw);
+    for (int t = gw; t < tasks_gu; t += G) {
+      if (t + G < tasks_gu) {
+        prefetch_rows(wg, sg, bg, I, COLS, (t + G) * R);
+        prefetch_rows(wu, su, bu, I, COLS, (t + G) * R);
+      } else {
+        prefetch_down(gw);
+      }
       const int row0 = t * R;
       float gu[1][2 * R];
       mlxrt_mv_row_pairs<1, R, BITS, GS, DEPTH>(xs, true, wg, sg, bg, wu, su, bu, I, COLS, row0, lane, gu);
@@ -319,11 +394,13 @@ constexpr const char* kSource = R"(
   mlxrt_grid_sync(barrier, GEN_WORD);
   stamp(4);
 
-  // 5. down and the residual: the layer's output.
-  for (int t = gw; t < (K + R - 1) / R; t += G)
+  // 5. down and the residual: the layer's output (each task's next asked for first).
+  for (int t = gw; t < tasks_o; t += G) {
+    prefetch_down(t + G);
     mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(act, true, wd, sd, bd, K, COLS_I, t * R, [&](size_t i, float v) {
       y[i] = static_cast<XT>(static_cast<float>(hres[i]) + static_cast<float>(static_cast<XT>(v)));
     });
+  }
   // The next launch's barrier: every block is past the last barrier, so the count is back to 0.
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     bar_next[0] = 0u;
@@ -395,6 +472,7 @@ DecoderLayerGrid decoder_layer_grid() {
     g.blocks = env_choice("MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM", {1, 2, 3}, 1) * cuda_multiprocessor_count();
     g.depth = env_choice("MLXRT_CUDA_L3_LAYER_DEPTH", {1, 2, 3, 4}, 2);
     g.rows = env_choice("MLXRT_CUDA_L3_LAYER_ROWS", {1, 2, 4, 8}, 0);
+    g.prefetch = env_choice("MLXRT_CUDA_L3_LAYER_PREFETCH", {0, 1}, 1) == 1;
     return g;
   }();
   return grid;
@@ -473,7 +551,7 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
        {"BITS", a.q.bits}, {"GS", a.q.group_size}, {"K", K}, {"COLS", cols_of(a.q, K)},
        {"COLS_O", cols_of(a.o, H * D)}, {"I", I}, {"COLS_I", cols_of(m.down, I)}, {"H", H}, {"HK", HK}, {"D", D},
        {"ROT", a.rope.dims}, {"TRAD", a.rope.traditional}, {"FREQS", a.rope.freqs.has_value()},
-       {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"DEPTH", depth}, {"CHUNK", kDecoderLayerChunk},
+       {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"DEPTH", depth}, {"PREFETCH", grid.prefetch}, {"CHUNK", kDecoderLayerChunk},
        {"GEN_WORD", kDecoderLayerGenerationWord},
        {"EPS1_BITS", std::bit_cast<int>(w.attn_norm.eps)}, {"EPS2_BITS", std::bit_cast<int>(w.mlp_norm.eps)},
        {"EPS_Q_BITS", a.q_norm ? std::bit_cast<int>(a.q_norm->eps) : 0},

@@ -85,12 +85,14 @@ bool decoder_layer_opted_in();
 /** How a launch spreads its work: `blocks` resident blocks of `warps` warps (at most 8), each warp
  * keeping `depth` steps of the products' loads in flight (1-4; 2 is one step ahead), with
  * `rows` rows of a matrix per product task (1, 2, 4 or 8; 0: affine_qmv's choice for the hidden
- * size). */
+ * size); with `prefetch`, each warp asks L2 for its next task's rows (and, before a barrier, for
+ * its next phase's) while it works on the current ones. */
 struct DecoderLayerGrid {
   int blocks = 0;
   int warps = 8;
   int depth = 2;
   int rows = 0;
+  bool prefetch = true;
 };
 
 /** This process's grid on its GPU (read once): one block per multiprocessor (the driver's count;
@@ -98,7 +100,8 @@ struct DecoderLayerGrid {
  * MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM=2 or 3 (a kernel of up to 80 registers a thread fits three:
  * more loads in flight for the products, a barrier of more blocks; on the H200's 8B layer 179 µs
  * at one, 139 at two, 135 at three, fifteenth session); MLXRT_CUDA_L3_LAYER_DEPTH=1..4 and
- * MLXRT_CUDA_L3_LAYER_ROWS=1|2|4|8 set depth and rows. These are tuning knobs while the phases are
+ * MLXRT_CUDA_L3_LAYER_ROWS=1|2|4|8 set depth and rows, MLXRT_CUDA_L3_LAYER_PREFETCH=0 turns the
+ * prefetching off. These are tuning knobs while the phases are
  * measured (bench/gpu/decoder_layer_bench.cpp sweeps them); a setting whose blocks cannot all be
  * resident stops at the barrier's trap with an error. blocks is 0 where the CUDA driver cannot say. */
 DecoderLayerGrid decoder_layer_grid();
