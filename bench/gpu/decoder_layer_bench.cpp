@@ -8,11 +8,11 @@
 // - the products' phases' reads (weights, scales, biases) over their time, and the whole layer's
 //   over the kernel's time.
 // Columns: bps blocks per multiprocessor, dp steps of loads in flight, rw rows a product task (0:
-// the kernel's choice), pf whether warps prefetch their next rows into L2.
+// the kernel's choice).
 // Medians over the launches of `rounds` evals after one unmeasured one (NVRTC, graph capture).
 //
 // Usage: mlxrt_layer_bench [--models 0.6b,8b] [--bits 4,8,16] [--positions 128,384,1024,4096]
-//                          [--blocks-per-sm 1] [--depth 2] [--rows 0] [--prefetch 1] [--warps 8] [--rounds 5]
+//                          [--blocks-per-sm 1] [--depth 2] [--rows 0] [--warps 8] [--rounds 5]
 // Lists sweep. A setting whose blocks cannot all be resident at once (a kernel of more registers a
 // thread than that many blocks leave) stops at the barrier's trap and ends the process: l3_run.sh
 // runs one process per blocks-per-SM and depth.
@@ -139,7 +139,7 @@ Layer make_layer(const Dims& d, int bits, int capacity) {
 
 int main(int argc, char** argv) {
   std::string models = "0.6b,8b", bits_arg = "4,8,16", positions_arg = "128,384,1024,4096", per_sm_arg = "1",
-              depth_arg = "2", rows_arg = "0", prefetch_arg = "1";
+              depth_arg = "2", rows_arg = "0";
   int rounds = 5, warps = 8;
   bool emulate = false;
   for (int i = 1; i < argc; ++i) {
@@ -151,7 +151,6 @@ int main(int argc, char** argv) {
     else if (a == "--blocks-per-sm" && has_value) per_sm_arg = argv[++i];
     else if (a == "--depth" && has_value) depth_arg = argv[++i];
     else if (a == "--rows" && has_value) rows_arg = argv[++i];
-    else if (a == "--prefetch" && has_value) prefetch_arg = argv[++i];
     else if (a == "--rounds" && has_value) rounds = std::max(1, std::atoi(argv[++i]));
     else if (a == "--warps" && has_value) warps = std::atoi(argv[++i]);
     else if (a == "--emulate") emulate = true;
@@ -188,8 +187,8 @@ int main(int argc, char** argv) {
 
   std::printf("%d multiprocessors; %s\n", sms, emulate ? "emulated on the CPU (times mean nothing)" : "CUDA");
   static_assert(kDecoderLayerPhases == 5, "the table's columns are the kernel's phases");
-  std::printf("%-5s %4s %5s %3s %2s %2s %2s | %8s %8s | %7s %7s %7s %7s %7s | %8s %8s\n", "model", "bits", "pos",
-              "bps", "dp", "rw", "pf", "us wall", "us kern", "1 qkv", "2 attn", "3 o", "4 g/u", "5 down", "prod GB/s", "all GB/s");
+  std::printf("%-5s %4s %5s %3s %2s %2s | %8s %8s | %7s %7s %7s %7s %7s | %8s %8s\n", "model", "bits", "pos", "bps",
+              "dp", "rw", "us wall", "us kern", "1 qkv", "2 attn", "3 o", "4 g/u", "5 down", "prod GB/s", "all GB/s");
   for (const auto& name : name_list(models)) {
     const Dims* dims = nullptr;
     for (const auto& d : kModels)
@@ -215,8 +214,7 @@ int main(int argc, char** argv) {
       const int launches = dims->layers;  // a step's
       for (const int per_sm : int_list(per_sm_arg))
       for (const int depth : int_list(depth_arg))
-      for (const int rows : int_list(rows_arg))
-      for (const int prefetch : int_list(prefetch_arg)) {
+      for (const int rows : int_list(rows_arg)) {
         const int blocks = per_sm * sms;
         for (const int pos : positions) {
           std::vector<double> wall, total, phase[kDecoderLayerPhases + 1];
@@ -232,7 +230,7 @@ int main(int argc, char** argv) {
             for (int i = 0; i < launches; ++i) {
               const auto& l = layers[static_cast<size_t>(i) % layers.size()];
               const auto launch = decoder_layer_launch(h, l.w, l.keys, l.values, mx::array(pos, mx::int32), bar,
-                                                       {blocks, warps, depth, rows, prefetch != 0});
+                                                       {blocks, warps, depth, rows});
               if (!launch) {
                 declined = true;
                 break;
@@ -265,8 +263,8 @@ int main(int argc, char** argv) {
             }
           }
           if (declined) {
-            std::printf("%-5s %4d %5d %3d %2d %2d %2d | the kernel declines this setting\n", dims->name, bits, pos,
-                        per_sm, depth, rows, prefetch);
+            std::printf("%-5s %4d %5d %3d %2d %2d | the kernel declines this setting\n", dims->name, bits, pos, per_sm,
+                        depth, rows);
             if (emulate) return 3;  // the small layer is always taken: a decline is this program's bug
             continue;
           }
@@ -276,8 +274,8 @@ int main(int argc, char** argv) {
             prod_us += median(phase[p]);
           }
           const double kern = median(total);
-          std::printf("%-5s %4d %5d %3d %2d %2d %2d | %8.1f %8.1f | %7.1f %7.1f %7.1f %7.1f %7.1f | %8.0f %8.0f\n",
-                      dims->name, bits, pos, per_sm, depth, rows, prefetch, median(wall), kern, median(phase[1]), median(phase[2]),
+          std::printf("%-5s %4d %5d %3d %2d %2d | %8.1f %8.1f | %7.1f %7.1f %7.1f %7.1f %7.1f | %8.0f %8.0f\n",
+                      dims->name, bits, pos, per_sm, depth, rows, median(wall), kern, median(phase[1]), median(phase[2]),
                       median(phase[3]), median(phase[4]), median(phase[5]),
                       prod_us > 0 ? prod_bytes / prod_us / 1e3 : 0.0, kern > 0 ? layer_bytes / kern / 1e3 : 0.0);
           std::fflush(stdout);

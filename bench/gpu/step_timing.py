@@ -46,9 +46,6 @@ SETTINGS = {
     "layer": {"MLXRT_CUDA_L3_LAYER": "1"},
     # The same with two blocks a multiprocessor (more of the products' loads in flight).
     "layer-2": {"MLXRT_CUDA_L3_LAYER": "1", "MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM": "2"},
-    # Without the warps' L2 prefetches of their next rows (on by default).
-    "layer-2-nopf": {"MLXRT_CUDA_L3_LAYER": "1", "MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM": "2",
-                     "MLXRT_CUDA_L3_LAYER_PREFETCH": "0"},
     # Four steps of the products' loads in flight; tasks of four rows (decoder_layer.h's grid).
     "layer-d4": {"MLXRT_CUDA_L3_LAYER": "1", "MLXRT_CUDA_L3_LAYER_DEPTH": "4"},
     "layer-r4": {"MLXRT_CUDA_L3_LAYER": "1", "MLXRT_CUDA_L3_LAYER_ROWS": "4"},

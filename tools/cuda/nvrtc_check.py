@@ -175,7 +175,7 @@ def layer_combos(full):
         r = (r, 4, 8)[i // 7 % 3]  # the kernel's choice, or MLXRT_CUDA_L3_LAYER_ROWS
         out.append({"XT": xt, "WT": "u32" if bits else xt, "ST": st if bits else xt, "R": r, "BITS": bits, "GS": gs,
                     "K": k, "COLS": cols(k), "COLS_O": cols(h * d), "I": inter, "COLS_I": cols(inter), "H": h,
-                    "HK": hk, "D": d, "ROT": d, "TRAD": trad, "FREQS": freqs, "NORM": norm, "NW": 8, "DEPTH": 2 + 2 * (i % 2), "PREFETCH": i % 3 != 2, "CHUNK": 128,
+                    "HK": hk, "D": d, "ROT": d, "TRAD": trad, "FREQS": freqs, "NORM": norm, "NW": 8, "DEPTH": 2 + 2 * (i % 2), "CHUNK": 128,
                     "GEN_WORD": 32,
                     "EPS1_BITS": eps_bits(1e-6), "EPS2_BITS": eps_bits(1e-6),
                     "EPS_Q_BITS": eps_bits(1e-6) if norm else 0, "EPS_K_BITS": eps_bits(1e-6) if norm else 0,

@@ -35,26 +35,6 @@ __device__ __forceinline__ unsigned long long mlxrt_globaltimer() {
   return t;
 }
 #endif
-// Asks for `bytes` from p to be brought into L2, and waits for nothing: the products' rows a warp
-// reads next (PREFETCH). The loads that follow then wait on L2 rather than on memory, and no
-// register holds anything meanwhile, so a warp has more of memory's latency covered than its
-// registers would allow. Whole 16-byte units inside [p, p + bytes) (device buffers start 256-byte
-// aligned, so rounding p down stays in its buffer). Hopper: one bulk prefetch by lane 0; before it,
-// a line of 128 bytes a lane.
-__device__ __forceinline__ void mlxrt_prefetch_l2(const void* p, size_t bytes, int lane) {
-#ifdef __CUDA_ARCH__
-  const unsigned long long a = reinterpret_cast<unsigned long long>(p);
-  const unsigned long long lo = a & ~15ull, hi = (a + bytes) & ~15ull;
-  if (hi <= lo) return;
-#if __CUDA_ARCH__ >= 900
-  if (lane == 0)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"(static_cast<unsigned>(hi - lo)) : "memory");
-#else
-  for (unsigned long long q = lo + 128ull * lane; q < hi; q += 32ull * 128ull)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(q));
-#endif
-#endif
-}
 __device__ __forceinline__ void mlxrt_grid_sync(unsigned* bar, int gen_word) {
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -120,21 +100,6 @@ constexpr const char* kSource = R"(
     for (int i = threadIdx.x; i < H; i += blockDim.x) head_done[i] = 0u;
   }
 
-  // A product task's rows (row0 .. row0 + R - 1 of w below N, their scales and biases) into L2,
-  // one task ahead of the warp's loads (mlxrt_prefetch_l2 says why). The weights do not depend on
-  // the step's values, so a warp asks for its next phase's rows before it waits at a barrier.
-  auto prefetch_rows = [&](const WT* w, const ST* s, const ST* b, int N, int cols, int row0) {
-    if constexpr (PREFETCH) {
-      if (row0 >= N) return;
-      const size_t n = static_cast<size_t>(min(R, N - row0));
-      mlxrt_prefetch_l2(w + static_cast<size_t>(row0) * cols, n * cols * sizeof(WT), lane);
-      if constexpr (BITS != 0) {
-        const int groups = cols * 32 / (BITS == 0 ? 32 : BITS) / GS;
-        mlxrt_prefetch_l2(s + static_cast<size_t>(row0) * groups, n * groups * sizeof(ST), lane);
-        mlxrt_prefetch_l2(b + static_cast<size_t>(row0) * groups, n * groups * sizeof(ST), lane);
-      }
-    }
-  };
   // Phase 1's tasks: q's rows, then k's, then v's.
   constexpr int tq = (NQ + R - 1) / R, tk = (NK + R - 1) / R, tasks_qkv = tq + 2 * tk;
   constexpr int tasks_o = (K + R - 1) / R, tasks_gu = (I + R - 1) / R;
@@ -146,27 +111,11 @@ constexpr const char* kSource = R"(
       w = wk; s = sk; b = bk; y = yk; N = NK; row0 = (t - tq) * R;
     }
   };
-  auto prefetch_qkv = [&](int t) {
-    if (t >= tasks_qkv) return;
-    const WT* w;
-    const ST* s;
-    const ST* b;
-    XT* y;
-    int N, row0;
-    qkv_task(t, w, s, b, y, N, row0);
-    prefetch_rows(w, s, b, N, COLS, row0);
-  };
-  auto prefetch_down = [&](int t) {
-    if (t < tasks_o) prefetch_rows(wd, sd, bd, K, COLS_I, t * R);
-  };
-
   // 1. RMSNorm(x) staged; the rows of q, k and v.
-  prefetch_qkv(gw);
   mlxrt_stage_rms_norm<1>(x, nw1, __int_as_float(EPS1_BITS), K, xs, red);
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < K; i += blockDim.x) xn1[i] = xs[i];  // for the tests: every block staged this
   for (int t = gw; t < tasks_qkv; t += G) {
-    prefetch_qkv(t + G);
     const WT* w;
     const ST* s;
     const ST* b;
@@ -175,13 +124,6 @@ constexpr const char* kSource = R"(
     qkv_task(t, w, s, b, y, N, row0);
     mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(xs, true, w, s, b, N, COLS, row0,
                                           [&](size_t i, float v) { y[i] = static_cast<XT>(v); });
-  }
-  // This warp's o_proj rows and its first gate and up rows, fetched while the grid waits here and
-  // while the attention runs (which reads little).
-  for (int t = gw; t < tasks_o; t += G) prefetch_rows(wo, so, bo, K, COLS_O, t * R);
-  if (gw < tasks_gu) {
-    prefetch_rows(wg, sg, bg, I, COLS, gw * R);
-    prefetch_rows(wu, su, bu, I, COLS, gw * R);
   }
   mlxrt_grid_sync(barrier, GEN_WORD);
   stamp(1);
@@ -353,7 +295,7 @@ constexpr const char* kSource = R"(
   mlxrt_grid_sync(barrier, GEN_WORD);
   stamp(2);
 
-  // 3. o_proj and the residual: h = x + round(attn @ wo.T) (its rows asked for before phase 2).
+  // 3. o_proj and the residual: h = x + round(attn @ wo.T).
   for (int t = gw; t < tasks_o; t += G)
     mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(attn, true, wo, so, bo, K, COLS_O, t * R, [&](size_t i, float v) {
       hres[i] = static_cast<XT>(static_cast<float>(x[i]) + static_cast<float>(static_cast<XT>(v)));
@@ -366,16 +308,8 @@ constexpr const char* kSource = R"(
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < K; i += blockDim.x) xn2[i] = xs[i];
   {
-    // R rows of gate and the same of up, loaded together; the next task's asked for first, and
-    // at the last task this warp's first rows of down.
-    if (gw >= tasks_gu) prefetch_down(gw);
+    // R rows of gate and the same of up, loaded together.
     for (int t = gw; t < tasks_gu; t += G) {
-      if (t + G < tasks_gu) {
-        prefetch_rows(wg, sg, bg, I, COLS, (t + G) * R);
-        prefetch_rows(wu, su, bu, I, COLS, (t + G) * R);
-      } else {
-        prefetch_down(gw);
-      }
       const int row0 = t * R;
       float gu[1][2 * R];
       mlxrt_mv_row_pairs<1, R, BITS, GS, DEPTH>(xs, true, wg, sg, bg, wu, su, bu, I, COLS, row0, lane, gu);
@@ -394,13 +328,11 @@ constexpr const char* kSource = R"(
   mlxrt_grid_sync(barrier, GEN_WORD);
   stamp(4);
 
-  // 5. down and the residual: the layer's output (each task's next asked for first).
-  for (int t = gw; t < tasks_o; t += G) {
-    prefetch_down(t + G);
+  // 5. down and the residual: the layer's output.
+  for (int t = gw; t < tasks_o; t += G)
     mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(act, true, wd, sd, bd, K, COLS_I, t * R, [&](size_t i, float v) {
       y[i] = static_cast<XT>(static_cast<float>(hres[i]) + static_cast<float>(static_cast<XT>(v)));
     });
-  }
   // The next launch's barrier: every block is past the last barrier, so the count is back to 0.
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     bar_next[0] = 0u;
@@ -466,16 +398,29 @@ bool decoder_layer_opted_in() {
   return opted_in;
 }
 
-DecoderLayerGrid decoder_layer_grid() {
-  static const DecoderLayerGrid grid = [] {
-    DecoderLayerGrid g;
-    g.blocks = env_choice("MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM", {1, 2, 3}, 1) * cuda_multiprocessor_count();
-    g.depth = env_choice("MLXRT_CUDA_L3_LAYER_DEPTH", {1, 2, 3, 4}, 2);
-    g.rows = env_choice("MLXRT_CUDA_L3_LAYER_ROWS", {1, 2, 4, 8}, 0);
-    g.prefetch = env_choice("MLXRT_CUDA_L3_LAYER_PREFETCH", {0, 1}, 1) == 1;
-    return g;
-  }();
-  return grid;
+DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w) {
+  // The knobs, read once (0: not set).
+  struct Knobs {
+    int per_sm, depth, rows;
+  };
+  static const Knobs knobs{env_choice("MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM", {1, 2, 3}, 0),
+                           env_choice("MLXRT_CUDA_L3_LAYER_DEPTH", {1, 2, 3, 4}, 0),
+                           env_choice("MLXRT_CUDA_L3_LAYER_ROWS", {1, 2, 4, 8}, 0)};
+  const bool dense = w.attn.q.is_dense();
+  const int K = w.attn.o.w.shape(0);
+  const int rows = knobs.rows > 0 ? knobs.rows : choose_tiling(K, {}, dense, K).rows_per_warp;
+  // What mlxrt_layer_bench measured best (bench/RESULTS.md): dense rows want more loads in flight
+  // per warp (depth 4, whose registers leave room for one block); 4-bit tasks of up to two rows at
+  // depth 2 take at most 96 registers (make check-cuda-kernels), so two blocks fit and their warps
+  // keep more loads in flight. Other kinds (8-bit, longer tasks) are not measured: one block.
+  int depth = knobs.depth > 0 ? knobs.depth : dense ? 4 : 2;
+  int per_sm = knobs.per_sm;
+  if (per_sm == 0) per_sm = !dense && w.attn.q.bits == 4 && rows <= 2 && depth <= 2 ? 2 : 1;
+  DecoderLayerGrid g;
+  g.blocks = per_sm * cuda_multiprocessor_count();
+  g.depth = depth;
+  g.rows = knobs.rows;
+  return g;
 }
 
 bool decoder_layer_fits(const mx::array& x, const DecoderLayerWeights& w) {
@@ -551,7 +496,7 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
        {"BITS", a.q.bits}, {"GS", a.q.group_size}, {"K", K}, {"COLS", cols_of(a.q, K)},
        {"COLS_O", cols_of(a.o, H * D)}, {"I", I}, {"COLS_I", cols_of(m.down, I)}, {"H", H}, {"HK", HK}, {"D", D},
        {"ROT", a.rope.dims}, {"TRAD", a.rope.traditional}, {"FREQS", a.rope.freqs.has_value()},
-       {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"DEPTH", depth}, {"PREFETCH", grid.prefetch}, {"CHUNK", kDecoderLayerChunk},
+       {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"DEPTH", depth}, {"CHUNK", kDecoderLayerChunk},
        {"GEN_WORD", kDecoderLayerGenerationWord},
        {"EPS1_BITS", std::bit_cast<int>(w.attn_norm.eps)}, {"EPS2_BITS", std::bit_cast<int>(w.mlp_norm.eps)},
        {"EPS_Q_BITS", a.q_norm ? std::bit_cast<int>(a.q_norm->eps) : 0},

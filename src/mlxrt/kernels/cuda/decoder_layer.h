@@ -85,26 +85,23 @@ bool decoder_layer_opted_in();
 /** How a launch spreads its work: `blocks` resident blocks of `warps` warps (at most 8), each warp
  * keeping `depth` steps of the products' loads in flight (1-4; 2 is one step ahead), with
  * `rows` rows of a matrix per product task (1, 2, 4 or 8; 0: affine_qmv's choice for the hidden
- * size); with `prefetch`, each warp asks L2 for its next task's rows (and, before a barrier, for
- * its next phase's) while it works on the current ones. */
+ * size). */
 struct DecoderLayerGrid {
   int blocks = 0;
   int warps = 8;
   int depth = 2;
   int rows = 0;
-  bool prefetch = true;
 };
 
-/** This process's grid on its GPU (read once): one block per multiprocessor (the driver's count;
- * each block's registers and shared memory fit one), or two or three with
- * MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM=2 or 3 (a kernel of up to 80 registers a thread fits three:
- * more loads in flight for the products, a barrier of more blocks; on the H200's 8B layer 179 µs
- * at one, 139 at two, 135 at three, fifteenth session); MLXRT_CUDA_L3_LAYER_DEPTH=1..4 and
- * MLXRT_CUDA_L3_LAYER_ROWS=1|2|4|8 set depth and rows, MLXRT_CUDA_L3_LAYER_PREFETCH=0 turns the
- * prefetching off. These are tuning knobs while the phases are
- * measured (bench/gpu/decoder_layer_bench.cpp sweeps them); a setting whose blocks cannot all be
- * resident stops at the barrier's trap with an error. blocks is 0 where the CUDA driver cannot say. */
-DecoderLayerGrid decoder_layer_grid();
+/** The grid for layers of `w` on this process's GPU. By default: 4-bit weights in tasks of up to
+ * two rows take two blocks per multiprocessor (the driver's count) at depth 2; dense weights one
+ * block at depth 4; other kinds one block at depth 2 (what mlxrt_layer_bench measured fastest on an
+ * H100: bench/RESULTS.md). MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM=1|2|3, MLXRT_CUDA_L3_LAYER_DEPTH=1..4
+ * and MLXRT_CUDA_L3_LAYER_ROWS=1|2|4|8 (read once a process) override them: tuning knobs for
+ * bench/gpu/decoder_layer_bench.cpp's sweeps. A setting whose blocks cannot all be resident (too
+ * many registers a thread for that many blocks) stops at the barrier's trap with an error. blocks
+ * is 0 where the CUDA driver cannot say. */
+DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w);
 
 /** Whether the kernel takes x [1, 1, hidden] with `w` (shapes, types, kinds of weights), for a
  * cache of `x`'s type and w's key heads and head size. */

@@ -435,7 +435,7 @@ std::optional<mx::array> Block::cuda_l3_layer(const mx::array& x, const Attentio
   if (!attn_norm || !mlp_norm || !attn || !mlp) return std::nullopt;
   const kernels::cuda::DecoderLayerWeights w{
       {attn_norm->first, attn_norm->second}, std::move(*attn), {mlp_norm->first, mlp_norm->second}, std::move(*mlp)};
-  const auto grid = kernels::cuda::decoder_layer_grid();
+  const auto grid = kernels::cuda::decoder_layer_grid(w);
   if (grid.blocks <= 0 || !kernels::cuda::decoder_layer_fits(x, w)) return std::nullopt;
   const int head_dim = w.attn.q.w.shape(0) / w.attn.n_heads;
   auto slot = kv->begin_in_place_write({1, w.attn.n_kv_heads, 1, head_dim}, x.dtype(),
