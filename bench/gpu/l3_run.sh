@@ -19,9 +19,9 @@
 #   startup: bench/gpu/l3_startup.py (a new process's wall time at l1, l3 and l3 self-compiled, and
 #           whether l3's two routes write the same text; STARTUP_ARGS);
 #   nodecost: bench/gpu/node_cost.py (MLX's host cost per graph node, by kind; NODE_COST_ARGS).
-# The one-kernel decoder layer (MLXRT_CUDA_L3_LAYER=1, kernels/cuda/decoder_layer.h): its tests are
-# in `tests` (DecoderLayer.*); `steptime` with STEP_SETTINGS="default layer" splits its steps beside
-# the usual l3; MLXRT_CUDA_L3_LAYER=1 in front of `decode` gives its tok/s and fidelity against l1.
+# The one-kernel decoder layer (kernels/cuda/decoder_layer.h, l3's default for 4-bit layers): its
+# tests are in `tests` (DecoderLayer.*); `steptime` with STEP_SETTINGS="default per-node" splits its
+# steps beside the per-node l3; MLXRT_CUDA_L3_LAYER=0 in front of `decode` gives the per-node tok/s.
 # Logs and tables go to $OUT; MLX's compiled kernels are kept as bench/gpu/bundle_setup.sh keeps them
 # (PTX_TARBALL, default build-gpu/ptx-cache.tgz, in; $OUT/ptx-cache.tgz out).
 # Usage (repository root): [B=build-gpu/bundle] [L3_STEPS="tests qmv decode"] bench/gpu/l3_run.sh

@@ -42,8 +42,10 @@ SETTINGS = {
     # them (kernels/cuda/cached_kernel.h); the same machine code, launched by MLX as before.
     "self-compile": {"MLXRT_CUDA_SELF_COMPILE": "1"},
     # Not MLX's: a decoding step's llama-style layers as one kernel each at l3
-    # (kernels/cuda/decoder_layer.h; l1 is unchanged).
+    # (kernels/cuda/decoder_layer.h; l1 is unchanged): l3's default for 4-bit layers; "layer"
+    # takes 8-bit ones too, "per-node" none (the products, norms and attention as their own nodes).
     "layer": {"MLXRT_CUDA_L3_LAYER": "1"},
+    "per-node": {"MLXRT_CUDA_L3_LAYER": "0"},
     # The same with two blocks a multiprocessor (more of the products' loads in flight).
     "layer-2": {"MLXRT_CUDA_L3_LAYER": "1", "MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM": "2"},
     # Four steps of the products' loads in flight; tasks of four rows (decoder_layer.h's grid).

@@ -179,10 +179,13 @@ std::string kernels_description(const Args& a, model::FidelityTier tier) {
                        "layers") +
            (kernels::cuda::dense_l3_opted_in() ? " and the dense ones (MLXRT_CUDA_L3_DENSE=1)" : "") +
            " (1-8 rows, float32 sums; kernels/cuda/affine_qmv.h)" +
-           (kernels::cuda::decoder_layer_opted_in()
-                ? "; a decoding step's llama-style layers as one kernel each (MLXRT_CUDA_L3_LAYER=1; "
-                  "kernels/cuda/decoder_layer.h)"
-                : "");
+           (kernels::cuda::decoder_layer_use() == kernels::cuda::DecoderLayerUse::off
+                ? ""
+                : kernels::cuda::decoder_layer_use() == kernels::cuda::DecoderLayerUse::every_kind
+                      ? "; a decoding step's llama-style layers as one kernel each (MLXRT_CUDA_L3_LAYER=1; "
+                        "kernels/cuda/decoder_layer.h)"
+                      : "; a decoding step's 4-bit llama-style layers as one kernel each "
+                        "(kernels/cuda/decoder_layer.h; MLXRT_CUDA_L3_LAYER=0 turns it off)");
   if (!kernels) return cpu ? "MLX's CPU kernels" : "MLX's GPU kernels";
   std::string text = std::string("mlxrt CPU kernels (") + kernels->instruction_set() + ", " +
                      std::to_string(kernels->threads()) + " threads)";

@@ -392,10 +392,25 @@ const KernelSpec& decoder_layer_spec() {
   return spec;
 }
 
-bool decoder_layer_opted_in() {
+DecoderLayerUse decoder_layer_use() {
   // Read once: every layer of every forward asks, on every platform.
-  static const bool opted_in = env_flag("MLXRT_CUDA_L3_LAYER");
-  return opted_in;
+  static const DecoderLayerUse use = [] {
+    switch (env_choice("MLXRT_CUDA_L3_LAYER", {0, 1}, -1)) {
+      case 0: return DecoderLayerUse::off;
+      case 1: return DecoderLayerUse::every_kind;
+      default: return DecoderLayerUse::measured_kinds;
+    }
+  }();
+  return use;
+}
+
+bool decoder_layer_wanted(const DecoderLayerWeights& w) {
+  switch (decoder_layer_use()) {
+    case DecoderLayerUse::off: return false;
+    case DecoderLayerUse::every_kind: return true;
+    case DecoderLayerUse::measured_kinds: break;
+  }
+  return !w.attn.q.is_dense() && w.attn.q.bits == 4;
 }
 
 DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w) {

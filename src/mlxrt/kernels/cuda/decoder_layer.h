@@ -34,12 +34,12 @@
  *
  * Tested on the CPU's SIMT runtime against float64, phase by phase
  * (tests/cuda_kernels/decoder_layer_test.cpp, which also runs on a GPU), and compiled by NVRTC for
- * sm_90a in every combination the model launches (tools/cuda/nvrtc_check.py). On the H200
- * (bench/RESULTS.md, fifteenth session) its tests pass, and Qwen3's decoding step went from 8 nodes
- * a layer to one: 0.6B 4-bit 463 -> 502 tok/s, host time 2.2 -> 1.3 ms a step. But the kernel
- * reads at 0.6-0.8 TB/s (an 8B layer 135-179 µs for 109 MB), so 8B 4-bit is slower (206 -> 135-170
- * tok/s). Hence opt-in (MLXRT_CUDA_L3_LAYER=1, decoder_layer_opted_in) until its products read
- * near the bandwidth. */
+ * sm_90a in every combination the model launches (tools/cuda/nvrtc_check.py). On an H100
+ * (bench/RESULTS.md, seventeenth session) its tests pass, an 8B 4-bit layer takes 103 µs (109 MB:
+ * about 1.05 TB/s, still a third of the bandwidth), and Qwen3's decoding step runs at 243 tok/s
+ * for 8B 4-bit (191 per-node L3, 158 mlx-lm) and 590-650 for 0.6B 4-bit (332 per-node, 266
+ * mlx-lm), as near L1 as the per-node path. Hence the default for 4-bit layers at L3
+ * (decoder_layer_use). */
 #include <optional>
 
 #include <mlx/array.h>
@@ -78,9 +78,14 @@ struct DecoderLayerWeights {
   DecoderLayerMlp mlp;
 };
 
-/** MLXRT_CUDA_L3_LAYER=1: the model runs a decoding step's llama-style layers as this kernel at
- * --fidelity l3 on a CUDA GPU (opt-in: see above). Read once a process. */
-bool decoder_layer_opted_in();
+/** Which layers the model runs as this kernel in a decoding step at --fidelity l3 on a CUDA GPU
+ * (MLXRT_CUDA_L3_LAYER, read once a process): unset, those of 4-bit affine weights (the kind
+ * measured faster than the per-node L3: bench/RESULTS.md, seventeenth session); 0 none; 1 every
+ * kind the kernel takes (8-bit affine too, and dense with MLXRT_CUDA_L3_DENSE=1). */
+enum class DecoderLayerUse { off, measured_kinds, every_kind };
+DecoderLayerUse decoder_layer_use();
+/** Whether decoder_layer_use() wants a layer of `w` as this kernel. */
+bool decoder_layer_wanted(const DecoderLayerWeights& w);
 
 /** How a launch spreads its work: `blocks` resident blocks of `warps` warps (at most 8), each warp
  * keeping `depth` steps of the products' loads in flight (1-4; 2 is one step ahead), with

@@ -424,7 +424,7 @@ Block::Block(const BlockOptions& o, WeightBinder& w, const std::string& path)
 
 std::optional<mx::array> Block::cuda_l3_layer(const mx::array& x, const AttentionMask& mask,
                                               cache::Cache* cache) const {
-  if (!kernels::cuda::decoder_layer_opted_in()) return std::nullopt;
+  if (kernels::cuda::decoder_layer_use() == kernels::cuda::DecoderLayerUse::off) return std::nullopt;
   auto* kv = dynamic_cast<cache::KVCache*>(cache);
   if (!kv || mask.kind == AttentionMask::Kind::array || residual_ != BlockOptions::Residual::sequential ||
       !input_norm_ || !pre_mlp_norm_ || post_attention_norm_ || post_mlp_norm_ || residual_scale_)
@@ -435,6 +435,7 @@ std::optional<mx::array> Block::cuda_l3_layer(const mx::array& x, const Attentio
   if (!attn_norm || !mlp_norm || !attn || !mlp) return std::nullopt;
   const kernels::cuda::DecoderLayerWeights w{
       {attn_norm->first, attn_norm->second}, std::move(*attn), {mlp_norm->first, mlp_norm->second}, std::move(*mlp)};
+  if (!kernels::cuda::decoder_layer_wanted(w)) return std::nullopt;
   const auto grid = kernels::cuda::decoder_layer_grid(w);
   if (grid.blocks <= 0 || !kernels::cuda::decoder_layer_fits(x, w)) return std::nullopt;
   const int head_dim = w.attn.q.w.shape(0) / w.attn.n_heads;

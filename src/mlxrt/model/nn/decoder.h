@@ -223,7 +223,8 @@ class Block {
   bool use_sliding() const { return use_sliding_; }
 
  private:
-  /** MLXRT_CUDA_L3_LAYER=1 at --fidelity l3 on a CUDA GPU: a decoding step of this layer (one
+  /** At --fidelity l3 on a CUDA GPU (4-bit layers unless MLXRT_CUDA_L3_LAYER says otherwise:
+   * kernels::cuda::decoder_layer_use): a decoding step of this layer (one
    * position, one sequence, a plain KVCache) as one kernel that also writes the cache in place
    * (kernels/cuda/decoder_layer.h); nullopt where the layer or the step does not fit it. */
   std::optional<mx::array> cuda_l3_layer(const mx::array& x, const AttentionMask& mask, cache::Cache* cache) const;
