@@ -305,6 +305,51 @@ TEST_F(DecoderLayer, ProductsOverSeveralStepsAtEachDepth) {
              6 + depth);
 }
 
+TEST_F(DecoderLayer, GridAndUseFollowTheWeights) {
+  Keys keys(6);
+  const auto t = mx::bfloat16;
+  auto layer = [&](int bits, int hidden) {
+    auto m = [&](int n, int k) { return random_matrix(keys, n, k, 64, bits, t); };
+    auto ones = [&](int n) { return mx::ones({n}, t); };
+    return DecoderLayerWeights{{ones(hidden), 1e-6f},
+                               {m(hidden, hidden), m(64, hidden), m(64, hidden), m(hidden, hidden), std::nullopt,
+                                std::nullopt, {64, false, 10000.0f, 1.0f, std::nullopt}, 0.125f, hidden / 64, 1},
+                               {ones(hidden), 1e-6f},
+                               {m(256, hidden), m(256, hidden), m(hidden, 256)}};
+  };
+  const auto q4 = layer(4, 128), q4_wide = layer(4, 8192), q8 = layer(8, 128), dense = layer(0, 128);
+  auto grid = [](const DecoderLayerWeights& w, DecoderLayerKnobs k = {}) { return decoder_layer_grid(w, 132, k); };
+  // Unset knobs: 4-bit tasks of one or two rows at two blocks a multiprocessor, depth 2.
+  EXPECT_EQ(grid(q4).blocks, 264);
+  EXPECT_EQ(grid(q4).depth, 2);
+  EXPECT_EQ(grid(q4).rows, 0);
+  // Hidden 8192 takes tasks of four rows (choose_tiling): one block.
+  EXPECT_EQ(grid(q4_wide).blocks, 132);
+  // 8-bit: one block at depth 2; dense: one block at depth 4.
+  EXPECT_EQ(grid(q8).blocks, 132);
+  EXPECT_EQ(grid(q8).depth, 2);
+  EXPECT_EQ(grid(dense).blocks, 132);
+  EXPECT_EQ(grid(dense).depth, 4);
+  // The knobs win; a deeper ring or longer tasks leave one block where blocks are not set.
+  EXPECT_EQ(grid(q4, {3, 0, 0}).blocks, 396);
+  EXPECT_EQ(grid(q4, {0, 4, 0}).blocks, 132);
+  EXPECT_EQ(grid(q4, {0, 4, 0}).depth, 4);
+  EXPECT_EQ(grid(q4, {0, 0, 4}).blocks, 132);
+  EXPECT_EQ(grid(q4, {0, 0, 4}).rows, 4);
+  EXPECT_EQ(grid(q4, {0, 0, 2}).blocks, 264);
+  EXPECT_EQ(grid(dense, {2, 2, 0}).blocks, 264);
+  EXPECT_EQ(grid(dense, {2, 2, 0}).depth, 2);
+  EXPECT_EQ(decoder_layer_grid(q4, 0, {}).blocks, 0) << "no CUDA driver: no grid";
+  // Which layers the model runs as the kernel: by default the 4-bit ones (measured faster).
+  EXPECT_TRUE(decoder_layer_wanted(q4, DecoderLayerUse::measured_kinds));
+  EXPECT_FALSE(decoder_layer_wanted(q8, DecoderLayerUse::measured_kinds));
+  EXPECT_FALSE(decoder_layer_wanted(dense, DecoderLayerUse::measured_kinds));
+  for (const auto* w : {&q4, &q8, &dense}) {
+    EXPECT_TRUE(decoder_layer_wanted(*w, DecoderLayerUse::every_kind));
+    EXPECT_FALSE(decoder_layer_wanted(*w, DecoderLayerUse::off));
+  }
+}
+
 TEST_F(DecoderLayer, DeclinesWhatItDoesNotCompute) {
   Keys keys(5);
   const auto t = mx::bfloat16;

@@ -404,8 +404,10 @@ DecoderLayerUse decoder_layer_use() {
   return use;
 }
 
-bool decoder_layer_wanted(const DecoderLayerWeights& w) {
-  switch (decoder_layer_use()) {
+bool decoder_layer_wanted(const DecoderLayerWeights& w) { return decoder_layer_wanted(w, decoder_layer_use()); }
+
+bool decoder_layer_wanted(const DecoderLayerWeights& w, DecoderLayerUse use) {
+  switch (use) {
     case DecoderLayerUse::off: return false;
     case DecoderLayerUse::every_kind: return true;
     case DecoderLayerUse::measured_kinds: break;
@@ -413,14 +415,18 @@ bool decoder_layer_wanted(const DecoderLayerWeights& w) {
   return !w.attn.q.is_dense() && w.attn.q.bits == 4;
 }
 
+DecoderLayerKnobs decoder_layer_knobs() {
+  static const DecoderLayerKnobs knobs{env_choice("MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM", {1, 2, 3}, 0),
+                                       env_choice("MLXRT_CUDA_L3_LAYER_DEPTH", {1, 2, 3, 4}, 0),
+                                       env_choice("MLXRT_CUDA_L3_LAYER_ROWS", {1, 2, 4, 8}, 0)};
+  return knobs;
+}
+
 DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w) {
-  // The knobs, read once (0: not set).
-  struct Knobs {
-    int per_sm, depth, rows;
-  };
-  static const Knobs knobs{env_choice("MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM", {1, 2, 3}, 0),
-                           env_choice("MLXRT_CUDA_L3_LAYER_DEPTH", {1, 2, 3, 4}, 0),
-                           env_choice("MLXRT_CUDA_L3_LAYER_ROWS", {1, 2, 4, 8}, 0)};
+  return decoder_layer_grid(w, cuda_multiprocessor_count(), decoder_layer_knobs());
+}
+
+DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w, int multiprocessors, const DecoderLayerKnobs& knobs) {
   const bool dense = w.attn.q.is_dense();
   const int K = w.attn.o.w.shape(0);
   const int rows = knobs.rows > 0 ? knobs.rows : choose_tiling(K, {}, dense, K).rows_per_warp;
@@ -429,10 +435,10 @@ DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w) {
   // depth 2 take at most 96 registers (make check-cuda-kernels), so two blocks fit and their warps
   // keep more loads in flight. Other kinds (8-bit, longer tasks) are not measured: one block.
   int depth = knobs.depth > 0 ? knobs.depth : dense ? 4 : 2;
-  int per_sm = knobs.per_sm;
+  int per_sm = knobs.blocks_per_sm;
   if (per_sm == 0) per_sm = !dense && w.attn.q.bits == 4 && rows <= 2 && depth <= 2 ? 2 : 1;
   DecoderLayerGrid g;
-  g.blocks = per_sm * cuda_multiprocessor_count();
+  g.blocks = per_sm * multiprocessors;
   g.depth = depth;
   g.rows = knobs.rows;
   return g;

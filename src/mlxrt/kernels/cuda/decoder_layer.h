@@ -84,8 +84,9 @@ struct DecoderLayerWeights {
  * kind the kernel takes (8-bit affine too, and dense with MLXRT_CUDA_L3_DENSE=1). */
 enum class DecoderLayerUse { off, measured_kinds, every_kind };
 DecoderLayerUse decoder_layer_use();
-/** Whether decoder_layer_use() wants a layer of `w` as this kernel. */
+/** Whether decoder_layer_use() (or `use`) wants a layer of `w` as this kernel. */
 bool decoder_layer_wanted(const DecoderLayerWeights& w);
+bool decoder_layer_wanted(const DecoderLayerWeights& w, DecoderLayerUse use);
 
 /** How a launch spreads its work: `blocks` resident blocks of `warps` warps (at most 8), each warp
  * keeping `depth` steps of the products' loads in flight (1-4; 2 is one step ahead), with
@@ -107,6 +108,15 @@ struct DecoderLayerGrid {
  * many registers a thread for that many blocks) stops at the barrier's trap with an error. blocks
  * is 0 where the CUDA driver cannot say. */
 DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w);
+/** The tuning knobs above as set in the environment (read once; 0 where unset). */
+struct DecoderLayerKnobs {
+  int blocks_per_sm = 0;
+  int depth = 0;
+  int rows = 0;
+};
+DecoderLayerKnobs decoder_layer_knobs();
+/** decoder_layer_grid's choice for a GPU of `multiprocessors` under `knobs`. */
+DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w, int multiprocessors, const DecoderLayerKnobs& knobs);
 
 /** Whether the kernel takes x [1, 1, hidden] with `w` (shapes, types, kinds of weights), for a
  * cache of `x`'s type and w's key heads and head size. */
