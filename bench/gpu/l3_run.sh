@@ -8,7 +8,8 @@
 #   layerbench: mlxrt_layer_bench (the one-kernel decoder layer at Qwen3-0.6B/8B shapes, phase by
 #           phase from its GPU timer stamps, by bits and position) once per LAYER_SETTINGS entry
 #           (blocks per multiprocessor:steps of loads in flight); LAYER_BENCH_ARGS: more options);
-#   layerncu: Nsight Compute's sections for one 8B 4-bit layer launch of mlxrt_layer_bench;
+#   layerncu: Nsight Compute's sections and stall reasons for one 8B 4-bit layer launch of
+#           mlxrt_layer_bench (LAYER_NCU_BLOCKS blocks per multiprocessor, default 2);
 #   ncu:    the same two shapes under Nsight Compute: each kernel's time and DRAM bytes;
 #   ncu_sections: Nsight Compute's sections for one launch of the kernel (what limits it);
 #   decode: bench/gpu/l3_bench.py (decode tok/s at l1, l3 and of mlx-lm, and l3's fidelity
@@ -65,11 +66,14 @@ for step in ${L3_STEPS:-tests qmv decode}; do
       # One 8B 4-bit layer launch at position 384 under Nsight Compute: its time, DRAM bytes, and
       # where its warps stall (the barrier's polling, the products' loads, the attention's).
       ncu_bin=$(command -v ncu || find /opt/nvidia/nsight-compute -name ncu -type f 2>/dev/null | head -1)
+      # The stall reasons too (cycles a warp waits between two of its instructions, by reason).
       timeout 300 "$ncu_bin" --clock-control none -k regex:decoder_layer --launch-skip 40 --launch-count 1 \
         --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
-        --section MemoryWorkloadAnalysis "$work/mlxrt_layer_bench" --models 8b --bits 4 --positions 384 --rounds 1 \
+        --section MemoryWorkloadAnalysis --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+        "$work/mlxrt_layer_bench" --models 8b --bits 4 --positions 384 --rounds 1 --blocks-per-sm "${LAYER_NCU_BLOCKS:-2}" \
         > "$out/layer_ncu_sections.txt" 2>&1
       grep -E 'Duration|Throughput|Achieved Occupancy|Registers|Stall|Issue|Warp Cycles' "$out/layer_ncu_sections.txt" | head -40
+      grep -E 'issue_stalled' "$out/layer_ncu_sections.txt" | sort -k3 -g -r | head -12
       echo "layerncu $(( $(date +%s) - t0 )) s" ;;
     ncu)
       ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
