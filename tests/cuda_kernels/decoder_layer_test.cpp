@@ -341,12 +341,12 @@ TEST_F(DecoderLayer, GridAndUseFollowTheWeights) {
   EXPECT_EQ(grid(dense, {2, 2, 0}).depth, 2);
   EXPECT_EQ(decoder_layer_grid(q4, 0, {}).blocks, 0) << "no CUDA driver: no grid";
   // Which layers the model runs as the kernel: by default the 4-bit ones (measured faster).
-  EXPECT_TRUE(decoder_layer_wanted(q4, DecoderLayerUse::measured_kinds));
-  EXPECT_FALSE(decoder_layer_wanted(q8, DecoderLayerUse::measured_kinds));
-  EXPECT_FALSE(decoder_layer_wanted(dense, DecoderLayerUse::measured_kinds));
+  EXPECT_TRUE(decoder_layer_wanted(q4.attn.q, DecoderLayerUse::measured_kinds));
+  EXPECT_FALSE(decoder_layer_wanted(q8.attn.q, DecoderLayerUse::measured_kinds));
+  EXPECT_FALSE(decoder_layer_wanted(dense.attn.q, DecoderLayerUse::measured_kinds));
   for (const auto* w : {&q4, &q8, &dense}) {
-    EXPECT_TRUE(decoder_layer_wanted(*w, DecoderLayerUse::every_kind));
-    EXPECT_FALSE(decoder_layer_wanted(*w, DecoderLayerUse::off));
+    EXPECT_TRUE(decoder_layer_wanted(w->attn.q, DecoderLayerUse::every_kind));
+    EXPECT_FALSE(decoder_layer_wanted(w->attn.q, DecoderLayerUse::off));
   }
 }
 

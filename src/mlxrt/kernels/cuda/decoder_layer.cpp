@@ -100,30 +100,29 @@ constexpr const char* kSource = R"(
     for (int i = threadIdx.x; i < H; i += blockDim.x) head_done[i] = 0u;
   }
 
-  // Phase 1's tasks: q's rows, then k's, then v's.
-  constexpr int tq = (NQ + R - 1) / R, tk = (NK + R - 1) / R, tasks_qkv = tq + 2 * tk;
+  // Tasks of the products over K outputs (o_proj, down) and over I (gate and up).
   constexpr int tasks_o = (K + R - 1) / R, tasks_gu = (I + R - 1) / R;
-  auto qkv_task = [&](int t, const WT*& w, const ST*& s, const ST*& b, XT*& y, int& N, int& row0) {
-    w = wq; s = sq; b = bq; y = yq; N = NQ; row0 = t * R;
-    if (t >= tq + tk) {
-      w = wv; s = sv; b = bv; y = yv; N = NK; row0 = (t - tq - tk) * R;
-    } else if (t >= tq) {
-      w = wk; s = sk; b = bk; y = yk; N = NK; row0 = (t - tq) * R;
-    }
-  };
+
   // 1. RMSNorm(x) staged; the rows of q, k and v.
   mlxrt_stage_rms_norm<1>(x, nw1, __int_as_float(EPS1_BITS), K, xs, red);
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < K; i += blockDim.x) xn1[i] = xs[i];  // for the tests: every block staged this
-  for (int t = gw; t < tasks_qkv; t += G) {
-    const WT* w;
-    const ST* s;
-    const ST* b;
-    XT* y;
-    int N, row0;
-    qkv_task(t, w, s, b, y, N, row0);
-    mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(xs, true, w, s, b, N, COLS, row0,
-                                          [&](size_t i, float v) { y[i] = static_cast<XT>(v); });
+  {
+    constexpr int tq = (NQ + R - 1) / R, tk = (NK + R - 1) / R;
+    for (int t = gw; t < tq + 2 * tk; t += G) {
+      const WT* w = wq;
+      const ST* s = sq;
+      const ST* b = bq;
+      XT* y = yq;
+      int N = NQ, row0 = t * R;
+      if (t >= tq + tk) {
+        w = wv; s = sv; b = bv; y = yv; N = NK; row0 = (t - tq - tk) * R;
+      } else if (t >= tq) {
+        w = wk; s = sk; b = bk; y = yk; N = NK; row0 = (t - tq) * R;
+      }
+      mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(xs, true, w, s, b, N, COLS, row0,
+                                            [&](size_t i, float v) { y[i] = static_cast<XT>(v); });
+    }
   }
   mlxrt_grid_sync(barrier, GEN_WORD);
   stamp(1);
@@ -404,15 +403,15 @@ DecoderLayerUse decoder_layer_use() {
   return use;
 }
 
-bool decoder_layer_wanted(const DecoderLayerWeights& w) { return decoder_layer_wanted(w, decoder_layer_use()); }
+bool decoder_layer_wanted(const QmvMatrix& q) { return decoder_layer_wanted(q, decoder_layer_use()); }
 
-bool decoder_layer_wanted(const DecoderLayerWeights& w, DecoderLayerUse use) {
+bool decoder_layer_wanted(const QmvMatrix& q, DecoderLayerUse use) {
   switch (use) {
     case DecoderLayerUse::off: return false;
     case DecoderLayerUse::every_kind: return true;
     case DecoderLayerUse::measured_kinds: break;
   }
-  return !w.attn.q.is_dense() && w.attn.q.bits == 4;
+  return !q.is_dense() && q.bits == 4;
 }
 
 DecoderLayerKnobs decoder_layer_knobs() {

@@ -84,9 +84,10 @@ struct DecoderLayerWeights {
  * kind the kernel takes (8-bit affine too, and dense with MLXRT_CUDA_L3_DENSE=1). */
 enum class DecoderLayerUse { off, measured_kinds, every_kind };
 DecoderLayerUse decoder_layer_use();
-/** Whether decoder_layer_use() (or `use`) wants a layer of `w` as this kernel. */
-bool decoder_layer_wanted(const DecoderLayerWeights& w);
-bool decoder_layer_wanted(const DecoderLayerWeights& w, DecoderLayerUse use);
+/** Whether decoder_layer_use() (or `use`) wants a layer whose q projection is `q` as this kernel
+ * (the layer's seven products are of one kind, or the kernel declines it). */
+bool decoder_layer_wanted(const QmvMatrix& q);
+bool decoder_layer_wanted(const QmvMatrix& q, DecoderLayerUse use);
 
 /** How a launch spreads its work: `blocks` resident blocks of `warps` warps (at most 8), each warp
  * keeping `depth` steps of the products' loads in flight (1-4; 2 is one step ahead), with

@@ -431,11 +431,12 @@ std::optional<mx::array> Block::cuda_l3_layer(const mx::array& x, const Attentio
     return std::nullopt;
   const auto attn_norm = input_norm_->rms(), mlp_norm = pre_mlp_norm_->rms();
   auto attn = self_attn_.cuda_layer_attention();
+  // The kind of layer the kernel is wanted for, before the MLP's matrices are gathered.
+  if (!attn || !kernels::cuda::decoder_layer_wanted(attn->q)) return std::nullopt;
   auto mlp = mlp_.cuda_layer_mlp();
   if (!attn_norm || !mlp_norm || !attn || !mlp) return std::nullopt;
   const kernels::cuda::DecoderLayerWeights w{
       {attn_norm->first, attn_norm->second}, std::move(*attn), {mlp_norm->first, mlp_norm->second}, std::move(*mlp)};
-  if (!kernels::cuda::decoder_layer_wanted(w)) return std::nullopt;
   const auto grid = kernels::cuda::decoder_layer_grid(w);
   if (grid.blocks <= 0 || !kernels::cuda::decoder_layer_fits(x, w)) return std::nullopt;
   const int head_dim = w.attn.q.w.shape(0) / w.attn.n_heads;
