@@ -29,7 +29,8 @@
 # runs with -fa auto, which takes them on this GPU).
 # Environment for `run`: LLAMA_SHAPES (default qwen3-8b; also qwen3-0.6b), LLAMA_QUANTS (default
 # "q8_0 q4_0"), LLAMA_VARIANTS (default "f32 fp16"), BENCH_PROMPTS (512), BENCH_GEN (128),
-# BENCH_RUNS (3), LLAMA_WARM (1: compile MLX's run-time kernels on a tiny model of the same types
+# BENCH_RUNS (3), LLAMA_BENCH_ARGS (more options of llama_cpp_bench.py, default --l3: mlxrt at
+# --fidelity l3 too, with its fidelity against l1; empty: l1 alone), LLAMA_WARM (1: compile MLX's run-time kernels on a tiny model of the same types
 # while the large one converts), LLAMA_TIME_LIMIT (seconds the whole run may take: no timed program
 # starts in its last 40; the float32 checkpoints are timed last), BENCH_OUT (default $OUT, else
 # build-gpu-llama/out), BENCH_WORK (default build-gpu-llama/work), PYTHON (python3),
@@ -341,7 +342,7 @@ run() {
   echo "== bench ($(( $(date +%s) - t_start )) s)"
   "$py" bench/gpu/llama_cpp_bench.py --llama-bench "$work/llama-bench" --mlxrt "$work/mlxrt" --out "$out" \
     --prompt "$prompt" --gen "${BENCH_GEN:-128}" --runs "${BENCH_RUNS:-3}" "${cases[@]}" \
-    ${LLAMA_TIME_LIMIT:+--deadline $(( t_start + LLAMA_TIME_LIMIT - 40 ))}
+    ${LLAMA_TIME_LIMIT:+--deadline $(( t_start + LLAMA_TIME_LIMIT - 40 ))} ${LLAMA_BENCH_ARGS---l3}
   tar -czf "$out/ptx-cache.tgz" -C "$MLX_PTX_CACHE_DIR" .
   echo "== total $(( $(date +%s) - t_start )) s"
   cat "$out/summary.txt"

@@ -8,6 +8,9 @@ run (bench/gpu/llama_cpp.sh makes the files): a 512-token prefill and 128 decode
   by default, at depth 0. Figures are medians of its R samples.
 - `mlxrt benchmark` and mlx_lm.benchmark: `-p P -g G -n R` (one untimed warm-up run, then R trials
   of the same random prompt; seed 0 on both, so the same tokens). Figures are medians of the trials.
+- With --l3, `mlxrt benchmark --fidelity l3` too, on the first checkpoint of each case, with the
+  fidelity of l3 against l1 on it (`mlxrt fidelity --against l1 --tokens N`: mean and max KL, greedy
+  agreement), which every L3 figure carries.
 
 Each MLX checkpoint is the GGUF converted by `mlxrt convert --gguf` (float32 scales and norms, as
 the converter writes them: MLX then computes in float32) and, where given, the same checkpoint with
@@ -15,7 +18,7 @@ those arrays in float16 (bench/gpu/half_scales.py: every value unchanged; MLX co
 
 Usage: llama_cpp_bench.py --llama-bench BIN --mlxrt BIN --out DIR
          --case NAME GGUF MLX_DIR[,MLX_DIR...] [--case ...] [--prompt 512] [--gen 128] [--runs 3]
-         [--deadline UNIX_TIME]
+         [--deadline UNIX_TIME] [--l3] [--fidelity-tokens 1024]
 Writes DIR/results.json and DIR/table.txt; prints the table.
 """
 import argparse
@@ -65,6 +68,12 @@ def mlx_bench(cmd, prompt, gen, runs, log):
             "peak_gb": max(t[2] for t in trials), "trials": trials}
 
 
+def fidelity(binary, model, tokens, log):
+    """l3 against l1 on this checkpoint: {"modes": {"decode": {...}, "prefill": {...}}} as the verb writes it."""
+    out = run([binary, "fidelity", "--model", model, "--against", "l1", "--tokens", str(tokens), "--json"], log)
+    return json.loads(out[out.index("{"):])
+
+
 def variant_label(mlx_dir):
     """'fp16' for a half_scales.py copy, 'f32' for the converter's own output."""
     return "fp16" if mlx_dir.rstrip("/").endswith("-fp16") else "f32"
@@ -80,6 +89,8 @@ def main():
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--deadline", type=float, help="a Unix time after which no program is started")
+    ap.add_argument("--l3", action="store_true", help="also mlxrt at --fidelity l3, with its fidelity against l1")
+    ap.add_argument("--fidelity-tokens", type=int, default=1024)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     log = open(args.out / "bench.log", "a")
@@ -115,9 +126,11 @@ def main():
                     print(f"{name}: llama.cpp: {e}", file=sys.stderr)
             for mlx_dir in dirs[:1] if phase == 0 else dirs[1:]:
                 v = variant_label(mlx_dir)
-                for program, cmd in ((f"mlxrt ({v})", [args.mlxrt, "benchmark", "--model", mlx_dir]),
-                                     (f"mlx-lm ({v})", [sys.executable, "-m", "mlx_lm", "benchmark", "--model",
-                                                        mlx_dir])):
+                programs = [(f"mlxrt ({v})", [args.mlxrt, "benchmark", "--model", mlx_dir])]
+                if args.l3 and phase == 0:
+                    programs.append((f"mlxrt L3 ({v})", [args.mlxrt, "benchmark", "--model", mlx_dir, "--fidelity", "l3"]))
+                programs.append((f"mlx-lm ({v})", [sys.executable, "-m", "mlx_lm", "benchmark", "--model", mlx_dir]))
+                for program, cmd in programs:
                     if out_of_time(case, program):
                         continue
                     try:
@@ -127,6 +140,12 @@ def main():
                     except RuntimeError as e:
                         case["programs"][program] = {"error": str(e)[-1500:]}
                         print(f"{name}: {program}: {e}", file=sys.stderr)
+                l3 = case["programs"].get(f"mlxrt L3 ({v})")
+                if l3 and "error" not in l3 and not out_of_time(case, "fidelity"):
+                    try:
+                        l3["fidelity"] = fidelity(args.mlxrt, mlx_dir, args.fidelity_tokens, log)
+                    except (RuntimeError, ValueError) as e:
+                        l3["fidelity"] = {"error": str(e)[-1500:]}
             (args.out / "results.json").write_text(json.dumps(results, indent=1))
     rows = [case for case, _ in cases]
     text = table(rows, args)
@@ -151,14 +170,25 @@ def table(cases, args):
             if "prompt_tps" in ref and not program.startswith("llama.cpp"):
                 versus = f"{r['prompt_tps'] / ref['prompt_tps']:>7.2f}x {r['gen_tps'] / ref['gen_tps']:>6.2f}x"
             base = ""
-            peer = program.replace("mlxrt", "mlx-lm")
+            peer = program.replace("mlxrt L3", "mlx-lm").replace("mlxrt", "mlx-lm")
             if program.startswith("mlxrt") and "prompt_tps" in progs.get(peer, {}):
                 p = progs[peer]
                 base = f"{r['prompt_tps'] / p['prompt_tps']:>7.2f}x {r['gen_tps'] / p['gen_tps']:>6.2f}x"
             lines.append(f"{case['name']:<14} {program:<24} {r['prompt_tps']:>13.0f} {r['gen_tps']:>12.1f} "
-                         f"{versus:>16} {base:>16}")
-    lines.append("ratios: prefill, decode")
+                         f"{versus:>16} {base:>16}{fidelity_note(r)}")
+    lines.append("ratios: prefill, decode; L3 rows: l3 against l1 over --fidelity-tokens tokens (decode mode)")
     return "\n".join(lines)
+
+
+def fidelity_note(r):
+    f = r.get("fidelity")
+    if not f:
+        return ""
+    if "error" in f:
+        return "  fidelity failed"
+    d = f.get("modes", f).get("decode", {})
+    return (f"  KL mean {d.get('mean_kl', float('nan')):.2e} max {d.get('max_kl', float('nan')):.2e}, "
+            f"greedy agreement {d.get('agreement', float('nan')):.2%}")
 
 
 if __name__ == "__main__":
