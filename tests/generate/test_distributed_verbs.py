@@ -1,23 +1,22 @@
 """perplexity, embed, cache_prompt and batch-generate as two ring ranks on the CPU (`mlxrt launch -n
 2`), against mlx-lm's own code for each over the model sharded as mlx-lm shards it
-(tools/sharded_verbs_oracle.py under mlx.launch): the same token losses, prompt-cache file, batch
-tokens and logprobs, hidden states; a pipeline's also equal to one process's (it moves whole
-layers, so the arithmetic is the unsharded model's). Only rank 0 prints or writes, and a model that
-cannot be split is refused quickly. Every process runs under a timeout."""
+(tools/sharded_verbs_oracle.py, in two ring ranks that tools/oracle_ranks.py keeps up): the same
+token losses, prompt-cache file, batch tokens and logprobs, hidden states; a pipeline's also equal
+to one process's (it moves whole layers, so the arithmetic is the unsharded model's). Only rank 0
+prints or writes, and a model that cannot be split is refused quickly. Every process runs under a
+timeout."""
 import json
 import os
 import subprocess
 import time
-from pathlib import Path
 
 import mlx.core as mx
 import pytest
-from conftest import BIN, PY, ROOT, _chat_fixture, make_fixture
-from ring_ports import free_port, free_port_pair
+from conftest import BIN, _chat_fixture, make_fixture
+from oracle_ranks import RANKS
+from ring_ports import free_port
 
 TIMEOUT = 120
-MLX_LAUNCH = str(Path(PY).parent / "mlx.launch")
-ORACLE = str(ROOT / "tools" / "sharded_verbs_oracle.py")
 ENV_OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 REQUESTS = [
     {"prompt_tokens": [1, 5, 9, 200, 33, 17, 8, 91, 140, 7, 64], "max_tokens": 12},
@@ -47,11 +46,9 @@ def one_process(*args):
 
 
 def oracle(verb, *args, pipeline=False):
-    """mlx-lm's code for `verb` on its sharded model, two ring ranks started by mlx.launch."""
-    proc = run([MLX_LAUNCH, "--backend", "ring", "-n", "2", "-p", free_port_pair(), "--", PY, ORACLE,
-                *(["--pipeline"] if pipeline else []), verb, *args])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
+    """mlx-lm's code for `verb` on its sharded model: tools/sharded_verbs_oracle.py's main in two ring
+    ranks (those tools/oracle_ranks.py keeps up between calls)."""
+    RANKS.run("sharded_verbs_oracle", *(["--pipeline"] if pipeline else []), verb, *args, timeout=TIMEOUT)
 
 
 def raw(a):

@@ -1,7 +1,7 @@
 """Distributed runs (tensor and pipeline parallel) on CPU over MLX's ring backend, two local ranks:
-mlxrt's logits byte-equal to mlx-lm's sharded model on the same group (tools/sharded_oracle.py run
-under mlx.launch), greedy tokens equal, and the bad setups stopped with a clear error, never a hang.
-Every process runs under a timeout."""
+mlxrt's logits byte-equal to mlx-lm's sharded model on the same group (tools/sharded_oracle.py, in
+two ring ranks that tools/oracle_ranks.py keeps up), greedy tokens equal, and the bad setups stopped
+with a clear error, never a hang. Every process runs under a timeout."""
 import os
 import signal
 import subprocess
@@ -13,14 +13,14 @@ import mlx.core as mx
 import pytest
 
 import oracle
-from conftest import BIN, ROOT
+from conftest import BIN
+from oracle_ranks import RANKS
 from ring_ports import free_port, free_port_pair
 
 TOKENS = [1, 17, 300, 42, 5, 511, 77, 8, 256, 3, 99, 150]
 TOKEN_TEXT = ",".join(map(str, TOKENS))
 TIMEOUT = 120
 MLX_LAUNCH = str(Path(sys.executable).parent / "mlx.launch")
-SHARDED_ORACLE = str(ROOT / "tools" / "sharded_oracle.py")
 
 
 def run(cmd, timeout=TIMEOUT, **kw):
@@ -28,12 +28,11 @@ def run(cmd, timeout=TIMEOUT, **kw):
 
 
 def mlx_lm_sharded(path, out, pipeline=False, max_tokens=0):
-    """mlx-lm's sharded model on two ring ranks, started by mlx.launch; rank 0 writes `out`."""
-    cmd = [MLX_LAUNCH, "--backend", "ring", "-n", "2", "-p", free_port_pair(), "--", sys.executable, SHARDED_ORACLE,
-           "--model", path, "--tokens", TOKEN_TEXT, "--out", out, "--max-tokens", max_tokens,
-           *(["--pipeline"] if pipeline else [])]
-    proc = run(cmd)
-    assert proc.returncode == 0 and Path(out).exists(), proc.stderr[-3000:]
+    """mlx-lm's sharded model on two ring ranks (tools/sharded_oracle.py's main in the ranks
+    tools/oracle_ranks.py keeps up between calls); rank 0 writes `out`."""
+    RANKS.run("sharded_oracle", "--model", path, "--tokens", TOKEN_TEXT, "--out", out, "--max-tokens", max_tokens,
+              *(["--pipeline"] if pipeline else []), timeout=TIMEOUT)
+    assert Path(out).exists()
     return mx.load(str(out))
 
 

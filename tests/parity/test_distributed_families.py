@@ -4,9 +4,9 @@ divided by the group size) and qwen3_5 / qwen3_5_moe (the gated delta nets' conv
 projection split by segments, their z/b/a projections, dt_bias and A_log; the attention heads, with
 key/value heads repeated when there are fewer than ranks; the MLP or the experts and shared expert;
 an untied head split by vocabulary and gathered). Two ring ranks on the CPU: mlxrt's logits byte-equal
-to mlx-lm's sharded model (tools/sharded_oracle.py under mlx.launch), and greedy tokens equal.
-Pipeline parallel for the hybrid families (qwen3_5 and qwen3_next are PipelineMixins): logits
-byte-equal to mlx-lm's pipelined model and to one process's."""
+to mlx-lm's sharded model (tools/sharded_oracle.py, in two ring ranks that tools/oracle_ranks.py
+keeps up), and greedy tokens equal. Pipeline parallel for the hybrid families (qwen3_5 and
+qwen3_next are PipelineMixins): logits byte-equal to mlx-lm's pipelined model and to one process's."""
 import mlx.core as mx
 import pytest
 
