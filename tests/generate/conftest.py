@@ -35,6 +35,37 @@ def run_mlx_lm(verb, *args, input=None):
     return proc
 
 
+def mlx_lm_main(verb, *args, input=None):
+    """`mlx_lm VERB args` as run_mlx_lm runs it, but in this process: mlx_lm.VERB's main() (what
+    `python -m mlx_lm VERB` calls) with those arguments, `input` as its stdin, its stdout and stderr
+    captured. The text tests call mlx-lm's CLI many times, and a fresh interpreter for each imports
+    mlx-lm and transformers again (about two seconds a call). main() seeds the PRNG itself (--seed)
+    before it builds the model, as in a fresh process; what is read from the environment at import
+    (huggingface_hub's cache settings) is not read again: use run_mlx_lm where a call changes it."""
+    import importlib
+    import io
+    import traceback
+
+    main = importlib.import_module(f"mlx_lm.{verb}").main
+    out, err = io.StringIO(), io.StringIO()
+    argv, stdin = sys.argv, sys.stdin
+    sys.argv, sys.stdin = [f"mlx_lm.{verb}", *map(str, args)], io.StringIO(input or "")
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main()
+    except SystemExit as e:  # argparse
+        code = e.code if isinstance(e.code, int) else 1
+    except Exception:
+        err.write(traceback.format_exc())
+        code = 1
+    finally:
+        sys.argv, sys.stdin = argv, stdin
+    if code != 0:
+        raise AssertionError(f"mlx_lm {verb} failed:\n{err.getvalue()}")
+    return subprocess.CompletedProcess([f"mlx_lm.{verb}", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
 @contextlib.contextmanager
 def fixture_lock():
     """CTest runs the test files in parallel: one process at a time makes a fixture."""

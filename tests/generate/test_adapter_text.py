@@ -5,7 +5,7 @@ model's and the LoRA layers' construction draws)."""
 import json
 
 import pytest
-from conftest import FIXTURES, fixture_lock, run_mlx_lm, run_mlxrt
+from conftest import FIXTURES, fixture_lock, mlx_lm_main, run_mlxrt
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def body(stdout):
                                    ["--prompt", "Tell me a story.", "--temp", "0.9", "--seed", "7"]])
 def test_generate_text_equal_with_adapter(chat_model, chat_adapter, flags):
     args = ["--model", chat_model, "--adapter-path", chat_adapter, "--max-tokens", "24", *flags]
-    want = body(run_mlx_lm("generate", *args).stdout)
+    want = body(mlx_lm_main("generate", *args).stdout)
     got = body(run_mlxrt("generate", *args).stdout)
     assert got == want
     base = body(run_mlxrt("generate", "--model", chat_model, "--max-tokens", "24", *flags).stdout)

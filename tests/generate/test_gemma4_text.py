@@ -3,7 +3,7 @@ inputs) with a real Gemma tokenizer and chat template (Gemma 3's: Gemma 4 keeps 
 vocabulary), against `mlx_lm generate` itself: the streamed text and the footer's counts are equal,
 greedy and sampled with a seed (the seed's position after gemma4's construction draws)."""
 import pytest
-from conftest import _chat_fixture, run_mlx_lm, run_mlxrt
+from conftest import _chat_fixture, mlx_lm_main, run_mlxrt
 from test_generate_text import FOOTER, split_output
 
 
@@ -29,7 +29,7 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_text_equals_mlx_lm(gemma4_chat_model, case):
     args = ["--model", gemma4_chat_model, "--max-tokens", 32, *CASES[case]]
-    want_body, want_footer = split_output(run_mlx_lm("generate", *args).stdout)
+    want_body, want_footer = split_output(mlx_lm_main("generate", *args).stdout)
     got_body, got_footer = split_output(run_mlxrt("generate", *args).stdout)
     assert got_body == want_body
     w, g = FOOTER.match(want_footer), FOOTER.match(got_footer)

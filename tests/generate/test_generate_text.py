@@ -5,7 +5,7 @@ model construction)."""
 import re
 
 import pytest
-from conftest import run_mlx_lm, run_mlxrt
+from conftest import mlx_lm_main, run_mlxrt
 
 FOOTER = re.compile(r"Prompt: (\d+) tokens, [0-9.]+ tokens-per-sec\n"
                     r"Generation: (\d+) tokens, [0-9.]+ tokens-per-sec\n"
@@ -34,7 +34,7 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_text_equals_mlx_lm(chat_model, case):
     args = ["--model", chat_model, "--max-tokens", 32, *CASES[case]]
-    want = run_mlx_lm("generate", *args).stdout
+    want = mlx_lm_main("generate", *args).stdout
     got = run_mlxrt("generate", *args).stdout
     want_body, want_footer = split_output(want)
     got_body, got_footer = split_output(got)
@@ -48,21 +48,21 @@ def test_prompt_from_stdin(chat_model):
     args = ["--model", chat_model, "--max-tokens", 20, "--prompt", "-"]
     text = "A prompt read from standard input.\nSecond line."
     assert split_output(run_mlxrt("generate", *args, input=text).stdout)[0] == \
-        split_output(run_mlx_lm("generate", *args, input=text).stdout)[0]
+        split_output(mlx_lm_main("generate", *args, input=text).stdout)[0]
 
 
 def test_not_verbose_prints_only_the_text(chat_model):
     args = ["--model", chat_model, "--max-tokens", 12, "--prompt", "hi", "--verbose", "F"]
-    assert run_mlxrt("generate", *args).stdout == run_mlx_lm("generate", *args).stdout
+    assert run_mlxrt("generate", *args).stdout == mlx_lm_main("generate", *args).stdout
 
 
 def test_prompt_cache_file_from_mlx_lm(chat_model, tmp_path):
     """A cache saved by mlx_lm cache_prompt; the prompt is the chat-rendered suffix after it."""
     cache = tmp_path / "prompt.safetensors"
-    run_mlx_lm("cache_prompt", "--model", chat_model, "--prompt-cache-file", cache,
+    mlx_lm_main("cache_prompt", "--model", chat_model, "--prompt-cache-file", cache,
                "--prompt", "You are a helpful assistant. Remember: the sky is green.")
     args = ["--model", chat_model, "--prompt-cache-file", cache, "--prompt", "What color is the sky?", "-m", 16]
-    want_body, want_footer = split_output(run_mlx_lm("generate", *args).stdout)
+    want_body, want_footer = split_output(mlx_lm_main("generate", *args).stdout)
     got_body, got_footer = split_output(run_mlxrt("generate", *args).stdout)
     assert got_body == want_body
     assert FOOTER.match(got_footer).groups() == FOOTER.match(want_footer).groups()

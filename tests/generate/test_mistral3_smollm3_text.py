@@ -10,7 +10,7 @@ both sides) for Mistral 3, and Qwen3's byte-level BPE for SmolLM3, whose ChatML 
 import json
 
 import pytest
-from conftest import SHARED, _chat_fixture, run_mlx_lm, run_mlxrt
+from conftest import SHARED, _chat_fixture, mlx_lm_main, run_mlxrt
 from test_generate_text import FOOTER, split_output
 
 
@@ -63,7 +63,7 @@ SMOLLM3_CASES = {
 
 def same_text(model, extra):
     args = ["--model", model, "--max-tokens", 32, *extra]
-    want_body, want_footer = split_output(run_mlx_lm("generate", *args).stdout)
+    want_body, want_footer = split_output(mlx_lm_main("generate", *args).stdout)
     got_body, got_footer = split_output(run_mlxrt("generate", *args).stdout)
     assert got_body == want_body
     w, g = FOOTER.match(want_footer), FOOTER.match(got_footer)

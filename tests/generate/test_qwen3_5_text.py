@@ -5,7 +5,7 @@ among the project's data; Qwen3's byte-level BPE (the family's tokenizer before 
 import json
 
 import pytest
-from conftest import SHARED, _chat_fixture, run_mlx_lm, run_mlxrt
+from conftest import SHARED, _chat_fixture, mlx_lm_main, run_mlxrt
 from test_generate_text import FOOTER, split_output
 
 
@@ -36,7 +36,7 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_text_equals_mlx_lm(qwen3_5_chat_model, case):
     args = ["--model", qwen3_5_chat_model, "--max-tokens", 40, *CASES[case]]
-    want_body, want_footer = split_output(run_mlx_lm("generate", *args).stdout)
+    want_body, want_footer = split_output(mlx_lm_main("generate", *args).stdout)
     got_body, got_footer = split_output(run_mlxrt("generate", *args).stdout)
     assert got_body == want_body
     w, g = FOOTER.match(want_footer), FOOTER.match(got_footer)

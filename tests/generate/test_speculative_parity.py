@@ -9,7 +9,7 @@ import subprocess
 
 import mlx.core as mx
 import pytest
-from conftest import FIXTURES, PY, TOKENIZERS, make_fixture, run_mlx_lm, run_mlxrt
+from conftest import FIXTURES, PY, TOKENIZERS, make_fixture, mlx_lm_main, run_mlxrt
 from oracle import raw_bytes
 from speculative_oracle import make_chat_pair, speculative_tokens
 from test_generate_text import FOOTER, split_output
@@ -118,7 +118,7 @@ TEXT_CASES = {
 def test_text_equals_mlx_lm(chat_pair, case):
     main, draft = chat_pair
     args = ["--model", main, "--draft-model", draft, "--max-tokens", 24, *TEXT_CASES[case]]
-    want = run_mlx_lm("generate", *args).stdout
+    want = mlx_lm_main("generate", *args).stdout
     got = run_mlxrt("generate", *args).stdout
     if "--verbose" in args:
         assert got == want
