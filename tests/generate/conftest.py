@@ -41,7 +41,11 @@ def mlx_lm_main(verb, *args, input=None):
     captured. The text tests call mlx-lm's CLI many times, and a fresh interpreter for each imports
     mlx-lm and transformers again (about two seconds a call). main() seeds the PRNG itself (--seed)
     before it builds the model, as in a fresh process; what is read from the environment at import
-    (huggingface_hub's cache settings) is not read again: use run_mlx_lm where a call changes it."""
+    (huggingface_hub's cache settings) is not read again: use run_mlx_lm where a call changes it.
+    The cycle collector waits until main() returns: loading a tokenizer.json allocates millions of
+    objects, and each collection on the way would walk this process's heap (Gemma's, 33 MB: a
+    second more a call)."""
+    import gc
     import importlib
     import io
     import traceback
@@ -51,6 +55,7 @@ def mlx_lm_main(verb, *args, input=None):
     argv, stdin = sys.argv, sys.stdin
     sys.argv, sys.stdin = [f"mlx_lm.{verb}", *map(str, args)], io.StringIO(input or "")
     code = 0
+    gc.disable()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             main()
@@ -61,6 +66,7 @@ def mlx_lm_main(verb, *args, input=None):
         code = 1
     finally:
         sys.argv, sys.stdin = argv, stdin
+        gc.enable()
     if code != 0:
         raise AssertionError(f"mlx_lm {verb} failed:\n{err.getvalue()}")
     return subprocess.CompletedProcess([f"mlx_lm.{verb}", *map(str, args)], code, out.getvalue(), err.getvalue())
