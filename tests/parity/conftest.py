@@ -1,4 +1,3 @@
-import fcntl
 import os
 import subprocess
 import sys
@@ -32,13 +31,13 @@ def head_only_fixtures():
 @pytest.fixture(scope="session")
 def fixtures_dir():
     """Makes the fixtures not yet made: all of them, or those MLXRT_FIXTURE_NAMES lists (a run over a
-    subset). Parallel pytest processes take turns, so one fixture is never written by two at once."""
+    subset). tools/make_fixtures.py's ensure(), in this process (the test files import mlx-lm
+    anyway): parallel pytest processes take turns on its lock, so one fixture is never written by
+    two at once."""
+    import make_fixtures
+
     only = os.environ.get("MLXRT_FIXTURE_NAMES", "").split()
-    FIXTURES.mkdir(parents=True, exist_ok=True)
-    with open(FIXTURES / ".parity-tests.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        subprocess.run([sys.executable, str(ROOT / "tools" / "make_fixtures.py"), "--out", str(FIXTURES),
-                        *(["--only", *only] if only else [])], check=True)
+    make_fixtures.ensure(FIXTURES, only or None)
     return FIXTURES
 
 
