@@ -238,6 +238,7 @@ int main(int argc, char** argv) {
               auto out = launch_layer(*launch);
               h = out[0];
               bar = out[1];
+              // The stamps sit at the start of the scratch output (decoder_layer_scratch).
               stamps.push_back(out[2]);
             }
             if (declined) break;
@@ -248,7 +249,7 @@ int main(int argc, char** argv) {
             if (r == 0) continue;  // NVRTC, graph capture
             wall.push_back(s / launches * 1e6);
             for (auto& st : stamps) {
-              auto host = mx::astype(st, mx::uint64);
+              auto host = mx::astype(decoder_layer_scratch_view(st, 0, kDecoderLayerStamps, mx::uint64), mx::uint64);
               mx::eval(host);
               const uint64_t* t = host.data<uint64_t>();
               for (int p = 1; p <= kDecoderLayerPhases; ++p)

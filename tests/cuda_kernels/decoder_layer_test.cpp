@@ -128,9 +128,19 @@ void run_case(const Case& c, int seed) {
     const auto launch = decoder_layer_launch(x, w, kc, vc, mx::array(pos, mx::int32), bar, {4, 4, c.depth, c.rows});
     ASSERT_TRUE(launch.has_value()) << what << ": declined";
     const auto out = run(*launch);
+    ASSERT_EQ(out.size(), 3u);
     ASSERT_EQ(out[0].shape(), x.shape());
-    const auto xn1 = host(out[3]), qkv = host(out[4]), qr = host(out[5]), attn = host(out[7]);
-    const auto hres = host(out[8]), xn2 = host(out[9]), act = host(out[10]), y = host(out[0]);
+    const DecoderLayerGrid grid{4, 4, c.depth, c.rows};
+    const auto layout = decoder_layer_scratch(x, w, S, grid);
+    ASSERT_EQ(out[2].size(), layout.bytes);
+    const auto region = [&](size_t offset, size_t count, mx::Dtype type) {
+      return decoder_layer_scratch_view(out[2], offset, count, type);
+    };
+    const auto xn1 = host(region(layout.xn1, K, t)), qkv = host(region(layout.qkv, (H + 2 * HK) * D, t));
+    const auto qr = host(region(layout.qr, H * D, t)), attn = host(region(layout.attn, H * D, t));
+    const auto hres_array = region(layout.hres, K, t);
+    const auto hres = host(hres_array), xn2 = host(region(layout.xn2, K, t)), act = host(region(layout.act, I, t));
+    const auto y = host(out[0]);
     // The barrier: every block passed its four barriers (the count back to 0, four generations on),
     // and the next launch's state is zeros (the next step takes it).
     const auto bar_now = host(bar), bar_next = host(out[1]);
@@ -140,7 +150,7 @@ void run_case(const Case& c, int seed) {
     EXPECT_EQ(bar_next[kDecoderLayerGenerationWord], 0.0);
     bar = out[1];
     // The phases' stamps: the start, past each barrier, the end, in order.
-    auto stamps = mx::astype(out[2], mx::uint64);
+    auto stamps = mx::astype(region(layout.stamps, kDecoderLayerStamps, mx::uint64), mx::uint64);
     mx::eval(stamps);
     ASSERT_EQ(stamps.size(), static_cast<size_t>(kDecoderLayerStamps));
     const uint64_t* stamp = stamps.data<uint64_t>();
@@ -248,7 +258,7 @@ void run_case(const Case& c, int seed) {
                  [&](size_t j) { return u * std::abs(po.ref[j]) + po.bound[j] + u * (std::abs(xs[j] + po.ref[j]) + po.bound[j]); });
 
     // RMSNorm(h): within two roundings of MLX's.
-    const auto xn2_ref = host(mx::fast::rms_norm(out[8], w.mlp_norm.weight, w.mlp_norm.eps));
+    const auto xn2_ref = host(mx::fast::rms_norm(hres_array, w.mlp_norm.weight, w.mlp_norm.eps));
     for (int i = 0; i < K; ++i)
       ASSERT_LE(std::abs(xn2[i] - xn2_ref[i]), 2 * ulp(t) * std::abs(xn2_ref[i]) + 1e-30) << what << " RMSNorm(h) at " << i;
 

@@ -38,7 +38,8 @@ ARCH = "sm_90a"  # the H200's: MLX compiles straight to sm_90a where the driver 
 MAX_STAGED_BYTES = 40 * 1024  # fused_qmv.cpp's kMaxStagedBytes: the fused kernels stage M*K values of x
 MAX_QMV_ROWS, MAX_FUSED_ROWS = 8, 4  # affine_qmv.h's kQmvMaxRows, fused_qmv.h's kFusedMaxRows
 
-CUDA_TYPE = {"bf16": "__nv_bfloat16", "f16": "__half", "f32": "float", "u32": "uint32_t", "u64": "uint64_t", "i32": "int32_t"}
+CUDA_TYPE = {"bf16": "__nv_bfloat16", "f16": "__half", "f32": "float", "u8": "uint8_t", "u32": "uint32_t", "u64": "uint64_t",
+             "i32": "int32_t"}
 FLOATS = ("bf16", "f16", "f32")
 SIZE = {"bf16": 2, "f16": 2, "f32": 4}
 
@@ -180,7 +181,20 @@ def layer_combos(full):
                     "EPS1_BITS": eps_bits(1e-6), "EPS2_BITS": eps_bits(1e-6),
                     "EPS_Q_BITS": eps_bits(1e-6) if norm else 0, "EPS_K_BITS": eps_bits(1e-6) if norm else 0,
                     "LOG2_BASE_BITS": 0 if freqs else eps_bits(19.931568569324174), "SCALE_BITS": eps_bits(1.0),
-                    "ATT_SCALE_BITS": eps_bits(d ** -0.5)})
+                    "ATT_SCALE_BITS": eps_bits(d ** -0.5), **scratch_offsets(k, h, hk, d, inter, xt)})
+    return out
+
+
+def scratch_offsets(k, h, hk, d, inter, xt):
+    """decoder_layer_scratch's byte offsets (each region from a 256-byte boundary, part last)."""
+    size = {"bf16": 2, "f16": 2, "f32": 4}[xt]
+    regions = [("STAMPS", 16 * 8), ("DONE", max(h, 16) * 4), ("XN1", k * size), ("QKV", (h + 2 * hk) * d * size),
+               ("QR", h * d * size), ("ATTN", h * d * size), ("HRES", k * size), ("XN2", k * size),
+               ("ACT", inter * size), ("PART", 0)]
+    out, at = {}, 0
+    for name, nbytes in regions:
+        out["OFF_" + name] = at
+        at = (at + nbytes + 255) // 256 * 256
     return out
 
 
@@ -257,9 +271,7 @@ KERNELS = [
         "header_def": "return std::string(detail::kQmvDevice) + detail::kStageRmsNormDevice + detail::kNormRopeDevice "
                       "+ kLayerDevice;",
         "inputs": layer_inputs,
-        "outputs": lambda c: [("y", c["XT"]), ("bar_next", "u32"), ("stamps", "u64")]
-        + [(n, "f32" if n == "part" else c["XT"]) for n in ("xn1", "qkv", "qr", "part", "attn", "hres", "xn2", "act")]
-        + [("done", "u32")],
+        "outputs": lambda c: [("y", c["XT"]), ("bar_next", "u32"), ("scratch", "u8")],
         "combos": layer_combos,
     },
     {

@@ -72,6 +72,17 @@ constexpr const char* kSource = R"(
   __shared__ __align__(16) unsigned char qx_bytes[NW * D * sizeof(XT)];
   __shared__ __align__(16) unsigned char kx_bytes[NW * D * sizeof(XT)];
   XT* xs = reinterpret_cast<XT*>(xs_bytes);
+  // The phases' results, for the tests, in one scratch output at the launch's byte offsets
+  // (decoder_layer_scratch): one output instead of ten keeps the host's cost per node down.
+  XT* xn1 = reinterpret_cast<XT*>(scratch + OFF_XN1);
+  XT* qkv = reinterpret_cast<XT*>(scratch + OFF_QKV);
+  XT* qr = reinterpret_cast<XT*>(scratch + OFF_QR);
+  float* part = reinterpret_cast<float*>(scratch + OFF_PART);
+  XT* attn = reinterpret_cast<XT*>(scratch + OFF_ATTN);
+  XT* hres = reinterpret_cast<XT*>(scratch + OFF_HRES);
+  XT* xn2 = reinterpret_cast<XT*>(scratch + OFF_XN2);
+  XT* act = reinterpret_cast<XT*>(scratch + OFF_ACT);
+  unsigned* done = reinterpret_cast<unsigned*>(scratch + OFF_DONE);
   unsigned* barrier = const_cast<unsigned*>(bar);
   XT* kcache = const_cast<XT*>(kc);
   XT* vcache = const_cast<XT*>(vc);
@@ -88,7 +99,7 @@ constexpr const char* kSource = R"(
   XT* yv = qkv + NQ + NK;
   // The phases' stamps (decoder_layer.h): block 0's thread 0 at the start and past each barrier;
   // the last block's end by an atomic maximum on a slot block 0 clears before the first barrier.
-  unsigned long long* stamp_at = reinterpret_cast<unsigned long long*>(stamps);
+  unsigned long long* stamp_at = reinterpret_cast<unsigned long long*>(scratch + OFF_STAMPS);
   auto stamp = [&](int i) {
     if (blockIdx.x == 0 && threadIdx.x == 0) stamp_at[i] = mlxrt_globaltimer();
   };
@@ -381,7 +392,7 @@ const KernelSpec& decoder_layer_spec() {
       "mlxrt_decoder_layer",
       {"x", "nw1", "wq", "sq", "bq", "wk", "sk", "bk", "wv", "sv", "bv", "qnw", "knw", "kc", "vc", "off", "freqs",
        "wo", "so", "bo", "nw2", "wg", "sg", "bg", "wu", "su", "bu", "wd", "sd", "bd", "bar"},
-      {"y", "bar_next", "stamps", "xn1", "qkv", "qr", "part", "attn", "hres", "xn2", "act", "done"},
+      {"y", "bar_next", "scratch"},
       kSource,
       header(),
       true,
@@ -476,6 +487,41 @@ bool decoder_layer_fits(const mx::array& x, const DecoderLayerWeights& w) {
          46 * 1024;
 }
 
+DecoderLayerScratch decoder_layer_scratch(const mx::array& x, const DecoderLayerWeights& w, int capacity,
+                                          const DecoderLayerGrid& grid) {
+  const auto& a = w.attn;
+  const size_t K = x.shape(2), H = a.n_heads, HK = a.n_kv_heads, D = a.q.w.shape(0) / H, I = w.mlp.gate.w.shape(0);
+  const size_t t = mx::size_of(x.dtype());
+  const size_t chunks = std::max<size_t>((capacity + kDecoderLayerChunk - 1) / kDecoderLayerChunk,
+                                         static_cast<size_t>(grid.blocks * grid.warps) / H);
+  DecoderLayerScratch s;
+  size_t at = 0;
+  // Each region from a 256-byte boundary, as MLX aligns its buffers.
+  const auto take = [&at](size_t bytes) {
+    const size_t start = at;
+    at = (start + bytes + 255) / 256 * 256;
+    return start;
+  };
+  s.stamps = take(kDecoderLayerStamps * sizeof(uint64_t));
+  s.done = take(std::max<size_t>(H, 16) * sizeof(uint32_t));
+  s.xn1 = take(K * t);
+  s.qkv = take((H + 2 * HK) * D * t);
+  s.qr = take(H * D * t);
+  s.attn = take(H * D * t);
+  s.hres = take(K * t);
+  s.xn2 = take(K * t);
+  s.act = take(I * t);
+  s.part_floats = H * chunks * (D + 2);
+  s.part = take(s.part_floats * sizeof(float));
+  s.bytes = at;
+  return s;
+}
+
+mx::array decoder_layer_scratch_view(const mx::array& scratch, size_t offset, size_t count, mx::Dtype type) {
+  const int start = static_cast<int>(offset), stop = static_cast<int>(offset + count * mx::size_of(type));
+  return mx::view(mx::slice(scratch, {start}, {stop}), type);
+}
+
 std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const DecoderLayerWeights& w,
                                                  const mx::array& keys, const mx::array& values,
                                                  const mx::array& offset, const mx::array& bar,
@@ -495,7 +541,7 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
     return std::nullopt;
   const int S = keys.shape(2);
   const auto tiling = choose_tiling(K, {}, a.q.is_dense(), K);
-  const int chunks = std::max((S + kDecoderLayerChunk - 1) / kDecoderLayerChunk, blocks * warps / H);
+  const auto scratch = decoder_layer_scratch(x, w, S, grid);
   const auto& qnw = a.q_norm ? a.q_norm->weight : x;
   const auto& knw = a.k_norm ? a.k_norm->weight : x;
   const auto& freqs = a.rope.freqs ? *a.rope.freqs : offset;
@@ -508,8 +554,8 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
        a.v.biases, qnw, knw, keys, values, offset, freqs, a.o.w, a.o.scales, a.o.biases, w.mlp_norm.weight,
        m.gate.w, m.gate.scales, m.gate.biases, m.up.w, m.up.scales, m.up.biases, m.down.w, m.down.scales,
        m.down.biases, bar},
-      {x.shape(), {kDecoderLayerBarrierWords}, {kDecoderLayerStamps}, {K}, {H * D + 2 * HK * D}, {H * D}, {H * chunks * (D + 2)}, {H * D}, {K}, {K}, {I}, {std::max(H, 16)}},
-      {t, mx::uint32, mx::uint64, t, t, t, mx::float32, t, t, t, t, mx::uint32},
+      {x.shape(), {kDecoderLayerBarrierWords}, {static_cast<int>(scratch.bytes)}},
+      {t, mx::uint32, mx::uint8},
       {blocks * threads, 1, 1},
       {threads, 1, 1},
       {{"XT", t}, {"WT", a.q.w.dtype()}, {"ST", a.q.scales.dtype()}, {"R", grid.rows > 0 ? grid.rows : tiling.rows_per_warp},
@@ -522,7 +568,12 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
        {"EPS_Q_BITS", a.q_norm ? std::bit_cast<int>(a.q_norm->eps) : 0},
        {"EPS_K_BITS", a.k_norm ? std::bit_cast<int>(a.k_norm->eps) : 0},
        {"LOG2_BASE_BITS", std::bit_cast<int>(log2_base)}, {"SCALE_BITS", std::bit_cast<int>(a.rope.scale)},
-       {"ATT_SCALE_BITS", std::bit_cast<int>(a.scale)}}};
+       {"ATT_SCALE_BITS", std::bit_cast<int>(a.scale)}, {"OFF_STAMPS", static_cast<int>(scratch.stamps)},
+       {"OFF_DONE", static_cast<int>(scratch.done)}, {"OFF_XN1", static_cast<int>(scratch.xn1)},
+       {"OFF_QKV", static_cast<int>(scratch.qkv)}, {"OFF_QR", static_cast<int>(scratch.qr)},
+       {"OFF_ATTN", static_cast<int>(scratch.attn)}, {"OFF_HRES", static_cast<int>(scratch.hres)},
+       {"OFF_XN2", static_cast<int>(scratch.xn2)}, {"OFF_ACT", static_cast<int>(scratch.act)},
+       {"OFF_PART", static_cast<int>(scratch.part)}}};
 }
 
 }  // namespace mlxrt::kernels::cuda

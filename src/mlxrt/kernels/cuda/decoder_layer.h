@@ -130,8 +130,8 @@ constexpr int kDecoderLayerChunk = 128;
 /** The kernel's phases (above), one grid barrier after each but the last. */
 constexpr int kDecoderLayerPhases = 5;
 
-/** The phases' stamps (output 2, uint64 nanoseconds of the GPU's global timer): 0 the start,
- * 1-4 past each of the four barriers (block 0's view: every block has then finished the phase
+/** The phases' stamps (in the scratch output, uint64 nanoseconds of the GPU's global timer): 0 the
+ * start, 1-4 past each of the four barriers (block 0's view: every block has then finished the phase
  * before), 5 the last block's end. Slots 6-15 are unused. The launch's cost to write them is a few
  * stores; bench/gpu/decoder_layer_bench.cpp reads them. */
 constexpr int kDecoderLayerStamps = 16;
@@ -145,16 +145,30 @@ constexpr int kDecoderLayerStamps = 16;
 constexpr int kDecoderLayerBarrierWords = 64;
 constexpr int kDecoderLayerGenerationWord = 32;
 
+/** Where the phases' results lie in the launch's scratch output (uint8 [bytes]): byte offsets, each
+ * on a 256-byte boundary; the stamps first (offset 0), `part` last (its size follows the cache's
+ * capacity). */
+struct DecoderLayerScratch {
+  size_t stamps = 0, done = 0, xn1 = 0, qkv = 0, qr = 0, attn = 0, hres = 0, xn2 = 0, act = 0, part = 0;
+  size_t part_floats = 0;  // the attention's partial sums: float32 values
+  size_t bytes = 0;
+};
+/** The layout for x [1, 1, hidden] with `w`, a cache of `capacity` positions and `grid`. */
+DecoderLayerScratch decoder_layer_scratch(const mx::array& x, const DecoderLayerWeights& w, int capacity,
+                                          const DecoderLayerGrid& grid);
+/** `count` values of `type` from byte `offset` of the scratch output (a view: for tests and tools). */
+mx::array decoder_layer_scratch_view(const mx::array& scratch, size_t offset, size_t count, mx::Dtype type);
+
 /** The launch for x [1, 1, hidden] at position `offset` (int32 scalar) with the cache buffers
  * `keys` and `values` [1, n_kv_heads, capacity, head_dim] of x's type (capacity > offset), the
  * barrier's state `bar` (uint32 [kDecoderLayerBarrierWords], zeros) and `grid`. Output 0 is the
  * layer's output [1, 1, hidden]; output 1 the next launch's barrier state (zeros, written once
  * every block has passed the last barrier: the next launch on this cache takes it, which orders the
- * two); output 2 the phases' stamps (kDecoderLayerStamps); the others are each phase's results,
- * for the tests: the staged RMSNorm(x) [hidden], the q, k and v projections [(H + 2 HK) D], the
- * rotated queries [H D], the attention's partial sums, its output [H D], h [hidden], the staged
- * RMSNorm(h) [hidden], SwiGLU's output [intermediate]; the last, phase 2's count of finished
- * chunks per head. nullopt where decoder_layer_fits does not hold or the cache or barrier do not
+ * two); output 2 the scratch (decoder_layer_scratch's layout): the phases' stamps
+ * (kDecoderLayerStamps), phase 2's count of finished chunks per head, and each phase's results, for
+ * the tests: the staged RMSNorm(x) [hidden], the q, k and v projections [(H + 2 HK) D], the rotated
+ * queries [H D], the attention's partial sums, its output [H D], h [hidden], the staged RMSNorm(h)
+ * [hidden], SwiGLU's output [intermediate]. nullopt where decoder_layer_fits does not hold or the cache or barrier do not
  * match it. */
 std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const DecoderLayerWeights& w,
                                                  const mx::array& keys, const mx::array& values,
