@@ -1,12 +1,14 @@
 """`mlxrt server` as two ring ranks on the CPU (`mlxrt launch -n 2 -- server`) against mlx_lm.server
-as two ring ranks (mlx.launch), tensor parallel and pipeline: rank 0 serves HTTP, the other rank
-runs rank 0's requests on its part of the model. The same answers (content, finish reason, token
-counts, logprobs, streamed chunks); concurrent requests batched, and a client that leaves mid-stream,
-without the ranks falling out of step; a rank that dies ends the server with an error naming it;
-what a distributed server cannot do is refused clearly. Every process runs under a timeout."""
+as two ring ranks (started as mlx.launch starts them), tensor parallel and pipeline: rank 0 serves
+HTTP, the other rank runs rank 0's requests on its part of the model. The same answers (content,
+finish reason, token counts, logprobs, streamed chunks); concurrent requests batched, and a client
+that leaves mid-stream, without the ranks falling out of step; a rank that dies ends the server with
+an error naming it; what a distributed server cannot do is refused clearly. Every process runs
+under a timeout."""
 import http.client
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -95,9 +97,24 @@ def stop(served):
         served.proc.wait()
 
 
-def mlx_lm_server(model, port, flags):
-    return [MLX_LAUNCH, "--backend", "ring", "-n", 2, "-p", free_port_pair(), "--", PY, "-m", "mlx_lm", "server",
-            "--model", model, "--host", "127.0.0.1", "--port", port, *flags]
+def ring_ranks(cmd, work):
+    """`cmd` as two ring ranks started by hand with the environment mlx.launch gives each (MLX_RANK,
+    MLX_HOSTFILE), without mlx.launch itself: its relay of the ranks' output polls without a pause,
+    a core busy for as long as the ranks run. Rank 1 starts in the background of a shell that then
+    becomes rank 0; both write to the one log and stop with its process group."""
+    ports = [free_port(), free_port()]
+    while ports[0] == ports[1]:
+        ports[1] = free_port()
+    hostfile = work / "hosts.json"
+    hostfile.write_text(json.dumps([[f"127.0.0.1:{p}"] for p in ports]) + "\n")
+    line = shlex.join(map(str, cmd))
+    return ["sh", "-c", f"export MLX_HOSTFILE={shlex.quote(str(hostfile))}; MLX_RANK=1 {line} & "
+                        f"export MLX_RANK=0; exec {line}"]
+
+
+def mlx_lm_server(model, port, flags, work):
+    return ring_ranks([PY, "-m", "mlx_lm", "server", "--model", model, "--host", "127.0.0.1", "--port", port, *flags],
+                      work)
 
 
 def mlxrt_server(model, port, flags):
@@ -115,22 +132,43 @@ def models(chat_model):
     return {"tensor": chat_model, "pipeline": _chat_fixture("qwen2_qwen3_tokenizer", "qwen3", config)}
 
 
+def reference_answers(port):
+    """mlx_lm.server's answers to what the tests compare, asked in the order the tests ask: each
+    case, then the first streamed. An answer that fails is kept as its exception, for its test."""
+    answers = {}
+    for key, ask, path, body in [*((name, post, path, body) for name, path, body in CASES),
+                                 ("stream", stream, CASES[0][1], CASES[0][2])]:
+        try:
+            answers[key] = ask(port, path, body)
+        except Exception as e:
+            answers[key] = e
+    return answers
+
+
+def answer(answers, key):
+    if isinstance(answers[key], Exception):
+        raise answers[key]
+    return answers[key]
+
+
 @pytest.fixture(scope="module", params=["tensor", "pipeline"])
 def servers(request, models, tmp_path_factory):
+    """(mlx_lm.server's answers, mlxrt's running server, model). One pair of ranks runs at a time:
+    a rank that waits for the next request in MLX's ring keeps a core busy, so mlx_lm.server
+    answers everything first and stops before mlxrt's starts."""
     work = tmp_path_factory.mktemp(request.param)
     flags = ["--pipeline"] if request.param == "pipeline" else []
     model = models[request.param]
     port = free_port()
-    ref = start(mlx_lm_server(model, port, flags), port, work, "mlx_lm")
+    ref = start(mlx_lm_server(model, port, flags, work), port, work, "mlx_lm")
     try:
-        port = free_port()
-        ours = start(mlxrt_server(model, port, flags), port, work, "mlxrt")
-    except Exception:
+        answers = reference_answers(port)
+    finally:
         stop(ref)
-        raise
-    yield ref, ours, model
+    port = free_port()
+    ours = start(mlxrt_server(model, port, flags), port, work, "mlxrt")
+    yield answers, ours, model
     stop(ours)
-    stop(ref)
 
 
 def comparable(r):
@@ -145,15 +183,15 @@ def comparable(r):
 
 @pytest.mark.parametrize("name,path,body", CASES, ids=[c[0] for c in CASES])
 def test_same_answers_as_mlx_lm_server(servers, name, path, body):
-    ref, ours, _ = servers
-    s1, a = post(ref.port, path, body)
+    answers, ours, _ = servers
+    s1, a = answer(answers, name)
     s2, b = post(ours.port, path, body)
     assert s1 == s2 == 200, (a, b)
     assert comparable(b) == comparable(a)
 
 
 def test_same_stream_as_mlx_lm_server(servers):
-    ref, ours, _ = servers
+    answers, ours, _ = servers
     _, path, body = CASES[0]
 
     def strip(events):
@@ -165,7 +203,7 @@ def test_same_stream_as_mlx_lm_server(servers):
             out.append(e)
         return out
 
-    a, b = stream(ref.port, path, body), stream(ours.port, path, body)
+    a, b = answer(answers, "stream"), stream(ours.port, path, body)
     assert a[-1] == b[-1] == "[DONE]"
     assert strip(b) == strip(a)
 
@@ -173,7 +211,7 @@ def test_same_stream_as_mlx_lm_server(servers):
 def test_concurrent_requests_and_a_leaving_client_keep_the_ranks_in_step(servers):
     """Requests arriving together share a batch on both ranks; a streaming client that leaves is
     stopped on both ranks at the same step. Afterwards the server still gives its first answer."""
-    ref, ours, _ = servers
+    _, ours, _ = servers
     _, path, body = CASES[0]
     status, want = post(ours.port, path, body)
     assert status == 200
