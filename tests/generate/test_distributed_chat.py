@@ -46,9 +46,16 @@ def ranks_screen(cmd, tmp_path):
         with open(tmp_path / "stdin") as stdin:
             procs.append(subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                           env={**ENV, "MLX_RANK": str(rank), "MLX_HOSTFILE": str(hostfile)}))
-    outs = [p.communicate(timeout=300) for p in procs]
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err
+    try:
+        outs = []
+        for p in procs:
+            outs.append(p.communicate(timeout=300))
+            assert p.returncode == 0, outs[-1][1]
+    finally:  # a rank that failed leaves the other waiting for it
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     return NUMBERS.sub("#", "".join(out for out, _ in outs))
 
 
