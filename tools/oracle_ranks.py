@@ -20,6 +20,7 @@ import atexit
 import json
 import os
 import selectors
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,10 +34,10 @@ SCRIPTS = ("sharded_oracle", "sharded_verbs_oracle")
 
 class OracleRanks:
     def __init__(self, n=2):
-        self.n, self.procs, self.logs = n, None, []
+        self.n, self.procs, self.logs, self.work = n, None, [], None
 
     def _start(self):
-        work = Path(tempfile.mkdtemp(prefix="oracle-ranks-"))
+        self.work = work = Path(tempfile.mkdtemp(prefix="oracle-ranks-"))
         hostfile = work / "hosts.json"
         hostfile.write_text(json.dumps([[f"127.0.0.1:{free_port()}"] for _ in range(self.n)]) + "\n")
         env = {**os.environ, "MLX_HOSTFILE": str(hostfile), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -55,6 +56,9 @@ class OracleRanks:
             p.stdin.close()
             p.stdout.close()
         self.procs = None
+        if self.work is not None:
+            shutil.rmtree(self.work, ignore_errors=True)
+            self.work = None
 
     def _log_tails(self):
         return "\n".join(f"--- rank {r}:\n{log.read_text(errors='replace')[-3000:]}" for r, log in enumerate(self.logs))
