@@ -24,11 +24,10 @@ if(NOT nanobind_DIR)
 endif()
 find_package(nanobind ${NANOBIND_VERSION} EXACT CONFIG REQUIRED)
 
-# The two CLI sources the bindings reuse: how the CLI loads a session, counts mlx-lm's construction
-# draws and renders chat templates.
-nanobind_add_module(mlxrt_python NB_STATIC NOMINSIZE NOSTRIP NB_DOMAIN mlx
-  python/bindings.cpp src/mlxrt/cli/generation_setup.cpp src/mlxrt/cli/common.cpp)
-target_link_libraries(mlxrt_python PRIVATE mlxrt_generate mlxrt_template CLI11::CLI11)
+# The bindings reuse two CLI sources (mlxrt_cli_shared): how the CLI loads a session, counts
+# mlx-lm's construction draws and renders chat templates.
+nanobind_add_module(mlxrt_python NB_STATIC NOMINSIZE NOSTRIP NB_DOMAIN mlx python/bindings.cpp)
+target_link_libraries(mlxrt_python PRIVATE mlxrt_cli_shared)
 set_target_properties(mlxrt_python PROPERTIES
   OUTPUT_NAME _core
   LIBRARY_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/python/mlxrt"
