@@ -1,4 +1,4 @@
-"""The benchmark models: Qwen3-0.6B and Qwen3-8B dimensions (their published configs), random
+"""The benchmark models: Qwen3-0.6B to Qwen3-8B dimensions (their published configs), random
 weights made by mlx-lm, bf16 and 4-bit g64 (mlx_lm.utils.quantize_model), saved as mlx_lm.convert
 saves them, with the Qwen3 tokenizer files beside (mlx_lm.load needs them). `tiny` is a small
 model of the same family for trying the scripts on a CPU."""
@@ -16,6 +16,10 @@ QWEN3_COMMON = {
 SHAPES = {
     "qwen3-0.6b": {**QWEN3_COMMON, "hidden_size": 1024, "num_hidden_layers": 28, "intermediate_size": 3072,
                    "num_attention_heads": 16, "num_key_value_heads": 8, "tie_word_embeddings": True},
+    "qwen3-1.7b": {**QWEN3_COMMON, "hidden_size": 2048, "num_hidden_layers": 28, "intermediate_size": 6144,
+                   "num_attention_heads": 16, "num_key_value_heads": 8, "tie_word_embeddings": True},
+    "qwen3-4b": {**QWEN3_COMMON, "hidden_size": 2560, "num_hidden_layers": 36, "intermediate_size": 9728,
+                 "num_attention_heads": 32, "num_key_value_heads": 8, "tie_word_embeddings": True},
     "qwen3-8b": {**QWEN3_COMMON, "hidden_size": 4096, "num_hidden_layers": 36, "intermediate_size": 12288,
                  "num_attention_heads": 32, "num_key_value_heads": 8, "tie_word_embeddings": False},
     # Qwen3.5-9B's text model (its published dims): 32 layers, every 4th gated full attention (16 query

@@ -350,14 +350,27 @@ TEST_F(DecoderLayer, GridAndUseFollowTheWeights) {
   EXPECT_EQ(grid(dense, {2, 2, 0}).blocks, 264);
   EXPECT_EQ(grid(dense, {2, 2, 0}).depth, 2);
   EXPECT_EQ(decoder_layer_grid(q4, 0, {}).blocks, 0) << "no CUDA driver: no grid";
-  // Which layers the model runs as the kernel: by default the 4-bit ones (measured faster).
+  // Which layers the model runs as the kernel: by default the 4-bit ones and small dense ones
+  // (measured faster); the q projection alone lets a dense layer through to the size test.
   EXPECT_TRUE(decoder_layer_wanted(q4.attn.q, DecoderLayerUse::measured_kinds));
   EXPECT_FALSE(decoder_layer_wanted(q8.attn.q, DecoderLayerUse::measured_kinds));
-  EXPECT_FALSE(decoder_layer_wanted(dense.attn.q, DecoderLayerUse::measured_kinds));
+  EXPECT_TRUE(decoder_layer_wanted(dense.attn.q, DecoderLayerUse::measured_kinds));
+  EXPECT_TRUE(decoder_layer_wanted(q4, DecoderLayerUse::measured_kinds));
+  EXPECT_FALSE(decoder_layer_wanted(q8, DecoderLayerUse::measured_kinds));
+  EXPECT_TRUE(decoder_layer_wanted(dense, DecoderLayerUse::measured_kinds));
   for (const auto* w : {&q4, &q8, &dense}) {
     EXPECT_TRUE(decoder_layer_wanted(w->attn.q, DecoderLayerUse::every_kind));
+    EXPECT_TRUE(decoder_layer_wanted(*w, DecoderLayerUse::every_kind));
     EXPECT_FALSE(decoder_layer_wanted(w->attn.q, DecoderLayerUse::off));
+    EXPECT_FALSE(decoder_layer_wanted(*w, DecoderLayerUse::off));
   }
+  // A dense layer over kDecoderLayerDenseBytes stays per node by default (the 8B bf16 layer's
+  // products read faster as cuBLAS's): its gate is swapped for one that takes it past the bound.
+  DecoderLayerWeights big = dense;
+  const int rows = static_cast<int>(kDecoderLayerDenseBytes / (2 * 128)) + 1;
+  big.mlp.gate = QmvMatrix::dense(mx::zeros({rows, 128}, mx::bfloat16));
+  EXPECT_FALSE(decoder_layer_wanted(big, DecoderLayerUse::measured_kinds));
+  EXPECT_TRUE(decoder_layer_wanted(big, DecoderLayerUse::every_kind));
 }
 
 TEST_F(DecoderLayer, DeclinesWhatItDoesNotCompute) {

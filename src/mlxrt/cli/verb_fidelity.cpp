@@ -184,8 +184,8 @@ std::string kernels_description(const Args& a, model::FidelityTier tier) {
                 : kernels::cuda::decoder_layer_use() == kernels::cuda::DecoderLayerUse::every_kind
                       ? "; a decoding step's llama-style layers as one kernel each (MLXRT_CUDA_L3_LAYER=1; "
                         "kernels/cuda/decoder_layer.h)"
-                      : "; a decoding step's 4-bit llama-style layers as one kernel each "
-                        "(kernels/cuda/decoder_layer.h; MLXRT_CUDA_L3_LAYER=0 turns it off)");
+                      : "; a decoding step's 4-bit llama-style layers, and dense ones of at most 128 MiB, as one "
+                        "kernel each (kernels/cuda/decoder_layer.h; MLXRT_CUDA_L3_LAYER=0 turns it off)");
   if (!kernels) return cpu ? "MLX's CPU kernels" : "MLX's GPU kernels";
   std::string text = std::string("mlxrt CPU kernels (") + kernels->instruction_set() + ", " +
                      std::to_string(kernels->threads()) + " threads)";

@@ -422,7 +422,18 @@ bool decoder_layer_wanted(const QmvMatrix& q, DecoderLayerUse use) {
     case DecoderLayerUse::every_kind: return true;
     case DecoderLayerUse::measured_kinds: break;
   }
-  return !q.is_dense() && q.bits == 4;
+  return q.is_dense() || q.bits == 4;  // dense: by size (below)
+}
+
+bool decoder_layer_wanted(const DecoderLayerWeights& w) { return decoder_layer_wanted(w, decoder_layer_use()); }
+
+bool decoder_layer_wanted(const DecoderLayerWeights& w, DecoderLayerUse use) {
+  if (!decoder_layer_wanted(w.attn.q, use)) return false;
+  if (use != DecoderLayerUse::measured_kinds || !w.attn.q.is_dense()) return true;
+  size_t bytes = 0;
+  for (const auto* m : {&w.attn.q, &w.attn.k, &w.attn.v, &w.attn.o, &w.mlp.gate, &w.mlp.up, &w.mlp.down})
+    bytes += m->w.nbytes();
+  return bytes <= kDecoderLayerDenseBytes;
 }
 
 DecoderLayerKnobs decoder_layer_knobs() {

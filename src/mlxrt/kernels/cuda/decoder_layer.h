@@ -1,6 +1,6 @@
 #pragma once
-/** A llama-style decoder layer's decoding step for one token as ONE CUDA kernel (L3; opt-in: on the
- * H200 it is faster than the per-node path on Qwen3-0.6B and slower on 8B, see below).
+/** A llama-style decoder layer's decoding step for one token as ONE CUDA kernel (L3: the default
+ * at --fidelity l3 for the layers decoder_layer_wanted names, see below).
  *
  * Why: a decoding step on a GPU is bound by the host. MLX encodes every node of the step's graph
  * at 2-6 µs each (bench/RESULTS.md, eleventh session), and at L3 a Qwen3 layer is still about eight
@@ -39,7 +39,8 @@
  * about 1.05 TB/s, still a third of the bandwidth), and Qwen3's decoding step runs at 243 tok/s
  * for 8B 4-bit (191 per-node L3, 158 mlx-lm) and 590-650 for 0.6B 4-bit (332 per-node, 266
  * mlx-lm), as near L1 as the per-node path. Hence the default for 4-bit layers at L3
- * (decoder_layer_use). */
+ * (decoder_layer_use), and for small dense ones (kDecoderLayerDenseBytes). */
+#include <cstddef>
 #include <optional>
 
 #include <mlx/array.h>
@@ -79,15 +80,26 @@ struct DecoderLayerWeights {
 };
 
 /** Which layers the model runs as this kernel in a decoding step at --fidelity l3 on a CUDA GPU
- * (MLXRT_CUDA_L3_LAYER, read once a process): unset, those of 4-bit affine weights (the kind
- * measured faster than the per-node L3: bench/RESULTS.md, seventeenth session); 0 none; 1 every
- * kind the kernel takes (8-bit affine too, and dense with MLXRT_CUDA_L3_DENSE=1). */
+ * (MLXRT_CUDA_L3_LAYER, read once a process): unset, the kinds measured faster than the per-node
+ * L3 (bench/RESULTS.md, seventeenth and nineteenth sessions): layers of 4-bit affine weights, and
+ * dense layers of at most kDecoderLayerDenseBytes; 0 none; 1 every layer the kernel takes (8-bit
+ * affine too, dense of any size). */
 enum class DecoderLayerUse { off, measured_kinds, every_kind };
 DecoderLayerUse decoder_layer_use();
-/** Whether decoder_layer_use() (or `use`) wants a layer whose q projection is `q` as this kernel
- * (the layer's seven products are of one kind, or the kernel declines it). */
+/** The most bytes of dense weights (the seven products') a layer may have for the kernel to take
+ * it by default. On an H100 (bench/RESULTS.md, nineteenth session), against the per-node L3: Qwen3
+ * 0.6B bf16 (31 MB a layer) 2.9x and 1.7B (101 MB) 1.4x, where the per-node step is bound by the
+ * host; 4B (203 MB) 0.97x and 8B (436 MB) 0.93x, bound by the reads, which cuBLAS's products make
+ * faster than the kernel's. */
+constexpr size_t kDecoderLayerDenseBytes = size_t{128} << 20;
+/** Whether a layer whose q projection is `q` may be wanted (a cheap test before the layer's other
+ * matrices are gathered): decoder_layer_wanted(w) decides. */
 bool decoder_layer_wanted(const QmvMatrix& q);
 bool decoder_layer_wanted(const QmvMatrix& q, DecoderLayerUse use);
+/** Whether decoder_layer_use() (or `use`) wants the layer `w` as this kernel (whose seven products
+ * are of one kind, or the kernel declines it). */
+bool decoder_layer_wanted(const DecoderLayerWeights& w);
+bool decoder_layer_wanted(const DecoderLayerWeights& w, DecoderLayerUse use);
 
 /** How a launch spreads its work: `blocks` resident blocks of `warps` warps (at most 8), each warp
  * keeping `depth` steps of the products' loads in flight (1-4; 2 is one step ahead), with

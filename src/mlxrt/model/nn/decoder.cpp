@@ -276,8 +276,8 @@ std::optional<kernels::cuda::DecoderLayerAttention> Attention::cuda_layer_attent
     return std::nullopt;
   const auto norms = cuda_qk_norms();
   const auto rope = o_.rope->fast_call();
-  const auto q = q_proj_->cuda_l3_matrix(), k = k_proj_->cuda_l3_matrix(), v = v_proj_->cuda_l3_matrix();
-  const auto o = o_proj_.cuda_l3_matrix();
+  const auto q = q_proj_->cuda_layer_matrix(), k = k_proj_->cuda_layer_matrix(), v = v_proj_->cuda_layer_matrix();
+  const auto o = o_proj_.cuda_layer_matrix();
   if (!norms || !rope || !q || !k || !v || !o) return std::nullopt;
   const auto& [q_norm, k_norm] = *norms;
   return kernels::cuda::DecoderLayerAttention{*q,
@@ -395,8 +395,8 @@ std::optional<mx::array> Mlp::l3_residual_block(const mx::array& h, const Norm& 
 
 std::optional<kernels::cuda::DecoderLayerMlp> Mlp::cuda_layer_mlp() const {
   if (!gpu_l3_ || o_.kind != MlpOptions::Kind::swiglu || o_.sharded) return std::nullopt;
-  const auto gate = gate_proj_->cuda_l3_matrix(), up = up_proj_->cuda_l3_matrix();
-  const auto down = down_proj_->cuda_l3_matrix();
+  const auto gate = gate_proj_->cuda_layer_matrix(), up = up_proj_->cuda_layer_matrix();
+  const auto down = down_proj_->cuda_layer_matrix();
   if (!gate || !up || !down) return std::nullopt;
   return kernels::cuda::DecoderLayerMlp{*gate, *up, *down};
 }
@@ -420,23 +420,35 @@ Block::Block(const BlockOptions& o, WeightBinder& w, const std::string& path)
       post_mlp_norm_(maybe_norm(o, w, path, o.post_mlp_norm)),
       residual_scale_(o.residual_scale),
       residual_(o.residual),
-      use_sliding_(o.use_sliding) {}
+      use_sliding_(o.use_sliding) {
+  layer_kernel_ = cuda_layer_weights().has_value();
+}
 
-std::optional<mx::array> Block::cuda_l3_layer(const mx::array& x, const AttentionMask& mask,
-                                              cache::Cache* cache) const {
+std::optional<kernels::cuda::DecoderLayerWeights> Block::cuda_layer_weights() const {
   if (kernels::cuda::decoder_layer_use() == kernels::cuda::DecoderLayerUse::off) return std::nullopt;
-  auto* kv = dynamic_cast<cache::KVCache*>(cache);
-  if (!kv || mask.kind == AttentionMask::Kind::array || residual_ != BlockOptions::Residual::sequential ||
-      !input_norm_ || !pre_mlp_norm_ || post_attention_norm_ || post_mlp_norm_ || residual_scale_)
+  if (residual_ != BlockOptions::Residual::sequential || !input_norm_ || !pre_mlp_norm_ || post_attention_norm_ ||
+      post_mlp_norm_ || residual_scale_)
     return std::nullopt;
   const auto attn_norm = input_norm_->rms(), mlp_norm = pre_mlp_norm_->rms();
   auto attn = self_attn_.cuda_layer_attention();
   // The kind of layer the kernel is wanted for, before the MLP's matrices are gathered.
   if (!attn || !kernels::cuda::decoder_layer_wanted(attn->q)) return std::nullopt;
   auto mlp = mlp_.cuda_layer_mlp();
-  if (!attn_norm || !mlp_norm || !attn || !mlp) return std::nullopt;
-  const kernels::cuda::DecoderLayerWeights w{
+  if (!attn_norm || !mlp_norm || !mlp) return std::nullopt;
+  kernels::cuda::DecoderLayerWeights w{
       {attn_norm->first, attn_norm->second}, std::move(*attn), {mlp_norm->first, mlp_norm->second}, std::move(*mlp)};
+  if (!kernels::cuda::decoder_layer_wanted(w)) return std::nullopt;
+  return w;
+}
+
+std::optional<mx::array> Block::cuda_l3_layer(const mx::array& x, const AttentionMask& mask,
+                                              cache::Cache* cache) const {
+  if (!layer_kernel_) return std::nullopt;
+  auto* kv = dynamic_cast<cache::KVCache*>(cache);
+  if (!kv || mask.kind == AttentionMask::Kind::array) return std::nullopt;
+  const auto weights = cuda_layer_weights();
+  if (!weights) return std::nullopt;
+  const auto& w = *weights;
   const auto grid = kernels::cuda::decoder_layer_grid(w);
   if (grid.blocks <= 0 || !kernels::cuda::decoder_layer_fits(x, w)) return std::nullopt;
   const int head_dim = w.attn.q.w.shape(0) / w.attn.n_heads;

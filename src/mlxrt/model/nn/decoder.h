@@ -223,11 +223,13 @@ class Block {
   bool use_sliding() const { return use_sliding_; }
 
  private:
-  /** At --fidelity l3 on a CUDA GPU (4-bit layers unless MLXRT_CUDA_L3_LAYER says otherwise:
-   * kernels::cuda::decoder_layer_use): a decoding step of this layer (one
+  /** At --fidelity l3 on a CUDA GPU (4-bit and small dense layers unless MLXRT_CUDA_L3_LAYER says
+   * otherwise: kernels::cuda::decoder_layer_wanted): a decoding step of this layer (one
    * position, one sequence, a plain KVCache) as one kernel that also writes the cache in place
    * (kernels/cuda/decoder_layer.h); nullopt where the layer or the step does not fit it. */
   std::optional<mx::array> cuda_l3_layer(const mx::array& x, const AttentionMask& mask, cache::Cache* cache) const;
+  /** The layer's weights as that kernel takes them, where it wants this layer; else nullopt. */
+  std::optional<kernels::cuda::DecoderLayerWeights> cuda_layer_weights() const;
 
   Attention self_attn_;
   Mlp mlp_;
@@ -235,6 +237,9 @@ class Block {
   std::optional<double> residual_scale_;
   BlockOptions::Residual residual_;
   bool use_sliding_;
+  /** Whether the one-kernel decoder layer wants this layer: decided once, its weights being fixed
+   * (a rejected layer would otherwise gather its seven matrices at every step for nothing). */
+  bool layer_kernel_ = false;
 };
 
 /** llama.py's shard() over `group_size` ranks, on every block: the attention and, where it is the

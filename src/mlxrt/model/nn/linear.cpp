@@ -84,7 +84,8 @@ Linear Linear::load(WeightBinder& w, const std::string& path, int in_dims, int o
   if (bias) b = w.take(path + ".bias", {out_dims});
   Linear linear(std::move(weight), std::move(b), std::move(q));
   linear.cpu_ = w.cpu_kernels();
-  linear.gpu_l3_ = !linear.q_ && w.gpu_l3() && kernels::cuda::dense_l3_opted_in();
+  linear.gpu_l3_layer_ = !linear.q_ && w.gpu_l3();
+  linear.gpu_l3_ = linear.gpu_l3_layer_ && kernels::cuda::dense_l3_opted_in();
   if (w.row_exact()) linear.rows_per_call_ = row_invariant_rows(linear.weight_, linear.q_);
   // The adapter's delta of this layer (LoRALinear / DoRALinear). DoRALinear.set_linear: m =
   // |W.astype(float32)| per output row, when the adapter lacks it.
@@ -170,6 +171,12 @@ std::optional<kernels::cuda::QmvMatrix> Linear::cuda_l3_matrix() const {
   if (!q_) return gpu_l3_ ? std::optional(kernels::cuda::QmvMatrix::dense(weight_)) : std::nullopt;
   if (!q_->gpu_l3 || q_->spec.mode != "affine" || !q_->biases) return std::nullopt;
   return kernels::cuda::QmvMatrix{weight_, q_->scales, *q_->biases, q_->spec.group_size, q_->spec.bits};
+}
+
+std::optional<kernels::cuda::QmvMatrix> Linear::cuda_layer_matrix() const {
+  if (!q_ && gpu_l3_layer_ && !bias_ && !lora_ && !slots_ && !sum_over_ && rows_per_call_ == 0)
+    return kernels::cuda::QmvMatrix::dense(weight_);
+  return cuda_l3_matrix();
 }
 
 mx::array Linear::dequantized_weight() const {

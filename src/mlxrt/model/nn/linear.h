@@ -74,9 +74,13 @@ class Linear {
   /** The layer's L3-packed matrix where its forward is that product alone (no bias, adapter,
    * sharding or row-exact split around it), for the fused L3 blocks; nullopt elsewhere. */
   std::optional<kernels::cpu::L3Matrix> l3_matrix() const;
-  /** At --fidelity l3 on a CUDA GPU, the layer's matrix (affine-quantized, or dense) where its
-   * forward is that product alone (as l3_matrix), for the fused CUDA kernels; nullopt elsewhere. */
+  /** At --fidelity l3 on a CUDA GPU, the layer's matrix (affine-quantized, or dense with
+   * MLXRT_CUDA_L3_DENSE=1) where its forward is that product alone (as l3_matrix), for the fused
+   * CUDA kernels; nullopt elsewhere. */
   std::optional<kernels::cuda::QmvMatrix> cuda_l3_matrix() const;
+  /** The same for the one-kernel decoder layer, which also takes a dense layer without the opt-in
+   * (it decides itself which dense layers it runs: decoder_layer_wanted). */
+  std::optional<kernels::cuda::QmvMatrix> cuda_layer_matrix() const;
 
  private:
   Linear(mx::array weight, std::optional<mx::array> bias, std::optional<Quantized> q)
@@ -106,6 +110,8 @@ class Linear {
   /** --fidelity l3 on a CUDA GPU with MLXRT_CUDA_L3_DENSE=1, a dense layer: few-row products go to
    * kernels::cuda::dense_mv (a quantized layer's flag is Quantized::gpu_l3). */
   bool gpu_l3_ = false;
+  /** --fidelity l3 on a CUDA GPU, a dense layer: the one-kernel decoder layer may take it. */
+  bool gpu_l3_layer_ = false;
 };
 
 /** How many rows one matmul call of a layer with this weight (quantized as `q`, or dense) may take
