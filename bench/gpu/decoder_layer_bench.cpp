@@ -8,11 +8,11 @@
 // - the products' phases' reads (weights, scales, biases) over their time, and the whole layer's
 //   over the kernel's time.
 // Columns: bps blocks per multiprocessor, dp steps of loads in flight, rw rows a product task (0:
-// the kernel's choice).
+// the kernel's choice), qr rows a q/k/v task (0: as rw; --qkv-rounds: decoder_layer_qkv_rows's).
 // Medians over the launches of `rounds` evals after one unmeasured one (NVRTC, graph capture).
 //
 // Usage: mlxrt_layer_bench [--models 0.6b,8b] [--bits 4,8,16] [--positions 128,384,1024,4096]
-//                          [--blocks-per-sm 1] [--depth 2] [--rows 0] [--warps 8] [--rounds 5]
+//                          [--blocks-per-sm 1] [--depth 2] [--rows 0] [--qkv-rounds] [--warps 8] [--rounds 5]
 // Lists sweep. A setting whose blocks cannot all be resident at once (a kernel of more registers a
 // thread than that many blocks leave) stops at the barrier's trap and ends the process: l3_run.sh
 // runs one process per blocks-per-SM and depth.
@@ -38,6 +38,7 @@
 #include <mlx/transforms.h>
 
 #include "emulated_kernel.h"
+#include "mlxrt/kernels/cuda/affine_qmv.h"
 #include "mlxrt/kernels/cuda/cached_kernel.h"
 #include "mlxrt/kernels/cuda/cuda_driver.h"
 #include "mlxrt/kernels/cuda/decoder_layer.h"
@@ -141,7 +142,7 @@ int main(int argc, char** argv) {
   std::string models = "0.6b,8b", bits_arg = "4,8,16", positions_arg = "128,384,1024,4096", per_sm_arg = "1",
               depth_arg = "2", rows_arg = "0";
   int rounds = 5, warps = 8;
-  bool emulate = false;
+  bool emulate = false, qkv_rounds = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
@@ -154,6 +155,7 @@ int main(int argc, char** argv) {
     else if (a == "--rounds" && has_value) rounds = std::max(1, std::atoi(argv[++i]));
     else if (a == "--warps" && has_value) warps = std::atoi(argv[++i]);
     else if (a == "--emulate") emulate = true;
+    else if (a == "--qkv-rounds") qkv_rounds = true;
     else {
       std::fprintf(stderr, "mlxrt_layer_bench: unknown or incomplete option %s (see the file's head)\n", a.c_str());
       return 2;
@@ -187,8 +189,8 @@ int main(int argc, char** argv) {
 
   std::printf("%d multiprocessors; %s\n", sms, emulate ? "emulated on the CPU (times mean nothing)" : "CUDA");
   static_assert(kDecoderLayerPhases == 5, "the table's columns are the kernel's phases");
-  std::printf("%-5s %4s %5s %3s %2s %2s | %8s %8s | %7s %7s %7s %7s %7s | %8s %8s\n", "model", "bits", "pos", "bps",
-              "dp", "rw", "us wall", "us kern", "1 qkv", "2 attn", "3 o", "4 g/u", "5 down", "prod GB/s", "all GB/s");
+  std::printf("%-5s %4s %5s %3s %2s %2s %2s | %8s %8s | %7s %7s %7s %7s %7s | %8s %8s\n", "model", "bits", "pos",
+              "bps", "dp", "rw", "qr", "us wall", "us kern", "1 qkv", "2 attn", "3 o", "4 g/u", "5 down", "prod GB/s", "all GB/s");
   for (const auto& name : name_list(models)) {
     const Dims* dims = nullptr;
     for (const auto& d : kModels)
@@ -216,6 +218,10 @@ int main(int argc, char** argv) {
       for (const int depth : int_list(depth_arg))
       for (const int rows : int_list(rows_arg)) {
         const int blocks = per_sm * sms;
+        const auto& w0 = layers[0].w;
+        const int task_rows = rows > 0 ? rows : choose_tiling(dims->hidden, {}, w0.attn.q.is_dense(), dims->hidden).rows_per_warp;
+        const int qkv_rows =
+            qkv_rounds ? decoder_layer_qkv_rows(w0.attn.q.w.shape(0), w0.attn.k.w.shape(0), blocks * warps, task_rows) : 0;
         for (const int pos : positions) {
           std::vector<double> wall, total, phase[kDecoderLayerPhases + 1];
           auto bar = mx::zeros({kDecoderLayerBarrierWords}, mx::uint32);
@@ -230,7 +236,7 @@ int main(int argc, char** argv) {
             for (int i = 0; i < launches; ++i) {
               const auto& l = layers[static_cast<size_t>(i) % layers.size()];
               const auto launch = decoder_layer_launch(h, l.w, l.keys, l.values, mx::array(pos, mx::int32), bar,
-                                                       {blocks, warps, depth, rows});
+                                                       {blocks, warps, depth, rows, qkv_rows});
               if (!launch) {
                 declined = true;
                 break;
@@ -264,8 +270,8 @@ int main(int argc, char** argv) {
             }
           }
           if (declined) {
-            std::printf("%-5s %4d %5d %3d %2d %2d | the kernel declines this setting\n", dims->name, bits, pos, per_sm,
-                        depth, rows);
+            std::printf("%-5s %4d %5d %3d %2d %2d %2d | the kernel declines this setting\n", dims->name, bits, pos,
+                        per_sm, depth, rows, qkv_rows);
             if (emulate) return 3;  // the small layer is always taken: a decline is this program's bug
             continue;
           }
@@ -275,8 +281,8 @@ int main(int argc, char** argv) {
             prod_us += median(phase[p]);
           }
           const double kern = median(total);
-          std::printf("%-5s %4d %5d %3d %2d %2d | %8.1f %8.1f | %7.1f %7.1f %7.1f %7.1f %7.1f | %8.0f %8.0f\n",
-                      dims->name, bits, pos, per_sm, depth, rows, median(wall), kern, median(phase[1]), median(phase[2]),
+          std::printf("%-5s %4d %5d %3d %2d %2d %2d | %8.1f %8.1f | %7.1f %7.1f %7.1f %7.1f %7.1f | %8.0f %8.0f\n",
+                      dims->name, bits, pos, per_sm, depth, rows, qkv_rows, median(wall), kern, median(phase[1]), median(phase[2]),
                       median(phase[3]), median(phase[4]), median(phase[5]),
                       prod_us > 0 ? prod_bytes / prod_us / 1e3 : 0.0, kern > 0 ? layer_bytes / kern / 1e3 : 0.0);
           std::fflush(stdout);

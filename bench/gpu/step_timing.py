@@ -58,6 +58,8 @@ SETTINGS = {
     "pairs-d4": {"MLXRT_CUDA_L3_SWIGLU_PAIRS": "1", "MLXRT_CUDA_L3_DEPTH": "4"},
     # Dense (bf16) weights through the layer kernel too (MLX's cuBLAS products otherwise).
     "layer-dense": {"MLXRT_CUDA_L3_LAYER": "1", "MLXRT_CUDA_L3_DENSE": "1"},
+    # q/k/v tasks of as many rows as make one round over the grid (decoder_layer_qkv_rows).
+    "qkv-rounds": {"MLXRT_CUDA_L3_LAYER_QKV_ROUNDS": "1"},
 }
 
 AVERAGES = re.compile(r"Averages: prompt_tps=([\d.]+), generation_tps=([\d.]+)")

@@ -44,6 +44,7 @@ struct Case {
   std::vector<int> positions;  // steps run in turn, each checked
   int depth = 2;               // the products' steps of loads in flight
   int rows = 0;                // rows a product task (0: the kernel's choice)
+  int qkv_rows = 0;            // rows a q/k/v task (0: as `rows`)
 };
 
 std::string label(const Case& c, int pos) {
@@ -125,12 +126,12 @@ void run_case(const Case& c, int seed) {
     SCOPED_TRACE(what);
     const auto x = exact_square_x(keys, 1, K, t);
     const auto k_before = host(kc), v_before = host(vc);
-    const auto launch = decoder_layer_launch(x, w, kc, vc, mx::array(pos, mx::int32), bar, {4, 4, c.depth, c.rows});
+    const auto launch = decoder_layer_launch(x, w, kc, vc, mx::array(pos, mx::int32), bar, {4, 4, c.depth, c.rows, c.qkv_rows});
     ASSERT_TRUE(launch.has_value()) << what << ": declined";
     const auto out = run(*launch);
     ASSERT_EQ(out.size(), 3u);
     ASSERT_EQ(out[0].shape(), x.shape());
-    const DecoderLayerGrid grid{4, 4, c.depth, c.rows};
+    const DecoderLayerGrid grid{4, 4, c.depth, c.rows, c.qkv_rows};
     const auto layout = decoder_layer_scratch(x, w, S, grid);
     ASSERT_EQ(out[2].size(), layout.bytes);
     const auto region = [&](size_t offset, size_t count, mx::Dtype type) {
@@ -315,6 +316,13 @@ TEST_F(DecoderLayer, ProductsOverSeveralStepsAtEachDepth) {
              6 + depth);
 }
 
+TEST_F(DecoderLayer, QkvTasksOfOtherRowsThanTheRest) {
+  // decoder_layer_qkv_rows's tasks: three rows of q, k and v (their last tasks partial), one or
+  // two elsewhere; and five beside tasks of four.
+  run_case({mx::bfloat16, 64, 4, 256, 4, 2, 64, 64, 512, 256, true, false, false, {0, 140}, 2, 1, 3}, 21);
+  run_case({mx::bfloat16, 32, 8, 512, 4, 2, 64, 64, 512, 64, true, false, false, {7}, 2, 4, 5}, 22);
+}
+
 TEST_F(DecoderLayer, GridAndUseFollowTheWeights) {
   Keys keys(6);
   const auto t = mx::bfloat16;
@@ -350,6 +358,18 @@ TEST_F(DecoderLayer, GridAndUseFollowTheWeights) {
   EXPECT_EQ(grid(dense, {2, 2, 0}).blocks, 264);
   EXPECT_EQ(grid(dense, {2, 2, 0}).depth, 2);
   EXPECT_EQ(decoder_layer_grid(q4, 0, {}).blocks, 0) << "no CUDA driver: no grid";
+  // q/k/v tasks: Qwen3-8B's 4096 + 2 x 1024 rows over 2112 warps take one round of three-row tasks
+  // (two rounds at two); Qwen3-0.6B's 2048 + 2 x 1024 one round of two; no more than twice `rows`;
+  // `rows` where it already makes one round.
+  EXPECT_EQ(decoder_layer_qkv_rows(4096, 1024, 2112, 2), 3);
+  EXPECT_EQ(decoder_layer_qkv_rows(2048, 1024, 2112, 1), 2);
+  EXPECT_EQ(decoder_layer_qkv_rows(4096, 1024, 64, 2), 4);
+  EXPECT_EQ(decoder_layer_qkv_rows(256, 128, 2112, 2), 2);
+  EXPECT_EQ(grid(q4).qkv_rows, 0);
+  // Hidden 128: 128 + 2 x 64 rows are one round over 2112 warps already; over 64 warps, fewer rounds
+  // with more rows.
+  EXPECT_EQ(grid(q4, {0, 0, 0, true}).qkv_rows, decoder_layer_qkv_rows(128, 64, 2112, 1));
+  EXPECT_EQ(decoder_layer_grid(q4, 4, {1, 0, 0, true}).qkv_rows, 2);
   // Which layers the model runs as the kernel: by default the 4-bit ones and small dense ones
   // (measured faster); the q projection alone lets a dense layer through to the size test.
   EXPECT_TRUE(decoder_layer_wanted(q4.attn.q, DecoderLayerUse::measured_kinds));

@@ -174,7 +174,11 @@ def layer_combos(full):
         cols = (lambda n: n * bits // 32) if bits else (lambda n: n)
         r = (4 if k >= 8192 else 1) if not bits else (4 if k >= 8192 else 2 if k >= 4096 else 1)
         r = (r, 4, 8)[i // 7 % 3]  # the kernel's choice, or MLXRT_CUDA_L3_LAYER_ROWS
-        out.append({"XT": xt, "WT": "u32" if bits else xt, "ST": st if bits else xt, "R": r, "BITS": bits, "GS": gs,
+        # q/k/v tasks as the rest's, or (MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=1) decoder_layer_qkv_rows's on an
+        # H100's or H200's grid (132 multiprocessors, decoder_layer_grid's blocks on each).
+        warps = 132 * (2 if bits == 4 and r <= 2 else 1) * 8
+        out.append({"XT": xt, "WT": "u32" if bits else xt, "ST": st if bits else xt, "R": r,
+                    "RQ": qkv_rows(h * d, hk * d, warps, r) if i % 4 in (1, 2) else r, "BITS": bits, "GS": gs,
                     "K": k, "COLS": cols(k), "COLS_O": cols(h * d), "I": inter, "COLS_I": cols(inter), "H": h,
                     "HK": hk, "D": d, "ROT": d, "TRAD": trad, "FREQS": freqs, "NORM": norm, "NW": 8, "DEPTH": 2 + 2 * (i % 2), "CHUNK": 128,
                     "GEN_WORD": 32,
@@ -183,6 +187,16 @@ def layer_combos(full):
                     "LOG2_BASE_BITS": 0 if freqs else eps_bits(19.931568569324174), "SCALE_BITS": eps_bits(1.0),
                     "ATT_SCALE_BITS": eps_bits(d ** -0.5), **scratch_offsets(k, h, hk, d, inter, xt)})
     return out
+
+
+def qkv_rows(q_rows, kv_rows, warps, rows):
+    """decoder_layer_qkv_rows: rows a q/k/v task, rows to 2 * rows, the fewest rounds over the warps."""
+    rounds = lambda r: -(-(-(-q_rows // r) + 2 * -(-kv_rows // r)) // warps)
+    best = rows
+    for r in range(rows + 1, 2 * rows + 1):
+        if rounds(r) < rounds(best):
+            best = r
+    return best
 
 
 def scratch_offsets(k, h, hk, d, inter, xt):

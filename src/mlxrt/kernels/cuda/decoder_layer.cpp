@@ -61,8 +61,8 @@ __device__ __forceinline__ void mlxrt_grid_sync(unsigned* bar, int gen_word) {
 )";
 
 // The phases (decoder_layer.h). Work is spread over the grid's warps: warp `gw` of `G` takes
-// tasks gw, gw + G, ...; a product's task is R rows (mlxrt_qmv_warp; gate and up R rows of each),
-// an attention task a (query head, chunk of keys).
+// tasks gw, gw + G, ...; a product's task is R rows (mlxrt_qmv_warp; gate and up R rows of each;
+// q, k and v RQ rows: decoder_layer_qkv_rows), an attention task a (query head, chunk of keys).
 constexpr const char* kSource = R"(
   __shared__ __align__(16) unsigned char xs_bytes[K * sizeof(XT)];
   __shared__ float red[32];
@@ -119,19 +119,19 @@ constexpr const char* kSource = R"(
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < K; i += blockDim.x) xn1[i] = xs[i];  // for the tests: every block staged this
   {
-    constexpr int tq = (NQ + R - 1) / R, tk = (NK + R - 1) / R;
+    constexpr int tq = (NQ + RQ - 1) / RQ, tk = (NK + RQ - 1) / RQ;
     for (int t = gw; t < tq + 2 * tk; t += G) {
       const WT* w = wq;
       const ST* s = sq;
       const ST* b = bq;
       XT* y = yq;
-      int N = NQ, row0 = t * R;
+      int N = NQ, row0 = t * RQ;
       if (t >= tq + tk) {
-        w = wv; s = sv; b = bv; y = yv; N = NK; row0 = (t - tq - tk) * R;
+        w = wv; s = sv; b = bv; y = yv; N = NK; row0 = (t - tq - tk) * RQ;
       } else if (t >= tq) {
-        w = wk; s = sk; b = bk; y = yk; N = NK; row0 = (t - tq) * R;
+        w = wk; s = sk; b = bk; y = yk; N = NK; row0 = (t - tq) * RQ;
       }
-      mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(xs, true, w, s, b, N, COLS, row0,
+      mlxrt_qmv_warp<1, RQ, BITS, GS, DEPTH>(xs, true, w, s, b, N, COLS, row0,
                                             [&](size_t i, float v) { y[i] = static_cast<XT>(v); });
     }
   }
@@ -439,7 +439,8 @@ bool decoder_layer_wanted(const DecoderLayerWeights& w, DecoderLayerUse use) {
 DecoderLayerKnobs decoder_layer_knobs() {
   static const DecoderLayerKnobs knobs{env_choice("MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM", {1, 2, 3}, 0),
                                        env_choice("MLXRT_CUDA_L3_LAYER_DEPTH", {1, 2, 3, 4}, 0),
-                                       env_choice("MLXRT_CUDA_L3_LAYER_ROWS", {1, 2, 4, 8}, 0)};
+                                       env_choice("MLXRT_CUDA_L3_LAYER_ROWS", {1, 2, 4, 8}, 0),
+                                       env_choice("MLXRT_CUDA_L3_LAYER_QKV_ROUNDS", {0, 1}, 0) == 1};
   return knobs;
 }
 
@@ -462,7 +463,18 @@ DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w, int multiproce
   g.blocks = per_sm * multiprocessors;
   g.depth = depth;
   g.rows = knobs.rows;
+  if (knobs.qkv_rounds && g.blocks > 0)
+    g.qkv_rows = decoder_layer_qkv_rows(w.attn.q.w.shape(0), w.attn.k.w.shape(0), g.blocks * g.warps, rows);
   return g;
+}
+
+int decoder_layer_qkv_rows(int q_rows, int kv_rows, int warps, int rows) {
+  const auto tasks = [&](int r) { return (q_rows + r - 1) / r + 2 * ((kv_rows + r - 1) / r); };
+  const auto rounds = [&](int r) { return (tasks(r) + warps - 1) / std::max(warps, 1); };
+  int best = rows;
+  for (int r = rows + 1; r <= 2 * rows; ++r)
+    if (rounds(r) < rounds(best)) best = r;
+  return best;
 }
 
 bool decoder_layer_fits(const mx::array& x, const DecoderLayerWeights& w) {
@@ -538,7 +550,8 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
                                                  const mx::array& offset, const mx::array& bar,
                                                  const DecoderLayerGrid& grid) {
   const int blocks = grid.blocks, warps = grid.warps, depth = grid.depth;
-  const bool rows_ok = grid.rows == 0 || grid.rows == 1 || grid.rows == 2 || grid.rows == 4 || grid.rows == 8;
+  const bool rows_ok = (grid.rows == 0 || grid.rows == 1 || grid.rows == 2 || grid.rows == 4 || grid.rows == 8) &&
+                       grid.qkv_rows >= 0 && grid.qkv_rows <= 16;
   if (!decoder_layer_fits(x, w) || warps < 1 || warps > 8 || blocks < 1 || depth < 1 || depth > 4 || !rows_ok)
     return std::nullopt;
   const auto t = x.dtype();
@@ -552,6 +565,8 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
     return std::nullopt;
   const int S = keys.shape(2);
   const auto tiling = choose_tiling(K, {}, a.q.is_dense(), K);
+  const int rows = grid.rows > 0 ? grid.rows : tiling.rows_per_warp;
+  const int qkv_rows = grid.qkv_rows > 0 ? grid.qkv_rows : rows;
   const auto scratch = decoder_layer_scratch(x, w, S, grid);
   const auto& qnw = a.q_norm ? a.q_norm->weight : x;
   const auto& knw = a.k_norm ? a.k_norm->weight : x;
@@ -569,7 +584,7 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
       {t, mx::uint32, mx::uint8},
       {blocks * threads, 1, 1},
       {threads, 1, 1},
-      {{"XT", t}, {"WT", a.q.w.dtype()}, {"ST", a.q.scales.dtype()}, {"R", grid.rows > 0 ? grid.rows : tiling.rows_per_warp},
+      {{"XT", t}, {"WT", a.q.w.dtype()}, {"ST", a.q.scales.dtype()}, {"R", rows}, {"RQ", qkv_rows},
        {"BITS", a.q.bits}, {"GS", a.q.group_size}, {"K", K}, {"COLS", cols_of(a.q, K)},
        {"COLS_O", cols_of(a.o, H * D)}, {"I", I}, {"COLS_I", cols_of(m.down, I)}, {"H", H}, {"HK", HK}, {"D", D},
        {"ROT", a.rope.dims}, {"TRAD", a.rope.traditional}, {"FREQS", a.rope.freqs.has_value()},

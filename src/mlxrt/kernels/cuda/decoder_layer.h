@@ -110,13 +110,15 @@ struct DecoderLayerGrid {
   int warps = 8;
   int depth = 2;
   int rows = 0;
+  int qkv_rows = 0;  // rows a q/k/v task (phase 1); 0: as the other products' (`rows`)
 };
 
 /** The grid for layers of `w` on this process's GPU. By default: 4-bit weights in tasks of up to
  * two rows take two blocks per multiprocessor (the driver's count) at depth 2; dense weights one
  * block at depth 4; other kinds one block at depth 2 (what mlxrt_layer_bench measured fastest on an
- * H100: bench/RESULTS.md). MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM=1|2|3, MLXRT_CUDA_L3_LAYER_DEPTH=1..4
- * and MLXRT_CUDA_L3_LAYER_ROWS=1|2|4|8 (read once a process) override them: tuning knobs for
+ * H100: bench/RESULTS.md). MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM=1|2|3, MLXRT_CUDA_L3_LAYER_DEPTH=1..4,
+ * MLXRT_CUDA_L3_LAYER_ROWS=1|2|4|8 and MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=1 (q/k/v tasks of
+ * decoder_layer_qkv_rows rows; tested, not yet timed on a GPU) (read once a process) override them: tuning knobs for
  * bench/gpu/decoder_layer_bench.cpp's sweeps. A setting whose blocks cannot all be resident (too
  * many registers a thread for that many blocks) stops at the barrier's trap with an error. blocks
  * is 0 where the CUDA driver cannot say. */
@@ -126,10 +128,21 @@ struct DecoderLayerKnobs {
   int blocks_per_sm = 0;
   int depth = 0;
   int rows = 0;
+  bool qkv_rounds = false;  // q/k/v tasks by decoder_layer_qkv_rows
 };
 DecoderLayerKnobs decoder_layer_knobs();
 /** decoder_layer_grid's choice for a GPU of `multiprocessors` under `knobs`. */
 DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w, int multiprocessors, const DecoderLayerKnobs& knobs);
+
+/** The rows of q, k and v a task of phase 1 takes, for tasks of `rows` rows elsewhere and `warps`
+ * warps in the grid: from `rows` to twice that (gate's and up's pair of tasks already holds that
+ * many rows' loads in registers), the fewest rounds of tasks over the warps, the fewest rows among
+ * equals. Why: at Qwen3-8B's shapes, two-row tasks make 3072 of them for 2112 warps, so half the
+ * warps run two rounds and the rest wait at the barrier (a quarter of the layer's warp time is
+ * spent at barriers: bench/RESULTS.md, nineteenth session); three rows make one round of 2050.
+ * Each row's sums are the same whatever the task's rows, so the bytes are too. Opt-in
+ * (MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=1) until a GPU times it. */
+int decoder_layer_qkv_rows(int q_rows, int kv_rows, int warps, int rows);
 
 /** Whether the kernel takes x [1, 1, hidden] with `w` (shapes, types, kinds of weights), for a
  * cache of `x`'s type and w's key heads and head size. */
