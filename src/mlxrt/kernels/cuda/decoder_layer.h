@@ -118,8 +118,8 @@ struct DecoderLayerGrid {
  * block at depth 4; other kinds one block at depth 2 (what mlxrt_layer_bench measured fastest on an
  * H100: bench/RESULTS.md). MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM=1|2|3, MLXRT_CUDA_L3_LAYER_DEPTH=1..4,
  * MLXRT_CUDA_L3_LAYER_ROWS=1|2|4|8 and MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=1 (q/k/v tasks of
- * decoder_layer_qkv_rows rows; tested, not yet timed on a GPU) (read once a process) override them: tuning knobs for
- * bench/gpu/decoder_layer_bench.cpp's sweeps. A setting whose blocks cannot all be resident (too
+ * decoder_layer_qkv_rows rows; tested, not yet timed on a GPU), read once a process, override
+ * them: tuning knobs for bench/gpu/decoder_layer_bench.cpp's sweeps. A setting whose blocks cannot all be resident (too
  * many registers a thread for that many blocks) stops at the barrier's trap with an error. blocks
  * is 0 where the CUDA driver cannot say. */
 DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w);
