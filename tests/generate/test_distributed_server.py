@@ -154,8 +154,8 @@ def answer(answers, key):
 @pytest.fixture(scope="module", params=["tensor", "pipeline"])
 def servers(request, models, tmp_path_factory):
     """(mlx_lm.server's answers, mlxrt's running server, model). One pair of ranks runs at a time:
-    a rank that waits for the next request in MLX's ring keeps a core busy, so mlx_lm.server
-    answers everything first and stops before mlxrt's starts."""
+    mlx_lm.server's follower waits for the next request in MLX's ring and keeps a core busy, so
+    mlx_lm.server answers everything first and stops before mlxrt's starts."""
     work = tmp_path_factory.mktemp(request.param)
     flags = ["--pipeline"] if request.param == "pipeline" else []
     model = models[request.param]
@@ -270,6 +270,27 @@ def rank_pid(launcher_pid, rank):
         if found:
             return found
     return None
+
+
+def cpu_seconds(pid):
+    """User and system CPU time of process `pid` so far (/proc/PID/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_idle_ranks_sleep(servers):
+    """Between requests the follower waits for rank 0's next exchange (every tenth of a second)
+    asleep, not inside MLX's ring backend, which polls its sockets without pause while a receive
+    is pending (the follower of mlx_lm.server, and of mlxrt before, kept a core busy)."""
+    _, ours, _ = servers
+    assert post(ours.port, TEXT, PROBE)[0] == 200
+    pids = {rank: rank_pid(ours.proc.pid, rank) for rank in (0, 1)}
+    assert all(pids.values()), ours.log()
+    before = {rank: cpu_seconds(pid) for rank, pid in pids.items()}
+    time.sleep(2.0)
+    used = {rank: cpu_seconds(pid) - before[rank] for rank, pid in pids.items()}
+    assert all(u < 0.5 for u in used.values()), f"CPU seconds over 2 s idle, by rank: {used}"
+    assert post(ours.port, TEXT, PROBE)[0] == 200  # and it still serves
 
 
 def test_a_rank_that_dies_ends_the_server_with_an_error(models, tmp_path):

@@ -81,6 +81,7 @@ void run(Args& a) {
     throw UsageError("--draft-model, --adapter-path and --adapters cannot be used when the server runs distributed "
                      "(as mlx_lm.server: adapters and draft models are not supported in distributed mode)");
   if (dist_run.parallel) a.o.parallel = std::make_shared<const model::Parallel>(*dist_run.parallel);
+  a.o.ring_peers = dist_run.group.ring_peers();
   if (a.o.row_exact) a.o.batch_invariant = true;  // a batch's rows each run alone, as one-token steps
   a.o.draft_model = a.draft_model;
   if (a.o.mtp) {

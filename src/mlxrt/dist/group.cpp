@@ -3,6 +3,7 @@
 #include "mlxrt/dist/group.h"
 
 #include <array>
+#include <cstdlib>
 #include <utility>
 
 #include "mlxrt/util/errors.h"
@@ -40,21 +41,36 @@ const char* backend_name(Backend backend) {
 }
 
 template <typename Join>
-Group Group::joined(Join join) {
+Group Group::joined(Join join, bool ring) {
   const auto before = connected_stream_sockets();
   Group group(join());
-  if (group.distributed())
-    group.watch_ = std::make_shared<PeerWatch>(opened_between(before, connected_stream_sockets()));
+  if (group.distributed()) {
+    auto peers = opened_between(before, connected_stream_sockets());
+    if (ring) group.ring_peers_ = peers;
+    group.watch_ = std::make_shared<PeerWatch>(std::move(peers));
+  }
   return group;
 }
 
+namespace {
+
+/** Whether `mx::distributed::init(false, "any")` takes the ring backend here: it tries NCCL first
+ * on a CUDA build (which needs NCCL_HOST_IP and NCCL_PORT), then the ring (MLX_HOSTFILE). Unsure
+ * cases say no. */
+bool any_means_ring() {
+  const bool nccl = mx::distributed::is_available("nccl") && std::getenv("NCCL_HOST_IP") && std::getenv("NCCL_PORT");
+  return !nccl && std::getenv("MLX_HOSTFILE") && mx::distributed::is_available("ring");
+}
+
+}  // namespace
+
 Group Group::init(Backend backend) {
-  if (backend == Backend::any) return joined([] { return mx::distributed::init(false, "any"); });
+  if (backend == Backend::any) return joined([] { return mx::distributed::init(false, "any"); }, any_means_ring());
   const auto& named = kBackends[static_cast<size_t>(backend)];
   if (!mx::distributed::is_available(named.name))
     throw UsageError(std::string("--backend ") + named.name + ": this build of MLX has no " + named.name + " backend");
   try {
-    return joined([&] { return mx::distributed::init(true, named.name); });
+    return joined([&] { return mx::distributed::init(true, named.name); }, backend == Backend::ring);
   } catch (const std::exception& e) {
     throw UsageError(std::string("--backend ") + named.name + ": could not join the distributed run (" + e.what() +
                      "); the " + named.name + " backend reads " + named.environment +

@@ -4,6 +4,7 @@
  * whoever runs the verb; nothing here is global beyond what MLX itself keeps. */
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <mlx/distributed/distributed.h>
 
@@ -33,14 +34,19 @@ class Group {
   bool primary() const { return rank() == 0; }
   bool distributed() const { return size() > 1; }
   const mx::distributed::Group& raw() const { return raw_; }
+  /** The TCP connections the ring backend opened to this rank's peers, which carry every
+   * collective's bytes (wait_for_peer_data); empty for a group of one and for the other backends
+   * (NCCL, MPI, JACCL move their bytes by other means). */
+  const std::vector<OpenSocket>& ring_peers() const { return ring_peers_; }
 
  private:
   /** Joins through `join` (MLX's init), and watches the peer connections it opened when the run
    * has several processes (PeerWatch). */
   template <typename Join>
-  static Group joined(Join join);
+  static Group joined(Join join, bool ring);
   explicit Group(mx::distributed::Group raw) : raw_(std::move(raw)) {}
   mx::distributed::Group raw_;
+  std::vector<OpenSocket> ring_peers_;
   std::shared_ptr<PeerWatch> watch_;  // shared: a Group is a value, the watch lives as long as one copy
 };
 

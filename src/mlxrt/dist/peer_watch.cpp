@@ -2,6 +2,8 @@
 #include "mlxrt/dist/peer_watch.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -95,6 +97,23 @@ std::vector<OpenSocket> opened_between(const std::vector<OpenSocket>& before, co
     if (std::none_of(before.begin(), before.end(), [&](const OpenSocket& b) { return same_object(b, s); }))
       fresh.push_back(s);
   return fresh;
+}
+
+void wait_for_peer_data(const std::vector<OpenSocket>& peers, std::chrono::milliseconds at_most) {
+  std::vector<pollfd> fds;
+  for (const auto& s : peers) {
+    struct stat st {};
+    if (::fstat(s.fd, &st) == 0 && st.st_dev == s.device && st.st_ino == s.inode)
+      fds.push_back({s.fd, POLLIN, 0});
+  }
+  if (fds.empty()) return;
+  const auto deadline = std::chrono::steady_clock::now() + at_most;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return;
+    // Data, a hang-up or an error (POLLHUP and POLLERR always wake), or at_most passed.
+    if (::poll(fds.data(), fds.size(), static_cast<int>(left.count())) >= 0 || errno != EINTR) return;
+  }
 }
 
 PeerWatch::PeerWatch(std::vector<OpenSocket> peers, std::chrono::milliseconds stuck_after)

@@ -35,6 +35,14 @@ std::vector<OpenSocket> connected_stream_sockets();
 /** Those in `after` that are not in `before`. */
 std::vector<OpenSocket> opened_between(const std::vector<OpenSocket>& before, const std::vector<OpenSocket>& after);
 
+/** Blocks until one of `peers` (those still the connection recorded) has bytes to read or is hung
+ * up or in error, or `at_most` has passed; returns at once where none of them is still open. Why:
+ * MLX's ring backend polls its sockets without pause while a receive is pending, so a rank that
+ * enters a collective long before its peers keeps a core busy for the whole wait; a rank that waits
+ * here first enters it once the first peer's bytes have arrived (the backend reads a socket only
+ * for a pending receive, so they wait in the socket until then). */
+void wait_for_peer_data(const std::vector<OpenSocket>& peers, std::chrono::milliseconds at_most);
+
 class PeerWatch {
  public:
   PeerWatch(std::vector<OpenSocket> peers, std::chrono::milliseconds stuck_after = std::chrono::seconds(3));

@@ -1,5 +1,6 @@
 #include "mlxrt/server/lockstep.h"
 
+#include <chrono>
 #include <cstring>
 
 #include <mlx/distributed/ops.h>
@@ -61,6 +62,11 @@ std::vector<int32_t> Lockstep::share(const std::vector<int32_t>& local) {
   std::vector<int32_t> out(shared ? shared->size() / sizeof(int32_t) : 0);
   if (!out.empty()) std::memcpy(out.data(), shared->data(), out.size() * sizeof(int32_t));
   return out;
+}
+
+void Lockstep::await_leader() const {
+  if (leader() || ring_peers_.empty()) return;
+  dist::wait_for_peer_data(ring_peers_, std::chrono::seconds(1));
 }
 
 uint64_t Lockstep::summed_seed(const mx::array& key) {

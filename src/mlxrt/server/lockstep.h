@@ -17,6 +17,7 @@
 
 #include <mlx/distributed/distributed.h>
 
+#include "mlxrt/dist/peer_watch.h"
 #include "mlxrt/server/job.h"
 #include "mlxrt/util/errors.h"
 
@@ -33,7 +34,9 @@ class LockstepError : public Error {
 
 class Lockstep {
  public:
-  explicit Lockstep(mx::distributed::Group group) : group_(std::move(group)) {}
+  /** `ring_peers`: the ring backend's connections (dist::Group::ring_peers), for await_leader. */
+  explicit Lockstep(mx::distributed::Group group, std::vector<dist::OpenSocket> ring_peers = {})
+      : group_(std::move(group)), ring_peers_(std::move(ring_peers)) {}
 
   bool leader() const { return group_.rank() == 0; }
   int rank() const { return group_.rank(); }
@@ -48,12 +51,19 @@ class Lockstep {
   /** mlx_lm.server's seed of a distributed run: every rank's PRNG key summed, viewed as one
    * uint64 (`mx.distributed.all_sum(mx.random.state[0]).view(mx.uint64).item()`). */
   uint64_t summed_seed(const mx::array& key);
+  /** On a follower, before an exchange the leader may start much later (it looks at its queue
+   * every tenth of a second while idle): sleeps until the leader's bytes arrive on the ring's
+   * connections (dist::wait_for_peer_data), a second at most, so that an idle follower does not
+   * spend the wait in the ring backend's polling, a core busy. Returns at once on the leader and
+   * where the backend is not the ring. */
+  void await_leader() const;
 
  private:
   /** The leader's `value` on every rank, checking that every rank is at the same exchange. */
   int32_t exchange(int32_t value);
 
   mx::distributed::Group group_;
+  std::vector<dist::OpenSocket> ring_peers_;
   uint64_t exchanges_ = 0;
 };
 

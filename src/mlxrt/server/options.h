@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mlxrt/dist/peer_watch.h"
 #include "mlxrt/model/profile.h"
 
 namespace mlxrt::model {
@@ -73,6 +74,9 @@ struct ServerOptions {
    * pipeline parallel, as mlx_lm.server's sharded_load); null for one process. (A pointer, so that
    * this header needs no MLX: the request parser's fuzzer builds without it.) */
   std::shared_ptr<const model::Parallel> parallel;
+  /** Under the ring backend: its connections to the other ranks (dist::Group::ring_peers), where
+   * an idle follower sleeps until rank 0's next exchange (Lockstep::await_leader). */
+  std::vector<dist::OpenSocket> ring_peers;
 
   // Limits (ours; mlx_lm.server has none).
   size_t max_body_bytes = 16u << 20;

@@ -242,7 +242,10 @@ void BatchingScheduler::loop() {
           }
         }
       }
-      if (lockstep_ && !drain) job = share_job(std::move(job), from_unprocessed, unprocessed);
+      if (lockstep_ && !drain) {
+        if (follower) lockstep_->await_leader();
+        job = share_job(std::move(job), from_unprocessed, unprocessed);
+      }
       if (job) {
         // A job whose client left (or whose time ran out) while it waited is not started.
         if (job->stop_now()) {

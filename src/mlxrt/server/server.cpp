@@ -28,7 +28,7 @@ struct Server::Parts {
   explicit Parts(const ServerOptions& o)
       : log(o.log_level),
         models(o, log, metrics),
-        lockstep(o.parallel ? std::make_shared<Lockstep>(o.parallel->group) : nullptr),
+        lockstep(o.parallel ? std::make_shared<Lockstep>(o.parallel->group, o.ring_peers) : nullptr),
         generator(models.startup(), o, log, metrics, lockstep),
         scheduler(
             BatchHooks{
