@@ -2,8 +2,10 @@
 // peer left while its own streams are free is left alone.
 #include "mlxrt/dist/peer_watch.h"
 
+#include <chrono>
 #include <future>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include <arpa/inet.h>
@@ -45,6 +47,17 @@ class LoopbackConnection {
   LoopbackConnection(const LoopbackConnection&) = delete;
   LoopbackConnection& operator=(const LoopbackConnection&) = delete;
 
+  /** The peer sends `n` bytes to us. */
+  void send_to_ours(size_t n) {
+    const std::string bytes(n, 'x');
+    if (::send(theirs_, bytes.data(), n, 0) != static_cast<ssize_t>(n)) throw std::runtime_error("loopback send");
+  }
+  /** Our end reads what is there. */
+  void read_ours(size_t n) {
+    std::string bytes(n, '\0');
+    if (::recv(ours_, bytes.data(), n, MSG_WAITALL) != static_cast<ssize_t>(n)) throw std::runtime_error("loopback recv");
+  }
+
   /** The peer goes away. */
   void hang_up_theirs() {
     ::close(theirs_);
@@ -63,6 +76,41 @@ TEST(PeerWatch, FindsTheConnectionsOpenedMeanwhileAndNotTheListener) {
   EXPECT_EQ(fresh.size(), 2u);
   connection.hang_up_theirs();
   EXPECT_EQ(opened_between(before, connected_stream_sockets()).size(), 1u);
+}
+
+// Milliseconds `f` takes.
+template <typename F>
+double elapsed_ms(F f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(WaitForPeerData, WakesOnBytesAndHangUpsAndStopsAtItsBound) {
+  const auto before = connected_stream_sockets();
+  LoopbackConnection connection;
+  auto fresh = opened_between(before, connected_stream_sockets());
+  ASSERT_EQ(fresh.size(), 2u);
+  // Nothing to read: it waits its bound out.
+  EXPECT_GE(elapsed_ms([&] { wait_for_peer_data(fresh, 200ms); }), 190.0);
+  // Bytes sent before the wait, or during it, end it at once (they stay in the socket).
+  connection.send_to_ours(3);
+  EXPECT_LT(elapsed_ms([&] { wait_for_peer_data(fresh, 5s); }), 1000.0);
+  EXPECT_LT(elapsed_ms([&] { wait_for_peer_data(fresh, 5s); }), 1000.0) << "the bytes were not taken";
+  connection.read_ours(3);
+  std::thread sender([&] {
+    std::this_thread::sleep_for(100ms);
+    connection.send_to_ours(1);
+  });
+  const double waited = elapsed_ms([&] { wait_for_peer_data(fresh, 5s); });
+  sender.join();
+  EXPECT_GE(waited, 90.0);
+  EXPECT_LT(waited, 2000.0);
+  connection.read_ours(1);
+  // A hang-up ends it too; connections no longer open are not waited on at all.
+  connection.hang_up_theirs();
+  EXPECT_LT(elapsed_ms([&] { wait_for_peer_data(fresh, 5s); }), 1000.0);
+  EXPECT_LT(elapsed_ms([] { wait_for_peer_data({}, 5s); }), 1000.0);
 }
 
 TEST(PeerWatchDeathTest, EndsARankWhoseStreamWaitsOnALostPeer) {
