@@ -38,7 +38,6 @@
 #include <mlx/transforms.h>
 
 #include "emulated_kernel.h"
-#include "mlxrt/kernels/cuda/affine_qmv.h"
 #include "mlxrt/kernels/cuda/cached_kernel.h"
 #include "mlxrt/kernels/cuda/cuda_driver.h"
 #include "mlxrt/kernels/cuda/decoder_layer.h"
@@ -218,10 +217,9 @@ int main(int argc, char** argv) {
       for (const int depth : int_list(depth_arg))
       for (const int rows : int_list(rows_arg)) {
         const int blocks = per_sm * sms;
-        const auto& w0 = layers[0].w;
-        const int task_rows = rows > 0 ? rows : choose_tiling(dims->hidden, {}, w0.attn.q.is_dense(), dims->hidden).rows_per_warp;
-        const int qkv_rows =
-            qkv_rounds ? decoder_layer_qkv_rows(w0.attn.q.w.shape(0), w0.attn.k.w.shape(0), blocks * warps, task_rows) : 0;
+        // The q/k/v task rows the model's grid (8 warps a block) would take with
+        // MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=1.
+        const int qkv_rows = decoder_layer_grid(layers[0].w, sms, {per_sm, depth, rows, qkv_rounds}).qkv_rows;
         for (const int pos : positions) {
           std::vector<double> wall, total, phase[kDecoderLayerPhases + 1];
           auto bar = mx::zeros({kDecoderLayerBarrierWords}, mx::uint32);

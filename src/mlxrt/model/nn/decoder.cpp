@@ -421,7 +421,7 @@ Block::Block(const BlockOptions& o, WeightBinder& w, const std::string& path)
       residual_scale_(o.residual_scale),
       residual_(o.residual),
       use_sliding_(o.use_sliding) {
-  layer_kernel_ = cuda_layer_weights().has_value();
+  layer_weights_ = cuda_layer_weights();
 }
 
 std::optional<kernels::cuda::DecoderLayerWeights> Block::cuda_layer_weights() const {
@@ -443,12 +443,10 @@ std::optional<kernels::cuda::DecoderLayerWeights> Block::cuda_layer_weights() co
 
 std::optional<mx::array> Block::cuda_l3_layer(const mx::array& x, const AttentionMask& mask,
                                               cache::Cache* cache) const {
-  if (!layer_kernel_) return std::nullopt;
+  if (!layer_weights_) return std::nullopt;
   auto* kv = dynamic_cast<cache::KVCache*>(cache);
   if (!kv || mask.kind == AttentionMask::Kind::array) return std::nullopt;
-  const auto weights = cuda_layer_weights();
-  if (!weights) return std::nullopt;
-  const auto& w = *weights;
+  const auto& w = *layer_weights_;
   const auto grid = kernels::cuda::decoder_layer_grid(w);
   if (grid.blocks <= 0 || !kernels::cuda::decoder_layer_fits(x, w)) return std::nullopt;
   const int head_dim = w.attn.q.w.shape(0) / w.attn.n_heads;

@@ -237,9 +237,8 @@ class Block {
   std::optional<double> residual_scale_;
   BlockOptions::Residual residual_;
   bool use_sliding_;
-  /** Whether the one-kernel decoder layer wants this layer: decided once, its weights being fixed
-   * (a rejected layer would otherwise gather its seven matrices at every step for nothing). */
-  bool layer_kernel_ = false;
+  /** cuda_layer_weights(), gathered once: a layer's weights do not change after it is built. */
+  std::optional<kernels::cuda::DecoderLayerWeights> layer_weights_;
 };
 
 /** llama.py's shard() over `group_size` ranks, on every block: the attention and, where it is the
