@@ -8,11 +8,17 @@
 // - the products' phases' reads (weights, scales, biases) over their time, and the whole layer's
 //   over the kernel's time.
 // Columns: bps blocks per multiprocessor, dp steps of loads in flight, rw rows a product task (0:
-// the kernel's choice), qr rows a q/k/v task (0: as rw; --qkv-rounds: decoder_layer_qkv_rows's).
+// the kernel's choice), qr rows a q/k/v task (decoder_layer_qkv_rows's; --no-qkv-rounds: 0, as rw).
+// From each block's own stamps: late, how long after block 0 the last block started; bar, how long
+// a barrier takes from the last block's arrival to block 0's leaving (the mean of the four); p1 end,
+// how far apart the blocks' ends of phase 1 are.
+// The position is a host-written scalar made for each launch, as the model makes it (MLX keeps
+// such scalars in host-resident managed memory), or with --pos-device one copy in device memory.
 // Medians over the launches of `rounds` evals after one unmeasured one (NVRTC, graph capture).
 //
 // Usage: mlxrt_layer_bench [--models 0.6b,8b] [--bits 4,8,16] [--positions 128,384,1024,4096]
-//                          [--blocks-per-sm 1] [--depth 2] [--rows 0] [--qkv-rounds] [--warps 8] [--rounds 5]
+//                          [--blocks-per-sm 1] [--depth 2] [--rows 0] [--no-qkv-rounds] [--warps 8] [--rounds 5]
+//                          [--pos-device]
 // Lists sweep. A setting whose blocks cannot all be resident at once (a kernel of more registers a
 // thread than that many blocks leave) stops at the barrier's trap and ends the process: l3_run.sh
 // runs one process per blocks-per-SM and depth.
@@ -141,7 +147,7 @@ int main(int argc, char** argv) {
   std::string models = "0.6b,8b", bits_arg = "4,8,16", positions_arg = "128,384,1024,4096", per_sm_arg = "1",
               depth_arg = "2", rows_arg = "0";
   int rounds = 5, warps = 8;
-  bool emulate = false, qkv_rounds = false;
+  bool emulate = false, qkv_rounds = true, pos_device = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
@@ -154,7 +160,8 @@ int main(int argc, char** argv) {
     else if (a == "--rounds" && has_value) rounds = std::max(1, std::atoi(argv[++i]));
     else if (a == "--warps" && has_value) warps = std::atoi(argv[++i]);
     else if (a == "--emulate") emulate = true;
-    else if (a == "--qkv-rounds") qkv_rounds = true;
+    else if (a == "--no-qkv-rounds") qkv_rounds = false;
+    else if (a == "--pos-device") pos_device = true;
     else {
       std::fprintf(stderr, "mlxrt_layer_bench: unknown or incomplete option %s (see the file's head)\n", a.c_str());
       return 2;
@@ -188,8 +195,9 @@ int main(int argc, char** argv) {
 
   std::printf("%d multiprocessors; %s\n", sms, emulate ? "emulated on the CPU (times mean nothing)" : "CUDA");
   static_assert(kDecoderLayerPhases == 5, "the table's columns are the kernel's phases");
-  std::printf("%-5s %4s %5s %3s %2s %2s %2s | %8s %8s | %7s %7s %7s %7s %7s | %8s %8s\n", "model", "bits", "pos",
-              "bps", "dp", "rw", "qr", "us wall", "us kern", "1 qkv", "2 attn", "3 o", "4 g/u", "5 down", "prod GB/s", "all GB/s");
+  std::printf("%-5s %4s %5s %3s %2s %2s %2s | %8s %8s | %7s %7s %7s %7s %7s | %8s %8s | %6s %6s %6s\n", "model", "bits",
+              "pos", "bps", "dp", "rw", "qr", "us wall", "us kern", "1 qkv", "2 attn", "3 o", "4 g/u", "5 down", "prod GB/s",
+              "all GB/s", "late", "bar", "p1 end");
   for (const auto& name : name_list(models)) {
     const Dims* dims = nullptr;
     for (const auto& d : kModels)
@@ -221,10 +229,15 @@ int main(int argc, char** argv) {
         // MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=1.
         const int qkv_rows = decoder_layer_grid(layers[0].w, sms, {per_sm, depth, rows, qkv_rounds}).qkv_rows;
         for (const int pos : positions) {
-          std::vector<double> wall, total, phase[kDecoderLayerPhases + 1];
+          std::vector<double> wall, total, phase[kDecoderLayerPhases + 1], late, barrier, p1_end;
           auto bar = mx::zeros({kDecoderLayerBarrierWords}, mx::uint32);
           auto x = mx::astype(mx::random::normal({1, 1, dims->hidden}), mx::bfloat16);
-          mx::eval({bar, x});
+          // --pos-device: the position in a 16-byte buffer a GPU copy fills (device memory: MLX puts
+          // only buffers of up to 8 bytes in managed memory), a one-element view of it.
+          auto pos_in_device = mx::slice(mx::add(mx::zeros({4}, mx::int32), mx::array(pos, mx::int32)), {0}, {1});
+          mx::eval({bar, x, pos_in_device});
+          const DecoderLayerGrid grid{blocks, warps, depth, rows, qkv_rows};
+          const auto layout = decoder_layer_scratch(x, layers[0].w, capacity, grid);
           bool declined = false;
           for (int r = 0; r <= rounds && !declined; ++r) {
             std::vector<mx::array> stamps;
@@ -233,8 +246,8 @@ int main(int argc, char** argv) {
             const auto t0 = std::chrono::steady_clock::now();
             for (int i = 0; i < launches; ++i) {
               const auto& l = layers[static_cast<size_t>(i) % layers.size()];
-              const auto launch = decoder_layer_launch(h, l.w, l.keys, l.values, mx::array(pos, mx::int32), bar,
-                                                       {blocks, warps, depth, rows, qkv_rows});
+              const auto launch = decoder_layer_launch(h, l.w, l.keys, l.values,
+                                                       pos_device ? pos_in_device : mx::array(pos, mx::int32), bar, grid);
               if (!launch) {
                 declined = true;
                 break;
@@ -265,6 +278,30 @@ int main(int argc, char** argv) {
               total.push_back(static_cast<double>(t[kDecoderLayerPhases] - t[0]) / 1e3);
               for (int p = 1; p <= kDecoderLayerPhases; ++p)
                 phase[p].push_back(static_cast<double>(t[p] - t[p - 1]) / 1e3);
+              auto per_block = mx::astype(
+                  decoder_layer_scratch_view(st, layout.block_stamps, static_cast<size_t>(blocks) * kDecoderLayerBlockStamps,
+                                             mx::uint64),
+                  mx::uint64);
+              mx::eval(per_block);
+              const uint64_t* b = per_block.data<uint64_t>();
+              const auto us = [](uint64_t later, uint64_t earlier) {
+                return later >= earlier ? static_cast<double>(later - earlier) / 1e3 : -static_cast<double>(earlier - later) / 1e3;
+              };
+              uint64_t last_start = 0, first_end1 = UINT64_MAX, last_end1 = 0;
+              double bar_us = 0;
+              for (int k = 1; k < kDecoderLayerBlockStamps; ++k) {
+                uint64_t last_in = 0;
+                for (int blk = 0; blk < blocks; ++blk) last_in = std::max(last_in, b[blk * kDecoderLayerBlockStamps + k]);
+                bar_us += us(t[k], last_in) / (kDecoderLayerBlockStamps - 1);
+              }
+              for (int blk = 0; blk < blocks; ++blk) {
+                last_start = std::max(last_start, b[blk * kDecoderLayerBlockStamps]);
+                first_end1 = std::min(first_end1, b[blk * kDecoderLayerBlockStamps + 1]);
+                last_end1 = std::max(last_end1, b[blk * kDecoderLayerBlockStamps + 1]);
+              }
+              late.push_back(us(last_start, t[0]));
+              barrier.push_back(bar_us);
+              p1_end.push_back(us(last_end1, first_end1));
             }
           }
           if (declined) {
@@ -279,10 +316,11 @@ int main(int argc, char** argv) {
             prod_us += median(phase[p]);
           }
           const double kern = median(total);
-          std::printf("%-5s %4d %5d %3d %2d %2d %2d | %8.1f %8.1f | %7.1f %7.1f %7.1f %7.1f %7.1f | %8.0f %8.0f\n",
+          std::printf("%-5s %4d %5d %3d %2d %2d %2d | %8.1f %8.1f | %7.1f %7.1f %7.1f %7.1f %7.1f | %8.0f %8.0f | %6.1f %6.1f %6.1f\n",
                       dims->name, bits, pos, per_sm, depth, rows, qkv_rows, median(wall), kern, median(phase[1]), median(phase[2]),
                       median(phase[3]), median(phase[4]), median(phase[5]),
-                      prod_us > 0 ? prod_bytes / prod_us / 1e3 : 0.0, kern > 0 ? layer_bytes / kern / 1e3 : 0.0);
+                      prod_us > 0 ? prod_bytes / prod_us / 1e3 : 0.0, kern > 0 ? layer_bytes / kern / 1e3 : 0.0, median(late),
+                      median(barrier), median(p1_end));
           std::fflush(stdout);
         }
       }

@@ -58,8 +58,9 @@ SETTINGS = {
     "pairs-d4": {"MLXRT_CUDA_L3_SWIGLU_PAIRS": "1", "MLXRT_CUDA_L3_DEPTH": "4"},
     # Dense (bf16) weights through the layer kernel too (MLX's cuBLAS products otherwise).
     "layer-dense": {"MLXRT_CUDA_L3_LAYER": "1", "MLXRT_CUDA_L3_DENSE": "1"},
-    # q/k/v tasks of as many rows as make one round over the grid (decoder_layer_qkv_rows).
-    "qkv-rounds": {"MLXRT_CUDA_L3_LAYER_QKV_ROUNDS": "1"},
+    # q/k/v tasks of the other products' rows (the default gives them decoder_layer_qkv_rows's: as
+    # many as make one round over the grid).
+    "no-qkv-rounds": {"MLXRT_CUDA_L3_LAYER_QKV_ROUNDS": "0"},
 }
 
 AVERAGES = re.compile(r"Averages: prompt_tps=([\d.]+), generation_tps=([\d.]+)")

@@ -365,10 +365,11 @@ TEST_F(DecoderLayer, GridAndUseFollowTheWeights) {
   EXPECT_EQ(decoder_layer_qkv_rows(2048, 1024, 2112, 1), 2);
   EXPECT_EQ(decoder_layer_qkv_rows(4096, 1024, 64, 2), 4);
   EXPECT_EQ(decoder_layer_qkv_rows(256, 128, 2112, 2), 2);
-  EXPECT_EQ(grid(q4).qkv_rows, 0);
+  // By default the q/k/v tasks take decoder_layer_qkv_rows's rows; the knob off leaves them `rows`.
+  EXPECT_EQ(grid(q4, {0, 0, 0, false}).qkv_rows, 0);
   // Hidden 128: 128 + 2 x 64 rows are one round over 2112 warps already; over 64 warps, fewer rounds
   // with more rows.
-  EXPECT_EQ(grid(q4, {0, 0, 0, true}).qkv_rows, decoder_layer_qkv_rows(128, 64, 2112, 1));
+  EXPECT_EQ(grid(q4).qkv_rows, decoder_layer_qkv_rows(128, 64, 2112, 1));
   EXPECT_EQ(decoder_layer_grid(q4, 4, {1, 0, 0, true}).qkv_rows, 2);
   // Which layers the model runs as the kernel: by default the 4-bit ones and small dense ones
   // (measured faster); the q projection alone lets a dense layer through to the size test.

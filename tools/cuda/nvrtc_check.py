@@ -185,7 +185,7 @@ def layer_combos(full):
                     "EPS1_BITS": eps_bits(1e-6), "EPS2_BITS": eps_bits(1e-6),
                     "EPS_Q_BITS": eps_bits(1e-6) if norm else 0, "EPS_K_BITS": eps_bits(1e-6) if norm else 0,
                     "LOG2_BASE_BITS": 0 if freqs else eps_bits(19.931568569324174), "SCALE_BITS": eps_bits(1.0),
-                    "ATT_SCALE_BITS": eps_bits(d ** -0.5), **scratch_offsets(k, h, hk, d, inter, xt)})
+                    "ATT_SCALE_BITS": eps_bits(d ** -0.5), **scratch_offsets(k, h, hk, d, inter, xt, warps // 8)})
     return out
 
 
@@ -199,10 +199,10 @@ def qkv_rows(q_rows, kv_rows, warps, rows):
     return best
 
 
-def scratch_offsets(k, h, hk, d, inter, xt):
+def scratch_offsets(k, h, hk, d, inter, xt, blocks):
     """decoder_layer_scratch's byte offsets (each region from a 256-byte boundary, part last)."""
     size = {"bf16": 2, "f16": 2, "f32": 4}[xt]
-    regions = [("STAMPS", 16 * 8), ("DONE", max(h, 16) * 4), ("XN1", k * size), ("QKV", (h + 2 * hk) * d * size),
+    regions = [("STAMPS", 16 * 8), ("BLOCK_STAMPS", blocks * 5 * 8), ("DONE", max(h, 16) * 4), ("XN1", k * size), ("QKV", (h + 2 * hk) * d * size),
                ("QR", h * d * size), ("ATTN", h * d * size), ("HRES", k * size), ("XN2", k * size),
                ("ACT", inter * size), ("PART", 0)]
     out, at = {}, 0

@@ -35,9 +35,10 @@ __device__ __forceinline__ unsigned long long mlxrt_globaltimer() {
   return t;
 }
 #endif
-__device__ __forceinline__ void mlxrt_grid_sync(unsigned* bar, int gen_word) {
+__device__ __forceinline__ void mlxrt_grid_sync(unsigned* bar, int gen_word, unsigned long long* arrival) {
   __syncthreads();
   if (threadIdx.x == 0) {
+    *arrival = mlxrt_globaltimer();  // this block's end of the phase (decoder_layer.h's block stamps)
     volatile unsigned* generation = bar + gen_word;
     const unsigned g = *generation;
     __threadfence();
@@ -87,7 +88,11 @@ constexpr const char* kSource = R"(
   XT* kcache = const_cast<XT*>(kc);
   XT* vcache = const_cast<XT*>(vc);
   const int S = kc_shape[2];
-  const int pos = off[0];
+  // The position is read once a block, by thread 0 at the start, and shared past the first
+  // barrier: the host writes it (MLX keeps such scalars in host-resident managed memory, which the
+  // GPU reads over the bus), so one read a block, behind phase 1, instead of one a thread.
+  __shared__ int pos_shared;
+  if (threadIdx.x == 0) pos_shared = off[0];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int gw = blockIdx.x * NW + warp, G = gridDim.x * NW;
   // part's chunks per head: CHUNK keys each, or shorter ones where a head has at most G / H of them
@@ -104,6 +109,10 @@ constexpr const char* kSource = R"(
     if (blockIdx.x == 0 && threadIdx.x == 0) stamp_at[i] = mlxrt_globaltimer();
   };
   stamp(0);
+  // Each block's start and its arrival at each of the four barriers (kDecoderLayerBlockStamps).
+  unsigned long long* block_stamp =
+      reinterpret_cast<unsigned long long*>(scratch + OFF_BLOCK_STAMPS) + static_cast<size_t>(blockIdx.x) * 5;
+  if (threadIdx.x == 0) block_stamp[0] = mlxrt_globaltimer();
   unsigned* head_done = done;
   if (blockIdx.x == 0) {
     if (threadIdx.x == 0) stamp_at[5] = 0ull;
@@ -135,8 +144,9 @@ constexpr const char* kSource = R"(
                                             [&](size_t i, float v) { y[i] = static_cast<XT>(v); });
     }
   }
-  mlxrt_grid_sync(barrier, GEN_WORD);
+  mlxrt_grid_sync(barrier, GEN_WORD, block_stamp + 1);
   stamp(1);
+  const int pos = pos_shared;
 
   // 2. A warp per (query head, chunk of keys): the head's q/k norms and RoPE (qk_rope's device
   // code), each lane a key's score, then the chunk's maximum, sum and weighted values; the last of
@@ -302,7 +312,7 @@ constexpr const char* kSource = R"(
     }
     __syncwarp();  // scores[warp] and rows[warp] are written again by this warp's next task
   }
-  mlxrt_grid_sync(barrier, GEN_WORD);
+  mlxrt_grid_sync(barrier, GEN_WORD, block_stamp + 2);
   stamp(2);
 
   // 3. o_proj and the residual: h = x + round(attn @ wo.T).
@@ -310,7 +320,7 @@ constexpr const char* kSource = R"(
     mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(attn, true, wo, so, bo, K, COLS_O, t * R, [&](size_t i, float v) {
       hres[i] = static_cast<XT>(static_cast<float>(x[i]) + static_cast<float>(static_cast<XT>(v)));
     });
-  mlxrt_grid_sync(barrier, GEN_WORD);
+  mlxrt_grid_sync(barrier, GEN_WORD, block_stamp + 3);
   stamp(3);
 
   // 4. RMSNorm(h) staged; gate and up rows, SwiGLU (rms_norm_swiglu's roundings).
@@ -335,7 +345,7 @@ constexpr const char* kSource = R"(
       }
     }
   }
-  mlxrt_grid_sync(barrier, GEN_WORD);
+  mlxrt_grid_sync(barrier, GEN_WORD, block_stamp + 4);
   stamp(4);
 
   // 5. down and the residual: the layer's output.
@@ -440,7 +450,7 @@ DecoderLayerKnobs decoder_layer_knobs() {
   static const DecoderLayerKnobs knobs{env_choice("MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM", {1, 2, 3}, 0),
                                        env_choice("MLXRT_CUDA_L3_LAYER_DEPTH", {1, 2, 3, 4}, 0),
                                        env_choice("MLXRT_CUDA_L3_LAYER_ROWS", {1, 2, 4, 8}, 0),
-                                       env_choice("MLXRT_CUDA_L3_LAYER_QKV_ROUNDS", {0, 1}, 0) == 1};
+                                       env_choice("MLXRT_CUDA_L3_LAYER_QKV_ROUNDS", {0, 1}, 1) == 1};
   return knobs;
 }
 
@@ -526,6 +536,7 @@ DecoderLayerScratch decoder_layer_scratch(const mx::array& x, const DecoderLayer
     return start;
   };
   s.stamps = take(kDecoderLayerStamps * sizeof(uint64_t));
+  s.block_stamps = take(static_cast<size_t>(std::max(grid.blocks, 0)) * kDecoderLayerBlockStamps * sizeof(uint64_t));
   s.done = take(std::max<size_t>(H, 16) * sizeof(uint32_t));
   s.xn1 = take(K * t);
   s.qkv = take((H + 2 * HK) * D * t);
@@ -595,6 +606,7 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
        {"EPS_K_BITS", a.k_norm ? std::bit_cast<int>(a.k_norm->eps) : 0},
        {"LOG2_BASE_BITS", std::bit_cast<int>(log2_base)}, {"SCALE_BITS", std::bit_cast<int>(a.rope.scale)},
        {"ATT_SCALE_BITS", std::bit_cast<int>(a.scale)}, {"OFF_STAMPS", static_cast<int>(scratch.stamps)},
+       {"OFF_BLOCK_STAMPS", static_cast<int>(scratch.block_stamps)},
        {"OFF_DONE", static_cast<int>(scratch.done)}, {"OFF_XN1", static_cast<int>(scratch.xn1)},
        {"OFF_QKV", static_cast<int>(scratch.qkv)}, {"OFF_QR", static_cast<int>(scratch.qr)},
        {"OFF_ATTN", static_cast<int>(scratch.attn)}, {"OFF_HRES", static_cast<int>(scratch.hres)},

@@ -117,9 +117,8 @@ struct DecoderLayerGrid {
  * two rows take two blocks per multiprocessor (the driver's count) at depth 2; dense weights one
  * block at depth 4; other kinds one block at depth 2 (what mlxrt_layer_bench measured fastest on an
  * H100: bench/RESULTS.md). MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM=1|2|3, MLXRT_CUDA_L3_LAYER_DEPTH=1..4,
- * MLXRT_CUDA_L3_LAYER_ROWS=1|2|4|8 and MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=1 (q/k/v tasks of
- * decoder_layer_qkv_rows rows; tested, not yet timed on a GPU), read once a process, override
- * them: tuning knobs for bench/gpu/decoder_layer_bench.cpp's sweeps. A setting whose blocks cannot all be resident (too
+ * MLXRT_CUDA_L3_LAYER_ROWS=1|2|4|8 and MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=0 (q/k/v tasks of the other
+ * products' rows instead of decoder_layer_qkv_rows's), read once a process, override them: tuning knobs for bench/gpu/decoder_layer_bench.cpp's sweeps. A setting whose blocks cannot all be resident (too
  * many registers a thread for that many blocks) stops at the barrier's trap with an error. blocks
  * is 0 where the CUDA driver cannot say. */
 DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w);
@@ -128,7 +127,7 @@ struct DecoderLayerKnobs {
   int blocks_per_sm = 0;
   int depth = 0;
   int rows = 0;
-  bool qkv_rounds = false;  // q/k/v tasks by decoder_layer_qkv_rows
+  bool qkv_rounds = true;  // q/k/v tasks by decoder_layer_qkv_rows
 };
 DecoderLayerKnobs decoder_layer_knobs();
 /** decoder_layer_grid's choice for a GPU of `multiprocessors` under `knobs`. */
@@ -140,8 +139,9 @@ DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w, int multiproce
  * equals. Why: at Qwen3-8B's shapes, two-row tasks make 3072 of them for 2112 warps, so half the
  * warps run two rounds and the rest wait at the barrier (a quarter of the layer's warp time is
  * spent at barriers: bench/RESULTS.md, nineteenth session); three rows make one round of 2050.
- * Each row's sums are the same whatever the task's rows, so the bytes are too. Opt-in
- * (MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=1) until a GPU times it. */
+ * Each row's sums are the same whatever the task's rows, so the bytes are too. The default since
+ * an H100 timed it (8B 4-bit step 254.2 -> 261.8 tok/s, 0.6B 763 -> 778: bench/RESULTS.md,
+ * twentieth session); MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=0 turns it off. */
 int decoder_layer_qkv_rows(int q_rows, int kv_rows, int warps, int rows);
 
 /** Whether the kernel takes x [1, 1, hidden] with `w` (shapes, types, kinds of weights), for a
@@ -160,6 +160,11 @@ constexpr int kDecoderLayerPhases = 5;
  * before), 5 the last block's end. Slots 6-15 are unused. The launch's cost to write them is a few
  * stores; bench/gpu/decoder_layer_bench.cpp reads them. */
 constexpr int kDecoderLayerStamps = 16;
+/** Each block's stamps (the same clock), kDecoderLayerBlockStamps a block in block order: its start
+ * and its arrival at each of the four barriers (its own end of the phase before). What they show:
+ * how late blocks start after block 0, how unevenly a phase's work ends, and how long a barrier
+ * takes once the last block is in. */
+constexpr int kDecoderLayerBlockStamps = kDecoderLayerPhases;
 
 /** The barrier's state: uint32 words, zeros, the arrivals in word 0 and the generation in word
  * kDecoderLayerGenerationWord (128 bytes on). Why 64 words and not the two it uses: MLX's CUDA
@@ -174,7 +179,7 @@ constexpr int kDecoderLayerGenerationWord = 32;
  * on a 256-byte boundary; the stamps first (offset 0), `part` last (its size follows the cache's
  * capacity). */
 struct DecoderLayerScratch {
-  size_t stamps = 0, done = 0, xn1 = 0, qkv = 0, qr = 0, attn = 0, hres = 0, xn2 = 0, act = 0, part = 0;
+  size_t stamps = 0, block_stamps = 0, done = 0, xn1 = 0, qkv = 0, qr = 0, attn = 0, hres = 0, xn2 = 0, act = 0, part = 0;
   size_t part_floats = 0;  // the attention's partial sums: float32 values
   size_t bytes = 0;
 };
