@@ -59,49 +59,70 @@ def parse_generated(stdout):
     return [int(t) for t in body.split()] if body and not body.startswith("No text") else []
 
 
-@pytest.mark.parametrize("name", ["qwen3_bf16", "qwen3_q4_g64", "qwen3_mixed", "llama_bf16", "llama_q8_g128_sharded",
-                                  "qwen2_bf16", "qwen2_q4_g64",
-                                  "phi3_bf16", "phi3_q4_g64", "phi3_longrope", "phi3_partial_su_fp16",
-                                  "phi3_linear_partial",
-                                  "llama_rope_dynamic", "mistral_bf16", "gemma3_bf16", "gemma3_q4_g64",
-                                  "gemma3_fp16_untied", "gemma3_multimodal",
-                                  "qwen3_5_bf16", "qwen3_5_q4_g64", "qwen3_5_hd256_gqa", "qwen3_5_fp16",
-                                  "qwen3_next_dense_bf16", "qwen3_next_fp32", "qwen3_next_q4_g64",
-                                  "qwen3_5_moe_q4_g64",
-                                  # mixture of experts
-                                  "qwen3_moe_fp32", "qwen3_moe_q4_g64", "qwen3_moe_step2_ties", "qwen3_moe_per_expert",
-                                  "mixtral_fp32", "mixtral_q4_g64", "mixtral_per_expert_q4_ties",
-                                  "qwen2_moe_fp32_per_expert", "qwen2_moe_q4_g64",
-                                  "olmoe_fp32_norm_bias", "olmoe_q4_g64",
-                                  "gpt_oss_fp32", "gpt_oss_q4_g64", "gpt_oss_mxfp4", "gpt_oss_openai_mxfp4",
-                                  # dense families on the decoder skeleton
-                                  "mistral3_bf16", "mistral3_q4_g64", "ministral3_bf16", "ministral3_q4_g64",
-                                  "smollm3_bf16", "smollm3_q4_g64",
-                                  "gemma4_bf16", "gemma4_q4_g64", "gemma4_fp16_keqv", "gemma4_multimodal",
-                                  "gemma4_moe_fp32", "gemma4_moe_q4_g64",
-                                  "gemma3n_bf16", "gemma3n_q4_g64", "gemma3n_fp32_variant",
-                                  "olmo2_bf16", "olmo2_q4_g64",
-                                  "olmo3_bf16", "olmo3_q4_g64",
-                                  "granite_bf16", "granite_q4_g64",
-                                  "minicpm_bf16", "minicpm_q4_g64",
-                                  "exaone4_bf16", "exaone4_q4_g64",
-                                  "glm4_bf16", "glm4_q4_g64",
-                                  "ernie4_5_bf16", "ernie4_5_q4_g64",
-                                  "seed_oss_bf16", "seed_oss_tied_fp16", "seed_oss_q4_g64",
-                                  "hunyuan_v1_dense_bf16", "hunyuan_v1_dense_q4_g64",
-                                  "internlm3_bf16", "internlm3_q4_g64",
-                                  "starcoder2_bf16", "starcoder2_q4_g64",
-                                  "stablelm_bf16", "stablelm_q4_g64",
-                                  "phi_bf16", "phi_q4_g64",
-                                  "helium_bf16", "helium_q4_g64",
-                                  "cohere2_bf16", "cohere2_fp16", "cohere2_q4_g64",
-                                  "gemma2_bf16", "gemma2_q4_g64", "gemma2_fp16_mha",
-                                  "gemma_bf16", "gemma_q4_g64", "gemma_fp16_mqa",
-                                  "phixtral_fp32", "phixtral_q4_g64", "phixtral_per_expert_q4",
-                                  # lfm2: short conv layers beside attention layers
-                                  "lfm2_bf16", "lfm2_q4_g64", "lfm2_fp32_layer_types",
-                                  # minicpm3: multi-head latent attention
-                                  "minicpm3_bf16", "minicpm3_q4_g64", "minicpm3_fp16_defaults"])
+GREEDY_NAMES = ["qwen3_bf16", "qwen3_q4_g64", "qwen3_mixed", "llama_bf16", "llama_q8_g128_sharded",
+               "qwen2_bf16", "qwen2_q4_g64",
+               "phi3_bf16", "phi3_q4_g64", "phi3_longrope", "phi3_partial_su_fp16",
+               "phi3_linear_partial",
+               "llama_rope_dynamic", "mistral_bf16", "gemma3_bf16", "gemma3_q4_g64",
+               "gemma3_fp16_untied", "gemma3_multimodal",
+               "qwen3_5_bf16", "qwen3_5_q4_g64", "qwen3_5_hd256_gqa", "qwen3_5_fp16",
+               "qwen3_next_dense_bf16", "qwen3_next_fp32", "qwen3_next_q4_g64",
+               "qwen3_5_moe_q4_g64",
+               # mixture of experts
+               "qwen3_moe_fp32", "qwen3_moe_q4_g64", "qwen3_moe_step2_ties", "qwen3_moe_per_expert",
+               "mixtral_fp32", "mixtral_q4_g64", "mixtral_per_expert_q4_ties",
+               "qwen2_moe_fp32_per_expert", "qwen2_moe_q4_g64",
+               "olmoe_fp32_norm_bias", "olmoe_q4_g64",
+               "gpt_oss_fp32", "gpt_oss_q4_g64", "gpt_oss_mxfp4", "gpt_oss_openai_mxfp4",
+               # dense families on the decoder skeleton
+               "mistral3_bf16", "mistral3_q4_g64", "ministral3_bf16", "ministral3_q4_g64",
+               "smollm3_bf16", "smollm3_q4_g64",
+               "gemma4_bf16", "gemma4_q4_g64", "gemma4_fp16_keqv", "gemma4_multimodal",
+               "gemma4_moe_fp32", "gemma4_moe_q4_g64",
+               "gemma3n_bf16", "gemma3n_q4_g64", "gemma3n_fp32_variant",
+               "olmo2_bf16", "olmo2_q4_g64",
+               "olmo3_bf16", "olmo3_q4_g64",
+               "granite_bf16", "granite_q4_g64",
+               "minicpm_bf16", "minicpm_q4_g64",
+               "exaone4_bf16", "exaone4_q4_g64",
+               "glm4_bf16", "glm4_q4_g64",
+               "ernie4_5_bf16", "ernie4_5_q4_g64",
+               "seed_oss_bf16", "seed_oss_tied_fp16", "seed_oss_q4_g64",
+               "hunyuan_v1_dense_bf16", "hunyuan_v1_dense_q4_g64",
+               "internlm3_bf16", "internlm3_q4_g64",
+               "starcoder2_bf16", "starcoder2_q4_g64",
+               "stablelm_bf16", "stablelm_q4_g64",
+               "phi_bf16", "phi_q4_g64",
+               "helium_bf16", "helium_q4_g64",
+               "cohere2_bf16", "cohere2_fp16", "cohere2_q4_g64",
+               "gemma2_bf16", "gemma2_q4_g64", "gemma2_fp16_mha",
+               "gemma_bf16", "gemma_q4_g64", "gemma_fp16_mqa",
+               "phixtral_fp32", "phixtral_q4_g64", "phixtral_per_expert_q4",
+               # lfm2: short conv layers beside attention layers
+               "lfm2_bf16", "lfm2_q4_g64", "lfm2_fp32_layer_types",
+               # minicpm3: multi-head latent attention
+               "minicpm3_bf16", "minicpm3_q4_g64", "minicpm3_fp16_defaults"]
+
+
+def first_of_each_family(names):
+    """The first name listed of each model_type: `make test` generates with those, `make test-long`
+    with every one (test_logits_byte_equal already checks every fixture's logits one token at a time;
+    this adds the generate loop and a chunked prefill, which do not depend on the weights' kind)."""
+    import make_fixtures
+    seen, firsts = set(), set()
+    for name in names:
+        model_type = make_fixtures.FIXTURES[name]["config"]["model_type"]
+        if model_type not in seen:
+            seen.add(model_type)
+            firsts.add(name)
+    return firsts
+
+
+GREEDY_QUICK = first_of_each_family(GREEDY_NAMES)
+
+
+@pytest.mark.parametrize("name", [n if n in GREEDY_QUICK else pytest.param(n, marks=pytest.mark.long)
+                                  for n in GREEDY_NAMES])
 def test_greedy_tokens_equal(name, fixtures_dir):
     path = fixtures_dir / name
     model, config = oracle.load(path)
