@@ -157,6 +157,19 @@ void run_case(const Case& c, int seed) {
     const uint64_t* stamp = stamps.data<uint64_t>();
     EXPECT_GT(stamp[0], 0u);
     for (int i = 1; i <= kDecoderLayerPhases; ++i) EXPECT_LE(stamp[i - 1], stamp[i]) << "stamp " << i;
+    // Each block's: its start, then its arrival at each barrier, in order; every block is in before
+    // block 0 leaves a barrier.
+    auto block_stamps = mx::astype(region(layout.block_stamps, 4 * kDecoderLayerBlockStamps, mx::uint64), mx::uint64);
+    mx::eval(block_stamps);
+    const uint64_t* bs = block_stamps.data<uint64_t>();
+    for (int b = 0; b < 4; ++b) {
+      const uint64_t* own = bs + b * kDecoderLayerBlockStamps;
+      EXPECT_GT(own[0], 0u) << "block " << b;
+      for (int i = 1; i < kDecoderLayerBlockStamps; ++i) {
+        EXPECT_LE(own[i - 1], own[i]) << "block " << b << " stamp " << i;
+        EXPECT_LE(own[i], stamp[i]) << "block " << b << " arrives at barrier " << i << " after block 0 left it";
+      }
+    }
     const auto kc_now = host(kc), vc_now = host(vc), xs = host(x);
 
     // RMSNorm(x): MLX's bytes.

@@ -118,9 +118,10 @@ struct DecoderLayerGrid {
  * block at depth 4; other kinds one block at depth 2 (what mlxrt_layer_bench measured fastest on an
  * H100: bench/RESULTS.md). MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM=1|2|3, MLXRT_CUDA_L3_LAYER_DEPTH=1..4,
  * MLXRT_CUDA_L3_LAYER_ROWS=1|2|4|8 and MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=0 (q/k/v tasks of the other
- * products' rows instead of decoder_layer_qkv_rows's), read once a process, override them: tuning knobs for bench/gpu/decoder_layer_bench.cpp's sweeps. A setting whose blocks cannot all be resident (too
- * many registers a thread for that many blocks) stops at the barrier's trap with an error. blocks
- * is 0 where the CUDA driver cannot say. */
+ * products' rows instead of decoder_layer_qkv_rows's), read once a process, override them: tuning
+ * knobs for bench/gpu/decoder_layer_bench.cpp's sweeps. A setting whose blocks cannot all be
+ * resident (too many registers a thread for that many blocks) stops at the barrier's trap with an
+ * error. blocks is 0 where the CUDA driver cannot say. */
 DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w);
 /** The tuning knobs above as set in the environment (read once; 0 where unset). */
 struct DecoderLayerKnobs {
@@ -176,8 +177,8 @@ constexpr int kDecoderLayerBarrierWords = 64;
 constexpr int kDecoderLayerGenerationWord = 32;
 
 /** Where the phases' results lie in the launch's scratch output (uint8 [bytes]): byte offsets, each
- * on a 256-byte boundary; the stamps first (offset 0), `part` last (its size follows the cache's
- * capacity). */
+ * on a 256-byte boundary; the stamps first (offset 0), then each block's, `part` last (its size
+ * follows the cache's capacity). */
 struct DecoderLayerScratch {
   size_t stamps = 0, block_stamps = 0, done = 0, xn1 = 0, qkv = 0, qr = 0, attn = 0, hres = 0, xn2 = 0, act = 0, part = 0;
   size_t part_floats = 0;  // the attention's partial sums: float32 values
@@ -195,7 +196,7 @@ mx::array decoder_layer_scratch_view(const mx::array& scratch, size_t offset, si
  * layer's output [1, 1, hidden]; output 1 the next launch's barrier state (zeros, written once
  * every block has passed the last barrier: the next launch on this cache takes it, which orders the
  * two); output 2 the scratch (decoder_layer_scratch's layout): the phases' stamps
- * (kDecoderLayerStamps), phase 2's count of finished chunks per head, and each phase's results, for
+ * (kDecoderLayerStamps) and each block's (kDecoderLayerBlockStamps), phase 2's count of finished chunks per head, and each phase's results, for
  * the tests: the staged RMSNorm(x) [hidden], the q, k and v projections [(H + 2 HK) D], the rotated
  * queries [H D], the attention's partial sums, its output [H D], h [hidden], the staged RMSNorm(h)
  * [hidden], SwiGLU's output [intermediate]. nullopt where decoder_layer_fits does not hold or the cache or barrier do not
