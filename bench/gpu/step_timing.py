@@ -4,9 +4,10 @@
 For each model (bench/gpu/models.py) and each MLX setting (environment variables of MLX's CUDA
 backend that choose how kernels reach the GPU, never which kernels run: the bytes stay the same),
 `mlxrt benchmark --step-timing` at --fidelity l1 and l3, and mlx_lm.benchmark, take turns. The
-table gives decode tok/s and the step's split: building the lazy graph, dispatching it (MLX
-encoding the kernels into CUDA graphs and launching them) and waiting for the device. A step whose
-build + dispatch is close to its whole time is bound by the host, and a faster kernel cannot show.
+table gives prompt and decode tok/s and the decode step's split: building the lazy graph,
+dispatching it (MLX encoding the kernels into CUDA graphs and launching them) and waiting for the
+device. A step whose build + dispatch is close to its whole time is bound by the host, and a faster
+kernel cannot show.
 
 Usage: step_timing.py --bin MLXRT --work MODELS_DIR --tokenizer DIR --out DIR
        [--models qwen3-0.6b-q4 qwen3-8b-q4] [--settings default graphs-off ops-400]
@@ -61,6 +62,10 @@ SETTINGS = {
     # q/k/v tasks of the other products' rows (the default gives them decoder_layer_qkv_rows's: as
     # many as make one round over the grid).
     "no-qkv-rounds": {"MLXRT_CUDA_L3_LAYER_QKV_ROUNDS": "0"},
+    # A prefill's quantized products at l3 as the matrix dequantized, then a dense matmul
+    # (kernels/cuda/dequantized_gemm.h), from 64 or 256 rows: the prompt tok/s column (--prompt 512).
+    "prefill-64": {"MLXRT_CUDA_L3_PREFILL_ROWS": "64"},
+    "prefill-256": {"MLXRT_CUDA_L3_PREFILL_ROWS": "256"},
 }
 
 AVERAGES = re.compile(r"Averages: prompt_tps=([\d.]+), generation_tps=([\d.]+)")
@@ -141,15 +146,17 @@ def main():
                 row.update(next(r for r in ok if r["gen_tps"] == median), all_gen_tps=[r["gen_tps"] for r in ok])
             rows.append(row)
         (args.out / "step_timing.json").write_text(json.dumps(rows, indent=1))
-    lines = [f"decode (prompt {args.prompt}, {args.gen} tokens, mean of {args.trials} trials, median of {args.rounds} "
-             "rounds); that run's last trial's mean step split (ms): build the graph / dispatch it / wait for the device",
-             f"{'model':<14} {'setting':<11} {'program':<10} {'tok/s':>8} {'step ms':>8} {'build':>7} {'dispatch':>9} {'wait':>7}"]
+    lines = [f"prompt tok/s and decode tok/s (prompt {args.prompt}, {args.gen} tokens, mean of {args.trials} trials, "
+             f"median of {args.rounds} rounds by decode); that run's last trial's mean step split (ms): build the graph / "
+             "dispatch it / wait for the device",
+             f"{'model':<14} {'setting':<11} {'program':<10} {'prompt':>8} {'tok/s':>8} {'step ms':>8} {'build':>7} "
+             f"{'dispatch':>9} {'wait':>7}"]
     for r in rows:
         if "error" in r:
             lines.append(f"{r['model']:<14} {r['setting']:<11} {r['program']:<10} error: {r['error'][:150]!r}")
             continue
         split = (f"{r['build_ms']:>7.3f} {r['dispatch_ms']:>9.3f} {r['wait_ms']:>7.3f}" if "build_ms" in r else "")
-        lines.append(f"{r['model']:<14} {r['setting']:<11} {r['program']:<10} {r['gen_tps']:>8.1f} "
+        lines.append(f"{r['model']:<14} {r['setting']:<11} {r['program']:<10} {r['prompt_tps']:>8.1f} {r['gen_tps']:>8.1f} "
                      f"{1e3 / r['gen_tps']:>8.3f} {split}  " + "/".join(f"{v:.0f}" for v in r.get("all_gen_tps", [])))
     text = "\n".join(lines)
     (args.out / "step_timing.txt").write_text(text + "\n")

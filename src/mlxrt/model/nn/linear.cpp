@@ -10,6 +10,7 @@
 
 #include "mlxrt/kernels/cpu/l3_matmul.h"
 #include "mlxrt/kernels/cuda/affine_qmv.h"
+#include "mlxrt/kernels/cuda/dequantized_gemm.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::model::nn {
@@ -39,6 +40,11 @@ void Quantized::pack_l3(WeightBinder& w, const mx::array& weight) {
 }
 
 mx::array Quantized::matmul(const mx::array& x, const mx::array& weight) const {
+  // A prefill's many rows: the matrix dequantized, then a dense matmul (opted in by
+  // MLXRT_CUDA_L3_PREFILL_ROWS until measured).
+  if (gpu_l3 && spec.mode == "affine" &&
+      kernels::cuda::dequantized_gemm_wanted(x, biases, kernels::cuda::dequantized_gemm_min_rows()))
+    return kernels::cuda::dequantized_gemm(x, weight, scales, *biases, spec.group_size, spec.bits);
   if (gpu_l3 && spec.mode == "affine" &&
       kernels::cuda::affine_qmv_applies(x, weight, scales, biases, spec.group_size, spec.bits) &&
       kernels::cuda::affine_qmv_preferred(x, weight, spec.bits))
