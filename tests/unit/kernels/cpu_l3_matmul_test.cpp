@@ -26,14 +26,9 @@ using mlxrt::kernels::cpu::CpuKernels;
 using mlxrt::kernels::test::bytes_of;
 using mlxrt::kernels::test::Case;
 using mlxrt::kernels::test::describe;
+using mlxrt::kernels::test::floats_of;
 
 namespace {
-
-std::vector<float> floats_of(const mx::array& a) {
-  auto f = mx::astype(a, mx::float32);
-  mx::eval(f);
-  return std::vector<float>(f.data<float>(), f.data<float>() + f.size());
-}
 
 // The definition, one output at a time, in float32 as rounded to the output type by MLX.
 mx::array reference(const Case& c, const mx::array& x, const mx::array& w, const mx::array& scales,

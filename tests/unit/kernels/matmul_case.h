@@ -21,6 +21,13 @@ inline std::string describe(const Case& c) {
          (c.dtype == mx::float32 ? "float32" : c.dtype == mx::bfloat16 ? "bfloat16" : "float16");
 }
 
+/** The array's values as float32, row-major. */
+inline std::vector<float> floats_of(const mx::array& a) {
+  auto f = mx::astype(a, mx::float32);
+  mx::eval(f);
+  return std::vector<float>(f.data<float>(), f.data<float>() + f.size());
+}
+
 /** The array's bytes, row-major. */
 inline std::vector<char> bytes_of(mx::array a) {
   a = mx::contiguous(a);
