@@ -225,8 +225,8 @@ int main(int argc, char** argv) {
       for (const int depth : int_list(depth_arg))
       for (const int rows : int_list(rows_arg)) {
         const int blocks = per_sm * sms;
-        // The q/k/v task rows the model's grid (8 warps a block) would take with
-        // MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=1.
+        // The q/k/v task rows the model's grid (8 warps a block) takes: by default one round's
+        // (decoder_layer_qkv_rows), with --no-qkv-rounds those of MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=0.
         const int qkv_rows = decoder_layer_grid(layers[0].w, sms, {per_sm, depth, rows, qkv_rounds}).qkv_rows;
         for (const int pos : positions) {
           std::vector<double> wall, total, phase[kDecoderLayerPhases + 1], late, barrier, p1_end;
