@@ -536,6 +536,7 @@ DecoderLayerScratch decoder_layer_scratch(const mx::array& x, const DecoderLayer
     return start;
   };
   s.stamps = take(kDecoderLayerStamps * sizeof(uint64_t));
+  static_assert(kDecoderLayerBlockStamps == 5, "the kernel's source strides each block's stamps by 5");
   s.block_stamps = take(static_cast<size_t>(std::max(grid.blocks, 0)) * kDecoderLayerBlockStamps * sizeof(uint64_t));
   s.done = take(std::max<size_t>(H, 16) * sizeof(uint32_t));
   s.xn1 = take(K * t);

@@ -180,7 +180,8 @@ constexpr int kDecoderLayerGenerationWord = 32;
  * on a 256-byte boundary; the stamps first (offset 0), then each block's, `part` last (its size
  * follows the cache's capacity). */
 struct DecoderLayerScratch {
-  size_t stamps = 0, block_stamps = 0, done = 0, xn1 = 0, qkv = 0, qr = 0, attn = 0, hres = 0, xn2 = 0, act = 0, part = 0;
+  size_t stamps = 0, block_stamps = 0, done = 0, xn1 = 0, qkv = 0, qr = 0, attn = 0, hres = 0, xn2 = 0, act = 0,
+         part = 0;
   size_t part_floats = 0;  // the attention's partial sums: float32 values
   size_t bytes = 0;
 };
@@ -196,11 +197,11 @@ mx::array decoder_layer_scratch_view(const mx::array& scratch, size_t offset, si
  * layer's output [1, 1, hidden]; output 1 the next launch's barrier state (zeros, written once
  * every block has passed the last barrier: the next launch on this cache takes it, which orders the
  * two); output 2 the scratch (decoder_layer_scratch's layout): the phases' stamps
- * (kDecoderLayerStamps) and each block's (kDecoderLayerBlockStamps), phase 2's count of finished chunks per head, and each phase's results, for
- * the tests: the staged RMSNorm(x) [hidden], the q, k and v projections [(H + 2 HK) D], the rotated
- * queries [H D], the attention's partial sums, its output [H D], h [hidden], the staged RMSNorm(h)
- * [hidden], SwiGLU's output [intermediate]. nullopt where decoder_layer_fits does not hold or the cache or barrier do not
- * match it. */
+ * (kDecoderLayerStamps) and each block's (kDecoderLayerBlockStamps), phase 2's count of finished
+ * chunks per head, and each phase's results, for the tests: the staged RMSNorm(x) [hidden], the q,
+ * k and v projections [(H + 2 HK) D], the rotated queries [H D], the attention's partial sums, its
+ * output [H D], h [hidden], the staged RMSNorm(h) [hidden], SwiGLU's output [intermediate]. nullopt
+ * where decoder_layer_fits does not hold or the cache or barrier do not match it. */
 std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const DecoderLayerWeights& w,
                                                  const mx::array& keys, const mx::array& values,
                                                  const mx::array& offset, const mx::array& bar,

@@ -1,21 +1,13 @@
 #include "mlxrt/kernels/cuda/dequantized_gemm.h"
 
-#include <cstdlib>
-#include <string>
-
 #include <mlx/ops.h>
+
+#include "mlxrt/kernels/cuda/env_knob.h"
 
 namespace mlxrt::kernels::cuda {
 
 int dequantized_gemm_min_rows() {
-  static const int rows = [] {
-    const char* v = std::getenv("MLXRT_CUDA_L3_PREFILL_ROWS");
-    if (!v) return 0;
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    // Anything but a positive integer leaves the path off, as an unset variable does.
-    return end != v && *end == '\0' && n > 0 && n < (1L << 30) ? static_cast<int>(n) : 0;
-  }();
+  static const int rows = env_positive_int("MLXRT_CUDA_L3_PREFILL_ROWS");
   return rows;
 }
 

@@ -22,4 +22,14 @@ inline int env_choice(const char* name, std::initializer_list<int> allowed, int 
   return otherwise;
 }
 
+/** The variable `name` where it spells a positive integer (below 2^30), else 0 (a threshold knob:
+ * unset or anything else leaves its path off). */
+inline int env_positive_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return end != v && *end == '\0' && n > 0 && n < (1L << 30) ? static_cast<int>(n) : 0;
+}
+
 }  // namespace mlxrt::kernels::cuda
