@@ -51,7 +51,9 @@ def mlx_lm_main(verb, *args, input=None):
     import traceback
 
     main = importlib.import_module(f"mlx_lm.{verb}").main
-    out, err = io.StringIO(), io.StringIO()
+    # Universal newlines, as run_mlx_lm's pipes are read in text mode: a "\r" a model generates
+    # reads as "\n" there (and in run_mlxrt's output), so here too.
+    out, err = io.StringIO(newline=None), io.StringIO(newline=None)
     argv, stdin = sys.argv, sys.stdin
     sys.argv, sys.stdin = [f"mlx_lm.{verb}", *map(str, args)], io.StringIO(input or "")
     code = 0
