@@ -816,6 +816,8 @@ def train_adapter(model, config, out: Path, spec):
     rng = np.random.default_rng(spec.get("seed", 0))
     vocab = config.get("vocab_size") or config["text_config"]["vocab_size"]
     rows = _TokenRows([rng.integers(0, vocab, size=24).tolist() for _ in range(4)])
+    # mlx_lm.lora's run() seeds numpy (its batches' order) before train_model, which seeds only MLX
+    np.random.seed(args["seed"])
     with contextlib.redirect_stdout(io.StringIO()):
         lm_lora.train_model(types.SimpleNamespace(**args), model, rows, rows)
 
