@@ -11,7 +11,7 @@ function(mlxrt_cpu_kernel_flags target)
     set(_dir "${MLXRT_SOURCE_ROOT}/src/mlxrt/kernels/cpu")
   endif()
   set(_x86 "${_dir}/affine_qmm_avx512.cpp" "${_dir}/affine_qmm_avx2.cpp" "${_dir}/l3_qmm_avx512vnni.cpp"
-           "${_dir}/l3_qmm_avx2.cpp" "${_dir}/l3_fused_avx2.cpp")
+           "${_dir}/l3_qmm_avx2.cpp" "${_dir}/l3_fused_avx2.cpp" "${_dir}/logsumexp_avx2.cpp")
   set(_arm "${_dir}/affine_qmm_neon.cpp" "${_dir}/l3_qmm_neon.cpp" "${_dir}/l3_qmm_neondot.cpp"
            "${_dir}/l3_fused_neon.cpp")
   if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND NOT APPLE)
@@ -24,6 +24,9 @@ function(mlxrt_cpu_kernel_flags target)
     set_source_files_properties("${_dir}/l3_qmm_avx512vnni.cpp" TARGET_DIRECTORY ${target}
       PROPERTIES COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mfma;-mf16c;-ffp-contract=off;-Wno-maybe-uninitialized")
     set_source_files_properties("${_dir}/l3_qmm_avx2.cpp" "${_dir}/l3_fused_avx2.cpp" TARGET_DIRECTORY ${target}
+      PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-ffp-contract=off")
+    # The L1 logsumexp: the fused multiply-adds MLX's exp names, nothing the compiler fuses.
+    set_source_files_properties("${_dir}/logsumexp_avx2.cpp" TARGET_DIRECTORY ${target}
       PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-ffp-contract=off")
     set_source_files_properties(${_arm} TARGET_DIRECTORY ${target} PROPERTIES HEADER_FILE_ONLY ON)
   elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64|ARM64)$" AND NOT APPLE)

@@ -14,6 +14,7 @@
 #include <mlx/transforms.h>
 
 #include "mlxrt/cache/kv_cache.h"
+#include "mlxrt/kernels/cpu/logsumexp.h"
 #include "mlxrt/model/adapter_slot_model.h"
 #include "mlxrt/util/errors.h"
 
@@ -325,7 +326,7 @@ BatchGenerator::Dispatched BatchGenerator::dispatch_step(GenBatch& g) {
   std::vector<mx::array> token_context;
   logits = process_logits(g, inputs, logits, token_context);
 
-  auto logprobs = mx::subtract(logits, mx::logsumexp(logits, -1, true));
+  auto logprobs = mx::subtract(logits, kernels::cpu::logsumexp_last_axis(model_.cpu_kernels(), logits));
   auto sampled = sample(g, logprobs);
 
   g.next_tokens = sampled;

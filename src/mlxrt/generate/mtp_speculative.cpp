@@ -13,6 +13,7 @@
 #include "mlxrt/cache/arrays_cache.h"
 #include "mlxrt/cache/prompt_cache.h"
 #include "mlxrt/generate/speculative.h"
+#include "mlxrt/kernels/cpu/logsumexp.h"
 #include "mlxrt/model/make_prompt_cache.h"
 #include "mlxrt/util/errors.h"
 
@@ -168,7 +169,7 @@ void MtpTokenGenerator::prefill(const mx::array& prompt) {
 }
 
 std::pair<mx::array, mx::array> MtpTokenGenerator::sample(const mx::array& logits) const {
-  auto logprobs = mx::subtract(logits, mx::logsumexp(logits, -1, true));
+  auto logprobs = mx::subtract(logits, kernels::cpu::logsumexp_last_axis(model_.cpu_kernels(), logits));
   return {options_.sampler(logprobs), logprobs};
 }
 

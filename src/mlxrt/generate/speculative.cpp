@@ -16,6 +16,7 @@
 
 #include "mlxrt/cache/prompt_cache.h"
 #include "mlxrt/cache/quantized_kv_cache.h"
+#include "mlxrt/kernels/cpu/logsumexp.h"
 #include "mlxrt/model/make_prompt_cache.h"
 #include "mlxrt/util/errors.h"
 
@@ -151,7 +152,7 @@ void SpeculativeTokenGenerator::prefill(model::CausalLM& model, model::CacheList
 std::pair<mx::array, mx::array> SpeculativeTokenGenerator::process_and_sample(const std::optional<mx::array>& tokens,
                                                                               mx::array logits) {
   for (const auto& processor : options_.logits_processors) logits = processor(*tokens, logits);
-  auto logprobs = mx::subtract(logits, mx::logsumexp(logits, -1, true));
+  auto logprobs = mx::subtract(logits, kernels::cpu::logsumexp_last_axis(model_.cpu_kernels(), logits));
   auto y = options_.sampler(logprobs);
   return {y, logprobs};
 }

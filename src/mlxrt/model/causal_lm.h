@@ -59,12 +59,18 @@ class CausalLM {
    * (LoadOptions::multi_token_prediction); null otherwise. */
   virtual MultiTokenPredictor* multi_token_predictor() { return nullptr; }
 
+  /** The model's CPU kernels (null where MLX's own run: another device, MLXRT_CPU_KERNELS=mlx, a CPU
+   * without ours): the generation steps compute their logsumexp on them (kernels/cpu/logsumexp.h,
+   * MLX's bytes). */
+  const std::shared_ptr<const kernels::cpu::CpuKernels>& cpu_kernels() const { return cpu_kernels_; }
+  void set_cpu_kernels(std::shared_ptr<const kernels::cpu::CpuKernels> kernels) { cpu_kernels_ = std::move(kernels); }
   /** The CPU kernels of a model loaded at --fidelity l3 (null otherwise): the generation step
    * computes its log-probabilities on them (kernels/cpu/l3_fused.h's log_softmax). */
   const std::shared_ptr<const kernels::cpu::CpuKernels>& l3_kernels() const { return l3_kernels_; }
   void set_l3_kernels(std::shared_ptr<const kernels::cpu::CpuKernels> kernels) { l3_kernels_ = std::move(kernels); }
 
  private:
+  std::shared_ptr<const kernels::cpu::CpuKernels> cpu_kernels_;
   std::shared_ptr<const kernels::cpu::CpuKernels> l3_kernels_;
 };
 

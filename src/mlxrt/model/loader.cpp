@@ -192,6 +192,7 @@ LoadedModel load_model(const std::filesystem::path& path, const LoadOptions& opt
   const auto cpu_kernels = cpu_kernels_for(options);
   auto bound = bind_weights(config, profile, adapter, options.parallel, cpu_kernels, options.float32,
                             options.row_exact, options.multi_token_prediction, gpu_l3_for(options));
+  bound.model->set_cpu_kernels(cpu_kernels);
   if (cpu_kernels && cpu_kernels->l3()) bound.model->set_l3_kernels(cpu_kernels);
   if (options.multi_token_prediction && !bound.model->multi_token_predictor())
     throw UnsupportedError("--mtp: model_type '" + config.model_type() +
@@ -260,6 +261,7 @@ AdaptedModels load_model_with_adapters(const std::filesystem::path& path, const 
     binder.set_cpu_kernels(cpu_kernels);
     binder.set_gpu_l3(gpu_l3_for(options));
     auto model = graph_entry(profile.profile.execution.graph).build(config, binder);
+    model->set_cpu_kernels(cpu_kernels);
     binder.finish();
     resident.insert(resident.end(), binder.taken().begin(), binder.taken().end());
     resident.insert(resident.end(), binder.derived().begin(), binder.derived().end());

@@ -287,7 +287,9 @@ std::shared_ptr<CpuKernels> CpuKernels::create(int threads, bool allow_avx512, b
 #endif
   if (!cpu_has_avx2() || (l3 && !cpu_has_fma())) return nullptr;
   const bool avx512 = allow_avx512 && cpu_has_avx512();
-  return std::shared_ptr<CpuKernels>(new CpuKernels(avx512, avx512 && cpu_has_avx512_vnni(), l3, threads));
+  auto kernels = std::shared_ptr<CpuKernels>(new CpuKernels(avx512, avx512 && cpu_has_avx512_vnni(), l3, threads));
+  kernels->fma_ = cpu_has_fma();
+  return kernels;
 }
 
 std::shared_ptr<CpuKernels> CpuKernels::from_environment(bool l3) {

@@ -55,6 +55,9 @@ class CpuKernels {
   }
   /** Whether the L3 products run on the wide integer dot product: AVX-512 VNNI, or SDOT on aarch64. */
   bool vnni() const { return vnni_; }
+  /** Whether the CPU has fused multiply-add instructions (FMA on x86-64): the L1 logsumexp
+   * (logsumexp.h) needs them for the ones MLX's exp asks for. */
+  bool fma() const { return fma_; }
   /** Whether the L3 layer pieces run as one node each (kernels/cpu/l3_block.h); MLXRT_L3_BLOCKS=0
    * keeps one node per operation (the same bytes: for comparing the two). */
   bool l3_blocks() const { return l3_ && l3_blocks_; }
@@ -65,6 +68,7 @@ class CpuKernels {
   CpuKernels(bool avx512, bool vnni, bool l3, int threads);
   bool avx512_;
   bool vnni_;
+  bool fma_ = false;
   bool l3_;
   bool l3_blocks_ = true;
   std::unique_ptr<CpuWorkers> workers_;
