@@ -11,7 +11,8 @@ function(mlxrt_cpu_kernel_flags target)
     set(_dir "${MLXRT_SOURCE_ROOT}/src/mlxrt/kernels/cpu")
   endif()
   set(_x86 "${_dir}/affine_qmm_avx512.cpp" "${_dir}/affine_qmm_avx2.cpp" "${_dir}/l3_qmm_avx512vnni.cpp"
-           "${_dir}/l3_qmm_avx2.cpp" "${_dir}/l3_fused_avx2.cpp" "${_dir}/logsumexp_avx2.cpp")
+           "${_dir}/l3_qmm_avx2.cpp" "${_dir}/l3_fused_avx2.cpp" "${_dir}/logsumexp_avx2.cpp"
+           "${_dir}/argmax_avx2.cpp")
   set(_arm "${_dir}/affine_qmm_neon.cpp" "${_dir}/l3_qmm_neon.cpp" "${_dir}/l3_qmm_neondot.cpp"
            "${_dir}/l3_fused_neon.cpp")
   if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND NOT APPLE)
@@ -28,6 +29,8 @@ function(mlxrt_cpu_kernel_flags target)
     # The L1 logsumexp: the fused multiply-adds MLX's exp names, nothing the compiler fuses.
     set_source_files_properties("${_dir}/logsumexp_avx2.cpp" TARGET_DIRECTORY ${target}
       PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-ffp-contract=off")
+    set_source_files_properties("${_dir}/argmax_avx2.cpp" TARGET_DIRECTORY ${target}
+      PROPERTIES COMPILE_OPTIONS "-mavx2;-mf16c;-ffp-contract=off")
     set_source_files_properties(${_arm} TARGET_DIRECTORY ${target} PROPERTIES HEADER_FILE_ONLY ON)
   elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64|ARM64)$" AND NOT APPLE)
     # NEON (Advanced SIMD) is part of ARMv8-A: no flag and no run-time check for it.

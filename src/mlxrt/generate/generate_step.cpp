@@ -8,6 +8,7 @@
 #include <mlx/transforms.h>
 
 #include "mlxrt/cache/quantized_kv_cache.h"
+#include "mlxrt/kernels/cpu/argmax.h"
 #include "mlxrt/kernels/cpu/l3_fused.h"
 #include "mlxrt/kernels/cpu/logsumexp.h"
 #include "mlxrt/model/make_prompt_cache.h"
@@ -15,7 +16,7 @@
 
 namespace mlxrt::generate {
 
-mx::array greedy_sample(const mx::array& logprobs) { return mx::argmax(logprobs, -1); }
+mx::array greedy_sample(const mx::array& logprobs) { return kernels::cpu::argmax_last_axis(logprobs); }
 
 namespace {
 

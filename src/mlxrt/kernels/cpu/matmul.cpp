@@ -292,6 +292,11 @@ std::shared_ptr<CpuKernels> CpuKernels::create(int threads, bool allow_avx512, b
   return kernels;
 }
 
+bool own_kernels_here() {
+  const char* choice = std::getenv("MLXRT_CPU_KERNELS");
+  return cpu_has_avx2() && !(choice && std::string(choice) == "mlx");
+}
+
 std::shared_ptr<CpuKernels> CpuKernels::from_environment(bool l3) {
   const char* choice = std::getenv("MLXRT_CPU_KERNELS");
   if (choice && *choice && std::string(choice) != "native" && std::string(choice) != "mlx")

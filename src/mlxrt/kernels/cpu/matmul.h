@@ -74,6 +74,10 @@ class CpuKernels {
   std::unique_ptr<CpuWorkers> workers_;
 };
 
+/** Whether our L1 kernels run on this CPU without a model's CpuKernels (the single-threaded ones, as
+ * argmax.h's): an x86-64 CPU with AVX2 and F16C, unless MLXRT_CPU_KERNELS=mlx (read at each call). */
+bool own_kernels_here();
+
 /** mx::quantized_matmul(x, w, scales, biases, transpose = true, group_size, bits, mode): the same
  * node with our kernel in place of MLX's when `kernels` is set and the call is one it computes
  * exactly (CPU stream; affine mode; 2, 4 or 8 bits; a 2-D weight; float32, bfloat16 or float16). */

@@ -1,0 +1,99 @@
+// The L1 argmax row (argmax_args.h) on AVX2 with F16C: the row's largest value eight elements at a
+// time, then the first element equal to it. Compiled with -mavx2 -mf16c -ffp-contract=off
+// (cmake/cpu_kernels.cmake); comparisons only, so no rounding to match.
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "mlxrt/kernels/cpu/argmax_args.h"
+
+namespace mlxrt::kernels::cpu {
+
+namespace {
+
+template <QmmElem E>
+__m256 load8(const void* p, long long at) {
+  if constexpr (E == QmmElem::f32) {
+    return _mm256_loadu_ps(static_cast<const float*>(p) + at);
+  } else if constexpr (E == QmmElem::bf16) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(p) + at));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(p) + at)));
+  }
+}
+
+template <QmmElem E>
+float load1(const void* p, long long at) {
+  if constexpr (E == QmmElem::f32) {
+    return static_cast<const float*>(p)[at];
+  } else if constexpr (E == QmmElem::bf16) {
+    const std::uint32_t u = static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(p)[at]) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  } else {
+    return _cvtsh_ss(static_cast<const std::uint16_t*>(p)[at]);
+  }
+}
+
+// The first element i with `matches(v_i)`, eight at a time (`vector` the same test on a vector's
+// lanes); n when none.
+template <QmmElem E, class Vector, class Scalar>
+long long first_match(const void* row, long long n, Vector vector, Scalar matches) {
+  long long i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const int hit = _mm256_movemask_ps(vector(load8<E>(row, i)));
+    if (hit) return i + __builtin_ctz(static_cast<unsigned>(hit));
+  }
+  for (; i < n; ++i)
+    if (matches(load1<E>(row, i))) return i;
+  return n;
+}
+
+template <QmmElem E>
+std::uint32_t argmax_row(const void* row, long long n) {
+  // The largest value and whether there is a NaN (_mm256_max_ps returns its second operand where
+  // the first is a NaN, so the NaNs stay out of `top`).
+  const float first = load1<E>(row, 0);
+  __m256 top = _mm256_set1_ps(std::isnan(first) ? -INFINITY : first);
+  __m256 unordered = _mm256_setzero_ps();
+  long long i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = load8<E>(row, i);
+    unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    top = _mm256_max_ps(v, top);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, top);
+  bool nan = _mm256_movemask_ps(unordered) != 0;
+  float maximum = lanes[0];
+  for (int l = 1; l < 8; ++l) maximum = lanes[l] > maximum ? lanes[l] : maximum;
+  for (; i < n; ++i) {
+    const float v = load1<E>(row, i);
+    nan = nan || std::isnan(v);
+    maximum = v > maximum ? v : maximum;
+  }
+  // MLX 0.32.4 takes the first NaN where a row has one (a NaN, once taken, is never replaced), and
+  // otherwise the first element equal to the largest (a later equal one does not compare greater).
+  if (nan || std::isnan(first))
+    return static_cast<std::uint32_t>(first_match<E>(
+        row, n, [](__m256 v) { return _mm256_cmp_ps(v, v, _CMP_UNORD_Q); }, [](float v) { return std::isnan(v); }));
+  const __m256 m = _mm256_set1_ps(maximum);
+  return static_cast<std::uint32_t>(first_match<E>(
+      row, n, [m](__m256 v) { return _mm256_cmp_ps(v, m, _CMP_EQ_OQ); }, [maximum](float v) { return v == maximum; }));
+}
+
+}  // namespace
+
+std::uint32_t argmax_row_avx2(const void* row, QmmElem elem, long long n) {
+  switch (elem) {
+    case QmmElem::f32: return argmax_row<QmmElem::f32>(row, n);
+    case QmmElem::bf16: return argmax_row<QmmElem::bf16>(row, n);
+    default: return argmax_row<QmmElem::f16>(row, n);
+  }
+}
+
+}  // namespace mlxrt::kernels::cpu
