@@ -13,18 +13,7 @@ namespace mlxrt::kernels::cpu {
 
 namespace {
 
-// Eight elements at p as float.
-template <QmmElem E>
-__m256 load8(const void* p, long long at) {
-  if constexpr (E == QmmElem::f32) {
-    return _mm256_loadu_ps(static_cast<const float*>(p) + at);
-  } else if constexpr (E == QmmElem::bf16) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(p) + at));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  } else {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(p) + at)));
-  }
-}
+#include "mlxrt/kernels/cpu/avx2_elements.h"
 
 float hsum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
