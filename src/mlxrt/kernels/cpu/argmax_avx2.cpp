@@ -31,30 +31,10 @@ long long first_match(const void* row, long long n, Vector vector, Scalar matche
 
 template <QmmElem E>
 std::uint32_t argmax_row(const void* row, long long n) {
-  // The largest value and whether there is a NaN (_mm256_max_ps returns its second operand where
-  // the first is a NaN, so the NaNs stay out of `top`).
-  const float first = load1<E>(row, 0);
-  __m256 top = _mm256_set1_ps(std::isnan(first) ? -INFINITY : first);
-  __m256 unordered = _mm256_setzero_ps();
-  long long i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = load8<E>(row, i);
-    unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    top = _mm256_max_ps(v, top);
-  }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, top);
-  bool nan = _mm256_movemask_ps(unordered) != 0;
-  float maximum = lanes[0];
-  for (int l = 1; l < 8; ++l) maximum = lanes[l] > maximum ? lanes[l] : maximum;
-  for (; i < n; ++i) {
-    const float v = load1<E>(row, i);
-    nan = nan || std::isnan(v);
-    maximum = v > maximum ? v : maximum;
-  }
+  const auto [maximum, nan] = row_maximum<E>(row, n);
   // MLX 0.32.4 takes the first NaN where a row has one (a NaN, once taken, is never replaced), and
   // otherwise the first element equal to the largest (a later equal one does not compare greater).
-  if (nan || std::isnan(first))
+  if (nan)
     return static_cast<std::uint32_t>(first_match<E>(
         row, n, [](__m256 v) { return _mm256_cmp_ps(v, v, _CMP_UNORD_Q); }, [](float v) { return std::isnan(v); }));
   const __m256 m = _mm256_set1_ps(maximum);

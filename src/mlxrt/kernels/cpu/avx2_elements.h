@@ -2,7 +2,7 @@
 // Float32, bfloat16 and float16 elements read as float on AVX2 with F16C: what the AVX2 kernel files
 // (l3_fused_avx2.cpp, logsumexp_avx2.cpp, argmax_avx2.cpp) share. Included only by those files,
 // inside their anonymous namespace (each file's own copy, compiled with its flags), after their
-// includes of <immintrin.h>, <cstdint>, <cstring> and affine_qmm_args.h (no include here: it would
+// includes of <immintrin.h>, <cmath>, <cstdint>, <cstring> and affine_qmm_args.h (no include here: it would
 // land inside that namespace).
 
 // Eight elements from element `at` of p as float.
@@ -16,6 +16,38 @@ __m256 load8(const void* p, long long at) {
   } else {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(p) + at)));
   }
+}
+
+// A row's largest value but for its NaNs (-inf where it has nothing else), and whether it holds a
+// NaN: _mm256_max_ps returns its second operand where the first is a NaN, so NaNs stay out.
+struct RowMaximum {
+  float value;
+  bool nan;
+};
+
+template <QmmElem E>
+float load1(const void* p, long long at);
+
+template <QmmElem E>
+RowMaximum row_maximum(const void* row, long long n) {
+  __m256 top = _mm256_set1_ps(-INFINITY);
+  __m256 unordered = _mm256_setzero_ps();
+  long long i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = load8<E>(row, i);
+    unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    top = _mm256_max_ps(v, top);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, top);
+  RowMaximum out{lanes[0], _mm256_movemask_ps(unordered) != 0};
+  for (int l = 1; l < 8; ++l) out.value = lanes[l] > out.value ? lanes[l] : out.value;
+  for (; i < n; ++i) {
+    const float v = load1<E>(row, i);
+    out.nan = out.nan || v != v;
+    out.value = v > out.value ? v : out.value;
+  }
+  return out;
 }
 
 // Element `at` of p as float.

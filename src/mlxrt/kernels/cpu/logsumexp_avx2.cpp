@@ -94,24 +94,7 @@ float logsumexp_scalar(const void* row, long long n) {
 
 template <QmmElem E>
 float logsumexp_row(const void* row, long long n, float* scratch) {
-  __m256 top = _mm256_set1_ps(-kInf);
-  __m256 unordered = _mm256_setzero_ps();
-  long long i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = load8<E>(row, i);
-    unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    top = _mm256_max_ps(top, v);
-  }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, top);
-  bool nan = _mm256_movemask_ps(unordered) != 0;
-  float maximum = lanes[0];
-  for (int l = 1; l < 8; ++l) maximum = lanes[l] > maximum ? lanes[l] : maximum;
-  for (; i < n; ++i) {
-    const float v = load1<E>(row, i);
-    nan = nan || std::isnan(v);
-    maximum = v > maximum ? v : maximum;
-  }
+  const auto [maximum, nan] = row_maximum<E>(row, n);
   // A row's maximum is one value whatever the order it is found in, but for a NaN (MLX keeps the
   // first) and a zero (+0 and -0 compare equal: MLX keeps the first it met).
   if (nan || maximum == 0.0f) return logsumexp_scalar<E>(row, n);
