@@ -1,9 +1,9 @@
 #pragma once
-// Float32, bfloat16 and float16 elements read as float on AVX2 with F16C: what the AVX2 kernel files
-// (l3_fused_avx2.cpp, logsumexp_avx2.cpp, argmax_avx2.cpp) share. Included only by those files,
-// inside their anonymous namespace (each file's own copy, compiled with its flags), after their
-// includes of <immintrin.h>, <cmath>, <cstdint>, <cstring> and affine_qmm_args.h (no include here: it would
-// land inside that namespace).
+// Float32, bfloat16 and float16 elements read as float on AVX2 with F16C: what the AVX2 kernel
+// files (l3_fused_avx2.cpp, logsumexp_avx2.cpp, argmax_avx2.cpp) share. Included only by those
+// files, inside their anonymous namespace (each file's own copy, compiled with its flags), after
+// their includes of <immintrin.h>, <cmath>, <cstdint>, <cstring> and affine_qmm_args.h (no include
+// here: it would land inside that namespace).
 
 // Eight elements from element `at` of p as float.
 template <QmmElem E>
