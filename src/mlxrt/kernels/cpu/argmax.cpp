@@ -9,6 +9,7 @@
 #include <mlx/primitives.h>
 
 #include "mlxrt/kernels/cpu/argmax_args.h"
+#include "mlxrt/kernels/cpu/l3_rows.h"
 #include "mlxrt/kernels/cpu/matmul.h"
 #include "mlxrt/kernels/cpu/operand.h"
 
@@ -32,7 +33,7 @@ class ArgMaxRows : public mx::UnaryPrimitive {
       const detail::Operand x(in[0], static_cast<int>(in[0].ndim()));
       const long long n = in[0].shape(-1);
       const long long rows = static_cast<long long>(in[0].size()) / n;
-      const QmmElem elem = t == mx::bfloat16 ? QmmElem::bf16 : t == mx::float16 ? QmmElem::f16 : QmmElem::f32;
+      const QmmElem elem = detail::elem_of(t);
       const long long width = static_cast<long long>(mx::size_of(t));
       auto* dst = out.data<std::uint32_t>();
       for (long long r = 0; r < rows; ++r) {
@@ -52,8 +53,8 @@ bool computes_exactly(const mx::array& r) {
   if (!reduce || reduce->state().first != mx::ArgReduce::ArgMax) return false;
   const auto& x = r.inputs()[0];
   const auto t = x.dtype();
-  return (t == mx::float32 || t == mx::bfloat16 || t == mx::float16) && reduce->state().second == static_cast<int>(x.ndim()) - 1 &&
-         x.shape(-1) <= (int64_t{1} << 32);
+  return (t == mx::float32 || t == mx::bfloat16 || t == mx::float16) &&
+         reduce->state().second == static_cast<int>(x.ndim()) - 1;
 }
 
 }  // namespace

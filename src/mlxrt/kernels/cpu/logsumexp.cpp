@@ -9,6 +9,7 @@
 
 #include "mlxrt/kernels/cpu/cpu_workers.h"
 #include "mlxrt/kernels/cpu/logsumexp_args.h"
+#include "mlxrt/kernels/cpu/l3_rows.h"
 #include "mlxrt/kernels/cpu/matmul.h"
 #include "mlxrt/kernels/cpu/operand.h"
 
@@ -37,7 +38,7 @@ class LogSumExpRows : public mx::UnaryPrimitive {
       const detail::Operand x(in[0], static_cast<int>(in[0].ndim()));  // rows made contiguous, as MLX's copy
       const long long n = in[0].shape(-1);
       const long long rows = static_cast<long long>(in[0].size()) / n;
-      const QmmElem elem = t == mx::bfloat16 ? QmmElem::bf16 : t == mx::float16 ? QmmElem::f16 : QmmElem::f32;
+      const QmmElem elem = detail::elem_of(t);
       const long long width = static_cast<long long>(mx::size_of(t));
       char* dst = static_cast<char*>(out.data<void>());
       auto run_rows = [&](float* scratch, int begin, int end) {
