@@ -16,6 +16,7 @@
 #include <mlx/random.h>
 #include <mlx/transforms.h>
 
+#include "mlxrt/kernels/cpu/categorical.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::generate {
@@ -112,7 +113,7 @@ std::vector<mx::array> xtc_graph(const mx::array& logits, const mx::array& key, 
 std::vector<mx::array> categorical_graph(const mx::array& logits, const mx::array& key, double temp) {
   auto scaled = mx::multiply(logits, scalar_like(1.0 / temp, logits));
   auto [next_key, used] = mx::random::split(key);
-  return {mx::random::categorical(scaled, -1, used), next_key};
+  return {kernels::cpu::categorical_last_axis(scaled, used), next_key};
 }
 
 // --- compiled wrappers ---------------------------------------------------------------------

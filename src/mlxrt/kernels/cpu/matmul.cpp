@@ -292,9 +292,9 @@ std::shared_ptr<CpuKernels> CpuKernels::create(int threads, bool allow_avx512, b
   return kernels;
 }
 
-bool own_kernels_here() {
+bool own_kernels_here(bool fma) {
   const char* choice = std::getenv("MLXRT_CPU_KERNELS");
-  return cpu_has_avx2() && !(choice && std::string(choice) == "mlx");
+  return cpu_has_avx2() && (!fma || cpu_has_fma()) && !(choice && std::string(choice) == "mlx");
 }
 
 std::shared_ptr<CpuKernels> CpuKernels::from_environment(bool l3) {

@@ -75,8 +75,9 @@ class CpuKernels {
 };
 
 /** Whether our L1 kernels run on this CPU without a model's CpuKernels (the single-threaded ones, as
- * argmax.h's): an x86-64 CPU with AVX2 and F16C, unless MLXRT_CPU_KERNELS=mlx (read at each call). */
-bool own_kernels_here();
+ * argmax.h's): an x86-64 CPU with AVX2 and F16C (and FMA, for those that ask), unless
+ * MLXRT_CPU_KERNELS=mlx (read at each call). */
+bool own_kernels_here(bool fma = false);
 
 /** mx::quantized_matmul(x, w, scales, biases, transpose = true, group_size, bits, mode): the same
  * node with our kernel in place of MLX's when `kernels` is set and the call is one it computes

@@ -1,0 +1,120 @@
+// Our CPU categorical draw (kernels/cpu/categorical.h) against MLX's own, draw for draw: float32,
+// bfloat16 and float16 rows of many lengths and temperatures, many keys, masked rows (-inf, as
+// top-k and top-p leave them), infinite and NaN logits, strided and higher-rank inputs, and MLX's
+// graph kept where ours does not apply.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <mlx/mlx.h>
+#include <mlx/primitives.h>
+
+#include "mlxrt/kernels/cpu/categorical.h"
+#include "mlxrt/kernels/cpu/matmul.h"
+#include "matmul_case.h"
+
+namespace mx = mlx::core;
+using mlxrt::kernels::cpu::categorical_last_axis;
+using mlxrt::kernels::test::bytes_of;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+bool ours_here() { return mlxrt::kernels::cpu::own_kernels_here(/*fma=*/true); }
+
+void expect_same(const mx::array& logits, const mx::array& key, const std::string& what) {
+  auto ours = categorical_last_axis(logits, key);
+  auto theirs = mx::random::categorical(logits, -1, key);
+  ASSERT_STREQ(ours.primitive().name(), "InverseCdfDraw") << what;
+  ASSERT_EQ(ours.shape(), theirs.shape()) << what;
+  ASSERT_EQ(ours.dtype(), theirs.dtype()) << what;
+  EXPECT_EQ(bytes_of(ours), bytes_of(theirs)) << what;
+}
+
+mx::array row_of(const std::vector<float>& v, mx::Dtype t) {
+  return mx::astype(mx::array(v.data(), {1, static_cast<int>(v.size())}, mx::float32), t);
+}
+
+const char* type_name(mx::Dtype t) { return t == mx::float32 ? "f32" : t == mx::bfloat16 ? "bf16" : "f16"; }
+
+}  // namespace
+
+TEST(CpuCategorical, EqualsMlxOnRandomRows) {
+  if (!ours_here()) GTEST_SKIP() << "no AVX2 + FMA + F16C here: MLX's categorical runs";
+  uint64_t seed = 1;
+  for (auto t : {mx::float32, mx::bfloat16, mx::float16})
+    for (int n : {1, 2, 7, 8, 9, 63, 1000, 4099, 151936})
+      for (float scale : {0.01f, 1.0f, 4.0f, 30.0f}) {
+        // Log-probabilities as the sampler sees them (logits minus their logsumexp), at a temperature.
+        auto x = mx::multiply(mx::random::normal({1, n}, mx::float32, 0.0f, 1.0f, mx::random::key(seed++)), mx::array(scale));
+        x = mx::astype(mx::subtract(x, mx::logsumexp(x, -1, true)), t);
+        const int draws = n > 10000 ? 4 : 24;
+        for (int d = 0; d < draws; ++d)
+          expect_same(x, mx::random::key(seed * 1000 + d),
+                      std::to_string(n) + " " + type_name(t) + " scale " + std::to_string(scale) + " draw " +
+                          std::to_string(d));
+      }
+}
+
+TEST(CpuCategorical, EqualsMlxOnSpecialValues) {
+  if (!ours_here()) GTEST_SKIP() << "no AVX2 + FMA + F16C here: MLX's categorical runs";
+  const std::vector<std::vector<float>> rows = {
+      {-kInf, -1.0f, -kInf, -2.0f, -kInf, -0.5f, -kInf, -kInf, -kInf, -3.0f, -kInf},  // masked, as top-k leaves it
+      {-kInf, -kInf, -kInf, -kInf, -kInf, -kInf, -kInf, -kInf, -kInf, -kInf},        // every word masked
+      {-1.0f, kInf, -2.0f, kInf, -3.0f, -4.0f, kInf, -5.0f, -6.0f, -7.0f},            // infinite maxima
+      {kNaN, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f},
+      {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, -kNaN},
+      {-0.0f, -1.0f, 0.0f, -2.0f, -3.0f, -4.0f, -5.0f, -6.0f, -7.0f, -8.0f},
+      {-100.0f, -100.0f, -100.0f, -100.0f, -100.0f, -100.0f, -100.0f, -100.0f, -100.0f},  // every weight 1
+      {0.0f, -80.0f, -87.9f, -88.0f, -88.1f, -90.0f, -1000.0f, -1e-40f, -3e-39f},         // exp's edges
+      {1e30f, -1e30f, 3e38f, -3e38f, 2e38f, 0.0f, 1.0f, 3e38f},
+  };
+  for (auto t : {mx::float32, mx::bfloat16, mx::float16})
+    for (size_t r = 0; r < rows.size(); ++r)
+      for (int d = 0; d < 40; ++d)
+        expect_same(row_of(rows[r], t), mx::random::key(100 * r + d),
+                    std::string("special row ") + std::to_string(r) + " " + type_name(t) + " draw " + std::to_string(d));
+}
+
+TEST(CpuCategorical, EqualsMlxOnStridedAndHigherRankInputs) {
+  if (!ours_here()) GTEST_SKIP() << "no AVX2 + FMA + F16C here: MLX's categorical runs";
+  auto batch = mx::astype(mx::random::normal({4, 3000}, mx::float32, 0.0f, 2.0f, mx::random::key(5)), mx::bfloat16);
+  for (int d = 0; d < 8; ++d) {
+    auto key = mx::random::key(50 + d);
+    expect_same(mx::slice(batch, {2, 0}, {3, 3000}), key, "a row of a batch");
+    expect_same(mx::slice(batch, {1, 7}, {2, 2990}), key, "a sliced row");
+    expect_same(mx::reshape(mx::slice(batch, {0, 0}, {1, 3000}), {1, 1, 3000}), key, "[1, 1, 3000]");
+    expect_same(mx::transpose(mx::slice(mx::reshape(batch, {4, 3000, 1}), {3, 0, 0}, {4, 3000, 1}), {0, 2, 1}), key,
+                "a transposed view");
+  }
+}
+
+TEST(CpuCategorical, FollowsMlxsKeySequence) {
+  if (!ours_here()) GTEST_SKIP() << "no AVX2 + FMA + F16C here: MLX's categorical runs";
+  // The default key sequence, as a draw without a key uses it: the same draws, one after another.
+  auto x = mx::astype(mx::random::normal({1, 5000}, mx::float32, 0.0f, 1.0f, mx::random::key(9)), mx::float16);
+  mx::random::seed(77);
+  std::vector<mx::array> ours, theirs;
+  for (int d = 0; d < 5; ++d) ours.push_back(categorical_last_axis(x, mx::random::KeySequence::default_().next()));
+  mx::random::seed(77);
+  for (int d = 0; d < 5; ++d) theirs.push_back(mx::random::categorical(x, -1));
+  for (int d = 0; d < 5; ++d) EXPECT_EQ(bytes_of(ours[d]), bytes_of(theirs[d])) << "draw " << d;
+}
+
+TEST(CpuCategorical, LeavesMlxsGraphWhereOursDoesNotApply) {
+  auto key = mx::random::key(3);
+  auto batch = mx::random::normal({3, 50}, mx::float32, 0.0f, 1.0f, mx::random::key(4));  // more than one row
+  EXPECT_STRNE(categorical_last_axis(batch, key).primitive().name(), "InverseCdfDraw");
+  EXPECT_EQ(bytes_of(categorical_last_axis(batch, key)), bytes_of(mx::random::categorical(batch, -1, key)));
+  auto flat = mx::random::normal({50}, mx::float32, 0.0f, 1.0f, mx::random::key(4));  // no row axis: MLX's Gumbel draw
+  EXPECT_STRNE(categorical_last_axis(flat, key).primitive().name(), "InverseCdfDraw");
+  setenv("MLXRT_CPU_KERNELS", "mlx", 1);
+  auto row = mx::random::normal({1, 50}, mx::float32, 0.0f, 1.0f, mx::random::key(4));
+  EXPECT_STRNE(categorical_last_axis(row, key).primitive().name(), "InverseCdfDraw");
+  unsetenv("MLXRT_CPU_KERNELS");
+}
