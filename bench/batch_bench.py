@@ -12,6 +12,7 @@ The model defaults to the server tests' tiny scripted qwen3 (real Qwen3 tokenize
 for another model directory.
 
 Usage: bench/batch_bench.py [--model DIR] [--clients 8 32] [--gen-tokens 64] [--prompt-words 60] [--runs 2]
+                            [--temperature T]
                             [--mlxrt-args "--log-level DEBUG"] [--mlxrt-env NAME=VALUE] [--log-dir DIR]
 """
 import argparse
@@ -26,15 +27,15 @@ from pathlib import Path
 from server_bench import BIN, PY, Server, free_port, post, tiny_server_model
 
 
-def stream_one(port, prompt, n, out, i):
+def stream_one(port, prompt, n, out, i, sampling):
     try:
-        stream_timed(port, prompt, n, out, i)
+        stream_timed(port, prompt, n, out, i, sampling)
     except OSError as e:  # counted as an error of the round
         out[i] = e
 
 
-def stream_timed(port, prompt, n, out, i):
-    body = {"prompt": prompt, "max_tokens": n, "stream": True, "logit_bias": {"151645": -100}}
+def stream_timed(port, prompt, n, out, i, sampling):
+    body = {"prompt": prompt, "max_tokens": n, "stream": True, "logit_bias": {"151645": -100}, **sampling}
     t0 = time.perf_counter()
     conn = post(port, body)
     resp = conn.getresponse()
@@ -59,9 +60,10 @@ def stream_timed(port, prompt, n, out, i):
     out[i] = ((first or time.perf_counter()) - t0, tokens)
 
 
-def round_of(port, prompt, n, clients):
+def round_of(port, prompt, n, clients, sampling):
     out = {}
-    threads = [threading.Thread(target=stream_one, args=(port, f"{i}: {prompt}", n, out, i)) for i in range(clients)]
+    threads = [threading.Thread(target=stream_one, args=(port, f"{i}: {prompt}", n, out, i, sampling))
+               for i in range(clients)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -85,6 +87,9 @@ def main():
     ap.add_argument("--gen-tokens", type=int, default=64)
     ap.add_argument("--prompt-words", type=int, default=60)
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--temperature", type=float,
+                    help="each request's temperature (default: none sent, so greedy); a sampled request draws "
+                         "each token from the distribution, a cost greedy requests do not pay")
     ap.add_argument("--mlxrt-args", action="append", default=[],
                     help="more options for `mlxrt server` (e.g. --log-level DEBUG); may be repeated")
     ap.add_argument("--mlxrt-env", action="append", default=[], metavar="NAME=VALUE",
@@ -102,24 +107,25 @@ def main():
                 "mlxrt": [*(["env", *args.mlxrt_env] if args.mlxrt_env else []),
                           BIN, "server", "--model", str(model), *args.server_args.split(),
                           *" ".join(args.mlxrt_args).split()]}
+    sampling = {} if args.temperature is None else {"temperature": args.temperature}
     results = {}
     for name, cmd in programs.items():
         port = free_port()
         srv = Server(name, cmd + ["--host", "127.0.0.1", "--port", str(port)], port, work)
         try:
-            round_of(port, prompt, 8, 2)  # warm-up
+            round_of(port, prompt, 8, 2, sampling)  # warm-up
             # Solo time to first token: the issue's bound for TTFT p99 under load is twice this.
             solo = []
             for _ in range(max(3, args.runs)):
-                solo += round_of(port, prompt, 8, 1)[1]
+                solo += round_of(port, prompt, 8, 1, sampling)[1]
             results[(name, 1)] = {"ttft_p50": pct(solo, 50)}
             for c in args.clients:
                 # A short round at this client count first: a GPU backend compiles kernels for each
                 # new batch shape, which would otherwise land in the first measured round's TTFTs.
-                round_of(port, prompt, 8, c)
+                round_of(port, prompt, 8, c, sampling)
                 tps, ttfts, errors = [], [], 0
                 for _ in range(args.runs):
-                    t, f, e = round_of(port, prompt, args.gen_tokens, c)
+                    t, f, e = round_of(port, prompt, args.gen_tokens, c, sampling)
                     tps.append(t)
                     ttfts += f
                     errors += e
@@ -127,7 +133,8 @@ def main():
                                       "ttft_p99": pct(ttfts, 99), "errors": errors}
         finally:
             srv.stop()
-    print(f"model: {model}  gen tokens: {args.gen_tokens}  prompt words: {args.prompt_words}  runs: {args.runs}")
+    print(f"model: {model}  gen tokens: {args.gen_tokens}  prompt words: {args.prompt_words}  runs: {args.runs}"
+          f"  temperature: {'none (greedy)' if args.temperature is None else args.temperature}")
     print(f"{'clients':<9}{'metric':<11}{'mlx_lm':>10}{'mlxrt':>10}{'mlxrt/mlx_lm':>14}")
     a, b = results[("mlx_lm", 1)]["ttft_p50"], results[("mlxrt", 1)]["ttft_p50"]
     print(f"{1:<9}{'ttft_solo':<11}{a:>10.3f}{b:>10.3f}{b / a:>14.2f}")
