@@ -12,7 +12,8 @@ function(mlxrt_cpu_kernel_flags target)
   endif()
   set(_x86 "${_dir}/affine_qmm_avx512.cpp" "${_dir}/affine_qmm_avx2.cpp" "${_dir}/l3_qmm_avx512vnni.cpp"
            "${_dir}/l3_qmm_avx2.cpp" "${_dir}/l3_fused_avx2.cpp" "${_dir}/logsumexp_avx2.cpp"
-           "${_dir}/argmax_avx2.cpp" "${_dir}/categorical_avx2.cpp")
+           "${_dir}/argmax_avx2.cpp" "${_dir}/categorical_avx2.cpp"
+           "${_dir}/exp_avx2.cpp")
   set(_arm "${_dir}/affine_qmm_neon.cpp" "${_dir}/l3_qmm_neon.cpp" "${_dir}/l3_qmm_neondot.cpp"
            "${_dir}/l3_fused_neon.cpp")
   if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND NOT APPLE)
@@ -26,8 +27,9 @@ function(mlxrt_cpu_kernel_flags target)
       PROPERTIES COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mfma;-mf16c;-ffp-contract=off;-Wno-maybe-uninitialized")
     set_source_files_properties("${_dir}/l3_qmm_avx2.cpp" "${_dir}/l3_fused_avx2.cpp" TARGET_DIRECTORY ${target}
       PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-ffp-contract=off")
-    # The L1 logsumexp and categorical draw: the fused multiply-adds MLX's exp names, nothing the compiler fuses.
-    set_source_files_properties("${_dir}/logsumexp_avx2.cpp" "${_dir}/categorical_avx2.cpp" TARGET_DIRECTORY ${target}
+    # The L1 logsumexp, categorical draw and exp: the fused multiply-adds MLX's exp names, nothing the compiler fuses.
+    set_source_files_properties("${_dir}/logsumexp_avx2.cpp" "${_dir}/categorical_avx2.cpp" "${_dir}/exp_avx2.cpp"
+      TARGET_DIRECTORY ${target}
       PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-ffp-contract=off")
     set_source_files_properties("${_dir}/argmax_avx2.cpp" TARGET_DIRECTORY ${target}
       PROPERTIES COMPILE_OPTIONS "-mavx2;-mf16c;-ffp-contract=off")

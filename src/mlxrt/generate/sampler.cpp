@@ -17,6 +17,7 @@
 #include <mlx/transforms.h>
 
 #include "mlxrt/kernels/cpu/categorical.h"
+#include "mlxrt/kernels/cpu/sampling_masks.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::generate {
@@ -43,6 +44,7 @@ std::string fmt_double(double v) {
 // --- the graphs, one per compiled mlx-lm function ------------------------------------------
 
 mx::array top_p_graph(const mx::array& logprobs, double top_p) {
+  if (auto ours = kernels::cpu::top_p_mask(logprobs, top_p)) return *ours;
   auto sorted_logprobs = mx::sort(logprobs, -1);
   auto sorted_probs = mx::exp(mx::astype(sorted_logprobs, mx::float32));
   auto mass_above = mx::cumsum(sorted_probs, -1, /*reverse=*/true, /*inclusive=*/false);
@@ -75,6 +77,7 @@ mx::array min_p_graph(const mx::array& logprobs, double min_p, int min_tokens_to
 }
 
 mx::array top_k_graph(const mx::array& logprobs, int top_k) {
+  if (auto ours = kernels::cpu::top_k_mask(logprobs, top_k)) return *ours;
   auto mask_idx = mx::argpartition(mx::negative(logprobs), top_k - 1, -1);
   const int last = mask_idx.ndim() - 1;
   mx::Shape start(mask_idx.ndim(), 0), stop = mask_idx.shape();
