@@ -12,7 +12,7 @@ The model defaults to the server tests' tiny scripted qwen3 (real Qwen3 tokenize
 for another model directory.
 
 Usage: bench/batch_bench.py [--model DIR] [--clients 8 32] [--gen-tokens 64] [--prompt-words 60] [--runs 2]
-                            [--temperature T]
+                            [--temperature T] [--top-p P] [--top-k K]
                             [--mlxrt-args "--log-level DEBUG"] [--mlxrt-env NAME=VALUE] [--log-dir DIR]
 """
 import argparse
@@ -90,6 +90,8 @@ def main():
     ap.add_argument("--temperature", type=float,
                     help="each request's temperature (default: none sent, so greedy); a sampled request draws "
                          "each token from the distribution, a cost greedy requests do not pay")
+    ap.add_argument("--top-p", type=float, help="each request's top_p (with --temperature)")
+    ap.add_argument("--top-k", type=int, help="each request's top_k (with --temperature)")
     ap.add_argument("--mlxrt-args", action="append", default=[],
                     help="more options for `mlxrt server` (e.g. --log-level DEBUG); may be repeated")
     ap.add_argument("--mlxrt-env", action="append", default=[], metavar="NAME=VALUE",
@@ -107,7 +109,8 @@ def main():
                 "mlxrt": [*(["env", *args.mlxrt_env] if args.mlxrt_env else []),
                           BIN, "server", "--model", str(model), *args.server_args.split(),
                           *" ".join(args.mlxrt_args).split()]}
-    sampling = {} if args.temperature is None else {"temperature": args.temperature}
+    sampling = {k: v for k, v in (("temperature", args.temperature), ("top_p", args.top_p), ("top_k", args.top_k))
+                if v is not None}
     results = {}
     for name, cmd in programs.items():
         port = free_port()
@@ -134,7 +137,7 @@ def main():
         finally:
             srv.stop()
     print(f"model: {model}  gen tokens: {args.gen_tokens}  prompt words: {args.prompt_words}  runs: {args.runs}"
-          f"  temperature: {'none (greedy)' if args.temperature is None else args.temperature}")
+          f"  sampling: {sampling or 'none sent (greedy)'}")
     print(f"{'clients':<9}{'metric':<11}{'mlx_lm':>10}{'mlxrt':>10}{'mlxrt/mlx_lm':>14}")
     a, b = results[("mlx_lm", 1)]["ttft_p50"], results[("mlxrt", 1)]["ttft_p50"]
     print(f"{1:<9}{'ttft_solo':<11}{a:>10.3f}{b:>10.3f}{b / a:>14.2f}")
