@@ -16,6 +16,12 @@ function(mlxrt_cpu_kernel_flags target)
            "${_dir}/exp_avx2.cpp")
   set(_arm "${_dir}/affine_qmm_neon.cpp" "${_dir}/l3_qmm_neon.cpp" "${_dir}/l3_qmm_neondot.cpp"
            "${_dir}/l3_fused_neon.cpp")
+  # The sampling filters' loops over a row's elements: plain C++ that GCC's -O2 cost model
+  # ("very cheap") leaves scalar; its dynamic model vectorizes them for the baseline instruction set.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    set_source_files_properties("${_dir}/sampling_masks.cpp" TARGET_DIRECTORY ${target}
+      PROPERTIES COMPILE_OPTIONS "-fvect-cost-model=dynamic")
+  endif()
   if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND NOT APPLE)
     target_compile_definitions(${target} PUBLIC MLXRT_CPU_X86_KERNELS=1)
     set_source_files_properties("${_dir}/affine_qmm_avx512.cpp" TARGET_DIRECTORY ${target}

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -23,87 +24,87 @@ namespace {
 
 // --- a row's elements as bits, and the order of their values --------------------------------------
 
-// The layout of a float32, bfloat16 or float16 element.
+// The layout of a float32 (U = uint32_t), bfloat16 or float16 (U = uint16_t) element.
+template <class U>
 struct Layout {
+  using Signed = std::make_signed_t<U>;
   mx::Dtype dtype;
-  int width;            // bytes
-  std::uint32_t sign;   // the sign bit
-  std::uint32_t inf;    // +inf's bits; larger magnitudes are NaNs
-  std::uint32_t all;    // every bit of the element
+  U sign;  // the sign bit
+  U inf;   // +inf's bits; larger magnitudes are NaNs
 
   explicit Layout(mx::Dtype t)
       : dtype(t),
-        width(t == mx::float32 ? 4 : 2),
-        sign(t == mx::float32 ? 0x80000000u : 0x8000u),
-        inf(t == mx::float32 ? 0x7F800000u : t == mx::bfloat16 ? 0x7F80u : 0x7C00u),
-        all(t == mx::float32 ? 0xFFFFFFFFu : 0xFFFFu) {}
+        sign(static_cast<U>(U{1} << (8 * sizeof(U) - 1))),
+        inf(static_cast<U>(t == mx::float32 ? 0x7F800000u : t == mx::bfloat16 ? 0x7F80u : 0x7C00u)) {}
 
-  std::uint32_t bits(const char* row, long long i) const {
-    if (width == 4) {
-      std::uint32_t b;
-      std::memcpy(&b, row + i * 4, 4);
-      return b;
-    }
-    std::uint16_t h;
-    std::memcpy(&h, row + i * 2, 2);
-    return h;
-  }
-  void store(char* row, long long i, std::uint32_t b) const {
-    if (width == 4) {
-      std::memcpy(row + i * 4, &b, 4);
-    } else {
-      const auto h = static_cast<std::uint16_t>(b);
-      std::memcpy(row + i * 2, &h, 2);
-    }
-  }
-  bool is_nan(std::uint32_t b) const { return (b & ~sign & all) > inf; }
-  std::uint32_t negative_inf() const { return sign | inf; }
-
-  // An unsigned key in the order of the values (not NaNs): larger value, larger key; -0 and +0 one
-  // key, as they compare equal.
-  std::uint32_t key(std::uint32_t b) const {
-    if ((b & ~sign & all) == 0) b = 0;
-    return (b & sign) ? (~b & all) : (b | sign);
-  }
-  std::uint32_t bits_of_key(std::uint32_t k) const { return (k & sign) ? (k & ~sign) : (~k & all); }
-  float value(std::uint32_t b) const {
-    char buf[4];
-    std::memcpy(buf, &b, 4);  // little-endian: the element's bytes come first
-    return detail::load_float(buf, dtype, 0);
-  }
+  bool is_nan(U b) const { return static_cast<U>(b & ~sign) > inf; }
+  U negative_inf() const { return static_cast<U>(sign | inf); }
+  // An unsigned key in the order of the values (not NaNs): larger value, larger key. -0 has the key
+  // just below +0's (zero_key), none between: a zero's run is both keys (sort_keys).
+  U key(U b) const { return static_cast<U>(b ^ (static_cast<U>(static_cast<Signed>(b) >> (8 * sizeof(U) - 1)) | sign)); }
+  U bits_of_key(U k) const { return static_cast<U>(k ^ ((k & sign) ? sign : static_cast<U>(~U{0}))); }
+  U zero_key() const { return sign; }
+  // The smallest key equal in value to the value of key k (-0's for a zero).
+  U lowest_equal(U k) const { return k == zero_key() ? static_cast<U>(k - 1) : k; }
+  // Keys of NaNs: above +inf's (positive NaNs) or below -inf's (negative NaNs).
+  bool nan_key(U k) const { return k > key(inf) || k < key(negative_inf()); }
+  float value(U b) const { return detail::load_float(reinterpret_cast<const char*>(&b), dtype, 0); }
 };
 
-// A row's values other than NaNs, largest first, each distinct value once with how many elements
-// hold it: what sorting the row gives, up to the order among equal values, which neither filter
-// sees.
+// A row's values other than NaNs, largest first, each distinct value once (a zero's run is -0 and +0,
+// under +0's key) with how many elements hold it: what sorting the row gives, up to the order among
+// equal values, which neither filter sees; and how many NaNs it holds.
+template <class U>
 struct DescendingValues {
-  std::vector<std::uint32_t> keys;
+  std::vector<U> keys;
   std::vector<long long> counts;
+  long long nans = 0;
 };
 
-// 16-bit elements: counted, one counter per possible value.
-DescendingValues count_values(const char* row, long long n, const Layout& e) {
+// 16-bit elements: counted, one counter per possible key. Four elements of -inf in a row (what earlier
+// filters leave, often most of a row) are counted in one step: one counter bumped element after
+// element would make each increment wait for the last.
+DescendingValues<std::uint16_t> count_values(const std::uint16_t* x, long long n, const Layout<std::uint16_t>& e) {
   std::vector<std::uint32_t> tally(size_t{1} << 16, 0);
-  for (long long i = 0; i < n; ++i) {
-    const std::uint32_t b = e.bits(row, i);
-    if (!e.is_nan(b)) ++tally[e.key(b)];
+  const std::uint16_t negative_inf = e.negative_inf();
+  const std::uint64_t four_masked = 0x0001000100010001ull * negative_inf;
+  long long masked = 0, i = 0;
+  for (; i + 4 <= n; i += 4) {
+    std::uint64_t four;
+    std::memcpy(&four, x + i, 8);
+    if (four == four_masked) {
+      masked += 4;
+      continue;
+    }
+    for (int j = 0; j < 4; ++j) ++tally[e.key(x[i + j])];
   }
-  DescendingValues out;
-  for (std::uint32_t k = 1u << 16; k-- > 0;)
-    if (tally[k]) {
-      out.keys.push_back(k);
+  for (; i < n; ++i) ++tally[e.key(x[i])];
+  tally[e.key(negative_inf)] += static_cast<std::uint32_t>(masked);
+  tally[e.zero_key()] += std::exchange(tally[e.zero_key() - 1u], 0);
+  DescendingValues<std::uint16_t> out;
+  for (std::uint32_t k = 1u << 16; k-- > 0;) {
+    if (!tally[k]) continue;
+    if (e.nan_key(static_cast<std::uint16_t>(k))) {
+      out.nans += tally[k];
+    } else {
+      out.keys.push_back(static_cast<std::uint16_t>(k));
       out.counts.push_back(tally[k]);
     }
+  }
   return out;
 }
 
 // 32-bit elements: keys radix-sorted (11, 11 and 10 bits, least significant first), then grouped.
-DescendingValues sort_values(const char* row, long long n, const Layout& e) {
+DescendingValues<std::uint32_t> count_values(const std::uint32_t* x, long long n, const Layout<std::uint32_t>& e) {
+  DescendingValues<std::uint32_t> out;
   std::vector<std::uint32_t> keys, spare;
   keys.reserve(static_cast<size_t>(n));
   for (long long i = 0; i < n; ++i) {
-    const std::uint32_t b = e.bits(row, i);
-    if (!e.is_nan(b)) keys.push_back(e.key(b));
+    const std::uint32_t k = e.key(x[i]);
+    if (e.nan_key(k))
+      ++out.nans;
+    else
+      keys.push_back(k == e.zero_key() - 1u ? e.zero_key() : k);
   }
   spare.resize(keys.size());
   for (int shift : {0, 11, 22}) {
@@ -114,7 +115,6 @@ DescendingValues sort_values(const char* row, long long n, const Layout& e) {
     for (auto k : keys) spare[start[(k >> shift) & 0x7FF]++] = k;
     keys.swap(spare);
   }
-  DescendingValues out;
   for (size_t i = keys.size(); i-- > 0;) {
     if (!out.keys.empty() && out.keys.back() == keys[i]) {
       ++out.counts.back();
@@ -126,24 +126,31 @@ DescendingValues sort_values(const char* row, long long n, const Layout& e) {
   return out;
 }
 
-DescendingValues descending_values(const char* row, long long n, const Layout& e) {
-  return e.width == 2 ? count_values(row, n, e) : sort_values(row, n, e);
-}
-
 // --- the filters on one row ------------------------------------------------------------------
+
+// `count` additions of p to sum, one after another. Once one leaves the sum as it was, so does every
+// later one (the same two operands): the rest are skipped.
+float add_repeatedly(float sum, float p, long long count) {
+  for (long long c = 0; c < count; ++c) {
+    const float next = sum + p;
+    if (next == sum) break;
+    sum = next;
+  }
+  return sum;
+}
 
 // apply_top_p: sorted = sort(x); p = exp(float32(sorted)); above = the reverse exclusive running sum
 // of p (position i: the p above it, added from the largest down); total = above[0] + p[0];
 // dropped = the count of above >= top_p * total; x where x >= sorted[dropped], else -inf.
-void top_p_row(const char* row, long long n, const Layout& e, float top_p, char* out) {
-  for (long long i = 0; i < n; ++i)
-    if (e.is_nan(e.bits(row, i))) {
-      // A NaN sorts last, so every running sum above it, the total and the bound are NaNs: nothing
-      // compares at or above the bound, dropped is 0 and the smallest value is the threshold.
-      std::memcpy(out, row, static_cast<size_t>(n * e.width));
-      return;
-    }
-  const auto values = descending_values(row, n, e);
+template <class U>
+void top_p_row(const U* x, long long n, const Layout<U>& e, float top_p, U* out) {
+  const auto values = count_values(x, n, e);
+  if (values.nans) {
+    // A NaN sorts last, so every running sum above it, the total and the bound are NaNs: nothing
+    // compares at or above the bound, dropped is 0 and the smallest value is the threshold.
+    std::copy(x, x + n, out);
+    return;
+  }
   const size_t runs = values.keys.size();
   std::vector<float> v(runs), p(runs);
   for (size_t r = 0; r < runs; ++r) v[r] = e.value(e.bits_of_key(values.keys[r]));
@@ -152,65 +159,78 @@ void top_p_row(const char* row, long long n, const Layout& e, float top_p, char*
 #endif
   // One addition per element, largest first: MLX's reverse scan, then its final p[0].
   float total = 0.0f;
-  for (size_t r = 0; r < runs; ++r)
-    for (long long c = 0; c < values.counts[r]; ++c) total = total + p[r];
+  for (size_t r = 0; r < runs; ++r) total = add_repeatedly(total, p[r], values.counts[r]);
   const float bound = top_p * total;
   // dropped = n (no element survives) needs a bound of zero or less: MLX then reads its threshold
   // past the row's end; with logprobs that happens only for a row of -inf, which stays -inf whatever
   // the threshold. Ours masks the whole row.
-  float threshold = INFINITY;
+  U threshold_key = static_cast<U>(~U{0});
   if (bound > 0.0f) {
-    threshold = v[runs - 1];  // dropped = 0: the smallest value
+    threshold_key = values.keys[runs - 1];  // dropped = 0: the smallest value
     float above = 0.0f;
-    bool found = false;
-    for (size_t r = 0; r < runs && !found; ++r)
-      for (long long c = 0; c < values.counts[r]; ++c) {
-        if (above >= bound) {
-          // The first position, from the top, whose mass above reaches the bound: dropped is one
-          // past it, so the threshold is the element just above (the one walked before).
-          threshold = c > 0 ? v[r] : v[r - 1];
-          found = true;
+    for (size_t r = 0; r < runs; ++r) {
+      // The first position, from the top, whose mass above reaches the bound: dropped is one past it,
+      // so the threshold is the element just above it (the one walked before).
+      if (above >= bound) {
+        threshold_key = values.keys[r - 1];
+        break;
+      }
+      // Then the run's next elements, while the mass above them changes.
+      long long c = 1;
+      for (; c < values.counts[r]; ++c) {
+        const float next = above + p[r];
+        if (next == above) {
+          c = values.counts[r];
           break;
         }
-        above = above + p[r];
+        above = next;
+        if (above >= bound) break;
       }
+      if (c < values.counts[r]) {  // reached inside this run of equal values
+        threshold_key = values.keys[r];
+        break;
+      }
+      above = above + p[r];
+    }
   }
-  for (long long i = 0; i < n; ++i) {
-    const std::uint32_t b = e.bits(row, i);
-    e.store(out, i, e.value(b) < threshold ? e.negative_inf() : b);
-  }
+  // x < threshold: -0 is not below a zero threshold.
+  const U below = e.lowest_equal(threshold_key);
+  const U negative_inf = e.negative_inf();
+  for (long long i = 0; i < n; ++i) out[i] = e.key(x[i]) < below ? negative_inf : x[i];
 }
 
 // apply_top_k: argpartition(-x, k - 1), then -inf at the indices it puts from k on. MLX's partition
 // orders by -x, ties by index, NaNs last (nth_element with that comparison): the first k are the k
 // largest, ties to the earlier index, unless fewer than k values are not NaNs.
-void top_k_by_partition(const char* row, long long n, const Layout& e, long long k, char* out);
+template <class U>
+void top_k_by_partition(const U* x, long long n, const Layout<U>& e, long long k, U* out);
 
-void top_k_row(const char* row, long long n, const Layout& e, long long k, char* out) {
-  long long nans = 0;
-  for (long long i = 0; i < n; ++i) nans += e.is_nan(e.bits(row, i));
-  if (n - nans < k) return top_k_by_partition(row, n, e, k, out);
-  const auto values = descending_values(row, n, e);
+template <class U>
+void top_k_row(const U* x, long long n, const Layout<U>& e, long long k, U* out) {
+  const auto values = count_values(x, n, e);
+  if (n - values.nans < k) return top_k_by_partition(x, n, e, k, out);
   long long larger = 0;
   size_t r = 0;
   while (larger + values.counts[r] < k) larger += values.counts[r++];
-  const std::uint32_t kth = values.keys[r];
+  const U kth = values.keys[r], kth_low = e.lowest_equal(kth);
+  const U negative_inf = e.negative_inf();
   long long ties_kept = k - larger;  // of the elements equal to the k-th largest, the first ones
+  if (ties_kept == values.counts[r] && values.nans == 0) {
+    for (long long i = 0; i < n; ++i) out[i] = e.key(x[i]) >= kth_low ? x[i] : negative_inf;
+    return;
+  }
   for (long long i = 0; i < n; ++i) {
-    const std::uint32_t b = e.bits(row, i);
-    bool keep = false;
-    if (!e.is_nan(b)) {
-      const std::uint32_t key = e.key(b);
-      keep = key > kth || (key == kth && ties_kept-- > 0);
-    }
-    e.store(out, i, keep ? b : e.negative_inf());
+    const U b = x[i], key = e.key(b);
+    const bool keep = !e.is_nan(b) && (key > kth || (key >= kth_low && ties_kept-- > 0));
+    out[i] = keep ? b : negative_inf;
   }
 }
 
 // Which NaNs are among the first k is up to the partition's algorithm: run it, as MLX does.
-void top_k_by_partition(const char* row, long long n, const Layout& e, long long k, char* out) {
+template <class U>
+void top_k_by_partition(const U* x, long long n, const Layout<U>& e, long long k, U* out) {
   std::vector<float> negated(static_cast<size_t>(n));
-  for (long long i = 0; i < n; ++i) negated[static_cast<size_t>(i)] = -e.value(e.bits(row, i));
+  for (long long i = 0; i < n; ++i) negated[static_cast<size_t>(i)] = -e.value(x[i]);
   std::vector<std::uint32_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0u);
   std::nth_element(order.begin(), order.begin() + (k - 1), order.end(), [&](std::uint32_t a, std::uint32_t b) {
@@ -219,8 +239,21 @@ void top_k_by_partition(const char* row, long long n, const Layout& e, long long
     if (std::isnan(vb)) return true;
     return va < vb || (va == vb && a < b);
   });
-  std::memcpy(out, row, static_cast<size_t>(n * e.width));
-  for (long long j = k; j < n; ++j) e.store(out, order[static_cast<size_t>(j)], e.negative_inf());
+  std::copy(x, x + n, out);
+  for (long long j = k; j < n; ++j) out[order[static_cast<size_t>(j)]] = e.negative_inf();
+}
+
+template <class U>
+void filter_rows(bool top_p, double parameter, const char* in, long long rows, long long n, mx::Dtype t, char* dst) {
+  const Layout<U> e(t);
+  for (long long r = 0; r < rows; ++r) {
+    const U* row = reinterpret_cast<const U*>(in) + r * n;
+    U* row_out = reinterpret_cast<U*>(dst) + r * n;
+    if (top_p)
+      top_p_row(row, n, e, static_cast<float>(parameter), row_out);
+    else
+      top_k_row(row, n, e, static_cast<long long>(parameter), row_out);
+  }
 }
 
 // --- the node ------------------------------------------------------------------------------
@@ -243,19 +276,15 @@ class RowFilter : public mx::UnaryPrimitive {
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     detail::schedule_on_cpu(stream(), inputs, out, [kind = kind_, parameter = parameter_](
                                                         mx::array& out, const std::vector<mx::array>& in) {
-      const Layout e(in[0].dtype());
+      const auto t = in[0].dtype();
       const detail::Operand x(in[0], static_cast<int>(in[0].ndim()));  // rows made contiguous
       const long long n = in[0].shape(-1);
       const long long rows = static_cast<long long>(in[0].size()) / n;
       char* dst = static_cast<char*>(out.data<void>());
-      for (long long r = 0; r < rows; ++r) {
-        const char* row = x.data + r * n * e.width;
-        char* row_out = dst + r * n * e.width;
-        if (kind == Kind::TopP)
-          top_p_row(row, n, e, static_cast<float>(parameter), row_out);
-        else
-          top_k_row(row, n, e, static_cast<long long>(parameter), row_out);
-      }
+      if (t == mx::float32)
+        filter_rows<std::uint32_t>(kind == Kind::TopP, parameter, x.data, rows, n, t, dst);
+      else
+        filter_rows<std::uint16_t>(kind == Kind::TopP, parameter, x.data, rows, n, t, dst);
     });
   }
 
