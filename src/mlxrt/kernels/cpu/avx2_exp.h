@@ -38,7 +38,7 @@ __m256 exp_as_mlx(__m256 x_init) {
 
 // The same exp one value at a time (MLX's one-lane build, literally), for the rows the vector path
 // leaves: those holding a NaN or whose maximum is a zero (its sign is the first zero's).
-float exp_as_mlx(float x_init) {
+[[maybe_unused]] float exp_as_mlx(float x_init) {
   float x = x_init * 1.442695f;
   const float ipart = static_cast<float>(std::floor(static_cast<double>(x) + 0.5));
   const float fpart = x - ipart;
