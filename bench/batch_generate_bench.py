@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """The batch generator alone, without a server: `mlxrt batch-generate` against mlx-lm's
-BatchGenerator (driven as batch_generate drives it), the same prompts, greedy, one process each.
+BatchGenerator (driven as batch_generate drives it), the same prompts, one process each: greedy, or
+with --temp (and --top-p, --top-k) one sampler for the whole batch, as batch_generate's, seeded by
+--seed on both sides (so the draws, too, must be equal).
 
 Both sides log each decode step's wall time; the table gives the mean step time over segments of
 the generation (so a step that grows with the context shows), the decode tok/s over the whole
@@ -13,7 +15,7 @@ A split whose wait is near zero is bound by the host: fewer graph nodes, not fas
 
 Usage: bench/batch_generate_bench.py --model DIR [--mlxrt build/mlxrt] [--batch 8] [--prompt-tokens 80]
        [--gen-tokens 256] [--segments 4] [--runs 1] [--log-dir DIR] [--graphs] [--step-timing] [--no-bias]
-       [--mlxrt-args ARGS]
+       [--mlxrt-args ARGS] [--temp T] [--top-p P] [--top-k K] [--seed S]
 A model: bench/gpu/models.py makes random ones with Qwen3 dims (python bench/gpu/models.py).
 """
 import argparse
@@ -41,6 +43,7 @@ from mlx_lm.utils import load_model
 model_dir, requests_file, eos, steps_file = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
 graph_file = sys.argv[5] if len(sys.argv) > 5 and sys.argv[5] else None
 step_timing = len(sys.argv) > 6 and sys.argv[6] == "timing"
+sampling = json.loads(sys.argv[7]) if len(sys.argv) > 7 else {}
 requests = json.loads(Path(requests_file).read_text())["requests"]
 from mlx_lm.generate import GenerationBatch
 # The generation batch's _step builds the step's graph, hands it to mx.async_eval, then reads the
@@ -88,8 +91,13 @@ def timed_step(self):
 
 
 mx.async_eval, mx.eval, GenerationBatch._step = async_eval, eval_, timed_step
+sampler = None
+if sampling:
+    from mlx_lm.sample_utils import make_sampler
+    mx.random.seed(sampling.pop("seed"))  # before the model is built: its layers draw from the same key
+    sampler = make_sampler(**sampling)
 model, _ = load_model(Path(model_dir))
-gen = BatchGenerator(model, stop_tokens=[[t] for t in eos])
+gen = BatchGenerator(model, stop_tokens=[[t] for t in eos], sampler=sampler)
 processors = [make_logits_processors(**{k: ({int(t): b for t, b in v.items()} if k == "logit_bias" else v)
                                          for k, v in r["logits_processors"].items()})
               if "logits_processors" in r else None for r in requests]
@@ -200,7 +208,14 @@ def main():
     ap.add_argument("--graphs", action="store_true", help="also count the ops of one decode step on each side")
     ap.add_argument("--step-timing", action="store_true",
                     help="also split each side's decode step into build / dispatch / wait")
+    ap.add_argument("--temp", type=float, default=0.0, help="sample at this temperature (one sampler for the batch)")
+    ap.add_argument("--top-p", type=float, default=0.0)
+    ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="both sides' seed when sampling")
     args = ap.parse_args()
+    sampling = {}
+    if args.temp:
+        sampling = {"temp": args.temp, "top_p": args.top_p, "top_k": args.top_k, "seed": args.seed}
 
     config = json.loads((Path(args.model) / "config.json").read_text())
     eos = config.get("eos_token_id", [])
@@ -224,9 +239,13 @@ def main():
                        "--max-tokens", str(args.gen_tokens), "--step-log", str(steps_file), *args.mlxrt_args.split()]
                 cmd += ["--step-graph", str(graph)] if args.graphs and run == 0 else []
                 cmd += ["--step-timing"] if args.step_timing else []
+                if sampling:
+                    cmd += ["--temp", str(args.temp), "--top-p", str(args.top_p), "--top-k", str(args.top_k),
+                            "--seed", str(args.seed)]
             else:
                 cmd = [sys.executable, "-c", MLX_LM_SIDE, args.model, str(requests), json.dumps(eos), str(steps_file),
-                       str(graph) if args.graphs and run == 0 else "", "timing" if args.step_timing else ""]
+                       str(graph) if args.graphs and run == 0 else "", "timing" if args.step_timing else "",
+                       json.dumps(sampling)]
             # With --log-dir, each side's stderr is kept beside its step log.
             stderr_file = work / f"{side}-stderr-{run}.txt" if args.log_dir else None
             rows, steps, wall, split = run_side(cmd, steps_file, env, stderr_file)
@@ -237,7 +256,8 @@ def main():
 
     same = tokens["mlx_lm"] == tokens["mlxrt"]
     print(f"model {Path(args.model).name}, {args.batch} prompts of ~{args.prompt_tokens} tokens, "
-          f"{args.gen_tokens} generated each, {args.runs} run(s); tokens equal: {same}")
+          f"{args.gen_tokens} generated each, {args.runs} run(s), "
+          f"{'sampling ' + json.dumps(sampling) if sampling else 'greedy'}; tokens equal: {same}")
     header = ["side", "first step (prefill) ms"] + [f"decode ms/step, part {i + 1}/{args.segments}"
                                                     for i in range(args.segments)] + ["decode tok/s", "process s"]
     print("| " + " | ".join(header) + " |")
