@@ -52,7 +52,7 @@ class InverseCdfDraw : public mx::UnaryPrimitive {
 // MLX's float32 Gumbel sum for one element exactly as its graph computes it: uniform() of the word
 // (its division, its clamp below one, its times one plus zero), -log(-log(u)) by the C library's
 // logf, plus the logit.
-float gumbel_sum_exactly(std::uint32_t word, float logit) {
+[[maybe_unused]] float gumbel_sum_exactly(std::uint32_t word, float logit) {
   float u = static_cast<float>(word) / 4294967296.0f;
   u = u < 0.99999994f ? u : 0.99999994f;
   u = 1.0f * u + 0.0f;
@@ -61,9 +61,10 @@ float gumbel_sum_exactly(std::uint32_t word, float logit) {
 }
 
 // MLX's argmax over exact sums of the elements `at` (ascending): the first NaN, else the first of
-// the largest.
-std::uint32_t argmax_of_exact_sums(const detail::Operand& x, mx::Dtype t, long long row_start, const std::uint32_t* words,
-                                   const std::uint32_t* at, long long count) {
+// the largest. (Unused where the AVX2 files are not built.)
+[[maybe_unused]] std::uint32_t argmax_of_exact_sums(const detail::Operand& x, mx::Dtype t, long long row_start,
+                                                    const std::uint32_t* words, const std::uint32_t* at,
+                                                    long long count) {
   std::uint32_t best = 0;
   float best_sum = 0;
   bool first = true;
