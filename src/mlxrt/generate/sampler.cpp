@@ -62,6 +62,7 @@ mx::array top_p_graph(const mx::array& logprobs, double top_p) {
 }
 
 mx::array min_p_graph(const mx::array& logprobs, double min_p, int min_tokens_to_keep) {
+  if (auto ours = kernels::cpu::min_p_mask(logprobs, min_p, min_tokens_to_keep)) return *ours;
   auto top_logprobs = mx::max(logprobs, -1, true);
   auto scaled_min_p = mx::add(top_logprobs, scalar_like(std::log(min_p), top_logprobs));
   auto tokens_to_remove = mx::less(logprobs, scaled_min_p);

@@ -1,4 +1,4 @@
-// mlx-lm's top-p and top-k filters by our CPU kernels (kernels/cpu/sampling_masks.h) against the
+// mlx-lm's top-p, top-k and min-p filters by our CPU kernels (kernels/cpu/sampling_masks.h) against the
 // same compiled steps built from MLX's ops (MLXRT_CPU_KERNELS=mlx), byte for byte: float32,
 // bfloat16 and float16 rows of many lengths, peaked and flat, with ties, masked words, NaNs and
 // signed zeros, batches and strided views.
@@ -60,6 +60,11 @@ void expect_same_top_k(const mx::array& x, int k, const std::string& what) {
               what + " top_k " + std::to_string(k));
 }
 
+void expect_same_min_p(const mx::array& x, double p, const std::string& what) {
+  expect_same(x, [p](const mx::array& a, RandomState& r) { return mlxrt::generate::apply_min_p(a, p, 1, r); },
+              "MinPRows", what + " min_p " + std::to_string(p));
+}
+
 const char* type_name(mx::Dtype t) { return t == mx::float32 ? "f32" : t == mx::bfloat16 ? "bf16" : "f16"; }
 
 // Log-probabilities of `rows` rows: normal logits at a scale (large: peaked; small: flat), rounded to
@@ -103,6 +108,43 @@ TEST(SamplingMasks, TopKEqualsMlxOnRandomRows) {
       }
 }
 
+TEST(SamplingMasks, MinPEqualsMlxOnRandomRows) {
+  if (!ours_here()) GTEST_SKIP() << "no AVX2 + FMA + F16C here: MLX's ops run";
+  // Few shapes and values: MLX compiles its fused graph anew (a C++ compiler run) for each.
+  uint64_t seed = 200;
+  for (auto t : {mx::float32, mx::bfloat16, mx::float16})
+    for (int n : {1, 1000, 151936}) {
+      auto x = logprobs(n > 10000 ? 1 : 3, n, 3.0f, n == 1000 ? 0.5f : 0.0f, t, seed++);
+      for (double p : {0.05, 1.0}) expect_same_min_p(x, p, std::to_string(n) + " " + type_name(t));
+    }
+}
+
+// Rows whose values are every 16-bit value around their bound (largest + log(min_p)): the bound's two
+// roundings (the constant to the type, then the sum) each decide which element is masked.
+TEST(SamplingMasks, MinPRoundsItsBoundAsMlx) {
+  if (!ours_here()) GTEST_SKIP() << "no AVX2 + FMA + F16C here: MLX's ops run";
+  for (auto t : {mx::bfloat16, mx::float16})
+    for (double p : {0.05, 0.3, 0.7}) {
+      const int rows = 96, n = 65;
+      std::vector<uint16_t> bits(static_cast<size_t>(rows * n));
+      for (int r = 0; r < rows; ++r) {
+        const float top = -0.25f - 0.125f * static_cast<float>(r);  // -0.25 down to -12.125
+        const float bound = top + static_cast<float>(std::log(p));
+        auto as_bits = [&](float v) {
+          auto a = mx::view(mx::astype(mx::array(v), t), mx::uint16);
+          mx::eval(a);
+          return a.item<uint16_t>();
+        };
+        bits[static_cast<size_t>(r * n)] = as_bits(top);
+        // Negative values: one more in the bits is one step further from zero.
+        const uint16_t middle = as_bits(bound);
+        for (int j = 1; j < n; ++j) bits[static_cast<size_t>(r * n + j)] = static_cast<uint16_t>(middle - 32 + j);
+      }
+      auto x = mx::view(mx::array(bits.data(), {rows, n}, mx::uint16), t);
+      expect_same_min_p(x, p, std::string("bound's neighbours ") + type_name(t));
+    }
+}
+
 TEST(SamplingMasks, EqualMlxOnSpecialValues) {
   if (!ours_here()) GTEST_SKIP() << "no AVX2 + FMA + F16C here: MLX's filters run";
   const std::vector<std::vector<float>> rows = {
@@ -119,6 +161,7 @@ TEST(SamplingMasks, EqualMlxOnSpecialValues) {
     for (size_t r = 0; r < rows.size(); ++r) {
       const std::string what = "special row " + std::to_string(r) + " " + type_name(t);
       for (double p : {0.1, 0.5, 0.9}) expect_same_top_p(row_of(rows[r], t), p, what);
+      if (t != mx::float16) expect_same_min_p(row_of(rows[r], t), 0.05, what);
       for (int k : {1, 2, 3, 5, 8, 9}) expect_same_top_k(row_of(rows[r], t), k, what);
     }
 }
@@ -132,6 +175,8 @@ TEST(SamplingMasks, EqualMlxOnBatchesAndViews) {
   expect_same_top_k(mx::slice(batch, {1, 7}, {5, 2990}), 30, "a sliced view");
   expect_same_top_p(mx::reshape(batch, {2, 3, 3000}), 0.7, "[2, 3, 3000]");
   expect_same_top_k(mx::reshape(batch, {2, 3, 3000}), 3, "[2, 3, 3000]");
+  expect_same_min_p(batch, 0.05, "a batch of 6");
+  expect_same_min_p(mx::slice(batch, {1, 7}, {5, 2990}), 0.1, "a sliced view");
 }
 
 TEST(SamplingMasks, LeaveMlxsGraphWhereOursDoesNotApply) {
@@ -140,6 +185,7 @@ TEST(SamplingMasks, LeaveMlxsGraphWhereOursDoesNotApply) {
   auto x = logprobs(1, 50, 1.0f, 0.0f, mx::float32, 3);
   EXPECT_FALSE(mlxrt::kernels::cpu::top_p_mask(x, 1.0));
   EXPECT_FALSE(mlxrt::kernels::cpu::top_k_mask(x, 50));
+  EXPECT_FALSE(mlxrt::kernels::cpu::min_p_mask(x, 0.1, 3));  // min_tokens_to_keep > 1: MLX's partition
   setenv("MLXRT_CPU_KERNELS", "mlx", 1);
   EXPECT_FALSE(mlxrt::kernels::cpu::top_p_mask(x, 0.9));
   EXPECT_FALSE(mlxrt::kernels::cpu::top_k_mask(x, 5));

@@ -243,16 +243,49 @@ void top_k_by_partition(const U* x, long long n, const Layout<U>& e, long long k
   for (long long j = k; j < n; ++j) out[order[static_cast<size_t>(j)]] = e.negative_inf();
 }
 
+// apply_min_p (min_tokens_to_keep 1): top = max(x); bound = top + log(min_p), both of x's type (the
+// constant rounded to it first, the sum rounded after); x where x >= bound, else -inf.
 template <class U>
-void filter_rows(bool top_p, double parameter, const char* in, long long rows, long long n, mx::Dtype t, char* dst) {
+void min_p_row(const U* x, long long n, const Layout<U>& e, float log_min_p, U* out) {
+  long long nans = 0;
+  U top = 0;  // the largest key (its value the row's maximum)
+  for (long long i = 0; i < n; ++i) {
+    nans += e.is_nan(x[i]);
+    const U k = e.key(x[i]);
+    top = k > top ? k : top;
+  }
+  if (nans) {  // MLX's maximum is then a NaN, and nothing compares below NaN + log(min_p)
+    std::copy(x, x + n, out);
+    return;
+  }
+  // The bound as MLX rounds it: the constant to x's type, the float sum of the two to x's type.
+  char constant[4], bound[4];
+  detail::store_float(constant, e.dtype, 0, log_min_p);
+  detail::store_float(bound, e.dtype, 0, e.value(e.bits_of_key(top)) + detail::load_float(constant, e.dtype, 0));
+  U bound_bits = 0;
+  std::memcpy(&bound_bits, bound, sizeof(U));
+  if (e.is_nan(bound_bits)) {  // +inf + -inf (a row holding +inf, min_p 0): nothing compares below
+    std::copy(x, x + n, out);
+    return;
+  }
+  // x < bound: -0 is not below a zero bound.
+  const U below = e.lowest_equal(e.key(bound_bits == e.sign ? U{0} : bound_bits));
+  const U negative_inf = e.negative_inf();
+  for (long long i = 0; i < n; ++i) out[i] = e.key(x[i]) < below ? negative_inf : x[i];
+}
+
+template <class U>
+void filter_rows(int kind, double parameter, const char* in, long long rows, long long n, mx::Dtype t, char* dst) {
   const Layout<U> e(t);
   for (long long r = 0; r < rows; ++r) {
     const U* row = reinterpret_cast<const U*>(in) + r * n;
     U* row_out = reinterpret_cast<U*>(dst) + r * n;
-    if (top_p)
+    if (kind == 0)
       top_p_row(row, n, e, static_cast<float>(parameter), row_out);
-    else
+    else if (kind == 1)
       top_k_row(row, n, e, static_cast<long long>(parameter), row_out);
+    else
+      min_p_row(row, n, e, static_cast<float>(parameter), row_out);
   }
 }
 
@@ -261,10 +294,12 @@ void filter_rows(bool top_p, double parameter, const char* in, long long rows, l
 // One filter over the rows of its input (the last axis), output of the input's shape and type.
 class RowFilter : public mx::UnaryPrimitive {
  public:
-  enum class Kind { TopP, TopK };
+  enum class Kind { TopP, TopK, MinP };  // the parameter: top_p, top_k, log(min_p)
   RowFilter(mx::Stream stream, Kind kind, double parameter)
       : mx::UnaryPrimitive(stream), kind_(kind), parameter_(parameter) {}
-  const char* name() const override { return kind_ == Kind::TopP ? "TopPRows" : "TopKRows"; }
+  const char* name() const override {
+    return kind_ == Kind::TopP ? "TopPRows" : kind_ == Kind::TopK ? "TopKRows" : "MinPRows";
+  }
   bool is_equivalent(const mx::Primitive& other) const override {
     const auto* o = dynamic_cast<const RowFilter*>(&other);
     return o && o->kind_ == kind_ && o->parameter_ == parameter_;
@@ -282,9 +317,9 @@ class RowFilter : public mx::UnaryPrimitive {
       const long long rows = static_cast<long long>(in[0].size()) / n;
       char* dst = static_cast<char*>(out.data<void>());
       if (t == mx::float32)
-        filter_rows<std::uint32_t>(kind == Kind::TopP, parameter, x.data, rows, n, t, dst);
+        filter_rows<std::uint32_t>(static_cast<int>(kind), parameter, x.data, rows, n, t, dst);
       else
-        filter_rows<std::uint16_t>(kind == Kind::TopP, parameter, x.data, rows, n, t, dst);
+        filter_rows<std::uint16_t>(static_cast<int>(kind), parameter, x.data, rows, n, t, dst);
     });
   }
 
@@ -317,6 +352,12 @@ std::optional<mx::array> top_p_mask(const mx::array& logprobs, double top_p) {
 std::optional<mx::array> top_k_mask(const mx::array& logprobs, int top_k) {
   if (!ours_apply(logprobs) || !(top_k > 0 && top_k < logprobs.shape(-1))) return std::nullopt;
   return filtered(logprobs, RowFilter::Kind::TopK, top_k);
+}
+
+std::optional<mx::array> min_p_mask(const mx::array& logprobs, double min_p, int min_tokens_to_keep) {
+  if (!ours_apply(logprobs) || min_tokens_to_keep != 1 || !(min_p > 0 && min_p <= 1)) return std::nullopt;
+  // mlx-lm's Python float math.log(min_p), made a constant of the logprobs' type from float.
+  return filtered(logprobs, RowFilter::Kind::MinP, static_cast<float>(std::log(min_p)));
 }
 
 }  // namespace mlxrt::kernels::cpu
