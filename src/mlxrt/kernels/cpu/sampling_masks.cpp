@@ -40,7 +40,7 @@ struct Layout {
   bool is_nan(U b) const { return static_cast<U>(b & ~sign) > inf; }
   U negative_inf() const { return static_cast<U>(sign | inf); }
   // An unsigned key in the order of the values (not NaNs): larger value, larger key. -0 has the key
-  // just below +0's (zero_key), none between: a zero's run is both keys (sort_keys).
+  // just below +0's (zero_key), none between: a zero's run is both keys (count_values).
   U key(U b) const { return static_cast<U>(b ^ (static_cast<U>(static_cast<Signed>(b) >> (8 * sizeof(U) - 1)) | sign)); }
   U bits_of_key(U k) const { return static_cast<U>(k ^ ((k & sign) ? sign : static_cast<U>(~U{0}))); }
   U zero_key() const { return sign; }
@@ -274,15 +274,18 @@ void min_p_row(const U* x, long long n, const Layout<U>& e, float log_min_p, U* 
   for (long long i = 0; i < n; ++i) out[i] = e.key(x[i]) < below ? negative_inf : x[i];
 }
 
+enum class FilterKind { TopP, TopK, MinP };  // the parameter: top_p, top_k, log(min_p)
+
 template <class U>
-void filter_rows(int kind, double parameter, const char* in, long long rows, long long n, mx::Dtype t, char* dst) {
+void filter_rows(FilterKind kind, double parameter, const char* in, long long rows, long long n, mx::Dtype t,
+                 char* dst) {
   const Layout<U> e(t);
   for (long long r = 0; r < rows; ++r) {
     const U* row = reinterpret_cast<const U*>(in) + r * n;
     U* row_out = reinterpret_cast<U*>(dst) + r * n;
-    if (kind == 0)
+    if (kind == FilterKind::TopP)
       top_p_row(row, n, e, static_cast<float>(parameter), row_out);
-    else if (kind == 1)
+    else if (kind == FilterKind::TopK)
       top_k_row(row, n, e, static_cast<long long>(parameter), row_out);
     else
       min_p_row(row, n, e, static_cast<float>(parameter), row_out);
@@ -294,7 +297,7 @@ void filter_rows(int kind, double parameter, const char* in, long long rows, lon
 // One filter over the rows of its input (the last axis), output of the input's shape and type.
 class RowFilter : public mx::UnaryPrimitive {
  public:
-  enum class Kind { TopP, TopK, MinP };  // the parameter: top_p, top_k, log(min_p)
+  using Kind = FilterKind;
   RowFilter(mx::Stream stream, Kind kind, double parameter)
       : mx::UnaryPrimitive(stream), kind_(kind), parameter_(parameter) {}
   const char* name() const override {
@@ -317,9 +320,9 @@ class RowFilter : public mx::UnaryPrimitive {
       const long long rows = static_cast<long long>(in[0].size()) / n;
       char* dst = static_cast<char*>(out.data<void>());
       if (t == mx::float32)
-        filter_rows<std::uint32_t>(static_cast<int>(kind), parameter, x.data, rows, n, t, dst);
+        filter_rows<std::uint32_t>(kind, parameter, x.data, rows, n, t, dst);
       else
-        filter_rows<std::uint16_t>(static_cast<int>(kind), parameter, x.data, rows, n, t, dst);
+        filter_rows<std::uint16_t>(kind, parameter, x.data, rows, n, t, dst);
     });
   }
 
