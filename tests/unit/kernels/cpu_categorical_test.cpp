@@ -33,10 +33,12 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 bool ours_here() { return mlxrt::kernels::cpu::own_kernels_here(/*fma=*/true); }
 
-void expect_same(const mx::array& logits, const mx::array& key, const std::string& what) {
+// Ours (the node `node`: InverseCdfDraw for one row, GumbelDraw for a batch) against MLX's draw.
+void expect_same(const mx::array& logits, const mx::array& key, const std::string& what,
+                 const char* node = "InverseCdfDraw") {
   auto ours = categorical_last_axis(logits, key);
   auto theirs = mx::random::categorical(logits, -1, key);
-  ASSERT_STREQ(ours.primitive().name(), "InverseCdfDraw") << what;
+  ASSERT_STREQ(ours.primitive().name(), node) << what;
   ASSERT_EQ(ours.shape(), theirs.shape()) << what;
   ASSERT_EQ(ours.dtype(), theirs.dtype()) << what;
   EXPECT_EQ(bytes_of(ours), bytes_of(theirs)) << what;
@@ -127,12 +129,7 @@ TEST(CpuCategorical, LeavesMlxsGraphWhereOursDoesNotApply) {
 namespace {
 
 void expect_same_gumbel(const mx::array& logits, const mx::array& key, const std::string& what) {
-  auto ours = categorical_last_axis(logits, key);
-  auto theirs = mx::random::categorical(logits, -1, key);
-  ASSERT_STREQ(ours.primitive().name(), "GumbelDraw") << what;
-  ASSERT_EQ(ours.shape(), theirs.shape()) << what;
-  ASSERT_EQ(ours.dtype(), theirs.dtype()) << what;
-  EXPECT_EQ(bytes_of(ours), bytes_of(theirs)) << what;
+  expect_same(logits, key, what, "GumbelDraw");
 }
 
 }  // namespace

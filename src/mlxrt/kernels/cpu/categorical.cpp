@@ -39,9 +39,10 @@ class InverseCdfDraw : public mx::UnaryPrimitive {
       const detail::Operand x(in[0], static_cast<int>(in[0].ndim()));  // the row made contiguous
       const long long n = in[0].shape(-1);
       const float u = in[1].data<float>()[0];
-      std::vector<float> cdf(static_cast<size_t>(n));
+      // Not value-initialized (a step's draw would clear 600 KB first): the row fills it.
+      std::unique_ptr<float[]> cdf(new float[static_cast<size_t>(n)]);
 #if defined(MLXRT_CPU_X86_KERNELS)
-      out.data<std::uint32_t>()[0] = inverse_cdf_row_avx2(x.data, detail::elem_of(t), n, u, cdf.data());
+      out.data<std::uint32_t>()[0] = inverse_cdf_row_avx2(x.data, detail::elem_of(t), n, u, cdf.get());
 #else
       (void)t, (void)u, (void)out;
 #endif
