@@ -138,3 +138,20 @@ def test_unbatchable_request_waits_for_the_batch(servers, model_dir):
     want = concurrent(ref, reqs + [seeded], stream=False)
     assert got == want
     assert got[-1][4] == 12
+
+
+def test_sampled_requests_batch_together(servers, model_dir):
+    """Unseeded sampled requests, each with its own sampler, share the batch (on the CPU their rows
+    are drawn on more than one thread, BatchGeneratorOptions::sample_streams): every one is answered
+    whole, the batch grows past one, and a second round on the same server works too."""
+    _, ours = servers
+    settings = [{"temperature": 0.7}, {"temperature": 1.0, "top_p": 0.9}, {"temperature": 0.8, "top_k": 20},
+                {"temperature": 0.9, "min_p": 0.05}, {"temperature": 0.6, "top_p": 0.8, "top_k": 40}, {}]
+    reqs = [(TEXT, {"model": str(model_dir), "prompt": f"Story {i}: once", "max_tokens": 12,
+                    "logit_bias": {"151645": -100}, **s}) for i, s in enumerate(settings)]
+    for _ in range(2):
+        peak = []
+        got = concurrent(ours, reqs, stream=False, peak=peak)
+        assert [g[1] for g in got] == ["length"] * len(reqs)
+        assert [g[4] for g in got] == [12] * len(reqs)
+        assert max(peak) > 1

@@ -177,6 +177,7 @@ void run_batch_generate(const BatchArgs& a) {
   options.prefill_step_size = a.prefill_step_size;
   options.batch_invariant = a.batch_invariant;
   options.adapter_rows = adapted.rows;
+  options.sample_streams = generate::make_sample_streams();
   auto default_processors = make_cli_processors(a.sampling, vocab);
   const auto default_bias_only = generate::logit_bias_only(cli_processor_params(a.sampling));
 

@@ -7,11 +7,13 @@
 #include <cstdio>
 #include <set>
 #include <stdexcept>
+#include <thread>
 #include <tuple>
 
 #include <mlx/memory.h>
 #include <mlx/ops.h>
 #include <mlx/transforms.h>
+#include <mlx/utils.h>
 
 #include "mlxrt/cache/kv_cache.h"
 #include "mlxrt/kernels/cpu/logsumexp.h"
@@ -299,6 +301,14 @@ mx::array BatchGenerator::process_logits(GenBatch& g, const mx::array& inputs, m
   return mx::concatenate(processed, 0);
 }
 
+std::vector<mx::Stream> make_sample_streams() {
+  std::vector<mx::Stream> streams;
+  if (mx::default_device() != mx::Device::cpu) return streams;
+  for (unsigned i = 1; i < std::min(std::thread::hardware_concurrency(), 4u); ++i)
+    streams.push_back(mx::new_stream(mx::Device::cpu));
+  return streams;
+}
+
 mx::array BatchGenerator::sample(const GenBatch& g, const mx::array& logprobs) const {
   std::vector<const Sampler*> samplers;
   for (const auto& r : g.rows) samplers.push_back(r.sampler ? r.sampler.get() : fallback_.get());
@@ -307,7 +317,17 @@ mx::array BatchGenerator::sample(const GenBatch& g, const mx::array& logprobs) c
   // Rows that all take the argmax: one argmax over the batch picks what each row's own would.
   if (std::all_of(g.rows.begin(), g.rows.end(), [](const Row& r) { return r.greedy; })) return greedy_sample(logprobs);
   std::vector<mx::array> parts;
-  for (int e = 0; e < static_cast<int>(g.uids.size()); ++e) parts.push_back((*samplers[e])(row(logprobs, e)));
+  const auto& streams = o_.sample_streams;
+  const bool spread = !streams.empty() && mx::default_device() == mx::Device::cpu;
+  for (int e = 0; e < static_cast<int>(g.uids.size()); ++e) {
+    const size_t lane = spread ? static_cast<size_t>(e) % (streams.size() + 1) : 0;
+    if (lane == 0) {
+      parts.push_back((*samplers[e])(row(logprobs, e)));
+    } else {
+      mx::StreamContext on(streams[lane - 1]);
+      parts.push_back((*samplers[e])(row(logprobs, e)));
+    }
+  }
   return mx::concatenate(parts, 0);
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <mlx/array.h>
+#include <mlx/stream.h>
 
 #include "mlxrt/cache/batch_cache.h"
 #include "mlxrt/generate/generate_step.h"
@@ -54,7 +55,17 @@ struct BatchGeneratorOptions {
    * dispatch / wait split here (`mlxrt batch-generate --step-timing`), as a solo step does into
    * GenerateOptions::step_timing. Not for the batch-invariant rows (each a TokenGenerator). */
   StepTiming* step_timing = nullptr;
+  /** CPU streams besides the default one that rows with samplers of their own are spread over
+   * (row e on stream e mod (n + 1), 0 being the default): each stream has its own thread, so
+   * another core draws those rows while this one draws the rest. The same ops on the same
+   * inputs: the same bytes. Empty, or off the CPU: every row on the default stream. */
+  std::vector<mx::Stream> sample_streams;
 };
+
+/** New MLX CPU streams for BatchGeneratorOptions::sample_streams, on the calling thread (MLX's
+ * streams belong to the thread that made them): one per core besides this one, up to three;
+ * none off the CPU or on one core. */
+std::vector<mx::Stream> make_sample_streams();
 
 /** One sequence to insert. Empty optionals take the generator's defaults. */
 struct BatchRequest {

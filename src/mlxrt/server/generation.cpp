@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include <mlx/ops.h>
 
@@ -304,12 +305,24 @@ void Generator::batch_open(const Job& job) {
   o.prefill_batch_size = options_.prompt_concurrency;
   o.prefill_step_size = options_.prefill_step_size;
   o.batch_invariant = options_.batch_invariant;
+  o.sample_streams = sample_streams_for_this_thread();
   if (session_->mixed_model) {
     o.adapter_rows = session_->adapter_rows;
     batcher_ = std::make_unique<generate::BatchGenerator>(*session_->mixed_model, o);
   } else {
     batcher_ = std::make_unique<generate::BatchGenerator>(session_->model_for(batch_adapter_), o);
   }
+}
+
+std::vector<mx::Stream> Generator::sample_streams_for_this_thread() {
+  if (mx::default_device() != mx::Device::cpu) return {};
+  // MLX's streams belong to the thread that made them: made here, on the thread that steps the
+  // batch (again if that thread changes; the old ones stay with their thread).
+  if (sample_streams_thread_ != std::this_thread::get_id()) {
+    sample_streams_ = generate::make_sample_streams();
+    sample_streams_thread_ = std::this_thread::get_id();
+  }
+  return sample_streams_;
 }
 
 void Generator::batch_close() { batcher_.reset(); }

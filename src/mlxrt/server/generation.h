@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mlxrt/generate/batch_generator.h"
@@ -96,6 +97,11 @@ class Generator {
   std::vector<int32_t> newline_tokens_;
   std::optional<std::string> unbatchable_;  // why the model cannot batch (nullopt: it can)
   std::unique_ptr<generate::BatchGenerator> batcher_;
+  /** Batched rows with samplers of their own are drawn on up to four cores: one MLX CPU stream
+   * (and thread) each besides the default (BatchGeneratorOptions::sample_streams); none off the CPU. */
+  std::vector<mx::Stream> sample_streams_for_this_thread();
+  std::vector<mx::Stream> sample_streams_;
+  std::thread::id sample_streams_thread_;  // the thread that made sample_streams_
   /** The --adapters name the open batch runs ("" for the base model); unused when the session's
    * mixed-adapter model runs every adapter in one batch. */
   std::string batch_adapter_;
