@@ -19,7 +19,10 @@
 #           STEP_ARGS: more of its options (--programs, --compare-bin LABEL=BIN);
 #   startup: bench/gpu/l3_startup.py (a new process's wall time at l1, l3 and l3 self-compiled, and
 #           whether l3's two routes write the same text; STARTUP_ARGS);
-#   nodecost: bench/gpu/node_cost.py (MLX's host cost per graph node, by kind; NODE_COST_ARGS).
+#   nodecost: bench/gpu/node_cost.py (MLX's host cost per graph node, by kind; NODE_COST_ARGS);
+#   prefillbytes: whether L3's dense prefill (MLXRT_CUDA_L3_PREFILL_ROWS) gives MLX's bytes: the
+#           DequantizedGemmCuda test at a prefill's shapes, then bench/gpu/prefill_bytes.py (l1 and
+#           l3 with and without it on L3_MODELS, and its fidelity; PREFILL_BYTES_ARGS).
 # The one-kernel decoder layer (kernels/cuda/decoder_layer.h, l3's default for 4-bit layers): its
 # tests are in `tests` (DecoderLayer.*); `steptime` with STEP_SETTINGS="default per-node" splits its
 # steps beside the per-node l3; MLXRT_CUDA_L3_LAYER=0 in front of `decode` gives the per-node tok/s.
@@ -134,6 +137,14 @@ PYEOF
       timeout 300 $PY bench/gpu/node_cost.py ${NODE_COST_ARGS:-} > "$out/node_cost.txt" 2>&1
       cat "$out/node_cost.txt"
       echo "nodecost $(( $(date +%s) - t0 )) s" ;;
-    *) echo "unknown step $step (tests qmv layerbench layerncu ncu ncu_sections decode steptime startup nodecost)"; exit 2 ;;
+    prefillbytes)
+      timeout 300 "$work/mlxrt_cuda_kernel_tests" --gtest_filter='DequantizedGemmCuda.*' > "$out/dequantized_gemm.txt" 2>&1
+      grep -E ' differ,|^\[  (PASSED|FAILED) ' "$out/dequantized_gemm.txt" | head -45
+      # shellcheck disable=SC2086  # models is a list of names
+      timeout 900 $PY bench/gpu/prefill_bytes.py --bin "$work/mlxrt" --work "$work/models" --tokenizer "$work/tokenizer" \
+        --out "$out" --models $models ${PREFILL_BYTES_ARGS:-} > "$out/prefill_bytes.txt" 2>&1
+      grep -v '^\[transformers\]' "$out/prefill_bytes.txt" | tail -n 30
+      echo "prefillbytes $(( $(date +%s) - t0 )) s" ;;
+    *) echo "unknown step $step (tests qmv layerbench layerncu ncu ncu_sections decode steptime startup nodecost prefillbytes)"; exit 2 ;;
   esac
 done

@@ -63,9 +63,11 @@ SETTINGS = {
     # many as make one round over the grid).
     "no-qkv-rounds": {"MLXRT_CUDA_L3_LAYER_QKV_ROUNDS": "0"},
     # A prefill's quantized products at l3 as the matrix dequantized, then a dense matmul
-    # (kernels/cuda/dequantized_gemm.h), from 64 or 256 rows: the prompt tok/s column (--prompt 512).
+    # (kernels/cuda/dequantized_gemm.h), from 64 to 512 rows: the prompt tok/s column (--prompt 512).
     "prefill-64": {"MLXRT_CUDA_L3_PREFILL_ROWS": "64"},
+    "prefill-128": {"MLXRT_CUDA_L3_PREFILL_ROWS": "128"},
     "prefill-256": {"MLXRT_CUDA_L3_PREFILL_ROWS": "256"},
+    "prefill-512": {"MLXRT_CUDA_L3_PREFILL_ROWS": "512"},
 }
 
 AVERAGES = re.compile(r"Averages: prompt_tps=([\d.]+), generation_tps=([\d.]+)")

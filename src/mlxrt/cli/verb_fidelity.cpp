@@ -29,6 +29,7 @@
 #include "mlxrt/kernels/cpu/matmul.h"
 #include "mlxrt/kernels/cuda/affine_qmv.h"
 #include "mlxrt/kernels/cuda/decoder_layer.h"
+#include "mlxrt/kernels/cuda/dequantized_gemm.h"
 #include "mlxrt/model/make_prompt_cache.h"
 #include "mlxrt/tokenizer/tokenizer.h"
 #include "mlxrt/util/errors.h"
@@ -185,7 +186,13 @@ std::string kernels_description(const Args& a, model::FidelityTier tier) {
                       ? "; a decoding step's llama-style layers as one kernel each (MLXRT_CUDA_L3_LAYER=1; "
                         "kernels/cuda/decoder_layer.h)"
                       : "; a decoding step's 4-bit llama-style layers, and dense ones of at most 128 MiB, as one "
-                        "kernel each (kernels/cuda/decoder_layer.h; MLXRT_CUDA_L3_LAYER=0 turns it off)");
+                        "kernel each (kernels/cuda/decoder_layer.h; MLXRT_CUDA_L3_LAYER=0 turns it off)") +
+           (kernels::cuda::dequantized_gemm_min_rows() > 0
+                ? "; a prefill's affine products of at least " +
+                      std::to_string(kernels::cuda::dequantized_gemm_min_rows()) +
+                      " rows as the matrix dequantized, then a dense matmul (kernels/cuda/dequantized_gemm.h; "
+                      "MLXRT_CUDA_L3_PREFILL_ROWS=0 turns it off)"
+                : "");
   if (!kernels) return cpu ? "MLX's CPU kernels" : "MLX's GPU kernels";
   std::string text = std::string("mlxrt CPU kernels (") + kernels->instruction_set() + ", " +
                      std::to_string(kernels->threads()) + " threads)";

@@ -30,8 +30,8 @@ TEST(DequantizedGemm, TakesProductsOfAtLeastTheThresholdsRowsInAffineMode) {
   EXPECT_FALSE(dequantized_gemm_wanted(rows(1, 512), biases, 0)) << "threshold 0: never";
   EXPECT_FALSE(dequantized_gemm_wanted(rows(1, 512), std::nullopt, 8)) << "no biases: not affine";
   EXPECT_FALSE(dequantized_gemm_wanted(mx::zeros({1, 512, 64}, mx::int32), biases, 8));
-  // Unset in the test's environment: off.
-  EXPECT_EQ(mlxrt::kernels::cuda::dequantized_gemm_min_rows(), 0);
+  // Unset in the test's environment: the default.
+  EXPECT_EQ(mlxrt::kernels::cuda::dequantized_gemm_min_rows(), mlxrt::kernels::cuda::kDequantizedGemmDefaultRows);
 }
 
 struct Case {

@@ -1,5 +1,7 @@
 #include "mlxrt/kernels/cuda/dequantized_gemm.h"
 
+#include <cstdlib>
+
 #include <mlx/ops.h>
 
 #include "mlxrt/kernels/cuda/env_knob.h"
@@ -7,7 +9,8 @@
 namespace mlxrt::kernels::cuda {
 
 int dequantized_gemm_min_rows() {
-  static const int rows = env_positive_int("MLXRT_CUDA_L3_PREFILL_ROWS");
+  static const int rows = std::getenv("MLXRT_CUDA_L3_PREFILL_ROWS") ? env_positive_int("MLXRT_CUDA_L3_PREFILL_ROWS")
+                                                                     : kDequantizedGemmDefaultRows;
   return rows;
 }
 

@@ -9,8 +9,10 @@
  * by MLX's dense matmul (cuBLASLt): a prefill chunk then costs dense GEMMs plus writing and reading
  * each matrix once in 16 bits (about 7 ms for the 8B on an H200).
  *
- * Not MLX's bytes (L3): each weight is rounded to the scales' type before the product, where MLX's
- * kernel keeps s q + b in float32. `mlxrt fidelity` measures it in its prefill mode.
+ * L3: MLX's tensor-core kernel rounds each dequantized weight to 16 bits too, and where both
+ * accumulate in the same order the bytes are MLX's (every Qwen3 product at 512 rows on an H100);
+ * nothing promises that order for every shape and GPU (at 64-100 rows long products differ).
+ * `mlxrt fidelity` measures it in its prefill mode.
  *
  * Memory: each product holds its matrix dequantized while it runs (a Qwen3-8B gate projection:
  * 100 MB in bf16), and the allocator keeps such buffers for reuse as it keeps any. */
@@ -22,9 +24,15 @@ namespace mlxrt::kernels::cuda {
 
 namespace mx = mlx::core;
 
+/** The default threshold. Measured on an H100 (Qwen3-8B dims, 4-bit): a 511-row prefill chunk
+ * 1.70x MLX's kernel, a 255-row one 1.21x; at 511 rows every product of Qwen3-0.6B and 8B gave MLX's
+ * own bytes (fidelity's prefill mode: KL 0), at 64-100 rows those with long rows (K >= 3072) did
+ * not (bench/RESULTS.md). */
+inline constexpr int kDequantizedGemmDefaultRows = 128;
+
 /** The fewest rows of x for which the model takes dequantized_gemm at L3 on a CUDA GPU:
- * MLXRT_CUDA_L3_PREFILL_ROWS (a positive integer), read once a process; 0 (never) where unset,
- * until a GPU has timed it against MLX's kernel and measured its fidelity. */
+ * MLXRT_CUDA_L3_PREFILL_ROWS where set (a positive integer; anything else, e.g. 0: never),
+ * kDequantizedGemmDefaultRows where unset; read once a process. */
 int dequantized_gemm_min_rows();
 
 /** Whether a product of x's rows takes dequantized_gemm with `min_rows` as the threshold (0: never):

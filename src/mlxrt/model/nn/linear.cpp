@@ -40,8 +40,8 @@ void Quantized::pack_l3(WeightBinder& w, const mx::array& weight) {
 }
 
 mx::array Quantized::matmul(const mx::array& x, const mx::array& weight) const {
-  // A prefill's many rows: the matrix dequantized, then a dense matmul (opted in by
-  // MLXRT_CUDA_L3_PREFILL_ROWS until measured).
+  // A prefill's many rows: the matrix dequantized, then a dense matmul (from
+  // dequantized_gemm_min_rows() rows).
   if (gpu_l3 && spec.mode == "affine" &&
       kernels::cuda::dequantized_gemm_wanted(x, biases, kernels::cuda::dequantized_gemm_min_rows()))
     return kernels::cuda::dequantized_gemm(x, weight, scales, *biases, spec.group_size, spec.bits);
