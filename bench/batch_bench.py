@@ -7,11 +7,15 @@ their tokens do not count). Ratios are mlxrt / mlx_lm (higher is better for
 tok/s, lower for TTFT). Each program gets a warm-up request first, then its solo TTFT (one client)
 and, per count, a short unmeasured round at that count and --runs measured rounds: the median of
 the aggregate tok/s and the TTFTs of all rounds pooled; p99/solo is TTFT p99 over the solo TTFT.
+Those rounds are bursts (every client's request at once: the last first token waits for every
+prompt's prefill). --steady N adds a round per count where the clients arrive one by one over a
+burst round's wall time and each sends N requests back to back, so requests join a running batch
+as they would under a steady load; its TTFTs (each client's first left out) give steady p99/solo.
 
 The model defaults to the server tests' tiny scripted qwen3 (real Qwen3 tokenizer); --model DIR
 for another model directory.
 
-Usage: bench/batch_bench.py [--model DIR] [--clients 8 32] [--gen-tokens 64] [--prompt-words 60] [--runs 2]
+Usage: bench/batch_bench.py [--model DIR] [--clients 8 32] [--gen-tokens 64] [--prompt-words 60] [--runs 2] [--steady N]
                             [--temperature T] [--top-p P] [--top-k K]
                             [--mlxrt-args "--log-level DEBUG"] [--mlxrt-env NAME=VALUE] [--log-dir DIR]
 """
@@ -74,6 +78,33 @@ def round_of(port, prompt, n, clients, sampling):
     return sum(tok for _, tok in ok) / wall, [ttft for ttft, _ in ok], clients - len(ok)
 
 
+def steady_round(port, prompt, n, clients, sampling, per_client, spread):
+    """Clients that arrive one by one over `spread` seconds (client i at i * spread / clients), each
+    sending `per_client` requests back to back: a server under a steady load of `clients` streams,
+    where requests start and end at different steps. Returns the aggregate tok/s over the round's
+    wall time, the TTFTs of every request after each client's first (the load ramps up during the
+    first ones), and the failed connections."""
+    results = {}
+
+    def client(i):
+        time.sleep(i * spread / clients)
+        for r in range(per_client):
+            out = {}
+            stream_one(port, f"{i}.{r}: {prompt}", n, out, 0, sampling)
+            results[(i, r)] = out[0]
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    ok = {k: v for k, v in results.items() if not isinstance(v, OSError)}
+    return (sum(tok for _, tok in ok.values()) / wall, [ttft for (i, r), (ttft, _) in ok.items() if r > 0],
+            len(results) - len(ok))
+
+
 def pct(xs, p):
     xs = sorted(xs)
     k = min(len(xs) - 1, max(0, round(p / 100 * (len(xs) - 1))))
@@ -98,6 +129,10 @@ def main():
                     help="an environment variable for `mlxrt server` alone (e.g. MLX_USE_CUDA_GRAPHS=0); may be repeated")
     ap.add_argument("--server-args", default="",
                     help="options for both servers (flags they share, e.g. --prompt-concurrency 32)")
+    ap.add_argument("--steady", type=int, default=0, metavar="N",
+                    help="after the rounds at each client count, a steady round: the clients arrive one by one "
+                         "over one round's wall time, each sending N requests back to back (TTFTs of all but "
+                         "each client's first are pooled: steady_ttft_p50/p99, steady_tok_s)")
     ap.add_argument("--log-dir", help="keep both servers' logs here (default: a temporary folder, removed)")
     args = ap.parse_args()
 
@@ -127,13 +162,21 @@ def main():
                 # new batch shape, which would otherwise land in the first measured round's TTFTs.
                 round_of(port, prompt, 8, c, sampling)
                 tps, ttfts, errors = [], [], 0
+                walls = []
                 for _ in range(args.runs):
+                    t0 = time.perf_counter()
                     t, f, e = round_of(port, prompt, args.gen_tokens, c, sampling)
+                    walls.append(time.perf_counter() - t0)
                     tps.append(t)
                     ttfts += f
                     errors += e
                 results[(name, c)] = {"tok_s": statistics.median(tps), "ttft_p50": pct(ttfts, 50),
                                       "ttft_p99": pct(ttfts, 99), "errors": errors}
+                if args.steady:
+                    t, f, e = steady_round(port, prompt, args.gen_tokens, c, sampling, args.steady,
+                                           statistics.median(walls))
+                    results[(name, c)].update({"steady_tok_s": t, "steady_ttft_p50": pct(f, 50),
+                                               "steady_ttft_p99": pct(f, 99), "steady_errors": e})
         finally:
             srv.stop()
     print(f"model: {model}  gen tokens: {args.gen_tokens}  prompt words: {args.prompt_words}  runs: {args.runs}"
@@ -142,7 +185,10 @@ def main():
     a, b = results[("mlx_lm", 1)]["ttft_p50"], results[("mlxrt", 1)]["ttft_p50"]
     print(f"{1:<9}{'ttft_solo':<11}{a:>10.3f}{b:>10.3f}{b / a:>14.2f}")
     for c in args.clients:
-        for k in ("tok_s", "ttft_p50", "ttft_p99", "errors"):
+        keys = ["tok_s", "ttft_p50", "ttft_p99", "errors"]
+        if args.steady:
+            keys += ["steady_tok_s", "steady_ttft_p50", "steady_ttft_p99", "steady_errors"]
+        for k in keys:
             a, b = results[("mlx_lm", c)][k], results[("mlxrt", c)][k]
             ratio = f"{b / a:>14.2f}" if a else f"{'-':>14}"
             print(f"{c:<9}{k:<11}{a:>10.3f}{b:>10.3f}{ratio}")
@@ -150,6 +196,10 @@ def main():
         a = results[("mlx_lm", c)]["ttft_p99"] / results[("mlx_lm", 1)]["ttft_p50"]
         b = results[("mlxrt", c)]["ttft_p99"] / results[("mlxrt", 1)]["ttft_p50"]
         print(f"{c:<9}{'p99/solo':<11}{a:>10.2f}{b:>10.2f}{'-':>14}")
+        if args.steady:
+            a = results[("mlx_lm", c)]["steady_ttft_p99"] / results[("mlx_lm", 1)]["ttft_p50"]
+            b = results[("mlxrt", c)]["steady_ttft_p99"] / results[("mlxrt", 1)]["ttft_p50"]
+            print(f"{c:<9}{'steady p99/solo':<11}{a:>6.2f}{b:>10.2f}{'-':>14}")
     print(json.dumps({f"{n}@{c}": v for (n, c), v in results.items()}))
     if not args.log_dir:
         shutil.rmtree(work, ignore_errors=True)

@@ -124,7 +124,7 @@ for step in ${BATCH_STEPS:-split batchgen batching}; do
       BENCH_OUT=$out BENCH_TOKENIZER=$work/tokenizer BENCH_BATCH_MODELS=$models \
         BENCH_BATCHGEN_ARGS=${BENCH_BATCHGEN_ARGS:---batch 8 --gen-tokens 256 --step-timing} \
         bench/gpu/run.sh "$step" > "$work/$step-run.txt" 2>&1
-      grep -h -E '^(== |clients|[0-9]+ +(tok_s|ttft|errors)|model |\| |decode tok)' "$out/$step.log" | head -40
+      grep -h -E '^(== |clients|[0-9]+ +(tok_s|ttft|errors|steady|p99)|model |\| |decode tok)' "$out/$step.log" | head -40
       echo "$step $(( $(date +%s) - t0 )) s" ;;
     prefill)
       for m in $models; do

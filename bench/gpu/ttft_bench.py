@@ -21,16 +21,20 @@ process's one-time costs (kernel modules, library handles) out of the figures.
 `--stream`: the time a streaming client waits for its first token instead (mlxrt: the first SSE
 event with a choice; mlx-lm: stream_generate's first response), what a chat client sees.
 
+`--config 'LABEL=NAME=VALUE ARGS'` (repeatable) adds an `after` server of the same build with those
+environment variables and server arguments (e.g. `--fidelity l3`).
+
 `--compare-bin LABEL=BIN` (repeatable) adds an `after` server of another build, labelled `after
 LABEL`, for a before/after of a change in the same run.
 
 Usage: ttft_bench.py --bin BIN --model DIR [--lengths 512 500 520 777 1000 1500 64] [--unseeded] [--stream] [--out DIR]
-                     [--compare-bin LABEL=BIN] [--skip-before]
+                     [--compare-bin LABEL=BIN] [--config 'LABEL=[NAME=VALUE ...] [ARGS ...]'] [--skip-before]
 """
 import argparse
 import http.client
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -158,6 +162,9 @@ def main():
     ap.add_argument("--unseeded", action="store_true", help="requests without a seed: the server's batched path")
     ap.add_argument("--compare-bin", action="append", default=[], metavar="LABEL=BIN",
                     help="also run the `after` configuration with this binary, labelled `after LABEL`")
+    ap.add_argument("--config", action="append", default=[], metavar="'LABEL=[NAME=VALUE ...] [SERVER ARGS ...]'",
+                    help="also run an `after` server (--warm-up) with these environment variables and arguments, "
+                         "labelled `after LABEL`: e.g. 'l3 dense=MLXRT_CUDA_L3_PREFILL_ROWS=64 --fidelity l3'")
     ap.add_argument("--skip-before", action="store_true", help="leave out the `before` configuration")
     ap.add_argument("--stream", action="store_true", help="time to the first streamed token (not to the whole response)")
     args = ap.parse_args()
@@ -178,6 +185,14 @@ def main():
         if not other or not binary:
             ap.error(f"--compare-bin wants LABEL=BIN, got {spec!r}")
         configs.append((f"after {other}", binary, ["--warm-up"], {}))
+    for spec in args.config:
+        label, _, rest = spec.partition("=")
+        if not label:
+            ap.error(f"--config wants 'LABEL=[NAME=VALUE ...] [ARGS ...]', got {spec!r}")
+        words = rest.split()
+        env = dict(w.split("=", 1) for w in words if re.match(r"[A-Z_][A-Z0-9_]*=", w))
+        flags = [w for w in words if not re.match(r"[A-Z_][A-Z0-9_]*=", w)]
+        configs.append((f"after {label}", args.bin, ["--warm-up", *flags], env))
     for label, binary, flags, env in configs:
         log_path = args.out / f"server_{name}_{label.replace(' ', '_')}{'_unseeded' if args.unseeded else ''}.log"
         times, counts, ready = mlxrt_side(binary, args.model, texts, flags, env, log_path, not args.unseeded, args.stream)
