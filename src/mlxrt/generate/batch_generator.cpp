@@ -346,7 +346,7 @@ BatchGenerator::Dispatched BatchGenerator::dispatch_step(GenBatch& g) {
   std::vector<mx::array> token_context;
   logits = process_logits(g, inputs, logits, token_context);
 
-  auto logprobs = mx::subtract(logits, kernels::cpu::logsumexp_last_axis(model_.cpu_kernels(), logits));
+  auto logprobs = kernels::cpu::log_probs_last_axis(model_.cpu_kernels(), logits);
   auto sampled = sample(g, logprobs);
 
   g.next_tokens = sampled;

@@ -94,7 +94,7 @@ std::pair<mx::array, mx::array> TokenGenerator::step(const mx::array& input_toke
   // At L3 on the CPU one fused node (MLX's exp is scalar there: ~5% of a small model's step).
   const auto fused = model_.l3_kernels() ? kernels::cpu::log_softmax(model_.l3_kernels(), logits) : std::nullopt;
   // mlx-lm's logsumexp over every axis of [1, V]: MLX's primitive over the last one.
-  auto logprobs = fused ? *fused : mx::subtract(logits, kernels::cpu::logsumexp_last_axis(model_.cpu_kernels(), logits));
+  auto logprobs = fused ? *fused : kernels::cpu::log_probs_last_axis(model_.cpu_kernels(), logits);
   auto sampled = options_.sampler(logprobs);
   return {sampled, mx::squeeze(logprobs, 0)};
 }

@@ -169,7 +169,7 @@ void MtpTokenGenerator::prefill(const mx::array& prompt) {
 }
 
 std::pair<mx::array, mx::array> MtpTokenGenerator::sample(const mx::array& logits) const {
-  auto logprobs = mx::subtract(logits, kernels::cpu::logsumexp_last_axis(model_.cpu_kernels(), logits));
+  auto logprobs = kernels::cpu::log_probs_last_axis(model_.cpu_kernels(), logits);
   return {options_.sampler(logprobs), logprobs};
 }
 

@@ -152,7 +152,7 @@ void SpeculativeTokenGenerator::prefill(model::CausalLM& model, model::CacheList
 std::pair<mx::array, mx::array> SpeculativeTokenGenerator::process_and_sample(const std::optional<mx::array>& tokens,
                                                                               mx::array logits) {
   for (const auto& processor : options_.logits_processors) logits = processor(*tokens, logits);
-  auto logprobs = mx::subtract(logits, kernels::cpu::logsumexp_last_axis(model_.cpu_kernels(), logits));
+  auto logprobs = kernels::cpu::log_probs_last_axis(model_.cpu_kernels(), logits);
   auto y = options_.sampler(logprobs);
   return {y, logprobs};
 }

@@ -1,7 +1,8 @@
 // Our CPU logsumexp (kernels/cpu/logsumexp.h) against MLX's own, byte for byte: float32, bfloat16
 // and float16 rows of many lengths (the tail of eight included), scales that send exp below -88,
 // special values (NaN, infinities, signed zeros, subnormals), rows whose maximum is a zero, and one
-// row and many (the worker threads).
+// row and many (the worker threads). Every case also checks the log-probabilities x - logsumexp(x)
+// (log_probs_last_axis, our one node for float32 and bfloat16) against MLX's subtraction.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,6 +20,7 @@
 
 namespace mx = mlx::core;
 using mlxrt::kernels::cpu::CpuKernels;
+using mlxrt::kernels::cpu::log_probs_last_axis;
 using mlxrt::kernels::cpu::logsumexp_last_axis;
 using mlxrt::kernels::test::bytes_of;
 
@@ -45,6 +47,12 @@ void expect_same(const std::shared_ptr<CpuKernels>& kernels, const mx::array& x,
   ASSERT_EQ(ours.shape(), theirs.shape()) << what;
   ASSERT_EQ(ours.dtype(), theirs.dtype()) << what;
   EXPECT_EQ(bytes_of(ours), bytes_of(theirs)) << what;
+  auto probs = log_probs_last_axis(kernels, x);
+  auto their_probs = mx::subtract(x, mx::logsumexp(x, -1, true));
+  ASSERT_STREQ(probs.primitive().name(), x.dtype() == mx::float16 ? "Subtract" : "LogProbsRows") << what;
+  ASSERT_EQ(probs.shape(), their_probs.shape()) << what;
+  ASSERT_EQ(probs.dtype(), their_probs.dtype()) << what;
+  EXPECT_EQ(bytes_of(probs), bytes_of(their_probs)) << what << " (log-probabilities)";
 }
 
 mx::array random_rows(int rows, int n, float scale, mx::Dtype t, uint64_t seed) {
@@ -120,13 +128,18 @@ TEST(CpuLogSumExp, EqualsMlxBytesOnStridedAndHigherRankInputs) {
   auto one = random_rows(1, 151936, 4.0f, mx::bfloat16, 8);
   auto ours = logsumexp_last_axis(kernels, one);
   EXPECT_EQ(bytes_of(ours), bytes_of(mx::logsumexp(one, true)));
+  EXPECT_EQ(bytes_of(log_probs_last_axis(kernels, one)), bytes_of(mx::subtract(one, mx::logsumexp(one, true))));
+  const auto flat = mx::reshape(one, {151936});
+  EXPECT_EQ(bytes_of(log_probs_last_axis(kernels, flat)), bytes_of(mx::subtract(flat, mx::logsumexp(flat, -1, true))));
 }
 
 TEST(CpuLogSumExp, LeavesMlxsNodeWithoutKernelsOrForOtherTypes) {
   auto x = random_rows(2, 100, 1.0f, mx::float32, 3);
   EXPECT_STREQ(logsumexp_last_axis(nullptr, x).primitive().name(), "LogSumExp");
+  EXPECT_STREQ(log_probs_last_axis(nullptr, x).primitive().name(), "Subtract");
   auto kernels = kernels_or_skip();
   if (!kernels) GTEST_SKIP() << "no AVX2 + FMA + F16C here: MLX's logsumexp runs";
   auto ints = mx::astype(x, mx::int32);  // MLX casts to float32 first: ours takes the cast
   EXPECT_EQ(bytes_of(logsumexp_last_axis(kernels, ints)), bytes_of(mx::logsumexp(ints, -1, true)));
+  EXPECT_STREQ(log_probs_last_axis(kernels, ints).primitive().name(), "Subtract") << "a cast input: MLX's subtract";
 }

@@ -24,4 +24,9 @@ class CpuKernels;
  * same primitive when all axes but the last have one element). */
 mx::array logsumexp_last_axis(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x);
 
+/** mx::subtract(x, mx::logsumexp(x, -1, true)), mlx-lm's log-probabilities: one node of ours
+ * (the normalizer and the subtraction row by row, MLX's bytes) where logsumexp_last_axis is ours
+ * and x is float32 or bfloat16; that subtraction over logsumexp_last_axis otherwise. */
+mx::array log_probs_last_axis(const std::shared_ptr<const CpuKernels>& kernels, const mx::array& x);
+
 }  // namespace mlxrt::kernels::cpu

@@ -15,4 +15,10 @@ constexpr long long kLogSumExpScratch = 512;
  * MLX's Linux build (one lane: Simd<T, 1>) computes it. AVX2 with FMA and F16C. */
 float logsumexp_row_avx2(const void* row, QmmElem elem, long long n, float* scratch);
 
+/** out[i] = row[i] - normalizer for n values of type `elem` (float32 or bfloat16; `normalizer`
+ * already of that type), rounded to it as MLX's CPU subtract rounds: the difference in float32
+ * (x86's rule for NaN operands: the first one's), then, for bfloat16, to nearest even, every NaN
+ * becoming MLX's one bfloat16 NaN. AVX2. */
+void subtract_row_avx2(const void* row, QmmElem elem, long long n, float normalizer, void* out);
+
 }  // namespace mlxrt::kernels::cpu

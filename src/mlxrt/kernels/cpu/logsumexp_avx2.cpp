@@ -65,7 +65,55 @@ float logsumexp_row(const void* row, long long n, float* scratch) {
   return std::log(normalizer) + maximum;
 }
 
+// float32 to bfloat16 as MLX's _MLX_BFloat16(float) converts: round to nearest even, and any NaN
+// to 0x7FC0 (its sign dropped).
+__m128i to_bf16_as_mlx(__m256 f) {
+  const __m256i u = _mm256_castps_si256(f);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF))), 16);
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q));
+  rounded = _mm256_blendv_epi8(rounded, _mm256_set1_epi32(0x7FC0), nan);
+  // Eight 32-bit lanes holding 16-bit values, packed in order.
+  const __m128i lo = _mm256_castsi256_si128(rounded), hi = _mm256_extracti128_si256(rounded, 1);
+  return _mm_packus_epi32(lo, hi);
+}
+
+std::uint16_t to_bf16_as_mlx(float f) {
+  if (std::isnan(f)) return 0x7FC0;
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += ((u >> 16) & 1) + 0x7FFFu;
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+template <QmmElem E>
+void subtract_row(const void* row, long long n, float normalizer, void* out) {
+  const __m256 l = _mm256_set1_ps(normalizer);
+  long long i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 d = _mm256_sub_ps(load8<E>(row, i), l);
+    if constexpr (E == QmmElem::f32)
+      _mm256_storeu_ps(static_cast<float*>(out) + i, d);
+    else
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(out) + i), to_bf16_as_mlx(d));
+  }
+  for (; i < n; ++i) {
+    const float d = subtract_in_order(load1<E>(row, i), normalizer);
+    if constexpr (E == QmmElem::f32)
+      static_cast<float*>(out)[i] = d;
+    else
+      static_cast<std::uint16_t*>(out)[i] = to_bf16_as_mlx(d);
+  }
+}
+
 }  // namespace
+
+void subtract_row_avx2(const void* row, QmmElem elem, long long n, float normalizer, void* out) {
+  if (elem == QmmElem::f32)
+    subtract_row<QmmElem::f32>(row, n, normalizer, out);
+  else
+    subtract_row<QmmElem::bf16>(row, n, normalizer, out);
+}
 
 float logsumexp_row_avx2(const void* row, QmmElem elem, long long n, float* scratch) {
   switch (elem) {
