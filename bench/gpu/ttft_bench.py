@@ -199,7 +199,8 @@ def main():
         assert args.stream or counts == [n for _, n in seq], counts
         warm = [line.strip() for line in log_path.read_text().splitlines() if "warm-up:" in line]
         results["mlxrt " + label] = {"times": times, "ready_s": ready, "warm_up": warm}
-        print(f"mlxrt {label}: ready after {ready:.1f} s; {warm[-1] if warm else 'no warm-up'}", flush=True)
+        print(f"mlxrt {label}: ready after {ready:.1f} s; {warm[-1] if warm else 'no warm-up'}; ms: "
+              + " ".join(f"{n}:{t * 1e3:.1f}" for (_, n), t in zip(seq, times)), flush=True)
     if not args.skip_mlx_lm:
         proc = subprocess.run([sys.executable, "-c", MLX_LM, str(args.model), json.dumps(ids),
                                "stream" if args.stream else "whole"],
