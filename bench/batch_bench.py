@@ -64,16 +64,20 @@ def stream_timed(port, prompt, n, out, i, sampling):
     out[i] = ((first or time.perf_counter()) - t0, tokens)
 
 
-def round_of(port, prompt, n, clients, sampling):
-    out = {}
-    threads = [threading.Thread(target=stream_one, args=(port, f"{i}: {prompt}", n, out, i, sampling))
-               for i in range(clients)]
+def run_together(threads):
+    """Starts the threads, waits for all of them; returns the wall time."""
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - t0
+    return time.perf_counter() - t0
+
+
+def round_of(port, prompt, n, clients, sampling):
+    out = {}
+    wall = run_together([threading.Thread(target=stream_one, args=(port, f"{i}: {prompt}", n, out, i, sampling))
+                         for i in range(clients)])
     ok = [v for v in out.values() if not isinstance(v, OSError)]
     return sum(tok for _, tok in ok) / wall, [ttft for ttft, _ in ok], clients - len(ok)
 
@@ -93,13 +97,7 @@ def steady_round(port, prompt, n, clients, sampling, per_client, spread):
             stream_one(port, f"{i}.{r}: {prompt}", n, out, 0, sampling)
             results[(i, r)] = out[0]
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    wall = run_together([threading.Thread(target=client, args=(i,)) for i in range(clients)])
     ok = {k: v for k, v in results.items() if not isinstance(v, OSError)}
     return (sum(tok for _, tok in ok.values()) / wall, [ttft for (i, r), (ttft, _) in ok.items() if r > 0],
             len(results) - len(ok))
@@ -135,6 +133,8 @@ def main():
                          "each client's first are pooled: steady_ttft_p50/p99, steady_tok_s)")
     ap.add_argument("--log-dir", help="keep both servers' logs here (default: a temporary folder, removed)")
     args = ap.parse_args()
+    if args.steady == 1:
+        ap.error("--steady N: N must be at least 2 (each client's first request is left out)")
 
     work = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="batch-bench-"))
     work.mkdir(parents=True, exist_ok=True)
