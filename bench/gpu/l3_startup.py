@@ -46,11 +46,7 @@ def run(cmd, env_extra, ptx):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--work", required=True, type=Path)
-    ap.add_argument("--tokenizer", required=True, type=Path)
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--models", nargs="+", default=["qwen3-0.6b-q4", "qwen3-8b-q4"])
+    models.add_run_args(ap, ["qwen3-0.6b-q4", "qwen3-8b-q4"])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=16)
     args = ap.parse_args()

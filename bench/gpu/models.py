@@ -79,6 +79,16 @@ utils.save_config(config, config_path=out / "config.json")
 """
 
 
+def add_run_args(ap, default_models):
+    """The options every model benchmark here takes: mlxrt's binary, the models' folder, the
+    tokenizer files, the output folder and which models (shape-quant names)."""
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--work", required=True, type=Path)
+    ap.add_argument("--tokenizer", required=True, type=Path)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--models", nargs="+", default=default_models)
+
+
 def ensure_model(python, work: Path, shape: str, quant: str, tokenizer_dir: Path) -> Path:
     """The model directory, made on first use (with this run's MLX, on its default device)."""
     path = work / f"{shape}-{quant}"

@@ -4,13 +4,16 @@ dequantized matrix times MLX's dense matmul) gives L1's bytes on a whole model, 
 
 For each model (bench/gpu/models.py) and prompt length, `mlxrt generate --logprobs-file` (the
 first generated token's log-probabilities come from the prefill; greedy, a few tokens) under four
-settings: l1, l1 with the variable (which must not change a byte: the dense path is L3's), l3 and
-l3 with it. Each run's prompt figure (prompt tok/s) and the SHA-256 of its log-probabilities file
-and text are printed, then which settings gave the same bytes as l1. Then `mlxrt fidelity` of l3
-with the variable against l1 (its prefill mode takes the dense path at --prefill-chunk 512).
+settings: l1, l1 with the variable (the dense path is L3's, so only MLX's own run-to-run variation
+can change a byte: its cuDNN attention, docs/exact-mode.md), l3 with it set to 0 (MLX's kernel)
+and l3 with it. Each run's prompt figure (prompt tok/s) and the SHA-256 of its log-probabilities
+file and text are printed, then which settings gave l1's bytes and whether "l3 dense" gave "l3"'s
+(the one comparison of the prefill alone: the later rows are L3's decoding in both). Then `mlxrt
+fidelity` of l3 with the variable against l1 (its prefill mode takes the dense path at
+--prefill-chunk 512).
 
 Usage: prefill_bytes.py --bin MLXRT --work MODELS_DIR --tokenizer DIR --out DIR
-       [--models qwen3-8b-q4 qwen3-0.6b-q4] [--lengths 512 777] [--rows 64] [--fidelity-tokens 512]
+       [--models qwen3-8b-q4 qwen3-0.6b-q4] [--lengths 512 777] [--rows 128] [--fidelity-tokens 512]
 """
 import argparse
 import hashlib
@@ -32,13 +35,9 @@ def sha(path: Path) -> str:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--work", required=True, type=Path)
-    ap.add_argument("--tokenizer", required=True, type=Path)
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--models", nargs="+", default=["qwen3-8b-q4", "qwen3-0.6b-q4"])
+    models.add_run_args(ap, ["qwen3-8b-q4", "qwen3-0.6b-q4"])
     ap.add_argument("--lengths", type=int, nargs="+", default=[512, 777])
-    ap.add_argument("--rows", default="64", help="MLXRT_CUDA_L3_PREFILL_ROWS for the dense settings")
+    ap.add_argument("--rows", default="128", help="MLXRT_CUDA_L3_PREFILL_ROWS for the dense settings")
     ap.add_argument("--gen", type=int, default=4)
     ap.add_argument("--fidelity-tokens", type=int, default=512)
     args = ap.parse_args()
@@ -46,7 +45,9 @@ def main():
     python = Path(sys.executable)
     log = open(args.out / "prefill_bytes.log", "a")
     dense = {"MLXRT_CUDA_L3_PREFILL_ROWS": args.rows}
-    settings = {"l1": ([], {}), "l1 dense": ([], dense), "l3": (["--fidelity", "l3"], {}),
+    # l3 by default takes the dense path too (from 128 rows): "l3" here turns it off.
+    off = {"MLXRT_CUDA_L3_PREFILL_ROWS": "0"}
+    settings = {"l1": ([], {}), "l1 dense": ([], dense), "l3": (["--fidelity", "l3"], off),
                 "l3 dense": (["--fidelity", "l3"], dense)}
     summary = []
     for name in args.models:
@@ -74,6 +75,9 @@ def main():
                 print(f"{name:<14} {n:>5} {label:<9} prompt {m.group(1) if m else '?':>9} tok/s  "
                       f"logprobs {digests[label][0]}  text {digests[label][1]}  wall {wall:.1f} s", flush=True)
             same = {label: d == digests.get("l1") for label, d in digests.items()}
+            if "l3" in digests and "l3 dense" in digests:
+                print(f"{name} {n}: l3 dense gave l3's bytes: {'yes' if digests['l3'] == digests['l3 dense'] else 'NO'}",
+                      flush=True)
             summary.append({"model": name, "length": n, "same_as_l1": same})
             print(f"{name} {n}: same bytes as l1: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in same.items()),
                   flush=True)

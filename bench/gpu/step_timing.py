@@ -93,11 +93,7 @@ def run(cmd, env, log):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--work", required=True, type=Path)
-    ap.add_argument("--tokenizer", required=True, type=Path)
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--models", nargs="+", default=["qwen3-0.6b-q4", "qwen3-8b-q4"])
+    models.add_run_args(ap, ["qwen3-0.6b-q4", "qwen3-8b-q4"])
     ap.add_argument("--settings", nargs="+", default=["default", "graphs-off", "ops-400"], choices=list(SETTINGS))
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--gen", type=int, default=256)
