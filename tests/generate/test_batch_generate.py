@@ -121,6 +121,32 @@ def test_small_batches_and_chunked_prefill_equal_mlx_lm(fixture, tmp_path):
     assert got == want
 
 
+# --batch-order prompts-first (the server's default): prompts of more than one token submitted
+# together in one prefill batch take mlx-lm's own steps in that order, so they give its bytes.
+MULTI_TOKEN = [r for r in GREEDY if len(r["prompt_tokens"]) > 1]
+MIXED_MULTI_TOKEN = [r for r in MIXED if len(r["prompt_tokens"]) > 1]
+
+
+@pytest.mark.parametrize("fixture", ["qwen3_bf16", "gemma3_bf16"])
+def test_prompts_first_order_equals_mlx_lm_for_prompts_submitted_together(fixture, tmp_path):
+    model = make_fixture(fixture)
+    want = batch_tokens(model, MULTI_TOKEN, [EOS])
+    got = ours(model, MULTI_TOKEN, tmp_path, "--batch-order", "prompts-first")
+    assert got == want
+    want = batch_tokens(model, oracle_requests(MIXED_MULTI_TOKEN), [EOS], seed=3)
+    got = ours(model, MIXED_MULTI_TOKEN, tmp_path, "--batch-order", "prompts-first", "--seed", 3)
+    assert got == want
+
+
+def test_bad_batch_order_is_refused(tmp_path):
+    path = tmp_path / "requests.json"
+    path.write_text(json.dumps({"requests": MULTI_TOKEN}))
+    proc = run_mlxrt("batch-generate", "--model", make_fixture("qwen3_bf16"), "--requests", path,
+                     "--batch-order", "fifo", check=False)
+    assert proc.returncode != 0
+    assert "--batch-order" in proc.stderr and "prompts-first or mlx-lm" in proc.stderr and "fifo" in proc.stderr
+
+
 def test_step_log_and_graph_leave_the_tokens_alone(tmp_path):
     """--step-log writes a line per step (the rows it answered, its milliseconds); --step-graph the
     op graph of one decode step as DOT. Neither changes what is generated."""

@@ -116,6 +116,23 @@ CLI::Option* add_fidelity_flag(CLI::App* cmd, model::FidelityTier& tier, const s
       ->default_str(fidelity_name(tier));
 }
 
+CLI::Option* add_batch_order_option(CLI::App* cmd, bool& prompts_first) {
+  CLI::Validator orders(
+      [](std::string& value) {
+        return value == "prompts-first" || value == "mlx-lm" ? std::string()
+                                                             : "expected prompts-first or mlx-lm, got '" + value + "'";
+      },
+      "prompts-first|mlx-lm");
+  return cmd
+      ->add_option_function<std::string>(
+          "--batch-order", [&prompts_first](const std::string& value) { prompts_first = value == "prompts-first"; },
+          "The order of a batch step: prompts-first prefills the waiting prompts and hands out their first "
+          "tokens in the step that also decodes the running rows (ours); mlx-lm decodes first and hands a new "
+          "row's first token out two steps after its prefill, as mlx-lm's BatchGenerator")
+      ->check(orders)
+      ->default_str(prompts_first ? "prompts-first" : "mlx-lm");
+}
+
 void print_expert_stats(const std::shared_ptr<model::nn::ExpertStore>& experts) {
   if (experts) std::cerr << model::nn::format_expert_stats(experts->stats()) << std::endl;
 }

@@ -53,6 +53,10 @@ const char* fidelity_name(model::FidelityTier tier);
 /** "l1" or "l3" as the tier; UsageError naming `flag` otherwise (l2 is an artifact's contract). */
 model::FidelityTier parse_fidelity(const std::string& text, const std::string& flag);
 
+/** Adds --batch-order prompts-first|mlx-lm (generate::BatchGeneratorOptions::prompts_first);
+ * its default is `prompts_first`'s value. Another value is a parse error naming both. */
+CLI::Option* add_batch_order_option(CLI::App* cmd, bool& prompts_first);
+
 /** The --adapter-path help text, the same on every verb that takes it. */
 inline constexpr const char* kAdapterPathHelp =
     "Optional path for the trained adapter weights and config (an mlx_lm.lora adapter directory: "

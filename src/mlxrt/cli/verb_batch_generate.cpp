@@ -53,6 +53,7 @@ struct BatchArgs {
   int prefill_batch_size = 8;
   int prefill_step_size = 2048;
   bool batch_invariant = false;
+  bool prompts_first = false;  // --batch-order: mlx-lm's by default, as batch_generate runs
   std::string step_log;
   std::string step_graph;
   bool step_timing = false;
@@ -176,6 +177,7 @@ void run_batch_generate(const BatchArgs& a) {
   options.prefill_batch_size = a.prefill_batch_size;
   options.prefill_step_size = a.prefill_step_size;
   options.batch_invariant = a.batch_invariant;
+  options.prompts_first = a.prompts_first;
   options.adapter_rows = adapted.rows;
   options.sample_streams = generate::make_sample_streams();
   auto default_processors = make_cli_processors(a.sampling, vocab);
@@ -334,6 +336,7 @@ void register_batch_generate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--prefill-step-size", a->prefill_step_size, "Number of prompt tokens to process at a time")
       ->capture_default_str();
+  add_batch_order_option(cmd, a->prompts_first);
   cmd->add_flag("--batch-invariant", a->batch_invariant,
                 "Each request's tokens and logprobs equal its solo `generate` run whatever it is batched with "
                 "(each row runs its own forward); a request may then carry its own \"seed\"");

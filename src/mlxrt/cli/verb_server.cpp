@@ -195,6 +195,7 @@ void register_server(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--prefill-step-size", o.prefill_step_size, "Step size for prefill processing")
       ->capture_default_str();
+  add_batch_order_option(cmd, o.prompts_first);
   cmd->add_flag("--batch-invariant", o.batch_invariant,
                 "Each batched request's tokens and logprobs equal the same request served alone (each row runs "
                 "its own forward)");

@@ -498,25 +498,48 @@ std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>
   }
   std::vector<BatchGenerationResponse> generation_responses;
   std::vector<BatchPromptResponse> prompt_responses;
-  auto t0 = Clock::now();
+
+  auto generate = [&] {
+    const auto t0 = Clock::now();
+    if (!gen_.uids.empty()) {
+      generation_responses = gen_next();
+      generation_steps_ += 1;
+      if (generation_steps_ % 512 == 0) mx::clear_cache();
+    }
+    split_.generate_ms += ms_since(t0);
+  };
+
+  if (o_.prompts_first) {
+    // The queued prompts' chunk first, the rows it finishes started, then one step over all rows.
+    admit_prompts();
+    start_finished_prompts(prompt_responses);  // prompts of one token (or a cache hit leaving one)
+    prefill_next_chunk(prompt_responses);
+    start_finished_prompts(prompt_responses);
+    generate();
+    return {std::move(prompt_responses), std::move(generation_responses)};
+  }
 
   // Generate tokens first
-  if (!gen_.uids.empty()) {
-    generation_responses = gen_next();
-    generation_steps_ += 1;
-    if (generation_steps_ % 512 == 0) mx::clear_cache();
-  }
-  split_.generate_ms = ms_since(t0);
+  generate();
 
   // Exit early because we already have our hands full with decoding
   if (static_cast<int>(gen_.uids.size()) >= o_.completion_batch_size)
     return {std::move(prompt_responses), std::move(generation_responses)};
 
   // Check if we have sequences and add them to the prompt batch
+  admit_prompts();
+  // Split the prompt sequences to the ones moving to generation and the rest
+  start_finished_prompts(prompt_responses);
+  // Extract the next prompts input and process them
+  prefill_next_chunk(prompt_responses);
+  return {std::move(prompt_responses), std::move(generation_responses)};
+}
+
+void BatchGenerator::admit_prompts() {
+  const auto t0 = Clock::now();
   const int n = std::min({o_.prefill_batch_size - static_cast<int>(prompt_.uids.size()),
                           o_.completion_batch_size - static_cast<int>(gen_.uids.size()),
                           static_cast<int>(unprocessed_.size())});
-  t0 = Clock::now();
   if (n > 0) {
     PromptBatch added = make_batch(n);
     prompt_.uids.insert(prompt_.uids.end(), added.uids.begin(), added.uids.end());
@@ -527,10 +550,11 @@ std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>
     }
     for (auto& r : added.rows) prompt_.rows.push_back(std::move(r));
   }
-  split_.admit_ms = ms_since(t0);
+  split_.admit_ms += ms_since(t0);
+}
 
-  // Split the prompt sequences to the ones moving to generation and the rest
-  t0 = Clock::now();
+void BatchGenerator::start_finished_prompts(std::vector<BatchPromptResponse>& responses) {
+  const auto t0 = Clock::now();
   std::vector<int> keep, split;
   for (size_t i = 0; i < processing_.size(); ++i) {
     const auto& segments = processing_[i].segments;
@@ -539,7 +563,6 @@ std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>
     else
       keep.push_back(static_cast<int>(i));
   }
-
   // Actually split off part of the prompt batch and start generation
   if (!split.empty()) {
     std::vector<int32_t> last_inputs;
@@ -557,12 +580,13 @@ std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>
     filter_prompt(moving, split);
     GenBatch started = start_generation(std::move(moving), last_inputs);
     for (size_t i = 0; i < totals.size(); ++i)
-      prompt_responses.push_back(BatchPromptResponse{started.uids[i], totals[i], totals[i], true, true});
+      responses.push_back(BatchPromptResponse{started.uids[i], totals[i], totals[i], true, true});
     extend_gen(std::move(started));
   }
-  split_.start_ms = ms_since(t0);
+  split_.start_ms += ms_since(t0);
+}
 
-  // Extract the next prompts input
+void BatchGenerator::prefill_next_chunk(std::vector<BatchPromptResponse>& responses) {
   std::vector<std::vector<int32_t>> prompts;
   for (size_t i = 0; i < processing_.size(); ++i) {
     auto& seq = processing_[i];
@@ -578,18 +602,16 @@ std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>
     seq.processed += take;
     response.processed = seq.processed;
     response.total = seq.total;
-    prompt_responses.push_back(response);
+    responses.push_back(response);
   }
-
   // Process the prompts (not waiting for a chunk after which every row is left its last token:
-  // the next call starts their generation)
+  // their first step, at this call or the next, is encoded while the device runs it)
   const bool last_chunk = std::all_of(processing_.begin(), processing_.end(), [](const Processing& p) {
     return p.segments.size() == 1 && p.segments.front().size() == 1;
   });
-  t0 = Clock::now();
+  const auto t0 = Clock::now();
   prompt(prompt_, prompts, !last_chunk);
-  split_.prefill_ms = ms_since(t0);
-  return {std::move(prompt_responses), std::move(generation_responses)};
+  split_.prefill_ms += ms_since(t0);
 }
 
 std::string BatchGenerator::describe_last_split() const {

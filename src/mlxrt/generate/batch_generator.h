@@ -60,6 +60,21 @@ struct BatchGeneratorOptions {
    * another core draws those rows while this one draws the rest. The same ops on the same
    * inputs: the same bytes. Empty, or off the CPU: every row on the default stream. */
   std::vector<mx::Stream> sample_streams;
+  /** The order of one next() (ours; the server's default): mlx-lm decodes the generating rows
+   * first, then admits and prefills a chunk of the queued prompts, and starts the rows whose
+   * prompts are down to their last token at the NEXT call, whose first tokens it hands out at the
+   * call after that. So a request that joins a running batch gets its first token three decoding
+   * steps of the whole batch after its prefill. With prompts_first, next() admits and prefills
+   * first, starts the rows whose prompts that chunk finished in the same call, and then runs the
+   * decoding step over every row, the new ones included: their first tokens come out of that
+   * call, one step of the batch (the one already on the device) after they arrive.
+   * Each step is one mlx-lm runs for some arrival times (the same prefill chunks, the same first
+   * step of the starting rows alone, then steps over the rows generating), so each row's bytes are
+   * what mlx-lm gives with that batch; for prompts of more than one token that all fit one
+   * prefill batch, the steps are mlx-lm's own (a one-token prompt is started at once by both, and
+   * mlx-lm then decodes it once before the others' first step). Still one prefill chunk per call: long prompts interleave with decoding as in
+   * mlx-lm. */
+  bool prompts_first = false;
 };
 
 /** New MLX CPU streams for BatchGeneratorOptions::sample_streams, on the calling thread (MLX's
@@ -191,6 +206,15 @@ class BatchGenerator {
   void route(const std::vector<Row>& rows) const;
 
   PromptBatch make_batch(int n);
+  /** Admits up to what --prompt-concurrency and --decode-concurrency leave room for from the queue
+   * into the prompt batch. */
+  void admit_prompts();
+  /** Moves the prompt rows down to their last token into the generation batch, dispatching their
+   * first step (mlx-lm's split of the prompt batch); their prompt responses go to `responses`. */
+  void start_finished_prompts(std::vector<BatchPromptResponse>& responses);
+  /** Dispatches the next prefill chunk of every row of the prompt batch; its responses go to
+   * `responses`. */
+  void prefill_next_chunk(std::vector<BatchPromptResponse>& responses);
   /** Prefills `tokens` (one chunk a row) into the batch's caches; waits for them unless `wait` is false. */
   void prompt(PromptBatch& batch, const std::vector<std::vector<int32_t>>& tokens, bool wait = true);
   GenBatch start_generation(PromptBatch batch, const std::vector<int32_t>& last_inputs);

@@ -305,6 +305,7 @@ void Generator::batch_open(const Job& job) {
   o.prefill_batch_size = options_.prompt_concurrency;
   o.prefill_step_size = options_.prefill_step_size;
   o.batch_invariant = options_.batch_invariant;
+  o.prompts_first = options_.prompts_first;
   o.sample_streams = sample_streams_for_this_thread();
   if (session_->mixed_model) {
     o.adapter_rows = session_->adapter_rows;

@@ -46,6 +46,9 @@ struct ServerOptions {
   int prompt_concurrency = 8;
   int prefill_step_size = 2048;
   bool batch_invariant = false;  // --batch-invariant: each batched request equals its solo run
+  /** --batch-order prompts-first (the default; ours) or mlx-lm: the order of a batch step
+   * (generate::BatchGeneratorOptions::prompts_first). */
+  bool prompts_first = true;
   /** --spec-exact: the model computes every position as a one-token step (LoadOptions::row_exact);
    * batches then run batch-invariant, so every request gets one-token decoding's bytes. */
   bool row_exact = false;

@@ -3,6 +3,8 @@
 // waits): a fake model counts its forward calls and the rows of each.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "call_counting_model.h"
 #include "mlxrt/generate/batch_generator.h"
 
@@ -101,6 +103,136 @@ TEST(BatchGenerator, NoDeferralWhileAPromptWaits) {
   ASSERT_EQ(generated.size(), 1u);
   // mlx-lm's order: the next step dispatched before the first token is read, then the new prompt
   EXPECT_EQ(std::vector<int>(model.rows.begin() + probe, model.rows.end()), (std::vector<int>{1, 1, 1, 1}));
+}
+
+// --batch-order prompts-first
+
+BatchGeneratorOptions prompts_first() {
+  BatchGeneratorOptions o;
+  o.prompts_first = true;
+  return o;
+}
+
+// Every token handed out, as (uid, token), and the model's calls, until the generator is empty.
+struct Run {
+  std::vector<std::pair<int, int32_t>> tokens;
+  std::vector<int> rows, lengths;
+};
+Run run_all(const BatchGeneratorOptions& options, const std::vector<std::pair<std::vector<int32_t>, int>>& specs) {
+  CallCountingModel model;
+  BatchGenerator gen(model, options);
+  const int probe = model.calls();
+  gen.insert(requests(specs));
+  Run run;
+  for (auto out = tokens(gen); !out.empty(); out = tokens(gen))
+    for (const auto& r : out) run.tokens.emplace_back(r.uid, r.token);
+  run.rows.assign(model.rows.begin() + probe, model.rows.end());
+  run.lengths.assign(model.lengths.begin() + probe, model.lengths.end());
+  return run;
+}
+
+TEST(BatchGeneratorPromptsFirst, PromptsSubmittedTogetherRunMlxLmsSteps) {
+  // Prompts of more than one token that fit one prefill batch: the same calls with the same rows
+  // and positions, the same tokens in the same order, whichever order a step takes.
+  const std::vector<std::pair<std::vector<int32_t>, int>> specs = {{{0, 1, 2}, 3}, {{3, 4}, 5}, {{5, 6}, 2}};
+  auto mlx_lm = run_all({}, specs);
+  auto ours = run_all(prompts_first(), specs);
+  EXPECT_EQ(ours.tokens, mlx_lm.tokens);
+  EXPECT_EQ(ours.rows, mlx_lm.rows);
+  EXPECT_EQ(ours.lengths, mlx_lm.lengths);
+}
+
+TEST(BatchGeneratorPromptsFirst, MorePromptsThanAPrefillBatchAllFinish) {
+  BatchGeneratorOptions o = prompts_first();
+  o.prefill_batch_size = 2;
+  const std::vector<std::pair<std::vector<int32_t>, int>> specs = {
+      {{0, 1, 2}, 3}, {{3, 4}, 5}, {{5}, 2}, {{6, 0, 1, 2}, 4}, {{1, 2}, 1}};
+  auto ours = run_all(o, specs);
+  // Each row's tokens count up from its prompt's last token, max_tokens of them.
+  std::map<int, std::vector<int32_t>> by_uid;
+  for (const auto& [uid, token] : ours.tokens) by_uid[uid].push_back(token);
+  ASSERT_EQ(by_uid.size(), specs.size());
+  for (size_t u = 0; u < specs.size(); ++u) {
+    const auto& [prompt, max_tokens] = specs[u];
+    std::vector<int32_t> expected;
+    for (int k = 1; k <= max_tokens; ++k) expected.push_back((prompt.back() + k) % kVocab);
+    EXPECT_EQ(by_uid[static_cast<int>(u)], expected) << "uid " << u;
+  }
+  for (int r : ours.rows) EXPECT_LE(r, 5);
+}
+
+TEST(BatchGeneratorPromptsFirst, AJoiningRowsFirstTokenComesFromTheCallThatPrefillsIt) {
+  for (bool first : {false, true}) {
+    CallCountingModel model;
+    BatchGeneratorOptions o;
+    o.prompts_first = first;
+    BatchGenerator gen(model, o);
+    gen.insert(requests({{{0, 1}, 20}}));
+    tokens(gen);
+    tokens(gen);  // A generates
+    const int before = model.calls();
+    auto b = gen.insert(requests({{{3, 4, 5}, 20}}))[0];
+    int calls = 0;
+    for (bool got_b = false; !got_b;) {
+      auto [prompts, generated] = gen.next();
+      ++calls;
+      for (const auto& r : generated) {
+        if (r.uid != b) continue;
+        got_b = true;
+        EXPECT_EQ(r.token, 6);
+      }
+      ASSERT_LT(calls, 5);
+    }
+    const std::vector<int> steps(model.rows.begin() + before, model.rows.end());
+    if (first) {
+      EXPECT_EQ(calls, 1);
+      // B's prefill chunk, B's first step alone, then one step over A and B
+      EXPECT_EQ(steps, (std::vector<int>{1, 1, 2}));
+    } else {
+      EXPECT_EQ(calls, 3);  // mlx-lm: decode A + prefill B; decode A + B's first step; decode A and B
+      EXPECT_EQ(steps, (std::vector<int>{1, 1, 1, 1, 2}));
+    }
+  }
+}
+
+TEST(BatchGeneratorPromptsFirst, ALongPromptStillTakesOneChunkACall) {
+  CallCountingModel model;
+  BatchGeneratorOptions o = prompts_first();
+  o.prefill_step_size = 2;
+  BatchGenerator gen(model, o);
+  auto a = gen.insert(requests({{{0, 1}, 30}}))[0];
+  tokens(gen);
+  tokens(gen);
+  auto b = gen.insert(requests({{{1, 2, 3, 4, 5, 6, 0}, 30}}))[0];  // 6 positions to prefill: 3 chunks
+  std::vector<int> a_tokens_per_call;
+  bool got_b = false;
+  while (!got_b) {
+    auto [prompts, generated] = gen.next();
+    int from_a = 0;
+    for (const auto& r : generated) {
+      from_a += r.uid == a;
+      got_b = got_b || r.uid == b;
+    }
+    a_tokens_per_call.push_back(from_a);
+  }
+  // A decodes at every call while B's three chunks go in, one a call; B's first token at the third.
+  EXPECT_EQ(a_tokens_per_call, (std::vector<int>{1, 1, 1}));
+}
+
+TEST(BatchGeneratorPromptsFirst, NoPromptIsAdmittedPastTheDecodeConcurrency) {
+  CallCountingModel model;
+  BatchGeneratorOptions o = prompts_first();
+  o.completion_batch_size = 2;
+  o.prefill_batch_size = 2;
+  BatchGenerator gen(model, o);
+  gen.insert(requests({{{0}, 3}, {{1}, 3}, {{2}, 3}}));
+  size_t most = 0;
+  for (int k = 0; k < 20 && gen.size() > 0; ++k) {
+    gen.next();
+    most = std::max(most, gen.generating());
+  }
+  EXPECT_EQ(gen.size(), 0u);
+  EXPECT_LE(most, 2u);
 }
 
 }  // namespace
