@@ -11,6 +11,9 @@ Those rounds are bursts (every client's request at once: the last first token wa
 prompt's prefill). --steady N adds a round per count where the clients arrive one by one over a
 burst round's wall time and each sends N requests back to back, so requests join a running batch
 as they would under a steady load; its TTFTs (each client's first left out) give steady p99/solo.
+--variant LABEL=SPEC (repeatable) adds another mlxrt server to the same run, with SPEC's
+environment (leading NAME=VALUE words) and options (the rest) on top of --mlxrt-args: settings of
+mlxrt side by side, each with its own column and ratio to mlx_lm.
 
 The model defaults to the server tests' tiny scripted qwen3 (real Qwen3 tokenizer); --model DIR
 for another model directory.
@@ -18,6 +21,7 @@ for another model directory.
 Usage: bench/batch_bench.py [--model DIR] [--clients 8 32] [--gen-tokens 64] [--prompt-words 60] [--runs 2] [--steady N]
                             [--temperature T] [--top-p P] [--top-k K]
                             [--mlxrt-args "--log-level DEBUG"] [--mlxrt-env NAME=VALUE] [--log-dir DIR]
+                            [--variant 'LABEL=[NAME=VALUE ...] [OPTIONS]' ...]
 """
 import argparse
 import json
@@ -132,6 +136,9 @@ def main():
                          "over one round's wall time, each sending N requests back to back (TTFTs of all but "
                          "each client's first are pooled: steady_ttft_p50/p99, steady_tok_s)")
     ap.add_argument("--log-dir", help="keep both servers' logs here (default: a temporary folder, removed)")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL=SPEC",
+                    help="another mlxrt server: SPEC's leading NAME=VALUE words are its environment, the rest "
+                         "options added to --mlxrt-args (e.g. 'mlx-order=--batch-order mlx-lm'); may be repeated")
     args = ap.parse_args()
     if args.steady == 1:
         ap.error("--steady N: N must be at least 2 (each client's first request is left out)")
@@ -140,10 +147,21 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     model = Path(args.model) if args.model else tiny_server_model()
     prompt = " ".join(["the quick brown fox jumps over the lazy dog"] * (args.prompt_words // 9 + 1))
+    def mlxrt(env, extra):
+        return [*(["env", *env] if env else []), BIN, "server", "--model", str(model), *args.server_args.split(),
+                *" ".join(args.mlxrt_args).split(), *extra]
+
     programs = {"mlx_lm": [PY, "-m", "mlx_lm", "server", "--model", str(model), *args.server_args.split()],
-                "mlxrt": [*(["env", *args.mlxrt_env] if args.mlxrt_env else []),
-                          BIN, "server", "--model", str(model), *args.server_args.split(),
-                          *" ".join(args.mlxrt_args).split()]}
+                "mlxrt": mlxrt(args.mlxrt_env, [])}
+    for v in args.variant:
+        label, sep, spec = v.partition("=")
+        if not sep or not label or label in programs:
+            ap.error(f"--variant {v!r}: expected LABEL=SPEC with a new label")
+        words = spec.split()
+        env = []
+        while words and "=" in words[0] and not words[0].startswith("-"):
+            env.append(words.pop(0))
+        programs[label] = mlxrt(args.mlxrt_env + env, words)
     sampling = {k: v for k, v in (("temperature", args.temperature), ("top_p", args.top_p), ("top_k", args.top_k))
                 if v is not None}
     results = {}
@@ -181,25 +199,29 @@ def main():
             srv.stop()
     print(f"model: {model}  gen tokens: {args.gen_tokens}  prompt words: {args.prompt_words}  runs: {args.runs}"
           f"  sampling: {sampling or 'none sent (greedy)'}")
-    print(f"{'clients':<9}{'metric':<11}{'mlx_lm':>10}{'mlxrt':>10}{'mlxrt/mlx_lm':>14}")
-    a, b = results[("mlx_lm", 1)]["ttft_p50"], results[("mlxrt", 1)]["ttft_p50"]
-    print(f"{1:<9}{'ttft_solo':<11}{a:>10.3f}{b:>10.3f}{b / a:>14.2f}")
+    ours = [n for n in programs if n != "mlx_lm"]
+    print(f"{'clients':<9}{'metric':<16}" + "".join(f"{n:>12}" for n in programs)
+          + "".join(f"{n + '/mlx_lm':>18}" for n in ours))
+
+    def row(c, k, values, ratios=True):
+        line = f"{c:<9}{k:<16}" + "".join(f"{v:>12.3f}" for v in values)
+        if ratios:
+            a = values[0]
+            line += "".join(f"{v / a:>18.2f}" if a else f"{'-':>18}" for v in values[1:])
+        print(line)
+
+    row(1, "ttft_solo", [results[(n, 1)]["ttft_p50"] for n in programs])
     for c in args.clients:
         keys = ["tok_s", "ttft_p50", "ttft_p99", "errors"]
         if args.steady:
             keys += ["steady_tok_s", "steady_ttft_p50", "steady_ttft_p99", "steady_errors"]
         for k in keys:
-            a, b = results[("mlx_lm", c)][k], results[("mlxrt", c)][k]
-            ratio = f"{b / a:>14.2f}" if a else f"{'-':>14}"
-            print(f"{c:<9}{k:<11}{a:>10.3f}{b:>10.3f}{ratio}")
+            row(c, k, [results[(n, c)][k] for n in programs])
         # The issue's latency bound: TTFT p99 under load over the same program's solo TTFT.
-        a = results[("mlx_lm", c)]["ttft_p99"] / results[("mlx_lm", 1)]["ttft_p50"]
-        b = results[("mlxrt", c)]["ttft_p99"] / results[("mlxrt", 1)]["ttft_p50"]
-        print(f"{c:<9}{'p99/solo':<11}{a:>10.2f}{b:>10.2f}{'-':>14}")
+        row(c, "p99/solo", [results[(n, c)]["ttft_p99"] / results[(n, 1)]["ttft_p50"] for n in programs], False)
         if args.steady:
-            a = results[("mlx_lm", c)]["steady_ttft_p99"] / results[("mlx_lm", 1)]["ttft_p50"]
-            b = results[("mlxrt", c)]["steady_ttft_p99"] / results[("mlxrt", 1)]["ttft_p50"]
-            print(f"{c:<9}{'steady p99/solo':<11}{a:>6.2f}{b:>10.2f}{'-':>14}")
+            row(c, "steady p99/solo",
+                [results[(n, c)]["steady_ttft_p99"] / results[(n, 1)]["ttft_p50"] for n in programs], False)
     print(json.dumps({f"{n}@{c}": v for (n, c), v in results.items()}))
     if not args.log_dir:
         shutil.rmtree(work, ignore_errors=True)

@@ -27,7 +27,7 @@ namespace {
 struct Args {
   server::ServerOptions o;
   std::string adapter_path, draft_model, allowed_origins = "*", log_level = "INFO";
-  std::string chat_template_args = "{}", prompt_cache_bytes;
+  std::string chat_template_args = "{}", prompt_cache_bytes, prefill_buffer_cache = "1G";
   bool trust_remote_code = false, no_chat_page = false;
   DistributedArgs dist;
   int kv_bits = 0;
@@ -45,7 +45,7 @@ void on_stop_signal(int) {
 }
 
 /** mlx-lm's _parse_size: a byte count with an optional K/M/G/T suffix (powers of 1000). */
-size_t parse_size(const std::string& text) {
+size_t parse_size(const std::string& text, const std::string& flag = "--prompt-cache-bytes") {
   static const std::pair<const char*, double> kUnits[] = {{"", 1}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
                                                           {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
   std::string t = text;
@@ -60,7 +60,7 @@ size_t parse_size(const std::string& text) {
   std::string unit = used ? t.substr(used) : "?";
   for (auto [name, scale] : kUnits)
     if (used && unit == name && value >= 0) return static_cast<size_t>(value * scale);
-  throw UsageError("--prompt-cache-bytes: expected a size such as 512M or 8G, got '" + text + "'");
+  throw UsageError(flag + ": expected a size such as 512M or 8G, got '" + text + "'");
 }
 
 std::vector<std::string> split_commas(const std::string& s) {
@@ -105,6 +105,7 @@ void run(Args& a) {
   }
   if (!a.o.chat_template_args.is_object()) throw UsageError("--chat-template-args: expected a JSON object");
   if (!a.prompt_cache_bytes.empty()) a.o.prompt_cache_bytes = parse_size(a.prompt_cache_bytes);
+  a.o.prefill_buffer_cache_bytes = parse_size(a.prefill_buffer_cache, "--prefill-buffer-cache");
   if (a.o.prefill_step_size <= 0) throw UsageError("--prefill-step-size: must be positive");
   if (a.o.max_tokens < 1) throw UsageError("--max-tokens: must be at least 1");
   if (a.o.max_models < 1) throw UsageError("--max-models: must be at least 1 (got " + std::to_string(a.o.max_models) + ")");
@@ -196,6 +197,10 @@ void register_server(CLI::App& app) {
   cmd->add_option("--prefill-step-size", o.prefill_step_size, "Step size for prefill processing")
       ->capture_default_str();
   add_batch_order_option(cmd, o.prompts_first);
+  cmd->add_option("--prefill-buffer-cache", a->prefill_buffer_cache,
+                  "Keep MLX's buffer cache across a batch's prefill chunks while it holds at most this much (e.g. "
+                  "512M; 0 clears it after every chunk, as mlx_lm.server does; ours)")
+      ->capture_default_str();
   cmd->add_flag("--batch-invariant", o.batch_invariant,
                 "Each batched request's tokens and logprobs equal the same request served alone (each row runs "
                 "its own forward)");

@@ -226,12 +226,12 @@ void BatchGenerator::prompt(PromptBatch& batch, const std::vector<std::vector<in
       const auto t0 = Clock::now();
       eval_state(batch.cache);
       split_.prefill_wait_ms += ms_since(t0);
-      mx::clear_cache();
+      if (buffer_cache_over_limit()) mx::clear_cache();
     } else {
       const auto t0 = Clock::now();
       mx::async_eval(cache::state_arrays(batch.cache));
       split_.prefill_dispatch_ms += ms_since(t0);
-      clear_cache_pending_ = true;
+      clear_cache_pending_ = buffer_cache_over_limit();
     }
   };
   while (input.shape(1) > 0) {
@@ -248,6 +248,10 @@ void BatchGenerator::prompt(PromptBatch& batch, const std::vector<std::vector<in
     for (auto& c : batch.cache) batch_cache(c).finalize();
     settle(true);
   }
+}
+
+bool BatchGenerator::buffer_cache_over_limit() const {
+  return o_.prefill_buffer_cache_bytes == 0 || mx::get_cache_memory() > o_.prefill_buffer_cache_bytes;
 }
 
 void BatchGenerator::filter_prompt(PromptBatch& b, const std::vector<int>& keep) {

@@ -75,6 +75,12 @@ struct BatchGeneratorOptions {
    * mlx-lm then decodes it once before the others' first step). Still one prefill chunk per call: long prompts interleave with decoding as in
    * mlx-lm. */
   bool prompts_first = false;
+  /** mlx-lm clears MLX's buffer cache after every prefill chunk (mx.clear_cache), so the steps
+   * after it allocate their buffers anew: on a CUDA GPU that is about a third of a joining
+   * request's time to first token under load (bench/RESULTS.md, twenty-fourth session). A
+   * positive value clears it after a chunk only when it holds more than this many bytes (ours;
+   * the server's default); 0 clears it as mlx-lm does. The clear every 512 steps stays. */
+  size_t prefill_buffer_cache_bytes = 0;
 };
 
 /** New MLX CPU streams for BatchGeneratorOptions::sample_streams, on the calling thread (MLX's
@@ -240,6 +246,8 @@ class BatchGenerator {
   mx::array sample(const GenBatch& g, const mx::array& logprobs) const;
   std::vector<BatchGenerationResponse> gen_next();
   static void filter_prompt(PromptBatch& b, const std::vector<int>& keep);
+  /** Whether a prefill chunk leaves MLX's buffer cache to be cleared (prefill_buffer_cache_bytes). */
+  bool buffer_cache_over_limit() const;
   void filter_gen(const std::vector<int>& keep);
   void extend_gen(GenBatch other);
   model::CacheList extract(const model::CacheList& cache, int idx) const;

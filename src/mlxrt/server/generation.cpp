@@ -306,6 +306,7 @@ void Generator::batch_open(const Job& job) {
   o.prefill_step_size = options_.prefill_step_size;
   o.batch_invariant = options_.batch_invariant;
   o.prompts_first = options_.prompts_first;
+  o.prefill_buffer_cache_bytes = options_.prefill_buffer_cache_bytes;
   o.sample_streams = sample_streams_for_this_thread();
   if (session_->mixed_model) {
     o.adapter_rows = session_->adapter_rows;

@@ -5,6 +5,8 @@
 
 #include <map>
 
+#include <mlx/memory.h>
+
 #include "call_counting_model.h"
 #include "mlxrt/generate/batch_generator.h"
 
@@ -233,6 +235,29 @@ TEST(BatchGeneratorPromptsFirst, NoPromptIsAdmittedPastTheDecodeConcurrency) {
   }
   EXPECT_EQ(gen.size(), 0u);
   EXPECT_LE(most, 2u);
+}
+
+TEST(BatchGenerator, APrefillChunkClearsTheBufferCacheAsMlxLmUnlessUnderTheLimit) {
+  for (size_t limit : {size_t{0}, size_t{1} << 30}) {
+    CallCountingModel model;
+    BatchGeneratorOptions o;
+    o.prefill_step_size = 2;
+    o.prefill_buffer_cache_bytes = limit;
+    BatchGenerator gen(model, o);
+    gen.insert(requests({{{0, 1, 2, 3, 4, 5, 6}, 2}}));
+    {
+      auto freed = mx::zeros({1 << 20});  // 4 MB left in MLX's buffer cache when it goes
+      mx::eval(freed);
+    }
+    ASSERT_GT(mx::get_cache_memory(), 0u);
+    gen.next();  // the prompt's first chunk, waited for
+    constexpr size_t kFreed = size_t{4} << 20;
+    if (limit == 0)
+      EXPECT_LT(mx::get_cache_memory(), kFreed) << "mlx-lm clears it after every chunk";
+    else
+      EXPECT_GE(mx::get_cache_memory(), kFreed) << "kept: under the limit";
+    while (gen.size() > 0) gen.next();
+  }
 }
 
 }  // namespace
