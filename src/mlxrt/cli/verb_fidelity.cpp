@@ -3,7 +3,9 @@
 // under teacher forcing: for every position, KL(P_against || P_tier) of the next-token
 // distributions and whether the two greedy choices agree. Two modes, since they run different
 // kernels: "decode" (one token per model call, through the KV cache: what generation runs) and
-// "prefill" (--prefill-chunk tokens per call through a fresh cache: what a prompt runs).
+// "prefill" (--prefill-chunk tokens per call through a fresh cache: what a prompt runs); with
+// --batch B a third, "batch": B rows decoded together one token each per call through a batched
+// cache (what a server's batch runs: its products have B rows).
 // The two models are loaded one after the other: the reference's log-probabilities are kept on
 // the host (tokens x vocab floats per mode), never two sets of weights at once.
 #include <unistd.h>
@@ -22,6 +24,7 @@
 #include <mlx/transforms.h>
 #include <nlohmann/json.hpp>
 
+#include "mlxrt/cache/batch_cache.h"
 #include "mlxrt/cli/common.h"
 #include "mlxrt/cli/fidelity_corpus.h"
 #include "mlxrt/cli/verbs.h"
@@ -41,7 +44,7 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-// The project's gate for a tier other than l1: both modes within these.
+// The project's gate for a tier other than l1: every mode measured within these.
 constexpr double kGateMeanKl = 1e-3;
 constexpr double kGateAgreement = 0.99;
 
@@ -51,13 +54,20 @@ struct Args {
   model::FidelityTier tier = model::FidelityTier::l3;
   int tokens = 1024;
   int prefill_chunk = 512;
+  int batch = 0;  // --batch: rows of the batch mode (0: no batch mode)
   bool json = false, gate = false;
   bool float32_reference = false;
 };
 
-enum class Mode { decode, prefill };
-constexpr Mode kModes[] = {Mode::decode, Mode::prefill};
-const char* mode_name(Mode m) { return m == Mode::decode ? "decode" : "prefill"; }
+enum class Mode { decode, prefill, batch };
+constexpr int kModeCount = 3;
+const char* mode_name(Mode m) { return m == Mode::decode ? "decode" : m == Mode::prefill ? "prefill" : "batch"; }
+/** The modes a run measures: decode and prefill, and batch with --batch. */
+std::vector<Mode> modes_of(const Args& a) {
+  std::vector<Mode> modes = {Mode::decode, Mode::prefill};
+  if (a.batch > 0) modes.push_back(Mode::batch);
+  return modes;
+}
 
 /** One mode's figures: KL(P_against || P_tier) per position, summed and at its largest, and how
  * many greedy choices agree. */
@@ -75,7 +85,7 @@ struct ModeResult {
 /** The reference's float32 log-probabilities, [positions, vocab] row-major, per mode. */
 struct Reference {
   int vocab = 0;
-  std::vector<float> rows[2];
+  std::vector<float> rows[kModeCount];
 };
 
 /** The first N + 1 tokens of the corpus (the last one is only ever a target). */
@@ -125,6 +135,43 @@ void forward_log_probs(model::CausalLM& lm, const std::vector<int32_t>& ids, int
     mx::eval(log_probs);
     take(Rows{t, end - t, log_probs.shape(-1), log_probs.data<float>()});
     if (progress) std::fprintf(stderr, "\r%s: %d/%d positions", what.c_str(), end, n);
+  }
+  if (progress) std::fprintf(stderr, "\r\033[K");
+}
+
+/** Feeds ids[0..N) to `lm` as `rows` rows decoded together: row b holds positions [b S, (b + 1) S)
+ * with S = N / rows (the last N mod rows positions are not measured), and each call takes every
+ * row's next token through one batched cache (cache::BatchCache, as the batch generator merges
+ * fresh caches), handing each row's distribution to `take`. */
+void batch_log_probs(model::CausalLM& lm, const std::vector<int32_t>& ids, int rows,
+                     const std::function<void(const Rows&)>& take, const std::string& what) {
+  const int span = (static_cast<int>(ids.size()) - 1) / rows;
+  const bool progress = ::isatty(STDERR_FILENO);
+  std::vector<model::CacheList> fresh(static_cast<size_t>(rows));
+  for (auto& c : fresh) c = model::make_prompt_cache(lm);
+  model::CacheList cache;
+  for (size_t layer = 0; layer < fresh[0].size(); ++layer) {
+    std::vector<const cache::Cache*> parts;
+    for (const auto& c : fresh) {
+      if (!cache::BatchCache::batches(*c[layer]))
+        throw UnsupportedError("--batch: this model's caches do not batch (only full-attention and sliding-window "
+                               "KV caches do)");
+      parts.push_back(c[layer].get());
+    }
+    cache.push_back(cache::BatchCache::merge(parts));
+  }
+  cache::BatchCache::link_layers(cache);
+  std::vector<int32_t> step(static_cast<size_t>(rows));
+  for (int t = 0; t < span; ++t) {
+    for (int b = 0; b < rows; ++b) step[static_cast<size_t>(b)] = ids[static_cast<size_t>(b * span + t)];
+    auto logits = lm(mx::array(step.data(), {rows, 1}, mx::int32), &cache);
+    logits = mx::astype(mx::squeeze(logits, 1), mx::float32);
+    auto log_probs = mx::contiguous(mx::subtract(logits, mx::logsumexp(logits, -1, true)));
+    mx::eval(log_probs);
+    const int vocab = log_probs.shape(-1);
+    for (int b = 0; b < rows; ++b)
+      take(Rows{b * span + t, 1, vocab, log_probs.data<float>() + static_cast<size_t>(b) * vocab});
+    if (progress) std::fprintf(stderr, "\r%s: %d/%d steps", what.c_str(), t + 1, span);
   }
   if (progress) std::fprintf(stderr, "\r\033[K");
 }
@@ -201,17 +248,21 @@ std::string kernels_description(const Args& a, model::FidelityTier tier) {
   return text;
 }
 
-/** Loads the model at `tier` and runs both modes, each call's rows handed to `take(mode, rows)`;
+/** Loads the model at `tier` and runs every mode, each call's rows handed to `take(mode, rows)`;
  * returns the fidelity its resolved profile declares. */
 ojson run_tier(const Args& a, const std::filesystem::path& dir, model::FidelityTier tier,
                const std::vector<int32_t>& ids, const std::function<void(Mode, const Rows&)>& take,
                bool float32 = false) {
   auto loaded = model::load_model(dir, tier_options(a, tier, float32));
   model::check_token_ids(*loaded.model, ids);
-  for (Mode m : kModes)
-    forward_log_probs(*loaded.model, ids, m == Mode::decode ? 1 : a.prefill_chunk,
-                      [&](const Rows& rows) { take(m, rows); },
-                      std::string(fidelity_name(tier)) + " " + mode_name(m));
+  for (Mode m : modes_of(a)) {
+    const auto what = std::string(fidelity_name(tier)) + " " + mode_name(m);
+    const auto take_rows = [&](const Rows& rows) { take(m, rows); };
+    if (m == Mode::batch)
+      batch_log_probs(*loaded.model, ids, a.batch, take_rows, what);
+    else
+      forward_log_probs(*loaded.model, ids, m == Mode::decode ? 1 : a.prefill_chunk, take_rows, what);
+  }
   return model::to_json(loaded.profile.profile)["fidelity"];
 }
 
@@ -227,7 +278,7 @@ std::function<void(Mode, const Rows&)> keep_rows(Reference& ref, size_t n) {
 }
 
 /** Compares a load's rows with `ref`'s, position by position, into `results`. */
-void compare_rows(const Reference& ref, Mode m, const Rows& rows, std::array<ModeResult, 2>& results) {
+void compare_rows(const Reference& ref, Mode m, const Rows& rows, std::array<ModeResult, kModeCount>& results) {
   const int vocab = rows.width;
   if (vocab != ref.vocab)
     throw UnsupportedError("the model's logits differ in width between the two loads (" + std::to_string(ref.vocab) +
@@ -240,12 +291,12 @@ void compare_rows(const Reference& ref, Mode m, const Rows& rows, std::array<Mod
 
 /** Against and tier each measured against the model computed in float32 (--float32-reference). */
 struct Float32Figures {
-  std::array<ModeResult, 2> against, tier;
+  std::array<ModeResult, kModeCount> against, tier;
 };
 
 /** The reference's rows, then the tier's compared with them position by position (and, with
  * `float32`, both compared with the float32 computation's rows, loaded first). */
-std::array<ModeResult, 2> measure(const Args& a, const std::filesystem::path& dir, const std::vector<int32_t>& ids,
+std::array<ModeResult, kModeCount> measure(const Args& a, const std::filesystem::path& dir, const std::vector<int32_t>& ids,
                                   ojson& tier_fidelity, Float32Figures* float32) {
   const size_t n = ids.size() - 1;
   Reference exact;
@@ -260,7 +311,7 @@ std::array<ModeResult, 2> measure(const Args& a, const std::filesystem::path& di
     if (float32) compare_rows(exact, m, rows, float32->against);
   });
   mx::clear_cache();  // the reference's weights are gone: give their memory back before the next load
-  std::array<ModeResult, 2> results;
+  std::array<ModeResult, kModeCount> results;
   tier_fidelity = run_tier(a, dir, a.tier, ids, [&](Mode m, const Rows& rows) {
     compare_rows(ref, m, rows, results);
     if (float32) compare_rows(exact, m, rows, float32->tier);
@@ -275,7 +326,7 @@ std::string format(const char* spec, double v) {
 }
 std::string sci(double v) { return format("%.3e", v); }
 
-void print_table(const Args& a, const ojson& report, const std::array<ModeResult, 2>& results, bool pass) {
+void print_table(const Args& a, const ojson& report, const std::array<ModeResult, kModeCount>& results, bool pass) {
   const auto text = [&](const ojson& v) { return v.is_null() ? std::string("none") : v.get<std::string>(); };
   const char* tier = fidelity_name(a.tier);
   const char* against = fidelity_name(a.against);
@@ -287,18 +338,21 @@ void print_table(const Args& a, const ojson& report, const std::array<ModeResult
   std::printf("corpus: %s, first %d of its %d tokens; prefill chunk %d\n\n", text(report["corpus"]).c_str(),
               a.tokens + 1, report["corpus_tokens"].get<int>(), a.prefill_chunk);
   std::printf("%-8s %10s %16s %16s %10s\n", "mode", "positions", "mean KL (nats)", "max KL (nats)", "agreement");
-  for (Mode m : kModes) {
+  for (Mode m : modes_of(a)) {
     const auto& r = results[static_cast<int>(m)];
     std::printf("%-8s %10d %16s %16s %9.2f%%\n", mode_name(m), r.positions, sci(r.mean_kl()).c_str(),
                 sci(r.max_kl).c_str(), 100.0 * r.agreement());
   }
-  std::printf("\ngate (mean KL <= %g, agreement >= %g in both modes): %s\n", kGateMeanKl, kGateAgreement,
+  std::printf("\ngate (mean KL <= %g, agreement >= %g in every mode): %s\n", kGateMeanKl, kGateAgreement,
               pass ? "pass" : "FAIL");
 }
 
 void run(const Args& a) {
   if (a.tokens < 1) throw UsageError("--tokens: must be at least 1");
   if (a.prefill_chunk < 1) throw UsageError("--prefill-chunk: must be at least 1");
+  if (a.batch < 0 || a.batch > a.tokens)
+    throw UsageError("--batch: expected 0 (no batch mode) to --tokens (" + std::to_string(a.tokens) + ") rows, got " +
+                     std::to_string(a.batch));
   const auto dir = io::resolve_model_dir(a.model);
   size_t available = 0;
   const auto ids = corpus_tokens(a, dir, available);
@@ -316,9 +370,10 @@ void run(const Args& a) {
   report["corpus_tokens"] = available;
   report["tokens"] = a.tokens;
   report["prefill_chunk"] = a.prefill_chunk;
+  if (a.batch > 0) report["batch"] = a.batch;
   bool pass = true;
   std::string failures;
-  for (Mode m : kModes) {
+  for (Mode m : modes_of(a)) {
     const auto& r = results[static_cast<int>(m)];
     report["modes"][mode_name(m)] = {{"positions", r.positions}, {"mean_kl", r.mean_kl()}, {"max_kl", r.max_kl},
                                      {"max_kl_position", r.max_kl_position}, {"agreement", r.agreement()}};
@@ -332,7 +387,7 @@ void run(const Args& a) {
   if (a.float32_reference) {
     // Which tier is nearer the model computed in float32: on a bfloat16 checkpoint MLX's CPU
     // quantized matmul sums in bfloat16, so l1 itself sits some way from it.
-    for (Mode m : kModes) {
+    for (Mode m : modes_of(a)) {
       const auto& ra = float32.against[static_cast<int>(m)];
       const auto& rt = float32.tier[static_cast<int>(m)];
       report["float32_reference"][mode_name(m)] = {
@@ -347,7 +402,7 @@ void run(const Args& a) {
     if (a.float32_reference) {
       std::printf("\nagainst the model computed in float32 (mean KL, agreement):\n");
       std::printf("%-8s %24s %24s\n", "mode", fidelity_name(a.against), fidelity_name(a.tier));
-      for (Mode m : kModes) {
+      for (Mode m : modes_of(a)) {
         const auto& ra = float32.against[static_cast<int>(m)];
         const auto& rt = float32.tier[static_cast<int>(m)];
         std::printf("%-8s %14s %8.2f%% %14s %8.2f%%\n", mode_name(m), sci(ra.mean_kl()).c_str(), 100.0 * ra.agreement(),
@@ -359,7 +414,7 @@ void run(const Args& a) {
   if (a.gate && !pass)
     throw Error("--gate: fidelity " + std::string(fidelity_name(a.tier)) + " fails the gate (mean KL <= " +
                 format("%g", kGateMeanKl) + " and agreement >= " + format("%g", kGateAgreement) +
-                " in both modes): " + failures);
+                " in every mode): " + failures);
 }
 
 }  // namespace
@@ -384,7 +439,11 @@ void register_fidelity(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print one JSON object instead of the table");
   cmd->add_flag("--gate", a->gate,
-                "Exit with status 1 unless mean KL <= 1e-3 and greedy agreement >= 0.99 in both modes");
+                "Exit with status 1 unless mean KL <= 1e-3 and greedy agreement >= 0.99 in every mode");
+  cmd->add_option("--batch", a->batch,
+                  "Also measure a batch mode: the positions as B rows decoded together one token a call through "
+                  "a batched cache, as a server's batch runs (its products have B rows)")
+      ->capture_default_str();
   cmd->add_option("--profile-file", a->profile_file, "JSON file with extra exact-artifact profiles");
   cmd->callback([a] { run(*a); });
 }
