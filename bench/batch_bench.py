@@ -200,14 +200,16 @@ def main():
     print(f"model: {model}  gen tokens: {args.gen_tokens}  prompt words: {args.prompt_words}  runs: {args.runs}"
           f"  sampling: {sampling or 'none sent (greedy)'}")
     ours = [n for n in programs if n != "mlx_lm"]
-    print(f"{'clients':<9}{'metric':<16}" + "".join(f"{n:>12}" for n in programs)
-          + "".join(f"{n + '/mlx_lm':>18}" for n in ours))
+    widths = [max(12, len(n) + 2) for n in programs]
+    ratio_widths = [max(14, len(n) + 10) for n in ours]
+    print(f"{'clients':<9}{'metric':<16}" + "".join(f"{n:>{w}}" for n, w in zip(programs, widths))
+          + "".join(f"{n + '/mlx_lm':>{w}}" for n, w in zip(ours, ratio_widths)))
 
     def row(c, k, values, ratios=True):
-        line = f"{c:<9}{k:<16}" + "".join(f"{v:>12.3f}" for v in values)
+        line = f"{c:<9}{k:<16}" + "".join(f"{v:>{w}.3f}" for v, w in zip(values, widths))
         if ratios:
             a = values[0]
-            line += "".join(f"{v / a:>18.2f}" if a else f"{'-':>18}" for v in values[1:])
+            line += "".join(f"{v / a:>{w}.2f}" if a else f"{'-':>{w}}" for v, w in zip(values[1:], ratio_widths))
         print(line)
 
     row(1, "ttft_solo", [results[(n, 1)]["ttft_p50"] for n in programs])
