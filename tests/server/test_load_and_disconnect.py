@@ -148,7 +148,8 @@ def test_every_mlx_lm_flag_is_accepted():
 
 
 @pytest.mark.parametrize("flag", [["--adapter-path", "a"], ["--draft-model", "d"], ["--log-level", "LOUD"],
-                                  ["--chat-template-args", "{oops"], ["--prompt-cache-bytes", "lots"]])
+                                  ["--chat-template-args", "{oops"], ["--prompt-cache-bytes", "lots"],
+                                  ["--prefill-buffer-cache", "lots"]])
 def test_unsupported_or_bad_flags_fail_cleanly(model_dir, flag):
     import subprocess
     from conftest import MLXRT_BIN
@@ -156,6 +157,15 @@ def test_unsupported_or_bad_flags_fail_cleanly(model_dir, flag):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 1
     assert out.stderr.startswith("error: ") and flag[0] in out.stderr
+
+
+def test_bad_batch_order_is_a_clear_parse_error(model_dir):
+    import subprocess
+    from conftest import MLXRT_BIN
+    out = subprocess.run([MLXRT_BIN, "server", "--model", str(model_dir), "--port", "0", "--batch-order", "fifo"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "--batch-order: expected prompts-first or mlx-lm, got 'fifo'" in out.stderr, out.stderr
 
 
 def test_sigterm_stops_a_busy_server_promptly(model_dir, tmp_path_factory):

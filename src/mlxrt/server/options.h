@@ -52,7 +52,7 @@ struct ServerOptions {
   /** MLX's buffer cache is kept across a batch's prefill chunks up to this many bytes
    * (generate::BatchGeneratorOptions::prefill_buffer_cache_bytes; 0: cleared after each chunk as
    * mlx_lm.server does). --prefill-buffer-cache GB. */
-  size_t prefill_buffer_cache_bytes = size_t{1} << 30;
+  size_t prefill_buffer_cache_bytes = 1'000'000'000;  // --prefill-buffer-cache's default, 1G
   /** --spec-exact: the model computes every position as a one-token step (LoadOptions::row_exact);
    * batches then run batch-invariant, so every request gets one-token decoding's bytes. */
   bool row_exact = false;
