@@ -68,7 +68,11 @@ def run_tricklers(server, head, trickle, count=12):
     clients = [Trickler(server.port, head, trickle) for _ in range(count)]
     for c in clients:
         c.start()
-    time.sleep(0.5)  # all four connection threads are held by them now
+    # All four connection threads are held by them now. /health waits for a thread from its accept,
+    # and its own header deadline counts from then too (the server's rule for a queued connection):
+    # sent just before the slow clients' deadline, it has a whole DEADLINE to be picked up once they
+    # are cut, not the half second after them that made it lose the race on a loaded machine.
+    time.sleep(DEADLINE - 0.3)
     t0 = time.monotonic()
     status, _, body = server.request("GET", "/health", timeout=30)
     health_seconds = time.monotonic() - t0
