@@ -514,11 +514,14 @@ std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>
   };
 
   if (o_.prompts_first) {
-    // The queued prompts' chunk first, the rows it finishes started, then one step over all rows.
-    admit_prompts();
-    start_finished_prompts(prompt_responses);  // prompts of one token (or a cache hit leaving one)
-    prefill_next_chunk(prompt_responses);
-    start_finished_prompts(prompt_responses);
+    // The queued prompts' chunk first, the rows it finishes started, then one step over all rows;
+    // no prompt work while the decoding rows fill --decode-concurrency (mlx-lm's early exit).
+    if (static_cast<int>(gen_.uids.size()) < o_.completion_batch_size) {
+      admit_prompts();
+      start_finished_prompts(prompt_responses);  // prompts of one token (or a cache hit leaving one)
+      prefill_next_chunk(prompt_responses);
+      start_finished_prompts(prompt_responses);
+    }
     generate();
     return {std::move(prompt_responses), std::move(generation_responses)};
   }

@@ -237,6 +237,30 @@ TEST(BatchGeneratorPromptsFirst, NoPromptIsAdmittedPastTheDecodeConcurrency) {
   EXPECT_LE(most, 2u);
 }
 
+TEST(BatchGeneratorPromptsFirst, APromptMidPrefillWaitsWhileTheDecodingRowsAreFull) {
+  // Both orders: X starts, A stays mid-prefill, B joins and fills --decode-concurrency (2); the
+  // next call only decodes (mlx-lm's early exit), A's next chunk waits for a free row.
+  for (bool first : {false, true}) {
+    CallCountingModel model;
+    BatchGeneratorOptions o;
+    o.prompts_first = first;
+    o.completion_batch_size = 2;
+    o.prefill_batch_size = 2;
+    o.prefill_step_size = 2;
+    BatchGenerator gen(model, o);
+    gen.insert(requests({{{0, 1}, 30}, {{1, 2, 3, 4, 5, 6, 0, 1}, 30}}));  // X, A
+    while (gen.generating() < 1) gen.next();
+    gen.insert(requests({{{3, 4}, 30}}));  // B
+    while (gen.generating() < 2) gen.next();
+    gen.next();  // the step owed or in flight when B started
+    const int before = model.calls();
+    gen.next();
+    EXPECT_EQ(std::vector<int>(model.rows.begin() + before, model.rows.end()), (std::vector<int>{2}))
+        << (first ? "prompts first" : "mlx-lm's order");
+    EXPECT_EQ(model.lengths.back(), 1);
+  }
+}
+
 TEST(BatchGenerator, APrefillChunkClearsTheBufferCacheAsMlxLmUnlessUnderTheLimit) {
   for (size_t limit : {size_t{0}, size_t{1} << 30}) {
     CallCountingModel model;
