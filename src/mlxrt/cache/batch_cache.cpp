@@ -53,6 +53,18 @@ void BatchCache::link_layers(const CacheList& layers) {
   }
 }
 
+CacheList BatchCache::merge_rows(const std::vector<const CacheList*>& rows) {
+  CacheList merged;
+  if (rows.empty()) return merged;
+  for (size_t layer = 0; layer < rows[0]->size(); ++layer) {
+    std::vector<const Cache*> parts;
+    for (const auto* row : rows) parts.push_back((*row)[layer].get());
+    merged.push_back(merge(parts));
+  }
+  link_layers(merged);
+  return merged;
+}
+
 std::unique_ptr<BatchCache> BatchCache::empty_like(const Cache& like, const std::vector<int>& left_padding) {
   if (const auto* rotating = dynamic_cast<const RotatingKVCache*>(&like))
     return std::make_unique<BatchRotatingKVCache>(rotating->max_size(), left_padding);

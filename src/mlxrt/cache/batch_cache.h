@@ -42,6 +42,10 @@ class BatchCache : public Cache {
   /** mlx-lm's `type(caches[0]).merge(caches)`: single-sequence caches of one kind (KVCache or
    * RotatingKVCache) as one left-padded batch. */
   static std::unique_ptr<BatchCache> merge(const std::vector<const Cache*>& caches);
+  /** mlx-lm's `_merge_caches`: each layer of the rows' caches (one CacheList a row, all of one
+   * model) merged into one batch, the layers linked (link_layers). UnsupportedError where a layer's
+   * cache does not batch (`batches`). */
+  static CacheList merge_rows(const std::vector<const CacheList*>& rows);
   /** An empty batched cache for rows with these left paddings, of the kind that batches `like`. */
   static std::unique_ptr<BatchCache> empty_like(const Cache& like, const std::vector<int>& left_padding);
   /** Whether caches of this kind batch (mlx-lm: the cache class has `merge`). */

@@ -148,19 +148,17 @@ void batch_log_probs(model::CausalLM& lm, const std::vector<int32_t>& ids, int r
   const int span = (static_cast<int>(ids.size()) - 1) / rows;
   const bool progress = ::isatty(STDERR_FILENO);
   std::vector<model::CacheList> fresh(static_cast<size_t>(rows));
-  for (auto& c : fresh) c = model::make_prompt_cache(lm);
-  model::CacheList cache;
-  for (size_t layer = 0; layer < fresh[0].size(); ++layer) {
-    std::vector<const cache::Cache*> parts;
-    for (const auto& c : fresh) {
-      if (!cache::BatchCache::batches(*c[layer]))
-        throw UnsupportedError("--batch: this model's caches do not batch (only full-attention and sliding-window "
-                               "KV caches do)");
-      parts.push_back(c[layer].get());
-    }
-    cache.push_back(cache::BatchCache::merge(parts));
+  std::vector<const model::CacheList*> parts;
+  for (auto& c : fresh) {
+    c = model::make_prompt_cache(lm);
+    parts.push_back(&c);
   }
-  cache::BatchCache::link_layers(cache);
+  model::CacheList cache;
+  try {
+    cache = cache::BatchCache::merge_rows(parts);
+  } catch (const UnsupportedError& e) {
+    throw UnsupportedError(std::string("--batch: ") + e.what());
+  }
   std::vector<int32_t> step(static_cast<size_t>(rows));
   for (int t = 0; t < span; ++t) {
     for (int b = 0; b < rows; ++b) step[static_cast<size_t>(b)] = ids[static_cast<size_t>(b * span + t)];

@@ -185,15 +185,9 @@ BatchGenerator::PromptBatch BatchGenerator::make_batch(int n) {
     caches.push_back(std::move(p.cache));
     processing_.push_back(Processing{std::move(p.segments), 0, total});
   }
-  // _merge_caches
-  if (!caches.empty()) {
-    for (size_t layer = 0; layer < caches[0].size(); ++layer) {
-      std::vector<const cache::Cache*> parts;
-      for (const auto& c : caches) parts.push_back(c[layer].get());
-      b.cache.push_back(cache::BatchCache::merge(parts));
-    }
-    cache::BatchCache::link_layers(b.cache);
-  }
+  std::vector<const model::CacheList*> rows;
+  for (const auto& c : caches) rows.push_back(&c);
+  b.cache = cache::BatchCache::merge_rows(rows);
   return b;
 }
 
