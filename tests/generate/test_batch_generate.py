@@ -133,9 +133,24 @@ def test_prompts_first_order_equals_mlx_lm_for_prompts_submitted_together(fixtur
     want = batch_tokens(model, MULTI_TOKEN, [EOS])
     got = ours(model, MULTI_TOKEN, tmp_path, "--batch-order", "prompts-first")
     assert got == want
+    assert ours(model, MULTI_TOKEN, tmp_path, "--batch-order", "prompts-first", "--first-tokens", "early") == want
     want = batch_tokens(model, oracle_requests(MIXED_MULTI_TOKEN), [EOS], seed=3)
     got = ours(model, MIXED_MULTI_TOKEN, tmp_path, "--batch-order", "prompts-first", "--seed", 3)
     assert got == want
+
+
+def test_first_tokens_early_leaves_joining_rows_tokens_alone(tmp_path):
+    """Rows joining as others leave (two rows, chunked prompts): handing a joining row's first token
+    out before the next step is encoded runs the same steps, so every row's tokens are the same."""
+    model = make_fixture("qwen3_bf16")
+    small = ("--batch-order", "prompts-first", "--completion-batch-size", 2, "--prefill-batch-size", 2,
+             "--prefill-step-size", 4)
+    pipelined = ours(model, GREEDY, tmp_path, *small)
+    assert ours(model, GREEDY, tmp_path, *small, "--first-tokens", "early") == pipelined
+    proc = run_mlxrt("batch-generate", "--model", model, "--requests", tmp_path / "requests.json",
+                     "--first-tokens", "soon", check=False)
+    assert proc.returncode != 0
+    assert "--first-tokens: expected early or pipelined, got 'soon'" in proc.stderr, proc.stderr
 
 
 def test_bad_batch_order_is_refused(tmp_path):

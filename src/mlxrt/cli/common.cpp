@@ -133,6 +133,23 @@ CLI::Option* add_batch_order_option(CLI::App* cmd, bool& prompts_first) {
       ->default_str(prompts_first ? "prompts-first" : "mlx-lm");
 }
 
+CLI::Option* add_first_tokens_option(CLI::App* cmd, bool& early) {
+  CLI::Validator modes(
+      [](std::string& value) {
+        return value == "early" || value == "pipelined" ? std::string()
+                                                        : "expected early or pipelined, got '" + value + "'";
+      },
+      "early|pipelined");
+  return cmd
+      ->add_option_function<std::string>(
+          "--first-tokens", [&early](const std::string& value) { early = value == "early"; },
+          "When a batch hands out a joining row's first token: early reads it before the batch's next step "
+          "is encoded and encodes that step at the next call (ours; with --batch-order prompts-first); "
+          "pipelined encodes the next step first, as mlx-lm's BatchGenerator. The same tokens either way")
+      ->check(modes)
+      ->default_str(early ? "early" : "pipelined");
+}
+
 void print_expert_stats(const std::shared_ptr<model::nn::ExpertStore>& experts) {
   if (experts) std::cerr << model::nn::format_expert_stats(experts->stats()) << std::endl;
 }

@@ -57,6 +57,10 @@ model::FidelityTier parse_fidelity(const std::string& text, const std::string& f
  * its default is `prompts_first`'s value. Another value is a parse error naming both. */
 CLI::Option* add_batch_order_option(CLI::App* cmd, bool& prompts_first);
 
+/** Adds --first-tokens early|pipelined (generate::BatchGeneratorOptions::first_tokens_early); its
+ * default is `early`'s value. Another value is a parse error naming both. */
+CLI::Option* add_first_tokens_option(CLI::App* cmd, bool& early);
+
 /** The --adapter-path help text, the same on every verb that takes it. */
 inline constexpr const char* kAdapterPathHelp =
     "Optional path for the trained adapter weights and config (an mlx_lm.lora adapter directory: "

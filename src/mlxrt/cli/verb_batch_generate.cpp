@@ -54,6 +54,7 @@ struct BatchArgs {
   int prefill_step_size = 2048;
   bool batch_invariant = false;
   bool prompts_first = false;  // --batch-order: mlx-lm's by default, as batch_generate runs
+  bool first_tokens_early = false;  // --first-tokens: pipelined by default, as batch_generate runs
   std::string step_log;
   std::string step_graph;
   bool step_timing = false;
@@ -178,6 +179,7 @@ void run_batch_generate(const BatchArgs& a) {
   options.prefill_step_size = a.prefill_step_size;
   options.batch_invariant = a.batch_invariant;
   options.prompts_first = a.prompts_first;
+  options.first_tokens_early = a.first_tokens_early;
   options.adapter_rows = adapted.rows;
   options.sample_streams = generate::make_sample_streams();
   auto default_processors = make_cli_processors(a.sampling, vocab);
@@ -337,6 +339,7 @@ void register_batch_generate(CLI::App& app) {
   cmd->add_option("--prefill-step-size", a->prefill_step_size, "Number of prompt tokens to process at a time")
       ->capture_default_str();
   add_batch_order_option(cmd, a->prompts_first);
+  add_first_tokens_option(cmd, a->first_tokens_early);
   cmd->add_flag("--batch-invariant", a->batch_invariant,
                 "Each request's tokens and logprobs equal its solo `generate` run whatever it is batched with "
                 "(each row runs its own forward); a request may then carry its own \"seed\"");

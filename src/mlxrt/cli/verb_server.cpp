@@ -197,6 +197,7 @@ void register_server(CLI::App& app) {
   cmd->add_option("--prefill-step-size", o.prefill_step_size, "Step size for prefill processing")
       ->capture_default_str();
   add_batch_order_option(cmd, o.prompts_first);
+  add_first_tokens_option(cmd, o.first_tokens_early);
   cmd->add_option("--prefill-buffer-cache", a->prefill_buffer_cache,
                   "Keep MLX's buffer cache across a batch's prefill chunks while it holds at most this much (e.g. "
                   "512M; 0 clears it after every chunk, as mlx_lm.server does; ours)")

@@ -443,13 +443,16 @@ std::vector<BatchGenerationResponse> BatchGenerator::gen_next() {
   auto& g = gen_;
   if (g.uids.empty()) return {};
   // mlx-lm dispatches the next step before it reads the tokens of the one before. When those are
-  // every row's first tokens and nothing else waits (no prompt queued or prefilling), they are
-  // read first and handed out, and the next step, with the same rows, is dispatched at the next
-  // call (or by remove(), before it drops rows): the time to first token loses a step's host
-  // dispatch. A row that finishes at its first token needs that step first (mlx-lm's includes
-  // the row, and the row's cache is handed out after it), so it is then dispatched at once.
-  const bool first_tokens = unprocessed_.empty() && prompt_.uids.empty() &&
-                            std::all_of(g.num_tokens.begin(), g.num_tokens.end(), [](int n) { return n == 0; });
+  // every row's first tokens and nothing else waits (no prompt queued or prefilling), or any row's
+  // first with first_tokens_early, they are read first and handed out, and the next step, with the
+  // same rows, is dispatched at the next call (or by remove(), before it drops rows): the time to
+  // first token loses a step's host dispatch. A row that finishes at this token needs that step
+  // first (mlx-lm's includes the row, and the row's cache is handed out after it), so it is then
+  // dispatched at once.
+  const auto at_first = [](int n) { return n == 0; };
+  const bool first_tokens =
+      (o_.first_tokens_early && o_.prompts_first && std::any_of(g.num_tokens.begin(), g.num_tokens.end(), at_first)) ||
+      (unprocessed_.empty() && prompt_.uids.empty() && std::all_of(g.num_tokens.begin(), g.num_tokens.end(), at_first));
   std::vector<int32_t> tokens;
   std::vector<mx::array> logprobs;
   if (first_tokens) {

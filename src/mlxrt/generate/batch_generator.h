@@ -81,6 +81,17 @@ struct BatchGeneratorOptions {
    * positive value clears it after a chunk only when it holds more than this many bytes (ours;
    * the server's default); 0 clears it as mlx-lm does. The clear every 512 steps stays. */
   size_t prefill_buffer_cache_bytes = 0;
+  /** mlx-lm dispatches a step before it reads the tokens of the step before it, so a row's first
+   * token is handed out only once the batch's next step is encoded: under load, one step of the
+   * host's encoding (8-19 ms for 32 rows on an H100) between the device giving the token and the
+   * client getting it. With first_tokens_early and prompts_first (ours; the server's default), a
+   * call whose tokens include any row's first reads them first, hands them out, and dispatches
+   * that next step at the start of the following call, as it already does when every row is at
+   * its first token and nothing waits. The same steps with the same rows and inputs: the same
+   * bytes; the device idles while those tokens are read and the deferred step is encoded, once per
+   * call where rows join. In mlx-lm's order a call's prompt work follows its decoding and may
+   * start rows, so the step can't wait past it: there this does nothing. */
+  bool first_tokens_early = false;
 };
 
 /** New MLX CPU streams for BatchGeneratorOptions::sample_streams, on the calling thread (MLX's

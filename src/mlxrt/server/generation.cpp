@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <thread>
 
+#include <mlx/memory.h>
 #include <mlx/ops.h>
 
 #include "mlxrt/generate/generate_step.h"
@@ -307,6 +308,7 @@ void Generator::batch_open(const Job& job) {
   o.batch_invariant = options_.batch_invariant;
   o.prompts_first = options_.prompts_first;
   o.prefill_buffer_cache_bytes = options_.prefill_buffer_cache_bytes;
+  o.first_tokens_early = options_.first_tokens_early;
   o.sample_streams = sample_streams_for_this_thread();
   if (session_->mixed_model) {
     o.adapter_rows = session_->adapter_rows;
@@ -398,9 +400,10 @@ void Generator::batch_serve(const std::function<bool()>& arrived) {
     in_next += after_next - before_next;
     if (prompt_responses.empty() && gen_responses.empty()) break;
     ++steps;
-    // A step that prefilled: what it took, so that time to first token under load can be read
-    // from the log (prompts wait for these steps).
-    if (!prompt_responses.empty() && log_.enabled(LogLevel::debug)) {
+    // A step that prefilled, or any slow one: what it took and MLX's memory, so that time to first
+    // token under load can be read from the log (prompts wait for these steps).
+    const bool slow = after_next - before_next > std::chrono::milliseconds(100);
+    if ((!prompt_responses.empty() || slow) && log_.enabled(LogLevel::debug)) {
       int processed = 0, total = 0;
       for (const auto& p : prompt_responses) processed += p.processed, total += p.total;
       char line[200];
@@ -408,7 +411,10 @@ void Generator::batch_serve(const std::function<bool()>& arrived) {
                     "batch step: %zu prompts at %d of %d tokens, %zu tokens generated, %.2f ms in the generator",
                     prompt_responses.size(), processed, total, gen_responses.size(),
                     1e3 * Seconds(after_next - before_next).count());
-      log_.debug(std::string(line) + " (" + batcher_->describe_last_split() + ")");
+      char memory[120];
+      std::snprintf(memory, sizeof(memory), "; MLX memory GB: active %.2f, cache %.2f, peak %.2f",
+                    mx::get_active_memory() / 1e9, mx::get_cache_memory() / 1e9, mx::get_peak_memory() / 1e9);
+      log_.debug(std::string(line) + " (" + batcher_->describe_last_split() + memory + ")");
     }
     tokens += gen_responses.size();
     const std::vector<int> stopping = stopping_jobs();

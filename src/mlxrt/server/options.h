@@ -53,6 +53,9 @@ struct ServerOptions {
    * (generate::BatchGeneratorOptions::prefill_buffer_cache_bytes; 0: cleared after each chunk as
    * mlx_lm.server does). --prefill-buffer-cache GB. */
   size_t prefill_buffer_cache_bytes = 1'000'000'000;  // --prefill-buffer-cache's default, 1G
+  /** --first-tokens early (the default; ours) or pipelined: a joining row's first token handed out
+   * before the batch's next step is encoded (generate::BatchGeneratorOptions::first_tokens_early). */
+  bool first_tokens_early = true;
   /** --spec-exact: the model computes every position as a one-token step (LoadOptions::row_exact);
    * batches then run batch-invariant, so every request gets one-token decoding's bytes. */
   bool row_exact = false;

@@ -261,6 +261,71 @@ TEST(BatchGeneratorPromptsFirst, APromptMidPrefillWaitsWhileTheDecodingRowsAreFu
   }
 }
 
+// --first-tokens early
+
+// Each call's model calls and the tokens it hands out, until the generator is empty: A generates,
+// then B joins, then C, while A's and B's rows decode.
+struct Calls {
+  std::vector<std::vector<int>> rows;                    // the model's calls' rows, a list per next()
+  std::vector<std::vector<std::pair<int, int32_t>>> out;  // (uid, token) handed out, a list per next()
+};
+Calls joining_rows(bool early) {
+  CallCountingModel model;
+  BatchGeneratorOptions o = prompts_first();
+  o.first_tokens_early = early;
+  BatchGenerator gen(model, o);
+  Calls calls;
+  auto next = [&] {
+    const int before = model.calls();
+    auto [prompts, generated] = gen.next();
+    calls.rows.emplace_back(model.rows.begin() + before, model.rows.end());
+    calls.out.emplace_back();
+    for (const auto& r : generated) calls.out.back().emplace_back(r.uid, r.token);
+  };
+  gen.insert(requests({{{0, 1}, 6}}));
+  for (int k = 0; k < 3; ++k) next();
+  gen.insert(requests({{{3, 4, 5}, 4}}));
+  for (int k = 0; k < 2; ++k) next();
+  gen.insert(requests({{{2, 3}, 3}}));
+  while (gen.size() > 0) next();
+  return calls;
+}
+
+TEST(BatchGeneratorFirstTokensEarly, AJoiningRowsFirstTokenIsHandedOutBeforeTheNextStepIsEncoded) {
+  const auto pipelined = joining_rows(false);
+  const auto early = joining_rows(true);
+  // The call where B joins: its prefill chunk and its first step alone, then (pipelined) the step
+  // over A and B is encoded before A's and B's tokens are read, or (early) left to the next call.
+  ASSERT_GE(pipelined.rows.size(), 4u);
+  EXPECT_EQ(pipelined.rows[3], (std::vector<int>{1, 1, 2}));
+  EXPECT_EQ(early.rows[3], (std::vector<int>{1, 1}));
+  EXPECT_EQ(early.out[3], pipelined.out[3]);  // A's token and B's first, from the same call
+  EXPECT_EQ(early.rows[4].front(), 2) << "the deferred step first";
+  // The same model calls in the same order, and the same tokens handed out in the same order.
+  auto flat = [](const auto& lists) {
+    std::vector<typename std::decay_t<decltype(lists)>::value_type::value_type> all;
+    for (const auto& l : lists) all.insert(all.end(), l.begin(), l.end());
+    return all;
+  };
+  EXPECT_EQ(flat(early.rows), flat(pipelined.rows));
+  EXPECT_EQ(flat(early.out), flat(pipelined.out));
+}
+
+TEST(BatchGeneratorFirstTokensEarly, DoesNothingInMlxLmsOrder) {
+  // There a call's prompt work follows its decoding: a step deferred past it would take the rows
+  // it starts. So the calls are mlx-lm's either way.
+  auto run = [](bool early) {
+    BatchGeneratorOptions o;
+    o.first_tokens_early = early;
+    o.prefill_batch_size = 2;
+    return run_all(o, {{{0, 1, 2}, 3}, {{3, 4}, 5}, {{5, 6}, 2}, {{1}, 4}});
+  };
+  const auto pipelined = run(false), early = run(true);
+  EXPECT_EQ(early.rows, pipelined.rows);
+  EXPECT_EQ(early.lengths, pipelined.lengths);
+  EXPECT_EQ(early.tokens, pipelined.tokens);
+}
+
 TEST(BatchGenerator, APrefillChunkClearsTheBufferCacheAsMlxLmUnlessUnderTheLimit) {
   for (size_t limit : {size_t{0}, size_t{1} << 30}) {
     CallCountingModel model;
