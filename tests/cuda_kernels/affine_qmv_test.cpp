@@ -195,6 +195,53 @@ TEST_F(AffineQmv, DenseWithinFloat32Bound) {
   EXPECT_THROW(dense_mv_launch(mx::ones({1, 32}, mx::bfloat16), mx::ones({8, 64}, mx::bfloat16)), std::invalid_argument);
 }
 
+// affine_qmv_chunks: every output row is the one an 8-row affine_qmv launch gives that row (the
+// chunk's rows, the last chunk padded with zero rows), byte for byte: the same warp's product.
+TEST_F(AffineQmv, ChunksGiveEachRowItsEightRowLaunchsBytes) {
+  struct ChunkCase {
+    int n, k, rows, group_size, bits;
+  };
+  int seed = 900;
+  for (const auto& c : {ChunkCase{257, 1024, 8, 64, 4}, ChunkCase{130, 512, 13, 32, 4}, ChunkCase{64, 256, 24, 128, 8},
+                        ChunkCase{4096, 128, 9, 64, 4}}) {
+    auto key = mx::random::key(seed++);
+    auto next = [&key]() {
+      auto parts = mx::random::split(key);
+      key = parts.first;
+      return parts.second;
+    };
+    const int groups = c.k / c.group_size;
+    auto w = mx::random::bits({c.n, c.k * c.bits / 32}, 4, next());
+    auto scales = mx::astype(mx::multiply(mx::random::normal({c.n, groups}, mx::float32, next()), mx::array(0.02f)),
+                             mx::bfloat16);
+    auto biases = mx::astype(mx::multiply(mx::random::normal({c.n, groups}, mx::float32, next()), mx::array(0.1f)),
+                             mx::bfloat16);
+    auto x = mx::astype(mx::random::normal({1, c.rows, c.k}, mx::float32, next()), mx::bfloat16);
+    mx::eval({w, scales, biases, x});
+    ASSERT_TRUE(affine_qmv_chunks_operands_fit(x, w, scales, biases, c.group_size, c.bits));
+    const int chunks = (c.rows + kQmvMaxRows - 1) / kQmvMaxRows;
+    auto y = kernel_tests::run(affine_qmv_chunks_launch(x, w, scales, biases, c.group_size, c.bits))[0];
+    mx::eval(y);
+    ASSERT_EQ(y.shape(), (mx::Shape{chunks * kQmvMaxRows, c.n}));
+    auto padded = mx::concatenate({mx::reshape(x, {c.rows, c.k}),
+                                   mx::zeros({chunks * kQmvMaxRows - c.rows, c.k}, mx::bfloat16)}, 0);
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      auto rows = mx::slice(padded, {chunk * kQmvMaxRows, 0}, {(chunk + 1) * kQmvMaxRows, c.k});
+      mx::eval(rows);
+      auto one = kernel_tests::run(affine_qmv_launch(rows, w, scales, biases, c.group_size, c.bits))[0];
+      auto part = mx::slice(y, {chunk * kQmvMaxRows, 0}, {(chunk + 1) * kQmvMaxRows, c.n});
+      auto same = mx::array_equal(mx::view(one, mx::uint16), mx::view(part, mx::uint16));
+      mx::eval(same);
+      EXPECT_TRUE(same.item<bool>()) << "N " << c.n << " K " << c.k << " rows " << c.rows << " chunk " << chunk;
+    }
+  }
+  const auto w = mx::zeros({64, 64 * 4 / 32}, mx::uint32);
+  const auto s = mx::ones({64, 1}, mx::bfloat16);
+  EXPECT_TRUE(affine_qmv_chunks_operands_fit(mx::ones({127, 64}, mx::bfloat16), w, s, s, 64, 4));
+  EXPECT_FALSE(affine_qmv_chunks_operands_fit(mx::ones({128, 64}, mx::bfloat16), w, s, s, 64, 4));
+  EXPECT_THROW(affine_qmv_chunks_launch(mx::ones({128, 64}, mx::bfloat16), w, s, s, 64, 4), std::invalid_argument);
+}
+
 TEST_F(AffineQmv, FourBitWithinFloat32Bound) {
   const Case cases[] = {{4096, 4096, 1, 64, 4, mx::bfloat16, mx::bfloat16}, {333, 4096, 1, 64, 4, mx::bfloat16, mx::bfloat16},
                         {256, 12288, 3, 128, 4, mx::float16, mx::float16},  {257, 1024, 8, 32, 4, mx::float32, mx::float32},

@@ -2,6 +2,7 @@
 // written this way: affine_qmv.h.
 #include "mlxrt/kernels/cuda/affine_qmv.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,23 @@ constexpr const char* kSource = R"(
   const bool x_vec = (reinterpret_cast<unsigned long long>(x) & 15) == 0;
   mlxrt_qmv_warp<M, R, BITS, GS, DEPTH>(x, x_vec, w, scales, biases, N, w_shape[1], row0,
                                  [&](size_t i, float v) { y[i] = static_cast<OT>(v); });
+)";
+
+// CHUNKS chunks of M rows of x (padded to CHUNKS * M rows) through the same warp's product, the
+// chunk the fastest-varying block: the blocks of one group of w's rows run side by side, so those
+// rows come from memory once and from the L2 cache for the other chunks. Each output is the sum
+// mlxrt_qmv_warp gives its row in an M-row launch (same lanes, same order).
+constexpr const char* kChunksSource = R"(
+  const int N = w_shape[0];
+  const int chunk = blockIdx.x % CHUNKS;
+  const int row0 = ((blockIdx.x / CHUNKS) * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
+  if (row0 >= N) return;
+  const size_t K = static_cast<size_t>(w_shape[1]) * 32 / BITS;
+  const auto* xc = x + static_cast<size_t>(chunk) * M * K;
+  auto* yc = y + static_cast<size_t>(chunk) * M * N;
+  const bool x_vec = (reinterpret_cast<unsigned long long>(xc) & 15) == 0;
+  mlxrt_qmv_warp<M, R, BITS, GS, DEPTH>(xc, x_vec, w, scales, biases, N, w_shape[1], row0,
+                                 [&](size_t i, float v) { yc[i] = static_cast<OT>(v); });
 )";
 
 // A dense w with the block's warps sharing R rows (QmvTiling::split_k): thread t of the block reads
@@ -64,6 +82,12 @@ const KernelSpec& affine_qmv_spec() {
   return spec;
 }
 
+const KernelSpec& affine_qmv_chunks_spec() {
+  static const KernelSpec spec{"mlxrt_affine_qmv_chunks", {"x", "w", "scales", "biases"}, {"y"}, kChunksSource,
+                               detail::kQmvDevice};
+  return spec;
+}
+
 const KernelSpec& dense_mv_split_spec() {
   static const KernelSpec spec{"mlxrt_dense_mv_split", {"x", "w"}, {"y"}, kSplitSource, detail::kQmvDevice};
   return spec;
@@ -86,8 +110,10 @@ QmvTiling choose_tiling(int n, QmvTiling t, bool dense, int k) {
   return t;
 }
 
-bool affine_qmv_operands_fit(const mx::array& x, const mx::array& w, const mx::array& scales,
-                             const std::optional<mx::array>& biases, int group_size, int bits) {
+namespace {
+// affine_qmv_operands_fit with x of 1 to max_rows rows.
+bool affine_operands_fit(const mx::array& x, const mx::array& w, const mx::array& scales,
+                         const std::optional<mx::array>& biases, int group_size, int bits, int max_rows) {
   if (!biases || (bits != 4 && bits != 8) || (group_size != 32 && group_size != 64 && group_size != 128)) return false;
   if (w.ndim() != 2 || w.dtype() != mx::uint32 || x.ndim() < 1 || !is_float(x.dtype())) return false;
   if (!is_float(scales.dtype()) || biases->dtype() != scales.dtype()) return false;
@@ -97,7 +123,18 @@ bool affine_qmv_operands_fit(const mx::array& x, const mx::array& w, const mx::a
   const mx::Shape groups = {n, static_cast<int>(k / group_size)};
   if (scales.shape() != groups || biases->shape() != groups) return false;
   const size_t rows = x.size() / static_cast<size_t>(k);
-  return rows >= 1 && rows <= static_cast<size_t>(kQmvMaxRows);
+  return rows >= 1 && rows <= static_cast<size_t>(max_rows);
+}
+}  // namespace
+
+bool affine_qmv_operands_fit(const mx::array& x, const mx::array& w, const mx::array& scales,
+                             const std::optional<mx::array>& biases, int group_size, int bits) {
+  return affine_operands_fit(x, w, scales, biases, group_size, bits, kQmvMaxRows);
+}
+
+bool affine_qmv_chunks_operands_fit(const mx::array& x, const mx::array& w, const mx::array& scales,
+                                    const std::optional<mx::array>& biases, int group_size, int bits) {
+  return affine_operands_fit(x, w, scales, biases, group_size, bits, kQmvChunksMaxRows);
 }
 
 bool affine_qmv_applies(const mx::array& x, const mx::array& w, const mx::array& scales,
@@ -117,6 +154,12 @@ bool few_rows_of_large_weights(const mx::array& x, const mx::array& w, size_t k)
 
 bool affine_qmv_preferred(const mx::array& x, const mx::array& w, int bits) {
   return few_rows_of_large_weights(x, w, static_cast<size_t>(w.shape(1)) * 32 / static_cast<size_t>(bits));
+}
+
+bool affine_qmv_chunks_preferred(const mx::array& x, const mx::array& w, int bits) {
+  const size_t k = static_cast<size_t>(w.shape(1)) * 32 / static_cast<size_t>(bits);
+  const size_t rows = k ? x.size() / k : 0;
+  return rows > 7 && rows <= static_cast<size_t>(kQmvChunksMaxRows) && static_cast<size_t>(w.nbytes()) >= (size_t{4} << 20);
 }
 
 bool dense_l3_opted_in() { return env_flag("MLXRT_CUDA_L3_DENSE"); }
@@ -140,8 +183,10 @@ bool dense_mv_preferred(const mx::array& x, const mx::array& w) {
 namespace {
 
 // The launch both products share: `bits` 0 is a dense w (scales and biases then w again, unread).
+// `chunks` > 0: x is that many chunks of kQmvMaxRows rows for kChunksSource (the grid's blocks and
+// the output's rows times chunks); 0: x's rows in one launch of kSource.
 KernelLaunch mv_launch(const mx::array& x, const mx::array& w, const mx::array& scales, const mx::array& biases,
-                       int group_size, int bits, mx::Dtype out_type, QmvTiling tiling) {
+                       int group_size, int bits, mx::Dtype out_type, QmvTiling tiling, int chunks = 0) {
   tiling = choose_tiling(w.shape(0), tiling, bits == 0, x.shape(-1));
   // More than 8 warps a block can ask more registers than a multiprocessor has (8 rows of x).
   if (tiling.rows_per_warp < 1 || tiling.rows_per_warp > 8 || tiling.warps_per_block < 1 ||
@@ -149,20 +194,25 @@ KernelLaunch mv_launch(const mx::array& x, const mx::array& w, const mx::array& 
     throw std::invalid_argument("[affine_qmv] tiling: 1-8 rows per warp, 1-8 warps per block, 1-4 steps in flight");
   const int n = w.shape(0);
   const int k = x.shape(-1);
-  const int rows = static_cast<int>(x.size() / static_cast<size_t>(k));
+  const int rows = chunks ? kQmvMaxRows : static_cast<int>(x.size() / static_cast<size_t>(k));
   const int warps = (n + tiling.rows_per_warp - 1) / tiling.rows_per_warp;
-  const int blocks = (warps + tiling.warps_per_block - 1) / tiling.warps_per_block;
+  const int blocks = (warps + tiling.warps_per_block - 1) / tiling.warps_per_block * std::max(chunks, 1);
   const int threads = 32 * tiling.warps_per_block;
   auto shape = x.shape();
   shape.back() = n;
-  return {&affine_qmv_spec(),
-          {x, w, scales, biases},
-          {shape},
-          {out_type},
-          {blocks * threads, 1, 1},
-          {threads, 1, 1},
-          {{"XT", x.dtype()}, {"ST", scales.dtype()}, {"OT", out_type}, {"M", rows}, {"R", tiling.rows_per_warp},
-           {"BITS", bits}, {"GS", group_size}, {"DEPTH", tiling.depth}}};
+  KernelLaunch launch{&affine_qmv_spec(),
+                      {x, w, scales, biases},
+                      {shape},
+                      {out_type},
+                      {blocks * threads, 1, 1},
+                      {threads, 1, 1},
+                      {{"XT", x.dtype()}, {"ST", scales.dtype()}, {"OT", out_type}, {"M", rows},
+                       {"R", tiling.rows_per_warp}, {"BITS", bits}, {"GS", group_size}, {"DEPTH", tiling.depth}}};
+  if (chunks) {
+    launch.spec = &affine_qmv_chunks_spec();
+    launch.template_args.emplace_back("CHUNKS", chunks);
+  }
+  return launch;
 }
 
 }  // namespace
@@ -181,6 +231,37 @@ mx::array affine_qmv(const mx::array& x, const mx::array& w, const mx::array& sc
     throw std::invalid_argument("[affine_qmv] unsupported operands (affine_qmv_applies)");
   static const CachedKernel kernel(affine_qmv_spec());
   return kernel(affine_qmv_launch(x, w, scales, biases, group_size, bits, tiling))[0];
+}
+
+namespace {
+// x's rows as [rows, K], padded with zero rows to a whole number of kQmvMaxRows-row chunks.
+mx::array padded_chunks(const mx::array& x, int rows, int chunks) {
+  auto flat = mx::reshape(x, {rows, x.shape(-1)});
+  const int pad = chunks * kQmvMaxRows - rows;
+  return pad ? mx::concatenate({flat, mx::zeros({pad, x.shape(-1)}, x.dtype())}, 0) : flat;
+}
+}  // namespace
+
+KernelLaunch affine_qmv_chunks_launch(const mx::array& x, const mx::array& w, const mx::array& scales,
+                                      const mx::array& biases, int group_size, int bits, QmvTiling tiling) {
+  if (!affine_qmv_chunks_operands_fit(x, w, scales, biases, group_size, bits))
+    throw std::invalid_argument("[affine_qmv_chunks] unsupported operands (affine_qmv_chunks_operands_fit)");
+  const int rows = static_cast<int>(x.size() / static_cast<size_t>(x.shape(-1)));
+  const int chunks = (rows + kQmvMaxRows - 1) / kQmvMaxRows;
+  const auto out_type = mx::promote_types(mx::promote_types(x.dtype(), scales.dtype()), biases.dtype());
+  return mv_launch(padded_chunks(x, rows, chunks), w, scales, biases, group_size, bits, out_type, tiling, chunks);
+}
+
+mx::array affine_qmv_chunks(const mx::array& x, const mx::array& w, const mx::array& scales, const mx::array& biases,
+                            int group_size, int bits, QmvTiling tiling) {
+  if (!affine_qmv_chunks_operands_fit(x, w, scales, biases, group_size, bits) || !cuda_gpu_is_default())
+    throw std::invalid_argument("[affine_qmv_chunks] unsupported operands or no CUDA GPU");
+  static const CachedKernel kernel(affine_qmv_chunks_spec());
+  const int rows = static_cast<int>(x.size() / static_cast<size_t>(x.shape(-1)));
+  auto y = kernel(affine_qmv_chunks_launch(x, w, scales, biases, group_size, bits, tiling))[0];
+  auto shape = x.shape();
+  shape.back() = w.shape(0);
+  return mx::reshape(mx::slice(y, {0, 0}, {rows, w.shape(0)}), shape);
 }
 
 KernelLaunch dense_mv_launch(const mx::array& x, const mx::array& w, QmvTiling tiling) {

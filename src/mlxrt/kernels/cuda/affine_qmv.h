@@ -73,6 +73,32 @@ mx::array affine_qmv(const mx::array& x, const mx::array& w, const mx::array& sc
 KernelLaunch affine_qmv_launch(const mx::array& x, const mx::array& w, const mx::array& scales,
                                const mx::array& biases, int group_size, int bits, QmvTiling tiling = {});
 
+/** The most rows affine_qmv_chunks takes: below the dense prefill's default threshold
+ * (dequantized_gemm.h). */
+constexpr int kQmvChunksMaxRows = 127;
+
+/** affine_qmv_operands_fit with x of 1 to kQmvChunksMaxRows rows. */
+bool affine_qmv_chunks_operands_fit(const mx::array& x, const mx::array& w, const mx::array& scales,
+                                    const std::optional<mx::array>& biases, int group_size, int bits);
+
+/** Where the model takes affine_qmv_chunks at L3 over MLX's kernel: 8 to kQmvChunksMaxRows rows
+ * (a batched decoding step's, where MLX's quantized GEMM takes 37 ms for 8 rows and 115 ms for 32 of
+ * a Qwen3-8B 4-bit step on an H100: bench/RESULTS.md, twenty-fifth session) and at least 4 MiB of
+ * packed weights. */
+bool affine_qmv_chunks_preferred(const mx::array& x, const mx::array& w, int bits);
+
+/** affine_qmv for 1 to kQmvChunksMaxRows rows of x: chunks of kQmvMaxRows rows (the last padded
+ * with zero rows) in one launch whose blocks over the same rows of w run side by side, so w is
+ * read from memory about once. Each output is what affine_qmv gives its row in a launch of
+ * kQmvMaxRows rows. std::invalid_argument where the operands do not fit or no CUDA GPU is the
+ * default device. */
+mx::array affine_qmv_chunks(const mx::array& x, const mx::array& w, const mx::array& scales, const mx::array& biases,
+                            int group_size, int bits, QmvTiling tiling = {});
+
+/** affine_qmv_chunks' launch (x padded): its output is [chunks * kQmvMaxRows, N]. */
+KernelLaunch affine_qmv_chunks_launch(const mx::array& x, const mx::array& w, const mx::array& scales,
+                                      const mx::array& biases, int group_size, int bits, QmvTiling tiling = {});
+
 /** Whether dense layers (bfloat16, float16, float32) take dense_mv and the fused kernels
  * (fused_qmv.h) at --fidelity l3: MLXRT_CUDA_L3_DENSE=1, opt-in. On the H200 (bench/RESULTS.md,
  * 2026-12-04, tenth session) dense_mv reads 0.54-0.97x as fast as MLX's cuBLAS matrix-vector
@@ -101,6 +127,7 @@ KernelLaunch dense_mv_launch(const mx::array& x, const mx::array& w, QmvTiling t
 
 /** The kernels' text (tests and tools compile it without a GPU). */
 const KernelSpec& affine_qmv_spec();
+const KernelSpec& affine_qmv_chunks_spec();
 const KernelSpec& dense_mv_split_spec();
 
 }  // namespace mlxrt::kernels::cuda
