@@ -1,5 +1,6 @@
 #include "mlxrt/generate/prefill_warm_up.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -37,6 +38,15 @@ void run_batch(model::CausalLM& model, int prefill_step_size, int rows, int leng
   batch.insert(std::move(requests));
   while (batch.size() > 0)
     for (auto& response : batch.next().second) mx::eval(response.logprobs);
+}
+
+/** The decoding row counts whose steps differ in the kernels they compile: 1 to 8, then each
+ * multiple of 8 up to `decode_rows` rounded up to 8. */
+std::vector<int> decode_row_counts(int decode_rows) {
+  std::vector<int> counts;
+  for (int rows = 1; rows <= std::min(decode_rows, 8); ++rows) counts.push_back(rows);
+  for (int rows = 16; rows < decode_rows + 8; rows += 8) counts.push_back(rows);
+  return counts;
 }
 
 /** A fresh cache holding `tokens` prompt tokens (their ids do not matter). */
@@ -79,7 +89,7 @@ WarmUpReport warm_up_prefill_shapes(model::CausalLM& model, int prefill_step_siz
 }
 
 WarmUpReport warm_up_server_prefill_shapes(model::CausalLM& model, int prefill_step_size, int batch_rows,
-                                           std::optional<int> kv_bits) {
+                                           std::optional<int> kv_bits, int decode_rows) {
   WarmUpReport report = warm_up_prefill_shapes(model, prefill_step_size, std::nullopt, kv_bits);
   if (!report.skipped.empty()) return report;
   if (auto why = batching_unsupported_reason(model)) {
@@ -102,6 +112,16 @@ WarmUpReport warm_up_server_prefill_shapes(model::CausalLM& model, int prefill_s
   for (int rows : row_counts) {
     if (rows == 1) continue;  // the single rows ran above, one per bucket
     run_batch(model, prefill_step_size, rows, kBucket);
+    report.prompts += rows;
+  }
+  // Decoding steps of the row counts the prompt batches above did not run (their attention pads
+  // rows to powers of two, so a batch of 3 was not among them): L3's kernels on CUDA are compiled
+  // per row count (kernels/cuda/affine_qmv.h: 1-7 rows; then one per 8-row chunk count), about a
+  // second each at a request's first step otherwise. A batch of 2-token prompts starts with a
+  // decoding step of its rows.
+  for (int rows : decode_row_counts(decode_rows)) {
+    if (std::find(row_counts.begin(), row_counts.end(), rows) != row_counts.end()) continue;
+    run_batch(model, prefill_step_size, rows, 2);
     report.prompts += rows;
   }
   if (model::nn::masked_prefill_contiguous()) {

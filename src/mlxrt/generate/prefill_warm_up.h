@@ -40,9 +40,11 @@ WarmUpReport warm_up_prefill_shapes(model::CausalLM& model, int prefill_step_siz
  * `batch_rows` prompts (the server's --prompt-concurrency) of the first bucket, where concurrent
  * short prompts land; with model::nn::masked_prefill_contiguous(), also batches of 1 ..
  * `batch_rows` rows continuing a prompt-cache hit (chunks of 16 .. 256 queries at 256 and 512
- * keys). Models that cannot batch skip that part (and say so). */
+ * keys); and batches of 2-token prompts whose first steps decode the row counts those did not
+ * run: 1 to 8 rows, then every multiple of 8 up to `decode_rows` (the server's
+ * --decode-concurrency) rounded up. Models that cannot batch skip that part (and say so). */
 WarmUpReport warm_up_server_prefill_shapes(model::CausalLM& model, int prefill_step_size, int batch_rows,
-                                           std::optional<int> kv_bits = std::nullopt);
+                                           std::optional<int> kv_bits = std::nullopt, int decode_rows = 0);
 
 /** The report as one line for a log or stderr ("warm-up: ..."). */
 std::string describe(const WarmUpReport& report);

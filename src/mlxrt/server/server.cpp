@@ -85,7 +85,8 @@ void Server::warm_up() {
         parts_->log.info(generate::describe(
             alone ? generate::warm_up_prefill_shapes(model, options_.prefill_step_size, std::nullopt, options_.kv_bits)
                 : generate::warm_up_server_prefill_shapes(model, options_.prefill_step_size,
-                                                          options_.prompt_concurrency, options_.kv_bits)));
+                                                          options_.prompt_concurrency, options_.kv_bits,
+                                                          options_.decode_concurrency)));
       },
       std::nullopt);
   parts_->scheduler.submit(job);

@@ -2,9 +2,11 @@
 // mlxrt. Why: cached_kernel.h.
 #include "mlxrt/kernels/cuda/cached_kernel.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <stdexcept>
 #include <type_traits>
 #include <unordered_map>
@@ -64,6 +66,39 @@ const Toolchain& toolchain() {
 
 bool self_compile_opted_in() { return env_flag("MLXRT_CUDA_SELF_COMPILE"); }
 
+bool log_new_launches_opted_in() { return env_flag("MLXRT_CUDA_LOG_KERNELS"); }
+
+void CachedKernel::log_new_launch(const std::vector<mx::array>& inputs,
+                                  const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args,
+                                  std::tuple<int, int, int> grid) const {
+  std::string args;
+  for (const auto& [name, arg] : template_args) {
+    args += args.empty() ? "" : " ";
+    args += name + "=" +
+            std::visit(
+                [](const auto& v) -> std::string {
+                  if constexpr (std::is_same_v<std::decay_t<decltype(v)>, mx::Dtype>) {
+                    std::ostringstream t;
+                    t << v;
+                    return t.str();
+                  } else {
+                    return std::to_string(v);
+                  }
+                },
+                arg);
+  }
+  std::string shapes;
+  for (const auto& in : inputs) {
+    std::ostringstream one;
+    one << in.shape();
+    shapes += (shapes.empty() ? "" : " ") + one.str();
+  }
+  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+  std::fprintf(stderr, "[mlxrt] %.3f new launch of %s: %s; grid %d; inputs %s\n",
+               std::chrono::duration<double>(since_epoch).count(), spec_.name.c_str(), args.c_str(),
+               std::get<0>(grid), shapes.c_str());
+}
+
 CachedKernel::CachedKernel(KernelSpec spec)
     : spec_(std::move(spec)),
       kernel_(mx::fast::cuda_kernel(spec_.name, spec_.input_names, spec_.output_names, spec_.source, spec_.header,
@@ -103,6 +138,7 @@ std::vector<mx::array> CachedKernel::operator()(
     if (auto it = launches_.find(key); it != launches_.end())
       return mx::array::make_arrays(output_shapes, output_dtypes, it->second, inputs);
   }
+  if (log_new_launches_opted_in()) log_new_launch(inputs, template_args, grid);
   auto outputs =
       kernel_(inputs, output_shapes, output_dtypes, grid, threadgroup, template_args, std::nullopt, false, {});
   if (self_compiled()) prime_mlx_cache(*outputs.front().primitive_ptr(), inputs, output_dtypes, template_args);

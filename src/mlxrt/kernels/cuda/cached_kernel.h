@@ -50,6 +50,12 @@ namespace mx = mlx::core;
 /** MLXRT_CUDA_SELF_COMPILE=1. */
 bool self_compile_opted_in();
 
+/** MLXRT_CUDA_LOG_KERNELS=1: each launch a CachedKernel has not made before is one line on stderr
+ * (the time, the kernel, its template arguments, grid and input shapes). MLX compiles each new
+ * template instance at its first evaluation (about a second, in every process), so the lines say
+ * which shapes a warm-up missed when a request stalls. */
+bool log_new_launches_opted_in();
+
 class CachedKernel {
  public:
   explicit CachedKernel(KernelSpec spec);
@@ -73,6 +79,11 @@ class CachedKernel {
   void prime_mlx_cache(const mx::Primitive& primitive, const std::vector<mx::array>& inputs,
                        const std::vector<mx::Dtype>& output_dtypes,
                        const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args) const;
+
+  // MLXRT_CUDA_LOG_KERNELS's line for a launch made now.
+  void log_new_launch(const std::vector<mx::array>& inputs,
+                      const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args,
+                      std::tuple<int, int, int> grid) const;
 
   KernelSpec spec_;
   mx::fast::CustomKernelFunction kernel_;
