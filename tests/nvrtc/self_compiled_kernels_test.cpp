@@ -126,6 +126,12 @@ TEST(SelfCompiledKernels, EveryL3KernelCompilesForTheH200) {
   };
   for (auto& l : fused(mx::bfloat16, 4, 64, 1, 4096, 4096, 1024, 12288)) launches.push_back(std::move(l));
   for (auto& l : fused(mx::float32, 8, 32, 4, 1024, 2048, 1024, 3072)) launches.push_back(std::move(l));
+  // A batched decoding step's 32 rows in four chunks of 8 (affine_qmv_chunks).
+  auto chunks = qmv(mx::bfloat16, mx::bfloat16, 4, 64, 8, 4, 12288, 4096);
+  chunks.spec = &affine_qmv_chunks_spec();
+  chunks.shapes[0] = {32, 4096};
+  chunks.targs.emplace_back("CHUNKS", 4);
+  launches.push_back(std::move(chunks));
   // The split-K dense product (affine_qmv.cpp's dense_mv with split_k).
   launches.push_back({&dense_mv_split_spec(),
                       {mx::bfloat16, mx::bfloat16},

@@ -224,7 +224,7 @@ std::string kernels_description(const Args& a, model::FidelityTier tier) {
     return std::string("MLX's GPU kernels, with mlxrt's L3 CUDA matrix-vector product for the affine 4- and 8-bit "
                        "layers") +
            (kernels::cuda::dense_l3_opted_in() ? " and the dense ones (MLXRT_CUDA_L3_DENSE=1)" : "") +
-           " (1-8 rows, float32 sums; kernels/cuda/affine_qmv.h)" +
+           " (1-127 rows, float32 sums, from 8 rows in chunks of 8; kernels/cuda/affine_qmv.h)" +
            (kernels::cuda::decoder_layer_use() == kernels::cuda::DecoderLayerUse::off
                 ? ""
                 : kernels::cuda::decoder_layer_use() == kernels::cuda::DecoderLayerUse::every_kind
