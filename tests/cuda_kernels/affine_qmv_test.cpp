@@ -45,31 +45,42 @@ std::vector<float> host_floats(const mx::array& a) {
 
 double half_ulp(mx::Dtype t) { return t == mx::bfloat16 ? std::ldexp(1.0, -8) : t == mx::float16 ? std::ldexp(1.0, -11) : 0.0; }
 
+struct Operands {
+  mx::array w, scales, biases, x;
+};
+
+// Random operands for `c`, evaluated: x [1, rows, K], optionally a view at an odd element offset
+// (so not 16-byte aligned).
+Operands random_operands(const Case& c, int seed, bool misaligned_x = false) {
+  auto key = mx::random::key(seed);
+  auto next = [&key]() {
+    auto parts = mx::random::split(key);
+    key = parts.first;
+    return parts.second;
+  };
+  const int groups = c.k / c.group_size;
+  auto w = mx::random::bits({c.n, c.k * c.bits / 32}, 4, next());
+  auto scales = mx::astype(mx::multiply(mx::random::normal({c.n, groups}, mx::float32, next()), mx::array(0.02f)),
+                           c.param_type);
+  auto biases = mx::astype(mx::multiply(mx::random::normal({c.n, groups}, mx::float32, next()), mx::array(0.1f)),
+                           c.param_type);
+  auto x = mx::astype(mx::random::normal({c.rows * c.k + 1}, mx::float32, next()), c.x_type);
+  x = misaligned_x ? mx::slice(x, {1}, {1 + c.rows * c.k}) : mx::slice(x, {0}, {c.rows * c.k});
+  x = mx::reshape(x, {1, c.rows, c.k});
+  mx::eval({w, scales, biases, x});
+  return {w, scales, biases, x};
+}
+
 class AffineQmv : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(kernel_tests::use_kernel_device()) << "these tests need a CUDA device";
   }
 
-  // Random operands for `c` (x optionally a view at an odd element offset, so not 16-byte aligned),
-  // the kernel's output, and the check of every element.
+  // Random operands for `c`, the kernel's output, and the check of every element.
   void check(const Case& c, int seed, QmvTiling tiling = {}, bool misaligned_x = false) {
-    auto key = mx::random::key(seed);
-    auto next = [&key]() {
-      auto parts = mx::random::split(key);
-      key = parts.first;
-      return parts.second;
-    };
+    const auto [w, scales, biases, x] = random_operands(c, seed, misaligned_x);
     const int groups = c.k / c.group_size;
-    auto w = mx::random::bits({c.n, c.k * c.bits / 32}, 4, next());
-    auto scales = mx::astype(mx::multiply(mx::random::normal({c.n, groups}, mx::float32, next()), mx::array(0.02f)),
-                             c.param_type);
-    auto biases = mx::astype(mx::multiply(mx::random::normal({c.n, groups}, mx::float32, next()), mx::array(0.1f)),
-                             c.param_type);
-    auto x = mx::astype(mx::random::normal({c.rows * c.k + 1}, mx::float32, next()), c.x_type);
-    x = misaligned_x ? mx::slice(x, {1}, {1 + c.rows * c.k}) : mx::slice(x, {0}, {c.rows * c.k});
-    x = mx::reshape(x, {1, c.rows, c.k});
-    mx::eval({w, scales, biases, x});
     ASSERT_TRUE(affine_qmv_operands_fit(x, w, scales, biases, c.group_size, c.bits)) << describe(c, tiling);
     auto y = kernel_tests::run(affine_qmv_launch(x, w, scales, biases, c.group_size, c.bits, tiling))[0];
     mx::eval(y);
@@ -198,26 +209,12 @@ TEST_F(AffineQmv, DenseWithinFloat32Bound) {
 // affine_qmv_chunks: every output row is the one an 8-row affine_qmv launch gives that row (the
 // chunk's rows, the last chunk padded with zero rows), byte for byte: the same warp's product.
 TEST_F(AffineQmv, ChunksGiveEachRowItsEightRowLaunchsBytes) {
-  struct ChunkCase {
-    int n, k, rows, group_size, bits;
-  };
   int seed = 900;
-  for (const auto& c : {ChunkCase{257, 1024, 8, 64, 4}, ChunkCase{130, 512, 13, 32, 4}, ChunkCase{64, 256, 24, 128, 8},
-                        ChunkCase{4096, 128, 9, 64, 4}}) {
-    auto key = mx::random::key(seed++);
-    auto next = [&key]() {
-      auto parts = mx::random::split(key);
-      key = parts.first;
-      return parts.second;
-    };
-    const int groups = c.k / c.group_size;
-    auto w = mx::random::bits({c.n, c.k * c.bits / 32}, 4, next());
-    auto scales = mx::astype(mx::multiply(mx::random::normal({c.n, groups}, mx::float32, next()), mx::array(0.02f)),
-                             mx::bfloat16);
-    auto biases = mx::astype(mx::multiply(mx::random::normal({c.n, groups}, mx::float32, next()), mx::array(0.1f)),
-                             mx::bfloat16);
-    auto x = mx::astype(mx::random::normal({1, c.rows, c.k}, mx::float32, next()), mx::bfloat16);
-    mx::eval({w, scales, biases, x});
+  for (const auto& c : {Case{257, 1024, 8, 64, 4, mx::bfloat16, mx::bfloat16},
+                        Case{130, 512, 13, 32, 4, mx::bfloat16, mx::bfloat16},
+                        Case{64, 256, 24, 128, 8, mx::bfloat16, mx::bfloat16},
+                        Case{1024, 128, 9, 64, 4, mx::bfloat16, mx::bfloat16}}) {
+    const auto [w, scales, biases, x] = random_operands(c, seed++);
     ASSERT_TRUE(affine_qmv_chunks_operands_fit(x, w, scales, biases, c.group_size, c.bits));
     const int chunks = (c.rows + kQmvMaxRows - 1) / kQmvMaxRows;
     auto y = kernel_tests::run(affine_qmv_chunks_launch(x, w, scales, biases, c.group_size, c.bits))[0];

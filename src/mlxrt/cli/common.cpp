@@ -116,38 +116,37 @@ CLI::Option* add_fidelity_flag(CLI::App* cmd, model::FidelityTier& tier, const s
       ->default_str(fidelity_name(tier));
 }
 
-CLI::Option* add_batch_order_option(CLI::App* cmd, bool& prompts_first) {
-  CLI::Validator orders(
-      [](std::string& value) {
-        return value == "prompts-first" || value == "mlx-lm" ? std::string()
-                                                             : "expected prompts-first or mlx-lm, got '" + value + "'";
+namespace {
+/** --NAME YES|NO setting `flag` to whether the value is YES; its default is `flag`'s value. Another
+ * value is a parse error naming both. */
+CLI::Option* add_two_way_option(CLI::App* cmd, const std::string& name, const std::string& yes, const std::string& no,
+                                bool& flag, const std::string& help) {
+  CLI::Validator values(
+      [yes, no](std::string& value) {
+        return value == yes || value == no ? std::string()
+                                           : "expected " + yes + " or " + no + ", got '" + value + "'";
       },
-      "prompts-first|mlx-lm");
-  return cmd
-      ->add_option_function<std::string>(
-          "--batch-order", [&prompts_first](const std::string& value) { prompts_first = value == "prompts-first"; },
-          "The order of a batch step: prompts-first prefills the waiting prompts and hands out their first "
-          "tokens in the step that also decodes the running rows (ours); mlx-lm decodes first and hands a new "
-          "row's first token out two steps after its prefill, as mlx-lm's BatchGenerator")
-      ->check(orders)
-      ->default_str(prompts_first ? "prompts-first" : "mlx-lm");
+      yes + "|" + no);
+  return cmd->add_option_function<std::string>(name, [&flag, yes](const std::string& value) { flag = value == yes; }, help)
+      ->check(values)
+      ->default_str(flag ? yes : no);
+}
+}  // namespace
+
+CLI::Option* add_batch_order_option(CLI::App* cmd, bool& prompts_first) {
+  return add_two_way_option(
+      cmd, "--batch-order", "prompts-first", "mlx-lm", prompts_first,
+      "The order of a batch step: prompts-first prefills the waiting prompts and hands out their first "
+      "tokens in the step that also decodes the running rows (ours); mlx-lm decodes first and hands a new "
+      "row's first token out two steps after its prefill, as mlx-lm's BatchGenerator");
 }
 
 CLI::Option* add_first_tokens_option(CLI::App* cmd, bool& early) {
-  CLI::Validator modes(
-      [](std::string& value) {
-        return value == "early" || value == "pipelined" ? std::string()
-                                                        : "expected early or pipelined, got '" + value + "'";
-      },
-      "early|pipelined");
-  return cmd
-      ->add_option_function<std::string>(
-          "--first-tokens", [&early](const std::string& value) { early = value == "early"; },
-          "When a batch hands out a joining row's first token: early reads it before the batch's next step "
-          "is encoded and encodes that step at the next call (ours; with --batch-order prompts-first); "
-          "pipelined encodes the next step first, as mlx-lm's BatchGenerator. The same tokens either way")
-      ->check(modes)
-      ->default_str(early ? "early" : "pipelined");
+  return add_two_way_option(
+      cmd, "--first-tokens", "early", "pipelined", early,
+      "When a batch hands out a joining row's first token: early reads it before the batch's next step "
+      "is encoded and encodes that step at the next call (ours; with --batch-order prompts-first); "
+      "pipelined encodes the next step first, as mlx-lm's BatchGenerator. The same tokens either way");
 }
 
 void print_expert_stats(const std::shared_ptr<model::nn::ExpertStore>& experts) {
