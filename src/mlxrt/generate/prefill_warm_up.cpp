@@ -40,15 +40,6 @@ void run_batch(model::CausalLM& model, int prefill_step_size, int rows, int leng
     for (auto& response : batch.next().second) mx::eval(response.logprobs);
 }
 
-/** The decoding row counts whose steps differ in the kernels they compile: 1 to 8, then each
- * multiple of 8 up to `decode_rows` rounded up to 8. */
-std::vector<int> decode_row_counts(int decode_rows) {
-  std::vector<int> counts;
-  for (int rows = 1; rows <= std::min(decode_rows, 8); ++rows) counts.push_back(rows);
-  for (int rows = 16; rows < decode_rows + 8; rows += 8) counts.push_back(rows);
-  return counts;
-}
-
 /** A fresh cache holding `tokens` prompt tokens (their ids do not matter). */
 model::CacheList prefilled_cache(model::CausalLM& model, int tokens) {
   auto cache = model.make_cache();
@@ -57,6 +48,13 @@ model::CacheList prefilled_cache(model::CausalLM& model, int tokens) {
   return cache;
 }
 }  // namespace
+
+std::vector<int> decode_warm_up_rows(int decode_rows) {
+  std::vector<int> counts;
+  for (int rows = 1; rows <= std::min(decode_rows, 8); ++rows) counts.push_back(rows);
+  for (int rows = 16; rows < decode_rows + 8; rows += 8) counts.push_back(rows);
+  return counts;
+}
 
 WarmUpReport warm_up_prefill_shapes(model::CausalLM& model, int prefill_step_size, std::optional<int> max_kv_size,
                                     std::optional<int> kv_bits) {
@@ -119,7 +117,7 @@ WarmUpReport warm_up_server_prefill_shapes(model::CausalLM& model, int prefill_s
   // per row count (kernels/cuda/affine_qmv.h: 1-7 rows; then one per 8-row chunk count), about a
   // second each at a request's first step otherwise. A batch of 2-token prompts starts with a
   // decoding step of its rows.
-  for (int rows : decode_row_counts(decode_rows)) {
+  for (int rows : decode_warm_up_rows(decode_rows)) {
     if (std::find(row_counts.begin(), row_counts.end(), rows) != row_counts.end()) continue;
     run_batch(model, prefill_step_size, rows, 2);
     report.prompts += rows;

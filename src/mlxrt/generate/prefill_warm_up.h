@@ -11,6 +11,7 @@
  * cache, so this must run on the thread that will generate. */
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "mlxrt/model/causal_lm.h"
 
@@ -45,6 +46,11 @@ WarmUpReport warm_up_prefill_shapes(model::CausalLM& model, int prefill_step_siz
  * --decode-concurrency) rounded up. Models that cannot batch skip that part (and say so). */
 WarmUpReport warm_up_server_prefill_shapes(model::CausalLM& model, int prefill_step_size, int batch_rows,
                                            std::optional<int> kv_bits = std::nullopt, int decode_rows = 0);
+
+/** The decoding row counts the server's warm-up runs, those whose steps compile different L3
+ * kernels on CUDA (kernels/cuda/affine_qmv.h): 1 to 8 rows, then each multiple of 8 up to
+ * `decode_rows` rounded up to one (one per count of 8-row chunks). */
+std::vector<int> decode_warm_up_rows(int decode_rows);
 
 /** The report as one line for a log or stderr ("warm-up: ..."). */
 std::string describe(const WarmUpReport& report);
