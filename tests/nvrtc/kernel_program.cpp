@@ -3,7 +3,7 @@
 // (tools/cuda/sass_compare.py). Reads one JSON object on stdin:
 //   {"kernel": "mlxrt_affine_qmv", "inputs": ["bf16", "u32", ...], "ndims": [2, 2, ...],
 //    "outputs": ["bf16"], "template_args": [["XT", "bf16"], ["M", 1], ["TRAD", false], ...]}
-// Types are nvrtc_check.py's names (bf16 f16 f32 u32 u64 i32).
+// Types are nvrtc_check.py's names (bf16 f16 f32 u8 u32 u64 i32).
 #include <iostream>
 #include <map>
 #include <string>
@@ -24,7 +24,7 @@ namespace {
 mx::Dtype dtype(const std::string& name) {
   static const std::map<std::string, mx::Dtype> types{
       {"bf16", mx::bfloat16}, {"f16", mx::float16}, {"f32", mx::float32}, {"u32", mx::uint32}, {"u64", mx::uint64},
-      {"i32", mx::int32}};
+      {"i32", mx::int32}, {"u8", mx::uint8}};
   auto it = types.find(name);
   if (it == types.end()) throw std::invalid_argument("unknown type " + name);
   return it->second;
@@ -39,7 +39,7 @@ int main() {
         {"mlxrt_affine_qmv", &affine_qmv_spec()},       {"mlxrt_dense_mv_split", &dense_mv_split_spec()},
         {"mlxrt_rms_norm_qkv", &rms_norm_qkv_spec()},   {"mlxrt_rms_norm_swiglu", &rms_norm_swiglu_spec()},
         {"mlxrt_qmv_residual", &qmv_residual_spec()},   {"mlxrt_qk_norm_rope", &qk_norm_rope_spec()},
-        {"mlxrt_decoder_layer", &decoder_layer_spec()}};
+        {"mlxrt_decoder_layer", &decoder_layer_spec()},  {"mlxrt_affine_qmv_chunks", &affine_qmv_chunks_spec()}};
     const auto& spec = *specs.at(in.at("kernel").get<std::string>());
     std::vector<mx::Dtype> inputs, outputs;
     std::vector<mx::Shape> shapes;

@@ -232,6 +232,16 @@ KERNELS = [
         "combos": lambda full: qmv_combos(full, MAX_QMV_ROWS, (1, 2, 4, 8), no_extra),
     },
     {
+        "name": "mlxrt_affine_qmv_chunks", "file": QMV, "source": "kChunksSource", "header": [(DEVICE_H, "kQmvDevice")],
+        "header_expr": "detail::kQmvDevice",
+        "inputs": lambda c: [("x", c["XT"]), ("w", w_type(c)), ("scales", c["ST"]), ("biases", c["ST"])],
+        "outputs": lambda c: [("y", c["OT"])],
+        # affine_qmv_chunks: 8-row chunks (M 8) of the quantized products only, 1 to 16 of them.
+        "combos": lambda full: [{**c, "M": MAX_QMV_ROWS, "CHUNKS": n}
+                                for c, n in zip((c for c in qmv_combos(full, MAX_QMV_ROWS, (1, 2, 4, 8), no_extra)
+                                                 if c["BITS"]), itertools.cycle((1, 2, 4, 16)))],
+    },
+    {
         "name": "mlxrt_dense_mv_split", "file": QMV, "source": "kSplitSource", "header": [(DEVICE_H, "kQmvDevice")],
         "header_expr": "detail::kQmvDevice",
         "inputs": lambda c: [("x", c["OT"]), ("w", c["OT"])],

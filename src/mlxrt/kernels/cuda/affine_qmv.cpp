@@ -200,19 +200,23 @@ KernelLaunch mv_launch(const mx::array& x, const mx::array& w, const mx::array& 
   const int threads = 32 * tiling.warps_per_block;
   auto shape = x.shape();
   shape.back() = n;
-  KernelLaunch launch{&affine_qmv_spec(),
-                      {x, w, scales, biases},
-                      {shape},
-                      {out_type},
-                      {blocks * threads, 1, 1},
-                      {threads, 1, 1},
-                      {{"XT", x.dtype()}, {"ST", scales.dtype()}, {"OT", out_type}, {"M", rows},
-                       {"R", tiling.rows_per_warp}, {"BITS", bits}, {"GS", group_size}, {"DEPTH", tiling.depth}}};
-  if (chunks) {
-    launch.spec = &affine_qmv_chunks_spec();
-    launch.template_args.emplace_back("CHUNKS", chunks);
-  }
-  return launch;
+  if (chunks)
+    return {&affine_qmv_chunks_spec(),
+            {x, w, scales, biases},
+            {shape},
+            {out_type},
+            {blocks * threads, 1, 1},
+            {threads, 1, 1},
+            {{"XT", x.dtype()}, {"ST", scales.dtype()}, {"OT", out_type}, {"M", rows}, {"R", tiling.rows_per_warp},
+             {"BITS", bits}, {"GS", group_size}, {"DEPTH", tiling.depth}, {"CHUNKS", chunks}}};
+  return {&affine_qmv_spec(),
+          {x, w, scales, biases},
+          {shape},
+          {out_type},
+          {blocks * threads, 1, 1},
+          {threads, 1, 1},
+          {{"XT", x.dtype()}, {"ST", scales.dtype()}, {"OT", out_type}, {"M", rows}, {"R", tiling.rows_per_warp},
+           {"BITS", bits}, {"GS", group_size}, {"DEPTH", tiling.depth}}};
 }
 
 }  // namespace
