@@ -200,6 +200,8 @@ KernelLaunch mv_launch(const mx::array& x, const mx::array& w, const mx::array& 
   const int threads = 32 * tiling.warps_per_block;
   auto shape = x.shape();
   shape.back() = n;
+  // Each kernel's launch spelled out whole: tools/cuda/nvrtc_check.py reads a spec's template
+  // arguments from the KernelLaunch that names it.
   if (chunks)
     return {&affine_qmv_chunks_spec(),
             {x, w, scales, biases},
