@@ -142,12 +142,22 @@ bool affine_qmv_applies(const mx::array& x, const mx::array& w, const mx::array&
   return affine_qmv_operands_fit(x, w, scales, biases, group_size, bits) && cuda_gpu_is_default();
 }
 
+bool affine_qmv_chunks_applies(const mx::array& x, const mx::array& w, const mx::array& scales,
+                               const std::optional<mx::array>& biases, int group_size, int bits) {
+  return affine_qmv_chunks_operands_fit(x, w, scales, biases, group_size, bits) && cuda_gpu_is_default();
+}
+
 namespace {
 
-// Both products' measured rule: at most 7 rows of x (of k values) and at least 4 MiB of weights.
-bool few_rows_of_large_weights(const mx::array& x, const mx::array& w, size_t k) {
+// Whether x (of k values a row) has rows from `least` to `most` and w holds at least 4 MiB: both
+// products' measured rule is 1 to 7 rows, the chunks' 8 to kQmvChunksMaxRows.
+bool rows_of_large_weights(const mx::array& x, const mx::array& w, size_t k, size_t least, size_t most) {
   const size_t rows = k ? x.size() / k : 0;
-  return rows <= 7 && static_cast<size_t>(w.nbytes()) >= (size_t{4} << 20);
+  return rows >= least && rows <= most && static_cast<size_t>(w.nbytes()) >= (size_t{4} << 20);
+}
+
+bool few_rows_of_large_weights(const mx::array& x, const mx::array& w, size_t k) {
+  return rows_of_large_weights(x, w, k, 0, 7);
 }
 
 }  // namespace
@@ -157,9 +167,8 @@ bool affine_qmv_preferred(const mx::array& x, const mx::array& w, int bits) {
 }
 
 bool affine_qmv_chunks_preferred(const mx::array& x, const mx::array& w, int bits) {
-  const size_t k = static_cast<size_t>(w.shape(1)) * 32 / static_cast<size_t>(bits);
-  const size_t rows = k ? x.size() / k : 0;
-  return rows > 7 && rows <= static_cast<size_t>(kQmvChunksMaxRows) && static_cast<size_t>(w.nbytes()) >= (size_t{4} << 20);
+  return rows_of_large_weights(x, w, static_cast<size_t>(w.shape(1)) * 32 / static_cast<size_t>(bits), 8,
+                               kQmvChunksMaxRows);
 }
 
 bool dense_l3_opted_in() { return env_flag("MLXRT_CUDA_L3_DENSE"); }
@@ -260,8 +269,8 @@ KernelLaunch affine_qmv_chunks_launch(const mx::array& x, const mx::array& w, co
 
 mx::array affine_qmv_chunks(const mx::array& x, const mx::array& w, const mx::array& scales, const mx::array& biases,
                             int group_size, int bits, QmvTiling tiling) {
-  if (!affine_qmv_chunks_operands_fit(x, w, scales, biases, group_size, bits) || !cuda_gpu_is_default())
-    throw std::invalid_argument("[affine_qmv_chunks] unsupported operands or no CUDA GPU");
+  if (!affine_qmv_chunks_applies(x, w, scales, biases, group_size, bits))
+    throw std::invalid_argument("[affine_qmv_chunks] unsupported operands (affine_qmv_chunks_applies)");
   static const CachedKernel kernel(affine_qmv_chunks_spec());
   const int rows = static_cast<int>(x.size() / static_cast<size_t>(x.shape(-1)));
   auto y = kernel(affine_qmv_chunks_launch(x, w, scales, biases, group_size, bits, tiling))[0];

@@ -81,6 +81,11 @@ constexpr int kQmvChunksMaxRows = 127;
 bool affine_qmv_chunks_operands_fit(const mx::array& x, const mx::array& w, const mx::array& scales,
                                     const std::optional<mx::array>& biases, int group_size, int bits);
 
+/** Whether affine_qmv_chunks computes this product: the operands fit and the default device is a
+ * CUDA GPU. */
+bool affine_qmv_chunks_applies(const mx::array& x, const mx::array& w, const mx::array& scales,
+                               const std::optional<mx::array>& biases, int group_size, int bits);
+
 /** Where the model takes affine_qmv_chunks at L3 over MLX's kernel: 8 to kQmvChunksMaxRows rows
  * (a batched decoding step's, where MLX's quantized GEMM takes 37 ms for 8 rows and 115 ms for 32 of
  * a Qwen3-8B 4-bit step on an H100: bench/RESULTS.md, twenty-fifth session) and at least 4 MiB of
@@ -90,8 +95,7 @@ bool affine_qmv_chunks_preferred(const mx::array& x, const mx::array& w, int bit
 /** affine_qmv for 1 to kQmvChunksMaxRows rows of x: chunks of kQmvMaxRows rows (the last padded
  * with zero rows) in one launch whose blocks over the same rows of w run side by side, so w is
  * read from memory about once. Each output is what affine_qmv gives its row in a launch of
- * kQmvMaxRows rows. std::invalid_argument where the operands do not fit or no CUDA GPU is the
- * default device. */
+ * kQmvMaxRows rows. std::invalid_argument where affine_qmv_chunks_applies does not hold. */
 mx::array affine_qmv_chunks(const mx::array& x, const mx::array& w, const mx::array& scales, const mx::array& biases,
                             int group_size, int bits, QmvTiling tiling = {});
 

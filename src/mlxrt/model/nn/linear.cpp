@@ -39,14 +39,6 @@ void Quantized::pack_l3(WeightBinder& w, const mx::array& weight) {
   l3_k = weight.shape(-1) * 32 / spec.bits;
 }
 
-namespace {
-bool cuda_gpu_l3_rows_chunked(const mx::array& x, const mx::array& weight, const mx::array& scales,
-                              const std::optional<mx::array>& biases, int bits, int group_size) {
-  return kernels::cuda::affine_qmv_chunks_operands_fit(x, weight, scales, biases, group_size, bits) &&
-         kernels::cuda::cuda_gpu_is_default() && kernels::cuda::affine_qmv_chunks_preferred(x, weight, bits);
-}
-}  // namespace
-
 mx::array Quantized::matmul(const mx::array& x, const mx::array& weight) const {
   // A prefill's many rows: the matrix dequantized, then a dense matmul (from
   // dequantized_gemm_min_rows() rows).
@@ -58,7 +50,9 @@ mx::array Quantized::matmul(const mx::array& x, const mx::array& weight) const {
       kernels::cuda::affine_qmv_preferred(x, weight, spec.bits))
     return kernels::cuda::affine_qmv(x, weight, scales, *biases, spec.group_size, spec.bits);
   // A batched decoding step's rows (8 or more): the same product in chunks of 8 rows, one launch.
-  if (gpu_l3 && spec.mode == "affine" && cuda_gpu_l3_rows_chunked(x, weight, scales, biases, spec.bits, spec.group_size))
+  if (gpu_l3 && spec.mode == "affine" &&
+      kernels::cuda::affine_qmv_chunks_applies(x, weight, scales, biases, spec.group_size, spec.bits) &&
+      kernels::cuda::affine_qmv_chunks_preferred(x, weight, spec.bits))
     return kernels::cuda::affine_qmv_chunks(x, weight, scales, *biases, spec.group_size, spec.bits);
   const auto t = x.dtype();
   if (l3 && (t == mx::float32 || t == mx::bfloat16 || t == mx::float16) && mx::default_device() == mx::Device::cpu) {
