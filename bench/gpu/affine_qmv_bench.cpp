@@ -7,7 +7,9 @@
 // shapes of 16 bits are dense bfloat16 weights: dense_mv against MLX's matmul with the transposed
 // weight (what a dense Linear runs: cuBLAS's matrix-vector product); --dense times only those.
 // Under ncu (bench/gpu/l3_run.sh) `--calls 1 --rounds 1` gives one launch per variant to profile.
-// Usage: mlxrt_qmv_bench [--calls N] [--rounds R] [--quick | --dense]
+// --mma: the 4-bit shapes at 1, 8 and 32 rows of x, MLX's product against L3's (affine_qmv below 8
+// rows, affine_qmv_chunks from 8) and the tensor-core product (affine_mma.h) by tiling.
+// Usage: mlxrt_qmv_bench [--calls N] [--rounds R] [--quick | --dense | --mma]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -23,9 +25,11 @@
 #include <mlx/random.h>
 #include <mlx/transforms.h>
 
+#include "mlxrt/kernels/cuda/affine_mma.h"
 #include "mlxrt/kernels/cuda/affine_qmv.h"
 
 namespace mx = mlx::core;
+using mlxrt::kernels::cuda::MmaTiling;
 using mlxrt::kernels::cuda::QmvTiling;
 
 namespace {
@@ -58,16 +62,80 @@ double time_per_call(const std::function<mx::array(int)>& product, int calls, in
   return t[t.size() / 2];
 }
 
+// Random 4-bit operands of one shape, enough copies to stay out of the L2 cache.
+struct Packed {
+  std::vector<mx::array> w, s, b;
+  mx::array x;
+  double bytes;
+};
+
+Packed packed(int n, int k, int rows, int group_size) {
+  const int groups = k / group_size;
+  const double bytes = double(n) * k / 2 + 4.0 * n * groups + 2.0 * rows * k + 2.0 * rows * n;
+  const int copies = std::max(2, static_cast<int>(std::ceil(256e6 / bytes)));
+  Packed p{{}, {}, {}, mx::astype(mx::random::normal({1, rows, k}), mx::bfloat16), bytes};
+  for (int c = 0; c < copies; ++c) {
+    p.w.push_back(mx::random::bits({n, k / 8}, 4));
+    p.s.push_back(mx::astype(mx::multiply(mx::random::normal({n, groups}), mx::array(0.02f)), mx::bfloat16));
+    p.b.push_back(mx::astype(mx::multiply(mx::random::normal({n, groups}), mx::array(0.1f)), mx::bfloat16));
+  }
+  mx::eval(p.w);
+  mx::eval(p.s);
+  mx::eval(p.b);
+  mx::eval(p.x);
+  return p;
+}
+
+int mma_table(int calls, int rounds, int group_size) {
+  namespace k = mlxrt::kernels::cuda;
+  const std::vector<Shape> shapes = {{"8B q/o 4096x4096", 4096, 4096, 1, 4},
+                                     {"8B gate/up 12288x4096", 12288, 4096, 1, 4},
+                                     {"8B down 4096x12288", 4096, 12288, 1, 4},
+                                     {"8B lm_head 151936x4096", 151936, 4096, 1, 4},
+                                     {"0.6B gate/up 3072x1024", 3072, 1024, 1, 4},
+                                     {"0.6B lm_head 151936x1024", 151936, 1024, 1, 4}};
+  const std::vector<MmaTiling> tilings = {{2, 4}, {4, 2}, {4, 8}, {8, 2}, {8, 4}, {2, 8}};
+  std::printf("%-26s %4s %6s | %8s %6s | %8s %6s | %8s %6s %5s | %s\n", "shape (N x K)", "rows", "MB", "MLX us", "GB/s",
+              "L3 us", "GB/s", "mma us", "GB/s", "x L3", "mma GB/s by tiling (warps x ahead)");
+  for (const auto& sh : shapes)
+    for (int rows : {1, 8, 32}) {
+      const auto p = packed(sh.n, sh.k, rows, group_size);
+      const int copies = static_cast<int>(p.w.size());
+      auto at = [&](auto f) {
+        return time_per_call([&](int i) { return f(i % copies); }, calls, rounds);
+      };
+      const double mlx = at([&](int c) { return mx::quantized_matmul(p.x, p.w[c], p.s[c], p.b[c], true, group_size, 4); });
+      const double l3 = at([&](int c) {
+        return rows < 8 ? k::affine_qmv(p.x, p.w[c], p.s[c], p.b[c], group_size, 4)
+                        : k::affine_qmv_chunks(p.x, p.w[c], p.s[c], p.b[c], group_size, 4);
+      });
+      const double ours = at([&](int c) { return k::affine_mma(p.x, p.w[c], p.s[c], p.b[c], group_size, 4); });
+      std::string line;
+      for (auto t : tilings) {
+        const double v = at([&](int c) { return k::affine_mma(p.x, p.w[c], p.s[c], p.b[c], group_size, 4, t); });
+        char cell[48];
+        std::snprintf(cell, sizeof cell, " %dx%d:%.0f", t.warps_per_block, t.units_ahead, p.bytes / v / 1e9);
+        line += cell;
+      }
+      std::printf("%-26s %4d %6.0f | %8.2f %6.0f | %8.2f %6.0f | %8.2f %6.0f %4.2fx |%s\n", sh.name, rows, p.bytes / 1e6,
+                  mlx * 1e6, p.bytes / mlx / 1e9, l3 * 1e6, p.bytes / l3 / 1e9, ours * 1e6, p.bytes / ours / 1e9,
+                  l3 / ours, line.c_str());
+      std::fflush(stdout);
+    }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int calls = 200, rounds = 5;
-  bool quick = false, dense_only = false;
+  bool quick = false, dense_only = false, mma = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--calls") && i + 1 < argc) calls = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--dense")) dense_only = true;
+    else if (!std::strcmp(argv[i], "--mma")) mma = true;
   }
   if (!mx::cu::is_available()) {
     std::fprintf(stderr, "mlxrt_qmv_bench needs a CUDA device\n");
@@ -86,6 +154,7 @@ int main(int argc, char** argv) {
       {"8B down bf16", 4096, 12288, 1, 16},         {"8B lm_head bf16", 151936, 4096, 1, 16},
       {"8B gate/up bf16 M=4", 12288, 4096, 4, 16},  {"0.6B gate/up bf16", 3072, 1024, 1, 16},
       {"0.6B down bf16", 1024, 3072, 1, 16},        {"0.6B lm_head bf16", 151936, 1024, 1, 16}};
+  if (mma) return mma_table(calls, rounds, group_size);
   if (quick) shapes = {shapes[1], shapes[3]};
   if (dense_only) std::erase_if(shapes, [](const Shape& s) { return s.bits != 16; });
   // Then dense_mv's split-K variant (the block's warps share its rows), dense shapes only.

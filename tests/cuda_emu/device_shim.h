@@ -162,6 +162,50 @@ inline unsigned short __half_as_ushort(__half h) { return std::bit_cast<unsigned
 inline float __bfloat162float(__nv_bfloat16 b) { return static_cast<float>(b); }
 inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
 
+// __byte_perm(x, y, s): byte i of the result is byte (s >> 4 i) & 7 of the eight bytes of x, y.
+inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+  const uint64_t bytes = (static_cast<uint64_t>(y) << 32) | x;
+  uint32_t out = 0;
+  for (int i = 0; i < 4; ++i) out |= static_cast<uint32_t>((bytes >> (8 * ((s >> (4 * i)) & 7u))) & 0xFFu) << (8 * i);
+  return out;
+}
+
+// mma.sync.m16n8k16 (row-major A, column-major B, float32 D += A B) for one warp: every lane
+// gathers the other lanes' fragments by shuffles and computes its own four outputs in float32,
+// the products summed in order of k (the tensor core's order and rounding within one call are its
+// own; the tests' bounds allow either). Fragments as PTX lays them out for lane (g, t) = (lane / 4,
+// lane % 4): A's registers 0-3 hold (row g, columns 2t, 2t+1), (g + 8, 2t..), (g, 2t+8..),
+// (g + 8, 2t+8..); B's 0-1 (rows 2t, 2t+1, column g), (2t+8, 2t+9, column g); D's 0-3 (row g,
+// columns 2t, 2t+1), (row g + 8, the same columns). The low half of a register is the lower index.
+inline float mlxrt_emu_half_value(uint32_t bits16, const __nv_bfloat16*) { return std::bit_cast<float>(bits16 << 16); }
+inline float mlxrt_emu_half_value(uint32_t bits16, const __half*) {
+  return static_cast<float>(std::bit_cast<_Float16>(static_cast<uint16_t>(bits16)));
+}
+template <typename T>
+inline void mlxrt_mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], const T* tag) {
+  uint32_t all_a[32][4], all_b[32][2];
+  for (int l = 0; l < 32; ++l) {
+    for (int r = 0; r < 4; ++r) all_a[l][r] = __shfl_sync(0xFFFFFFFFu, a[r], l);
+    for (int r = 0; r < 2; ++r) all_b[l][r] = __shfl_sync(0xFFFFFFFFu, b[r], l);
+  }
+  auto a_at = [&](int row, int k) {
+    const uint32_t reg = all_a[(row % 8) * 4 + (k % 8) / 2][(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)];
+    return mlxrt_emu_half_value(k % 2 ? reg >> 16 : reg & 0xFFFFu, tag);
+  };
+  auto b_at = [&](int k, int col) {
+    const uint32_t reg = all_b[col * 4 + (k % 8) / 2][k >= 8 ? 1 : 0];
+    return mlxrt_emu_half_value(k % 2 ? reg >> 16 : reg & 0xFFFFu, tag);
+  };
+  const int lane = static_cast<int>(mlxrt_emu->thread_idx.x % 32);
+  const int g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+    float sum = d[i];
+    for (int k = 0; k < 16; ++k) sum = std::fma(a_at(row, k), b_at(k, col), sum);
+    d[i] = sum;
+  }
+}
+
 // MLX's Shape parameter (mlxrt's self-compiled programs declare the same struct in their prelude).
 struct mlxrt_shape {
   int32_t v[10];

@@ -59,6 +59,7 @@ def eps_bits(eps):
 # Each entry: file, source constant, header (a list of constants, or a literal), inputs / outputs
 # (name -> dtype of the combination), and combos(full) -> list of dicts (template args, plus dtypes).
 QMV = "src/mlxrt/kernels/cuda/affine_qmv.cpp"
+MMA = "src/mlxrt/kernels/cuda/affine_mma.cpp"
 FUSED = "src/mlxrt/kernels/cuda/fused_qmv.cpp"
 QK_ROPE = "src/mlxrt/kernels/cuda/qk_rope.cpp"
 DELTA = "src/mlxrt/model/nn/gated_delta_cuda.cpp"
@@ -99,6 +100,20 @@ def qmv_combos(full, max_rows, rows_per_warp, extra):
                     combo["COLS"] = combo["K"] * bits // 32 if bits else combo["K"]
                     combo["SK"] = m * combo["K"]
                 out.append(combo)
+    return out
+
+
+def mma_combos(full):
+    """affine_mma's: x bfloat16 or float16 with parameters of each float type, group sizes 32, 64
+    and 128, MT 1-16, and WARPS x AHEAD: every pair in --full, else each value at least once."""
+    pairs = [(x, s) for x in ("bf16", "f16") for s in FLOATS]
+    variants = list(itertools.product(pairs, (32, 64, 128), (1, 2, 4, 8, 16)))
+    tilings = list(itertools.product(range(1, 9), range(1, 9))) if full else [(4, 4), (1, 1), (2, 8), (8, 3), (3, 2),
+                                                                              (5, 5), (6, 6), (7, 7)]
+    out = []
+    for i, ((xt, st), gs, mt) in enumerate(variants):
+        for warps, ahead in (tilings if full else [tilings[i % len(tilings)]]):
+            out.append({"XT": xt, "ST": st, "OT": promote(xt, st), "GS": gs, "MT": mt, "WARPS": warps, "AHEAD": ahead})
     return out
 
 
@@ -240,6 +255,15 @@ KERNELS = [
         "combos": lambda full: [{**c, "M": MAX_QMV_ROWS, "CHUNKS": n}
                                 for c, n in zip((c for c in qmv_combos(full, MAX_QMV_ROWS, (1, 2, 4, 8), no_extra)
                                                  if c["BITS"]), itertools.cycle((1, 2, 4, 16)))],
+    },
+    {
+        "name": "mlxrt_affine_mma", "file": MMA, "source": "kMmaSource", "header": [(MMA, "kMmaDevice")],
+        "header_expr": "kMmaDevice",
+        "inputs": lambda c: [("x", c["XT"]), ("w", "u32"), ("scales", c["ST"]), ("biases", c["ST"])],
+        "outputs": lambda c: [("y", c["OT"])],
+        # affine_mma: 16-bit x, any float parameters, every group size, 1-16 tiles of 8 rows (powers
+        # of two), 1-8 warps a block and 1-8 units ahead (default 4 and 4).
+        "combos": mma_combos,
     },
     {
         "name": "mlxrt_dense_mv_split", "file": QMV, "source": "kSplitSource", "header": [(DEVICE_H, "kQmvDevice")],

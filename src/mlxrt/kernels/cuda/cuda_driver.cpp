@@ -3,6 +3,10 @@
 
 #include <dlfcn.h>
 
+#include <initializer_list>
+#include <optional>
+#include <vector>
+
 namespace mlxrt::kernels::cuda {
 
 namespace {
@@ -30,10 +34,11 @@ class DriverLibrary {
 };
 
 constexpr int kAttributeMultiprocessorCount = 16;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+constexpr int kAttributeCapabilityMajor = 75;      // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+constexpr int kAttributeCapabilityMinor = 76;      // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
 
-}  // namespace
-
-int cuda_multiprocessor_count() {
+// Device 0's attributes, in order, or nothing where the driver or any answer fails.
+std::optional<std::vector<int>> device_attributes(std::initializer_list<int> which) {
   const DriverLibrary driver;
   using Init = int (*)(unsigned);
   using DeviceGet = int (*)(int*, int);
@@ -41,10 +46,28 @@ int cuda_multiprocessor_count() {
   const auto init = driver.symbol<Init>("cuInit");
   const auto device_get = driver.symbol<DeviceGet>("cuDeviceGet");
   const auto attribute = driver.symbol<Attribute>("cuDeviceGetAttribute");
-  if (!init || !device_get || !attribute || init(0) != 0) return 0;
-  int device = 0, count = 0;
-  if (device_get(&device, 0) != 0 || attribute(&count, kAttributeMultiprocessorCount, device) != 0) return 0;
-  return count;
+  if (!init || !device_get || !attribute || init(0) != 0) return std::nullopt;
+  int device = 0;
+  if (device_get(&device, 0) != 0) return std::nullopt;
+  std::vector<int> values;
+  for (int a : which) {
+    int v = 0;
+    if (attribute(&v, a, device) != 0) return std::nullopt;
+    values.push_back(v);
+  }
+  return values;
+}
+
+}  // namespace
+
+int cuda_multiprocessor_count() {
+  const auto v = device_attributes({kAttributeMultiprocessorCount});
+  return v ? (*v)[0] : 0;
+}
+
+int cuda_compute_capability() {
+  const auto v = device_attributes({kAttributeCapabilityMajor, kAttributeCapabilityMinor});
+  return v ? (*v)[0] * 10 + (*v)[1] : 0;
 }
 
 }  // namespace mlxrt::kernels::cuda

@@ -9,4 +9,8 @@ namespace mlxrt::kernels::cuda {
  * answers with an error (no GPU, no driver). */
 int cuda_multiprocessor_count();
 
+/** Device 0's compute capability as major * 10 + minor (90 for an H100 or H200), or 0 where the
+ * driver cannot be opened or answers with an error. */
+int cuda_compute_capability();
+
 }  // namespace mlxrt::kernels::cuda

@@ -9,6 +9,7 @@
 #include <mlx/ops.h>
 
 #include "mlxrt/kernels/cpu/l3_matmul.h"
+#include "mlxrt/kernels/cuda/affine_mma.h"
 #include "mlxrt/kernels/cuda/affine_qmv.h"
 #include "mlxrt/kernels/cuda/dequantized_gemm.h"
 #include "mlxrt/util/errors.h"
@@ -45,6 +46,11 @@ mx::array Quantized::matmul(const mx::array& x, const mx::array& weight) const {
   if (gpu_l3 && spec.mode == "affine" &&
       kernels::cuda::dequantized_gemm_wanted(x, biases, kernels::cuda::dequantized_gemm_min_rows()))
     return kernels::cuda::dequantized_gemm(x, weight, scales, *biases, spec.group_size, spec.bits);
+  // Opted in (MLXRT_CUDA_L3_MMA=1): a decoding step's 1 to 127 rows on the tensor cores.
+  if (gpu_l3 && spec.mode == "affine" && kernels::cuda::affine_mma_opted_in() &&
+      kernels::cuda::affine_mma_applies(x, weight, scales, biases, spec.group_size, spec.bits) &&
+      kernels::cuda::affine_mma_preferred(weight))
+    return kernels::cuda::affine_mma(x, weight, scales, *biases, spec.group_size, spec.bits);
   if (gpu_l3 && spec.mode == "affine" &&
       kernels::cuda::affine_qmv_applies(x, weight, scales, biases, spec.group_size, spec.bits) &&
       kernels::cuda::affine_qmv_preferred(x, weight, spec.bits))
