@@ -7,9 +7,9 @@
 // shapes of 16 bits are dense bfloat16 weights: dense_mv against MLX's matmul with the transposed
 // weight (what a dense Linear runs: cuBLAS's matrix-vector product); --dense times only those.
 // Under ncu (bench/gpu/l3_run.sh) `--calls 1 --rounds 1` gives one launch per variant to profile.
-// --mma: the 4-bit shapes at 1, 8 and 32 rows of x, MLX's product against L3's (affine_qmv below 8
+// --mma [--rows 1,8,32]: the 4-bit shapes at those rows of x, MLX's product against L3's (affine_qmv below 8
 // rows, affine_qmv_chunks from 8) and the tensor-core product (affine_mma.h) by tiling.
-// Usage: mlxrt_qmv_bench [--calls N] [--rounds R] [--quick | --dense | --mma]
+// Usage: mlxrt_qmv_bench [--calls N] [--rounds R] [--quick | --dense | --mma [--rows LIST]]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -86,7 +86,7 @@ Packed packed(int n, int k, int rows, int group_size) {
   return p;
 }
 
-int mma_table(int calls, int rounds, int group_size) {
+int mma_table(int calls, int rounds, int group_size, const std::vector<int>& row_counts) {
   namespace k = mlxrt::kernels::cuda;
   const std::vector<Shape> shapes = {{"8B q/o 4096x4096", 4096, 4096, 1, 4},
                                      {"8B gate/up 12288x4096", 12288, 4096, 1, 4},
@@ -94,11 +94,11 @@ int mma_table(int calls, int rounds, int group_size) {
                                      {"8B lm_head 151936x4096", 151936, 4096, 1, 4},
                                      {"0.6B gate/up 3072x1024", 3072, 1024, 1, 4},
                                      {"0.6B lm_head 151936x1024", 151936, 1024, 1, 4}};
-  const std::vector<MmaTiling> tilings = {{2, 4}, {4, 2}, {4, 8}, {8, 2}, {8, 4}, {2, 8}};
+  const std::vector<MmaTiling> tilings = {{4, 2}, {2, 2}, {4, 4}, {8, 2}, {2, 4}};
   std::printf("%-26s %4s %6s | %8s %6s | %8s %6s | %8s %6s %5s | %s\n", "shape (N x K)", "rows", "MB", "MLX us", "GB/s",
               "L3 us", "GB/s", "mma us", "GB/s", "x L3", "mma GB/s by tiling (warps x ahead)");
   for (const auto& sh : shapes)
-    for (int rows : {1, 8, 32}) {
+    for (int rows : row_counts) {
       const auto p = packed(sh.n, sh.k, rows, group_size);
       const int copies = static_cast<int>(p.w.size());
       auto at = [&](auto f) {
@@ -106,7 +106,7 @@ int mma_table(int calls, int rounds, int group_size) {
       };
       const double mlx = at([&](int c) { return mx::quantized_matmul(p.x, p.w[c], p.s[c], p.b[c], true, group_size, 4); });
       const double l3 = at([&](int c) {
-        return rows < 8 ? k::affine_qmv(p.x, p.w[c], p.s[c], p.b[c], group_size, 4)
+        return rows < k::kQmvMaxRows ? k::affine_qmv(p.x, p.w[c], p.s[c], p.b[c], group_size, 4)
                         : k::affine_qmv_chunks(p.x, p.w[c], p.s[c], p.b[c], group_size, 4);
       });
       const double ours = at([&](int c) { return k::affine_mma(p.x, p.w[c], p.s[c], p.b[c], group_size, 4); });
@@ -130,12 +130,17 @@ int mma_table(int calls, int rounds, int group_size) {
 int main(int argc, char** argv) {
   int calls = 200, rounds = 5;
   bool quick = false, dense_only = false, mma = false;
+  std::vector<int> mma_rows = {1, 8, 32};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--calls") && i + 1 < argc) calls = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--dense")) dense_only = true;
     else if (!std::strcmp(argv[i], "--mma")) mma = true;
+    else if (!std::strcmp(argv[i], "--rows") && i + 1 < argc) {
+      mma_rows.clear();
+      for (char* r = std::strtok(argv[++i], ","); r; r = std::strtok(nullptr, ",")) mma_rows.push_back(std::atoi(r));
+    }
   }
   if (!mx::cu::is_available()) {
     std::fprintf(stderr, "mlxrt_qmv_bench needs a CUDA device\n");
@@ -154,7 +159,7 @@ int main(int argc, char** argv) {
       {"8B down bf16", 4096, 12288, 1, 16},         {"8B lm_head bf16", 151936, 4096, 1, 16},
       {"8B gate/up bf16 M=4", 12288, 4096, 4, 16},  {"0.6B gate/up bf16", 3072, 1024, 1, 16},
       {"0.6B down bf16", 1024, 3072, 1, 16},        {"0.6B lm_head bf16", 151936, 1024, 1, 16}};
-  if (mma) return mma_table(calls, rounds, group_size);
+  if (mma) return mma_table(calls, rounds, group_size, mma_rows);
   if (quick) shapes = {shapes[1], shapes[3]};
   if (dense_only) std::erase_if(shapes, [](const Shape& s) { return s.bits != 16; });
   // Then dense_mv's split-K variant (the block's warps share its rows), dense shapes only.

@@ -2,6 +2,7 @@
 // this way: affine_mma.h.
 #include "mlxrt/kernels/cuda/affine_mma.h"
 
+#include <cstdlib>
 #include <stdexcept>
 
 #include <mlx/ops.h>
@@ -239,11 +240,18 @@ bool affine_mma_applies(const mx::array& x, const mx::array& w, const mx::array&
   return capability >= 80;
 }
 
-bool affine_mma_preferred(const mx::array& w) { return static_cast<size_t>(w.nbytes()) >= (size_t{4} << 20); }
+int affine_mma_min_rows() {
+  static const int rows = std::getenv("MLXRT_CUDA_L3_MMA_ROWS") ? env_positive_int("MLXRT_CUDA_L3_MMA_ROWS")
+                                                                 : kMmaDefaultMinRows;
+  return rows;
+}
 
-bool affine_mma_opted_in() {
-  static const bool opted_in = env_flag("MLXRT_CUDA_L3_MMA");
-  return opted_in;
+bool affine_mma_preferred(const mx::array& x, const mx::array& w) {
+  const int from = affine_mma_min_rows();
+  if (from <= 0 || w.ndim() != 2 || static_cast<size_t>(w.nbytes()) < (size_t{4} << 20)) return false;
+  const size_t k = static_cast<size_t>(w.shape(1)) * 8;
+  const size_t rows = x.size() / k;
+  return rows >= static_cast<size_t>(from) && rows <= static_cast<size_t>(kMmaMaxRows);
 }
 
 KernelLaunch affine_mma_launch(const mx::array& x, const mx::array& w, const mx::array& scales,
@@ -254,10 +262,11 @@ KernelLaunch affine_mma_launch(const mx::array& x, const mx::array& w, const mx:
   const int k = x.shape(-1);
   const int rows = static_cast<int>(x.size() / static_cast<size_t>(k));
   const int tiles = tiles_for(rows);
-  // Fewer units ahead where the tiles' sums take the registers (NVRTC: 8 tiles at 4 ahead use
-  // about 220 of them a thread, 16 tiles spill).
+  // 4 warps and 2 units ahead: mlxrt_qmv_bench --mma's best or within 5% of it on Qwen3-8B's and
+  // -0.6B's shapes at 1, 8 and 32 rows (H100, bench/RESULTS.md); 1 ahead at 16 tiles, whose sums
+  // take the registers (NVRTC: 255 a thread, spilling from 2 ahead).
   const int warps = tiling.warps_per_block ? tiling.warps_per_block : 4;
-  const int ahead = tiling.units_ahead ? tiling.units_ahead : tiles >= 16 ? 1 : tiles >= 8 ? 2 : 4;
+  const int ahead = tiling.units_ahead ? tiling.units_ahead : tiles >= 16 ? 1 : 2;
   if (warps < 1 || warps > 8 || ahead < 1 || ahead > 8)
     throw std::invalid_argument("[affine_mma] tiling: 1-8 warps per block, 1-8 units ahead");
   const auto out_type = mx::promote_types(mx::promote_types(x.dtype(), scales.dtype()), biases.dtype());

@@ -1,6 +1,6 @@
 #pragma once
 /** The L3 affine 4-bit product of few rows on the tensor cores (--fidelity l3, CUDA, compute
- * capability 8.0 and up; opt-in with MLXRT_CUDA_L3_MMA=1 until a GPU has timed it).
+ * capability 8.0 and up): a batched decoding step's products and a short prompt's.
  *
  * y = x @ dequantize(w, scales, biases).T for 1 to kMmaMaxRows rows of x (bfloat16 or float16),
  * w as mx.quantize packs 4-bit values (8 a uint32 word, [N, K / 8]) with a scale and a bias per
@@ -60,13 +60,19 @@ bool affine_mma_operands_fit(const mx::array& x, const mx::array& w, const mx::a
 bool affine_mma_applies(const mx::array& x, const mx::array& w, const mx::array& scales,
                         const std::optional<mx::array>& biases, int group_size, int bits);
 
-/** Where the model takes affine_mma (when opted in): at least 4 MiB of packed weights, as
- * affine_qmv_preferred (below that the host's cost per launch decides, where MLX's is lower). */
-bool affine_mma_preferred(const mx::array& w);
+/** The fewest rows of x for which L3's quantized products take affine_mma (up to kMmaMaxRows; below
+ * it affine_qmv): kMmaDefaultMinRows, or MLXRT_CUDA_L3_MMA_ROWS=N (1 to 127; 0 or anything else
+ * turns affine_mma off). Read once a process. */
+int affine_mma_min_rows();
 
-/** MLXRT_CUDA_L3_MMA=1: the model's quantized products of 1 to kMmaMaxRows rows at L3 take
- * affine_mma where it applies (over affine_qmv and affine_qmv_chunks). Read once a process. */
-bool affine_mma_opted_in();
+/** From 8 rows: mlxrt_qmv_bench --mma on an H100 (bench/RESULTS.md, twenty-sixth session) gave 2.0-3.1x
+ * affine_qmv_chunks' speed at 8 rows and 4.9-6.9x at 32, and 0.9-1.0x affine_qmv's at one row. */
+constexpr int kMmaDefaultMinRows = 8;
+
+/** Where the model takes affine_mma: from affine_mma_min_rows() rows (when it is not 0) and at
+ * least 4 MiB of packed weights, as affine_qmv_preferred (below that the host's cost per launch
+ * decides, where MLX's is lower). */
+bool affine_mma_preferred(const mx::array& x, const mx::array& w);
 
 /** x @ dequantize(w).T in the dtype mx::quantized_matmul gives (x, scales and biases promoted),
  * shaped [..., N]. std::invalid_argument where affine_mma_applies does not hold. */

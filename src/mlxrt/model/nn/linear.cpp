@@ -46,16 +46,16 @@ mx::array Quantized::matmul(const mx::array& x, const mx::array& weight) const {
   if (gpu_l3 && spec.mode == "affine" &&
       kernels::cuda::dequantized_gemm_wanted(x, biases, kernels::cuda::dequantized_gemm_min_rows()))
     return kernels::cuda::dequantized_gemm(x, weight, scales, *biases, spec.group_size, spec.bits);
-  // Opted in (MLXRT_CUDA_L3_MMA=1): a decoding step's 1 to 127 rows on the tensor cores.
-  if (gpu_l3 && spec.mode == "affine" && kernels::cuda::affine_mma_opted_in() &&
-      kernels::cuda::affine_mma_applies(x, weight, scales, biases, spec.group_size, spec.bits) &&
-      kernels::cuda::affine_mma_preferred(weight))
+  // A batched decoding step's rows (8 or more) and a short prompt's: the tensor cores.
+  if (gpu_l3 && spec.mode == "affine" && kernels::cuda::affine_mma_preferred(x, weight) &&
+      kernels::cuda::affine_mma_applies(x, weight, scales, biases, spec.group_size, spec.bits))
     return kernels::cuda::affine_mma(x, weight, scales, *biases, spec.group_size, spec.bits);
   if (gpu_l3 && spec.mode == "affine" &&
       kernels::cuda::affine_qmv_applies(x, weight, scales, biases, spec.group_size, spec.bits) &&
       kernels::cuda::affine_qmv_preferred(x, weight, spec.bits))
     return kernels::cuda::affine_qmv(x, weight, scales, *biases, spec.group_size, spec.bits);
-  // A batched decoding step's rows (8 or more): the same product in chunks of 8 rows, one launch.
+  // Where the tensor cores do not serve (8-bit, float32 x, MLXRT_CUDA_L3_MMA_ROWS): the same product
+  // in chunks of 8 rows, one launch.
   if (gpu_l3 && spec.mode == "affine" &&
       kernels::cuda::affine_qmv_chunks_applies(x, weight, scales, biases, spec.group_size, spec.bits) &&
       kernels::cuda::affine_qmv_chunks_preferred(x, weight, spec.bits))
