@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mlxrt/kernels/cuda/affine_mma.h"
 #include "mlxrt/kernels/cuda/affine_qmv.h"
 #include "mlxrt/kernels/cuda/decoder_layer.h"
 #include "mlxrt/kernels/cuda/fused_qmv.h"
@@ -39,7 +40,8 @@ int main() {
         {"mlxrt_affine_qmv", &affine_qmv_spec()},       {"mlxrt_dense_mv_split", &dense_mv_split_spec()},
         {"mlxrt_rms_norm_qkv", &rms_norm_qkv_spec()},   {"mlxrt_rms_norm_swiglu", &rms_norm_swiglu_spec()},
         {"mlxrt_qmv_residual", &qmv_residual_spec()},   {"mlxrt_qk_norm_rope", &qk_norm_rope_spec()},
-        {"mlxrt_decoder_layer", &decoder_layer_spec()},  {"mlxrt_affine_qmv_chunks", &affine_qmv_chunks_spec()}};
+        {"mlxrt_decoder_layer", &decoder_layer_spec()},  {"mlxrt_affine_qmv_chunks", &affine_qmv_chunks_spec()},
+        {"mlxrt_affine_mma", &affine_mma_spec()}};
     const auto& spec = *specs.at(in.at("kernel").get<std::string>());
     std::vector<mx::Dtype> inputs, outputs;
     std::vector<mx::Shape> shapes;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "mlxrt/kernels/cuda/affine_mma.h"
 #include "mlxrt/kernels/cuda/affine_qmv.h"
 #include "mlxrt/kernels/cuda/fused_qmv.h"
 #include "mlxrt/kernels/cuda/kernel_source.h"
@@ -132,6 +133,13 @@ TEST(SelfCompiledKernels, EveryL3KernelCompilesForTheH200) {
   chunks.shapes[0] = {32, 4096};
   chunks.targs.emplace_back("CHUNKS", 4);
   launches.push_back(std::move(chunks));
+  // A batched decoding step's 32 rows on the tensor cores (affine_mma: four tiles of 8 rows).
+  launches.push_back({&affine_mma_spec(),
+                      {mx::bfloat16, mx::uint32, mx::bfloat16, mx::bfloat16},
+                      {{32, 4096}, {12288, 512}, {12288, 64}, {12288, 64}},
+                      {mx::bfloat16},
+                      {{"XT", mx::bfloat16}, {"ST", mx::bfloat16}, {"OT", mx::bfloat16}, {"GS", 64}, {"MT", 4},
+                       {"WARPS", 4}, {"AHEAD", 2}}});
   // The split-K dense product (affine_qmv.cpp's dense_mv with split_k).
   launches.push_back({&dense_mv_split_spec(),
                       {mx::bfloat16, mx::bfloat16},
