@@ -30,6 +30,7 @@
 #include "mlxrt/cli/verbs.h"
 #include "mlxrt/io/model_dir.h"
 #include "mlxrt/kernels/cpu/matmul.h"
+#include "mlxrt/kernels/cuda/affine_mma.h"
 #include "mlxrt/kernels/cuda/affine_qmv.h"
 #include "mlxrt/kernels/cuda/decoder_layer.h"
 #include "mlxrt/kernels/cuda/dequantized_gemm.h"
@@ -225,6 +226,11 @@ std::string kernels_description(const Args& a, model::FidelityTier tier) {
                        "layers") +
            (kernels::cuda::dense_l3_opted_in() ? " and the dense ones (MLXRT_CUDA_L3_DENSE=1)" : "") +
            " (1-127 rows, float32 sums, from 8 rows in chunks of 8; kernels/cuda/affine_qmv.h)" +
+           (kernels::cuda::affine_mma_min_rows() > 0
+                ? "; the 4-bit products of " + std::to_string(kernels::cuda::affine_mma_min_rows()) +
+                      "-127 rows on the tensor cores (kernels/cuda/affine_mma.h; MLXRT_CUDA_L3_MMA_ROWS=0 turns "
+                      "it off)"
+                : std::string()) +
            (kernels::cuda::decoder_layer_use() == kernels::cuda::DecoderLayerUse::off
                 ? ""
                 : kernels::cuda::decoder_layer_use() == kernels::cuda::DecoderLayerUse::every_kind
