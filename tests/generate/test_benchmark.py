@@ -14,9 +14,20 @@ def test_report_matches_mlx_lm(chat_model):
     assert "Timing with prompt_tokens=16, generation_tokens=8, batch_size=1." in got
 
 
-def test_batch_size_is_refused_by_name(chat_model):
-    proc = run_mlxrt("benchmark", "--model", chat_model, "-b", 4, check=False)
-    assert proc.returncode == 1 and "--batch-size" in proc.stderr
+def test_batch_size_runs_the_batch_as_mlx_lm_does(chat_model):
+    # mlx-lm runs -b N through batch_generate: the same report, its rates from the batch's stats.
+    args = ["--model", chat_model, "-p", 16, "-g", 8, "-n", 2, "-b", 3]
+    want = run_mlx_lm("benchmark", *args).stdout
+    got = run_mlxrt("benchmark", *args).stdout
+    assert NUM.sub("#", got) == NUM.sub("#", want)
+    assert "Timing with prompt_tokens=16, generation_tokens=8, batch_size=3." in got
+    rates = re.findall(r"^Trial \d:  prompt_tps=(\S+), generation_tps=(\S+),", got, re.M)
+    assert len(rates) == 2 and all(float(p) > 0 and float(g) > 0 for p, g in rates)
+
+
+def test_batch_size_must_be_positive(chat_model):
+    proc = run_mlxrt("benchmark", "--model", chat_model, "-b", 0, check=False)
+    assert proc.returncode != 0 and "--batch-size" in proc.stderr
 
 
 def test_step_timing_splits_each_trials_decode_steps(chat_model):
