@@ -21,6 +21,7 @@
 #include <mlx/transforms.h>
 
 #include "kernel_backend.h"
+#include "reference.h"
 #include "mlxrt/kernels/cuda/affine_mma.h"
 
 namespace mlxrt::kernels::cuda {
@@ -38,40 +39,19 @@ std::string describe(const Case& c, MmaTiling t) {
   return s.str();
 }
 
-std::vector<float> host_floats(const mx::array& a) {
-  auto f = mx::astype(a, mx::float32);
-  mx::eval(f);
-  return {f.data<float>(), f.data<float>() + f.size()};
-}
+using kernel_tests::half_ulp;
+using kernel_tests::host;
 
-double half_ulp(mx::Dtype t) {
-  return t == mx::bfloat16 ? std::ldexp(1.0, -8) : t == mx::float16 ? std::ldexp(1.0, -11) : 0.0;
-}
-
-struct Operands {
-  mx::array w, scales, biases, x;
-};
-
-// Random operands for `c`: x [1, rows, K], optionally a view at an odd element offset (not
-// 16-byte aligned).
-Operands random_operands(const Case& c, int seed, bool misaligned_x = false) {
-  auto key = mx::random::key(seed);
-  auto next = [&key]() {
-    auto parts = mx::random::split(key);
-    key = parts.first;
-    return parts.second;
-  };
-  const int groups = c.k / c.group_size;
-  auto w = mx::random::bits({c.n, c.k / 8}, 4, next());
-  auto scales = mx::astype(mx::multiply(mx::random::normal({c.n, groups}, mx::float32, next()), mx::array(0.02f)),
-                           c.param_type);
-  auto biases = mx::astype(mx::multiply(mx::random::normal({c.n, groups}, mx::float32, next()), mx::array(0.1f)),
-                           c.param_type);
-  auto x = mx::astype(mx::random::normal({c.rows * c.k + 1}, mx::float32, next()), c.x_type);
+// Random operands for `c` (reference.h's matrix): x [1, rows, K], optionally a view at an odd
+// element offset (not 16-byte aligned).
+QmvMatrix random_operands(const Case& c, int seed, mx::array& x, bool misaligned_x = false) {
+  kernel_tests::Keys keys(seed);
+  auto m = kernel_tests::random_matrix(keys, c.n, c.k, c.group_size, 4, c.param_type);
+  x = mx::astype(mx::random::normal({c.rows * c.k + 1}, mx::float32, keys.next()), c.x_type);
   x = misaligned_x ? mx::slice(x, {1}, {1 + c.rows * c.k}) : mx::slice(x, {0}, {c.rows * c.k});
   x = mx::reshape(x, {1, c.rows, c.k});
-  mx::eval({w, scales, biases, x});
-  return {w, scales, biases, x};
+  mx::eval(x);
+  return m;
 }
 
 class AffineMma : public ::testing::Test {
@@ -79,7 +59,8 @@ class AffineMma : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(kernel_tests::use_kernel_device()) << "these tests need a CUDA device"; }
 
   void check(const Case& c, int seed, MmaTiling tiling = {}, bool misaligned_x = false) {
-    const auto [w, scales, biases, x] = random_operands(c, seed, misaligned_x);
+    mx::array x = mx::array(0.0f);
+    const auto [w, scales, biases, group_size, bits] = random_operands(c, seed, x, misaligned_x);
     const int groups = c.k / c.group_size;
     ASSERT_TRUE(affine_mma_operands_fit(x, w, scales, biases, c.group_size, 4)) << describe(c, tiling);
     auto y = kernel_tests::run(affine_mma_launch(x, w, scales, biases, c.group_size, 4, tiling))[0];
@@ -88,7 +69,7 @@ class AffineMma : public ::testing::Test {
     ASSERT_EQ(y.dtype(), out_type);
     ASSERT_EQ(y.shape(), (mx::Shape{c.rows, c.n}));
 
-    const auto hy = host_floats(y), hx = host_floats(x), hs = host_floats(scales), hb = host_floats(biases);
+    const auto hy = host(y), hx = host(x), hs = host(scales), hb = host(biases);
     const uint32_t* hw = w.data<uint32_t>();
     const int words = c.k / 8;
     const double unit = c.group_size == 32 ? 32 : 64;
