@@ -1,6 +1,6 @@
 #pragma once
 /** The L3 affine 4-bit product of few rows on the tensor cores (--fidelity l3, CUDA, compute
- * capability 8.0 and up): a batched decoding step's products and a short prompt's.
+ * capability 8.0 and up): a batched decoding step's products (2 rows and more) and a short prompt's.
  *
  * y = x @ dequantize(w, scales, biases).T for 1 to kMmaMaxRows rows of x (bfloat16 or float16),
  * w as mx.quantize packs 4-bit values (8 a uint32 word, [N, K / 8]) with a scale and a bias per
@@ -65,9 +65,10 @@ bool affine_mma_applies(const mx::array& x, const mx::array& w, const mx::array&
  * turns affine_mma off). Read once a process. */
 int affine_mma_min_rows();
 
-/** From 8 rows: mlxrt_qmv_bench --mma on an H100 (bench/RESULTS.md, twenty-sixth session) gave 2.0-3.1x
- * affine_qmv_chunks' speed at 8 rows and 4.9-6.9x at 32, and 0.9-1.0x affine_qmv's at one row. */
-constexpr int kMmaDefaultMinRows = 8;
+/** From 2 rows: mlxrt_qmv_bench --mma on an H100 (bench/RESULTS.md, twenty-sixth session) gave
+ * 1.10-1.35x affine_qmv's speed at 2 rows, 1.14-1.95x at 4, 1.7-3.5x affine_qmv_chunks' at 8 and
+ * 4.9-6.9x at 32, but 0.85-1.00x affine_qmv's at one row. */
+constexpr int kMmaDefaultMinRows = 2;
 
 /** Where the model takes affine_mma: from affine_mma_min_rows() rows (when it is not 0) and at
  * least 4 MiB of packed weights, as affine_qmv_preferred (below that the host's cost per launch

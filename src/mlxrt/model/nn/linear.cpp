@@ -46,7 +46,7 @@ mx::array Quantized::matmul(const mx::array& x, const mx::array& weight) const {
   if (gpu_l3 && spec.mode == "affine" &&
       kernels::cuda::dequantized_gemm_wanted(x, biases, kernels::cuda::dequantized_gemm_min_rows()))
     return kernels::cuda::dequantized_gemm(x, weight, scales, *biases, spec.group_size, spec.bits);
-  // A batched decoding step's rows (8 or more) and a short prompt's: the tensor cores.
+  // A batched decoding step's rows (2 or more) and a short prompt's: the tensor cores.
   if (gpu_l3 && spec.mode == "affine" && kernels::cuda::affine_mma_preferred(x, weight) &&
       kernels::cuda::affine_mma_applies(x, weight, scales, biases, spec.group_size, spec.bits))
     return kernels::cuda::affine_mma(x, weight, scales, *biases, spec.group_size, spec.bits);
