@@ -6,13 +6,14 @@
  * w as mx.quantize packs 4-bit values (8 a uint32 word, [N, K / 8]) with a scale and a bias per
  * group of 32, 64 or 128 values.
  *
- * Why: affine_qmv sums on the CUDA cores, about ten instructions per byte of w (each value
- * unpacked, then one float FMA per row of x), which on an H100 or H200 costs as much time as
- * reading the byte: the products read at 1.0-1.4 TB/s, and at 16 rows and more the chunked
- * product is bound by that arithmetic alone (bench/RESULTS.md, twenty-fifth session). Here a warp
+ * Why: affine_qmv sums on the CUDA cores, each value unpacked, then one float FMA per row of x, so
+ * its arithmetic grows with the rows: from a few rows on it, not the reads, bounds the product (a
+ * Qwen3-8B 4-bit step of 32 rows took 50 ms in chunks of 8; bench/RESULTS.md, twenty-fifth
+ * session). At one row both kernels read at about the same speed. Here a warp
  * turns two 4-bit values into a pair of 16-bit floats with two integer instructions and leaves
  * the products to `mma.sync.m16n8k16` (16 rows of w by 8 rows of x by 16 values of K a call):
- * under four instructions per byte, and rows 2-8 of x cost no more than the first.
+ * a few instructions per byte (by our count, not a profile), and rows 2-8 of x cost no more than
+ * the first.
  *
  * Layout: a block owns 16 rows of w and its warps split K in units of 64 values (32 for group
  * size 32), each unit inside one group. In a unit, lane (g, t) (g = lane / 4, t = lane % 4) reads
