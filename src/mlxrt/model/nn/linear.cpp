@@ -12,6 +12,7 @@
 #include "mlxrt/kernels/cuda/affine_mma.h"
 #include "mlxrt/kernels/cuda/affine_qmv.h"
 #include "mlxrt/kernels/cuda/dequantized_gemm.h"
+#include "mlxrt/kernels/cuda/folded_rows.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::model::nn {
@@ -69,6 +70,14 @@ mx::array Quantized::matmul(const mx::array& x, const mx::array& weight) const {
   }
   if (weight.size() == 0)
     throw UnsupportedError("a layer loaded at --fidelity l3 keeps only its packed weights, for float inputs on the CPU");
+  // A batched step's [B, 1, K] as one [B, K] problem on CUDA: the same bytes, w read once (folded_rows.h).
+  if (kernels::cuda::quantized_rows_fold_exactly(x, spec.mode)) {
+    auto shape = x.shape();
+    auto y = kernels::cpu::quantized_matmul(cpu, kernels::cuda::fold_rows(x), weight, scales, biases, spec.group_size,
+                                            spec.bits, spec.mode);
+    shape.back() = y.shape(-1);
+    return mx::reshape(y, shape);
+  }
   return kernels::cpu::quantized_matmul(cpu, x, weight, scales, biases, spec.group_size, spec.bits, spec.mode);
 }
 

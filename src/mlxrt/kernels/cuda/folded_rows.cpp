@@ -1,0 +1,31 @@
+#include "mlxrt/kernels/cuda/folded_rows.h"
+
+#include <cstdlib>
+
+#include <mlx/ops.h>
+
+#include "mlxrt/kernels/cuda/cuda_driver.h"
+
+namespace mlxrt::kernels::cuda {
+
+namespace {
+
+bool fold_switched_off() {
+  const char* v = std::getenv("MLXRT_CUDA_FOLD_ROWS");
+  return v && std::string(v) == "0";
+}
+
+}  // namespace
+
+bool quantized_rows_fold_exactly(const mx::array& x, const std::string& mode) {
+  if (mode != "affine" || x.ndim() < 3 || x.size() == 0) return false;
+  if (x.size() / static_cast<size_t>(x.shape(-1)) == static_cast<size_t>(x.shape(-2))) return false;
+  if (mx::default_device() != mx::Device::gpu) return false;
+  // Asked on every projection of every step: the driver once (0 on Metal or without a GPU).
+  static const bool applies = cuda_compute_capability() >= 80 && !fold_switched_off();
+  return applies;
+}
+
+mx::array fold_rows(const mx::array& x) { return mx::reshape(x, {-1, x.shape(-1)}); }
+
+}  // namespace mlxrt::kernels::cuda

@@ -1,0 +1,33 @@
+#pragma once
+/** mlx-lm hands a batched decoding step's projections x as [B, 1, K]. MLX's CUDA QuantizedMatmul
+ * reads that as B problems of one row each (m = 1, l = B), and its GEMM then reads all of w once per
+ * problem: a 32-row Qwen3-8B q_proj takes 252 µs that way and 29 µs as one problem of 32 rows (an
+ * H100), about 108 ms of a 115 ms 32-row step summed over the model. Folded into [B, K], the same
+ * product is one problem, and its bytes do not change (MLX 0.32's CUDA backend):
+ * - the kernel chosen is the same: the sm_90 GEMM leaves qmv to M == 1 && B == 1 and the sm80 and
+ *   naive GEMMs to M * B < 8, and both layouts have M * B rows, more than one;
+ * - qmv computes each row of x alone (one grid row per row of x, whatever its batch);
+ * - the sm80 and naive GEMMs' tile over rows (16 to 64, from m) moves warps over the output tile
+ *   only: every output is still the dequantized w's MMA steps over the same K tiles in the same
+ *   order, accumulated in float32; the sm_90 GEMM's tiles come from n alone.
+ * Below compute capability 8.0 (the naive GEMM's other MMA) and in the non-affine modes x is left
+ * as it comes: not read closely enough to promise the same. The batched parity tests
+ * (tests/generate/test_batch_generate.py, quantized fixtures) check the bytes on a GPU. */
+#include <string>
+
+#include <mlx/array.h>
+
+namespace mlxrt::kernels::cuda {
+
+namespace mx = mlx::core;
+
+/** Whether x (…, K) may go to MLX's quantized_matmul as one [rows, K] matrix with the same bytes:
+ * a GPU stream on a CUDA device of compute capability 8.0 or more, affine mode, x of three or more
+ * dimensions with more than one matrix of rows. MLXRT_CUDA_FOLD_ROWS=0 leaves x as it comes (for
+ * timing the difference). */
+bool quantized_rows_fold_exactly(const mx::array& x, const std::string& mode);
+
+/** x's leading dimensions folded into rows: [rows, K] (a view where x is row-contiguous). */
+mx::array fold_rows(const mx::array& x);
+
+}  // namespace mlxrt::kernels::cuda
