@@ -17,10 +17,13 @@ bool fold_switched_off() {
 
 }  // namespace
 
-bool quantized_rows_fold_exactly(const mx::array& x, const std::string& mode) {
+bool rows_fold_by_shape(const mx::array& x, const std::string& mode) {
   if (mode != "affine" || x.ndim() < 3 || x.size() == 0) return false;
-  if (x.size() / static_cast<size_t>(x.shape(-1)) == static_cast<size_t>(x.shape(-2))) return false;
-  if (mx::default_device() != mx::Device::gpu) return false;
+  return x.size() / static_cast<size_t>(x.shape(-1)) != static_cast<size_t>(x.shape(-2));
+}
+
+bool quantized_rows_fold_exactly(const mx::array& x, const std::string& mode) {
+  if (!rows_fold_by_shape(x, mode) || mx::default_device() != mx::Device::gpu) return false;
   // Asked on every projection of every step: the driver once (0 on Metal or without a GPU).
   static const bool applies = cuda_compute_capability() >= 80 && !fold_switched_off();
   return applies;

@@ -27,6 +27,10 @@ namespace mx = mlx::core;
  * timing the difference). */
 bool quantized_rows_fold_exactly(const mx::array& x, const std::string& mode);
 
+/** The shape part of that rule, on any device: affine mode, x of three or more dimensions, not
+ * empty, its leading dimensions more than one matrix of rows. */
+bool rows_fold_by_shape(const mx::array& x, const std::string& mode);
+
 /** x's leading dimensions folded into rows: [rows, K] (a view where x is row-contiguous). */
 mx::array fold_rows(const mx::array& x);
 
