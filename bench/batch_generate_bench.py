@@ -154,7 +154,8 @@ def make_requests(batch, prompt_tokens, gen_tokens, vocab, eos, seed=0):
     # so that every row runs its full length.
     requests = []
     for i in range(batch):
-        r = {"prompt_tokens": [rng.randrange(1000, min(vocab, 100000))
+        # Ids past the special tokens of a real vocabulary; the lower half of a tiny test model's.
+        r = {"prompt_tokens": [rng.randrange(min(1000, vocab // 2), min(vocab, 100000))
                                for _ in range(prompt_tokens - (i * 7) % max(1, prompt_tokens // 2))],
              "max_tokens": gen_tokens}
         if eos is not None:
