@@ -9,7 +9,8 @@
 // Under ncu (bench/gpu/l3_run.sh) `--calls 1 --rounds 1` gives one launch per variant to profile.
 // --mma [--rows 1,8,32]: the 4-bit shapes at those rows of x, MLX's product against L3's (affine_qmv below 8
 // rows, affine_qmv_chunks from 8) and the tensor-core product (affine_mma.h) by tiling.
-// Usage: mlxrt_qmv_bench [--calls N] [--rounds R] [--quick | --dense | --mma [--rows LIST]]
+// --fp4 [--rows 1,2,4]: the same shapes in mxfp4 and nvfp4, MLX's product against L3's (fp4_qmv.h).
+// Usage: mlxrt_qmv_bench [--calls N] [--rounds R] [--quick | --dense | --mma [--rows LIST] | --fp4 [--rows LIST]]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,6 +28,7 @@
 
 #include "mlxrt/kernels/cuda/affine_mma.h"
 #include "mlxrt/kernels/cuda/affine_qmv.h"
+#include "mlxrt/kernels/cuda/fp4_qmv.h"
 
 namespace mx = mlx::core;
 using mlxrt::kernels::cuda::MmaTiling;
@@ -125,11 +127,51 @@ int mma_table(int calls, int rounds, int group_size, const std::vector<int>& row
   return 0;
 }
 
+// The 4-bit float modes: random codes and scale bytes near 2^0 (E8M0 120-134, E4M3 48-64), MLX's
+// quantized_matmul against fp4_qmv; bytes read: the codes, a scale byte a group, x and y.
+int fp4_table(int calls, int rounds, const std::vector<int>& row_counts) {
+  namespace k = mlxrt::kernels::cuda;
+  const std::vector<Shape> shapes = {{"8B q/o 4096x4096", 4096, 4096, 1, 4},
+                                     {"8B gate/up 12288x4096", 12288, 4096, 1, 4},
+                                     {"8B down 4096x12288", 4096, 12288, 1, 4},
+                                     {"8B lm_head 151936x4096", 151936, 4096, 1, 4},
+                                     {"0.6B gate/up 3072x1024", 3072, 1024, 1, 4}};
+  std::printf("%-26s %6s %4s %6s | %8s %6s | %8s %6s %5s\n", "shape (N x K)", "mode", "rows", "MB", "MLX us", "GB/s",
+              "L3 us", "GB/s", "x MLX");
+  for (const char* mode : {"mxfp4", "nvfp4"}) {
+    const int gs = std::string(mode) == "mxfp4" ? 32 : 16;
+    for (const auto& sh : shapes)
+      for (int rows : row_counts) {
+        if (rows < 1 || rows > k::kQmvMaxRows) continue;  // fp4_qmv takes 1 to 8 rows
+        const double bytes = double(sh.n) * sh.k / 2 + double(sh.n) * sh.k / gs + 2.0 * rows * sh.k + 2.0 * rows * sh.n;
+        const int copies = std::max(2, static_cast<int>(std::ceil(256e6 / bytes)));
+        const auto x = mx::astype(mx::random::normal({1, rows, sh.k}), mx::bfloat16);
+        std::vector<mx::array> w, s;
+        for (int c = 0; c < copies; ++c) {
+          w.push_back(mx::random::bits({sh.n, sh.k / 8}, 4));
+          const int lo = gs == 32 ? 120 : 48, hi = gs == 32 ? 135 : 65;
+          s.push_back(mx::astype(mx::random::randint(lo, hi, {sh.n, sh.k / gs}), mx::uint8));
+        }
+        mx::eval(w);
+        mx::eval(s);
+        mx::eval(x);
+        auto at = [&](auto f) { return time_per_call([&](int i) { return f(i % copies); }, calls, rounds); };
+        const double mlx =
+            at([&](int c) { return mx::quantized_matmul(x, w[c], s[c], std::nullopt, true, gs, 4, mode); });
+        const double l3 = at([&](int c) { return k::fp4_qmv(x, w[c], s[c], gs, mode); });
+        std::printf("%-26s %6s %4d %6.0f | %8.2f %6.0f | %8.2f %6.0f %4.2fx\n", sh.name, mode, rows, bytes / 1e6,
+                    mlx * 1e6, bytes / mlx / 1e9, l3 * 1e6, bytes / l3 / 1e9, mlx / l3);
+        std::fflush(stdout);
+      }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int calls = 200, rounds = 5;
-  bool quick = false, dense_only = false, mma = false;
+  bool quick = false, dense_only = false, mma = false, fp4 = false, rows_given = false;
   std::vector<int> mma_rows = {1, 8, 32};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--calls") && i + 1 < argc) calls = std::atoi(argv[++i]);
@@ -137,7 +179,9 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--dense")) dense_only = true;
     else if (!std::strcmp(argv[i], "--mma")) mma = true;
+    else if (!std::strcmp(argv[i], "--fp4")) fp4 = true;
     else if (!std::strcmp(argv[i], "--rows") && i + 1 < argc) {
+      rows_given = true;
       mma_rows.clear();
       for (char* r = std::strtok(argv[++i], ","); r; r = std::strtok(nullptr, ",")) mma_rows.push_back(std::atoi(r));
     }
@@ -160,6 +204,7 @@ int main(int argc, char** argv) {
       {"8B gate/up bf16 M=4", 12288, 4096, 4, 16},  {"0.6B gate/up bf16", 3072, 1024, 1, 16},
       {"0.6B down bf16", 1024, 3072, 1, 16},        {"0.6B lm_head bf16", 151936, 1024, 1, 16}};
   if (mma) return mma_table(calls, rounds, group_size, mma_rows);
+  if (fp4) return fp4_table(calls, rounds, rows_given ? mma_rows : std::vector<int>{1, 2, 4});
   if (quick) shapes = {shapes[1], shapes[3]};
   if (dense_only) std::erase_if(shapes, [](const Shape& s) { return s.bits != 16; });
   // Then dense_mv's split-K variant (the block's warps share its rows), dense shapes only.

@@ -13,6 +13,7 @@
 #include "mlxrt/kernels/cuda/affine_mma.h"
 #include "mlxrt/kernels/cuda/affine_qmv.h"
 #include "mlxrt/kernels/cuda/decoder_layer.h"
+#include "mlxrt/kernels/cuda/fp4_qmv.h"
 #include "mlxrt/kernels/cuda/fused_qmv.h"
 #include "mlxrt/kernels/cuda/kernel_source.h"
 #include "mlxrt/kernels/cuda/qk_rope.h"
@@ -41,7 +42,7 @@ int main() {
         {"mlxrt_rms_norm_qkv", &rms_norm_qkv_spec()},   {"mlxrt_rms_norm_swiglu", &rms_norm_swiglu_spec()},
         {"mlxrt_qmv_residual", &qmv_residual_spec()},   {"mlxrt_qk_norm_rope", &qk_norm_rope_spec()},
         {"mlxrt_decoder_layer", &decoder_layer_spec()},  {"mlxrt_affine_qmv_chunks", &affine_qmv_chunks_spec()},
-        {"mlxrt_affine_mma", &affine_mma_spec()}};
+        {"mlxrt_affine_mma", &affine_mma_spec()},       {"mlxrt_fp4_qmv", &fp4_qmv_spec()}};
     const auto& spec = *specs.at(in.at("kernel").get<std::string>());
     std::vector<mx::Dtype> inputs, outputs;
     std::vector<mx::Shape> shapes;

@@ -16,6 +16,7 @@
 
 #include "mlxrt/kernels/cuda/affine_mma.h"
 #include "mlxrt/kernels/cuda/affine_qmv.h"
+#include "mlxrt/kernels/cuda/fp4_qmv.h"
 #include "mlxrt/kernels/cuda/fused_qmv.h"
 #include "mlxrt/kernels/cuda/kernel_source.h"
 #include "mlxrt/kernels/cuda/nvrtc.h"
@@ -140,6 +141,17 @@ TEST(SelfCompiledKernels, EveryL3KernelCompilesForTheH200) {
                       {mx::bfloat16},
                       {{"XT", mx::bfloat16}, {"ST", mx::bfloat16}, {"OT", mx::bfloat16}, {"GS", 64}, {"MT", 4},
                        {"WARPS", 4}, {"AHEAD", 2}}});
+  // The 4-bit float modes' product (fp4_qmv): mxfp4 at one row, nvfp4 at three.
+  launches.push_back({&fp4_qmv_spec(),
+                      {mx::bfloat16, mx::uint32, mx::uint8},
+                      {{1, 4096}, {12288, 512}, {12288, 128}},
+                      {mx::bfloat16},
+                      {{"OT", mx::bfloat16}, {"M", 1}, {"R", 4}, {"GS", 32}, {"E8", 1}}});
+  launches.push_back({&fp4_qmv_spec(),
+                      {mx::float16, mx::uint32, mx::uint8},
+                      {{3, 4096}, {4096, 512}, {4096, 256}},
+                      {mx::float16},
+                      {{"OT", mx::float16}, {"M", 3}, {"R", 2}, {"GS", 16}, {"E8", 0}}});
   // The split-K dense product (affine_qmv.cpp's dense_mv with split_k).
   launches.push_back({&dense_mv_split_spec(),
                       {mx::bfloat16, mx::bfloat16},

@@ -60,6 +60,7 @@ def eps_bits(eps):
 # (name -> dtype of the combination), and combos(full) -> list of dicts (template args, plus dtypes).
 QMV = "src/mlxrt/kernels/cuda/affine_qmv.cpp"
 MMA = "src/mlxrt/kernels/cuda/affine_mma.cpp"
+FP4 = "src/mlxrt/kernels/cuda/fp4_qmv.cpp"
 FUSED = "src/mlxrt/kernels/cuda/fused_qmv.cpp"
 QK_ROPE = "src/mlxrt/kernels/cuda/qk_rope.cpp"
 DELTA = "src/mlxrt/model/nn/gated_delta_cuda.cpp"
@@ -114,6 +115,18 @@ def mma_combos(full):
     for i, ((xt, st), gs, mt) in enumerate(variants):
         for warps, ahead in (tilings if full else [tilings[i % len(tilings)]]):
             out.append({"XT": xt, "ST": st, "OT": promote(xt, st), "GS": gs, "MT": mt, "WARPS": warps, "AHEAD": ahead})
+    return out
+
+
+def fp4_combos(full):
+    """fp4_qmv's: x of each float type, mxfp4 (GS 32, E8M0 scales) and nvfp4 (GS 16, E4M3); M 1-8
+    rows of x and R 1-8 rows a warp: every pair in --full, else each value at least once."""
+    variants = list(itertools.product(FLOATS, ((32, 1), (16, 0))))
+    mr = list(itertools.product(range(1, MAX_QMV_ROWS + 1), (1, 2, 4, 8)))
+    out = []
+    for i, (xt, (gs, e8)) in enumerate(variants):
+        for m, r in (mr if full else [mr[(5 * i) % len(mr)], mr[(5 * i + 3) % len(mr)]] + ([(8, 8)] if i == 0 else [])):
+            out.append({"OT": xt, "M": m, "R": r, "GS": gs, "E8": e8})
     return out
 
 
@@ -264,6 +277,15 @@ KERNELS = [
         # affine_mma: 16-bit x, any float parameters, every group size, 1-16 tiles of 8 rows (powers
         # of two), 1-8 warps a block and 1-8 units ahead (default 4 and 4).
         "combos": mma_combos,
+    },
+    {
+        "name": "mlxrt_fp4_qmv", "file": FP4, "source": "kFp4Source",
+        "header": [(DEVICE_H, "kQmvDevice"), (FP4, "kFp4Device")], "header_expr": "header()",
+        "header_def": "std::string header() { return std::string(detail::kQmvDevice) + kFp4Device; }",
+        "inputs": lambda c: [("x", c["OT"]), ("w", "u32"), ("scales", "u8")],
+        "outputs": lambda c: [("y", c["OT"])],
+        # fp4_qmv: either mode, 1-8 rows of x, 1-8 rows a warp (choose_tiling: 1, 2 or 4).
+        "combos": fp4_combos,
     },
     {
         "name": "mlxrt_dense_mv_split", "file": QMV, "source": "kSplitSource", "header": [(DEVICE_H, "kQmvDevice")],

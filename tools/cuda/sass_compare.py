@@ -34,7 +34,7 @@ PARAM_BASE = 0x210  # sm_90's first kernel parameter in constant bank 0
 MAX_NDIM = 10  # MLX's Shape: cuda::std::array<int32_t, MAX_NDIM> (device/config.h)
 SELF_COMPILED = ("mlxrt_affine_qmv", "mlxrt_dense_mv_split", "mlxrt_rms_norm_qkv", "mlxrt_rms_norm_swiglu",
                  "mlxrt_qmv_residual", "mlxrt_qk_norm_rope", "mlxrt_decoder_layer", "mlxrt_affine_qmv_chunks",
-                 "mlxrt_affine_mma")
+                 "mlxrt_affine_mma", "mlxrt_fp4_qmv")
 TYPE_NAME = {"bf16": "bf16", "f16": "f16", "f32": "f32", "u8": "u8", "u32": "u32", "u64": "u64", "i32": "i32"}
 
 

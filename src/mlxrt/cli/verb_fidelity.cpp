@@ -31,6 +31,7 @@
 #include "mlxrt/io/model_dir.h"
 #include "mlxrt/kernels/cpu/matmul.h"
 #include "mlxrt/kernels/cuda/affine_mma.h"
+#include "mlxrt/kernels/cuda/fp4_qmv.h"
 #include "mlxrt/kernels/cuda/affine_qmv.h"
 #include "mlxrt/kernels/cuda/decoder_layer.h"
 #include "mlxrt/kernels/cuda/dequantized_gemm.h"
@@ -231,6 +232,9 @@ std::string kernels_description(const Args& a, model::FidelityTier tier) {
                       "-127 rows on the tensor cores (kernels/cuda/affine_mma.h; MLXRT_CUDA_L3_MMA_ROWS=0 turns "
                       "it off)"
                 : std::string()) +
+           (kernels::cuda::fp4_l3_opted_in()
+                ? "; the mxfp4 and nvfp4 layers' products of 1-7 rows (MLXRT_CUDA_L3_FP4=1; kernels/cuda/fp4_qmv.h)"
+                : "") +
            (kernels::cuda::decoder_layer_use() == kernels::cuda::DecoderLayerUse::off
                 ? ""
                 : kernels::cuda::decoder_layer_use() == kernels::cuda::DecoderLayerUse::every_kind

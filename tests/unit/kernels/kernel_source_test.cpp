@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "mlxrt/kernels/cuda/affine_qmv.h"
+#include "mlxrt/kernels/cuda/fp4_qmv.h"
 #include "mlxrt/kernels/cuda/fused_qmv.h"
 #include "mlxrt/kernels/cuda/kernel_source.h"
 #include "mlxrt/kernels/cuda/qk_rope.h"
@@ -94,11 +95,12 @@ TEST(KernelSource, L3SpecsReadTheWeightsShapes) {
   using namespace mlxrt::kernels::cuda;
   EXPECT_EQ(shapes_read(affine_qmv_spec()), (std::vector<bool>{false, true, false, false}));
   EXPECT_EQ(shapes_read(qmv_residual_spec()), (std::vector<bool>{false, true, false, false, false}));
+  EXPECT_EQ(shapes_read(fp4_qmv_spec()), (std::vector<bool>{false, true, false}));
   const auto qkv = shapes_read(rms_norm_qkv_spec());
   EXPECT_TRUE(qkv[2] && qkv[5] && qkv[8]);  // wq, wk, wv
   EXPECT_FALSE(qkv[0] || qkv[1]);
   for (const auto* spec : {&affine_qmv_spec(), &dense_mv_split_spec(), &rms_norm_qkv_spec(), &rms_norm_swiglu_spec(),
-                           &qmv_residual_spec(), &qk_norm_rope_spec()})
+                           &qmv_residual_spec(), &qk_norm_rope_spec(), &fp4_qmv_spec()})
     EXPECT_TRUE(spec->self_compile) << spec->name;
 }
 

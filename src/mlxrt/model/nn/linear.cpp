@@ -13,6 +13,7 @@
 #include "mlxrt/kernels/cuda/affine_qmv.h"
 #include "mlxrt/kernels/cuda/dequantized_gemm.h"
 #include "mlxrt/kernels/cuda/folded_rows.h"
+#include "mlxrt/kernels/cuda/fp4_qmv.h"
 #include "mlxrt/util/errors.h"
 
 namespace mlxrt::model::nn {
@@ -61,6 +62,10 @@ mx::array Quantized::matmul(const mx::array& x, const mx::array& weight) const {
       kernels::cuda::affine_qmv_chunks_applies(x, weight, scales, biases, spec.group_size, spec.bits) &&
       kernels::cuda::affine_qmv_chunks_preferred(x, weight, spec.bits))
     return kernels::cuda::affine_qmv_chunks(x, weight, scales, *biases, spec.group_size, spec.bits);
+  // The 4-bit float modes' few-row products (opted in until timed on a GPU: fp4_qmv.h).
+  if (gpu_l3 && (spec.mode == "mxfp4" || spec.mode == "nvfp4") && kernels::cuda::fp4_qmv_preferred(x, weight) &&
+      kernels::cuda::fp4_qmv_applies(x, weight, scales, spec.group_size, spec.bits, spec.mode))
+    return kernels::cuda::fp4_qmv(x, weight, scales, spec.group_size, spec.mode);
   const auto t = x.dtype();
   if (l3 && (t == mx::float32 || t == mx::bfloat16 || t == mx::float16) && mx::default_device() == mx::Device::cpu) {
     // mx::quantized_matmul's result type: x, scales and biases promoted together.
