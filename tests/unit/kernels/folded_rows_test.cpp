@@ -32,6 +32,16 @@ TEST(FoldedRows, LeavesTheCpuAsItIs) {
   EXPECT_FALSE(quantized_rows_fold_exactly(mx::zeros({8, 1, 64}, mx::bfloat16), "affine"));
 }
 
+TEST(FoldedRows, OnlyUnderTheMlxReleasesItsRuleWasReadFrom) {
+  EXPECT_TRUE(mlxrt::kernels::cuda::fold_read_for("0.32.4"));
+  EXPECT_TRUE(mlxrt::kernels::cuda::fold_read_for("0.32.0"));
+  EXPECT_FALSE(mlxrt::kernels::cuda::fold_read_for("0.33.0"));
+  EXPECT_FALSE(mlxrt::kernels::cuda::fold_read_for("0.3.2"));
+  EXPECT_FALSE(mlxrt::kernels::cuda::fold_read_for(""));
+  // The pinned MLX is one of them (versions.env), or the rule would never apply.
+  EXPECT_TRUE(mlxrt::kernels::cuda::fold_read_for(mx::version()));
+}
+
 TEST(FoldedRows, FoldsTheLeadingDimensionsIntoRows) {
   const auto x = mx::reshape(mx::arange(2 * 3 * 1 * 4, mx::float32), {2, 3, 1, 4});
   const auto y = fold_rows(x);

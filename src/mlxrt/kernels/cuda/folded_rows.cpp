@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include <mlx/ops.h>
+#include <mlx/version.h>
 
 #include "mlxrt/kernels/cuda/cuda_driver.h"
 
@@ -25,9 +26,11 @@ bool rows_fold_by_shape(const mx::array& x, const std::string& mode) {
 bool quantized_rows_fold_exactly(const mx::array& x, const std::string& mode) {
   if (!rows_fold_by_shape(x, mode) || mx::default_device() != mx::Device::gpu) return false;
   // Asked on every projection of every step: the driver once (0 on Metal or without a GPU).
-  static const bool applies = cuda_compute_capability() >= 80 && !fold_switched_off();
+  static const bool applies = cuda_compute_capability() >= 80 && fold_read_for(mx::version()) && !fold_switched_off();
   return applies;
 }
+
+bool fold_read_for(const std::string& mlx_version) { return mlx_version.rfind("0.32.", 0) == 0; }
 
 mx::array fold_rows(const mx::array& x) { return mx::reshape(x, {-1, x.shape(-1)}); }
 

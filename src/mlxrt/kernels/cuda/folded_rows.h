@@ -22,14 +22,19 @@ namespace mlxrt::kernels::cuda {
 namespace mx = mlx::core;
 
 /** Whether x (…, K) may go to MLX's quantized_matmul as one [rows, K] matrix with the same bytes:
- * a GPU stream on a CUDA device of compute capability 8.0 or more, affine mode, x of three or more
- * dimensions with more than one matrix of rows. MLXRT_CUDA_FOLD_ROWS=0 leaves x as it comes (for
+ * a GPU stream on a CUDA device of compute capability 8.0 or more under an MLX the rule was read
+ * for (fold_read_for), affine mode, x of three or more dimensions with more than one matrix of rows. MLXRT_CUDA_FOLD_ROWS=0 leaves x as it comes (for
  * timing the difference). */
 bool quantized_rows_fold_exactly(const mx::array& x, const std::string& mode);
 
 /** The shape part of that rule, on any device: affine mode, x of three or more dimensions, not
  * empty, its leading dimensions more than one matrix of rows. */
 bool rows_fold_by_shape(const mx::array& x, const std::string& mode);
+
+/** Whether `mlx_version` (mx::version() at run time) is a release whose CUDA selection code the
+ * rule above was read from: 0.32.*. Another MLX leaves x as it comes until its source is read and
+ * the batched parity tests pass on a GPU with it. */
+bool fold_read_for(const std::string& mlx_version);
 
 /** x's leading dimensions folded into rows: [rows, K] (a view where x is row-contiguous). */
 mx::array fold_rows(const mx::array& x);
