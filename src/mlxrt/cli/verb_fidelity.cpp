@@ -226,7 +226,8 @@ std::string kernels_description(const Args& a, model::FidelityTier tier) {
     return std::string("MLX's GPU kernels, with mlxrt's L3 CUDA matrix-vector product for the affine 4- and 8-bit "
                        "layers") +
            (kernels::cuda::dense_l3_opted_in() ? " and the dense ones (MLXRT_CUDA_L3_DENSE=1)" : "") +
-           " (1-127 rows, float32 sums, from 8 rows in chunks of 8; kernels/cuda/affine_qmv.h)" +
+           " (1-127 rows, float32 sums; from 8 rows in chunks of 8 where MLX would run them one by one; "
+           "kernels/cuda/affine_qmv.h)" +
            (kernels::cuda::affine_mma_min_rows() > 0
                 ? "; the 4-bit products of " + std::to_string(kernels::cuda::affine_mma_min_rows()) +
                       "-127 rows on the tensor cores (kernels/cuda/affine_mma.h; MLXRT_CUDA_L3_MMA_ROWS=0 turns "

@@ -32,6 +32,15 @@ TEST(FoldedRows, LeavesTheCpuAsItIs) {
   EXPECT_FALSE(quantized_rows_fold_exactly(mx::zeros({8, 1, 64}, mx::bfloat16), "affine"));
 }
 
+TEST(FoldedRows, OneProblemWhereXIsOneMatrixOrFolds) {
+  using mlxrt::kernels::cuda::quantized_rows_as_one_problem;
+  mx::set_default_device(mx::Device::cpu);
+  EXPECT_TRUE(quantized_rows_as_one_problem(mx::zeros({32, 64}, mx::bfloat16), "affine"));
+  EXPECT_TRUE(quantized_rows_as_one_problem(mx::zeros({1, 32, 64}, mx::bfloat16), "affine"));
+  // Off CUDA nothing folds: a batch of row matrices stays B problems (the chunks' case on a GPU).
+  EXPECT_FALSE(quantized_rows_as_one_problem(mx::zeros({32, 1, 64}, mx::bfloat16), "affine"));
+}
+
 TEST(FoldedRows, OnlyUnderTheMlxReleasesItsRuleWasReadFrom) {
   EXPECT_TRUE(mlxrt::kernels::cuda::fold_read_for("0.32.4"));
   EXPECT_TRUE(mlxrt::kernels::cuda::fold_read_for("0.32.0"));

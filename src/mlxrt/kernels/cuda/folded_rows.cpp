@@ -30,6 +30,12 @@ bool quantized_rows_fold_exactly(const mx::array& x, const std::string& mode) {
   return applies;
 }
 
+bool quantized_rows_as_one_problem(const mx::array& x, const std::string& mode) {
+  if (x.ndim() <= 2) return true;
+  if (x.size() > 0 && x.size() / static_cast<size_t>(x.shape(-1)) == static_cast<size_t>(x.shape(-2))) return true;
+  return quantized_rows_fold_exactly(x, mode);
+}
+
 bool fold_read_for(const std::string& mlx_version) { return mlx_version.rfind("0.32.", 0) == 0; }
 
 mx::array fold_rows(const mx::array& x) { return mx::reshape(x, {-1, x.shape(-1)}); }

@@ -36,6 +36,13 @@ bool rows_fold_by_shape(const mx::array& x, const std::string& mode);
  * the batched parity tests pass on a GPU with it. */
 bool fold_read_for(const std::string& mlx_version);
 
+/** Whether MLX's quantized_matmul runs x's rows as one problem: x is one matrix of rows already,
+ * or quantized_rows_fold_exactly folds it. Then MLX's GEMM reads w once, and from 8 rows it is 2-5x
+ * faster than L3's chunked CUDA-core product (affine_qmv_chunks: 12.4 against 29.6 µs for 8 rows of
+ * a Qwen3-8B q_proj, 22.4 against 121.9 for 32, on an H100; bench/RESULTS.md, twenty-sixth
+ * session), so L3 keeps the chunks for what MLX would run row by row. */
+bool quantized_rows_as_one_problem(const mx::array& x, const std::string& mode);
+
 /** x's leading dimensions folded into rows: [rows, K] (a view where x is row-contiguous). */
 mx::array fold_rows(const mx::array& x);
 

@@ -56,9 +56,10 @@ mx::array Quantized::matmul(const mx::array& x, const mx::array& weight) const {
       kernels::cuda::affine_qmv_applies(x, weight, scales, biases, spec.group_size, spec.bits) &&
       kernels::cuda::affine_qmv_preferred(x, weight, spec.bits))
     return kernels::cuda::affine_qmv(x, weight, scales, *biases, spec.group_size, spec.bits);
-  // Where the tensor cores do not serve (8-bit, float32 x, MLXRT_CUDA_L3_MMA_ROWS): the same product
-  // in chunks of 8 rows, one launch.
-  if (gpu_l3 && spec.mode == "affine" &&
+  // Where the tensor cores do not serve (8-bit, float32 x, MLXRT_CUDA_L3_MMA_ROWS) and MLX would run
+  // the rows one by one: the same product in chunks of 8 rows, one launch. Where MLX runs them as
+  // one problem (folded_rows.h) its GEMM is the faster.
+  if (gpu_l3 && spec.mode == "affine" && !kernels::cuda::quantized_rows_as_one_problem(x, spec.mode) &&
       kernels::cuda::affine_qmv_chunks_applies(x, weight, scales, biases, spec.group_size, spec.bits) &&
       kernels::cuda::affine_qmv_chunks_preferred(x, weight, spec.bits))
     return kernels::cuda::affine_qmv_chunks(x, weight, scales, *biases, spec.group_size, spec.bits);
