@@ -58,7 +58,7 @@ SHAPES = {
     "tiny": {**QWEN3_COMMON, "hidden_size": 128, "num_hidden_layers": 2, "intermediate_size": 256,
              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "tie_word_embeddings": True},
 }
-QUANTS = ("bf16", "q4", "mxfp4", "fp32")
+QUANTS = ("bf16", "q4", "mxfp4", "fp32")  # bench.py's default; MAKE_MODEL also makes q8 and nvfp4
 
 MAKE_MODEL = r"""
 import json, sys
@@ -70,10 +70,10 @@ mx.random.seed(0)
 model_class, args_class = utils._get_classes(config=config)
 model = model_class(args_class.from_dict(config))
 model.set_dtype(mx.float32 if quant == "fp32" else mx.bfloat16)
-if quant == "q4":
-    model, config = utils.quantize_model(model, config, 64, 4)
-elif quant == "mxfp4":  # as mlx-community's gpt-oss checkpoints: mxfp4, the router at 8 bits (its predicate)
-    model, config = utils.quantize_model(model, config, None, None, mode="mxfp4")
+if quant in ("q4", "q8"):
+    model, config = utils.quantize_model(model, config, 64, 4 if quant == "q4" else 8)
+elif quant in ("mxfp4", "nvfp4"):  # mxfp4 as mlx-community's gpt-oss checkpoints (the router at 8 bits)
+    model, config = utils.quantize_model(model, config, None, None, mode=quant)
 utils.save_model(out, model)
 utils.save_config(config, config_path=out / "config.json")
 """
