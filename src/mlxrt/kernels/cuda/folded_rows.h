@@ -23,8 +23,8 @@ namespace mx = mlx::core;
 
 /** Whether x (…, K) may go to MLX's quantized_matmul as one [rows, K] matrix with the same bytes:
  * a GPU stream on a CUDA device of compute capability 8.0 or more under an MLX the rule was read
- * for (fold_read_for), affine mode, x of three or more dimensions with more than one matrix of rows. MLXRT_CUDA_FOLD_ROWS=0 leaves x as it comes (for
- * timing the difference). */
+ * for (fold_read_for), affine mode, x of three or more dimensions with more than one matrix of
+ * rows. MLXRT_CUDA_FOLD_ROWS=0 leaves x as it comes (for timing the difference). */
 bool quantized_rows_fold_exactly(const mx::array& x, const std::string& mode);
 
 /** The shape part of that rule, on any device: affine mode, x of three or more dimensions, not
