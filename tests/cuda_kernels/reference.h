@@ -71,12 +71,11 @@ struct Products {
   std::vector<double> ref, bound;  // [rows, n]
 };
 
-// A dense matrix's products: a lane's K / V chained products (V values a 16-byte load) and the
-// warp's reduction, 2^-24 (K / V + 16) sum_k |x_k w_k| (tests/cuda_kernels/affine_qmv_test.cpp).
-inline Products dense_products(const std::vector<double>& x, int rows, const QmvMatrix& m) {
-  const int n = m.w.shape(0), k = static_cast<int>(x.size()) / rows;
-  const auto w = host(m.w);
-  const double sums = double(k) / (16.0 / mx::size_of(m.w.dtype())) + 16.0;
+// The float64 products of the rows of x with the n rows of w ([n, k] values), each one's bound
+// 2^-24 sums sum_k |x_k w_k| (`sums`: the float32 roundings one output's sum goes through).
+inline Products float64_products(const std::vector<double>& x, int rows, const std::vector<double>& w, int n,
+                                 double sums) {
+  const int k = static_cast<int>(x.size()) / rows;
   Products p{std::vector<double>(size_t(rows) * n), std::vector<double>(size_t(rows) * n)};
   for (int r = 0; r < rows; ++r)
     for (int j = 0; j < n; ++j) {
@@ -90,6 +89,13 @@ inline Products dense_products(const std::vector<double>& x, int rows, const Qmv
       p.bound[size_t(r) * n + j] = std::ldexp(sums * mag, -24);
     }
   return p;
+}
+
+// A dense matrix's products: a lane's K / V chained products (V values a 16-byte load) and the
+// warp's reduction, 2^-24 (K / V + 16) sum_k |x_k w_k| (tests/cuda_kernels/affine_qmv_test.cpp).
+inline Products dense_products(const std::vector<double>& x, int rows, const QmvMatrix& m) {
+  const int k = static_cast<int>(x.size()) / rows;
+  return float64_products(x, rows, host(m.w), m.w.shape(0), double(k) / (16.0 / mx::size_of(m.w.dtype())) + 16.0);
 }
 
 inline Products products(const std::vector<double>& x, int rows, const QmvMatrix& m) {
