@@ -191,10 +191,8 @@ bool fp4_l3_opted_in() {
 }
 
 bool fp4_qmv_preferred(const mx::array& x, const mx::array& w) {
-  if (!fp4_l3_opted_in() || w.ndim() != 2) return false;
-  const size_t k = static_cast<size_t>(w.shape(1)) * 8;
-  const size_t rows = k ? x.size() / k : 0;
-  return rows >= 1 && rows <= 7 && static_cast<size_t>(w.nbytes()) >= (size_t{4} << 20);
+  // Codes packed as affine 4-bit values are: affine_qmv's measured rule, read for 4 bits.
+  return fp4_l3_opted_in() && w.ndim() == 2 && affine_qmv_preferred(x, w, 4);
 }
 
 KernelLaunch fp4_qmv_launch(const mx::array& x, const mx::array& w, const mx::array& scales, int group_size,
