@@ -2,7 +2,9 @@
 start each) give each request the same tokens, text, logprobs and finish reasons, streamed or not,
 with per-request stop words, budgets and logprob settings; the requests are on the model together
 (the batch grows past one); a request that cannot batch (a seed) waits for the batch to drain and
-is served alone.
+is served alone. With `--join-prefill beside` (a second mlxrt server), requests that arrive one by
+one while a long one decodes are prefilled beside the running batch and merge into it: the same
+answers, and the server's log shows they joined that way.
 
 Which requests share a step depends on arrival timing, in mlx_lm.server as in ours. On this CPU
 fixture a row's arithmetic does not depend on what it is batched with (tokens and logprobs of
@@ -13,6 +15,7 @@ import http.client
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -79,10 +82,12 @@ def comparable(path, raw, stream):
     return text, c["finish_reason"], c.get("logprobs"), r["usage"]["prompt_tokens"], r["usage"]["completion_tokens"]
 
 
-def concurrent(server, reqs, stream, peak=None):
+def concurrent(server, reqs, stream, peak=None, gap=0.0):
+    """Each request on its own thread, request i sent i * gap seconds after the first."""
     out, errors = {}, []
 
     def one(i, path, body):
+        time.sleep(i * gap)
         try:
             b = {**body, "stream": True, "stream_options": {"include_usage": True}} if stream else body
             status, raw = post(server.port, path, b)
@@ -126,6 +131,30 @@ def test_concurrent_requests_equal_mlx_lm_server(servers, model_dir, stream):
     want = concurrent(ref, reqs, stream)
     assert got == want
     assert max(peak) > 1  # the requests were on the model together
+
+
+@pytest.fixture(scope="module")
+def beside(model_dir, tmp_path_factory):
+    running = start_mlxrt(model_dir, tmp_path_factory, extra=("--join-prefill", "beside", "--log-level", "DEBUG"))
+    yield running
+    stop(running)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_requests_joining_beside_a_running_batch(servers, beside, model_dir, stream):
+    """A long request decodes; the others arrive one by one while it does, so each is prefilled on
+    the second stream beside the batch and merges into it. Their answers equal mlx_lm.server's."""
+    ref, _ = servers
+    long = (TEXT, {"model": str(model_dir), "prompt": "Keep going", "max_tokens": 150, "logit_bias": {"151645": -100}})
+    reqs = [long] + requests_for(model_dir)
+    log = Path(beside.log)
+    before = log.read_text().count("joined beside")
+    peak = []
+    got = concurrent(beside, reqs, stream, peak=peak, gap=0.04)
+    want = concurrent(ref, reqs, stream)
+    assert got == want
+    assert max(peak) > 1
+    assert log.read_text().count("joined beside") > before, log.read_text()[-3000:]
 
 
 def test_unbatchable_request_waits_for_the_batch(servers, model_dir):

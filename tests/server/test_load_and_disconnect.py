@@ -1,12 +1,15 @@
 """Load and cancellation: 32 concurrent streaming clients all complete with the right content; a
 client that disconnects mid-stream (or mid-wait, not streaming) stops its generation at once, so
 the server is free for the next request; hundreds of idle connections holding half a header block
-do not keep /health or a request waiting."""
+do not keep /health or a request waiting. Every test runs against a server of each --join-prefill
+mode: between (the CPU's default) and beside (a joining request prefilled on a second stream, its
+rows dropped there when its client leaves)."""
 import json
 import socket
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -15,9 +18,9 @@ from conftest import start_mlxrt, stop
 CHAT = "/v1/chat/completions"
 
 
-@pytest.fixture(scope="module")
-def server(model_dir, tmp_path_factory):
-    running = start_mlxrt(model_dir, tmp_path_factory)
+@pytest.fixture(scope="module", params=["between", "beside"])
+def server(model_dir, tmp_path_factory, request):
+    running = start_mlxrt(model_dir, tmp_path_factory, extra=("--join-prefill", request.param))
     yield running
     stop(running)
 
@@ -235,6 +238,45 @@ def test_long_prompt_does_not_hold_a_short_request_back(model_dir, tmp_path_fact
         assert status == 200 and done["long"][0] == 200 and done["long"][2] > 6000
         assert still_running, done  # answered while the long prompt was still being prefilled
         assert short < done["long"][1] / 3, (short, done)
+    finally:
+        stop(running)
+
+
+def test_long_prompt_joining_beside_does_not_hold_a_short_request_back(model_dir, tmp_path_factory):
+    """With --join-prefill beside, a long prompt that joins a decoding batch is prefilled on the
+    second stream a chunk at a time (the next once the last is done), so a short request that
+    joins after it waits for one chunk there, not for the whole prefill; the decoding request
+    goes on meanwhile."""
+    running = start_mlxrt(model_dir, tmp_path_factory,
+                          extra=["--prefill-step-size", "256", "--join-prefill", "beside", "--log-level", "DEBUG"])
+    try:
+        done = {}
+
+        def request(name, body):
+            t0 = time.monotonic()
+            status, r = running.post_json("/v1/completions", body, timeout=300)
+            done[name] = (status, time.monotonic() - t0, r["usage"])
+
+        decoding = threading.Thread(target=request, args=(
+            "decoding", {"prompt": "Keep going", "max_tokens": 1500, "logit_bias": {"151645": -100}}))
+        decoding.start()
+        time.sleep(0.5)
+        long = threading.Thread(target=request, args=("long", {"prompt": "word " * 6000, "max_tokens": 1}))
+        long.start()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        status, r = running.post_json("/v1/completions", {"prompt": "Hello", "max_tokens": 1}, timeout=300)
+        short = time.monotonic() - t0
+        still_prefilling = long.is_alive()
+        still_decoding = decoding.is_alive()
+        long.join(timeout=300)
+        decoding.join(timeout=300)
+        assert status == 200 and done["long"][0] == 200 and done["long"][2]["prompt_tokens"] > 6000
+        assert done["decoding"][0] == 200 and done["decoding"][2]["completion_tokens"] == 1500
+        assert still_prefilling, done  # answered while the long prompt was still being prefilled
+        assert still_decoding, done  # ... and the first request decoding, so both joined its batch
+        assert short < done["long"][1] / 3, (short, done)
+        assert "joined beside" in Path(running.log).read_text()
     finally:
         stop(running)
 

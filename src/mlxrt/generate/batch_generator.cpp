@@ -33,29 +33,6 @@ void eval_state(const model::CacheList& caches) { mx::eval(cache::state_arrays(c
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-/** The values of an int32 or uint32 vector (a step's sampled tokens: argmax and the categorical
- * draw give uint32) read as they are. Through mx::astype they would be a new node, queued behind
- * the step just dispatched: reading it would wait for that whole step, and the host would build
- * the next step's graph with the device idle instead of while it computes (mlx-lm reads them with
- * tolist()). Other dtypes, and a strided view, are converted first. */
-std::vector<int32_t> to_ints(const mx::array& a) {
-  mx::eval(a);
-  if (a.flags().row_contiguous && a.dtype() == mx::int32) {
-    const int32_t* p = a.data<int32_t>();
-    return std::vector<int32_t>(p, p + a.size());
-  }
-  if (a.flags().row_contiguous && a.dtype() == mx::uint32) {
-    const uint32_t* p = a.data<uint32_t>();
-    std::vector<int32_t> out(a.size());
-    std::transform(p, p + a.size(), out.begin(), [](uint32_t v) { return static_cast<int32_t>(v); });
-    return out;
-  }
-  auto c = mx::astype(a, mx::int32);
-  mx::eval(c);
-  const int32_t* p = c.data<int32_t>();
-  return std::vector<int32_t>(p, p + c.size());
-}
-
 bool distinct_ids(const std::vector<std::pair<int32_t, double>>& bias) {
   std::set<int32_t> ids;
   for (const auto& [id, value] : bias)
@@ -84,6 +61,29 @@ std::vector<T> pick(std::vector<T>& v, const std::vector<int>& keep) {
 }
 
 }  // namespace
+
+/** The values of an int32 or uint32 vector (a step's sampled tokens: argmax and the categorical
+ * draw give uint32) read as they are. Through mx::astype they would be a new node, queued behind
+ * the step just dispatched: reading it would wait for that whole step, and the host would build
+ * the next step's graph with the device idle instead of while it computes (mlx-lm reads them with
+ * tolist()). Other dtypes, and a strided view, are converted first. */
+std::vector<int32_t> BatchGenerator::token_values(const mx::array& a) {
+  mx::eval(a);
+  if (a.flags().row_contiguous && a.dtype() == mx::int32) {
+    const int32_t* p = a.data<int32_t>();
+    return std::vector<int32_t>(p, p + a.size());
+  }
+  if (a.flags().row_contiguous && a.dtype() == mx::uint32) {
+    const uint32_t* p = a.data<uint32_t>();
+    std::vector<int32_t> out(a.size());
+    std::transform(p, p + a.size(), out.begin(), [](uint32_t v) { return static_cast<int32_t>(v); });
+    return out;
+  }
+  auto c = mx::astype(a, mx::int32);
+  mx::eval(c);
+  const int32_t* p = c.data<int32_t>();
+  return std::vector<int32_t>(p, p + c.size());
+}
 
 std::optional<std::string> batching_unsupported_reason(const model::CausalLM& model) {
   auto caches = model.make_cache();
@@ -118,6 +118,7 @@ BatchGenerator::BatchGenerator(model::CausalLM& model, BatchGeneratorOptions opt
 
 BatchGenerator::~BatchGenerator() {
   try {
+    if (prompt_stream_) mx::synchronize(*prompt_stream_);
     mx::synchronize();
   } catch (...) {
     // A failed step was reported to whoever evaluated it; nothing is left to wait for.
@@ -162,7 +163,7 @@ std::vector<int> BatchGenerator::insert(std::vector<BatchRequest> requests) {
 }
 
 size_t BatchGenerator::size() const {
-  return unprocessed_.size() + prompt_.uids.size() + gen_.uids.size() + solo_.size();
+  return unprocessed_.size() + prompt_.uids.size() + gen_.uids.size() + solo_.size() + joining_rows();
 }
 
 void BatchGenerator::route(const std::vector<Row>& rows) const {
@@ -172,7 +173,7 @@ void BatchGenerator::route(const std::vector<Row>& rows) const {
   o_.adapter_rows->set(slots);
 }
 
-BatchGenerator::PromptBatch BatchGenerator::make_batch(int n) {
+BatchGenerator::PromptBatch BatchGenerator::make_batch(int n, std::vector<Processing>& processing) {
   PromptBatch b;
   std::vector<model::CacheList> caches;
   for (int k = 0; k < n; ++k) {
@@ -183,7 +184,7 @@ BatchGenerator::PromptBatch BatchGenerator::make_batch(int n) {
     b.uids.push_back(p.uid);
     b.rows.push_back(std::move(p.row));
     caches.push_back(std::move(p.cache));
-    processing_.push_back(Processing{std::move(p.segments), 0, total});
+    processing.push_back(Processing{std::move(p.segments), 0, total});
   }
   std::vector<const model::CacheList*> rows;
   for (const auto& c : caches) rows.push_back(&c);
@@ -191,7 +192,7 @@ BatchGenerator::PromptBatch BatchGenerator::make_batch(int n) {
   return b;
 }
 
-void BatchGenerator::prompt(PromptBatch& batch, const std::vector<std::vector<int32_t>>& tokens, bool wait) {
+void BatchGenerator::prompt(PromptBatch& batch, const std::vector<std::vector<int32_t>>& tokens, PrefillWait wait) {
   if (batch.uids.size() != tokens.size()) throw UsageError("The batch length doesn't match the number of inputs");
   if (tokens.empty()) return;
   for (size_t i = 0; i < tokens.size(); ++i)
@@ -216,7 +217,9 @@ void BatchGenerator::prompt(PromptBatch& batch, const std::vector<std::vector<in
   // encoded while the device still runs it, and the buffer cache is cleared after their first
   // tokens are handed out. Same kernels in the same order.
   auto settle = [&](bool last) {
-    if (wait || !last) {
+    if (wait == PrefillWait::none) {
+      mx::async_eval(cache::state_arrays(batch.cache));
+    } else if (wait == PrefillWait::every_chunk || !last) {
       const auto t0 = Clock::now();
       eval_state(batch.cache);
       split_.prefill_wait_ms += ms_since(t0);
@@ -236,7 +239,7 @@ void BatchGenerator::prompt(PromptBatch& batch, const std::vector<std::vector<in
     split_.prefill_build_ms += ms_since(t0);
     input = mx::slice(input, {0, n}, {B, input.shape(1)});
     const bool last = input.shape(1) == 0;
-    if (!(last && max_padding > 0 && !wait)) settle(last);  // else the roll below is dispatched with it
+    if (!(last && max_padding > 0 && wait != PrefillWait::every_chunk)) settle(last);  // else the roll below is dispatched with it
   }
   if (max_padding > 0) {
     for (auto& c : batch.cache) batch_cache(c).finalize();
@@ -268,6 +271,7 @@ BatchGenerator::GenBatch BatchGenerator::start_generation(PromptBatch batch, con
     g.token_context.push_back(mx::array(r.tokens.data(), {static_cast<int>(r.tokens.size())}, mx::int32));
     g.num_tokens.push_back(0);
     g.matchers.push_back(r.stop.matcher());
+    g.ahead.push_back(0);
   }
   if (!g.uids.empty()) step(g);
   return g;
@@ -379,8 +383,9 @@ std::pair<std::vector<int32_t>, std::vector<mx::array>> BatchGenerator::read_ste
     t.wait_s += std::chrono::duration<double>(Clock::now() - t2).count();
     ++t.steps;
   }
-  auto tokens = to_ints(inputs);
-  for (size_t e = 0; e < g.rows.size(); ++e) g.rows[e].tokens.push_back(tokens[e]);
+  auto tokens = token_values(inputs);
+  for (size_t e = 0; e < g.rows.size(); ++e)
+    if (!g.ahead[e]) g.rows[e].tokens.push_back(tokens[e]);
   return {tokens, logprobs};
 }
 
@@ -401,8 +406,7 @@ model::CacheList BatchGenerator::extract(const model::CacheList& caches, int idx
   return out;
 }
 
-void BatchGenerator::filter_gen(const std::vector<int>& keep) {
-  auto& g = gen_;
+void BatchGenerator::filter_gen(GenBatch& g, const std::vector<int>& keep) {
   g.uids = pick(g.uids, keep);
   if (keep.empty()) {
     g.cache.clear();
@@ -418,6 +422,13 @@ void BatchGenerator::filter_gen(const std::vector<int>& keep) {
   g.token_context = pick(g.token_context, keep);
   g.num_tokens = pick(g.num_tokens, keep);
   g.matchers = pick(g.matchers, keep);
+  g.ahead = pick(g.ahead, keep);
+  // A step dispatched whose tokens are still to be read holds the rows in their old order.
+  if (&g == &gen_ && unread_) {
+    unread_->logprobs = pick(unread_->logprobs, keep);
+    if (!keep.empty()) unread_->inputs = mx::take(unread_->inputs, int_array(keep), 0);
+    if (keep.empty()) unread_.reset();
+  }
 }
 
 void BatchGenerator::extend_gen(GenBatch other) {
@@ -437,6 +448,7 @@ void BatchGenerator::extend_gen(GenBatch other) {
   for (auto& a : other.token_context) g.token_context.push_back(a);
   for (int n : other.num_tokens) g.num_tokens.push_back(n);
   for (auto& m : other.matchers) g.matchers.push_back(m);
+  for (char a : other.ahead) g.ahead.push_back(a);
 }
 
 std::vector<BatchGenerationResponse> BatchGenerator::gen_next() {
@@ -463,8 +475,15 @@ std::vector<BatchGenerationResponse> BatchGenerator::gen_next() {
   }
   // The buffer cache a prefill left: cleared at the next call, once these tokens are handed out.
   if (clear_cache_pending_) clear_cache_next_call_ = true;
+  return hand_out(tokens, logprobs);
+}
+
+std::vector<BatchGenerationResponse> BatchGenerator::hand_out(const std::vector<int32_t>& tokens,
+                                                              const std::vector<mx::array>& logprobs) {
+  auto& g = gen_;
   std::vector<std::optional<std::string>> finish(g.uids.size());
   for (size_t i = 0; i < g.uids.size(); ++i) {
+    if (g.ahead[i]) continue;
     g.num_tokens[i] += 1;
     if (g.num_tokens[i] >= g.rows[i].max_tokens) finish[i] = "length";
     if (g.matchers[i].advance(tokens[i])) finish[i] = "stop";
@@ -473,6 +492,11 @@ std::vector<BatchGenerationResponse> BatchGenerator::gen_next() {
   std::vector<int> keep;
   std::vector<BatchGenerationResponse> responses;
   for (size_t i = 0; i < g.uids.size(); ++i) {
+    if (g.ahead[i]) {  // its token went out when it joined
+      g.ahead[i] = 0;
+      keep.push_back(static_cast<int>(i));
+      continue;
+    }
     const auto& finish_reason = finish[i];
     BatchGenerationResponse r{g.uids[i], tokens[i], logprobs[i], finish_reason, {}, {}};
     if (finish_reason) {
@@ -489,6 +513,7 @@ std::vector<BatchGenerationResponse> BatchGenerator::gen_next() {
 
 std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>> BatchGenerator::next() {
   if (o_.batch_invariant) return solo_next();
+  if (o_.join_prefill_beside && beside()) return next_beside();
   split_ = {};
   const auto t_owed = Clock::now();
   dispatch_owed_step();
@@ -545,7 +570,7 @@ void BatchGenerator::admit_prompts() {
                           o_.completion_batch_size - static_cast<int>(gen_.uids.size()),
                           static_cast<int>(unprocessed_.size())});
   if (n > 0) {
-    PromptBatch added = make_batch(n);
+    PromptBatch added = make_batch(n, processing_);
     prompt_.uids.insert(prompt_.uids.end(), added.uids.begin(), added.uids.end());
     if (prompt_.cache.empty()) {
       prompt_.cache = std::move(added.cache);
@@ -559,42 +584,49 @@ void BatchGenerator::admit_prompts() {
 
 void BatchGenerator::start_finished_prompts(std::vector<BatchPromptResponse>& responses) {
   const auto t0 = Clock::now();
+  if (auto started = split_started(prompt_, processing_, responses)) extend_gen(std::move(*started));
+  split_.start_ms += ms_since(t0);
+}
+
+std::optional<BatchGenerator::GenBatch> BatchGenerator::split_started(PromptBatch& batch,
+                                                                     std::vector<Processing>& processing,
+                                                                     std::vector<BatchPromptResponse>& responses) {
   std::vector<int> keep, split;
-  for (size_t i = 0; i < processing_.size(); ++i) {
-    const auto& segments = processing_[i].segments;
+  for (size_t i = 0; i < processing.size(); ++i) {
+    const auto& segments = processing[i].segments;
     if (segments.size() == 1 && segments[0].size() == 1)
       split.push_back(static_cast<int>(i));
     else
       keep.push_back(static_cast<int>(i));
   }
+  if (split.empty()) return std::nullopt;
   // Actually split off part of the prompt batch and start generation
-  if (!split.empty()) {
-    std::vector<int32_t> last_inputs;
-    std::vector<int> totals;
-    for (int i : split) {
-      last_inputs.push_back(processing_[i].segments[0][0]);
-      totals.push_back(processing_[i].total);
-    }
-    processing_ = pick(processing_, keep);
-    PromptBatch moving;
-    moving.uids = prompt_.uids;
-    for (const auto& c : prompt_.cache) moving.cache.push_back(c->clone());
-    moving.rows = prompt_.rows;
-    filter_prompt(prompt_, keep);
-    filter_prompt(moving, split);
-    GenBatch started = start_generation(std::move(moving), last_inputs);
-    for (size_t i = 0; i < totals.size(); ++i)
-      responses.push_back(BatchPromptResponse{started.uids[i], totals[i], totals[i], true, true});
-    extend_gen(std::move(started));
+  std::vector<int32_t> last_inputs;
+  std::vector<int> totals;
+  for (int i : split) {
+    last_inputs.push_back(processing[i].segments[0][0]);
+    totals.push_back(processing[i].total);
   }
-  split_.start_ms += ms_since(t0);
+  processing = pick(processing, keep);
+  PromptBatch moving;
+  moving.uids = batch.uids;
+  for (const auto& c : batch.cache) moving.cache.push_back(c->clone());
+  moving.rows = batch.rows;
+  filter_prompt(batch, keep);
+  filter_prompt(moving, split);
+  GenBatch started = start_generation(std::move(moving), last_inputs);
+  for (size_t i = 0; i < totals.size(); ++i)
+    responses.push_back(BatchPromptResponse{started.uids[i], totals[i], totals[i], true, true});
+  return started;
 }
 
-void BatchGenerator::prefill_next_chunk(std::vector<BatchPromptResponse>& responses) {
+std::vector<std::vector<int32_t>> BatchGenerator::take_chunk(std::vector<Processing>& processing,
+                                                             const std::vector<int>& uids,
+                                                             std::vector<BatchPromptResponse>& responses) const {
   std::vector<std::vector<int32_t>> prompts;
-  for (size_t i = 0; i < processing_.size(); ++i) {
-    auto& seq = processing_[i];
-    BatchPromptResponse response{prompt_.uids[i], 0, 0, false, false};
+  for (size_t i = 0; i < processing.size(); ++i) {
+    auto& seq = processing[i];
+    BatchPromptResponse response{uids[i], 0, 0, false, false};
     auto& first = seq.segments.front();
     const int take = std::min(static_cast<int>(first.size()), o_.prefill_step_size);
     prompts.emplace_back(first.begin(), first.begin() + take);
@@ -608,13 +640,22 @@ void BatchGenerator::prefill_next_chunk(std::vector<BatchPromptResponse>& respon
     response.total = seq.total;
     responses.push_back(response);
   }
-  // Process the prompts (not waiting for a chunk after which every row is left its last token:
-  // their first step, at this call or the next, is encoded while the device runs it)
-  const bool last_chunk = std::all_of(processing_.begin(), processing_.end(), [](const Processing& p) {
+  return prompts;
+}
+
+bool BatchGenerator::down_to_last_token(const std::vector<Processing>& processing) {
+  return std::all_of(processing.begin(), processing.end(), [](const Processing& p) {
     return p.segments.size() == 1 && p.segments.front().size() == 1;
   });
+}
+
+void BatchGenerator::prefill_next_chunk(std::vector<BatchPromptResponse>& responses) {
+  auto prompts = take_chunk(processing_, prompt_.uids, responses);
+  // Process the prompts (not waiting for a chunk after which every row is left its last token:
+  // their first step, at this call or the next, is encoded while the device runs it)
+  const bool last_chunk = down_to_last_token(processing_);
   const auto t0 = Clock::now();
-  prompt(prompt_, prompts, !last_chunk);
+  prompt(prompt_, prompts, last_chunk ? PrefillWait::all_but_last : PrefillWait::every_chunk);
   split_.prefill_ms += ms_since(t0);
 }
 
@@ -624,6 +665,7 @@ std::string BatchGenerator::describe_last_split() const {
                 "owed step %.2f, decode %.2f, admit %.2f, start %.2f, prefill %.2f: build %.2f, wait %.2f, dispatch %.2f",
                 split_.owed_ms, split_.generate_ms, split_.admit_ms, split_.start_ms, split_.prefill_ms,
                 split_.prefill_build_ms, split_.prefill_wait_ms, split_.prefill_dispatch_ms);
+  if (split_.joined_beside > 0) return std::string(text) + "; " + std::to_string(split_.joined_beside) + " joined beside";
   return text;
 }
 
@@ -638,6 +680,7 @@ std::vector<BatchGenerationResponse> BatchGenerator::next_generated() {
 void BatchGenerator::remove(const std::vector<int>& uids) {
   dispatch_owed_step();  // its rows are the batch as it was when their tokens were handed out
   std::set<int> drop(uids.begin(), uids.end());
+  drop_joining(drop);
   std::deque<Pending> left;
   for (auto& p : unprocessed_)
     if (!drop.count(p.uid)) left.push_back(std::move(p));

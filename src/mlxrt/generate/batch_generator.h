@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,18 @@ struct BatchGeneratorOptions {
    * call where rows join. In mlx-lm's order a call's prompt work follows its decoding and may
    * start rows, so the step can't wait past it: there this does nothing. */
   bool first_tokens_early = false;
+  /** Joining prompts prefilled beside the decoding batch (ours; `mlxrt server --join-prefill
+   * beside`). With prompts_first, a prompt that arrives while rows decode is prefilled, and its
+   * first step run, on a second stream of the device, so the device works on it while the batch's
+   * steps go on; its first token is handed out as soon as it is there, and its rows join the batch
+   * at the next step boundary after that (batch_generator_beside.cpp). While a step's tokens are
+   * awaited, the interrupt set by set_interrupt() is polled, and next() returns early when it
+   * says work came in, so a request is not left waiting for the step in flight before its prefill
+   * starts. Each step is still one the in-order mode runs for some arrival time (the prompts'
+   * prefill chunks and first step on their own, then steps over the merged rows), so the bytes are
+   * those of a batch mlx-lm can form; only when rows merge depends on the device's timing. With
+   * no rows decoding (a batch submitted at once), prompts take the in-order path. */
+  bool join_prefill_beside = false;
 };
 
 /** New MLX CPU streams for BatchGeneratorOptions::sample_streams, on the calling thread (MLX's
@@ -153,6 +166,10 @@ class BatchGenerator {
   void remove(const std::vector<int>& uids);
   /** Rows queued, prefilling or generating. */
   size_t size() const;
+  /** join_prefill_beside: polled while a step's tokens are awaited; when it answers true, next()
+   * returns at once (perhaps with nothing) so the caller can insert what came in. It must turn
+   * false once the caller has taken that work, or each next() ends as soon as it starts waiting. */
+  void set_interrupt(std::function<bool()> interrupt) { interrupt_ = std::move(interrupt); }
   size_t generating() const { return gen_.uids.size() + solo_.size(); }
 
   /** Where the last next() spent its time, in milliseconds (the server's DEBUG step line): the
@@ -163,10 +180,12 @@ class BatchGenerator {
   struct NextSplit {
     double owed_ms = 0, generate_ms = 0, admit_ms = 0, start_ms = 0, prefill_ms = 0, prefill_build_ms = 0,
            prefill_wait_ms = 0, prefill_dispatch_ms = 0;
+    int joined_beside = 0;  // rows whose prefill this call dispatched beside the batch (join_prefill_beside)
   };
   const NextSplit& last_split() const { return split_; }
   /** last_split() as "owed step A, decode B, admit C, start D, prefill E: build F, wait G, dispatch H"
-   * (milliseconds, two decimals): the server's DEBUG step line and batch-generate --step-timing. */
+   * (milliseconds, two decimals), then "; N joined beside" when rows did: the server's DEBUG step
+   * line and batch-generate --step-timing. */
   std::string describe_last_split() const;
 
  private:
@@ -204,6 +223,9 @@ class BatchGenerator {
     std::vector<std::optional<mx::array>> token_context;
     std::vector<int> num_tokens;
     std::vector<StopSequences::Matcher> matchers;
+    /** join_prefill_beside: the row's token in next_tokens was handed out already (a joining row's
+     * first token, read before it merged): the next read skips it. */
+    std::vector<char> ahead;
   };
 
   /** A row of the batch-invariant mode: its own cache and solo generator. */
@@ -219,21 +241,38 @@ class BatchGenerator {
   /** next() of the batch-invariant mode. */
   std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>> solo_next();
 
+  /** A step's sampled tokens (int32 or uint32), read as they are (batch_generator.cpp says why). */
+  static std::vector<int32_t> token_values(const mx::array& a);
   /** Points a mixed-adapter model's rows at their slots before a forward call over `rows`. */
   void route(const std::vector<Row>& rows) const;
 
-  PromptBatch make_batch(int n);
+  /** The next n queued prompts as a prompt batch; their prefill progress goes to `processing`. */
+  PromptBatch make_batch(int n, std::vector<Processing>& processing);
   /** Admits up to what --prompt-concurrency and --decode-concurrency leave room for from the queue
    * into the prompt batch. */
   void admit_prompts();
   /** Moves the prompt rows down to their last token into the generation batch, dispatching their
    * first step (mlx-lm's split of the prompt batch); their prompt responses go to `responses`. */
   void start_finished_prompts(std::vector<BatchPromptResponse>& responses);
+  /** Splits the rows of `batch` down to their last token off into a generation batch and
+   * dispatches their first step; nullopt when there are none. */
+  std::optional<GenBatch> split_started(PromptBatch& batch, std::vector<Processing>& processing,
+                                        std::vector<BatchPromptResponse>& responses);
   /** Dispatches the next prefill chunk of every row of the prompt batch; its responses go to
    * `responses`. */
   void prefill_next_chunk(std::vector<BatchPromptResponse>& responses);
-  /** Prefills `tokens` (one chunk a row) into the batch's caches; waits for them unless `wait` is false. */
-  void prompt(PromptBatch& batch, const std::vector<std::vector<int32_t>>& tokens, bool wait = true);
+  /** Takes the next chunk (up to prefill_step_size tokens) of each row's first segment; the rows'
+   * progress goes to `responses`. */
+  std::vector<std::vector<int32_t>> take_chunk(std::vector<Processing>& processing, const std::vector<int>& uids,
+                                               std::vector<BatchPromptResponse>& responses) const;
+  /** Whether every row has only its last prompt token left (its first step's input). */
+  static bool down_to_last_token(const std::vector<Processing>& processing);
+  /** Which of a prompt() call's chunks the host waits for: each (mlx-lm), each but the last (its
+   * rows' first step is then encoded while the device runs it), or none (beside the batch). */
+  enum class PrefillWait { every_chunk, all_but_last, none };
+  /** Prefills `tokens` (one chunk a row) into the batch's caches. */
+  void prompt(PromptBatch& batch, const std::vector<std::vector<int32_t>>& tokens,
+              PrefillWait wait = PrefillWait::every_chunk);
   GenBatch start_generation(PromptBatch batch, const std::vector<int32_t>& last_inputs);
   /** A step built and dispatched: its inputs (the tokens being handed out) and their logprobs. */
   struct Dispatched {
@@ -259,8 +298,52 @@ class BatchGenerator {
   static void filter_prompt(PromptBatch& b, const std::vector<int>& keep);
   /** Whether a prefill chunk leaves MLX's buffer cache to be cleared (prefill_buffer_cache_bytes). */
   bool buffer_cache_over_limit() const;
-  void filter_gen(const std::vector<int>& keep);
+  void filter_gen(const std::vector<int>& keep) { filter_gen(gen_, keep); }
+  void filter_gen(GenBatch& g, const std::vector<int>& keep);
   void extend_gen(GenBatch other);
+  /** Counts a read step's tokens into its rows and makes their responses (a finished row's cache
+   * extracted and the row dropped); rows whose token was handed out before are skipped. */
+  std::vector<BatchGenerationResponse> hand_out(const std::vector<int32_t>& tokens,
+                                                const std::vector<mx::array>& logprobs);
+
+  // --- join_prefill_beside (batch_generator_beside.cpp) ---
+  /** A joining prompt batch part-way through its prefill on the prompt stream: its next chunk is
+   * dispatched once the last one is computed, so a prompt that arrives meanwhile waits for one
+   * chunk on that stream, not for the whole of a long prompt. */
+  struct Prefilling {
+    PromptBatch batch;
+    std::vector<Processing> processing;
+  };
+  /** A joining prompt batch, prefilled and its first step dispatched on the prompt stream. */
+  struct Joining {
+    GenBatch g;
+    bool ready = false;  // its first tokens were looked at: it merges at the next step boundary
+  };
+  /** Whether next() takes the beside path: rows are decoding or joining, and no prompt batch of
+   * the in-order path is part-way through its prefill. */
+  bool beside() const;
+  std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>> next_beside();
+  /** Admits what --prompt-concurrency and --decode-concurrency leave room for from the queue and
+   * dispatches its first prefill chunk on the prompt stream, and the next chunk of each batch whose
+   * last one is computed; rows down to their last token get their first step there. Nothing is
+   * waited for. */
+  void join_beside(std::vector<BatchPromptResponse>& responses);
+  /** Starts the rows of `p` down to their last token (their first step dispatched) and dispatches
+   * the next chunk of the rest; false once no row is left prefilling. */
+  bool prefill_beside(Prefilling& p, std::vector<BatchPromptResponse>& responses);
+  /** Hands out the first tokens of the joining batches whose first step is done (none waited
+   * for). A batch with a row that finishes at its first token keeps its first tokens for the
+   * merged batch's read instead, so its finished rows' caches hold that step as mlx-lm's do. */
+  void collect_joined(std::vector<BatchGenerationResponse>& responses);
+  /** Merges the looked-at joining batches into the decoding batch (between its steps). */
+  void merge_joined();
+  /** Waits until `arrays` are computed; false when the interrupt or a joining batch's first
+   * tokens came first. */
+  bool await(const std::vector<mx::array>& arrays);
+  bool joined_ready() const;
+  size_t joining_rows() const;
+  /** Drops the joining rows of `uids` (remove()). */
+  void drop_joining(const std::set<int>& uids);
   model::CacheList extract(const model::CacheList& cache, int idx) const;
 
   model::CausalLM& model_;
@@ -278,6 +361,11 @@ class BatchGenerator {
   bool clear_cache_pending_ = false;  // a prefill left MLX's buffer cache for after its first tokens
   bool clear_cache_next_call_ = false;  // ... which were read: cleared at the start of the next call
   std::vector<std::unique_ptr<SoloRow>> solo_;  // batch-invariant mode: the generating rows
+  std::vector<Prefilling> prefilling_;          // join_prefill_beside: prompt batches prefilling
+  std::vector<Joining> joining_;                // ... and past their prefill, joining
+  std::optional<Dispatched> unread_;            // ... a step dispatched whose input tokens are not read yet
+  std::optional<mx::Stream> prompt_stream_;     // ... made on the thread that first steps beside
+  std::function<bool()> interrupt_;
 };
 
 }  // namespace mlxrt::generate

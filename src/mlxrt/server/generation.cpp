@@ -309,6 +309,9 @@ void Generator::batch_open(const Job& job) {
   o.prompts_first = options_.prompts_first;
   o.prefill_buffer_cache_bytes = options_.prefill_buffer_cache_bytes;
   o.first_tokens_early = options_.first_tokens_early;
+  // Ranks in lockstep must take the same steps: a step cut short by a local arrival would not be.
+  o.join_prefill_beside = options_.join_prefill_beside.value_or(mx::default_device() == mx::Device::gpu) &&
+                          options_.prompts_first && !lockstep_;
   o.sample_streams = sample_streams_for_this_thread();
   if (session_->mixed_model) {
     o.adapter_rows = session_->adapter_rows;
@@ -389,6 +392,7 @@ void Generator::batch_serve(const std::function<bool()>& arrived) {
   // tokens to the requests.
   Seconds in_next{0}, in_events{0};
   int steps = 0;
+  batcher_->set_interrupt(arrived);
   size_t tokens = 0;
   for (bool first = true;; first = false) {
     bool go_on = Seconds(std::chrono::steady_clock::now() - start).count() <= 0.5 && (first || !arrived || !arrived());

@@ -294,9 +294,11 @@ void BatchingScheduler::loop() {
         continue;
       }
       try {
-        hooks_.serve([this] {
+        // A job that came in (and that this loop would take next: not while draining, when the
+        // queue waits for the batch to end) cuts the batch's budget short.
+        hooks_.serve([this, &drain] {
           std::lock_guard lock(mutex_);
-          return !queue_.empty();
+          return !drain && !queue_.empty();
         });
       } catch (const LockstepError&) {
         throw;  // the ranks are out of step: the loop ends
