@@ -196,14 +196,18 @@ std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>
   const auto t_generate = Clock::now();
   while (responses.empty()) {
     merge_joined();
-    if (gen_.uids.empty()) {
-      if (joining_.empty()) break;
-      const auto& first = joining_.front().g;
-      if (!await(first_step_outputs(*first.next_tokens, first.next_logprobs))) {
+    if (gen_.uids.empty()) {  // no batch to step: wait for the joining rows' first tokens, or the next chunk
+      if (!joining_.empty()) {
+        const auto& first = joining_.front().g;
+        const bool done = await(first_step_outputs(*first.next_tokens, first.next_logprobs));
         collect_joined(responses);
+        if (!done) break;
+      } else if (!prefilling_.empty()) {
+        if (!await(cache::state_arrays(prefilling_.front().batch.cache))) break;
+        join_beside(prompt_responses);
+      } else {
         break;
       }
-      collect_joined(responses);
       continue;
     }
     if (!unread_) unread_ = dispatch_step(gen_);

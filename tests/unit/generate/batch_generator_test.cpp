@@ -349,5 +349,119 @@ TEST(BatchGenerator, APrefillChunkClearsTheBufferCacheAsMlxLmUnlessUnderTheLimit
   }
 }
 
+// --- join_prefill_beside ---
+
+BatchGeneratorOptions beside() {
+  BatchGeneratorOptions o = prompts_first();
+  o.join_prefill_beside = true;
+  return o;
+}
+
+// Every token each uid was handed, in order, running next() until nothing is left.
+std::map<int, std::vector<int32_t>> drain(BatchGenerator& gen, std::map<int, std::vector<int32_t>> got = {}) {
+  for (int k = 0; k < 200 && gen.size() > 0; ++k)
+    for (const auto& r : gen.next().second) got[r.uid].push_back(r.token);
+  EXPECT_EQ(gen.size(), 0u);
+  return got;
+}
+
+TEST(BatchGeneratorBeside, AJoiningRowIsPrefilledBesideTheBatchAndMergesIntoIt) {
+  CallCountingModel model;
+  BatchGenerator gen(model, beside());
+  auto a = gen.insert(requests({{{0, 1}, 12}}))[0];
+  std::map<int, std::vector<int32_t>> got;
+  for (int k = 0; k < 2; ++k)
+    for (const auto& r : tokens(gen)) got[r.uid].push_back(r.token);
+  const int before = model.calls();
+  auto b = gen.insert(requests({{{3, 4, 5}, 6}}))[0];
+  got = drain(gen, got);
+  // Each row's tokens, each handed out once: (last + k) % 7.
+  EXPECT_EQ(got[a], (std::vector<int32_t>{2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(got[b], (std::vector<int32_t>{6, 0, 1, 2, 3, 4}));
+  // B's prefill chunk (2 positions) and its first step, each of B alone; the steps after it take
+  // A and B together, until B leaves.
+  const std::vector<int> rows(model.rows.begin() + before, model.rows.end());
+  const std::vector<int> lengths(model.lengths.begin() + before, model.lengths.end());
+  auto chunk = std::find(lengths.begin(), lengths.end(), 2);
+  ASSERT_NE(chunk, lengths.end());
+  EXPECT_EQ(rows[chunk - lengths.begin()], 1);
+  EXPECT_EQ(rows[chunk - lengths.begin() + 1], 1);
+  EXPECT_GE(std::count(rows.begin(), rows.end(), 2), 5);
+}
+
+TEST(BatchGeneratorBeside, ARowThatEndsAtItsFirstTokenGoesOutWithTheMergedRead) {
+  CallCountingModel model;
+  BatchGenerator gen(model, beside());
+  auto a = gen.insert(requests({{{0, 1}, 8}}))[0];
+  std::map<int, std::vector<int32_t>> got;
+  for (const auto& r : tokens(gen)) got[r.uid].push_back(r.token);
+  auto b = gen.insert(requests({{{3, 4}, 1}}))[0];
+  std::optional<std::string> b_finish;
+  for (int k = 0; k < 50 && gen.size() > 0; ++k) {
+    for (const auto& r : gen.next().second) {
+      got[r.uid].push_back(r.token);
+      if (r.uid == b) b_finish = r.finish_reason;
+    }
+  }
+  EXPECT_EQ(got[a], (std::vector<int32_t>{2, 3, 4, 5, 6, 0, 1, 2}));
+  EXPECT_EQ(got[b], (std::vector<int32_t>{5}));
+  EXPECT_EQ(b_finish, std::optional<std::string>("length"));
+}
+
+TEST(BatchGeneratorBeside, RowsRemovedWhileJoiningOrPrefillingLeaveTheRestWhole) {
+  CallCountingModel model;
+  BatchGeneratorOptions o = beside();
+  o.prefill_step_size = 2;
+  BatchGenerator gen(model, o);
+  auto a = gen.insert(requests({{{0, 1}, 10}}))[0];
+  std::map<int, std::vector<int32_t>> got;
+  for (const auto& r : tokens(gen)) got[r.uid].push_back(r.token);
+  // B: one chunk then its first step; C: three chunks (one a call, once the last is computed).
+  auto bc = gen.insert(requests({{{3, 4}, 6}, {{1, 2, 3, 4, 5, 6, 0}, 6}}));
+  auto [prompts, generated] = gen.next();
+  for (const auto& r : generated) got[r.uid].push_back(r.token);
+  gen.remove({bc[1]});
+  got = drain(gen, got);
+  EXPECT_EQ(got[a], (std::vector<int32_t>{2, 3, 4, 5, 6, 0, 1, 2, 3, 4}));
+  EXPECT_EQ(got[bc[0]], (std::vector<int32_t>{5, 6, 0, 1, 2, 3}));
+  EXPECT_TRUE(got[bc[1]].empty());
+}
+
+// The counting model with a few milliseconds of arithmetic in every call: its steps are still
+// running when the generator first looks at them.
+struct SlowModel : CallCountingModel {
+  mx::array weight = mx::ones({768, 768});
+  mx::array operator()(const mx::array& inputs, model::CacheList* caches) override {
+    auto work = mx::multiply(mx::sum(mx::matmul(mx::matmul(weight, weight), weight)), mx::array(0.0f));
+    return mx::add(CallCountingModel::operator()(inputs, caches), work);
+  }
+};
+
+TEST(BatchGeneratorBeside, AnInterruptEndsTheWaitAndTheStepIsReadAtTheNextCall) {
+  SlowModel model;
+  BatchGenerator gen(model, beside());
+  auto a = gen.insert(requests({{{0, 1}, 6}}))[0];
+  std::map<int, std::vector<int32_t>> got;
+  for (int k = 0; k < 2; ++k)
+    for (const auto& r : tokens(gen)) got[r.uid].push_back(r.token);
+  bool arrived = true;
+  gen.set_interrupt([&] { return arrived; });
+  for (const auto& r : gen.next().second) got[r.uid].push_back(r.token);
+  const int calls = model.calls();
+  auto [prompts, generated] = gen.next();
+  EXPECT_EQ(model.calls(), calls) << "no step dispatched while the last one is unread";
+  for (const auto& r : generated) got[r.uid].push_back(r.token);
+  arrived = false;
+  got = drain(gen, got);
+  EXPECT_EQ(got[a], (std::vector<int32_t>{2, 3, 4, 5, 6, 0}));
+}
+
+TEST(BatchGeneratorBeside, PromptsSubmittedTogetherTakeTheInOrderPath) {
+  const std::vector<std::pair<std::vector<int32_t>, int>> specs = {{{0, 1, 2}, 3}, {{3, 4}, 5}, {{5, 6}, 2}};
+  const auto in_order = run_all(prompts_first(), specs), ours = run_all(beside(), specs);
+  EXPECT_EQ(ours.rows, in_order.rows);
+  EXPECT_EQ(ours.tokens, in_order.tokens);
+}
+
 }  // namespace
 }  // namespace mlxrt::generate
