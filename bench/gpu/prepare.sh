@@ -53,7 +53,7 @@ cp "$tokenizer/tokenizer_config.json" "$bundle/tokenizer/"
 
 cp "$binary" "$bundle/bin/mlxrt"
 # The CUDA kernels' tests (run by `run.sh kernels`) and benchmark, built beside the binary when there.
-for exe in mlxrt_cuda_kernel_tests mlxrt_qmv_bench mlxrt_layer_bench; do
+for exe in mlxrt_cuda_kernel_tests mlxrt_qmv_bench mlxrt_layer_bench mlxrt_availability_probe; do
   if [ -x "$(dirname "$binary")/$exe" ]; then cp "$(dirname "$binary")/$exe" "$bundle/bin/"; fi
 done
 # Shared libraries from outside the C runtime and MLX's wheels, which the target may not have.

@@ -2,7 +2,7 @@
 client that disconnects mid-stream (or mid-wait, not streaming) stops its generation at once, so
 the server is free for the next request; hundreds of idle connections holding half a header block
 do not keep /health or a request waiting. Every test runs against a server of each --join-prefill
-mode: between (the CPU's default) and beside (a joining request prefilled on a second stream, its
+mode: between (the default) and beside (a joining request prefilled on a second stream, its
 rows dropped there when its client leaves)."""
 import json
 import socket

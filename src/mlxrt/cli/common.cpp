@@ -141,29 +141,13 @@ CLI::Option* add_batch_order_option(CLI::App* cmd, bool& prompts_first) {
       "row's first token out two steps after its prefill, as mlx-lm's BatchGenerator");
 }
 
-CLI::Option* add_join_prefill_option(CLI::App* cmd, std::optional<bool>& beside) {
-  CLI::Validator values(
-      [](std::string& value) {
-        return value == "auto" || value == "beside" || value == "between"
-                   ? std::string()
-                   : "expected auto, beside or between, got '" + value + "'";
-      },
-      "auto|beside|between");
-  return cmd
-      ->add_option_function<std::string>(
-          "--join-prefill",
-          [&beside](const std::string& value) {
-            if (value == "auto")
-              beside.reset();
-            else
-              beside = value == "beside";
-          },
-          "Where a request that joins a decoding batch is prefilled: beside prefills it and runs its first "
-          "step on a second stream while the batch's steps go on, hands its first token out when it is ready "
-          "and merges it at the next step (ours; with --batch-order prompts-first); between runs it between "
-          "the batch's steps, after the step in flight; auto is beside on a GPU and between on the CPU")
-      ->check(values)
-      ->default_str("auto");
+CLI::Option* add_join_prefill_option(CLI::App* cmd, bool& beside) {
+  return add_two_way_option(
+      cmd, "--join-prefill", "beside", "between", beside,
+      "Where a request that joins a decoding batch is prefilled: between runs it between the batch's "
+      "steps, after the step in flight; beside prefills it and runs its first step on a second stream "
+      "while the batch's steps go on, hands its first token out when it is ready and merges it at the "
+      "next step (ours, opt-in; with --batch-order prompts-first)");
 }
 
 CLI::Option* add_first_tokens_option(CLI::App* cmd, bool& early) {

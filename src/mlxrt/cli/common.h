@@ -57,9 +57,9 @@ model::FidelityTier parse_fidelity(const std::string& text, const std::string& f
  * its default is `prompts_first`'s value. Another value is a parse error naming both. */
 CLI::Option* add_batch_order_option(CLI::App* cmd, bool& prompts_first);
 
-/** Adds --join-prefill auto|beside|between (generate::BatchGeneratorOptions::join_prefill_beside):
- * auto leaves `beside` unset (the device decides). Another value is a parse error naming all three. */
-CLI::Option* add_join_prefill_option(CLI::App* cmd, std::optional<bool>& beside);
+/** Adds --join-prefill beside|between (generate::BatchGeneratorOptions::join_prefill_beside); its
+ * default is `beside`'s value. Another value is a parse error naming both. */
+CLI::Option* add_join_prefill_option(CLI::App* cmd, bool& beside);
 
 /** Adds --first-tokens early|pipelined (generate::BatchGeneratorOptions::first_tokens_early); its
  * default is `early`'s value. Another value is a parse error naming both. */

@@ -103,7 +103,9 @@ struct BatchGeneratorOptions {
    * starts. Each step is still one the in-order mode runs for some arrival time (the prompts'
    * prefill chunks and first step on their own, then steps over the merged rows), so the bytes are
    * those of a batch mlx-lm can form; only when rows merge depends on the device's timing. With
-   * no rows decoding (a batch submitted at once), prompts take the in-order path. */
+   * no rows decoding (a batch submitted at once), prompts take the in-order path. Measured on the
+   * CPU and on an H100 it gave later first tokens than the in-order path (bench/RESULTS.md,
+   * twenty-eighth session): opt-in. */
   bool join_prefill_beside = false;
 };
 

@@ -8,6 +8,9 @@
 // notices it while it waits for the step's tokens (the interrupt), the prefill and first step go
 // to the prompt stream at once, and the device runs them beside the batch's kernels; the first
 // token is handed out when it is there, and the rows merge into the batch at the next boundary.
+// Measured, it did not pay (bench/RESULTS.md, twenty-eighth session): on the CPU the host can
+// queue only a few of the backend's ops ahead, so dispatching a prefill waits most of it out, and
+// on an H100 the time to first token under load was later than between the steps. Opt-in.
 #include "mlxrt/generate/batch_generator.h"
 
 #include "mlxrt/cache/kv_cache.h"

@@ -310,8 +310,7 @@ void Generator::batch_open(const Job& job) {
   o.prefill_buffer_cache_bytes = options_.prefill_buffer_cache_bytes;
   o.first_tokens_early = options_.first_tokens_early;
   // Ranks in lockstep must take the same steps: a step cut short by a local arrival would not be.
-  o.join_prefill_beside = options_.join_prefill_beside.value_or(mx::default_device() == mx::Device::gpu) &&
-                          options_.prompts_first && !lockstep_;
+  o.join_prefill_beside = options_.join_prefill_beside && options_.prompts_first && !lockstep_;
   o.sample_streams = sample_streams_for_this_thread();
   if (session_->mixed_model) {
     o.adapter_rows = session_->adapter_rows;

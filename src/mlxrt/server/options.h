@@ -56,12 +56,12 @@ struct ServerOptions {
   /** --first-tokens early (the default; ours) or pipelined: a joining row's first token handed out
    * before the batch's next step is encoded (generate::BatchGeneratorOptions::first_tokens_early). */
   bool first_tokens_early = true;
-  /** --join-prefill beside or between (ours): a prompt that joins a decoding batch is prefilled
-   * beside the batch's steps on a second stream, or between them in the batch's order
-   * (generate::BatchGeneratorOptions::join_prefill_beside). Unset (auto, the default): beside on a
-   * GPU, between on the CPU, where the host can queue only a few of the CPU's ops ahead and so
-   * waits out the prefill it dispatches anyway. Distributed servers keep between. */
-  std::optional<bool> join_prefill_beside;
+  /** --join-prefill beside or between (the default): a prompt that joins a decoding batch is
+   * prefilled beside the batch's steps on a second stream (ours), or between them in the batch's
+   * order (generate::BatchGeneratorOptions::join_prefill_beside). Beside is opt-in: measured on an
+   * H100 and on the CPU it gave a later first token than between (bench/RESULTS.md, twenty-eighth
+   * session). Distributed servers keep between. */
+  bool join_prefill_beside = false;
   /** --spec-exact: the model computes every position as a one-token step (LoadOptions::row_exact);
    * batches then run batch-invariant, so every request gets one-token decoding's bytes. */
   bool row_exact = false;
