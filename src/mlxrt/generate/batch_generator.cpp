@@ -511,9 +511,7 @@ std::vector<BatchGenerationResponse> BatchGenerator::hand_out(const std::vector<
   return responses;
 }
 
-std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>> BatchGenerator::next() {
-  if (o_.batch_invariant) return solo_next();
-  if (o_.join_prefill_beside && beside()) return next_beside();
+void BatchGenerator::begin_call() {
   split_ = {};
   const auto t_owed = Clock::now();
   dispatch_owed_step();
@@ -522,6 +520,12 @@ std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>
     mx::clear_cache();
     clear_cache_pending_ = clear_cache_next_call_ = false;
   }
+}
+
+std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>> BatchGenerator::next() {
+  if (o_.batch_invariant) return solo_next();
+  if (o_.join_prefill_beside && beside()) return next_beside();
+  begin_call();
   std::vector<BatchGenerationResponse> generation_responses;
   std::vector<BatchPromptResponse> prompt_responses;
 

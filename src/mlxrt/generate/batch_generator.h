@@ -291,6 +291,9 @@ class BatchGenerator {
   std::pair<std::vector<int32_t>, std::vector<mx::array>> step(GenBatch& g);
   /** Dispatches the step that gen_next left for later after handing out first tokens. */
   void dispatch_owed_step();
+  /** What every next() starts with: its split reset, the owed step dispatched, and the buffer
+   * cache a prefill left cleared once that prefill's first tokens went out. */
+  void begin_call();
   /** The step's logits processors and samplers: one op over the batch where every row would run
    * the same row-wise one, else one per row as mlx-lm runs them. */
   mx::array process_logits(GenBatch& g, const mx::array& inputs, mx::array logits,

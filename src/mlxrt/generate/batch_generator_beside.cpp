@@ -180,14 +180,7 @@ void BatchGenerator::drop_joining(const std::set<int>& uids) {
 }
 
 std::pair<std::vector<BatchPromptResponse>, std::vector<BatchGenerationResponse>> BatchGenerator::next_beside() {
-  split_ = {};
-  const auto t_owed = Clock::now();
-  dispatch_owed_step();
-  split_.owed_ms = ms_since(t_owed);
-  if (clear_cache_next_call_) {
-    mx::clear_cache();
-    clear_cache_pending_ = clear_cache_next_call_ = false;
-  }
+  begin_call();
   std::vector<BatchPromptResponse> prompt_responses;
   std::vector<BatchGenerationResponse> responses;
   const auto t_admit = Clock::now();
