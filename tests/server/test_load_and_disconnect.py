@@ -214,6 +214,13 @@ def test_idle_half_header_connections_do_not_starve_the_server(server):
             s.close()
 
 
+def timed_short_request(running):
+    """A one-token completion of a one-word prompt: its status and its seconds."""
+    t0 = time.monotonic()
+    status, _ = running.post_json("/v1/completions", {"prompt": "Hello", "max_tokens": 1}, timeout=300)
+    return status, time.monotonic() - t0
+
+
 def test_long_prompt_does_not_hold_a_short_request_back(model_dir, tmp_path_factory):
     """A long prompt is prefilled a chunk (--prefill-step-size) at a time between the batch's other
     work, as mlx_lm.server's BatchGenerator does: a short request that arrives meanwhile is answered
@@ -230,9 +237,7 @@ def test_long_prompt_does_not_hold_a_short_request_back(model_dir, tmp_path_fact
         t = threading.Thread(target=long_request)
         t.start()
         time.sleep(0.5)
-        t0 = time.monotonic()
-        status, r = running.post_json("/v1/completions", {"prompt": "Hello", "max_tokens": 1}, timeout=300)
-        short = time.monotonic() - t0
+        status, short = timed_short_request(running)
         still_running = t.is_alive()
         t.join(timeout=300)
         assert status == 200 and done["long"][0] == 200 and done["long"][2] > 6000
@@ -264,9 +269,7 @@ def test_long_prompt_joining_beside_does_not_hold_a_short_request_back(model_dir
         long = threading.Thread(target=request, args=("long", {"prompt": "word " * 6000, "max_tokens": 1}))
         long.start()
         time.sleep(0.5)
-        t0 = time.monotonic()
-        status, r = running.post_json("/v1/completions", {"prompt": "Hello", "max_tokens": 1}, timeout=300)
-        short = time.monotonic() - t0
+        status, short = timed_short_request(running)
         still_prefilling = long.is_alive()
         still_decoding = decoding.is_alive()
         long.join(timeout=300)

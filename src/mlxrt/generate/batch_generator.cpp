@@ -16,6 +16,7 @@
 #include <mlx/utils.h>
 
 #include "mlxrt/cache/kv_cache.h"
+#include "mlxrt/generate/batch_rows.h"
 #include "mlxrt/kernels/cpu/logsumexp.h"
 #include "mlxrt/model/adapter_slot_model.h"
 #include "mlxrt/util/errors.h"
@@ -30,8 +31,9 @@ cache::BatchCache& batch_cache(const std::unique_ptr<cache::Cache>& c) {
 
 void eval_state(const model::CacheList& caches) { mx::eval(cache::state_arrays(caches)); }
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+using batch_rows::Clock;
+using batch_rows::ms_since;
+using batch_rows::pick;
 
 bool distinct_ids(const std::vector<std::pair<int32_t, double>>& bias) {
   std::set<int32_t> ids;
@@ -50,14 +52,6 @@ mx::array row(const mx::array& a, int e) {
   lo[0] = e;
   hi[0] = e + 1;
   return mx::slice(a, lo, hi);
-}
-
-template <class T>
-std::vector<T> pick(std::vector<T>& v, const std::vector<int>& keep) {
-  std::vector<T> out;
-  out.reserve(keep.size());
-  for (int i : keep) out.push_back(std::move(v[i]));
-  return out;
 }
 
 }  // namespace

@@ -13,28 +13,31 @@
 // on an H100 the time to first token under load was later than between the steps. Opt-in.
 #include "mlxrt/generate/batch_generator.h"
 
-#include "mlxrt/cache/kv_cache.h"
-
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include <mlx/ops.h>
 #include <mlx/transforms.h>
 #include <mlx/utils.h>
 
+#include "mlxrt/cache/kv_cache.h"
+#include "mlxrt/generate/batch_rows.h"
+
 namespace mlxrt::generate {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+using batch_rows::Clock;
+using batch_rows::ms_since;
 
-template <class T>
-std::vector<T> pick_rows(std::vector<T>& v, const std::vector<int>& keep) {
-  std::vector<T> out;
-  for (int i : keep) out.push_back(std::move(v[i]));
-  return out;
+/** The indices of the rows of `uids` not in `dropped`. */
+std::vector<int> kept(const std::vector<int>& uids, const std::set<int>& dropped) {
+  std::vector<int> keep;
+  for (size_t i = 0; i < uids.size(); ++i)
+    if (!dropped.count(uids[i])) keep.push_back(static_cast<int>(i));
+  return keep;
 }
 
 bool computed(const std::vector<mx::array>& arrays) {
@@ -158,21 +161,17 @@ bool BatchGenerator::await(const std::vector<mx::array>& arrays) {
 void BatchGenerator::drop_joining(const std::set<int>& uids) {
   std::vector<Prefilling> still;
   for (auto& p : prefilling_) {
-    std::vector<int> keep;
-    for (size_t i = 0; i < p.batch.uids.size(); ++i)
-      if (!uids.count(p.batch.uids[i])) keep.push_back(static_cast<int>(i));
+    const auto keep = kept(p.batch.uids, uids);
     if (keep.size() < p.batch.uids.size()) {
       filter_prompt(p.batch, keep);
-      p.processing = pick_rows(p.processing, keep);
+      p.processing = batch_rows::pick(p.processing, keep);
     }
     if (!keep.empty()) still.push_back(std::move(p));
   }
   prefilling_ = std::move(still);
   std::vector<Joining> left;
   for (auto& j : joining_) {
-    std::vector<int> keep;
-    for (size_t i = 0; i < j.g.uids.size(); ++i)
-      if (!uids.count(j.g.uids[i])) keep.push_back(static_cast<int>(i));
+    const auto keep = kept(j.g.uids, uids);
     if (keep.size() < j.g.uids.size()) filter_gen(j.g, keep);
     if (!keep.empty()) left.push_back(std::move(j));
   }

@@ -63,7 +63,7 @@ mx::array Quantized::matmul(const mx::array& x, const mx::array& weight) const {
       kernels::cuda::affine_qmv_chunks_applies(x, weight, scales, biases, spec.group_size, spec.bits) &&
       kernels::cuda::affine_qmv_chunks_preferred(x, weight, spec.bits))
     return kernels::cuda::affine_qmv_chunks(x, weight, scales, *biases, spec.group_size, spec.bits);
-  // The 4-bit float modes' few-row products (opted in until timed on a GPU: fp4_qmv.h).
+  // The 4-bit float modes' few-row products (opt-in: fp4_qmv.h says why).
   if (gpu_l3 && (spec.mode == "mxfp4" || spec.mode == "nvfp4") && kernels::cuda::fp4_qmv_preferred(x, weight) &&
       kernels::cuda::fp4_qmv_applies(x, weight, scales, spec.group_size, spec.bits, spec.mode))
     return kernels::cuda::fp4_qmv(x, weight, scales, spec.group_size, spec.mode);
