@@ -135,6 +135,8 @@ def main():
                     help="after the rounds at each client count, a steady round: the clients arrive one by one "
                          "over one round's wall time, each sending N requests back to back (TTFTs of all but "
                          "each client's first are pooled: steady_ttft_p50/p99, steady_tok_s)")
+    ap.add_argument("--no-mlx-lm", action="store_true",
+                    help="leave mlx_lm.server out (mlxrt's settings alone, e.g. to read their logs); no ratios then")
     ap.add_argument("--log-dir", help="keep both servers' logs here (default: a temporary folder, removed)")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL=SPEC",
                     help="another mlxrt server: SPEC's leading NAME=VALUE words are its environment, the rest "
@@ -153,6 +155,8 @@ def main():
 
     programs = {"mlx_lm": [PY, "-m", "mlx_lm", "server", "--model", str(model), *args.server_args.split()],
                 "mlxrt": mlxrt(args.mlxrt_env, [])}
+    if args.no_mlx_lm:
+        del programs["mlx_lm"]
     for v in args.variant:
         label, sep, spec = v.partition("=")
         if not sep or not label or label in programs:
@@ -199,7 +203,7 @@ def main():
             srv.stop()
     print(f"model: {model}  gen tokens: {args.gen_tokens}  prompt words: {args.prompt_words}  runs: {args.runs}"
           f"  sampling: {sampling or 'none sent (greedy)'}")
-    ours = [n for n in programs if n != "mlx_lm"]
+    ours = [n for n in programs if n != "mlx_lm"] if "mlx_lm" in programs else []
     widths = [max(12, len(n) + 2) for n in programs]
     ratio_widths = [max(14, len(n) + 10) for n in ours]
     print(f"{'clients':<9}{'metric':<16}" + "".join(f"{n:>{w}}" for n, w in zip(programs, widths))
@@ -207,7 +211,7 @@ def main():
 
     def row(c, k, values, ratios=True):
         line = f"{c:<9}{k:<16}" + "".join(f"{v:>{w}.3f}" for v, w in zip(values, widths))
-        if ratios:
+        if ratios and "mlx_lm" in programs:
             a = values[0]
             line += "".join(f"{v / a:>{w}.2f}" if a else f"{'-':>{w}}" for v, w in zip(values[1:], ratio_widths))
         print(line)

@@ -133,17 +133,18 @@ def test_concurrent_requests_equal_mlx_lm_server(servers, model_dir, stream):
     assert max(peak) > 1  # the requests were on the model together
 
 
-@pytest.fixture(scope="module")
-def beside(model_dir, tmp_path_factory):
-    running = start_mlxrt(model_dir, tmp_path_factory, extra=("--join-prefill", "beside", "--log-level", "DEBUG"))
+@pytest.fixture(scope="module", params=["beside", "interleaved"])
+def beside(model_dir, tmp_path_factory, request):
+    running = start_mlxrt(model_dir, tmp_path_factory, extra=("--join-prefill", request.param, "--log-level", "DEBUG"))
     yield running
     stop(running)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_requests_joining_beside_a_running_batch(servers, beside, model_dir, stream):
-    """A long request decodes; the others arrive one by one while it does, so each is prefilled on
-    the second stream beside the batch and merges into it. Their answers equal mlx_lm.server's."""
+    """A long request decodes; the others arrive one by one while it does, so each is prefilled
+    beside the batch (on a second stream, or interleaved with the pieces of the batch's steps on
+    its own) and merges into it. Their answers equal mlx_lm.server's."""
     ref, _ = servers
     long = (TEXT, {"model": str(model_dir), "prompt": "Keep going", "max_tokens": 150, "logit_bias": {"151645": -100}})
     reqs = [long] + requests_for(model_dir)

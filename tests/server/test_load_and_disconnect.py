@@ -2,8 +2,9 @@
 client that disconnects mid-stream (or mid-wait, not streaming) stops its generation at once, so
 the server is free for the next request; hundreds of idle connections holding half a header block
 do not keep /health or a request waiting. Every test runs against a server of each --join-prefill
-mode: between (the default) and beside (a joining request prefilled on a second stream, its
-rows dropped there when its client leaves)."""
+mode: between (the default), beside (a joining request prefilled on a second stream, its rows
+dropped there when its client leaves) and interleaved (the same on the batch's stream, between the
+pieces of its steps)."""
 import json
 import socket
 import subprocess
@@ -18,7 +19,7 @@ from conftest import start_mlxrt, stop
 CHAT = "/v1/chat/completions"
 
 
-@pytest.fixture(scope="module", params=["between", "beside"])
+@pytest.fixture(scope="module", params=["between", "beside", "interleaved"])
 def server(model_dir, tmp_path_factory, request):
     running = start_mlxrt(model_dir, tmp_path_factory, extra=("--join-prefill", request.param))
     yield running
@@ -247,13 +248,14 @@ def test_long_prompt_does_not_hold_a_short_request_back(model_dir, tmp_path_fact
         stop(running)
 
 
-def test_long_prompt_joining_beside_does_not_hold_a_short_request_back(model_dir, tmp_path_factory):
-    """With --join-prefill beside, a long prompt that joins a decoding batch is prefilled on the
-    second stream a chunk at a time (the next once the last is done), so a short request that
-    joins after it waits for one chunk there, not for the whole prefill; the decoding request
-    goes on meanwhile."""
+@pytest.mark.parametrize("mode", ["beside", "interleaved"])
+def test_long_prompt_joining_beside_does_not_hold_a_short_request_back(model_dir, tmp_path_factory, mode):
+    """With --join-prefill beside (or interleaved), a long prompt that joins a decoding batch is
+    prefilled a chunk at a time (the next once the last is done), so a short request that joins
+    after it waits for one chunk, not for the whole prefill; the decoding request goes on
+    meanwhile."""
     running = start_mlxrt(model_dir, tmp_path_factory,
-                          extra=["--prefill-step-size", "256", "--join-prefill", "beside", "--log-level", "DEBUG"])
+                          extra=["--prefill-step-size", "256", "--join-prefill", mode, "--log-level", "DEBUG"])
     try:
         done = {}
 

@@ -141,13 +141,29 @@ CLI::Option* add_batch_order_option(CLI::App* cmd, bool& prompts_first) {
       "row's first token out two steps after its prefill, as mlx-lm's BatchGenerator");
 }
 
-CLI::Option* add_join_prefill_option(CLI::App* cmd, bool& beside) {
-  return add_two_way_option(
-      cmd, "--join-prefill", "beside", "between", beside,
-      "Where a request that joins a decoding batch is prefilled: between runs it between the batch's "
-      "steps, after the step in flight; beside prefills it and runs its first step on a second stream "
-      "while the batch's steps go on, hands its first token out when it is ready and merges it at the "
-      "next step (ours, opt-in; with --batch-order prompts-first)");
+CLI::Option* add_join_prefill_option(CLI::App* cmd, bool& beside, bool& interleaved) {
+  CLI::Validator values(
+      [](std::string& value) {
+        return value == "between" || value == "beside" || value == "interleaved"
+                   ? std::string()
+                   : "expected between, beside or interleaved, got '" + value + "'";
+      },
+      "between|beside|interleaved");
+  return cmd
+      ->add_option_function<std::string>(
+          "--join-prefill",
+          [&beside, &interleaved](const std::string& value) {
+            beside = value != "between";
+            interleaved = value == "interleaved";
+          },
+          "Where a request that joins a decoding batch is prefilled: between runs it between the batch's "
+          "steps, after the step in flight and the one dispatched after it; beside prefills it and runs its "
+          "first step on a second stream while the batch's steps go on, hands its first token out when it is "
+          "ready and merges it at the next step; interleaved does the same on the batch's own stream, with "
+          "the batch's steps dispatched a few ops at a time so that the prefill runs between two pieces of a "
+          "step (ours, opt-in; with --batch-order prompts-first)")
+      ->check(values)
+      ->default_str(interleaved ? "interleaved" : beside ? "beside" : "between");
 }
 
 CLI::Option* add_first_tokens_option(CLI::App* cmd, bool& early) {

@@ -108,6 +108,10 @@ BatchGenerator::BatchGenerator(model::CausalLM& model, BatchGeneratorOptions opt
   fallback_ = o_.sampler ? o_.sampler : std::make_shared<const Sampler>(greedy_sample);
   if (o_.adapter_rows) o_.adapter_rows->set_uniform(0);
   if (auto why = batching_unsupported_reason(model_)) throw UnsupportedError("batched generation: " + *why);
+  if (o_.join_prefill_interleaved) {
+    if (!o_.join_prefill_beside) throw UsageError("interleaved joining is a mode of joining beside (join_prefill_beside)");
+    paced_.emplace(o_.step_piece_ops, o_.step_pieces_ahead);
+  }
 }
 
 BatchGenerator::~BatchGenerator() {
@@ -354,7 +358,12 @@ BatchGenerator::Dispatched BatchGenerator::dispatch_step(GenBatch& g) {
   const auto t1 = Clock::now();
   if (o_.inspect_step) o_.inspect_step(pending);
   const auto t1_dispatch = Clock::now();  // the inspection (a DOT export) is neither build nor dispatch
-  mx::async_eval(pending);
+  if (paced_ && &g == &gen_) {
+    paced_->queue(pending);  // dispatched piece by piece while the host waits (await)
+    paced_->pump();
+  } else {
+    mx::async_eval(pending);
+  }
   const auto t2 = Clock::now();
   return Dispatched{std::move(inputs), std::move(current_logprobs), std::chrono::duration<double>(t1 - t0).count(),
                     std::chrono::duration<double>(t2 - t1_dispatch).count()};

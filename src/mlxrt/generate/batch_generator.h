@@ -17,6 +17,7 @@
 
 #include "mlxrt/cache/batch_cache.h"
 #include "mlxrt/generate/generate_step.h"
+#include "mlxrt/generate/paced_dispatch.h"
 #include "mlxrt/generate/stop.h"
 #include "mlxrt/model/causal_lm.h"
 #include "mlxrt/model/nn/adapter_rows.h"
@@ -107,6 +108,16 @@ struct BatchGeneratorOptions {
    * CPU and on an H100 it gave later first tokens than the in-order path (bench/RESULTS.md,
    * twenty-eighth session): opt-in. */
   bool join_prefill_beside = false;
+  /** With join_prefill_beside (ours; `mlxrt server --join-prefill interleaved`): the joining
+   * prompts' prefill and first step go on the batch's own stream, and the batch's steps are
+   * dispatched a piece of about step_piece_ops ops at a time, at most step_pieces_ahead pieces
+   * ahead of the device (PacedDispatch). A request that arrives mid-step then waits for the few
+   * pieces the device holds, not for the step in flight and the one dispatched after it: its
+   * prefill runs between two pieces of a step. Same ops on the same inputs: the same bytes as
+   * beside. */
+  bool join_prefill_interleaved = false;
+  int step_piece_ops = 48;
+  int step_pieces_ahead = 2;
 };
 
 /** New MLX CPU streams for BatchGeneratorOptions::sample_streams, on the calling thread (MLX's
@@ -346,6 +357,8 @@ class BatchGenerator {
    * tokens came first. */
   bool await(const std::vector<mx::array>& arrays);
   bool joined_ready() const;
+  /** join_prefill_interleaved: a joining batch's prefill chunk is computed (its next chunk can go). */
+  bool prefill_ready() const;
   size_t joining_rows() const;
   /** Drops the joining rows of `uids` (remove()). */
   void drop_joining(const std::set<int>& uids);
@@ -371,6 +384,7 @@ class BatchGenerator {
   std::optional<Dispatched> unread_;            // ... a step dispatched whose input tokens are not read yet
   std::optional<mx::Stream> prompt_stream_;     // ... made on the thread that first steps beside
   std::function<bool()> interrupt_;
+  std::optional<PacedDispatch> paced_;          // join_prefill_interleaved: the batch's steps, piece by piece
 };
 
 }  // namespace mlxrt::generate

@@ -70,6 +70,12 @@ bool BatchGenerator::prefill_beside(Prefilling& p, std::vector<BatchPromptRespon
   if (auto started = split_started(p.batch, p.processing, responses)) joining_.push_back(Joining{std::move(*started)});
   if (p.batch.uids.empty()) return false;
   prompt(p.batch, take_chunk(p.processing, p.batch.uids, responses), PrefillWait::none);
+  if (o_.join_prefill_interleaved) {
+    // On the batch's stream the rows this chunk left at their last token start at once: their
+    // first step goes in right behind the chunk, before the batch's next piece.
+    if (auto started = split_started(p.batch, p.processing, responses)) joining_.push_back(Joining{std::move(*started)});
+    if (p.batch.uids.empty()) return false;
+  }
   return true;
 }
 
@@ -77,7 +83,9 @@ void BatchGenerator::join_beside(std::vector<BatchPromptResponse>& responses) {
   const int room = o_.completion_batch_size - static_cast<int>(gen_.uids.size() + joining_rows());
   const int n = std::min({o_.prefill_batch_size, room, static_cast<int>(unprocessed_.size())});
   if (n <= 0 && prefilling_.empty()) return;
-  if (!prompt_stream_) prompt_stream_ = mx::new_stream(mx::default_device());
+  // Beside: a stream of their own. Interleaved: the batch's stream, between its step's pieces.
+  if (!prompt_stream_) prompt_stream_ = o_.join_prefill_interleaved ? mx::default_stream(mx::default_device())
+                                                                    : mx::new_stream(mx::default_device());
   mx::StreamContext on(*prompt_stream_);
   std::vector<Prefilling> left;
   for (auto& p : prefilling_) {
@@ -98,6 +106,11 @@ std::vector<mx::array> first_step_outputs(const mx::array& tokens, const std::ve
   return out;
 }
 }  // namespace
+
+bool BatchGenerator::prefill_ready() const {
+  return std::any_of(prefilling_.begin(), prefilling_.end(),
+                     [](const Prefilling& p) { return computed(cache::state_arrays(p.batch.cache)); });
+}
 
 bool BatchGenerator::joined_ready() const {
   return std::any_of(joining_.begin(), joining_.end(), [](const Joining& j) {
@@ -143,14 +156,23 @@ void BatchGenerator::merge_joined() {
   }
   joining_ = std::move(left);
   // The merged tokens as their own evaluation: inside the next step's, they would be counted done
-  // (and that step's tokens readable) only when that whole step is.
-  if (gen_.next_tokens) mx::async_eval(*gen_.next_tokens);
+  // (and that step's tokens readable) only when that whole step is. Paced: after the pieces of the
+  // step that computes them.
+  if (!gen_.next_tokens) return;
+  if (paced_)
+    paced_->queue({*gen_.next_tokens});
+  else
+    mx::async_eval(*gen_.next_tokens);
 }
 
 bool BatchGenerator::await(const std::vector<mx::array>& arrays) {
-  schedule(arrays);
-  while (!computed(arrays)) {
-    if ((interrupt_ && interrupt_()) || joined_ready()) return false;
+  while (true) {
+    // Paced: the step's next pieces as the device finishes the last ones; `arrays` are in the
+    // queue (a step's outputs) or, once it is drained, scheduled here (e.g. a filtered row's gather).
+    if (paced_) paced_->pump();
+    if (!paced_ || paced_->drained()) schedule(arrays);
+    if (computed(arrays)) return true;
+    if ((interrupt_ && interrupt_()) || joined_ready() || (paced_ && prefill_ready())) return false;
     // Short enough not to matter beside a step (milliseconds); long enough to leave the core to
     // the CPU backend's threads.
     std::this_thread::sleep_for(std::chrono::microseconds(100));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include <mlx/memory.h>
@@ -311,7 +312,14 @@ void Generator::batch_open(const Job& job) {
   o.first_tokens_early = options_.first_tokens_early;
   // Ranks in lockstep must take the same steps: a step cut short by a local arrival would not be.
   o.join_prefill_beside = options_.join_prefill_beside && options_.prompts_first && !lockstep_;
+  o.join_prefill_interleaved = o.join_prefill_beside && options_.join_prefill_interleaved;
+  // The pieces' size and how many go ahead, for measuring other settings than the defaults.
+  if (const char* ops = std::getenv("MLXRT_STEP_PIECE_OPS"); ops && std::atoi(ops) > 0) o.step_piece_ops = std::atoi(ops);
+  if (const char* ahead = std::getenv("MLXRT_STEP_PIECES_AHEAD"); ahead && std::atoi(ahead) > 0)
+    o.step_pieces_ahead = std::atoi(ahead);
   o.sample_streams = sample_streams_for_this_thread();
+  step_timing_ = {};
+  if (log_.enabled(LogLevel::debug)) o.step_timing = &step_timing_;
   if (session_->mixed_model) {
     o.adapter_rows = session_->adapter_rows;
     batcher_ = std::make_unique<generate::BatchGenerator>(*session_->mixed_model, o);
@@ -376,7 +384,7 @@ void Generator::batch_insert(const std::shared_ptr<Job>& job) {
   metrics_.job_started(prompt.size(), hit.reused, std::chrono::duration<double>(now - job->queued_at()).count());
   if (std::any_of(batch_.begin(), batch_.end(), [&](const auto& b) { return b.second.adapter != adapter; }))
     metrics_.mixed_adapter_join();
-  batch_.emplace(uid, BatchJob{job, session_->tokenizer.streaming_detokenizer(), 0, now, adapter});
+  batch_.emplace(uid, BatchJob{job, session_->tokenizer.streaming_detokenizer(), 0, now, adapter, now});
 }
 
 void Generator::batch_serve(const std::function<bool()>& arrived) {
@@ -391,6 +399,7 @@ void Generator::batch_serve(const std::function<bool()>& arrived) {
   // tokens to the requests.
   Seconds in_next{0}, in_events{0};
   int steps = 0;
+  const generate::StepTiming timing_before = step_timing_;
   batcher_->set_interrupt(arrived);
   size_t tokens = 0;
   for (bool first = true;; first = false) {
@@ -446,10 +455,18 @@ void Generator::batch_serve(const std::function<bool()>& arrived) {
       ev.top = top_tokens(g.logprobs, r.top_logprobs, session_->tokenizer);
       b.job->push(std::move(ev));
       const auto now = Job::Clock::now();
-      if (b.generated++ == 0)
+      if (b.generated++ == 0) {
         metrics_.first_token(Seconds(now - b.job->queued_at()).count());
-      else
+        if (log_.enabled(LogLevel::debug)) {
+          char line[160];
+          std::snprintf(line, sizeof(line), "first token of request %d: %.2f ms after it was queued (%.2f waiting to join, %.2f in the batch)",
+                        g.uid, 1e3 * Seconds(now - b.job->queued_at()).count(),
+                        1e3 * Seconds(b.inserted - b.job->queued_at()).count(), 1e3 * Seconds(now - b.inserted).count());
+          log_.debug(line);
+        }
+      } else {
         metrics_.next_token(Seconds(now - b.last_event).count());
+      }
       b.last_event = now;
       if (g.finish_reason) {
         cache_.insert(std::move(g.all_tokens), std::move(g.prompt_cache), cache_key(b.adapter));
@@ -466,9 +483,16 @@ void Generator::batch_serve(const std::function<bool()>& arrived) {
     in_events += std::chrono::steady_clock::now() - after_next;
   }
   if (steps > 0 && log_.enabled(LogLevel::debug)) {
-    char line[160];
-    std::snprintf(line, sizeof(line), "batch: %d steps, %zu tokens, %.2f ms/step in the generator, %.2f ms/step handing out tokens",
-                  steps, tokens, 1e3 * in_next.count() / steps, 1e3 * in_events.count() / steps);
+    char line[300];
+    int n = std::snprintf(line, sizeof(line), "batch: %d steps, %zu tokens, %.2f ms/step in the generator, %.2f ms/step handing out tokens",
+                          steps, tokens, 1e3 * in_next.count() / steps, 1e3 * in_events.count() / steps);
+    // The decoding steps that read a step dispatched before them: the host's share and the wait.
+    const int timed = step_timing_.steps - timing_before.steps;
+    if (timed > 0 && n > 0 && n < static_cast<int>(sizeof(line)))
+      std::snprintf(line + n, sizeof(line) - n, "; %d decoding steps: build %.2f, dispatch %.2f, wait %.2f ms/step", timed,
+                    1e3 * (step_timing_.build_s - timing_before.build_s) / timed,
+                    1e3 * (step_timing_.dispatch_s - timing_before.dispatch_s) / timed,
+                    1e3 * (step_timing_.wait_s - timing_before.wait_s) / timed);
     log_.debug(line);
   }
   if (!to_remove.empty()) {

@@ -74,6 +74,7 @@ class Generator {
     size_t generated = 0;
     Job::Clock::time_point last_event;
     std::string adapter;  // the --adapters name it runs ("" for the base model)
+    Job::Clock::time_point inserted;  // when it went into the batch generator (its queue wait ends)
   };
   std::shared_ptr<const StopSequences> stop_sequences(const std::vector<std::string>& words);
   /** Makes `session` (a job's model; null: keep the current one) the model of what follows,
@@ -97,6 +98,9 @@ class Generator {
   std::vector<int32_t> newline_tokens_;
   std::optional<std::string> unbatchable_;  // why the model cannot batch (nullopt: it can)
   std::unique_ptr<generate::BatchGenerator> batcher_;
+  /** The batch's decoding steps' host and device split, summed while DEBUG logs are on: each
+   * budget's log line gives its share per step (build, dispatch, waiting for the device). */
+  generate::StepTiming step_timing_;
   /** Batched rows with samplers of their own are drawn on up to four cores: one MLX CPU stream
    * (and thread) each besides the default (BatchGeneratorOptions::sample_streams); none off the CPU. */
   std::vector<mx::Stream> sample_streams_for_this_thread();

@@ -62,6 +62,9 @@ struct ServerOptions {
    * H100 and on the CPU it gave a later first token than between (bench/RESULTS.md, twenty-eighth
    * session). Distributed servers keep between. */
   bool join_prefill_beside = false;
+  /** --join-prefill interleaved (with join_prefill_beside; ours): the joining prompt on the batch's
+   * own stream, between pieces of its steps (generate::BatchGeneratorOptions::join_prefill_interleaved). */
+  bool join_prefill_interleaved = false;
   /** --spec-exact: the model computes every position as a one-token step (LoadOptions::row_exact);
    * batches then run batch-invariant, so every request gets one-token decoding's bytes. */
   bool row_exact = false;

@@ -349,13 +349,21 @@ TEST(BatchGenerator, APrefillChunkClearsTheBufferCacheAsMlxLmUnlessUnderTheLimit
   }
 }
 
-// --- join_prefill_beside ---
+// --- join_prefill_beside, on a stream of its own and interleaved with the batch's step pieces ---
 
-BatchGeneratorOptions beside() {
+BatchGeneratorOptions beside(bool interleaved = false) {
   BatchGeneratorOptions o = prompts_first();
   o.join_prefill_beside = true;
+  o.join_prefill_interleaved = interleaved;
+  o.step_piece_ops = 5;  // the test models' steps are a few dozen ops: several pieces each
   return o;
 }
+
+// Each test runs beside (false) and interleaved (true).
+class BatchGeneratorBeside : public testing::TestWithParam<bool> {
+ protected:
+  BatchGeneratorOptions options() const { return beside(GetParam()); }
+};
 
 // Every token each uid was handed, in order, running next() until nothing is left.
 std::map<int, std::vector<int32_t>> drain(BatchGenerator& gen, std::map<int, std::vector<int32_t>> got = {}) {
@@ -365,9 +373,9 @@ std::map<int, std::vector<int32_t>> drain(BatchGenerator& gen, std::map<int, std
   return got;
 }
 
-TEST(BatchGeneratorBeside, AJoiningRowIsPrefilledBesideTheBatchAndMergesIntoIt) {
+TEST_P(BatchGeneratorBeside, AJoiningRowIsPrefilledBesideTheBatchAndMergesIntoIt) {
   CallCountingModel model;
-  BatchGenerator gen(model, beside());
+  BatchGenerator gen(model, options());
   constexpr int kA = 40;
   auto a = gen.insert(requests({{{0, 1}, kA}}))[0];
   std::map<int, std::vector<int32_t>> got;
@@ -405,9 +413,9 @@ TEST(BatchGeneratorBeside, AJoiningRowIsPrefilledBesideTheBatchAndMergesIntoIt) 
   EXPECT_GE(std::count(after.begin(), after.end(), 2), std::min(5, a_left - 1));
 }
 
-TEST(BatchGeneratorBeside, ARowThatEndsAtItsFirstTokenGoesOutWithTheMergedRead) {
+TEST_P(BatchGeneratorBeside, ARowThatEndsAtItsFirstTokenGoesOutWithTheMergedRead) {
   CallCountingModel model;
-  BatchGenerator gen(model, beside());
+  BatchGenerator gen(model, options());
   auto a = gen.insert(requests({{{0, 1}, 8}}))[0];
   std::map<int, std::vector<int32_t>> got;
   for (const auto& r : tokens(gen)) got[r.uid].push_back(r.token);
@@ -424,9 +432,9 @@ TEST(BatchGeneratorBeside, ARowThatEndsAtItsFirstTokenGoesOutWithTheMergedRead) 
   EXPECT_EQ(b_finish, std::optional<std::string>("length"));
 }
 
-TEST(BatchGeneratorBeside, RowsRemovedWhileJoiningOrPrefillingLeaveTheRestWhole) {
+TEST_P(BatchGeneratorBeside, RowsRemovedWhileJoiningOrPrefillingLeaveTheRestWhole) {
   CallCountingModel model;
-  BatchGeneratorOptions o = beside();
+  BatchGeneratorOptions o = options();
   o.prefill_step_size = 2;
   BatchGenerator gen(model, o);
   auto a = gen.insert(requests({{{0, 1}, 10}}))[0];
@@ -454,9 +462,9 @@ struct SlowModel : CallCountingModel {
   }
 };
 
-TEST(BatchGeneratorBeside, AnInterruptEndsTheWaitAndTheStepIsReadAtTheNextCall) {
+TEST_P(BatchGeneratorBeside, AnInterruptEndsTheWaitAndTheStepIsReadAtTheNextCall) {
   SlowModel model;
-  BatchGenerator gen(model, beside());
+  BatchGenerator gen(model, options());
   auto a = gen.insert(requests({{{0, 1}, 12}}))[0];
   std::map<int, std::vector<int32_t>> got;
   for (int k = 0; k < 2; ++k)
@@ -480,12 +488,15 @@ TEST(BatchGeneratorBeside, AnInterruptEndsTheWaitAndTheStepIsReadAtTheNextCall) 
   EXPECT_EQ(got[a], (std::vector<int32_t>{2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5, 6}));
 }
 
-TEST(BatchGeneratorBeside, PromptsSubmittedTogetherTakeTheInOrderPath) {
+TEST_P(BatchGeneratorBeside, PromptsSubmittedTogetherTakeTheInOrderPath) {
   const std::vector<std::pair<std::vector<int32_t>, int>> specs = {{{0, 1, 2}, 3}, {{3, 4}, 5}, {{5, 6}, 2}};
-  const auto in_order = run_all(prompts_first(), specs), ours = run_all(beside(), specs);
+  const auto in_order = run_all(prompts_first(), specs), ours = run_all(options(), specs);
   EXPECT_EQ(ours.rows, in_order.rows);
   EXPECT_EQ(ours.tokens, in_order.tokens);
 }
+
+INSTANTIATE_TEST_SUITE_P(Streams, BatchGeneratorBeside, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& info) { return info.param ? "Interleaved" : "OwnStream"; });
 
 }  // namespace
 }  // namespace mlxrt::generate

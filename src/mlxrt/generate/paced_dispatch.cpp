@@ -1,0 +1,66 @@
+#include "mlxrt/generate/paced_dispatch.h"
+
+#include <algorithm>
+#include <unordered_set>
+#include <utility>
+
+#include <mlx/transforms.h>
+
+namespace mlxrt::generate {
+
+PacedDispatch::PacedDispatch(int ops_per_piece, int pieces_ahead)
+    : ops_per_piece_(std::max(1, ops_per_piece)), pieces_ahead_(static_cast<size_t>(std::max(1, pieces_ahead))) {}
+
+void PacedDispatch::queue(const std::vector<mx::array>& outputs) {
+  // A post-order walk of the unscheduled graph (each op after its inputs, as a topological order):
+  // every ops_per_piece-th op ends a piece. Evaluating a piece's last op evaluates what it needs
+  // of the ops before it; what it does not need goes with a later piece.
+  std::unordered_set<std::uintptr_t> seen;
+  std::vector<std::pair<mx::array, size_t>> stack;  // an array and the next of its inputs to visit
+  int ops = 0;
+  for (const auto& out : outputs) {
+    if (out.status() != mx::array::unscheduled || !out.has_primitive() || !seen.insert(out.id()).second) continue;
+    stack.emplace_back(out, 0);
+    while (!stack.empty()) {
+      auto& [a, next] = stack.back();
+      if (next < a.inputs().size()) {
+        const auto& in = a.inputs()[next++];
+        if (in.status() == mx::array::unscheduled && in.has_primitive() && seen.insert(in.id()).second) {
+          for (const auto& s : in.siblings()) seen.insert(s.id());
+          stack.emplace_back(in, 0);
+        }
+        continue;
+      }
+      if (++ops % ops_per_piece_ == 0) {
+        queued_.push_back({a});
+        ++pieces_queued_;
+      }
+      stack.pop_back();
+    }
+  }
+  queued_.push_back(outputs);
+  ++pieces_queued_;
+}
+
+void PacedDispatch::pump() {
+  while (!running_.empty() && running_.front().is_available()) running_.pop_front();
+  while (!queued_.empty() && running_.size() < pieces_ahead_) {
+    auto piece = std::move(queued_.front());
+    queued_.pop_front();
+    mx::async_eval(piece);
+    // async_eval leaves an array scheduled already (or with no graph) as it is: such a piece adds
+    // nothing to wait for.
+    if (!piece.empty() && piece.front().status() != mx::array::unscheduled) running_.push_back(piece.front());
+    while (!running_.empty() && running_.front().is_available()) running_.pop_front();
+  }
+}
+
+void PacedDispatch::flush() {
+  while (!queued_.empty()) {
+    mx::async_eval(queued_.front());
+    queued_.pop_front();
+  }
+  running_.clear();
+}
+
+}  // namespace mlxrt::generate

@@ -1,0 +1,51 @@
+// PacedDispatch: a lazy graph dispatched to the device a piece at a time, never more than a few
+// pieces ahead of what the device has finished.
+//
+// Why: mx::async_eval hands a whole batch step to the device's queue at once, and the device runs
+// its queue in order, so work dispatched after it (a joining request's prefill) waits for the
+// whole step. Cut into pieces and kept at most `pieces_ahead` pieces ahead, the queue holds a few
+// milliseconds of the step, and other work dispatched meanwhile runs after those pieces instead of
+// after the step (BatchGeneratorOptions::join_prefill_interleaved). Each op still runs once, on the
+// same inputs, with the same kernel: only the order of independent ops changes, so the bytes are
+// those of one async_eval.
+#pragma once
+
+#include <deque>
+#include <vector>
+
+#include <mlx/array.h>
+
+namespace mlxrt::generate {
+
+namespace mx = mlx::core;
+
+class PacedDispatch {
+ public:
+  /** Pieces of about `ops_per_piece` ops (at least 1), at most `pieces_ahead` (at least 1)
+   * dispatched and not yet computed. */
+  PacedDispatch(int ops_per_piece, int pieces_ahead);
+
+  /** Cuts the graph of `outputs` not yet scheduled into pieces, queued after what is queued; the
+   * last piece is `outputs` themselves. Nothing is dispatched here (pump() does). */
+  void queue(const std::vector<mx::array>& outputs);
+  /** Dispatches queued pieces while fewer than pieces_ahead of the dispatched ones are still
+   * being computed. Never waits. */
+  void pump();
+  /** Dispatches everything queued at once. */
+  void flush();
+  /** No piece is left to dispatch. */
+  bool drained() const { return queued_.empty(); }
+  /** Pieces queued so far in all (for tests and logs). */
+  long pieces_queued() const { return pieces_queued_; }
+  /** Dispatched pieces not seen computed at the last pump(): never more than pieces_ahead. */
+  size_t running() const { return running_.size(); }
+
+ private:
+  int ops_per_piece_;
+  size_t pieces_ahead_;
+  std::deque<std::vector<mx::array>> queued_;
+  std::deque<mx::array> running_;  // one array of each dispatched piece, until it is computed
+  long pieces_queued_ = 0;
+};
+
+}  // namespace mlxrt::generate
