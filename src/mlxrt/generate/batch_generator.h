@@ -118,6 +118,9 @@ struct BatchGeneratorOptions {
   bool join_prefill_interleaved = false;
   int step_piece_ops = 48;
   int step_pieces_ahead = 2;
+  /** ... and how many pieces ahead a next() leaves the device with when it returns (the host then
+   * hands out tokens and builds the next step while the device works on those). */
+  int step_pieces_ahead_on_return = 2;
 };
 
 /** New MLX CPU streams for BatchGeneratorOptions::sample_streams, on the calling thread (MLX's

@@ -171,7 +171,10 @@ bool BatchGenerator::await(const std::vector<mx::array>& arrays) {
     // queue (a step's outputs) or, once it is drained, scheduled here (e.g. a filtered row's gather).
     if (paced_) paced_->pump();
     if (!paced_ || paced_->drained()) schedule(arrays);
-    if (computed(arrays)) return true;
+    if (computed(arrays)) {
+      if (paced_) paced_->pump(static_cast<size_t>(std::max(1, o_.step_pieces_ahead_on_return)));
+      return true;
+    }
     if ((interrupt_ && interrupt_()) || joined_ready() || (paced_ && prefill_ready())) return false;
     // Short enough not to matter beside a step (milliseconds); long enough to leave the core to
     // the CPU backend's threads.

@@ -42,9 +42,9 @@ void PacedDispatch::queue(const std::vector<mx::array>& outputs) {
   ++pieces_queued_;
 }
 
-void PacedDispatch::pump() {
+void PacedDispatch::pump(size_t ahead) {
   while (!running_.empty() && running_.front().is_available()) running_.pop_front();
-  while (!queued_.empty() && running_.size() < pieces_ahead_) {
+  while (!queued_.empty() && running_.size() < ahead) {
     auto piece = std::move(queued_.front());
     queued_.pop_front();
     mx::async_eval(piece);

@@ -28,9 +28,11 @@ class PacedDispatch {
   /** Cuts the graph of `outputs` not yet scheduled into pieces, queued after what is queued; the
    * last piece is `outputs` themselves. Nothing is dispatched here (pump() does). */
   void queue(const std::vector<mx::array>& outputs);
-  /** Dispatches queued pieces while fewer than pieces_ahead of the dispatched ones are still
-   * being computed. Never waits. */
-  void pump();
+  /** Dispatches queued pieces while fewer than `ahead` (default: pieces_ahead) of the dispatched
+   * ones are still being computed. Never waits (except where the backend makes the host wait to
+   * queue work: MLX's CPU backend holds it to a few ops ahead). */
+  void pump() { pump(pieces_ahead_); }
+  void pump(size_t ahead);
   /** Dispatches everything queued at once. */
   void flush();
   /** No piece is left to dispatch. */

@@ -317,6 +317,9 @@ void Generator::batch_open(const Job& job) {
   if (const char* ops = std::getenv("MLXRT_STEP_PIECE_OPS"); ops && std::atoi(ops) > 0) o.step_piece_ops = std::atoi(ops);
   if (const char* ahead = std::getenv("MLXRT_STEP_PIECES_AHEAD"); ahead && std::atoi(ahead) > 0)
     o.step_pieces_ahead = std::atoi(ahead);
+  o.step_pieces_ahead_on_return = o.step_pieces_ahead;
+  if (const char* ahead = std::getenv("MLXRT_STEP_PIECES_AHEAD_ON_RETURN"); ahead && std::atoi(ahead) > 0)
+    o.step_pieces_ahead_on_return = std::atoi(ahead);
   o.sample_streams = sample_streams_for_this_thread();
   step_timing_ = {};
   if (log_.enabled(LogLevel::debug)) o.step_timing = &step_timing_;
