@@ -11,6 +11,11 @@
 // Measured, it did not pay (bench/RESULTS.md, twenty-eighth session): on the CPU the host can
 // queue only a few of the backend's ops ahead, so dispatching a prefill waits most of it out, and
 // on an H100 the time to first token under load was later than between the steps. Opt-in.
+//
+// join_prefill_interleaved takes the same path on the batch's own stream: the batch's steps go to
+// the device a piece at a time (PacedDispatch, pumped while the host waits), so the joining work
+// runs between two pieces of a step. On the CPU it more than halved the time to first token
+// under a steady load (bench/RESULTS.md, twenty-ninth session). Opt-in until timed on a GPU.
 #include "mlxrt/generate/batch_generator.h"
 
 #include <algorithm>
