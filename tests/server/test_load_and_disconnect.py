@@ -172,6 +172,15 @@ def test_bad_batch_order_is_a_clear_parse_error(model_dir):
     assert "--batch-order: expected prompts-first or mlx-lm, got 'fifo'" in out.stderr, out.stderr
 
 
+def test_bad_join_prefill_is_a_clear_parse_error(model_dir):
+    import subprocess
+    from conftest import MLXRT_BIN
+    out = subprocess.run([MLXRT_BIN, "server", "--model", str(model_dir), "--port", "0", "--join-prefill", "aside"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "--join-prefill: expected between, beside or interleaved, got 'aside'" in out.stderr, out.stderr
+
+
 def test_sigterm_stops_a_busy_server_promptly(model_dir, tmp_path_factory):
     running = start_mlxrt(model_dir, tmp_path_factory)
     answer = {}

@@ -314,12 +314,13 @@ void Generator::batch_open(const Job& job) {
   o.join_prefill_beside = options_.join_prefill_beside && options_.prompts_first && !lockstep_;
   o.join_prefill_interleaved = o.join_prefill_beside && options_.join_prefill_interleaved;
   // The pieces' size and how many go ahead, for measuring other settings than the defaults.
-  if (const char* ops = std::getenv("MLXRT_STEP_PIECE_OPS"); ops && std::atoi(ops) > 0) o.step_piece_ops = std::atoi(ops);
-  if (const char* ahead = std::getenv("MLXRT_STEP_PIECES_AHEAD"); ahead && std::atoi(ahead) > 0)
-    o.step_pieces_ahead = std::atoi(ahead);
-  o.step_pieces_ahead_on_return = o.step_pieces_ahead;
-  if (const char* ahead = std::getenv("MLXRT_STEP_PIECES_AHEAD_ON_RETURN"); ahead && std::atoi(ahead) > 0)
-    o.step_pieces_ahead_on_return = std::atoi(ahead);
+  const auto positive_env = [](const char* name, int fallback) {
+    const char* set = std::getenv(name);
+    return set && std::atoi(set) > 0 ? std::atoi(set) : fallback;
+  };
+  o.step_piece_ops = positive_env("MLXRT_STEP_PIECE_OPS", o.step_piece_ops);
+  o.step_pieces_ahead = positive_env("MLXRT_STEP_PIECES_AHEAD", o.step_pieces_ahead);
+  o.step_pieces_ahead_on_return = positive_env("MLXRT_STEP_PIECES_AHEAD_ON_RETURN", o.step_pieces_ahead);
   o.sample_streams = sample_streams_for_this_thread();
   step_timing_ = {};
   if (log_.enabled(LogLevel::debug)) o.step_timing = &step_timing_;
