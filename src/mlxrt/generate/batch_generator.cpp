@@ -359,7 +359,9 @@ BatchGenerator::Dispatched BatchGenerator::dispatch_step(GenBatch& g) {
   if (o_.inspect_step) o_.inspect_step(pending);
   const auto t1_dispatch = Clock::now();  // the inspection (a DOT export) is neither build nor dispatch
   if (paced_ && &g == &gen_) {
-    paced_->queue(pending);  // dispatched piece by piece while the host waits (await)
+    // Dispatched piece by piece while the host waits (await): most of the dispatch then falls
+    // outside this step's build/dispatch/wait split.
+    paced_->queue(pending);
     paced_->pump();
   } else {
     mx::async_eval(pending);

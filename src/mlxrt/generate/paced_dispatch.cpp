@@ -1,6 +1,7 @@
 #include "mlxrt/generate/paced_dispatch.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <unordered_set>
 #include <utility>
 
@@ -24,7 +25,7 @@ void PacedDispatch::queue(const std::vector<mx::array>& outputs) {
     while (!stack.empty()) {
       auto& [a, next] = stack.back();
       if (next < a.inputs().size()) {
-        const auto& in = a.inputs()[next++];
+        const mx::array in = a.inputs()[next++];  // a copy: the push below may move `a`
         if (in.status() == mx::array::unscheduled && in.has_primitive() && seen.insert(in.id()).second) {
           for (const auto& s : in.siblings()) seen.insert(s.id());
           stack.emplace_back(in, 0);
@@ -43,15 +44,18 @@ void PacedDispatch::queue(const std::vector<mx::array>& outputs) {
 }
 
 void PacedDispatch::pump(size_t ahead) {
-  while (!running_.empty() && running_.front().is_available()) running_.pop_front();
+  // One array of a piece stands for all of it: async_eval gives every array it schedules the
+  // same event (one already computed is available at once and is dropped at the next look).
+  const auto drop_computed = [&] {
+    while (!running_.empty() && running_.front().is_available()) running_.pop_front();
+  };
+  drop_computed();
   while (!queued_.empty() && running_.size() < ahead) {
     auto piece = std::move(queued_.front());
     queued_.pop_front();
     mx::async_eval(piece);
-    // async_eval leaves an array scheduled already (or with no graph) as it is: such a piece adds
-    // nothing to wait for.
-    if (!piece.empty() && piece.front().status() != mx::array::unscheduled) running_.push_back(piece.front());
-    while (!running_.empty() && running_.front().is_available()) running_.pop_front();
+    if (!piece.empty()) running_.push_back(piece.front());
+    drop_computed();
   }
 }
 
