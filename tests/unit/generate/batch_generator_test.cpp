@@ -366,8 +366,9 @@ class BatchGeneratorBeside : public testing::TestWithParam<bool> {
 };
 
 // Every token each uid was handed, in order, running next() until nothing is left.
-std::map<int, std::vector<int32_t>> drain(BatchGenerator& gen, std::map<int, std::vector<int32_t>> got = {}) {
-  for (int k = 0; k < 200 && gen.size() > 0; ++k)
+std::map<int, std::vector<int32_t>> drain(BatchGenerator& gen, std::map<int, std::vector<int32_t>> got = {},
+                                         int max_calls = 200) {
+  for (int k = 0; k < max_calls && gen.size() > 0; ++k)
     for (const auto& r : gen.next().second) got[r.uid].push_back(r.token);
   EXPECT_EQ(gen.size(), 0u);
   return got;
@@ -376,7 +377,9 @@ std::map<int, std::vector<int32_t>> drain(BatchGenerator& gen, std::map<int, std
 TEST_P(BatchGeneratorBeside, AJoiningRowIsPrefilledBesideTheBatchAndMergesIntoIt) {
   CallCountingModel model;
   BatchGenerator gen(model, options());
-  constexpr int kA = 40;
+  // Long enough that B's prefill, on another stream or between pieces, is done before A ends even
+  // when the threads of a loaded machine let A step many times first.
+  constexpr int kA = 2000;
   auto a = gen.insert(requests({{{0, 1}, kA}}))[0];
   std::map<int, std::vector<int32_t>> got;
   for (int k = 0; k < 2; ++k)
@@ -385,7 +388,7 @@ TEST_P(BatchGeneratorBeside, AJoiningRowIsPrefilledBesideTheBatchAndMergesIntoIt
   auto b = gen.insert(requests({{{3, 4, 5}, 6}}))[0];
   // Until B's first token: A goes on decoding alone (how many steps depends on the threads).
   int b_first_at = -1;
-  for (int k = 0; k < 200 && b_first_at < 0; ++k) {
+  for (int k = 0; k < kA && b_first_at < 0; ++k) {
     for (const auto& r : gen.next().second) {
       got[r.uid].push_back(r.token);
       if (r.uid == b) b_first_at = model.calls();
@@ -394,7 +397,7 @@ TEST_P(BatchGeneratorBeside, AJoiningRowIsPrefilledBesideTheBatchAndMergesIntoIt
   ASSERT_GE(b_first_at, 0);
   const int a_left = kA - static_cast<int>(got[a].size());
   ASSERT_GE(a_left, 3) << "A ended before B joined: the test needs a longer A";
-  got = drain(gen, got);
+  got = drain(gen, got, kA);
   // Each row's tokens, each handed out once: (last + k) % 7.
   std::vector<int32_t> want_a;
   for (int k = 1; k <= kA; ++k) want_a.push_back((1 + k) % kVocab);
