@@ -2,9 +2,9 @@
 client that disconnects mid-stream (or mid-wait, not streaming) stops its generation at once, so
 the server is free for the next request; hundreds of idle connections holding half a header block
 do not keep /health or a request waiting. Every test runs against a server of each --join-prefill
-mode: between (the default), beside (a joining request prefilled on a second stream, its rows
-dropped there when its client leaves) and interleaved (the same on the batch's stream, between the
-pieces of its steps)."""
+mode: between, beside (a joining request prefilled on a second stream, its rows dropped there when
+its client leaves) and interleaved (the same on the batch's stream, between the pieces of its steps;
+what the default, auto, is on the CPU)."""
 import json
 import socket
 import subprocess
@@ -178,7 +178,19 @@ def test_bad_join_prefill_is_a_clear_parse_error(model_dir):
     out = subprocess.run([MLXRT_BIN, "server", "--model", str(model_dir), "--port", "0", "--join-prefill", "aside"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
-    assert "--join-prefill: expected between, beside or interleaved, got 'aside'" in out.stderr, out.stderr
+    assert "--join-prefill: expected auto, between, beside or interleaved, got 'aside'" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("flag, mode", [((), "interleaved"), (("--join-prefill", "auto"), "interleaved"),
+                                        (("--join-prefill", "between"), "between"),
+                                        (("--join-prefill", "interleaved", "--batch-order", "mlx-lm"), "between")])
+def test_the_join_prefill_mode_the_server_runs_is_logged(model_dir, tmp_path_factory, flag, mode):
+    # auto is interleaved on the CPU (these tests' device); mlx-lm's batch order has no joining path.
+    running = start_mlxrt(model_dir, tmp_path_factory, extra=flag)
+    try:
+        assert f"--join-prefill: {mode}\n" in Path(running.log).read_text()
+    finally:
+        stop(running)
 
 
 def test_sigterm_stops_a_busy_server_promptly(model_dir, tmp_path_factory):

@@ -141,19 +141,20 @@ CLI::Option* add_batch_order_option(CLI::App* cmd, bool& prompts_first) {
       "row's first token out two steps after its prefill, as mlx-lm's BatchGenerator");
 }
 
-CLI::Option* add_join_prefill_option(CLI::App* cmd, bool& beside, bool& interleaved) {
+CLI::Option* add_join_prefill_option(CLI::App* cmd, bool& by_device, bool& beside, bool& interleaved) {
   CLI::Validator values(
       [](std::string& value) {
-        return value == "between" || value == "beside" || value == "interleaved"
+        return value == "auto" || value == "between" || value == "beside" || value == "interleaved"
                    ? std::string()
-                   : "expected between, beside or interleaved, got '" + value + "'";
+                   : "expected auto, between, beside or interleaved, got '" + value + "'";
       },
-      "between|beside|interleaved");
+      "auto|between|beside|interleaved");
   return cmd
       ->add_option_function<std::string>(
           "--join-prefill",
-          [&beside, &interleaved](const std::string& value) {
-            beside = value != "between";
+          [&by_device, &beside, &interleaved](const std::string& value) {
+            by_device = value == "auto";
+            beside = value == "beside" || value == "interleaved";
             interleaved = value == "interleaved";
           },
           "Where a request that joins a decoding batch is prefilled: between runs it between the batch's "
@@ -161,9 +162,10 @@ CLI::Option* add_join_prefill_option(CLI::App* cmd, bool& beside, bool& interlea
           "first step on a second stream while the batch's steps go on, hands its first token out when it is "
           "ready and merges it at the next step; interleaved does the same on the batch's own stream, with "
           "the batch's steps dispatched a few ops at a time so that the prefill runs between two pieces of a "
-          "step (ours, opt-in; with --batch-order prompts-first)")
+          "step; auto is interleaved on the CPU and between on a GPU (ours; beside and interleaved with "
+          "--batch-order prompts-first)")
       ->check(values)
-      ->default_str(interleaved ? "interleaved" : beside ? "beside" : "between");
+      ->default_str(by_device ? "auto" : interleaved ? "interleaved" : beside ? "beside" : "between");
 }
 
 CLI::Option* add_first_tokens_option(CLI::App* cmd, bool& early) {

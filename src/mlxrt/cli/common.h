@@ -57,10 +57,11 @@ model::FidelityTier parse_fidelity(const std::string& text, const std::string& f
  * its default is `prompts_first`'s value. Another value is a parse error naming both. */
 CLI::Option* add_batch_order_option(CLI::App* cmd, bool& prompts_first);
 
-/** Adds --join-prefill between|beside|interleaved (generate::BatchGeneratorOptions::
- * join_prefill_beside and join_prefill_interleaved: beside sets the first, interleaved both); its
- * default is the flags' values. Another value is a parse error naming the three. */
-CLI::Option* add_join_prefill_option(CLI::App* cmd, bool& beside, bool& interleaved);
+/** Adds --join-prefill auto|between|beside|interleaved (generate::BatchGeneratorOptions::
+ * join_prefill_beside and join_prefill_interleaved: beside sets the first, interleaved both; auto
+ * sets `by_device` and leaves the choice to the server, which knows the device); its default is
+ * the flags' values. Another value is a parse error naming the four. */
+CLI::Option* add_join_prefill_option(CLI::App* cmd, bool& by_device, bool& beside, bool& interleaved);
 
 /** Adds --first-tokens early|pipelined (generate::BatchGeneratorOptions::first_tokens_early); its
  * default is `early`'s value. Another value is a parse error naming both. */

@@ -110,13 +110,13 @@ struct BatchGeneratorOptions {
   bool join_prefill_beside = false;
   /** With join_prefill_beside (ours; `mlxrt server --join-prefill interleaved`): the joining
    * prompts' prefill and first step go on the batch's own stream, and the batch's steps are
-   * dispatched a piece of about step_piece_ops ops at a time, at most step_pieces_ahead pieces
-   * ahead of the device (PacedDispatch). A request that arrives mid-step then waits for the few
+   * dispatched a piece of about step_piece_ops ops at a time (0: 16 on the CPU, 48 on a GPU), at
+   * most step_pieces_ahead pieces ahead of the device (PacedDispatch). A request that arrives mid-step then waits for the few
    * pieces the device holds, not for the step in flight and the one dispatched after it: its
    * prefill runs between two pieces of a step. Same ops on the same inputs: the same bytes as
    * beside. */
   bool join_prefill_interleaved = false;
-  int step_piece_ops = 48;
+  int step_piece_ops = 0;
   int step_pieces_ahead = 2;
   /** ... and how many pieces ahead a next() leaves the device with when it returns (the host then
    * hands out tokens and builds the next step while the device works on those). */
@@ -360,8 +360,6 @@ class BatchGenerator {
    * tokens came first. */
   bool await(const std::vector<mx::array>& arrays);
   bool joined_ready() const;
-  /** join_prefill_interleaved: a joining batch's prefill chunk is computed (its next chunk can go). */
-  bool prefill_ready() const;
   size_t joining_rows() const;
   /** Drops the joining rows of `uids` (remove()). */
   void drop_joining(const std::set<int>& uids);

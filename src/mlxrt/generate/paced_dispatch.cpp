@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <thread>
 #include <unordered_set>
 #include <utility>
 
+#include <mlx/primitives.h>
+#include <mlx/scheduler.h>
 #include <mlx/transforms.h>
 
 namespace mlxrt::generate {
@@ -49,14 +52,47 @@ void PacedDispatch::pump(size_t ahead) {
   const auto drop_computed = [&] {
     while (!running_.empty() && running_.front().is_available()) running_.pop_front();
   };
+  {
+    std::lock_guard lock(progress_->mutex);
+    seen_done_ = progress_->done;
+  }
   drop_computed();
   while (!queued_.empty() && running_.size() < ahead) {
     auto piece = std::move(queued_.front());
     queued_.pop_front();
+    if (piece.empty()) continue;
+    // The stream the piece runs on, before async_eval marks its arrays scheduled.
+    const auto& first = piece.front();
+    const bool on_cpu = first.has_primitive() && first.status() == mx::array::unscheduled &&
+                        first.primitive().stream().device == mx::Device::cpu;
+    const auto stream = on_cpu ? first.primitive().stream() : mx::default_stream(mx::default_device());
     mx::async_eval(piece);
-    if (!piece.empty()) running_.push_back(piece.front());
+    if (on_cpu) {
+      // Runs on the stream's thread after the piece's ops (a CPU stream runs its tasks in order).
+      mx::scheduler::enqueue(stream, [progress = progress_] {
+        {
+          std::lock_guard lock(progress->mutex);
+          ++progress->done;
+        }
+        progress->done_cv.notify_all();
+      });
+      ++dispatched_on_cpu_;
+    }
+    running_.push_back(piece.front());
     drop_computed();
   }
+}
+
+void PacedDispatch::wait(std::chrono::microseconds timeout) {
+  std::unique_lock lock(progress_->mutex);
+  if (progress_->done != seen_done_) return;  // a piece finished since the last pump
+  if (progress_->done < dispatched_on_cpu_) {
+    progress_->done_cv.wait_for(lock, timeout, [&] { return progress_->done != seen_done_; });
+    return;
+  }
+  // Nothing in flight whose task would wake us.
+  lock.unlock();
+  std::this_thread::sleep_for(timeout);
 }
 
 void PacedDispatch::flush() {

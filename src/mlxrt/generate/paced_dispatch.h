@@ -10,7 +10,12 @@
 // those of one async_eval.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <deque>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include <mlx/array.h>
@@ -41,13 +46,27 @@ class PacedDispatch {
   long pieces_queued() const { return pieces_queued_; }
   /** Dispatched pieces not seen computed at the last pump(): never more than pieces_ahead. */
   size_t running() const { return running_.size(); }
+  /** Returns once a dispatched piece may have been computed since the last pump(), or after
+   * `timeout`. On the CPU the stream's thread says when each piece is done, so the host wakes as
+   * the device runs out of work rather than a polling interval later; elsewhere it sleeps. */
+  void wait(std::chrono::microseconds timeout);
 
  private:
+  // Pieces the CPU stream's thread has finished, counted by a task queued behind each.
+  struct Progress {
+    std::mutex mutex;
+    std::condition_variable done_cv;
+    std::uint64_t done = 0;
+  };
+
   int ops_per_piece_;
   size_t pieces_ahead_;
   std::deque<std::vector<mx::array>> queued_;
   std::deque<mx::array> running_;  // one array of each dispatched piece, until it is computed
   long pieces_queued_ = 0;
+  std::shared_ptr<Progress> progress_ = std::make_shared<Progress>();  // shared with the queued tasks
+  std::uint64_t dispatched_on_cpu_ = 0;  // pieces dispatched with a task behind them
+  std::uint64_t seen_done_ = 0;          // progress_->done at the last pump
 };
 
 }  // namespace mlxrt::generate

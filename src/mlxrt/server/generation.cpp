@@ -299,6 +299,13 @@ bool Generator::batch_joinable(const Job& job) const {
   }
 }
 
+std::string Generator::join_prefill_mode() const {
+  // Ranks in lockstep must take the same steps: a step cut short by a local arrival would not be.
+  if (!options_.prompts_first || lockstep_) return "between";
+  if (options_.join_prefill_by_device) return mx::default_device() == mx::Device::cpu ? "interleaved" : "between";
+  return options_.join_prefill_interleaved ? "interleaved" : options_.join_prefill_beside ? "beside" : "between";
+}
+
 void Generator::batch_open(const Job& job) {
   use(job.session());
   batch_adapter_ = requested_adapter(job.request(), options_, *session_);
@@ -310,9 +317,9 @@ void Generator::batch_open(const Job& job) {
   o.prompts_first = options_.prompts_first;
   o.prefill_buffer_cache_bytes = options_.prefill_buffer_cache_bytes;
   o.first_tokens_early = options_.first_tokens_early;
-  // Ranks in lockstep must take the same steps: a step cut short by a local arrival would not be.
-  o.join_prefill_beside = options_.join_prefill_beside && options_.prompts_first && !lockstep_;
-  o.join_prefill_interleaved = o.join_prefill_beside && options_.join_prefill_interleaved;
+  const auto join = join_prefill_mode();
+  o.join_prefill_beside = join != "between";
+  o.join_prefill_interleaved = join == "interleaved";
   // The pieces' size and how many go ahead, for measuring other settings than the defaults.
   const auto positive_env = [](const char* name, int fallback) {
     const char* set = std::getenv(name);

@@ -48,6 +48,10 @@ class Generator {
   void force_tool_call(const CompletionRequest& r, int vocab_size, generate::GenerateOptions& go);
   /** The constrained-decoding engine of the current model, made on first use. */
   structured::GrammarEngine& grammar_engine(int vocab_size);
+  /** How a request joins a decoding batch here: "between", "beside" or "interleaved"
+   * (--join-prefill, auto resolved for the device; between for ranks in lockstep or the mlx-lm
+   * batch order). */
+  std::string join_prefill_mode() const;
   /** Makes the BatchGenerator for `job`'s model (--decode-concurrency, --prompt-concurrency,
    * --prefill-step-size). */
   void batch_open(const Job& job);

@@ -56,11 +56,16 @@ struct ServerOptions {
   /** --first-tokens early (the default; ours) or pipelined: a joining row's first token handed out
    * before the batch's next step is encoded (generate::BatchGeneratorOptions::first_tokens_early). */
   bool first_tokens_early = true;
-  /** --join-prefill beside or between (the default): a prompt that joins a decoding batch is
-   * prefilled beside the batch's steps on a second stream (ours), or between them in the batch's
-   * order (generate::BatchGeneratorOptions::join_prefill_beside). Beside is opt-in: measured on an
-   * H100 and on the CPU it gave a later first token than between (bench/RESULTS.md, twenty-eighth
-   * session). Distributed servers keep between. */
+  /** --join-prefill auto (the default): interleaved on the CPU, where it took the first token under
+   * load from several times the solo one to about twice for some of the throughput
+   * (bench/RESULTS.md, thirtieth session), and between on a GPU, where it is not measured yet; the
+   * two flags below are then ignored. */
+  bool join_prefill_by_device = true;
+  /** --join-prefill beside or between: a prompt that joins a decoding batch is prefilled beside the
+   * batch's steps on a second stream (ours), or between them in the batch's order
+   * (generate::BatchGeneratorOptions::join_prefill_beside). Measured on an H100 and on the CPU,
+   * beside gave a later first token than between (bench/RESULTS.md, twenty-eighth session).
+   * Distributed servers keep between. */
   bool join_prefill_beside = false;
   /** --join-prefill interleaved (with join_prefill_beside; ours): the joining prompt on the batch's
    * own stream, between pieces of its steps (generate::BatchGeneratorOptions::join_prefill_interleaved). */

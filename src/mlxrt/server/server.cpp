@@ -56,6 +56,7 @@ struct Server::Parts {
 
 Server::Server(ServerOptions options) : options_(std::move(options)) {
   parts_ = std::make_unique<Parts>(options_);
+  parts_->log.info("--join-prefill: " + parts_->generator.join_prefill_mode());
   if (options_.warm_up) warm_up();
   if (!parts_->leader()) return;  // no requests of its own: no admission, no port
   auto admission = make_memory_admission(*parts_->models.startup(), options_, parts_->metrics, parts_->log);

@@ -74,5 +74,18 @@ TEST(PacedDispatch, WhatIsScheduledAlreadyIsNotCutAgain) {
   EXPECT_EQ(second[0].item<float>(), 2.0f * first[1].item<float>());
 }
 
+TEST(PacedDispatch, WaitEndsWhenAPieceIsDoneOnTheCpu) {
+  auto outputs = graph(30);
+  PacedDispatch paced(/*ops_per_piece=*/40, /*pieces_ahead=*/1);
+  paced.queue(outputs);
+  paced.pump();
+  ASSERT_EQ(paced.running(), 1u);
+  const auto t0 = std::chrono::steady_clock::now();
+  paced.wait(std::chrono::seconds(30));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15)) << "woken by the piece, not the timeout";
+  paced.flush();
+  mx::eval(outputs);
+}
+
 }  // namespace
 }  // namespace mlxrt::generate
