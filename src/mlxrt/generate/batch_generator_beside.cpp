@@ -16,8 +16,8 @@
 // the device a piece at a time (PacedDispatch, pumped while the host waits), so the joining work
 // runs between two pieces of a step. On the CPU it more than halved the time to first token
 // under a steady load (bench/RESULTS.md, twenty-ninth session), and with pieces of 16 ops and the
-// host woken as each is done it took the p99 from 4.6 and 12 times the solo one (8 and 32 clients)
-// to 1.8 and 4.0 times (thirtieth session): the server's default there. Between on a GPU until a
+// host woken as each is done it took the p99 from 5.5 and 13 times the solo one (8 and 32 clients)
+// to 2.3 and 2.8 times (thirtieth session): the server's default there. Between on a GPU until a
 // GPU times it.
 #include "mlxrt/generate/batch_generator.h"
 
