@@ -56,10 +56,10 @@ struct ServerOptions {
   /** --first-tokens early (the default; ours) or pipelined: a joining row's first token handed out
    * before the batch's next step is encoded (generate::BatchGeneratorOptions::first_tokens_early). */
   bool first_tokens_early = true;
-  /** --join-prefill auto (the default): interleaved on the CPU, where it took the first token under
-   * load from several times the solo one to about twice for some of the throughput
-   * (bench/RESULTS.md, thirtieth session), and between on a GPU, where it is not measured yet; the
-   * two flags below are then ignored. */
+  /** --join-prefill auto (the default): interleaved on the CPU, where it took the p99 of the first
+   * token under a steady load from 5-13 times the solo one to under 3 times, for 13-18% of the
+   * throughput (bench/RESULTS.md, thirtieth session), and between on a GPU, where interleaved is
+   * not measured yet; the two flags below are then ignored. */
   bool join_prefill_by_device = true;
   /** --join-prefill beside or between: a prompt that joins a decoding batch is prefilled beside the
    * batch's steps on a second stream (ours), or between them in the batch's order
