@@ -28,6 +28,7 @@ The model defaults to the server tests' tiny scripted qwen3 (real Qwen3 tokenize
 Usage: bench/soak.py [--model DIR] [--clients 64] [--duration 600] [--disconnect-rate 0.1]
                      [--malformed-rate 0.05] [--slow-rate 0.05] [--idle-sockets 200] [--tricklers 32]
                      [--attack-connect-rate 100] [--health-interval 0.25] [--seed 0] [--json OUT]
+                     [--server-args "--join-prefill between"]
 """
 import argparse
 import errno
@@ -37,6 +38,7 @@ import math
 import multiprocessing
 import random
 import selectors
+import shlex
 import shutil
 import socket
 import sys
@@ -456,13 +458,14 @@ def main():
     ap.add_argument("--health-interval", type=float, default=0.25, help="seconds between /health probes")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="also write the summary here")
+    ap.add_argument("--server-args", default="", help="more options for `mlxrt server` (e.g. '--join-prefill between')")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="soak-"))
     model = Path(args.model) if args.model else tiny_server_model()
     port = free_port()
-    srv = Server("mlxrt", [BIN, "server", "--model", str(model), "--host", "127.0.0.1", "--port", str(port)],
-                 port, work)
+    srv = Server("mlxrt", [BIN, "server", "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
+                           *shlex.split(args.server_args)], port, work)
     tally = Tally()
     samples = []
     overflows0 = listen_overflows()
