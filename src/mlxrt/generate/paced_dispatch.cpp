@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <thread>
 #include <unordered_set>
 #include <utility>
@@ -61,15 +62,15 @@ void PacedDispatch::pump(size_t ahead) {
     auto piece = std::move(queued_.front());
     queued_.pop_front();
     if (piece.empty()) continue;
-    // The stream the piece runs on, before async_eval marks its arrays scheduled.
-    const auto& first = piece.front();
-    const bool on_cpu = first.has_primitive() && first.status() == mx::array::unscheduled &&
-                        first.primitive().stream().device == mx::Device::cpu;
-    const auto stream = on_cpu ? first.primitive().stream() : mx::default_stream(mx::default_device());
+    // The CPU stream the piece runs on, if it does, read before async_eval schedules it.
+    std::optional<mx::Stream> cpu_stream;
+    if (const auto& first = piece.front(); first.has_primitive() && first.status() == mx::array::unscheduled &&
+                                           first.primitive().stream().device == mx::Device::cpu)
+      cpu_stream = first.primitive().stream();
     mx::async_eval(piece);
-    if (on_cpu) {
+    if (cpu_stream) {
       // Runs on the stream's thread after the piece's ops (a CPU stream runs its tasks in order).
-      mx::scheduler::enqueue(stream, [progress = progress_] {
+      mx::scheduler::enqueue(*cpu_stream, [progress = progress_] {
         {
           std::lock_guard lock(progress->mutex);
           ++progress->done;
