@@ -236,7 +236,8 @@ void register_server(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--header-timeout", o.header_timeout_s,
                   "Seconds a connection has to send a request's whole header block, from accept (kept alive: from "
-                  "the previous response); a client that trickles it is closed (0: none)")
+                  "the previous response); a client that trickles it is closed, not one whose headers have all arrived and wait "
+                  "for a thread (0: none)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--body-timeout", o.body_timeout_s,

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <optional>
 #include <set>
+#include <string_view>
 
 namespace mlxrt::server {
 
@@ -154,7 +155,8 @@ std::vector<ReadPhase> ReadDeadline::cut_late(Clock::time_point now) {
     Clock::duration limit = c.phase == ReadPhase::headers ? header_timeout_
                             : c.phase == ReadPhase::body  ? body_timeout_
                                                           : Clock::duration::zero();
-    if (c.cut || c.fd < 0 || limit == Clock::duration::zero() || now - c.since <= limit) {
+    if (c.cut || c.fd < 0 || limit == Clock::duration::zero() || now - c.since <= limit ||
+        (c.phase == ReadPhase::headers && header_block_waiting(c.fd, it->first))) {
       ++it;
       continue;
     }
@@ -170,6 +172,24 @@ std::vector<ReadPhase> ReadDeadline::cut_late(Clock::time_point now) {
     ++it;
   }
   return cut;
+}
+
+bool ReadDeadline::header_block_waiting(int fd, const Peer& peer) const {
+  int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) return false;
+  bool waiting = false;
+  if (peer_of(own, local_port_) == std::optional<Peer>(peer)) {
+    // Up to 64 KiB: a header block larger than that (httplib allows a few) is judged by its start
+    // and cut as if it were still arriving, which only a pathological client would notice.
+    std::vector<char> buffer(64 * 1024);
+    ssize_t n = recv(own, buffer.data(), buffer.size(), MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) {
+      std::string_view seen(buffer.data(), static_cast<size_t>(n));
+      waiting = seen.find("\r\n\r\n") != std::string_view::npos || seen.find("\n\n") != std::string_view::npos;
+    }
+  }
+  close(own);
+  return waiting;
 }
 
 ReadDeadline::Cut ReadDeadline::shut_down(int fd, const Peer& peer, bool reply) const {

@@ -10,7 +10,10 @@
  * header block is only closed, as nginx and Go do (a kept-alive connection that is merely idle
  * must not receive a response to a request it has not sent). A connection whose request is being
  * handled (queued for the model, generating, streaming) is never touched; one still waiting for a
- * connection thread (all --http-threads busy) is counted from accept like any other.
+ * connection thread (all --http-threads busy) is counted from accept like any other, unless its
+ * whole header block has arrived (the socket's buffer shows it): then the client has done its part
+ * and the wait is the server's, so it keeps its place until a thread reads it (and its body, if
+ * late, is cut by the body deadline from then).
  *
  * httplib shows neither its sockets nor the phases of a request, so the watchdog finds the
  * server's accepted sockets in /proc/self/fd (local port = the server's, with a peer), and the
@@ -77,6 +80,9 @@ class ReadDeadline {
   /** Cuts the connections past their deadline; with mutex_ held. Returns the phases cut. */
   std::vector<ReadPhase> cut_late(Clock::time_point now);
   enum class Cut { done, gone, retry };
+  /** Whether `fd`, still the connection from `peer`, holds a whole header block that no thread has
+   * read yet: the client sent its headers in time and waits on the server, so it is not cut. */
+  bool header_block_waiting(int fd, const Peer& peer) const;
   /** Shuts down `fd` if it still holds the connection from `peer` (after writing the 408 when
    * `reply`): done; gone when the descriptor closed or holds something else; retry otherwise. */
   Cut shut_down(int fd, const Peer& peer, bool reply) const;
