@@ -18,7 +18,8 @@ closes are counted, as is how long the server let each stay open. Meanwhile a pr
 p50/p99/max is the server's responsiveness under attack, and a probe that fails or is not 200 is an
 error.
 The server's resident memory and its /metrics memory gauges (MLX's live arrays, the freed buffers
-its allocator keeps, the prompt cache) are sampled every few seconds; reported: requests by kind,
+its allocator keeps, the prompt cache, the C heap's bytes in use and kept free by malloc's arenas)
+are sampled every few seconds; reported: requests by kind,
 errors (must be 0), generated tok/s, RSS at start and end, each series' slope over the second half
 (MB/min; flat is what a server without leaks shows), the /health latencies, the attackers' closes
 (and the server's own count of header timeouts), and /health afterwards.
@@ -409,7 +410,8 @@ def listen_overflows():
 
 
 GAUGES = {"mlx_active_mb": "mlxrt_mlx_active_memory_bytes", "mlx_cache_mb": "mlxrt_mlx_cache_memory_bytes",
-          "prompt_cache_mb": "mlxrt_kv_cache_bytes"}
+          "prompt_cache_mb": "mlxrt_kv_cache_bytes", "heap_in_use_mb": 'mlxrt_process_heap_bytes{state="in_use"}',
+          "heap_free_mb": 'mlxrt_process_heap_bytes{state="free"}'}
 
 
 def scrape(port):

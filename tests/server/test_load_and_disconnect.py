@@ -315,3 +315,15 @@ def test_the_accept_queue_holds_a_burst_of_connections(server):
                          check=True).stdout.split()
     somaxconn = int(open("/proc/sys/net/core/somaxconn").read())  # the kernel's cap on any backlog
     assert out[0] == "LISTEN" and int(out[2]) == min(511, somaxconn) > 5, out
+
+
+@pytest.mark.parametrize("flag,value,expected", [("--heap-trim-interval", "-1", "a number >= 0"),
+                                                  ("--header-timeout", "soon", "a number >= 0"),
+                                                  ("--max-prompt-tokens", "0", "a number > 0")])
+def test_bad_numbers_are_clear_parse_errors(model_dir, flag, value, expected):
+    import subprocess
+    from conftest import MLXRT_BIN
+    out = subprocess.run([MLXRT_BIN, "server", "--model", str(model_dir), "--port", "0", flag, value],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert f"{flag}: expected {expected}, got '{value}'" in out.stderr, out.stderr

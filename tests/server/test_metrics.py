@@ -1,5 +1,6 @@
 """`GET /metrics` of `mlxrt server`: Prometheus' text format (read back by the official
 prometheus_client parser), and counters that follow the requests a client makes."""
+import sys
 import time
 
 import openai
@@ -82,6 +83,9 @@ def test_counters_follow_the_requests(mlxrt_server, client, model_dir):
     assert weights_and_cache >= after[("mlxrt_kv_cache_bytes", ())] > 0
     assert after[("mlxrt_mlx_peak_memory_bytes", ())] >= weights_and_cache
     assert after[("mlxrt_mlx_cache_memory_bytes", ())] >= 0
+    if sys.platform == "linux":  # glibc's arenas: bytes in use (the server's own objects at least), bytes kept free
+        assert value(after, "mlxrt_process_heap_bytes", state="in_use") > 0
+        assert value(after, "mlxrt_process_heap_bytes", state="free") >= 0
 
 
 def test_buckets_are_cumulative(mlxrt_server):

@@ -141,6 +141,24 @@ CLI::Option* add_batch_order_option(CLI::App* cmd, bool& prompts_first) {
       "row's first token out two steps after its prefill, as mlx-lm's BatchGenerator");
 }
 
+namespace {
+CLI::Validator number_check(bool zero_allowed) {
+  const std::string expected = zero_allowed ? "a number >= 0" : "a number > 0";
+  return CLI::Validator(
+      [zero_allowed, expected](std::string& text) {
+        double v = 0;
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        bool ok = ec == std::errc() && end == text.data() + text.size() && std::isfinite(v) &&
+                  (zero_allowed ? v >= 0 : v > 0);
+        return ok ? std::string() : "expected " + expected + ", got '" + text + "'";
+      },
+      zero_allowed ? "NUMBER>=0" : "NUMBER>0");
+}
+}  // namespace
+
+CLI::Validator non_negative_number() { return number_check(true); }
+CLI::Validator positive_number() { return number_check(false); }
+
 CLI::Option* add_join_prefill_option(CLI::App* cmd, bool& by_device, bool& beside, bool& interleaved) {
   CLI::Validator values(
       [](std::string& value) {

@@ -53,6 +53,11 @@ const char* fidelity_name(model::FidelityTier tier);
 /** "l1" or "l3" as the tier; UsageError naming `flag` otherwise (l2 is an artifact's contract). */
 model::FidelityTier parse_fidelity(const std::string& text, const std::string& flag);
 
+/** Option checks with errors that say what was expected ("expected a number >= 0, got '-1'"),
+ * where CLI11's NonNegativeNumber / PositiveNumber print a range up to the largest double. */
+CLI::Validator non_negative_number();
+CLI::Validator positive_number();
+
 /** Adds --batch-order prompts-first|mlx-lm (generate::BatchGeneratorOptions::prompts_first);
  * its default is `prompts_first`'s value. Another value is a parse error naming both. */
 CLI::Option* add_batch_order_option(CLI::App* cmd, bool& prompts_first);

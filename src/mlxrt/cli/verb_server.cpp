@@ -239,14 +239,19 @@ void register_server(CLI::App& app) {
                   "the previous response); a client that trickles it is closed, not one whose headers have all arrived and wait "
                   "for a thread (0: none)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->add_option("--body-timeout", o.body_timeout_s,
                   "Seconds a request's whole body may take to arrive after its headers; later: 408 and closed (0: none)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
+  cmd->add_option("--heap-trim-interval", o.heap_trim_interval_s,
+                  "Seconds between handing the C heap's freed pages back to the system, so that a long-running "
+                  "server's resident size follows what it uses (glibc; 0: never)")
+      ->capture_default_str()
+      ->check(non_negative_number());
   cmd->add_option("--max-prompt-tokens", o.max_prompt_tokens,
                   "Longest prompt, in tokens, a request may bring (longer: a 400 before any prefill; default: any)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--max-memory", o.max_memory_gb,
                   "GB a request may bring the weights plus the running requests' KV cache to; a request over it "
                   "waits, one that can never fit gets 503 (default: the device's memory, as mlxrt fit sees it)");

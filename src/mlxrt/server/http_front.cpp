@@ -18,6 +18,7 @@
 #include "mlxrt/server/http_error.h"
 #include "mlxrt/server/models_list.h"
 #include "mlxrt/server/python_json.h"
+#include "mlxrt/server/heap_trimmer.h"
 #include "mlxrt/server/read_deadline.h"
 #include "mlxrt/server/request.h"
 #include "mlxrt/server/responses.h"
@@ -284,7 +285,9 @@ void HttpFront::serve() {
     read_deadline_ = std::make_unique<ReadDeadline>(
         bound_port_, options_.header_timeout_s, options_.body_timeout_s, body_timeout_reply(options_.body_timeout_s),
         [this](ReadPhase phase) { metrics_.read_timed_out(phase); });
+  heap_trimmer_ = std::make_unique<HeapTrimmer>(options_.heap_trim_interval_s);
   http_->listen_after_bind();
+  heap_trimmer_.reset();
   read_deadline_.reset();  // every connection's thread has been joined
 }
 

@@ -21,6 +21,7 @@ namespace mlxrt::server {
 
 class ResponsesApi;
 class EmbeddingsApi;
+class HeapTrimmer;
 class ReadDeadline;
 
 class HttpFront {
@@ -55,6 +56,7 @@ class HttpFront {
   std::unique_ptr<EmbeddingsApi> embeddings_api_;  // /v1/embeddings
   int bound_port_ = 0;
   std::unique_ptr<ReadDeadline> read_deadline_;  // while serving; none when both timeouts are 0
+  std::unique_ptr<HeapTrimmer> heap_trimmer_;    // while serving
 };
 
 }  // namespace mlxrt::server

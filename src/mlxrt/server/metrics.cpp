@@ -6,6 +6,10 @@
 
 #include <mlx/memory.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 namespace mlxrt::server {
 
 namespace mx = mlx::core;
@@ -198,6 +202,15 @@ std::string ServerMetrics::render(const MetricsGauges& g) const {
   gauge(out, "mlxrt_mlx_cache_memory_bytes", "Bytes of freed buffers MLX's allocator keeps for reuse.",
         mx::get_cache_memory());
   gauge(out, "mlxrt_mlx_peak_memory_bytes", "The most bytes MLX arrays have held at once.", mx::get_peak_memory());
+#if defined(__GLIBC__)
+  // The C heap beside MLX's buffers, summed over malloc's arenas: a resident size that grows while
+  // the bytes in use stay flat is memory freed but kept by the arenas, not a leak.
+  const struct mallinfo2 heap = mallinfo2();
+  header(out, "mlxrt_process_heap_bytes", "gauge",
+         "The C heap (malloc's arenas and mapped blocks): bytes in use, and bytes freed but kept by the arenas.");
+  out += "mlxrt_process_heap_bytes{state=\"in_use\"} " + std::to_string(heap.uordblks + heap.hblkhd) + "\n";
+  out += "mlxrt_process_heap_bytes{state=\"free\"} " + std::to_string(heap.fordblks) + "\n";
+#endif
   return out;
 }
 

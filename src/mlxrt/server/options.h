@@ -110,6 +110,7 @@ struct ServerOptions {
   int http_threads = 1024;           // connections served at once (threads are added as they arrive)
   double header_timeout_s = 10.0;    // a request's header block, from accept or the previous response; 0: none
   double body_timeout_s = 60.0;      // a request's body, from the end of its headers; 0: none
+  double heap_trim_interval_s = 10.0;  // freed C-heap pages back to the system this often (HeapTrimmer); 0: never
   int max_queued_requests = 1024;    // beyond this, 503
   std::optional<int> max_prompt_tokens;  // --max-prompt-tokens: longer prompts are a 400 (unset: any length)
   std::optional<double> max_memory_gb;  // --max-memory: admission budget (unset: the device's memory)
