@@ -2,14 +2,14 @@
 
 #include <algorithm>
 
-#if defined(__GLIBC__)
+#if MLXRT_GLIBC_HEAP
 #include <malloc.h>
 #endif
 
 namespace mlxrt::server {
 
 HeapTrimmer::HeapTrimmer(double interval_s) {
-#if defined(__GLIBC__)
+#if MLXRT_GLIBC_HEAP
   if (!(interval_s > 0)) return;
   auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(std::min(interval_s, 1e9)));
@@ -34,7 +34,7 @@ unsigned long long HeapTrimmer::trims() const {
 }
 
 bool HeapTrimmer::trim_now() {
-#if defined(__GLIBC__)
+#if MLXRT_GLIBC_HEAP
   return malloc_trim(0) != 0;
 #else
   return false;

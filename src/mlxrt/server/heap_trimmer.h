@@ -14,8 +14,16 @@
  * glibc only: elsewhere (macOS' allocator returns pages itself) this does nothing. */
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
+
+// glibc's malloc_trim and mallinfo2 (2.33 and later): the trims here and the heap's /metrics gauges.
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+#define MLXRT_GLIBC_HEAP 1
+#else
+#define MLXRT_GLIBC_HEAP 0
+#endif
 
 namespace mlxrt::server {
 

@@ -6,7 +6,9 @@
 
 #include <mlx/memory.h>
 
-#if defined(__GLIBC__)
+#include "mlxrt/server/heap_trimmer.h"
+
+#if MLXRT_GLIBC_HEAP
 #include <malloc.h>
 #endif
 
@@ -202,7 +204,7 @@ std::string ServerMetrics::render(const MetricsGauges& g) const {
   gauge(out, "mlxrt_mlx_cache_memory_bytes", "Bytes of freed buffers MLX's allocator keeps for reuse.",
         mx::get_cache_memory());
   gauge(out, "mlxrt_mlx_peak_memory_bytes", "The most bytes MLX arrays have held at once.", mx::get_peak_memory());
-#if defined(__GLIBC__)
+#if MLXRT_GLIBC_HEAP
   // The C heap beside MLX's buffers, summed over malloc's arenas: a resident size that grows while
   // the bytes in use stay flat is memory freed but kept by the arenas, not a leak.
   const struct mallinfo2 heap = mallinfo2();

@@ -9,12 +9,12 @@
 #include <thread>
 #include <vector>
 
-#if defined(__GLIBC__)
+#include "mlxrt/server/heap_trimmer.h"
+
+#if MLXRT_GLIBC_HEAP
 #include <malloc.h>
 #include <unistd.h>
 #endif
-
-#include "mlxrt/server/heap_trimmer.h"
 
 namespace mlxrt::server {
 namespace {
@@ -24,7 +24,7 @@ TEST(HeapTrimmer, TrimsOnItsInterval) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (trimmer.trims() < 2 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-#if defined(__GLIBC__)
+#if MLXRT_GLIBC_HEAP
   EXPECT_GE(trimmer.trims(), 2u);
 #else
   EXPECT_EQ(trimmer.trims(), 0u);
@@ -37,7 +37,7 @@ TEST(HeapTrimmer, ZeroNeverTrims) {
   EXPECT_EQ(trimmer.trims(), 0u);
 }
 
-#if defined(__GLIBC__)
+#if MLXRT_GLIBC_HEAP
 /** This process' resident bytes (/proc/self/statm). */
 size_t resident_bytes() {
   std::ifstream statm("/proc/self/statm");
