@@ -170,6 +170,31 @@ json.dump({'requests': reqs}, sys.stdout)" > "$work/prefill-$rows.json" || exit 
       done
       grep -E '^(== |\[batch_generate\] prefilling)' "$out/prefillsplit.txt" | cut -c1-220
       echo "prefillsplit $(( $(date +%s) - t0 )) s" ;;
-    *) echo "unknown step $step (split batchgen batching profile serverprobe prefill prefillsplit)"; exit 2 ;;
+    availability)
+      # Whether array::is_available() tells a running evaluation from a finished one here.
+      if [ -x "$work/mlxrt_availability_probe" ]; then
+        timeout 120 "$work/mlxrt_availability_probe" > "$out/availability.txt" 2>&1
+        tail -n 12 "$out/availability.txt"
+      else
+        echo "availability: no mlxrt_availability_probe in the bundle"
+      fi
+      echo "availability $(( $(date +%s) - t0 )) s" ;;
+    joinmodes)
+      # The server's --join-prefill modes side by side with mlx_lm.server on each of BATCH_MODELS:
+      # between (column mlxrt) and interleaved (a repeated option: the last one counts), at 8 and
+      # 32 clients with a steady round (JOIN_ARGS; add e.g. "--variant 'p16=MLXRT_STEP_PIECE_OPS=16
+      # --join-prefill interleaved'" for other pieces).
+      for m in $models; do
+        path=$(model_dir "$m") || exit 1
+        echo "== $m" >> "$out/joinmodes.txt"
+        # shellcheck disable=SC2086  # JOIN_ARGS is a list of options
+        MLXRT_BIN="$work/mlxrt" timeout 900 $PY bench/batch_bench.py --model "$path" --log-dir "$work/joinmodes-$m" \
+          ${JOIN_ARGS:---clients 8 32 --gen-tokens 128 --runs 1 --steady 3} --mlxrt-args=--warm-up \
+          --mlxrt-args='--join-prefill between' --variant 'interleaved=--join-prefill interleaved' \
+          >> "$out/joinmodes.txt" 2>&1
+      done
+      grep -E '^(== |clients|[0-9]+ |\| )' "$out/joinmodes.txt" | head -80
+      echo "joinmodes $(( $(date +%s) - t0 )) s" ;;
+    *) echo "unknown step $step (split batchgen batching profile serverprobe prefill prefillsplit availability joinmodes)"; exit 2 ;;
   esac
 done

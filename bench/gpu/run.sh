@@ -116,7 +116,7 @@ build() {
     local lib
     lib="$(site)/mlx/lib${MLXRT_LIBS:+:$(cd "$MLXRT_LIBS" && pwd)}"
     local exe
-    for exe in mlxrt mlxrt_cuda_kernel_tests mlxrt_qmv_bench mlxrt_layer_bench; do
+    for exe in mlxrt mlxrt_cuda_kernel_tests mlxrt_qmv_bench mlxrt_layer_bench mlxrt_availability_probe; do
       local from="$(cd "$(dirname "$MLXRT_BIN")" && pwd)/$exe"
       [ "$exe" = mlxrt ] && from="$(cd "$(dirname "$MLXRT_BIN")" && pwd)/$(basename "$MLXRT_BIN")"
       [ -x "$from" ] || continue
