@@ -28,6 +28,12 @@
 #   prefill:  bench/gpu/batch_prefill_probe.py on BATCH_MODELS: mlx-lm's own batched prefill, its
 #             forwards at new and repeated shapes (KVCache and BatchKVCache) and its BatchGenerator
 #             with 32 prompts at once (prefill.txt).
+#   availability: bench/gpu/availability_probe.cpp (whether array::is_available() tells a running
+#             evaluation from a finished one on this device; availability.txt);
+#   servertests: tests/server/test_batch_server.py and test_load_and_disconnect.py with this
+#             binary, fixtures made here (servertests.txt);
+#   joinmodes: the server's --join-prefill modes beside mlx_lm.server on BATCH_MODELS (JOIN_ARGS,
+#             JOIN_PIECES; joinmodes.txt);
 #   prefillsplit: mlxrt's batched prefill alone (`batch-generate --step-timing`, groups of
 #             PREFILL_ROWS prompts), with and without cuDNN's attention, then with the host sampled
 #             (prefillsplit.txt): whether a prefilling step's dispatch is the host's or the device's;
@@ -179,22 +185,36 @@ json.dump({'requests': reqs}, sys.stdout)" > "$work/prefill-$rows.json" || exit 
         echo "availability: no mlxrt_availability_probe in the bundle"
       fi
       echo "availability $(( $(date +%s) - t0 )) s" ;;
+    servertests)
+      # The batched server's tests here (each --join-prefill mode against mlx_lm.server's answers,
+      # disconnects in every mode), fixtures made on this device.
+      shared=$root/../shared
+      if [ ! -d "$shared/data/tokenizers/qwen3" ]; then
+        mkdir -p "$shared/data/tokenizers/qwen3" && cp "$work/tokenizer/"* "$shared/data/tokenizers/qwen3/"
+      fi
+      MLXRT_BIN="$work/mlxrt" MLXRT_FIXTURES="$work/fixtures" MLXRT_SOURCE_DIR="$root" MLXRT_SHARED_DIR="$shared" \
+        timeout "${SERVERTESTS_TIMEOUT:-240}" $PY -m pytest -q -rf --tb=short -p no:cacheprovider \
+        tests/server/test_batch_server.py tests/server/test_load_and_disconnect.py > "$out/servertests.txt" 2>&1
+      tail -n 15 "$out/servertests.txt" | grep -E 'FAILED|ERROR|passed|failed' | cut -c1-220
+      echo "servertests $(( $(date +%s) - t0 )) s" ;;
     joinmodes)
       # The server's --join-prefill modes side by side with mlx_lm.server on each of BATCH_MODELS:
       # between (column mlxrt) and interleaved (a repeated option: the last one counts), at 8 and
-      # 32 clients with a steady round (JOIN_ARGS; add e.g. "--variant 'p16=MLXRT_STEP_PIECE_OPS=16
-      # --join-prefill interleaved'" for other pieces).
+      # 32 clients with a steady round (JOIN_ARGS), and interleaved with pieces of each op count in
+      # JOIN_PIECES (columns pN; default none).
+      variants=(--variant 'interleaved=--join-prefill interleaved')
+      for p in ${JOIN_PIECES:-}; do variants+=(--variant "p$p=MLXRT_STEP_PIECE_OPS=$p --join-prefill interleaved"); done
       for m in $models; do
         path=$(model_dir "$m") || exit 1
         echo "== $m" >> "$out/joinmodes.txt"
         # shellcheck disable=SC2086  # JOIN_ARGS is a list of options
         MLXRT_BIN="$work/mlxrt" timeout 900 $PY bench/batch_bench.py --model "$path" --log-dir "$work/joinmodes-$m" \
           ${JOIN_ARGS:---clients 8 32 --gen-tokens 128 --runs 1 --steady 3} --mlxrt-args=--warm-up \
-          --mlxrt-args='--join-prefill between' --variant 'interleaved=--join-prefill interleaved' \
+          --mlxrt-args='--join-prefill between' "${variants[@]}" \
           >> "$out/joinmodes.txt" 2>&1
       done
       grep -E '^(== |clients|[0-9]+ |\| )' "$out/joinmodes.txt" | head -80
       echo "joinmodes $(( $(date +%s) - t0 )) s" ;;
-    *) echo "unknown step $step (split batchgen batching profile serverprobe prefill prefillsplit availability joinmodes)"; exit 2 ;;
+    *) echo "unknown step $step (split batchgen batching profile serverprobe prefill prefillsplit availability servertests joinmodes)"; exit 2 ;;
   esac
 done

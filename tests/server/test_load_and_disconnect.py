@@ -185,7 +185,7 @@ def test_bad_join_prefill_is_a_clear_parse_error(model_dir):
                                         (("--join-prefill", "between"), "between"),
                                         (("--join-prefill", "interleaved", "--batch-order", "mlx-lm"), "between")])
 def test_the_join_prefill_mode_the_server_runs_is_logged(model_dir, tmp_path_factory, flag, mode):
-    # auto is interleaved on the CPU (these tests' device); mlx-lm's batch order has no joining path.
+    # auto (and the default) is interleaved on every device; mlx-lm's batch order has no joining path.
     running = start_mlxrt(model_dir, tmp_path_factory, extra=flag)
     try:
         assert f"--join-prefill: {mode}\n" in Path(running.log).read_text()

@@ -159,7 +159,7 @@ CLI::Validator number_check(bool zero_allowed) {
 CLI::Validator non_negative_number() { return number_check(true); }
 CLI::Validator positive_number() { return number_check(false); }
 
-CLI::Option* add_join_prefill_option(CLI::App* cmd, bool& by_device, bool& beside, bool& interleaved) {
+CLI::Option* add_join_prefill_option(CLI::App* cmd, bool& beside, bool& interleaved) {
   CLI::Validator values(
       [](std::string& value) {
         return value == "auto" || value == "between" || value == "beside" || value == "interleaved"
@@ -170,20 +170,19 @@ CLI::Option* add_join_prefill_option(CLI::App* cmd, bool& by_device, bool& besid
   return cmd
       ->add_option_function<std::string>(
           "--join-prefill",
-          [&by_device, &beside, &interleaved](const std::string& value) {
-            by_device = value == "auto";
-            beside = value == "beside" || value == "interleaved";
-            interleaved = value == "interleaved";
+          [&beside, &interleaved](const std::string& value) {
+            beside = value != "between";
+            interleaved = value == "interleaved" || value == "auto";
           },
           "Where a request that joins a decoding batch is prefilled: between runs it between the batch's "
           "steps, after the step in flight and the one dispatched after it; beside prefills it and runs its "
           "first step on a second stream while the batch's steps go on, hands its first token out when it is "
           "ready and merges it at the next step; interleaved does the same on the batch's own stream, with "
           "the batch's steps dispatched a few ops at a time so that the prefill runs between two pieces of a "
-          "step; auto is interleaved on the CPU and between on a GPU (ours; beside and interleaved with "
+          "step; auto (earlier releases' default) is interleaved (ours; beside and interleaved with "
           "--batch-order prompts-first)")
       ->check(values)
-      ->default_str(by_device ? "auto" : interleaved ? "interleaved" : beside ? "beside" : "between");
+      ->default_str(interleaved ? "interleaved" : beside ? "beside" : "between");
 }
 
 CLI::Option* add_first_tokens_option(CLI::App* cmd, bool& early) {

@@ -63,10 +63,10 @@ CLI::Validator positive_number();
 CLI::Option* add_batch_order_option(CLI::App* cmd, bool& prompts_first);
 
 /** Adds --join-prefill auto|between|beside|interleaved (generate::BatchGeneratorOptions::
- * join_prefill_beside and join_prefill_interleaved: beside sets the first, interleaved both; auto
- * sets `by_device` and leaves the choice to the server, which knows the device); its default is
- * the flags' values. Another value is a parse error naming the four. */
-CLI::Option* add_join_prefill_option(CLI::App* cmd, bool& by_device, bool& beside, bool& interleaved);
+ * join_prefill_beside and join_prefill_interleaved: beside sets the first, interleaved both; auto,
+ * kept for scripts written when it chose by device, is interleaved); its default is the flags'
+ * values. Another value is a parse error naming the four. */
+CLI::Option* add_join_prefill_option(CLI::App* cmd, bool& beside, bool& interleaved);
 
 /** Adds --first-tokens early|pipelined (generate::BatchGeneratorOptions::first_tokens_early); its
  * default is `early`'s value. Another value is a parse error naming both. */

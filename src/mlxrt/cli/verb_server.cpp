@@ -198,7 +198,7 @@ void register_server(CLI::App& app) {
       ->capture_default_str();
   add_batch_order_option(cmd, o.prompts_first);
   add_first_tokens_option(cmd, o.first_tokens_early);
-  add_join_prefill_option(cmd, o.join_prefill_by_device, o.join_prefill_beside, o.join_prefill_interleaved);
+  add_join_prefill_option(cmd, o.join_prefill_beside, o.join_prefill_interleaved);
   cmd->add_option("--prefill-buffer-cache", a->prefill_buffer_cache,
                   "Keep MLX's buffer cache across a batch's prefill chunks while it holds at most this much (e.g. "
                   "512M; 0 clears it after every chunk, as mlx_lm.server does; ours)")

@@ -112,8 +112,9 @@ BatchGenerator::BatchGenerator(model::CausalLM& model, BatchGeneratorOptions opt
     if (!o_.join_prefill_beside) throw UsageError("interleaved joining is a mode of joining beside (join_prefill_beside)");
     // On the CPU the host dispatching a piece is held until all but about ten of its ops have run
     // (MLX's cap on the tasks in flight), and it notices a joining request only between pieces:
-    // small pieces there (bench/RESULTS.md, thirtieth session).
-    const int piece_ops = o_.step_piece_ops > 0 ? o_.step_piece_ops : mx::default_device() == mx::Device::cpu ? 16 : 48;
+    // small pieces there (bench/RESULTS.md, thirtieth session). On an H100 128-op pieces kept the
+    // tail of 48-op ones at less of the throughput (thirty-second session).
+    const int piece_ops = o_.step_piece_ops > 0 ? o_.step_piece_ops : mx::default_device() == mx::Device::cpu ? 16 : 128;
     paced_.emplace(piece_ops, o_.step_pieces_ahead);
   }
 }

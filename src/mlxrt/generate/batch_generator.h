@@ -110,7 +110,7 @@ struct BatchGeneratorOptions {
   bool join_prefill_beside = false;
   /** With join_prefill_beside (ours; `mlxrt server --join-prefill interleaved`): the joining
    * prompts' prefill and first step go on the batch's own stream, and the batch's steps are
-   * dispatched a piece of about step_piece_ops ops at a time (0: 16 on the CPU, 48 on a GPU), at
+   * dispatched a piece of about step_piece_ops ops at a time (0: 16 on the CPU, 128 on a GPU), at
    * most step_pieces_ahead pieces ahead of the device (PacedDispatch). A request that arrives
    * mid-step then waits for the few pieces the device holds, not for the step in flight and the
    * one dispatched after it: its prefill runs between two pieces of a step. Same ops on the same

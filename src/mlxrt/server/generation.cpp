@@ -302,7 +302,6 @@ bool Generator::batch_joinable(const Job& job) const {
 std::string Generator::join_prefill_mode() const {
   // Ranks in lockstep must take the same steps: a step cut short by a local arrival would not be.
   if (!options_.prompts_first || lockstep_) return "between";
-  if (options_.join_prefill_by_device) return mx::default_device() == mx::Device::cpu ? "interleaved" : "between";
   return options_.join_prefill_interleaved ? "interleaved" : options_.join_prefill_beside ? "beside" : "between";
 }
 

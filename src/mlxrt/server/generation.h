@@ -49,8 +49,7 @@ class Generator {
   /** The constrained-decoding engine of the current model, made on first use. */
   structured::GrammarEngine& grammar_engine(int vocab_size);
   /** How a request joins a decoding batch here: "between", "beside" or "interleaved"
-   * (--join-prefill, auto resolved for the device; between for ranks in lockstep or the mlx-lm
-   * batch order). */
+   * (--join-prefill; between for ranks in lockstep or the mlx-lm batch order). */
   std::string join_prefill_mode() const;
   /** Makes the BatchGenerator for `job`'s model (--decode-concurrency, --prompt-concurrency,
    * --prefill-step-size). */

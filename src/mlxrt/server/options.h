@@ -56,20 +56,19 @@ struct ServerOptions {
   /** --first-tokens early (the default; ours) or pipelined: a joining row's first token handed out
    * before the batch's next step is encoded (generate::BatchGeneratorOptions::first_tokens_early). */
   bool first_tokens_early = true;
-  /** --join-prefill auto (the default): interleaved on the CPU, where it took the p99 of the first
-   * token under a steady load from 5-13 times the solo one to under 3 times, for 13-18% of the
-   * throughput (bench/RESULTS.md, thirtieth session), and between on a GPU, where interleaved is
-   * not measured yet; the two flags below are then ignored. */
-  bool join_prefill_by_device = true;
   /** --join-prefill beside or between: a prompt that joins a decoding batch is prefilled beside the
    * batch's steps on a second stream (ours), or between them in the batch's order
    * (generate::BatchGeneratorOptions::join_prefill_beside). Measured on an H100 and on the CPU,
    * beside gave a later first token than between (bench/RESULTS.md, twenty-eighth session).
    * Distributed servers keep between. */
-  bool join_prefill_beside = false;
-  /** --join-prefill interleaved (with join_prefill_beside; ours): the joining prompt on the batch's
-   * own stream, between pieces of its steps (generate::BatchGeneratorOptions::join_prefill_interleaved). */
-  bool join_prefill_interleaved = false;
+  bool join_prefill_beside = true;
+  /** --join-prefill interleaved (the default; with join_prefill_beside; ours): the joining prompt
+   * on the batch's own stream, between pieces of its steps
+   * (generate::BatchGeneratorOptions::join_prefill_interleaved). Under a steady load it took the
+   * p99 of the first token from 5-13 times the solo one to under 3 times on the CPU, for 13-18% of
+   * the throughput (bench/RESULTS.md, thirtieth session), and on an H100 about halved it at 32
+   * clients for 0-7% (thirty-second session). */
+  bool join_prefill_interleaved = true;
   /** --spec-exact: the model computes every position as a one-token step (LoadOptions::row_exact);
    * batches then run batch-invariant, so every request gets one-token decoding's bytes. */
   bool row_exact = false;
