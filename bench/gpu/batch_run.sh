@@ -201,8 +201,10 @@ json.dump({'requests': reqs}, sys.stdout)" > "$work/prefill-$rows.json" || exit 
       # The server's --join-prefill modes side by side with mlx_lm.server on each of BATCH_MODELS:
       # between (column mlxrt) and interleaved (a repeated option: the last one counts), at 8 and
       # 32 clients with a steady round (JOIN_ARGS), and interleaved with pieces of each op count in
-      # JOIN_PIECES (columns pN; default none).
+      # JOIN_PIECES (columns pN; default none). JOIN_DEBUG=1: the servers log at DEBUG, and
+      # bench/ttft_breakdown.py splits each first token's wait into joining and in-batch parts.
       variants=(--variant 'interleaved=--join-prefill interleaved')
+      debug=(); [ -n "${JOIN_DEBUG:-}" ] && debug=(--mlxrt-args=--log-level=DEBUG)
       for p in ${JOIN_PIECES:-}; do variants+=(--variant "p$p=MLXRT_STEP_PIECE_OPS=$p --join-prefill interleaved"); done
       for m in $models; do
         path=$(model_dir "$m") || exit 1
@@ -210,8 +212,9 @@ json.dump({'requests': reqs}, sys.stdout)" > "$work/prefill-$rows.json" || exit 
         # shellcheck disable=SC2086  # JOIN_ARGS is a list of options
         MLXRT_BIN="$work/mlxrt" timeout 900 $PY bench/batch_bench.py --model "$path" --log-dir "$work/joinmodes-$m" \
           ${JOIN_ARGS:---clients 8 32 --gen-tokens 128 --runs 1 --steady 3} --mlxrt-args=--warm-up \
-          --mlxrt-args='--join-prefill between' "${variants[@]}" \
+          --mlxrt-args='--join-prefill between' "${debug[@]}" "${variants[@]}" \
           >> "$out/joinmodes.txt" 2>&1
+        [ -n "${JOIN_DEBUG:-}" ] && $PY bench/ttft_breakdown.py "$work/joinmodes-$m"/*.log >> "$out/joinmodes.txt" 2>&1
       done
       grep -E '^(== |clients|[0-9]+ |\| )' "$out/joinmodes.txt" | head -80
       echo "joinmodes $(( $(date +%s) - t0 )) s" ;;
