@@ -58,6 +58,30 @@ std::optional<std::pair<std::string, int>> peer_of(int fd, int local_port) {
   return std::pair<std::string, int>(host.data(), port);
 }
 
+/** A descriptor of our own for a connection's socket, closed when it goes out of scope: whatever
+ * happens to the original meanwhile (closed by its thread, its number reused), this one stays the
+ * socket that was checked. */
+class OwnDescriptor {
+ public:
+  explicit OwnDescriptor(int fd) : fd_(fcntl(fd, F_DUPFD_CLOEXEC, 0)), error_(fd_ < 0 ? errno : 0) {}
+  ~OwnDescriptor() {
+    if (fd_ >= 0) close(fd_);
+  }
+  OwnDescriptor(const OwnDescriptor&) = delete;
+  OwnDescriptor& operator=(const OwnDescriptor&) = delete;
+  /** -1 when the duplicate failed (error() says why). */
+  int fd() const { return fd_; }
+  int error() const { return error_; }
+  /** Whether it is still the accepted socket of `peer` on `local_port`. */
+  bool is_peer(const std::pair<std::string, int>& peer, int local_port) const {
+    return fd_ >= 0 && peer_of(fd_, local_port) == std::optional<std::pair<std::string, int>>(peer);
+  }
+
+ private:
+  int fd_;
+  int error_;
+};
+
 }  // namespace
 
 ReadDeadline::ReadDeadline(int local_port, double header_timeout_s, double body_timeout_s,
@@ -175,41 +199,31 @@ std::vector<ReadPhase> ReadDeadline::cut_late(Clock::time_point now) {
 }
 
 bool ReadDeadline::header_block_waiting(int fd, const Peer& peer) const {
-  int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (own < 0) return false;
-  bool waiting = false;
-  if (peer_of(own, local_port_) == std::optional<Peer>(peer)) {
-    // Up to 64 KiB: a header block larger than that (httplib allows a few) is judged by its start
-    // and cut as if it were still arriving, which only a pathological client would notice.
-    std::vector<char> buffer(64 * 1024);
-    ssize_t n = recv(own, buffer.data(), buffer.size(), MSG_PEEK | MSG_DONTWAIT);
-    if (n > 0) {
-      std::string_view seen(buffer.data(), static_cast<size_t>(n));
-      waiting = seen.find("\r\n\r\n") != std::string_view::npos || seen.find("\n\n") != std::string_view::npos;
-    }
-  }
-  close(own);
-  return waiting;
+  OwnDescriptor own(fd);
+  if (!own.is_peer(peer, local_port_)) return false;
+  // Up to 64 KiB: a header block larger than that (httplib allows a few) is judged by its start
+  // and cut as if it were still arriving, which only a pathological client would notice.
+  std::vector<char> buffer(64 * 1024);
+  ssize_t n = recv(own.fd(), buffer.data(), buffer.size(), MSG_PEEK | MSG_DONTWAIT);
+  if (n <= 0) return false;
+  std::string_view seen(buffer.data(), static_cast<size_t>(n));
+  return seen.find("\r\n\r\n") != std::string_view::npos || seen.find("\n\n") != std::string_view::npos;
 }
 
 ReadDeadline::Cut ReadDeadline::shut_down(int fd, const Peer& peer, bool reply) const {
-  // A descriptor of our own: whatever happens to `fd` meanwhile, this one stays the socket checked.
-  int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (own < 0) return errno == EBADF ? Cut::gone : Cut::retry;
-  bool same = peer_of(own, local_port_) == std::optional<Peer>(peer);
-  if (same) {
-    if (reply && !body_timeout_reply_.empty()) {
-      int flags = MSG_DONTWAIT;
+  OwnDescriptor own(fd);
+  if (own.fd() < 0) return own.error() == EBADF ? Cut::gone : Cut::retry;
+  if (!own.is_peer(peer, local_port_)) return Cut::gone;
+  if (reply && !body_timeout_reply_.empty()) {
+    int flags = MSG_DONTWAIT;
 #ifdef MSG_NOSIGNAL
-      flags |= MSG_NOSIGNAL;
+    flags |= MSG_NOSIGNAL;
 #endif
-      // Best effort: the client is sending, not reading; a full buffer just loses the reply.
-      (void)send(own, body_timeout_reply_.data(), body_timeout_reply_.size(), flags);
-    }
-    ::shutdown(own, SHUT_RDWR);  // wakes the thread reading it; httplib then closes it
+    // Best effort: the client is sending, not reading; a full buffer just loses the reply.
+    (void)send(own.fd(), body_timeout_reply_.data(), body_timeout_reply_.size(), flags);
   }
-  close(own);
-  return same ? Cut::done : Cut::gone;
+  ::shutdown(own.fd(), SHUT_RDWR);  // wakes the thread reading it; httplib then closes it
+  return Cut::done;
 }
 
 }  // namespace mlxrt::server
