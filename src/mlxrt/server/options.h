@@ -60,7 +60,8 @@ struct ServerOptions {
    * batch's steps on a second stream (ours), or between them in the batch's order
    * (generate::BatchGeneratorOptions::join_prefill_beside). Measured on an H100 and on the CPU,
    * beside gave a later first token than between (bench/RESULTS.md, twenty-eighth session).
-   * Distributed servers keep between. */
+   * Distributed servers keep between. True for interleaved, the default, which is a way of
+   * joining beside. */
   bool join_prefill_beside = true;
   /** --join-prefill interleaved (the default; with join_prefill_beside; ours): the joining prompt
    * on the batch's own stream, between pieces of its steps
