@@ -62,6 +62,9 @@ SETTINGS = {
     # q/k/v tasks of the other products' rows (the default gives them decoder_layer_qkv_rows's: as
     # many as make one round over the grid).
     "no-qkv-rounds": {"MLXRT_CUDA_L3_LAYER_QKV_ROUNDS": "0"},
+    # Each product task's loads after the last task's sums (the default streams a warp's tasks:
+    # DecoderLayerGrid::stream).
+    "no-stream": {"MLXRT_CUDA_L3_LAYER_STREAM": "0"},
     # A prefill's quantized products at l3 as the matrix dequantized, then a dense matmul
     # (kernels/cuda/dequantized_gemm.h), from 64 to 512 rows: the prompt tok/s column (--prompt 512).
     "prefill-64": {"MLXRT_CUDA_L3_PREFILL_ROWS": "64"},

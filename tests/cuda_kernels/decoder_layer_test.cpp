@@ -18,7 +18,9 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -77,10 +79,10 @@ class DecoderLayer : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(use_kernel_device()) << "these tests need a CUDA device"; }
 };
 
-void run_case(const Case& c, int seed) {
-  Keys keys(seed);
+// A layer of c's shapes and kinds, random; freqs: the RoPE frequencies where c.freqs.
+DecoderLayerWeights layer_weights(const Case& c, Keys& keys, std::vector<double>& freqs) {
   const auto t = c.type;
-  const int K = c.hidden, H = c.heads, HK = c.kv_heads, D = c.head_dim, I = c.intermediate, S = c.capacity;
+  const int K = c.hidden, H = c.heads, HK = c.kv_heads, D = c.head_dim, I = c.intermediate;
   auto weight = [&](int n) {
     auto w = mx::astype(mx::add(mx::array(1.0f), mx::multiply(mx::random::normal({n}, mx::float32, keys.next()),
                                                                mx::array(0.1f))), t);
@@ -106,7 +108,6 @@ void run_case(const Case& c, int seed) {
     w.attn.q_norm = RmsNormIn{weight(D), 1e-6f};
     w.attn.k_norm = RmsNormIn{weight(D), 1e-6f};
   }
-  std::vector<double> freqs;
   if (c.freqs) {
     auto i = mx::astype(mx::arange(0, c.rot, 2), mx::float32);
     auto f = mx::power(mx::array(500000.0f), mx::divide(i, mx::array(static_cast<float>(c.rot))));
@@ -116,6 +117,15 @@ void run_case(const Case& c, int seed) {
   } else {
     w.attn.rope.base = 10000.0f;
   }
+  return w;
+}
+
+void run_case(const Case& c, int seed) {
+  Keys keys(seed);
+  const auto t = c.type;
+  const int K = c.hidden, H = c.heads, HK = c.kv_heads, D = c.head_dim, I = c.intermediate, S = c.capacity;
+  std::vector<double> freqs;
+  const auto w = layer_weights(c, keys, freqs);
   auto kc = owned(mx::astype(mx::random::normal({1, HK, S, D}, mx::float32, keys.next()), t));
   auto vc = owned(mx::astype(mx::random::normal({1, HK, S, D}, mx::float32, keys.next()), t));
   auto bar = owned(mx::zeros({kDecoderLayerBarrierWords}, mx::uint32));  // the first launch's; then each launch's next
@@ -334,6 +344,65 @@ TEST_F(DecoderLayer, QkvTasksOfOtherRowsThanTheRest) {
   // two elsewhere; and five beside tasks of four.
   run_case({mx::bfloat16, 64, 4, 256, 4, 2, 64, 64, 512, 256, true, false, false, {0, 140}, 2, 1, 3}, 21);
   run_case({mx::bfloat16, 32, 8, 512, 4, 2, 64, 64, 512, 64, true, false, false, {7}, 2, 4, 5}, 22);
+}
+
+// The bytes of an evaluated array (its whole buffer: the kernel's outputs are contiguous).
+std::vector<unsigned char> bytes_of(const mx::array& a) {
+  auto u = mx::view(a, mx::uint8);
+  mx::eval(u);
+  const auto* p = u.data<unsigned char>();
+  return {p, p + u.nbytes()};
+}
+
+TEST_F(DecoderLayer, StreamedTasksGiveTheBytesOfTasksOneByOne) {
+  // DecoderLayerGrid::stream loads a warp's next task before its last step is summed; each row's
+  // sums stay those of its tasks run one by one, so every phase's output is the same bytes. Rows
+  // of 1024 values (one 4-bit step a lane, two 8-bit), 1536 (the second step's lanes partly past
+  // the end) and 256 (o_proj: most lanes idle); 16 warps over tens of tasks each.
+  const Case cases[] = {{mx::bfloat16, 64, 4, 1024, 4, 2, 64, 64, 1536, 64, true, false, false, {0, 9}},
+                        {mx::float16, 32, 8, 1024, 4, 2, 64, 64, 1536, 64, true, false, false, {5}, 2, 1, 3}};
+  int seed = 40;
+  for (const auto& c : cases) {
+    Keys keys(seed++);
+    std::vector<double> freqs;
+    const auto w = layer_weights(c, keys, freqs);
+    const auto cache = [&] {
+      return owned(mx::astype(mx::random::normal({1, c.kv_heads, c.capacity, c.head_dim}, mx::float32, keys.next()), c.type));
+    };
+    const auto kc = cache(), vc = cache();
+    const auto x = exact_square_x(keys, 1, c.hidden, c.type);
+    for (const int pos : c.positions) {
+      const auto what = label(c, pos);
+      std::vector<std::vector<unsigned char>> outs[2];
+      for (const bool stream : {false, true}) {
+        // Each run from the same caches (the kernel writes the new key and value in place).
+        auto k = owned(mx::copy(kc)), v = owned(mx::copy(vc));
+        auto bar = owned(mx::zeros({kDecoderLayerBarrierWords}, mx::uint32));
+        const DecoderLayerGrid grid{4, 4, c.depth, c.rows, c.qkv_rows, stream};
+        const auto launch = decoder_layer_launch(x, w, k, v, mx::array(pos, mx::int32), bar, grid);
+        ASSERT_TRUE(launch.has_value()) << what << ": declined";
+        const auto out = run(*launch);
+        const auto layout = decoder_layer_scratch(x, w, c.capacity, grid);
+        auto& o = outs[stream];
+        o.push_back(bytes_of(out[0]));
+        o.push_back(bytes_of(k));
+        o.push_back(bytes_of(v));
+        // The phases' results (not the stamps: times; not the padding between regions).
+        const auto all = bytes_of(out[2]);
+        const size_t e = mx::size_of(c.type), H = c.heads, HK = c.kv_heads, D = c.head_dim;
+        const std::vector<std::pair<size_t, size_t>> regions = {
+            {layout.xn1, c.hidden * e}, {layout.qkv, (H + 2 * HK) * D * e}, {layout.qr, H * D * e},
+            {layout.attn, H * D * e},   {layout.hres, c.hidden * e},        {layout.xn2, c.hidden * e},
+            {layout.act, c.intermediate * e}};
+        for (const auto& [at, n] : regions) o.emplace_back(all.begin() + at, all.begin() + at + n);
+      }
+      const char* names[] = {"layer output", "key cache", "value cache", "xn1", "q/k/v", "rotated q",
+                             "attention", "h", "xn2", "SwiGLU"};
+      ASSERT_EQ(outs[0].size(), std::size(names));
+      for (size_t i = 0; i < std::size(names); ++i)
+        EXPECT_TRUE(outs[0][i] == outs[1][i]) << what << ": " << names[i] << " differ";
+    }
+  }
 }
 
 TEST_F(DecoderLayer, GridAndUseFollowTheWeights) {

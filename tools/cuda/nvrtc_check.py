@@ -188,7 +188,8 @@ def layer_combos(full):
     """decoder_layer: Qwen3-0.6B's and 8B's layer shapes and a small one; each float type with 4- and
     8-bit weights (groups 32/64/128), float32 x with bf16 scales, dense weights; norms or none, base
     or frequencies, split-half or traditional pairs; 8 warps a block, chunks of 128 keys; products
-    with 2 or 4 steps of loads in flight, tasks of the kernel's choice of rows or of 4 or 8."""
+    with 2 or 4 steps of loads in flight, tasks of the kernel's choice of rows or of 4 or 8, streamed
+    (DecoderLayerGrid::stream) or one by one."""
     shapes = [(1024, 16, 8, 128, 3072), (4096, 32, 8, 128, 12288), (256, 4, 2, 64, 512)]
     variants = [((t, t), b, g) for t in FLOATS for b, g in ((4, 64), (8, 32), (4, 128))]
     variants += [(("f32", "bf16"), 4, 64)] + [((t, t), 0, 0) for t in FLOATS]
@@ -196,24 +197,30 @@ def layer_combos(full):
     out = []
     for i, (((xt, st), bits, gs), shape, (trad, freqs, norm)) in enumerate(
             itertools.product(variants, shapes, flags)):
-        if not full and i % 7:
+        # Qwen3's own layers (bf16, 4-bit g64, norms, split-half RoPE by base) at the kernel's
+        # defaults, each also with its tasks one by one (MLXRT_CUDA_L3_LAYER_STREAM=0): the
+        # registers of what the models run.
+        qwen = (xt, st, bits, gs) == ("bf16", "bf16", 4, 64) and shape != shapes[2] and (trad, freqs, norm) == (False, False, True)
+        if not full and i % 7 and not qwen:
             continue
         k, h, hk, d, inter = shape
         cols = (lambda n: n * bits // 32) if bits else (lambda n: n)
         r = (4 if k >= 8192 else 1) if not bits else (4 if k >= 8192 else 2 if k >= 4096 else 1)
-        r = (r, 4, 8)[i // 7 % 3]  # the kernel's choice, or MLXRT_CUDA_L3_LAYER_ROWS
+        r = r if qwen else (r, 4, 8)[i // 7 % 3]  # the kernel's choice, or MLXRT_CUDA_L3_LAYER_ROWS
         # q/k/v tasks as the rest's, or (MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=1) decoder_layer_qkv_rows's on an
         # H100's or H200's grid (132 multiprocessors, decoder_layer_grid's blocks on each).
         warps = 132 * (2 if bits == 4 and r <= 2 else 1) * 8
-        out.append({"XT": xt, "WT": "u32" if bits else xt, "ST": st if bits else xt, "R": r,
-                    "RQ": qkv_rows(h * d, hk * d, warps, r) if i % 4 in (1, 2) else r, "BITS": bits, "GS": gs,
-                    "K": k, "COLS": cols(k), "COLS_O": cols(h * d), "I": inter, "COLS_I": cols(inter), "H": h,
-                    "HK": hk, "D": d, "ROT": d, "TRAD": trad, "FREQS": freqs, "NORM": norm, "NW": 8, "DEPTH": 2 + 2 * (i % 2), "CHUNK": 128,
-                    "GEN_WORD": 32,
-                    "EPS1_BITS": eps_bits(1e-6), "EPS2_BITS": eps_bits(1e-6),
-                    "EPS_Q_BITS": eps_bits(1e-6) if norm else 0, "EPS_K_BITS": eps_bits(1e-6) if norm else 0,
-                    "LOG2_BASE_BITS": 0 if freqs else eps_bits(19.931568569324174), "SCALE_BITS": eps_bits(1.0),
-                    "ATT_SCALE_BITS": eps_bits(d ** -0.5), **scratch_offsets(k, h, hk, d, inter, xt, warps // 8)})
+        for stream in ((False, True) if qwen else (i % 3 != 0,)):
+            out.append({"XT": xt, "WT": "u32" if bits else xt, "ST": st if bits else xt, "R": r,
+                        "RQ": qkv_rows(h * d, hk * d, warps, r) if qwen or i % 4 in (1, 2) else r, "BITS": bits, "GS": gs,
+                        "K": k, "COLS": cols(k), "COLS_O": cols(h * d), "I": inter, "COLS_I": cols(inter), "H": h,
+                        "HK": hk, "D": d, "ROT": d, "TRAD": trad, "FREQS": freqs, "NORM": norm, "NW": 8,
+                        "DEPTH": 2 if qwen else 2 + 2 * (i % 2), "STREAM": stream, "CHUNK": 128,
+                        "GEN_WORD": 32,
+                        "EPS1_BITS": eps_bits(1e-6), "EPS2_BITS": eps_bits(1e-6),
+                        "EPS_Q_BITS": eps_bits(1e-6) if norm else 0, "EPS_K_BITS": eps_bits(1e-6) if norm else 0,
+                        "LOG2_BASE_BITS": 0 if freqs else eps_bits(19.931568569324174), "SCALE_BITS": eps_bits(1.0),
+                        "ATT_SCALE_BITS": eps_bits(d ** -0.5), **scratch_offsets(k, h, hk, d, inter, xt, warps // 8)})
     return out
 
 

@@ -122,6 +122,15 @@ constexpr const char* kSource = R"(
 
   // Tasks of the products over K outputs (o_proj, down) and over I (gate and up).
   constexpr int tasks_o = (K + R - 1) / R, tasks_gu = (I + R - 1) / R;
+  // o_proj's and down's task t: rows t * R .. of one matrix of K rows (the last repeated past K).
+  auto rows_of = [&](const WT* w, const ST* s, const ST* b) {
+    return [=](int t) {
+      mlxrt_rows_task<WT, ST, R> k{w, s, b, w, s, b};
+#pragma unroll
+      for (int r = 0; r < R; ++r) k.n[r] = min(t * R + r, K - 1);
+      return k;
+    };
+  };
 
   // 1. RMSNorm(x) staged; the rows of q, k and v.
   mlxrt_stage_rms_norm<1>(x, nw1, __int_as_float(EPS1_BITS), K, xs, red);
@@ -129,20 +138,39 @@ constexpr const char* kSource = R"(
     for (int i = threadIdx.x; i < K; i += blockDim.x) xn1[i] = xs[i];  // for the tests: every block staged this
   {
     constexpr int tq = (NQ + RQ - 1) / RQ, tk = (NK + RQ - 1) / RQ;
-    for (int t = gw; t < tq + 2 * tk; t += G) {
-      const WT* w = wq;
-      const ST* s = sq;
-      const ST* b = bq;
-      XT* y = yq;
-      int N = NQ, row0 = t * RQ;
+    // Task t's matrix (q, then k, then v), its output and its first row.
+    auto qkv_of = [&](int t, const WT*& w, const ST*& s, const ST*& b, XT*& y, int& N, int& row0) {
+      w = wq; s = sq; b = bq; y = yq; N = NQ; row0 = t * RQ;
       if (t >= tq + tk) {
         w = wv; s = sv; b = bv; y = yv; N = NK; row0 = (t - tq - tk) * RQ;
       } else if (t >= tq) {
         w = wk; s = sk; b = bk; y = yk; N = NK; row0 = (t - tq) * RQ;
       }
-      mlxrt_qmv_warp<1, RQ, BITS, GS, DEPTH>(xs, true, w, s, b, N, COLS, row0,
-                                            [&](size_t i, float v) { y[i] = static_cast<XT>(v); });
-    }
+    };
+    auto task = [&](int t) {
+      mlxrt_rows_task<WT, ST, RQ> k;
+      XT* y;
+      int N, row0;
+      qkv_of(t, k.wa, k.sa, k.ba, y, N, row0);
+      k.wb = k.wa; k.sb = k.sa; k.bb = k.ba;
+#pragma unroll
+      for (int r = 0; r < RQ; ++r) k.n[r] = min(row0 + r, N - 1);
+      return k;
+    };
+    mlxrt_qmv_tasks<1, RQ, RQ, BITS, GS, DEPTH, STREAM>(xs, true, COLS, gw, G, tq + 2 * tk, lane, task,
+                                                       [&](int t, float (&acc)[1][RQ]) {
+      const WT* w;
+      const ST* s;
+      const ST* b;
+      XT* y;
+      int N, row0;
+      qkv_of(t, w, s, b, y, N, row0);
+#pragma unroll
+      for (int r = 0; r < RQ; ++r) {
+        const float v = mlxrt_warp_sum(acc[0][r]);
+        if (lane == (r & 31) && row0 + r < N) y[row0 + r] = static_cast<XT>(v);
+      }
+    });
   }
   mlxrt_grid_sync(barrier, GEN_WORD, block_stamp + 1);
   stamp(1);
@@ -316,10 +344,16 @@ constexpr const char* kSource = R"(
   stamp(2);
 
   // 3. o_proj and the residual: h = x + round(attn @ wo.T).
-  for (int t = gw; t < tasks_o; t += G)
-    mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(attn, true, wo, so, bo, K, COLS_O, t * R, [&](size_t i, float v) {
-      hres[i] = static_cast<XT>(static_cast<float>(x[i]) + static_cast<float>(static_cast<XT>(v)));
-    });
+  mlxrt_qmv_tasks<1, R, R, BITS, GS, DEPTH, STREAM>(attn, true, COLS_O, gw, G, tasks_o, lane, rows_of(wo, so, bo),
+                                                   [&](int t, float (&acc)[1][R]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int i = t * R + r;
+      const float v = mlxrt_warp_sum(acc[0][r]);
+      if (lane == (r & 31) && i < K)
+        hres[i] = static_cast<XT>(static_cast<float>(x[i]) + static_cast<float>(static_cast<XT>(v)));
+    }
+  });
   mlxrt_grid_sync(barrier, GEN_WORD, block_stamp + 3);
   stamp(3);
 
@@ -329,10 +363,15 @@ constexpr const char* kSource = R"(
     for (int i = threadIdx.x; i < K; i += blockDim.x) xn2[i] = xs[i];
   {
     // R rows of gate and the same of up, loaded together.
-    for (int t = gw; t < tasks_gu; t += G) {
+    auto task = [&](int t) {
+      mlxrt_rows_task<WT, ST, 2 * R> k{wg, sg, bg, wu, su, bu};
+#pragma unroll
+      for (int r = 0; r < 2 * R; ++r) k.n[r] = min(t * R + (r < R ? r : r - R), I - 1);
+      return k;
+    };
+    mlxrt_qmv_tasks<1, 2 * R, R, BITS, GS, DEPTH, STREAM>(xs, true, COLS, gw, G, tasks_gu, lane, task,
+                                                         [&](int t, float (&gu)[1][2 * R]) {
       const int row0 = t * R;
-      float gu[1][2 * R];
-      mlxrt_mv_row_pairs<1, R, BITS, GS, DEPTH>(xs, true, wg, sg, bg, wu, su, bu, I, COLS, row0, lane, gu);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const float g = static_cast<float>(static_cast<XT>(mlxrt_warp_sum(gu[0][r])));
@@ -343,16 +382,22 @@ constexpr const char* kSource = R"(
           act[row0 + r] = static_cast<XT>(a * u);
         }
       }
-    }
+    });
   }
   mlxrt_grid_sync(barrier, GEN_WORD, block_stamp + 4);
   stamp(4);
 
   // 5. down and the residual: the layer's output.
-  for (int t = gw; t < tasks_o; t += G)
-    mlxrt_qmv_warp<1, R, BITS, GS, DEPTH>(act, true, wd, sd, bd, K, COLS_I, t * R, [&](size_t i, float v) {
-      y[i] = static_cast<XT>(static_cast<float>(hres[i]) + static_cast<float>(static_cast<XT>(v)));
-    });
+  mlxrt_qmv_tasks<1, R, R, BITS, GS, DEPTH, STREAM>(act, true, COLS_I, gw, G, tasks_o, lane, rows_of(wd, sd, bd),
+                                                   [&](int t, float (&acc)[1][R]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int i = t * R + r;
+      const float v = mlxrt_warp_sum(acc[0][r]);
+      if (lane == (r & 31) && i < K)
+        y[i] = static_cast<XT>(static_cast<float>(hres[i]) + static_cast<float>(static_cast<XT>(v)));
+    }
+  });
   // The next launch's barrier: every block is past the last barrier, so the count is back to 0.
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     bar_next[0] = 0u;
@@ -450,7 +495,8 @@ DecoderLayerKnobs decoder_layer_knobs() {
   static const DecoderLayerKnobs knobs{env_choice("MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM", {1, 2, 3}, 0),
                                        env_choice("MLXRT_CUDA_L3_LAYER_DEPTH", {1, 2, 3, 4}, 0),
                                        env_choice("MLXRT_CUDA_L3_LAYER_ROWS", {1, 2, 4, 8}, 0),
-                                       env_choice("MLXRT_CUDA_L3_LAYER_QKV_ROUNDS", {0, 1}, 1) == 1};
+                                       env_choice("MLXRT_CUDA_L3_LAYER_QKV_ROUNDS", {0, 1}, 1) == 1,
+                                       env_choice("MLXRT_CUDA_L3_LAYER_STREAM", {0, 1}, 1) == 1};
   return knobs;
 }
 
@@ -473,6 +519,7 @@ DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w, int multiproce
   g.blocks = per_sm * multiprocessors;
   g.depth = depth;
   g.rows = knobs.rows;
+  g.stream = knobs.stream;
   if (knobs.qkv_rounds && g.blocks > 0)
     g.qkv_rows = decoder_layer_qkv_rows(w.attn.q.w.shape(0), w.attn.k.w.shape(0), g.blocks * g.warps, rows);
   return g;
@@ -600,7 +647,7 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
        {"BITS", a.q.bits}, {"GS", a.q.group_size}, {"K", K}, {"COLS", cols_of(a.q, K)},
        {"COLS_O", cols_of(a.o, H * D)}, {"I", I}, {"COLS_I", cols_of(m.down, I)}, {"H", H}, {"HK", HK}, {"D", D},
        {"ROT", a.rope.dims}, {"TRAD", a.rope.traditional}, {"FREQS", a.rope.freqs.has_value()},
-       {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"DEPTH", depth}, {"CHUNK", kDecoderLayerChunk},
+       {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"DEPTH", depth}, {"STREAM", grid.stream}, {"CHUNK", kDecoderLayerChunk},
        {"GEN_WORD", kDecoderLayerGenerationWord},
        {"EPS1_BITS", std::bit_cast<int>(w.attn_norm.eps)}, {"EPS2_BITS", std::bit_cast<int>(w.mlp_norm.eps)},
        {"EPS_Q_BITS", a.q_norm ? std::bit_cast<int>(a.q_norm->eps) : 0},

@@ -111,14 +111,19 @@ struct DecoderLayerGrid {
   int depth = 2;
   int rows = 0;
   int qkv_rows = 0;  // rows a q/k/v task (phase 1); 0: as the other products' (`rows`)
+  /** Quantized rows at depth 2: a warp's tasks of a phase as one stream of loads, the next task's
+   * first step loaded before this one's last is summed (qmv_device.h's mlxrt_qmv_task_stream; the
+   * same bytes). Else each task's loads start after the last task's sums. */
+  bool stream = true;
 };
 
 /** The grid for layers of `w` on this process's GPU. By default: 4-bit weights in tasks of up to
  * two rows take two blocks per multiprocessor (the driver's count) at depth 2; dense weights one
  * block at depth 4; other kinds one block at depth 2 (what mlxrt_layer_bench measured fastest on an
  * H100: bench/RESULTS.md). MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM=1|2|3, MLXRT_CUDA_L3_LAYER_DEPTH=1..4,
- * MLXRT_CUDA_L3_LAYER_ROWS=1|2|4|8 and MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=0 (q/k/v tasks of the other
- * products' rows instead of decoder_layer_qkv_rows's), read once a process, override them: tuning
+ * MLXRT_CUDA_L3_LAYER_ROWS=1|2|4|8, MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=0 (q/k/v tasks of the other
+ * products' rows instead of decoder_layer_qkv_rows's) and MLXRT_CUDA_L3_LAYER_STREAM=0 (each task's
+ * loads after the last task's sums), read once a process, override them: tuning
  * knobs for bench/gpu/decoder_layer_bench.cpp's sweeps. A setting whose blocks cannot all be
  * resident (too many registers a thread for that many blocks) stops at the barrier's trap with an
  * error. blocks is 0 where the CUDA driver cannot say. */
@@ -129,6 +134,7 @@ struct DecoderLayerKnobs {
   int depth = 0;
   int rows = 0;
   bool qkv_rounds = true;  // q/k/v tasks by decoder_layer_qkv_rows
+  bool stream = true;      // DecoderLayerGrid::stream
 };
 DecoderLayerKnobs decoder_layer_knobs();
 /** decoder_layer_grid's choice for a GPU of `multiprocessors` under `knobs`. */

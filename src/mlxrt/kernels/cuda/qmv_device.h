@@ -68,6 +68,48 @@ __device__ __forceinline__ float mlxrt_warp_sum(float v) {
   return v;
 }
 
+// One step of a warp's rows: the 16 bytes at value offset k0 of each of R rows (wv, their groups'
+// scales s and biases b as floats) against the M rows of x (K values each), added to acc.
+template <int M, int R, int BITS, typename XT>
+__device__ __forceinline__ void mlxrt_qmv_sum_step(const XT* x, bool x_vec, int K, int k0, const uint4* wv,
+                                                   const float* s, const float* b, float (&acc)[M][R]) {
+  constexpr int kVpw = 32 / BITS;
+  constexpr float kLift = static_cast<float>(1 << BITS);
+  float dot[M][R], xs[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    xs[m] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) dot[m][r] = 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float f[R][kVpw];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint32_t word = mlxrt_part(wv[r], i);
+#pragma unroll
+      for (int j = 0; j < kVpw; ++j) f[r][j] = mlxrt_unpack<BITS>(word, j);
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float xv[kVpw];
+      mlxrt_load_x(x + static_cast<size_t>(m) * K + k0 + i * kVpw, xv, x_vec);
+#pragma unroll
+      for (int j = 0; j < kVpw; ++j) {
+        xs[m] += xv[j];
+#pragma unroll
+        for (int r = 0; r < R; ++r) dot[m][r] = fmaf(f[r][j], xv[j], dot[m][r]);
+      }
+    }
+  }
+  // sum x (s q + b) = s 2^BITS (sum x f - sum x) + b sum x.
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[m][r] = fmaf(s[r] * kLift, dot[m][r] - xs[m], fmaf(b[r], xs[m], acc[m][r]));
+}
+
 // One warp's sums for R rows of quantized matrices with the M rows of x (M x K, row-major, x_vec:
 // 16-byte aligned), each lane's partial sum in acc (mlxrt_warp_sum totals it). Row r is row n[r] of
 // matrix a (packed words wa, scales sa, biases ba) for r < RA, of matrix b (same shape and kind)
@@ -83,7 +125,6 @@ __device__ __forceinline__ void mlxrt_qmv_rows_of(const XT* x, bool x_vec, const
   static_assert(DEPTH >= 1 && RA >= 1 && RA <= R, "a step of loads at least; matrix a's rows first");
   constexpr int kVpw = 32 / BITS;  // values per uint32 word
   constexpr int kVpl = 4 * kVpw;   // values per lane per 16-byte load: one group holds them all
-  constexpr float kLift = static_cast<float>(1 << BITS);
   const int K = words * kVpw;
   const int groups = K / GS;
   const unsigned long long bases =
@@ -104,41 +145,8 @@ __device__ __forceinline__ void mlxrt_qmv_rows_of(const XT* x, bool x_vec, const
       b[r] = static_cast<float>((r < RA ? ba : bb)[grow[r] + k / GS]);
     }
   };
-  // One step: the 16 bytes at k0 of each row against x.
   auto sum_step = [&](int k0, const uint4* wv, const float* s, const float* b) {
-    float dot[M][R], xs[M];
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      xs[m] = 0.0f;
-#pragma unroll
-      for (int r = 0; r < R; ++r) dot[m][r] = 0.0f;
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float f[R][kVpw];
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const uint32_t word = mlxrt_part(wv[r], i);
-#pragma unroll
-        for (int j = 0; j < kVpw; ++j) f[r][j] = mlxrt_unpack<BITS>(word, j);
-      }
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        float xv[kVpw];
-        mlxrt_load_x(x + static_cast<size_t>(m) * K + k0 + i * kVpw, xv, x_vec);
-#pragma unroll
-        for (int j = 0; j < kVpw; ++j) {
-          xs[m] += xv[j];
-#pragma unroll
-          for (int r = 0; r < R; ++r) dot[m][r] = fmaf(f[r][j], xv[j], dot[m][r]);
-        }
-      }
-    }
-    // sum x (s q + b) = s 2^BITS (sum x f - sum x) + b sum x.
-#pragma unroll
-    for (int m = 0; m < M; ++m)
-#pragma unroll
-      for (int r = 0; r < R; ++r) acc[m][r] = fmaf(s[r] * kLift, dot[m][r] - xs[m], fmaf(b[r], xs[m], acc[m][r]));
+    mlxrt_qmv_sum_step<M, R, BITS>(x, x_vec, K, k0, wv, s, b, acc);
   };
 #pragma unroll
   for (int m = 0; m < M; ++m)
@@ -347,6 +355,107 @@ __device__ __forceinline__ void mlxrt_mv_row_pairs(const XT* x, bool x_vec, cons
     mlxrt_dense_rows_of<M, 2 * RH, RH, DEPTH>(x, x_vec, wa, wb, n, cols, lane, acc, 32);
   } else {
     mlxrt_qmv_rows_of<M, 2 * RH, RH, BITS, GS, DEPTH>(x, x_vec, wa, sa, ba, wb, sb, bb, n, cols, lane, acc);
+  }
+}
+
+// The rows of one task of a phase (mlxrt_qmv_tasks): row n[r] of matrix a (w, scales, biases) for
+// r < RA, of matrix b after, as mlxrt_qmv_rows_of and mlxrt_dense_rows_of take them.
+template <typename WT, typename ST, int R>
+struct mlxrt_rows_task {
+  const WT* wa;
+  const ST* sa;
+  const ST* ba;
+  const WT* wb;
+  const ST* sb;
+  const ST* bb;
+  int n[R];
+};
+
+// A warp's quantized tasks t0, t0 + G, ... below T as one stream of loads (mlxrt_qmv_tasks): each
+// task's rows summed as mlxrt_qmv_rows_of sums them at depth 2 (each lane the same steps in the
+// same order, so the same bytes), but the next task's first step is loaded before this task's
+// last step is summed. Why: a task is short (4-bit rows of 4096 values are 4 steps, of 1024 one),
+// and a task whose loads start only after the last one's sums waits out a whole memory latency
+// with none of its warp's loads in flight.
+template <int M, int R, int RA, int BITS, int GS, typename XT, typename Task, typename Done>
+__device__ __forceinline__ void mlxrt_qmv_task_stream(const XT* x, bool x_vec, int words, int t0, int G, int T,
+                                                      int lane, Task task, Done done) {
+  static_assert(RA >= 1 && RA <= R, "matrix a's rows first");
+  constexpr int kVpw = 32 / BITS;
+  constexpr int kVpl = 4 * kVpw;
+  constexpr int kStep = 32 * kVpl;
+  const int K = words * kVpw;
+  const int groups = K / GS;
+  const int steps = (K + kStep - 1) / kStep;  // the warp's; a lane's own are those below K
+  const int k_lane = lane * kVpl;
+  // The 16 bytes at k of each of the task's rows, with their groups' scales and biases.
+  auto load = [&](const auto& tk, int k, uint4* wv, float* s, float* b) {
+    const unsigned long long bases = reinterpret_cast<unsigned long long>(tk.wa) |
+                                     (RA < R ? reinterpret_cast<unsigned long long>(tk.wb) : 0ull);
+    const bool w_vec = (bases & 15) == 0;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint32_t* p = reinterpret_cast<const uint32_t*>(r < RA ? tk.wa : tk.wb) +
+                          static_cast<size_t>(tk.n[r]) * words + k / kVpw;
+      wv[r] = w_vec ? *reinterpret_cast<const uint4*>(p) : make_uint4(p[0], p[1], p[2], p[3]);
+      const size_t g = static_cast<size_t>(tk.n[r]) * groups + k / GS;
+      s[r] = static_cast<float>((r < RA ? tk.sa : tk.sb)[g]);
+      b[r] = static_cast<float>((r < RA ? tk.ba : tk.bb)[g]);
+    }
+  };
+  if (t0 >= T) return;
+  uint4 cur[R];
+  float cs[R], cb[R];
+  if (k_lane < K) load(task(t0), k_lane, cur, cs, cb);
+  for (int t = t0; t < T; t += G) {
+    const auto tk = task(t);
+    float acc[M][R];
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
+    for (int c = 0; c < steps; ++c) {
+      const int k0 = k_lane + c * kStep;
+      uint4 nxt[R];
+      float ns[R], nb[R];
+      if (c + 1 < steps) {
+        if (k0 + kStep < K) load(tk, k0 + kStep, nxt, ns, nb);
+      } else if (t + G < T && k_lane < K) {
+        load(task(t + G), k_lane, nxt, ns, nb);  // the next task's first step, across the boundary
+      }
+      if (k0 < K) mlxrt_qmv_sum_step<M, R, BITS>(x, x_vec, K, k0, cur, cs, cb, acc);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        cur[r] = nxt[r];
+        cs[r] = ns[r];
+        cb[r] = nb[r];
+      }
+    }
+    done(t, acc);
+  }
+}
+
+// A warp's tasks t0, t0 + G, ... below T of one phase: task(t) gives task t's rows (an
+// mlxrt_rows_task of R rows, RA of them from matrix a), done(t, acc) takes each lane's partial sums
+// of them (float[M][R]). `cols` as mlxrt_qmv_warp's. STREAM: quantized rows at depth 2 go through
+// mlxrt_qmv_task_stream (the same bytes); else each task alone, as mlxrt_mv_row_pairs.
+template <int M, int R, int RA, int BITS, int GS, int DEPTH, bool STREAM, typename XT, typename Task, typename Done>
+__device__ __forceinline__ void mlxrt_qmv_tasks(const XT* x, bool x_vec, int cols, int t0, int G, int T, int lane,
+                                                Task task, Done done) {
+  if constexpr (STREAM && BITS != 0 && DEPTH == 2) {
+    mlxrt_qmv_task_stream<M, R, RA, BITS, GS>(x, x_vec, cols, t0, G, T, lane, task, done);
+  } else {
+    for (int t = t0; t < T; t += G) {
+      const auto tk = task(t);
+      float acc[M][R];
+      if constexpr (BITS == 0) {
+        mlxrt_dense_rows_of<M, R, RA, DEPTH>(x, x_vec, tk.wa, tk.wb, tk.n, cols, lane, acc, 32);
+      } else {
+        mlxrt_qmv_rows_of<M, R, RA, BITS, GS, DEPTH>(x, x_vec, tk.wa, tk.sa, tk.ba, tk.wb, tk.sb, tk.bb, tk.n, cols,
+                                                     lane, acc);
+      }
+      done(t, acc);
+    }
   }
 }
 
