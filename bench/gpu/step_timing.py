@@ -65,8 +65,6 @@ SETTINGS = {
     # Each product task's loads after the last task's sums (the default streams a warp's tasks:
     # DecoderLayerGrid::stream).
     "no-stream": {"MLXRT_CUDA_L3_LAYER_STREAM": "0"},
-    # The layer kernel's staged rows in order (the default swizzles them: DecoderLayerGrid::swizzle).
-    "no-swizzle": {"MLXRT_CUDA_L3_LAYER_SWIZZLE": "0"},
     # A prefill's quantized products at l3 as the matrix dequantized, then a dense matmul
     # (kernels/cuda/dequantized_gemm.h), from 64 to 512 rows: the prompt tok/s column (--prompt 512).
     "prefill-64": {"MLXRT_CUDA_L3_PREFILL_ROWS": "64"},

@@ -120,11 +120,6 @@ constexpr const char* kSource = R"(
     for (int i = threadIdx.x; i < H; i += blockDim.x) head_done[i] = 0u;
   }
 
-  // The staged rows of phases 1 and 4 in the layout whose 4-bit steps read 16-bit x without bank
-  // conflicts (qmv_device.h's mlxrt_swizzle_x; DecoderLayerGrid::swizzle). Same values, same sums.
-  constexpr bool kSwz = SWIZZLE && BITS == 4 && sizeof(XT) == 2;
-  auto staged_at = [](int i) { return kSwz ? mlxrt_swizzle_x(i) : i; };
-
   // Tasks of the products over K outputs (o_proj, down) and over I (gate and up).
   constexpr int tasks_o = (K + R - 1) / R, tasks_gu = (I + R - 1) / R;
   // o_proj's and down's task t: rows t * R .. of one matrix of K rows (the last repeated past K).
@@ -138,9 +133,9 @@ constexpr const char* kSource = R"(
   };
 
   // 1. RMSNorm(x) staged; the rows of q, k and v.
-  mlxrt_stage_rms_norm<1, XT, kSwz>(x, nw1, __int_as_float(EPS1_BITS), K, xs, red);
+  mlxrt_stage_rms_norm<1>(x, nw1, __int_as_float(EPS1_BITS), K, xs, red);
   if (blockIdx.x == 0)
-    for (int i = threadIdx.x; i < K; i += blockDim.x) xn1[i] = xs[staged_at(i)];  // for the tests: every block staged this
+    for (int i = threadIdx.x; i < K; i += blockDim.x) xn1[i] = xs[i];  // for the tests: every block staged this
   {
     constexpr int tq = (NQ + RQ - 1) / RQ, tk = (NK + RQ - 1) / RQ;
     // Task t's matrix (q, then k, then v), its output and its first row.
@@ -162,7 +157,7 @@ constexpr const char* kSource = R"(
       for (int r = 0; r < RQ; ++r) k.n[r] = min(row0 + r, N - 1);
       return k;
     };
-    mlxrt_qmv_tasks<1, RQ, RQ, BITS, GS, DEPTH, STREAM, kSwz>(xs, true, COLS, gw, G, tq + 2 * tk, lane, task,
+    mlxrt_qmv_tasks<1, RQ, RQ, BITS, GS, DEPTH, STREAM>(xs, true, COLS, gw, G, tq + 2 * tk, lane, task,
                                                        [&](int t, float (&acc)[1][RQ]) {
       const WT* w;
       const ST* s;
@@ -363,9 +358,9 @@ constexpr const char* kSource = R"(
   stamp(3);
 
   // 4. RMSNorm(h) staged; gate and up rows, SwiGLU (rms_norm_swiglu's roundings).
-  mlxrt_stage_rms_norm<1, XT, kSwz>(hres, nw2, __int_as_float(EPS2_BITS), K, xs, red);
+  mlxrt_stage_rms_norm<1>(hres, nw2, __int_as_float(EPS2_BITS), K, xs, red);
   if (blockIdx.x == 0)
-    for (int i = threadIdx.x; i < K; i += blockDim.x) xn2[i] = xs[staged_at(i)];
+    for (int i = threadIdx.x; i < K; i += blockDim.x) xn2[i] = xs[i];
   {
     // R rows of gate and the same of up, loaded together.
     auto task = [&](int t) {
@@ -374,7 +369,7 @@ constexpr const char* kSource = R"(
       for (int r = 0; r < 2 * R; ++r) k.n[r] = min(t * R + (r < R ? r : r - R), I - 1);
       return k;
     };
-    mlxrt_qmv_tasks<1, 2 * R, R, BITS, GS, DEPTH, STREAM, kSwz>(xs, true, COLS, gw, G, tasks_gu, lane, task,
+    mlxrt_qmv_tasks<1, 2 * R, R, BITS, GS, DEPTH, STREAM>(xs, true, COLS, gw, G, tasks_gu, lane, task,
                                                          [&](int t, float (&gu)[1][2 * R]) {
       const int row0 = t * R;
 #pragma unroll
@@ -501,8 +496,7 @@ DecoderLayerKnobs decoder_layer_knobs() {
                                        env_choice("MLXRT_CUDA_L3_LAYER_DEPTH", {1, 2, 3, 4}, 0),
                                        env_choice("MLXRT_CUDA_L3_LAYER_ROWS", {1, 2, 4, 8}, 0),
                                        env_choice("MLXRT_CUDA_L3_LAYER_QKV_ROUNDS", {0, 1}, 1) == 1,
-                                       env_choice("MLXRT_CUDA_L3_LAYER_STREAM", {0, 1}, 1) == 1,
-                                       env_choice("MLXRT_CUDA_L3_LAYER_SWIZZLE", {0, 1}, 1) == 1};
+                                       env_choice("MLXRT_CUDA_L3_LAYER_STREAM", {0, 1}, 1) == 1};
   return knobs;
 }
 
@@ -526,7 +520,6 @@ DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w, int multiproce
   g.depth = depth;
   g.rows = knobs.rows;
   g.stream = knobs.stream;
-  g.swizzle = knobs.swizzle;
   if (knobs.qkv_rounds && g.blocks > 0)
     g.qkv_rows = decoder_layer_qkv_rows(w.attn.q.w.shape(0), w.attn.k.w.shape(0), g.blocks * g.warps, rows);
   return g;
@@ -654,8 +647,7 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
        {"BITS", a.q.bits}, {"GS", a.q.group_size}, {"K", K}, {"COLS", cols_of(a.q, K)},
        {"COLS_O", cols_of(a.o, H * D)}, {"I", I}, {"COLS_I", cols_of(m.down, I)}, {"H", H}, {"HK", HK}, {"D", D},
        {"ROT", a.rope.dims}, {"TRAD", a.rope.traditional}, {"FREQS", a.rope.freqs.has_value()},
-       {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"DEPTH", depth}, {"STREAM", grid.stream}, {"SWIZZLE", grid.swizzle},
-       {"CHUNK", kDecoderLayerChunk},
+       {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"DEPTH", depth}, {"STREAM", grid.stream}, {"CHUNK", kDecoderLayerChunk},
        {"GEN_WORD", kDecoderLayerGenerationWord},
        {"EPS1_BITS", std::bit_cast<int>(w.attn_norm.eps)}, {"EPS2_BITS", std::bit_cast<int>(w.mlp_norm.eps)},
        {"EPS_Q_BITS", a.q_norm ? std::bit_cast<int>(a.q_norm->eps) : 0},

@@ -115,9 +115,6 @@ struct DecoderLayerGrid {
    * first step loaded before this one's last is summed (qmv_device.h's mlxrt_qmv_task_stream; the
    * same bytes). Else each task's loads start after the last task's sums. */
   bool stream = true;
-  /** 4-bit rows with 16-bit x: the rows staged for q/k/v and gate/up placed so that a step's loads
-   * of x meet no shared-memory bank conflicts (qmv_device.h's mlxrt_swizzle_x; the same bytes). */
-  bool swizzle = true;
 };
 
 /** The grid for layers of `w` on this process's GPU. By default: 4-bit weights in tasks of up to
@@ -125,9 +122,8 @@ struct DecoderLayerGrid {
  * block at depth 4; other kinds one block at depth 2 (what mlxrt_layer_bench measured fastest on an
  * H100: bench/RESULTS.md). MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM=1|2|3, MLXRT_CUDA_L3_LAYER_DEPTH=1..4,
  * MLXRT_CUDA_L3_LAYER_ROWS=1|2|4|8, MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=0 (q/k/v tasks of the other
- * products' rows instead of decoder_layer_qkv_rows's), MLXRT_CUDA_L3_LAYER_STREAM=0 (each task's
- * loads after the last task's sums) and MLXRT_CUDA_L3_LAYER_SWIZZLE=0 (the staged rows in order),
- * read once a process, override them: tuning
+ * products' rows instead of decoder_layer_qkv_rows's) and MLXRT_CUDA_L3_LAYER_STREAM=0 (each task's
+ * loads after the last task's sums), read once a process, override them: tuning
  * knobs for bench/gpu/decoder_layer_bench.cpp's sweeps. A setting whose blocks cannot all be
  * resident (too many registers a thread for that many blocks) stops at the barrier's trap with an
  * error. blocks is 0 where the CUDA driver cannot say. */
@@ -139,7 +135,6 @@ struct DecoderLayerKnobs {
   int rows = 0;
   bool qkv_rounds = true;  // q/k/v tasks by decoder_layer_qkv_rows
   bool stream = true;      // DecoderLayerGrid::stream
-  bool swizzle = true;     // DecoderLayerGrid::swizzle
 };
 DecoderLayerKnobs decoder_layer_knobs();
 /** decoder_layer_grid's choice for a GPU of `multiprocessors` under `knobs`. */

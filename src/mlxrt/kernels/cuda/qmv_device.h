@@ -68,22 +68,12 @@ __device__ __forceinline__ float mlxrt_warp_sum(float v) {
   return v;
 }
 
-// Where value k of a row of x sits in a copy staged by mlxrt_swizzle_x: each 32 values' four runs of
-// 8 rotated by (k / 64) mod 4 runs. A 4-bit step reads a lane's 32 values of 16-bit x as four
-// 16-byte loads, the lanes 64 bytes apart, so in the plain layout a load's 32 lanes fall on two
-// sets of four banks (16 transactions where 4 carry the bytes); rotated, each 8 lanes cover all 32.
-__device__ __forceinline__ int mlxrt_swizzle_x(int k) {
-  return (k & ~31) | ((((k >> 3) + (k >> 6)) & 3) << 3) | (k & 7);
-}
-
 // One step of a warp's rows: the 16 bytes at value offset k0 of each of R rows (wv, their groups'
-// scales s and biases b as floats) against the M rows of x (K values each), added to acc. SWZ: x
-// is staged as mlxrt_swizzle_x places it (4-bit rows, 16-bit x); the same values, the same sums.
-template <int M, int R, int BITS, bool SWZ = false, typename XT>
+// scales s and biases b as floats) against the M rows of x (K values each), added to acc.
+template <int M, int R, int BITS, typename XT>
 __device__ __forceinline__ void mlxrt_qmv_sum_step(const XT* x, bool x_vec, int K, int k0, const uint4* wv,
                                                    const float* s, const float* b, float (&acc)[M][R]) {
   constexpr int kVpw = 32 / BITS;
-  static_assert(!SWZ || (BITS == 4 && sizeof(XT) == 2), "the swizzled layout is for 4-bit rows and 16-bit x");
   constexpr float kLift = static_cast<float>(1 << BITS);
   float dot[M][R], xs[M];
 #pragma unroll
@@ -104,8 +94,7 @@ __device__ __forceinline__ void mlxrt_qmv_sum_step(const XT* x, bool x_vec, int 
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       float xv[kVpw];
-      const int at = SWZ ? k0 + (((i + (k0 >> 6)) & 3) * kVpw) : k0 + i * kVpw;
-      mlxrt_load_x(x + static_cast<size_t>(m) * K + at, xv, x_vec);
+      mlxrt_load_x(x + static_cast<size_t>(m) * K + k0 + i * kVpw, xv, x_vec);
 #pragma unroll
       for (int j = 0; j < kVpw; ++j) {
         xs[m] += xv[j];
@@ -129,7 +118,7 @@ __device__ __forceinline__ void mlxrt_qmv_sum_step(const XT* x, bool x_vec, int 
 // loads are in flight: 2, the next step's loads issued before this one is summed (the loop the
 // kernels were measured with), or a ring of 1, 3 or 4 (each slot reloaded DEPTH steps on once it
 // is summed). The sums' order does not depend on DEPTH.
-template <int M, int R, int RA, int BITS, int GS, int DEPTH, bool SWZ = false, typename XT, typename ST>
+template <int M, int R, int RA, int BITS, int GS, int DEPTH, typename XT, typename ST>
 __device__ __forceinline__ void mlxrt_qmv_rows_of(const XT* x, bool x_vec, const uint32_t* wa, const ST* sa,
                                                   const ST* ba, const uint32_t* wb, const ST* sb, const ST* bb,
                                                   const int (&n)[R], int words, int lane, float (&acc)[M][R]) {
@@ -157,7 +146,7 @@ __device__ __forceinline__ void mlxrt_qmv_rows_of(const XT* x, bool x_vec, const
     }
   };
   auto sum_step = [&](int k0, const uint4* wv, const float* s, const float* b) {
-    mlxrt_qmv_sum_step<M, R, BITS, SWZ>(x, x_vec, K, k0, wv, s, b, acc);
+    mlxrt_qmv_sum_step<M, R, BITS>(x, x_vec, K, k0, wv, s, b, acc);
   };
 #pragma unroll
   for (int m = 0; m < M; ++m)
@@ -388,7 +377,7 @@ struct mlxrt_rows_task {
 // last step is summed. Why: a task is short (4-bit rows of 4096 values are 4 steps, of 1024 one),
 // and a task whose loads start only after the last one's sums waits out a whole memory latency
 // with none of its warp's loads in flight.
-template <int M, int R, int RA, int BITS, int GS, bool SWZ, typename XT, typename Task, typename Done>
+template <int M, int R, int RA, int BITS, int GS, typename XT, typename Task, typename Done>
 __device__ __forceinline__ void mlxrt_qmv_task_stream(const XT* x, bool x_vec, int words, int t0, int G, int T,
                                                       int lane, Task task, Done done) {
   static_assert(RA >= 1 && RA <= R, "matrix a's rows first");
@@ -434,7 +423,7 @@ __device__ __forceinline__ void mlxrt_qmv_task_stream(const XT* x, bool x_vec, i
       } else if (t + G < T && k_lane < K) {
         load(task(t + G), k_lane, nxt, ns, nb);  // the next task's first step, across the boundary
       }
-      if (k0 < K) mlxrt_qmv_sum_step<M, R, BITS, SWZ>(x, x_vec, K, k0, cur, cs, cb, acc);
+      if (k0 < K) mlxrt_qmv_sum_step<M, R, BITS>(x, x_vec, K, k0, cur, cs, cb, acc);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         cur[r] = nxt[r];
@@ -449,15 +438,12 @@ __device__ __forceinline__ void mlxrt_qmv_task_stream(const XT* x, bool x_vec, i
 // A warp's tasks t0, t0 + G, ... below T of one phase: task(t) gives task t's rows (an
 // mlxrt_rows_task of R rows, RA of them from matrix a), done(t, acc) takes each lane's partial sums
 // of them (float[M][R]). `cols` as mlxrt_qmv_warp's. STREAM: quantized rows at depth 2 go through
-// mlxrt_qmv_task_stream (the same bytes); else each task alone, as mlxrt_mv_row_pairs. SWZ: x is
-// staged by mlxrt_swizzle_x (mlxrt_qmv_sum_step; quantized rows only).
-template <int M, int R, int RA, int BITS, int GS, int DEPTH, bool STREAM, bool SWZ = false, typename XT,
-          typename Task, typename Done>
+// mlxrt_qmv_task_stream (the same bytes); else each task alone, as mlxrt_mv_row_pairs.
+template <int M, int R, int RA, int BITS, int GS, int DEPTH, bool STREAM, typename XT, typename Task, typename Done>
 __device__ __forceinline__ void mlxrt_qmv_tasks(const XT* x, bool x_vec, int cols, int t0, int G, int T, int lane,
                                                 Task task, Done done) {
-  static_assert(!SWZ || BITS != 0, "dense rows read x in the plain layout");
   if constexpr (STREAM && BITS != 0 && DEPTH == 2) {
-    mlxrt_qmv_task_stream<M, R, RA, BITS, GS, SWZ>(x, x_vec, cols, t0, G, T, lane, task, done);
+    mlxrt_qmv_task_stream<M, R, RA, BITS, GS>(x, x_vec, cols, t0, G, T, lane, task, done);
   } else {
     for (int t = t0; t < T; t += G) {
       const auto tk = task(t);
@@ -465,8 +451,8 @@ __device__ __forceinline__ void mlxrt_qmv_tasks(const XT* x, bool x_vec, int col
       if constexpr (BITS == 0) {
         mlxrt_dense_rows_of<M, R, RA, DEPTH>(x, x_vec, tk.wa, tk.wb, tk.n, cols, lane, acc, 32);
       } else {
-        mlxrt_qmv_rows_of<M, R, RA, BITS, GS, DEPTH, SWZ>(x, x_vec, tk.wa, tk.sa, tk.ba, tk.wb, tk.sb, tk.bb, tk.n,
-                                                          cols, lane, acc);
+        mlxrt_qmv_rows_of<M, R, RA, BITS, GS, DEPTH>(x, x_vec, tk.wa, tk.sa, tk.ba, tk.wb, tk.sb, tk.bb, tk.n, cols,
+                                                     lane, acc);
       }
       done(t, acc);
     }
@@ -496,9 +482,8 @@ __device__ __forceinline__ void mlxrt_qmv_warp(const XT* x, bool x_vec, const WT
 constexpr const char* kStageRmsNormDevice = R"(
 // The M rows of x (K values each) into xs, as mx.fast.rms_norm leaves them: the float32 sum of
 // squares (the block's), rsqrt(sum / K + eps), x times that rounded to XT, times the weight, rounded
-// again. red: 32 floats of shared memory. Every thread of the block calls it. SWZ: each row's values
-// placed as mlxrt_swizzle_x says (for mlxrt_qmv_sum_step's SWZ).
-template <int M, typename XT, bool SWZ = false>
+// again. red: 32 floats of shared memory. Every thread of the block calls it.
+template <int M, typename XT>
 __device__ __forceinline__ void mlxrt_stage_rms_norm(const XT* x, const XT* nw, float eps, int K, XT* xs,
                                                      float* red) {
   const int nwarps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -517,8 +502,7 @@ __device__ __forceinline__ void mlxrt_stage_rms_norm(const XT* x, const XT* nw, 
     const float rs = rsqrtf(total / K + eps);
     for (int i = threadIdx.x; i < K; i += blockDim.x) {
       const XT y = static_cast<XT>(static_cast<float>(xm[i]) * rs);
-      xs[static_cast<size_t>(m) * K + (SWZ ? mlxrt_swizzle_x(i) : i)] =
-          static_cast<XT>(static_cast<float>(nw[i]) * static_cast<float>(y));
+      xs[static_cast<size_t>(m) * K + i] = static_cast<XT>(static_cast<float>(nw[i]) * static_cast<float>(y));
     }
     __syncthreads();  // red is written again for the next row; xs is read after the last
   }
