@@ -65,6 +65,8 @@ SETTINGS = {
     # Each product task's loads after the last task's sums (the default streams a warp's tasks:
     # DecoderLayerGrid::stream).
     "no-stream": {"MLXRT_CUDA_L3_LAYER_STREAM": "0"},
+    # The layer kernel's products with x as int8 and DP4A (DecoderLayerGrid::q8; opt-in).
+    "q8": {"MLXRT_CUDA_L3_LAYER_Q8": "1"},
     # A prefill's quantized products at l3 as the matrix dequantized, then a dense matmul
     # (kernels/cuda/dequantized_gemm.h), from 64 to 512 rows: the prompt tok/s column (--prompt 512).
     "prefill-64": {"MLXRT_CUDA_L3_PREFILL_ROWS": "64"},

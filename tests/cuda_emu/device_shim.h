@@ -121,7 +121,11 @@ struct alignas(16) uint4 {
 struct alignas(8) uint2 {
   uint32_t x, y;
 };
+struct alignas(8) float2 {
+  float x, y;
+};
 inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return {x, y, z, w}; }
+inline float2 make_float2(float x, float y) { return {x, y}; }
 inline uint2 make_uint2(uint32_t x, uint32_t y) { return {x, y}; }
 
 inline float __uint_as_float(uint32_t u) { return std::bit_cast<float>(u); }
@@ -133,6 +137,15 @@ inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+// The nearest integer, ties to even (the default rounding mode's nearbyint).
+inline int __float2int_rn(float f) { return static_cast<int>(std::nearbyint(f)); }
+// c plus the products of a's and b's four signed bytes.
+inline int __dp4a(int a, int b, int c) {
+  for (int i = 0; i < 4; ++i)
+    c += static_cast<int>(static_cast<int8_t>(static_cast<uint32_t>(a) >> (8 * i))) *
+         static_cast<int>(static_cast<int8_t>(static_cast<uint32_t>(b) >> (8 * i)));
+  return c;
+}
 using std::max;
 using std::min;
 

@@ -47,6 +47,7 @@ struct Case {
   int depth = 2;               // the products' steps of loads in flight
   int rows = 0;                // rows a product task (0: the kernel's choice)
   int qkv_rows = 0;            // rows a q/k/v task (0: as `rows`)
+  bool q8 = false;             // x as int8 in the products (DecoderLayerGrid::q8)
 };
 
 std::string label(const Case& c, int pos) {
@@ -130,18 +131,22 @@ void run_case(const Case& c, int seed) {
   auto vc = owned(mx::astype(mx::random::normal({1, HK, S, D}, mx::float32, keys.next()), t));
   auto bar = owned(mx::zeros({kDecoderLayerBarrierWords}, mx::uint32));  // the first launch's; then each launch's next
   const double u = half_ulp(t);
+  // A product phase's reference: float32 sums of x, or with c.q8 of x as int8.
+  const auto product_of = [&](const std::vector<double>& xv, const QmvMatrix& m) {
+    return c.q8 ? q8_products(xv, m) : products(xv, 1, m);
+  };
 
   for (const int pos : c.positions) {
     const auto what = label(c, pos);
     SCOPED_TRACE(what);
     const auto x = exact_square_x(keys, 1, K, t);
     const auto k_before = host(kc), v_before = host(vc);
-    const auto launch = decoder_layer_launch(x, w, kc, vc, mx::array(pos, mx::int32), bar, {4, 4, c.depth, c.rows, c.qkv_rows});
+    const DecoderLayerGrid grid{4, 4, c.depth, c.rows, c.qkv_rows, true, c.q8};
+    const auto launch = decoder_layer_launch(x, w, kc, vc, mx::array(pos, mx::int32), bar, grid);
     ASSERT_TRUE(launch.has_value()) << what << ": declined";
     const auto out = run(*launch);
     ASSERT_EQ(out.size(), 3u);
     ASSERT_EQ(out[0].shape(), x.shape());
-    const DecoderLayerGrid grid{4, 4, c.depth, c.rows, c.qkv_rows};
     const auto layout = decoder_layer_scratch(x, w, S, grid);
     ASSERT_EQ(out[2].size(), layout.bytes);
     const auto region = [&](size_t offset, size_t count, mx::Dtype type) {
@@ -190,7 +195,7 @@ void run_case(const Case& c, int seed) {
     const QmvMatrix* mats[] = {&w.attn.q, &w.attn.k, &w.attn.v};
     size_t at = 0;
     for (const auto* m : mats) {
-      const auto p = products(xn1, 1, *m);
+      const auto p = product_of(xn1, *m);
       const std::vector<double> got(qkv.begin() + at, qkv.begin() + at + p.ref.size());
       expect_close(what + " q/k/v", got, [&](size_t j) { return p.ref[j]; },
                    [&](size_t j) { return u * std::abs(p.ref[j]) + p.bound[j]; });
@@ -277,7 +282,7 @@ void run_case(const Case& c, int seed) {
     }
 
     // o_proj and the residual.
-    const auto po = products(attn, 1, w.attn.o);
+    const auto po = product_of(attn, w.attn.o);
     expect_close(what + " h", hres, [&](size_t j) { return xs[j] + po.ref[j]; },
                  [&](size_t j) { return u * std::abs(po.ref[j]) + po.bound[j] + u * (std::abs(xs[j] + po.ref[j]) + po.bound[j]); });
 
@@ -287,7 +292,7 @@ void run_case(const Case& c, int seed) {
       ASSERT_LE(std::abs(xn2[i] - xn2_ref[i]), 2 * ulp(t) * std::abs(xn2_ref[i]) + 1e-30) << what << " RMSNorm(h) at " << i;
 
     // gate, up, SwiGLU from the staged row.
-    const auto g = products(xn2, 1, w.mlp.gate), v = products(xn2, 1, w.mlp.up);
+    const auto g = product_of(xn2, w.mlp.gate), v = product_of(xn2, w.mlp.up);
     auto silu = [](double a) { return a / (1.0 + std::exp(-a)); };
     expect_close(
         what + " SwiGLU", act, [&](size_t j) { return silu(g.ref[j]) * v.ref[j]; },
@@ -298,7 +303,7 @@ void run_case(const Case& c, int seed) {
         });
 
     // down and the residual: the layer's output.
-    const auto pd = products(act, 1, w.mlp.down);
+    const auto pd = product_of(act, w.mlp.down);
     expect_close(what + " y", y, [&](size_t j) { return hres[j] + pd.ref[j]; },
                  [&](size_t j) { return u * std::abs(pd.ref[j]) + pd.bound[j] + u * (std::abs(hres[j] + pd.ref[j]) + pd.bound[j]); });
   }
@@ -328,6 +333,19 @@ TEST_F(DecoderLayer, DenseFloat32WithFrequencies) {
 TEST_F(DecoderLayer, EightBitWideQueriesNarrowHidden) {
   // Qwen3-0.6B's shape of projections: the queries (heads x head_dim) wider than the hidden size.
   run_case({mx::bfloat16, 128, 8, 128, 4, 2, 64, 64, 256, 128, true, false, false, {7}}, 4);
+}
+
+TEST_F(DecoderLayer, Int8ActivationsInTheFourBitProducts) {
+  // DecoderLayerGrid::q8: every product phase's x quantized to int8 a 32 values at a time, the
+  // products by DP4A; each phase against float64 of the same quantization. Qwen3's layout, small,
+  // through several attention chunks; then rows of 1536 values (a lane's second step partial) and
+  // q/k/v tasks of three rows.
+  Case c{mx::bfloat16, 64, 4, 256, 4, 2, 64, 64, 512, 384, true, false, false, {0, 1, 130, 300}};
+  c.q8 = true;
+  run_case(c, 31);
+  Case d{mx::float16, 32, 4, 1024, 4, 2, 64, 64, 1536, 64, true, false, false, {9}, 2, 1, 3};
+  d.q8 = true;
+  run_case(d, 32);
 }
 
 TEST_F(DecoderLayer, ProductsOverSeveralStepsAtEachDepth) {

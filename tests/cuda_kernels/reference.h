@@ -124,6 +124,42 @@ inline Products products(const std::vector<double>& x, int rows, const QmvMatrix
   return p;
 }
 
+// The products of one row of x with the 4-bit rows of m as the int8 path computes them
+// (DecoderLayerGrid::q8): each 32 values of x quantized as the kernel quantizes them (float32: d =
+// max |x| / 127, q = round(x * (127 / max |x|)), ties to even), then sum over the groups of
+// s sum(q_w d q_x) + b sum(x), in float64. The bound: the float32 roundings of the kernel's sums
+// (each chunk's sum of x, s d, the product with the integer sum, the accumulation over a lane's
+// chunks and the warp's reduction) over the terms' magnitudes.
+inline Products q8_products(const std::vector<double>& x, const QmvMatrix& m) {
+  const int n = m.w.shape(0), k = static_cast<int>(x.size()), groups = k / m.group_size;
+  const auto s = host(m.scales), b = host(m.biases);
+  mx::eval(m.w);
+  const uint32_t* w = m.w.data<uint32_t>();
+  const int words = k / 8;
+  std::vector<double> xh(k);  // d q_x
+  for (int c = 0; c < k / 32; ++c) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(static_cast<float>(x[32 * c + j])));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f, d = amax / 127.0f;
+    for (int j = 0; j < 32; ++j)
+      xh[32 * c + j] = static_cast<double>(d) * std::nearbyint(static_cast<float>(x[32 * c + j]) * inv);
+  }
+  const double sums = 32.0 + double(k) / 32 + 16.0;
+  Products p{std::vector<double>(n), std::vector<double>(n)};
+  for (int j = 0; j < n; ++j) {
+    double ref = 0, mag = 0;
+    for (int i = 0; i < k; ++i) {
+      const uint32_t q = (w[size_t(j) * words + i / 8] >> (4 * (i % 8))) & 15u;
+      const double sc = s[size_t(j) * groups + i / m.group_size], bi = b[size_t(j) * groups + i / m.group_size];
+      ref += sc * q * xh[i] + bi * x[i];
+      mag += std::abs(sc) * 16 * std::abs(xh[i]) + std::abs(bi * x[i]);
+    }
+    p.ref[j] = ref;
+    p.bound[j] = std::ldexp(sums * mag, -24);
+  }
+  return p;
+}
+
 // Every element of got within tol(i) of want(i); reports the first few that are not.
 template <class Want, class Tol>
 void expect_close(const std::string& what, const std::vector<double>& got, Want want, Tol tol) {

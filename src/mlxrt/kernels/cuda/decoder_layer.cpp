@@ -35,6 +35,14 @@ __device__ __forceinline__ unsigned long long mlxrt_globaltimer() {
   return t;
 }
 #endif
+// A product phase's x: the rows as they are, or (Q8) their int8 copy in shared memory.
+template <bool Q8, typename XT>
+__device__ __forceinline__ auto mlxrt_layer_x(const XT* x, const int* q, const float2* ds) {
+  if constexpr (Q8)
+    return mlxrt_q8_row{q, ds};
+  else
+    return x;
+}
 __device__ __forceinline__ void mlxrt_grid_sync(unsigned* bar, int gen_word, unsigned long long* arrival) {
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -66,6 +74,12 @@ __device__ __forceinline__ void mlxrt_grid_sync(unsigned* bar, int gen_word, uns
 // q, k and v RQ rows: decoder_layer_qkv_rows), an attention task a (query head, chunk of keys).
 constexpr const char* kSource = R"(
   __shared__ __align__(16) unsigned char xs_bytes[K * sizeof(XT)];
+  // Q8X (4-bit rows, the stream at depth 2): each product phase's x as int8 (mlxrt_q8_stage), for
+  // the longest of the phases' rows (K, H * D, I).
+  constexpr bool kQ8 = Q8X && BITS == 4 && STREAM && DEPTH == 2;
+  constexpr int kQ8Values = kQ8 ? (K > I ? (K > H * D ? K : H * D) : (I > H * D ? I : H * D)) : 32;
+  __shared__ __align__(16) int q8_words[kQ8Values / 4];
+  __shared__ float2 q8_ds[kQ8Values / 32];
   __shared__ float red[32];
   __shared__ float rows[NW][D];
   __shared__ float scores[NW][CHUNK];
@@ -157,7 +171,9 @@ constexpr const char* kSource = R"(
       for (int r = 0; r < RQ; ++r) k.n[r] = min(row0 + r, N - 1);
       return k;
     };
-    mlxrt_qmv_tasks<1, RQ, RQ, BITS, GS, DEPTH, STREAM>(xs, true, COLS, gw, G, tq + 2 * tk, lane, task,
+    if constexpr (kQ8) mlxrt_q8_stage(xs, K, q8_words, q8_ds);
+    mlxrt_qmv_tasks<1, RQ, RQ, BITS, GS, DEPTH, STREAM>(mlxrt_layer_x<kQ8>(xs, q8_words, q8_ds), true, COLS, gw, G,
+                                                       tq + 2 * tk, lane, task,
                                                        [&](int t, float (&acc)[1][RQ]) {
       const WT* w;
       const ST* s;
@@ -344,7 +360,9 @@ constexpr const char* kSource = R"(
   stamp(2);
 
   // 3. o_proj and the residual: h = x + round(attn @ wo.T).
-  mlxrt_qmv_tasks<1, R, R, BITS, GS, DEPTH, STREAM>(attn, true, COLS_O, gw, G, tasks_o, lane, rows_of(wo, so, bo),
+  if constexpr (kQ8) mlxrt_q8_stage(attn, NQ, q8_words, q8_ds);
+  mlxrt_qmv_tasks<1, R, R, BITS, GS, DEPTH, STREAM>(mlxrt_layer_x<kQ8>(attn, q8_words, q8_ds), true, COLS_O, gw, G,
+                                                   tasks_o, lane, rows_of(wo, so, bo),
                                                    [&](int t, float (&acc)[1][R]) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -369,7 +387,9 @@ constexpr const char* kSource = R"(
       for (int r = 0; r < 2 * R; ++r) k.n[r] = min(t * R + (r < R ? r : r - R), I - 1);
       return k;
     };
-    mlxrt_qmv_tasks<1, 2 * R, R, BITS, GS, DEPTH, STREAM>(xs, true, COLS, gw, G, tasks_gu, lane, task,
+    if constexpr (kQ8) mlxrt_q8_stage(xs, K, q8_words, q8_ds);
+    mlxrt_qmv_tasks<1, 2 * R, R, BITS, GS, DEPTH, STREAM>(mlxrt_layer_x<kQ8>(xs, q8_words, q8_ds), true, COLS, gw, G,
+                                                         tasks_gu, lane, task,
                                                          [&](int t, float (&gu)[1][2 * R]) {
       const int row0 = t * R;
 #pragma unroll
@@ -388,7 +408,9 @@ constexpr const char* kSource = R"(
   stamp(4);
 
   // 5. down and the residual: the layer's output.
-  mlxrt_qmv_tasks<1, R, R, BITS, GS, DEPTH, STREAM>(act, true, COLS_I, gw, G, tasks_o, lane, rows_of(wd, sd, bd),
+  if constexpr (kQ8) mlxrt_q8_stage(act, I, q8_words, q8_ds);
+  mlxrt_qmv_tasks<1, R, R, BITS, GS, DEPTH, STREAM>(mlxrt_layer_x<kQ8>(act, q8_words, q8_ds), true, COLS_I, gw, G,
+                                                   tasks_o, lane, rows_of(wd, sd, bd),
                                                    [&](int t, float (&acc)[1][R]) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -435,6 +457,18 @@ bool matrix_fits(const QmvMatrix& m, mx::Dtype t, int n, int k) {
 }
 
 int cols_of(const QmvMatrix& m, int k) { return m.is_dense() ? k : k * m.bits / 32; }
+
+// What the kernel's static shared memory may hold (48 KB, less a margin).
+constexpr size_t kSharedLimit = 46 * 1024;
+
+// The kernel's static shared memory at up to 8 warps: the staged row (K of the type), each warp's
+// float rows (D) and scores (CHUNK), its rotated query and new key (D of the type), and with
+// DecoderLayerGrid::q8 the int8 copy of the longest product input (`q8_values` bytes and a scale
+// and a sum a 32 of them).
+size_t shared_bytes(int K, int D, mx::Dtype t, int q8_values) {
+  return static_cast<size_t>(K) * mx::size_of(t) + 4 * (32 + 8 * (D + kDecoderLayerChunk)) +
+         2 * 8 * static_cast<size_t>(D) * mx::size_of(t) + static_cast<size_t>(q8_values) / 32 * 40;
+}
 
 bool norm_of(const RmsNormIn& n, mx::Dtype t, int size) {
   return n.weight.dtype() == t && n.weight.ndim() == 1 && n.weight.shape(0) == size;
@@ -496,7 +530,8 @@ DecoderLayerKnobs decoder_layer_knobs() {
                                        env_choice("MLXRT_CUDA_L3_LAYER_DEPTH", {1, 2, 3, 4}, 0),
                                        env_choice("MLXRT_CUDA_L3_LAYER_ROWS", {1, 2, 4, 8}, 0),
                                        env_choice("MLXRT_CUDA_L3_LAYER_QKV_ROUNDS", {0, 1}, 1) == 1,
-                                       env_choice("MLXRT_CUDA_L3_LAYER_STREAM", {0, 1}, 1) == 1};
+                                       env_choice("MLXRT_CUDA_L3_LAYER_STREAM", {0, 1}, 1) == 1,
+                                       env_choice("MLXRT_CUDA_L3_LAYER_Q8", {0, 1}, 0) == 1};
   return knobs;
 }
 
@@ -520,6 +555,7 @@ DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w, int multiproce
   g.depth = depth;
   g.rows = knobs.rows;
   g.stream = knobs.stream;
+  g.q8 = knobs.q8 && !dense && w.attn.q.bits == 4 && depth == 2 && knobs.stream;
   if (knobs.qkv_rounds && g.blocks > 0)
     g.qkv_rows = decoder_layer_qkv_rows(w.attn.q.w.shape(0), w.attn.k.w.shape(0), g.blocks * g.warps, rows);
   return g;
@@ -560,11 +596,7 @@ bool decoder_layer_fits(const mx::array& x, const DecoderLayerWeights& w) {
     return false;
   if (rope.freqs && (rope.freqs->dtype() != mx::float32 || rope.freqs->size() != static_cast<size_t>(rope.dims / 2)))
     return false;
-  // The staged row in static shared memory with the other arrays (48 KB), at up to 8 warps: each
-  // warp's float rows (D) and scores (CHUNK), its rotated query and new key (D of the type).
-  return static_cast<size_t>(K) * mx::size_of(t) + 4 * (32 + 8 * (D + kDecoderLayerChunk)) +
-             2 * 8 * static_cast<size_t>(D) * mx::size_of(t) <=
-         46 * 1024;
+  return shared_bytes(K, D, t, 0) <= kSharedLimit;
 }
 
 DecoderLayerScratch decoder_layer_scratch(const mx::array& x, const DecoderLayerWeights& w, int capacity,
@@ -623,6 +655,10 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
       bar.size() != kDecoderLayerBarrierWords)
     return std::nullopt;
   const int S = keys.shape(2);
+  // int8 x where its copy fits beside the rest (and the stream's 4-bit steps take it).
+  const int q8_values = std::max({K, H * D, I});
+  const bool q8 = grid.q8 && !a.q.is_dense() && a.q.bits == 4 && depth == 2 && grid.stream &&
+                  shared_bytes(K, D, t, q8_values) <= kSharedLimit;
   const auto tiling = choose_tiling(K, {}, a.q.is_dense(), K);
   const int rows = grid.rows > 0 ? grid.rows : tiling.rows_per_warp;
   const int qkv_rows = grid.qkv_rows > 0 ? grid.qkv_rows : rows;
@@ -647,7 +683,7 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
        {"BITS", a.q.bits}, {"GS", a.q.group_size}, {"K", K}, {"COLS", cols_of(a.q, K)},
        {"COLS_O", cols_of(a.o, H * D)}, {"I", I}, {"COLS_I", cols_of(m.down, I)}, {"H", H}, {"HK", HK}, {"D", D},
        {"ROT", a.rope.dims}, {"TRAD", a.rope.traditional}, {"FREQS", a.rope.freqs.has_value()},
-       {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"DEPTH", depth}, {"STREAM", grid.stream}, {"CHUNK", kDecoderLayerChunk},
+       {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"DEPTH", depth}, {"STREAM", grid.stream}, {"Q8X", q8}, {"CHUNK", kDecoderLayerChunk},
        {"GEN_WORD", kDecoderLayerGenerationWord},
        {"EPS1_BITS", std::bit_cast<int>(w.attn_norm.eps)}, {"EPS2_BITS", std::bit_cast<int>(w.mlp_norm.eps)},
        {"EPS_Q_BITS", a.q_norm ? std::bit_cast<int>(a.q_norm->eps) : 0},

@@ -115,6 +115,11 @@ struct DecoderLayerGrid {
    * first step loaded before this one's last is summed (qmv_device.h's mlxrt_qmv_task_stream; the
    * same bytes). Else each task's loads start after the last task's sums. */
   bool stream = true;
+  /** 4-bit rows with the stream: each product phase's x quantized to int8 in 32-value chunks (a
+   * scale each, and the chunk's float32 sum for the groups' biases) and the products summed by
+   * DP4A (qmv_device.h's mlxrt_q8_stage, mlxrt_q4_sum_step_q8): about a fifth of the instructions
+   * of the float32 sums, and other arithmetic (L3, measured by `mlxrt fidelity`). Opt-in. */
+  bool q8 = false;
 };
 
 /** The grid for layers of `w` on this process's GPU. By default: 4-bit weights in tasks of up to
@@ -122,8 +127,9 @@ struct DecoderLayerGrid {
  * block at depth 4; other kinds one block at depth 2 (what mlxrt_layer_bench measured fastest on an
  * H100: bench/RESULTS.md). MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM=1|2|3, MLXRT_CUDA_L3_LAYER_DEPTH=1..4,
  * MLXRT_CUDA_L3_LAYER_ROWS=1|2|4|8, MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=0 (q/k/v tasks of the other
- * products' rows instead of decoder_layer_qkv_rows's) and MLXRT_CUDA_L3_LAYER_STREAM=0 (each task's
- * loads after the last task's sums), read once a process, override them: tuning
+ * products' rows instead of decoder_layer_qkv_rows's), MLXRT_CUDA_L3_LAYER_STREAM=0 (each task's
+ * loads after the last task's sums) and MLXRT_CUDA_L3_LAYER_Q8=1 (int8 x, DecoderLayerGrid::q8),
+ * read once a process, override them: tuning
  * knobs for bench/gpu/decoder_layer_bench.cpp's sweeps. A setting whose blocks cannot all be
  * resident (too many registers a thread for that many blocks) stops at the barrier's trap with an
  * error. blocks is 0 where the CUDA driver cannot say. */
@@ -135,6 +141,7 @@ struct DecoderLayerKnobs {
   int rows = 0;
   bool qkv_rounds = true;  // q/k/v tasks by decoder_layer_qkv_rows
   bool stream = true;      // DecoderLayerGrid::stream
+  bool q8 = false;         // DecoderLayerGrid::q8
 };
 DecoderLayerKnobs decoder_layer_knobs();
 /** decoder_layer_grid's choice for a GPU of `multiprocessors` under `knobs`. */

@@ -110,6 +110,75 @@ __device__ __forceinline__ void mlxrt_qmv_sum_step(const XT* x, bool x_vec, int 
     for (int r = 0; r < R; ++r) acc[m][r] = fmaf(s[r] * kLift, dot[m][r] - xs[m], fmaf(b[r], xs[m], acc[m][r]));
 }
 
+// x as int8 for 4-bit rows (DecoderLayerGrid::q8, L3's own arithmetic): each 32 values k = 32c ..
+// 32c + 31 (a lane's step) as eight words, word 2i the values 8i, 8i+2, 8i+4, 8i+6 of the chunk and
+// word 2i+1 the odd ones (the order a 4-bit word's nibbles fall in when masked with 0x0F0F0F0F and
+// shifted by 4), and per chunk its scale d (the chunk's largest |x| / 127) and its float32 sum of x
+// in order. A step's 32 products of a row are then 8 DP4As on integers, s d sum(q xq) + b sum(x).
+struct mlxrt_q8_row {
+  const int* q;
+  const float2* ds;
+};
+template <typename T>
+struct mlxrt_is_q8 {
+  static constexpr bool value = false;
+};
+template <>
+struct mlxrt_is_q8<mlxrt_q8_row> {
+  static constexpr bool value = true;
+};
+
+// The n values of x (n a multiple of 32) into q (n / 4 words) and ds (n / 32), by the block's
+// threads, a chunk each; the block waits for all of it.
+template <typename XT>
+__device__ __forceinline__ void mlxrt_q8_stage(const XT* x, int n, int* q, float2* ds) {
+  for (int c = threadIdx.x; c < n / 32; c += blockDim.x) {
+    float v[32];
+    float amax = 0.0f, sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      v[j] = static_cast<float>(x[32 * c + j]);
+      amax = fmaxf(amax, fabsf(v[j]));
+      sum += v[j];
+    }
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) {
+      const int base = 8 * (w / 2) + (w % 2);
+      uint32_t word = 0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b)
+        word |= (static_cast<uint32_t>(__float2int_rn(v[base + 2 * b] * inv)) & 0xFFu) << (8 * b);
+      q[8 * c + w] = static_cast<int>(word);
+    }
+    ds[c] = make_float2(amax / 127.0f, sum);
+  }
+  __syncthreads();
+}
+
+// mlxrt_qmv_sum_step with x as int8 (one row of x; 4-bit rows).
+template <int R>
+__device__ __forceinline__ void mlxrt_q4_sum_step_q8(const mlxrt_q8_row& x, int k0, const uint4* wv, const float* s,
+                                                     const float* b, float (&acc)[1][R]) {
+  const int c = k0 >> 5;
+  const uint4 xa = reinterpret_cast<const uint4*>(x.q)[2 * c];
+  const uint4 xb = reinterpret_cast<const uint4*>(x.q)[2 * c + 1];
+  const int xw[8] = {static_cast<int>(xa.x), static_cast<int>(xa.y), static_cast<int>(xa.z), static_cast<int>(xa.w),
+                     static_cast<int>(xb.x), static_cast<int>(xb.y), static_cast<int>(xb.z), static_cast<int>(xb.w)};
+  const float2 ds = x.ds[c];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    int dot = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t w = mlxrt_part(wv[r], i);
+      dot = __dp4a(static_cast<int>(w & 0x0F0F0F0Fu), xw[2 * i], dot);
+      dot = __dp4a(static_cast<int>((w >> 4) & 0x0F0F0F0Fu), xw[2 * i + 1], dot);
+    }
+    acc[0][r] = fmaf(s[r] * ds.x, static_cast<float>(dot), fmaf(b[r], ds.y, acc[0][r]));
+  }
+}
+
 // One warp's sums for R rows of quantized matrices with the M rows of x (M x K, row-major, x_vec:
 // 16-byte aligned), each lane's partial sum in acc (mlxrt_warp_sum totals it). Row r is row n[r] of
 // matrix a (packed words wa, scales sa, biases ba) for r < RA, of matrix b (same shape and kind)
@@ -377,10 +446,12 @@ struct mlxrt_rows_task {
 // last step is summed. Why: a task is short (4-bit rows of 4096 values are 4 steps, of 1024 one),
 // and a task whose loads start only after the last one's sums waits out a whole memory latency
 // with none of its warp's loads in flight.
-template <int M, int R, int RA, int BITS, int GS, typename XT, typename Task, typename Done>
-__device__ __forceinline__ void mlxrt_qmv_task_stream(const XT* x, bool x_vec, int words, int t0, int G, int T,
+// XS: x's rows (const XT*), or one row as int8 (mlxrt_q8_row: 4-bit rows, M 1).
+template <int M, int R, int RA, int BITS, int GS, typename XS, typename Task, typename Done>
+__device__ __forceinline__ void mlxrt_qmv_task_stream(XS x, bool x_vec, int words, int t0, int G, int T,
                                                       int lane, Task task, Done done) {
   static_assert(RA >= 1 && RA <= R, "matrix a's rows first");
+  static_assert(!mlxrt_is_q8<XS>::value || (BITS == 4 && M == 1), "int8 x: one row against 4-bit rows");
   constexpr int kVpw = 32 / BITS;
   constexpr int kVpl = 4 * kVpw;
   constexpr int kStep = 32 * kVpl;
@@ -423,7 +494,12 @@ __device__ __forceinline__ void mlxrt_qmv_task_stream(const XT* x, bool x_vec, i
       } else if (t + G < T && k_lane < K) {
         load(task(t + G), k_lane, nxt, ns, nb);  // the next task's first step, across the boundary
       }
-      if (k0 < K) mlxrt_qmv_sum_step<M, R, BITS>(x, x_vec, K, k0, cur, cs, cb, acc);
+      if (k0 < K) {
+        if constexpr (mlxrt_is_q8<XS>::value)
+          mlxrt_q4_sum_step_q8<R>(x, k0, cur, cs, cb, acc);
+        else
+          mlxrt_qmv_sum_step<M, R, BITS>(x, x_vec, K, k0, cur, cs, cb, acc);
+      }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         cur[r] = nxt[r];
@@ -438,10 +514,12 @@ __device__ __forceinline__ void mlxrt_qmv_task_stream(const XT* x, bool x_vec, i
 // A warp's tasks t0, t0 + G, ... below T of one phase: task(t) gives task t's rows (an
 // mlxrt_rows_task of R rows, RA of them from matrix a), done(t, acc) takes each lane's partial sums
 // of them (float[M][R]). `cols` as mlxrt_qmv_warp's. STREAM: quantized rows at depth 2 go through
-// mlxrt_qmv_task_stream (the same bytes); else each task alone, as mlxrt_mv_row_pairs.
-template <int M, int R, int RA, int BITS, int GS, int DEPTH, bool STREAM, typename XT, typename Task, typename Done>
-__device__ __forceinline__ void mlxrt_qmv_tasks(const XT* x, bool x_vec, int cols, int t0, int G, int T, int lane,
+// mlxrt_qmv_task_stream (the same bytes); else each task alone, as mlxrt_mv_row_pairs. x: the rows
+// of x (const XT*), or with STREAM and 4-bit rows one row as int8 (mlxrt_q8_row).
+template <int M, int R, int RA, int BITS, int GS, int DEPTH, bool STREAM, typename XS, typename Task, typename Done>
+__device__ __forceinline__ void mlxrt_qmv_tasks(XS x, bool x_vec, int cols, int t0, int G, int T, int lane,
                                                 Task task, Done done) {
+  static_assert(!mlxrt_is_q8<XS>::value || (STREAM && BITS == 4 && DEPTH == 2), "int8 x: the stream's 4-bit steps");
   if constexpr (STREAM && BITS != 0 && DEPTH == 2) {
     mlxrt_qmv_task_stream<M, R, RA, BITS, GS>(x, x_vec, cols, t0, G, T, lane, task, done);
   } else {
