@@ -117,7 +117,7 @@ struct DecoderLayerGrid {
   bool stream = true;
   /** 4-bit rows with the stream: each product phase's x quantized to int8 in 32-value chunks (a
    * scale each, and the chunk's float32 sum for the groups' biases) and the products summed by
-   * DP4A (qmv_device.h's mlxrt_q8_stage, mlxrt_q4_sum_step_q8): about a fifth of the instructions
+   * DP4A (qmv_device.h's mlxrt_q8_stage, mlxrt_q4_sum_step_q8): about a sixth of the instructions
    * of the float32 sums, and other arithmetic (L3, measured by `mlxrt fidelity`). Opt-in. */
   bool q8 = false;
 };
