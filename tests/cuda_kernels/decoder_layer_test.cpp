@@ -17,8 +17,8 @@
 // grid-wide barrier).
 #include <cmath>
 #include <cstdio>
-#include <optional>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -471,6 +471,16 @@ TEST_F(DecoderLayer, GridAndUseFollowTheWeights) {
   // with more rows.
   EXPECT_EQ(grid(q4).qkv_rows, decoder_layer_qkv_rows(128, 64, 2112, 1));
   EXPECT_EQ(decoder_layer_grid(q4, 4, {1, 0, 0, true}).qkv_rows, 2);
+  // Streamed tasks by default, the knob off one by one; int8 x only when asked, and only for 4-bit
+  // rows streamed at depth 2.
+  EXPECT_TRUE(grid(q4).stream);
+  EXPECT_FALSE(grid(q4, {0, 0, 0, true, false}).stream);
+  EXPECT_FALSE(grid(q4).q8);
+  EXPECT_TRUE(grid(q4, {0, 0, 0, true, true, true}).q8);
+  EXPECT_FALSE(grid(q4, {0, 0, 0, true, false, true}).q8);
+  EXPECT_FALSE(grid(q4, {0, 4, 0, true, true, true}).q8);
+  EXPECT_FALSE(grid(q8, {0, 0, 0, true, true, true}).q8);
+  EXPECT_FALSE(grid(dense, {0, 0, 0, true, true, true}).q8);
   // Which layers the model runs as the kernel: by default the 4-bit ones and small dense ones
   // (measured faster); the q projection alone lets a dense layer through to the size test.
   EXPECT_TRUE(decoder_layer_wanted(q4.attn.q, DecoderLayerUse::measured_kinds));

@@ -145,6 +145,18 @@ constexpr const char* kSource = R"(
       return k;
     };
   };
+  // Their sums, each rounded to XT and added to the residual: out[i] = base[i] + round(sum).
+  auto residual_into = [&](XT* out, const XT* base) {
+    return [=](int t, float (&acc)[1][R]) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int i = t * R + r;
+        const float v = mlxrt_warp_sum(acc[0][r]);
+        if (lane == (r & 31) && i < K)
+          out[i] = static_cast<XT>(static_cast<float>(base[i]) + static_cast<float>(static_cast<XT>(v)));
+      }
+    };
+  };
 
   // 1. RMSNorm(x) staged; the rows of q, k and v.
   mlxrt_stage_rms_norm<1>(x, nw1, __int_as_float(EPS1_BITS), K, xs, red);
@@ -362,16 +374,7 @@ constexpr const char* kSource = R"(
   // 3. o_proj and the residual: h = x + round(attn @ wo.T).
   if constexpr (kQ8) mlxrt_q8_stage(attn, NQ, q8_words, q8_ds);
   mlxrt_qmv_tasks<1, R, R, BITS, GS, DEPTH, STREAM>(mlxrt_layer_x<kQ8>(attn, q8_words, q8_ds), true, COLS_O, gw, G,
-                                                   tasks_o, lane, rows_of(wo, so, bo),
-                                                   [&](int t, float (&acc)[1][R]) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int i = t * R + r;
-      const float v = mlxrt_warp_sum(acc[0][r]);
-      if (lane == (r & 31) && i < K)
-        hres[i] = static_cast<XT>(static_cast<float>(x[i]) + static_cast<float>(static_cast<XT>(v)));
-    }
-  });
+                                                   tasks_o, lane, rows_of(wo, so, bo), residual_into(hres, x));
   mlxrt_grid_sync(barrier, GEN_WORD, block_stamp + 3);
   stamp(3);
 
@@ -410,16 +413,7 @@ constexpr const char* kSource = R"(
   // 5. down and the residual: the layer's output.
   if constexpr (kQ8) mlxrt_q8_stage(act, I, q8_words, q8_ds);
   mlxrt_qmv_tasks<1, R, R, BITS, GS, DEPTH, STREAM>(mlxrt_layer_x<kQ8>(act, q8_words, q8_ds), true, COLS_I, gw, G,
-                                                   tasks_o, lane, rows_of(wd, sd, bd),
-                                                   [&](int t, float (&acc)[1][R]) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int i = t * R + r;
-      const float v = mlxrt_warp_sum(acc[0][r]);
-      if (lane == (r & 31) && i < K)
-        y[i] = static_cast<XT>(static_cast<float>(hres[i]) + static_cast<float>(static_cast<XT>(v)));
-    }
-  });
+                                                   tasks_o, lane, rows_of(wd, sd, bd), residual_into(y, hres));
   // The next launch's barrier: every block is past the last barrier, so the count is back to 0.
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     bar_next[0] = 0u;
@@ -683,7 +677,8 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
        {"BITS", a.q.bits}, {"GS", a.q.group_size}, {"K", K}, {"COLS", cols_of(a.q, K)},
        {"COLS_O", cols_of(a.o, H * D)}, {"I", I}, {"COLS_I", cols_of(m.down, I)}, {"H", H}, {"HK", HK}, {"D", D},
        {"ROT", a.rope.dims}, {"TRAD", a.rope.traditional}, {"FREQS", a.rope.freqs.has_value()},
-       {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"DEPTH", depth}, {"STREAM", grid.stream}, {"Q8X", q8}, {"CHUNK", kDecoderLayerChunk},
+       {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"DEPTH", depth}, {"STREAM", grid.stream}, {"Q8X", q8},
+       {"CHUNK", kDecoderLayerChunk},
        {"GEN_WORD", kDecoderLayerGenerationWord},
        {"EPS1_BITS", std::bit_cast<int>(w.attn_norm.eps)}, {"EPS2_BITS", std::bit_cast<int>(w.mlp_norm.eps)},
        {"EPS_Q_BITS", a.q_norm ? std::bit_cast<int>(a.q_norm->eps) : 0},

@@ -459,8 +459,10 @@ __device__ __forceinline__ void mlxrt_qmv_task_stream(XS x, bool x_vec, int word
   const int groups = K / GS;
   const int steps = (K + kStep - 1) / kStep;  // the warp's; a lane's own are those below K
   const int k_lane = lane * kVpl;
-  // The 16 bytes at k of each of the task's rows, with their groups' scales and biases.
-  auto load = [&](const auto& tk, int k, uint4* wv, float* s, float* b) {
+  // The 16 bytes at k of each of the task's rows, with their groups' scales and biases. (Not a
+  // generic lambda: NVRTC without MLX's options takes those for host code.)
+  using TaskRows = decltype(task(0));
+  auto load = [&](const TaskRows& tk, int k, uint4* wv, float* s, float* b) {
     const unsigned long long bases = reinterpret_cast<unsigned long long>(tk.wa) |
                                      (RA < R ? reinterpret_cast<unsigned long long>(tk.wb) : 0ull);
     const bool w_vec = (bases & 15) == 0;
