@@ -76,6 +76,19 @@ TEST(MlxKernelCache, EntryIsTheImageAndItsKernelLine) {
   EXPECT_EQ(read(txt), "mlx::core::cu::q\tq\n");
 }
 
+TEST(MlxKernelCache, ModulesOfTheLongestFileNamesAreWritten) {
+  // A module of 245 bytes is a file of 249 (".ptx"); its partial file must still be a name the file
+  // system takes (at most 255 bytes), and a module cut into folders ends in such a name too.
+  TempDir tmp;
+  for (const size_t n : {240u, 245u, 490u}) {
+    const std::string module(n, 'z');
+    write_mlx_module(tmp.path, module, "mlx::core::cu::z", "z", "image");
+    EXPECT_EQ(read(mlx_module_path(tmp.path, module)), "image") << n;
+  }
+  for (const auto& e : fs::recursive_directory_iterator(tmp.path))
+    EXPECT_EQ(e.path().filename().string().find("partial"), std::string::npos) << e.path();
+}
+
 TEST(MlxKernelCache, AFolderThatCannotBeMadeIsAnError) {
   TempDir tmp;
   fs::create_directories(tmp.path);

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <system_error>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "mlxrt/util/durable_file.h"
@@ -22,7 +24,11 @@ constexpr size_t kMaxFileName = 245;
 
 void write_file(const fs::path& target, const std::string& bytes) {
   fs::create_directories(target.parent_path());
-  const auto partial = util::partial_path(target);
+  // A short name of its own: a module's file name may take up to 249 bytes (kMaxFileName and
+  // ".ptx"), and util::partial_path's, the target's name with a prefix and a suffix, would then
+  // pass the 255 a file system allows.
+  const auto partial = target.parent_path() / fmt::format(".mlxrt-partial-{}-{:x}", ::getpid(),
+                                                          std::hash<std::string>{}(target.filename().string()));
   {
     std::ofstream out(partial, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
