@@ -133,12 +133,15 @@ double product_bytes(const DecoderLayerWeights& w, int phase) {
 struct Layer {
   DecoderLayerWeights w;
   mx::array keys, values;  // the cache, `capacity` positions
+  mx::array table;         // w's addresses, made once as the model makes them (DecoderLayerWeightTable)
 };
 
 Layer make_layer(const Dims& d, int bits, int capacity) {
   const mx::Shape cache = {1, d.kv_heads, capacity, d.head_dim};
-  Layer l{random_layer(d, bits), mx::astype(mx::multiply(mx::random::normal(cache), mx::array(0.5f)), mx::bfloat16),
-          mx::astype(mx::random::normal(cache), mx::bfloat16)};
+  auto w = random_layer(d, bits);
+  auto table = decoder_layer_weight_table(w);
+  Layer l{std::move(w), mx::astype(mx::multiply(mx::random::normal(cache), mx::array(0.5f)), mx::bfloat16),
+          mx::astype(mx::random::normal(cache), mx::bfloat16), table};
   mx::eval(l.keys, l.values);
   return l;
 }
@@ -252,7 +255,7 @@ int main(int argc, char** argv) {
             const auto t0 = std::chrono::steady_clock::now();
             for (int i = 0; i < launches; ++i) {
               const auto& l = layers[static_cast<size_t>(i) % layers.size()];
-              const auto launch = decoder_layer_launch(h, l.w, l.keys, l.values,
+              const auto launch = decoder_layer_launch(h, l.w, l.table, l.keys, l.values,
                                                        pos_device ? pos_in_device : mx::array(pos, mx::int32), bar, grid);
               if (!launch) {
                 declined = true;

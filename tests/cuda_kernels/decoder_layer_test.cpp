@@ -535,5 +535,58 @@ TEST_F(DecoderLayer, DeclinesWhatItDoesNotCompute) {
   EXPECT_FALSE(decoder_layer_launch(x, odd, cache, cache, pos, bar, {4})) << "odd rotation";
 }
 
+// The launch takes the weights as one table of addresses: each weight's at its slot, the empty
+// slots 0; a layer's table is kept until a weight's address changes; a weight the kernel could not
+// read in row order is refused by name.
+TEST_F(DecoderLayer, WeightTableHoldsEachWeightsAddressInSlotOrder) {
+  Keys keys(6);
+  const auto t = mx::bfloat16;
+  auto m = [&](int n, int k) { return random_matrix(keys, n, k, 64, 4, t); };
+  auto ones = [&](int n) { return mx::ones({n}, t); };
+  DecoderLayerWeights w{{ones(128), 1e-6f},
+                        {m(128, 128), m(64, 128), m(64, 128), m(128, 128), std::nullopt, std::nullopt,
+                         {64, false, 10000.0f, 1.0f, std::nullopt}, 0.125f, 2, 1},
+                        {ones(128), 1e-6f},
+                        {m(256, 128), m(256, 128), m(128, 256)}};
+  const auto arrays = decoder_layer_weight_arrays(w);
+  ASSERT_EQ(arrays.size(), kDecoderLayerWeightSlots.size());
+  auto host_values = [](mx::array a) {
+    a = mx::astype(a, mx::uint64);  // a node's copy, read on the host
+    mx::eval(a);
+    return std::vector<uint64_t>(a.data<uint64_t>(), a.data<uint64_t>() + a.size());
+  };
+  const auto table = decoder_layer_weight_table(w);
+  EXPECT_EQ(table.dtype(), mx::uint64);
+  const auto values = host_values(table);
+  ASSERT_EQ(values.size(), arrays.size());
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    const bool empty = std::string(kDecoderLayerWeightSlots[i]) == "qnw" ||
+                       std::string(kDecoderLayerWeightSlots[i]) == "knw" ||
+                       std::string(kDecoderLayerWeightSlots[i]) == "freqs";
+    EXPECT_EQ(arrays[i].has_value(), !empty) << kDecoderLayerWeightSlots[i];
+    EXPECT_EQ(values[i], arrays[i] ? decoder_layer_address(*arrays[i]) : 0) << kDecoderLayerWeightSlots[i];
+  }
+  EXPECT_EQ(values[1], decoder_layer_address(w.attn.q.w));
+  EXPECT_EQ(values[25], decoder_layer_address(w.mlp.down.biases));
+
+  DecoderLayerWeightTable kept;
+  const auto first = kept.get(w);
+  EXPECT_EQ(kept.get(w).id(), first.id()) << "the same weights: the same table";
+  auto moved = w;
+  moved.mlp.down = m(128, 256);
+  const auto again = kept.get(moved);
+  EXPECT_NE(again.id(), first.id()) << "a weight at a new address: a new table";
+  EXPECT_EQ(host_values(again)[23], decoder_layer_address(moved.mlp.down.w));
+
+  auto strided = w;
+  strided.attn.o.w = mx::transpose(mx::reshape(mx::arange(128 * 16, mx::uint32), {16, 128}));
+  try {
+    decoder_layer_weight_table(strided);
+    ADD_FAILURE() << "a transposed weight was taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("wo"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace mlxrt::kernels::cuda

@@ -251,11 +251,9 @@ def scratch_offsets(k, h, hk, d, inter, xt, blocks):
 
 
 def layer_inputs(c):
-    mat = lambda m: [("w" + m, c["WT"]), ("s" + m, c["ST"]), ("b" + m, c["ST"])]
+    """x, the weights' table of addresses (DecoderLayerWeightTable), the cache, the position, the barrier."""
     xt = c["XT"]
-    return ([("x", xt), ("nw1", xt)] + mat("q") + mat("k") + mat("v")
-            + [("qnw", xt), ("knw", xt), ("kc", xt), ("vc", xt), ("off", "i32"), ("freqs", "f32" if c["FREQS"] else "i32")]
-            + mat("o") + [("nw2", xt)] + mat("g") + mat("u") + mat("d") + [("bar", "u32")])
+    return [("x", xt), ("tab", "u64"), ("kc", xt), ("vc", xt), ("off", "i32"), ("bar", "u32")]
 
 
 FUSED_HEADER = "std::string header() { return std::string(detail::kQmvDevice) + detail::kStageRmsNormDevice; }"

@@ -9,6 +9,7 @@
 #include <string>
 
 #include <mlx/ops.h>
+#include <mlx/transforms.h>
 
 #include "mlxrt/kernels/cuda/affine_qmv.h"
 #include "mlxrt/kernels/cuda/cuda_driver.h"
@@ -42,6 +43,19 @@ __device__ __forceinline__ auto mlxrt_layer_x(const XT* x, const int* q, const f
     return mlxrt_q8_row{q, ds};
   else
     return x;
+}
+// The weight table's slots (decoder_layer.h's kDecoderLayerWeightSlots, whose order the host checks
+// against these lines).
+constexpr int kW_nw1 = 0, kW_wq = 1, kW_sq = 2, kW_bq = 3, kW_wk = 4, kW_sk = 5, kW_bk = 6, kW_wv = 7, kW_sv = 8,
+              kW_bv = 9, kW_qnw = 10, kW_knw = 11, kW_freqs = 12, kW_wo = 13, kW_so = 14, kW_bo = 15, kW_nw2 = 16,
+              kW_wg = 17, kW_sg = 18, kW_bg = 19, kW_wu = 20, kW_su = 21, kW_bu = 22, kW_wd = 23, kW_sd = 24,
+              kW_bd = 25, kWeightSlots = 26;
+// A weight of the layer by its slot in the table of addresses (decoder_layer.h's
+// DecoderLayerWeightTable), read where it is used: the table sits in shared memory, so a pointer
+// costs a shared load at a task's start rather than a register for the whole kernel.
+template <typename T>
+__device__ __forceinline__ const T* mlxrt_weight(const unsigned long long* table, int slot) {
+  return reinterpret_cast<const T*>(table[slot]);
 }
 __device__ __forceinline__ void mlxrt_grid_sync(unsigned* bar, int gen_word, unsigned long long* arrival) {
   __syncthreads();
@@ -87,6 +101,12 @@ constexpr const char* kSource = R"(
   __shared__ __align__(16) unsigned char qx_bytes[NW * D * sizeof(XT)];
   __shared__ __align__(16) unsigned char kx_bytes[NW * D * sizeof(XT)];
   XT* xs = reinterpret_cast<XT*>(xs_bytes);
+  // The layer's weights' addresses (one input instead of kDecoderLayerWeightSlots), staged once a
+  // block; the barrier below makes them visible to the block's warps.
+  __shared__ unsigned long long wt_shared[kWeightSlots];
+  if (threadIdx.x < kWeightSlots) wt_shared[threadIdx.x] = static_cast<unsigned long long>(tab[threadIdx.x]);
+  __syncthreads();
+  const unsigned long long* const wt = wt_shared;  // (lambdas copy what they capture: a pointer, not the array)
   // The phases' results, for the tests, in one scratch output at the launch's byte offsets
   // (decoder_layer_scratch): one output instead of ten keeps the host's cost per node down.
   XT* xn1 = reinterpret_cast<XT*>(scratch + OFF_XN1);
@@ -136,9 +156,13 @@ constexpr const char* kSource = R"(
 
   // Tasks of the products over K outputs (o_proj, down) and over I (gate and up).
   constexpr int tasks_o = (K + R - 1) / R, tasks_gu = (I + R - 1) / R;
-  // o_proj's and down's task t: rows t * R .. of one matrix of K rows (the last repeated past K).
-  auto rows_of = [&](const WT* w, const ST* s, const ST* b) {
+  // o_proj's and down's task t: rows t * R .. of one matrix of K rows (the last repeated past K),
+  // the matrix whose weights are at slot m (its scales and biases the next two).
+  auto rows_of = [&](int m) {
     return [=](int t) {
+      const WT* w = mlxrt_weight<WT>(wt, m);
+      const ST* s = mlxrt_weight<ST>(wt, m + 1);
+      const ST* b = mlxrt_weight<ST>(wt, m + 2);
       mlxrt_rows_task<WT, ST, R> k{w, s, b, w, s, b};
 #pragma unroll
       for (int r = 0; r < R; ++r) k.n[r] = min(t * R + r, K - 1);
@@ -159,19 +183,23 @@ constexpr const char* kSource = R"(
   };
 
   // 1. RMSNorm(x) staged; the rows of q, k and v.
-  mlxrt_stage_rms_norm<1>(x, nw1, __int_as_float(EPS1_BITS), K, xs, red);
+  mlxrt_stage_rms_norm<1>(x, mlxrt_weight<XT>(wt, kW_nw1), __int_as_float(EPS1_BITS), K, xs, red);
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < K; i += blockDim.x) xn1[i] = xs[i];  // for the tests: every block staged this
   {
     constexpr int tq = (NQ + RQ - 1) / RQ, tk = (NK + RQ - 1) / RQ;
     // Task t's matrix (q, then k, then v), its output and its first row.
     auto qkv_of = [&](int t, const WT*& w, const ST*& s, const ST*& b, XT*& y, int& N, int& row0) {
-      w = wq; s = sq; b = bq; y = yq; N = NQ; row0 = t * RQ;
+      int m = 0;  // the slot of q's matrix; k's and v's three and six on
+      y = yq; N = NQ; row0 = t * RQ;
       if (t >= tq + tk) {
-        w = wv; s = sv; b = bv; y = yv; N = NK; row0 = (t - tq - tk) * RQ;
+        m = 6; y = yv; N = NK; row0 = (t - tq - tk) * RQ;
       } else if (t >= tq) {
-        w = wk; s = sk; b = bk; y = yk; N = NK; row0 = (t - tq) * RQ;
+        m = 3; y = yk; N = NK; row0 = (t - tq) * RQ;
       }
+      w = mlxrt_weight<WT>(wt, kW_wq + m);
+      s = mlxrt_weight<ST>(wt, kW_sq + m);
+      b = mlxrt_weight<ST>(wt, kW_bq + m);
     };
     auto task = [&](int t) {
       mlxrt_rows_task<WT, ST, RQ> k;
@@ -237,8 +265,8 @@ constexpr const char* kSource = R"(
     float* row = rows[warp];
     if (k1 == n_keys) {
       // The new key, rotated; the first query head of its group writes it and the value in place.
-      mlxrt_norm_head<XT, D, NORM>(yk + hk * D, knw, __int_as_float(EPS_K_BITS), row, lane);
-      mlxrt_rope_row<XT, D, ROT, TRAD, FREQS>(row, angle, freqs, __int_as_float(LOG2_BASE_BITS), kx, lane);
+      mlxrt_norm_head<XT, D, NORM>(yk + hk * D, mlxrt_weight<XT>(wt, kW_knw), __int_as_float(EPS_K_BITS), row, lane);
+      mlxrt_rope_row<XT, D, ROT, TRAD, FREQS>(row, angle, mlxrt_weight<float>(wt, kW_freqs), __int_as_float(LOG2_BASE_BITS), kx, lane);
       __syncwarp();  // kx is read by every lane; row is the query's next
       if (h % (H / HK) == 0) {
         XT* kdst = kcache + (static_cast<size_t>(hk) * S + pos) * D;
@@ -251,8 +279,8 @@ constexpr const char* kSource = R"(
     }
     // The query, rotated and rounded to the model's type, then in shared memory as floats (every
     // lane reads all of it); the first chunk's task keeps it for the tests.
-    mlxrt_norm_head<XT, D, NORM>(yq + h * D, qnw, __int_as_float(EPS_Q_BITS), row, lane);
-    mlxrt_rope_row<XT, D, ROT, TRAD, FREQS>(row, angle, freqs, __int_as_float(LOG2_BASE_BITS), qx, lane);
+    mlxrt_norm_head<XT, D, NORM>(yq + h * D, mlxrt_weight<XT>(wt, kW_qnw), __int_as_float(EPS_Q_BITS), row, lane);
+    mlxrt_rope_row<XT, D, ROT, TRAD, FREQS>(row, angle, mlxrt_weight<float>(wt, kW_freqs), __int_as_float(LOG2_BASE_BITS), qx, lane);
     __syncwarp();
     float* qs = row;
     for (int i = lane; i < D; i += 32) {
@@ -374,18 +402,20 @@ constexpr const char* kSource = R"(
   // 3. o_proj and the residual: h = x + round(attn @ wo.T).
   if constexpr (kQ8) mlxrt_q8_stage(attn, NQ, q8_words, q8_ds);
   mlxrt_qmv_tasks<1, R, R, BITS, GS, DEPTH, STREAM>(mlxrt_layer_x<kQ8>(attn, q8_words, q8_ds), true, COLS_O, gw, G,
-                                                   tasks_o, lane, rows_of(wo, so, bo), residual_into(hres, x));
+                                                   tasks_o, lane, rows_of(kW_wo), residual_into(hres, x));
   mlxrt_grid_sync(barrier, GEN_WORD, block_stamp + 3);
   stamp(3);
 
   // 4. RMSNorm(h) staged; gate and up rows, SwiGLU (rms_norm_swiglu's roundings).
-  mlxrt_stage_rms_norm<1>(hres, nw2, __int_as_float(EPS2_BITS), K, xs, red);
+  mlxrt_stage_rms_norm<1>(hres, mlxrt_weight<XT>(wt, kW_nw2), __int_as_float(EPS2_BITS), K, xs, red);
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < K; i += blockDim.x) xn2[i] = xs[i];
   {
     // R rows of gate and the same of up, loaded together.
     auto task = [&](int t) {
-      mlxrt_rows_task<WT, ST, 2 * R> k{wg, sg, bg, wu, su, bu};
+      mlxrt_rows_task<WT, ST, 2 * R> k{mlxrt_weight<WT>(wt, kW_wg), mlxrt_weight<ST>(wt, kW_sg),
+                                       mlxrt_weight<ST>(wt, kW_bg), mlxrt_weight<WT>(wt, kW_wu),
+                                       mlxrt_weight<ST>(wt, kW_su), mlxrt_weight<ST>(wt, kW_bu)};
 #pragma unroll
       for (int r = 0; r < 2 * R; ++r) k.n[r] = min(t * R + (r < R ? r : r - R), I - 1);
       return k;
@@ -413,7 +443,7 @@ constexpr const char* kSource = R"(
   // 5. down and the residual: the layer's output.
   if constexpr (kQ8) mlxrt_q8_stage(act, I, q8_words, q8_ds);
   mlxrt_qmv_tasks<1, R, R, BITS, GS, DEPTH, STREAM>(mlxrt_layer_x<kQ8>(act, q8_words, q8_ds), true, COLS_I, gw, G,
-                                                   tasks_o, lane, rows_of(wd, sd, bd), residual_into(y, hres));
+                                                   tasks_o, lane, rows_of(kW_wd), residual_into(y, hres));
   // The next launch's barrier: every block is past the last barrier, so the count is back to 0.
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     bar_next[0] = 0u;
@@ -425,6 +455,20 @@ constexpr const char* kSource = R"(
 
 std::string header() {
   return std::string(detail::kQmvDevice) + detail::kStageRmsNormDevice + detail::kNormRopeDevice + kLayerDevice;
+}
+
+// Whether the kernel's slot constants are kDecoderLayerWeightSlots's order (checked once, where the
+// spec is made: a mismatch would read one weight for another).
+void check_weight_slots() {
+  const std::string text = kLayerDevice;
+  for (size_t i = 0; i < kDecoderLayerWeightSlots.size(); ++i) {
+    const std::string line = "kW_" + std::string(kDecoderLayerWeightSlots[i]) + " = " + std::to_string(i) + ",";
+    if (text.find(line) == std::string::npos)
+      throw std::logic_error("[decoder_layer] the kernel's weight slots differ from kDecoderLayerWeightSlots at " +
+                             line);
+  }
+  if (text.find("kWeightSlots = " + std::to_string(kDecoderLayerWeightSlots.size()) + ";") == std::string::npos)
+    throw std::logic_error("[decoder_layer] the kernel's count of weight slots differs from kDecoderLayerWeightSlots");
 }
 
 bool same_kind(std::initializer_list<const QmvMatrix*> mats) {
@@ -458,9 +502,10 @@ constexpr size_t kSharedLimit = 46 * 1024;
 // The kernel's static shared memory at up to 8 warps: the staged row (K of the type), each warp's
 // float rows (D) and scores (CHUNK), its rotated query and new key (D of the type), and with
 // DecoderLayerGrid::q8 the int8 copy of the longest product input (`q8_values` bytes and a scale
-// and a sum a 32 of them).
+// and a sum a 32 of them); the weights' table.
 size_t shared_bytes(int K, int D, mx::Dtype t, int q8_values) {
-  return static_cast<size_t>(K) * mx::size_of(t) + 4 * (32 + 8 * (D + kDecoderLayerChunk)) +
+  return kDecoderLayerWeightSlots.size() * 8 + static_cast<size_t>(K) * mx::size_of(t) +
+         4 * (32 + 8 * (D + kDecoderLayerChunk)) +
          2 * 8 * static_cast<size_t>(D) * mx::size_of(t) + static_cast<size_t>(q8_values) / 32 * 40;
 }
 
@@ -471,10 +516,11 @@ bool norm_of(const RmsNormIn& n, mx::Dtype t, int size) {
 }  // namespace
 
 const KernelSpec& decoder_layer_spec() {
+  static const bool slots_checked = (check_weight_slots(), true);
+  (void)slots_checked;
   static const KernelSpec spec{
       "mlxrt_decoder_layer",
-      {"x", "nw1", "wq", "sq", "bq", "wk", "sk", "bk", "wv", "sv", "bv", "qnw", "knw", "kc", "vc", "off", "freqs",
-       "wo", "so", "bo", "nw2", "wg", "sg", "bg", "wu", "su", "bu", "wd", "sd", "bd", "bar"},
+      {"x", "tab", "kc", "vc", "off", "bar"},
       {"y", "bar_next", "scratch"},
       kSource,
       header(),
@@ -630,10 +676,92 @@ mx::array decoder_layer_scratch_view(const mx::array& scratch, size_t offset, si
   return mx::view(mx::slice(scratch, {start}, {stop}), type);
 }
 
+std::vector<std::optional<mx::array>> decoder_layer_weight_arrays(const DecoderLayerWeights& w) {
+  const auto& a = w.attn;
+  const auto& m = w.mlp;
+  std::optional<mx::array> qnw, knw, freqs;
+  if (a.q_norm) qnw = a.q_norm->weight;
+  if (a.k_norm) knw = a.k_norm->weight;
+  if (a.rope.freqs) freqs = *a.rope.freqs;
+  // kDecoderLayerWeightSlots's order.
+  return {w.attn_norm.weight, a.q.w, a.q.scales, a.q.biases, a.k.w, a.k.scales, a.k.biases, a.v.w, a.v.scales,
+          a.v.biases, qnw, knw, freqs, a.o.w, a.o.scales, a.o.biases, w.mlp_norm.weight, m.gate.w, m.gate.scales,
+          m.gate.biases, m.up.w, m.up.scales, m.up.biases, m.down.w, m.down.scales, m.down.biases};
+}
+
+uint64_t decoder_layer_address(const mx::array& a) {
+  if (!cuda_gpu_is_default()) return reinterpret_cast<uint64_t>(a.data<void>());
+  // MLX 0.32's CUDA buffer (mlx/backend/cuda/allocator.h's CudaBuffer) begins with the device
+  // address, as its gpu_ptr reads it; that header needs CUDA's, which a CPU build lacks.
+  const auto* data = static_cast<void* const*>(a.buffer().ptr());
+  return reinterpret_cast<uint64_t>(static_cast<const char*>(*data) + a.offset());
+}
+
+namespace {
+
+// The arrays' addresses, each evaluated and row-contiguous first (as MLX would have copied an input
+// that is not: the kernel reads every matrix in row order).
+std::vector<uint64_t> weight_addresses(const std::vector<std::optional<mx::array>>& arrays) {
+  std::vector<mx::array> present;
+  for (const auto& a : arrays)
+    if (a) present.push_back(*a);
+  mx::eval(present);
+  std::vector<uint64_t> addresses;
+  addresses.reserve(arrays.size());
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    if (!arrays[i]) {
+      addresses.push_back(0);
+      continue;
+    }
+    if (!arrays[i]->flags().row_contiguous)
+      throw std::invalid_argument(std::string("[decoder_layer] the layer's ") + kDecoderLayerWeightSlots[i] +
+                                  " is not row-contiguous");
+    addresses.push_back(decoder_layer_address(*arrays[i]));
+  }
+  return addresses;
+}
+
+mx::array table_of(const std::vector<uint64_t>& addresses) {
+  mx::array host(addresses.begin(), {static_cast<int>(addresses.size())}, mx::uint64);
+  if (!cuda_gpu_is_default()) return host;
+  // A copy made by a node lies in device memory (the host array is in unified memory).
+  auto table = mx::bitwise_or(host, mx::array(uint64_t{0}, mx::uint64));
+  mx::eval(table);
+  return table;
+}
+
+}  // namespace
+
+mx::array decoder_layer_weight_table(const DecoderLayerWeights& w) {
+  return table_of(weight_addresses(decoder_layer_weight_arrays(w)));
+}
+
+mx::array DecoderLayerWeightTable::get(const DecoderLayerWeights& w) const {
+  const auto arrays = decoder_layer_weight_arrays(w);
+  std::lock_guard lock(mutex_);
+  if (table_ && addresses_.size() == arrays.size()) {
+    bool same = true;
+    for (size_t i = 0; i < arrays.size() && same; ++i)
+      same = (arrays[i] ? decoder_layer_address(*arrays[i]) : 0) == addresses_[i];
+    if (same) return *table_;
+  }
+  addresses_ = weight_addresses(arrays);
+  table_ = table_of(addresses_);
+  return *table_;
+}
+
 std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const DecoderLayerWeights& w,
                                                  const mx::array& keys, const mx::array& values,
                                                  const mx::array& offset, const mx::array& bar,
                                                  const DecoderLayerGrid& grid) {
+  if (!decoder_layer_fits(x, w)) return std::nullopt;
+  return decoder_layer_launch(x, w, decoder_layer_weight_table(w), keys, values, offset, bar, grid);
+}
+
+std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const DecoderLayerWeights& w,
+                                                 const mx::array& table, const mx::array& keys,
+                                                 const mx::array& values, const mx::array& offset,
+                                                 const mx::array& bar, const DecoderLayerGrid& grid) {
   const int blocks = grid.blocks, warps = grid.warps, depth = grid.depth;
   const bool rows_ok = (grid.rows == 0 || grid.rows == 1 || grid.rows == 2 || grid.rows == 4 || grid.rows == 8) &&
                        grid.qkv_rows >= 0 && grid.qkv_rows <= 16;
@@ -646,7 +774,8 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
     return std::nullopt;
   if (values.shape() != keys.shape() || values.dtype() != t || keys.shape(2) < 1) return std::nullopt;
   if (offset.dtype() != mx::int32 || offset.size() != 1 || bar.dtype() != mx::uint32 ||
-      bar.size() != kDecoderLayerBarrierWords)
+      bar.size() != kDecoderLayerBarrierWords || table.dtype() != mx::uint64 ||
+      table.size() != kDecoderLayerWeightSlots.size())
     return std::nullopt;
   const int S = keys.shape(2);
   // int8 x where its copy fits beside the rest (and the stream's 4-bit steps take it).
@@ -657,18 +786,12 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
   const int rows = grid.rows > 0 ? grid.rows : tiling.rows_per_warp;
   const int qkv_rows = grid.qkv_rows > 0 ? grid.qkv_rows : rows;
   const auto scratch = decoder_layer_scratch(x, w, S, grid);
-  const auto& qnw = a.q_norm ? a.q_norm->weight : x;
-  const auto& knw = a.k_norm ? a.k_norm->weight : x;
-  const auto& freqs = a.rope.freqs ? *a.rope.freqs : offset;
   const float log2_base = a.rope.base ? std::log2(*a.rope.base) : 0.0f;
   const int threads = 32 * warps;
   const auto& m = w.mlp;
   return KernelLaunch{
       &decoder_layer_spec(),
-      {x, w.attn_norm.weight, a.q.w, a.q.scales, a.q.biases, a.k.w, a.k.scales, a.k.biases, a.v.w, a.v.scales,
-       a.v.biases, qnw, knw, keys, values, offset, freqs, a.o.w, a.o.scales, a.o.biases, w.mlp_norm.weight,
-       m.gate.w, m.gate.scales, m.gate.biases, m.up.w, m.up.scales, m.up.biases, m.down.w, m.down.scales,
-       m.down.biases, bar},
+      {x, table, keys, values, offset, bar},
       {x.shape(), {kDecoderLayerBarrierWords}, {static_cast<int>(scratch.bytes)}},
       {t, mx::uint32, mx::uint8},
       {blocks * threads, 1, 1},

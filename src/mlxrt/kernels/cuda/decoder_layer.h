@@ -40,8 +40,12 @@
  * for 8B 4-bit (191 per-node L3, 158 mlx-lm) and 590-650 for 0.6B 4-bit (332 per-node, 266
  * mlx-lm), as near L1 as the per-node path. Hence the default for 4-bit layers at L3
  * (decoder_layer_use), and for small dense ones (kDecoderLayerDenseBytes). */
+#include <array>
 #include <cstddef>
+#include <cstdint>
+#include <mutex>
 #include <optional>
+#include <vector>
 
 #include <mlx/array.h>
 
@@ -204,6 +208,46 @@ DecoderLayerScratch decoder_layer_scratch(const mx::array& x, const DecoderLayer
 /** `count` values of `type` from byte `offset` of the scratch output (a view: for tests and tools). */
 mx::array decoder_layer_scratch_view(const mx::array& scratch, size_t offset, size_t count, mx::Dtype type);
 
+/** The layer's weights as the kernel takes them: their addresses in one uint64 array, in the order
+ * of kDecoderLayerWeightSlots (a dense matrix's slots for scales and biases hold the matrix's own
+ * address; a missing q/k norm or RoPE frequencies, 0).
+ *
+ * Why: MLX's host cost to dispatch a node grows with its inputs (each is copied into the node's
+ * outputs' sibling lists, recorded for the CUDA graph's dependencies and kept alive until the GPU
+ * is done), and the layer kernel had 31, 26 of them weights that never change: a Qwen3-0.6B
+ * decoding step at L3 spent 27 µs of dispatch a layer node (bench/RESULTS.md, eighteenth
+ * session), the step bound by the host. The table makes it six inputs.
+ *
+ * What it costs: MLX no longer sees the kernel read the weights. They are never written, so no
+ * ordering is lost; the caller keeps them alive for as long as launches made with the table may
+ * run (the model's layer owns both). The kernel reads each address where it uses the weight. */
+inline constexpr std::array<const char*, 26> kDecoderLayerWeightSlots = {
+    "nw1", "wq", "sq", "bq", "wk", "sk", "bk", "wv", "sv", "bv", "qnw", "knw", "freqs",
+    "wo",  "so", "bo", "nw2", "wg", "sg", "bg", "wu", "su", "bu", "wd", "sd", "bd"};
+/** w's arrays in slot order (nullopt for an empty slot). */
+std::vector<std::optional<mx::array>> decoder_layer_weight_arrays(const DecoderLayerWeights& w);
+/** The address the kernel reads `a` at (a CUDA buffer's device address on a CUDA GPU, else the
+ * host address); `a` evaluated. */
+uint64_t decoder_layer_address(const mx::array& a);
+/** The table for `w` as a launch takes it: w's arrays evaluated, their addresses in a uint64 array
+ * (on a CUDA GPU a copy in device memory, evaluated: MLX keeps arrays made from host data in
+ * unified memory, whose pages move to the host when it writes a neighbour). Each call makes a new
+ * one: tests and tools; the model keeps one (DecoderLayerWeightTable). */
+mx::array decoder_layer_weight_table(const DecoderLayerWeights& w);
+
+/** A layer's table, made at its first use and kept: made again only where one of the weights'
+ * addresses has changed since (MLX's CUDA allocator moves a buffer to unified memory when the host
+ * reads it), which each call checks (26 reads). Safe to share between threads. */
+class DecoderLayerWeightTable {
+ public:
+  mx::array get(const DecoderLayerWeights& w) const;
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::vector<uint64_t> addresses_;
+  mutable std::optional<mx::array> table_;
+};
+
 /** The launch for x [1, 1, hidden] at position `offset` (int32 scalar) with the cache buffers
  * `keys` and `values` [1, n_kv_heads, capacity, head_dim] of x's type (capacity > offset), the
  * barrier's state `bar` (uint32 [kDecoderLayerBarrierWords], zeros) and `grid`. Output 0 is the
@@ -219,6 +263,11 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
                                                  const mx::array& keys, const mx::array& values,
                                                  const mx::array& offset, const mx::array& bar,
                                                  const DecoderLayerGrid& grid);
+/** The same with w's table (decoder_layer_weight_table's, or a DecoderLayerWeightTable's) given. */
+std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const DecoderLayerWeights& w,
+                                                 const mx::array& table, const mx::array& keys,
+                                                 const mx::array& values, const mx::array& offset,
+                                                 const mx::array& bar, const DecoderLayerGrid& grid);
 
 /** The kernel's text (tests and tools compile it without a GPU). */
 const KernelSpec& decoder_layer_spec();

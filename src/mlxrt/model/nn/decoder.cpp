@@ -422,6 +422,7 @@ Block::Block(const BlockOptions& o, WeightBinder& w, const std::string& path)
       residual_(o.residual),
       use_sliding_(o.use_sliding) {
   layer_weights_ = cuda_layer_weights();
+  if (layer_weights_) layer_table_ = std::make_shared<kernels::cuda::DecoderLayerWeightTable>();
 }
 
 std::optional<kernels::cuda::DecoderLayerWeights> Block::cuda_layer_weights() const {
@@ -453,7 +454,7 @@ std::optional<mx::array> Block::cuda_l3_layer(const mx::array& x, const Attentio
   auto slot = kv->begin_in_place_write({1, w.attn.n_kv_heads, 1, head_dim}, x.dtype(),
                                        kernels::cuda::kDecoderLayerBarrierWords);
   if (!slot) return std::nullopt;
-  const auto launch = kernels::cuda::decoder_layer_launch(x, w, slot->keys, slot->values,
+  const auto launch = kernels::cuda::decoder_layer_launch(x, w, layer_table_->get(w), slot->keys, slot->values,
                                                           mx::array(slot->position, mx::int32), slot->barrier, grid);
   // The cache has moved on: its buffers were made to fit, so a refusal here is a bug, not a fallback.
   if (!launch) throw std::logic_error("[decoder_layer] the cache's buffers do not fit the layer they were made for");

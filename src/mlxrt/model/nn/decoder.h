@@ -6,6 +6,7 @@
  * that divides its input). Member and weight names follow mlx-lm, so a family file reads beside
  * its mlx-lm twin. */
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -239,6 +240,9 @@ class Block {
   bool use_sliding_;
   /** cuda_layer_weights(), gathered once: a layer's weights do not change after it is built. */
   std::optional<kernels::cuda::DecoderLayerWeights> layer_weights_;
+  /** Their addresses as the kernel takes them, made at the first decoding step (shared: blocks are
+   * moved into their model's list, and the table's mutex does not move). */
+  std::shared_ptr<kernels::cuda::DecoderLayerWeightTable> layer_table_;
 };
 
 /** llama.py's shard() over `group_size` ranks, on every block: the attention and, where it is the
