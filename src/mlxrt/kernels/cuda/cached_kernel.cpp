@@ -155,6 +155,10 @@ std::vector<mx::array> CachedKernel::operator()(const KernelLaunch& launch) cons
                  launch.template_args, std::nullopt, false, {});
 }
 
+std::shared_ptr<mx::Primitive> CachedKernel::primitive(const KernelLaunch& launch) const {
+  return (*this)(launch).front().primitive_ptr();
+}
+
 void CachedKernel::prime_mlx_cache(
     const mx::Primitive& primitive, const std::vector<mx::array>& inputs, const std::vector<mx::Dtype>& output_dtypes,
     const std::vector<std::pair<std::string, mx::fast::TemplateArg>>& template_args) const {

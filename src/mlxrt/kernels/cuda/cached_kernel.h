@@ -70,6 +70,11 @@ class CachedKernel {
   /** A launch of this kernel (launch.spec names the same kernel) on the default stream. */
   std::vector<mx::array> operator()(const KernelLaunch& launch) const;
 
+  /** The primitive a launch's outputs come from (made and kept as operator() makes them). A caller
+   * that makes one launch again and again, but for its inputs' arrays, keeps it and makes each
+   * node's outputs with mx::array::make_arrays, without building the launch every time. */
+  std::shared_ptr<mx::Primitive> primitive(const KernelLaunch& launch) const;
+
   /** Whether launches take the self-compiled route (opted in, allowed by the spec, NVRTC found). */
   bool self_compiled() const;
 

@@ -750,6 +750,11 @@ mx::array DecoderLayerWeightTable::get(const DecoderLayerWeights& w) const {
   return *table_;
 }
 
+std::vector<mx::array> decoder_layer_inputs(const mx::array& x, const mx::array& table, const mx::array& keys,
+                                            const mx::array& values, const mx::array& offset, const mx::array& bar) {
+  return {x, table, keys, values, offset, bar};
+}
+
 std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const DecoderLayerWeights& w,
                                                  const mx::array& keys, const mx::array& values,
                                                  const mx::array& offset, const mx::array& bar,
@@ -791,7 +796,7 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
   const auto& m = w.mlp;
   return KernelLaunch{
       &decoder_layer_spec(),
-      {x, table, keys, values, offset, bar},
+      decoder_layer_inputs(x, table, keys, values, offset, bar),
       {x.shape(), {kDecoderLayerBarrierWords}, {static_cast<int>(scratch.bytes)}},
       {t, mx::uint32, mx::uint8},
       {blocks * threads, 1, 1},

@@ -269,6 +269,11 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
                                                  const mx::array& values, const mx::array& offset,
                                                  const mx::array& bar, const DecoderLayerGrid& grid);
 
+/** A launch's inputs in the kernel's order (what decoder_layer_launch puts in KernelLaunch::inputs):
+ * for a caller that keeps the launch's primitive and makes new nodes of it. */
+std::vector<mx::array> decoder_layer_inputs(const mx::array& x, const mx::array& table, const mx::array& keys,
+                                            const mx::array& values, const mx::array& offset, const mx::array& bar);
+
 /** The kernel's text (tests and tools compile it without a GPU). */
 const KernelSpec& decoder_layer_spec();
 

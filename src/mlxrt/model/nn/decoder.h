@@ -7,6 +7,7 @@
  * its mlx-lm twin. */
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -240,9 +241,23 @@ class Block {
   bool use_sliding_;
   /** cuda_layer_weights(), gathered once: a layer's weights do not change after it is built. */
   std::optional<kernels::cuda::DecoderLayerWeights> layer_weights_;
-  /** Their addresses as the kernel takes them, made at the first decoding step (shared: blocks are
-   * moved into their model's list, and the table's mutex does not move). */
-  std::shared_ptr<kernels::cuda::DecoderLayerWeightTable> layer_table_;
+  /** What the layer keeps between its decoding steps on that kernel: the weights' addresses as the
+   * kernel takes them, the grid, and the last launch's primitive with the cache capacity and x it
+   * was made for, so a step makes the kernel's node without building the launch again (the host's
+   * time is what bounds a small model's step). Shared: blocks are moved into their model's list,
+   * and a mutex does not move. */
+  struct CudaLayerState {
+    std::mutex mutex;
+    kernels::cuda::DecoderLayerWeightTable table;
+    std::optional<kernels::cuda::DecoderLayerGrid> grid;
+    std::shared_ptr<mx::Primitive> primitive;  // of the launch for:
+    int capacity = -1;
+    mx::Shape x_shape;
+    mx::Dtype x_type = mx::float32;
+    std::vector<mx::Shape> output_shapes;
+    std::vector<mx::Dtype> output_types;
+  };
+  std::shared_ptr<CudaLayerState> cuda_state_;
 };
 
 /** llama.py's shard() over `group_size` ranks, on every block: the attention and, where it is the
