@@ -504,16 +504,22 @@ TEST_F(DecoderLayer, GridAndUseFollowTheWeights) {
   EXPECT_TRUE(decoder_layer_wanted(big, DecoderLayerUse::every_kind));
 }
 
-TEST_F(DecoderLayer, DeclinesWhatItDoesNotCompute) {
-  Keys keys(5);
+// A small 4-bit layer (hidden 128, two heads of 64 over one key head, no q/k norms, RoPE by base).
+DecoderLayerWeights small_layer(Keys& keys) {
   const auto t = mx::bfloat16;
   auto m = [&](int n, int k) { return random_matrix(keys, n, k, 64, 4, t); };
   auto ones = [&](int n) { return mx::ones({n}, t); };
-  DecoderLayerWeights w{{ones(128), 1e-6f},
-                        {m(128, 128), m(64, 128), m(64, 128), m(128, 128), std::nullopt, std::nullopt,
-                         {64, false, 10000.0f, 1.0f, std::nullopt}, 0.125f, 2, 1},
-                        {ones(128), 1e-6f},
-                        {m(256, 128), m(256, 128), m(128, 256)}};
+  return {{ones(128), 1e-6f},
+          {m(128, 128), m(64, 128), m(64, 128), m(128, 128), std::nullopt, std::nullopt,
+           {64, false, 10000.0f, 1.0f, std::nullopt}, 0.125f, 2, 1},
+          {ones(128), 1e-6f},
+          {m(256, 128), m(256, 128), m(128, 256)}};
+}
+
+TEST_F(DecoderLayer, DeclinesWhatItDoesNotCompute) {
+  Keys keys(5);
+  const auto t = mx::bfloat16;
+  auto w = small_layer(keys);
   const auto x = mx::ones({1, 1, 128}, t), cache = mx::zeros({1, 1, 16, 64}, t);
   const auto pos = mx::array(0, mx::int32), bar = mx::zeros({kDecoderLayerBarrierWords}, mx::uint32);
   EXPECT_TRUE(decoder_layer_launch(x, w, cache, cache, pos, bar, {4}).has_value());
@@ -540,14 +546,8 @@ TEST_F(DecoderLayer, DeclinesWhatItDoesNotCompute) {
 // read in row order is refused by name.
 TEST_F(DecoderLayer, WeightTableHoldsEachWeightsAddressInSlotOrder) {
   Keys keys(6);
-  const auto t = mx::bfloat16;
-  auto m = [&](int n, int k) { return random_matrix(keys, n, k, 64, 4, t); };
-  auto ones = [&](int n) { return mx::ones({n}, t); };
-  DecoderLayerWeights w{{ones(128), 1e-6f},
-                        {m(128, 128), m(64, 128), m(64, 128), m(128, 128), std::nullopt, std::nullopt,
-                         {64, false, 10000.0f, 1.0f, std::nullopt}, 0.125f, 2, 1},
-                        {ones(128), 1e-6f},
-                        {m(256, 128), m(256, 128), m(128, 256)}};
+  auto m = [&](int n, int k) { return random_matrix(keys, n, k, 64, 4, mx::bfloat16); };
+  auto w = small_layer(keys);
   const auto arrays = decoder_layer_weight_arrays(w);
   ASSERT_EQ(arrays.size(), kDecoderLayerWeightSlots.size());
   auto host_values = [](mx::array a) {
