@@ -267,7 +267,8 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
                                                  const mx::array& keys, const mx::array& values,
                                                  const mx::array& offset, const mx::array& bar,
                                                  const DecoderLayerGrid& grid);
-/** The same with w's table (decoder_layer_weight_table's, or a DecoderLayerWeightTable's) given. */
+/** The same with w's table (decoder_layer_weight_table's, or a DecoderLayerWeightTable's) given; the
+ * overload above makes a new table each call, and so evaluates w's arrays (tests and tools). */
 std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const DecoderLayerWeights& w,
                                                  const mx::array& table, const mx::array& keys,
                                                  const mx::array& values, const mx::array& offset,
