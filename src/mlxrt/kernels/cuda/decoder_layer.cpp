@@ -678,17 +678,26 @@ mx::array decoder_layer_scratch_view(const mx::array& scratch, size_t offset, si
   return mx::view(mx::slice(scratch, {start}, {stop}), type);
 }
 
-std::vector<std::optional<mx::array>> decoder_layer_weight_arrays(const DecoderLayerWeights& w) {
+namespace {
+
+// w's arrays in kDecoderLayerWeightSlots's order, by address (nullptr for an empty slot): no copies,
+// for the check a decoding step makes.
+std::array<const mx::array*, kDecoderLayerWeightSlots.size()> weight_slots(const DecoderLayerWeights& w) {
   const auto& a = w.attn;
   const auto& m = w.mlp;
-  std::optional<mx::array> qnw, knw, freqs;
-  if (a.q_norm) qnw = a.q_norm->weight;
-  if (a.k_norm) knw = a.k_norm->weight;
-  if (a.rope.freqs) freqs = *a.rope.freqs;
-  // kDecoderLayerWeightSlots's order.
-  return {w.attn_norm.weight, a.q.w, a.q.scales, a.q.biases, a.k.w, a.k.scales, a.k.biases, a.v.w, a.v.scales,
-          a.v.biases, qnw, knw, freqs, a.o.w, a.o.scales, a.o.biases, w.mlp_norm.weight, m.gate.w, m.gate.scales,
-          m.gate.biases, m.up.w, m.up.scales, m.up.biases, m.down.w, m.down.scales, m.down.biases};
+  return {&w.attn_norm.weight, &a.q.w, &a.q.scales, &a.q.biases, &a.k.w, &a.k.scales, &a.k.biases, &a.v.w,
+          &a.v.scales, &a.v.biases, a.q_norm ? &a.q_norm->weight : nullptr, a.k_norm ? &a.k_norm->weight : nullptr,
+          a.rope.freqs ? &*a.rope.freqs : nullptr, &a.o.w, &a.o.scales, &a.o.biases, &w.mlp_norm.weight, &m.gate.w,
+          &m.gate.scales, &m.gate.biases, &m.up.w, &m.up.scales, &m.up.biases, &m.down.w, &m.down.scales,
+          &m.down.biases};
+}
+
+}  // namespace
+
+std::vector<std::optional<mx::array>> decoder_layer_weight_arrays(const DecoderLayerWeights& w) {
+  std::vector<std::optional<mx::array>> arrays;
+  for (const auto* a : weight_slots(w)) arrays.push_back(a ? std::optional<mx::array>(*a) : std::nullopt);
+  return arrays;
 }
 
 uint64_t decoder_layer_address(const mx::array& a) {
@@ -739,15 +748,15 @@ mx::array decoder_layer_weight_table(const DecoderLayerWeights& w) {
 }
 
 mx::array DecoderLayerWeightTable::get(const DecoderLayerWeights& w) const {
-  const auto arrays = decoder_layer_weight_arrays(w);
   std::lock_guard lock(mutex_);
-  if (table_ && addresses_.size() == arrays.size()) {
-    bool same = true;
-    for (size_t i = 0; i < arrays.size() && same; ++i)
-      same = (arrays[i] ? decoder_layer_address(*arrays[i]) : 0) == addresses_[i];
+  if (table_) {
+    const auto slots = weight_slots(w);
+    bool same = addresses_.size() == slots.size();
+    for (size_t i = 0; i < slots.size() && same; ++i)
+      same = (slots[i] ? decoder_layer_address(*slots[i]) : 0) == addresses_[i];
     if (same) return *table_;
   }
-  addresses_ = weight_addresses(arrays);
+  addresses_ = weight_addresses(decoder_layer_weight_arrays(w));
   table_ = table_of(addresses_);
   return *table_;
 }

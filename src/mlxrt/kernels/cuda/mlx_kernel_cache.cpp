@@ -7,8 +7,6 @@
 #include <stdexcept>
 #include <system_error>
 
-#include <unistd.h>
-
 #include <fmt/format.h>
 
 #include "mlxrt/util/durable_file.h"
@@ -24,11 +22,11 @@ constexpr size_t kMaxFileName = 245;
 
 void write_file(const fs::path& target, const std::string& bytes) {
   fs::create_directories(target.parent_path());
-  // A short name of its own: a module's file name may take up to 249 bytes (kMaxFileName and
-  // ".ptx"), and util::partial_path's, the target's name with a prefix and a suffix, would then
+  // The partial file named after a hash of the target's name: a module's file name may take up to
+  // 249 bytes (kMaxFileName and ".ptx"), and util::partial_path's prefix and suffix around it would
   // pass the 255 a file system allows.
-  const auto partial = target.parent_path() / fmt::format(".mlxrt-partial-{}-{:x}", ::getpid(),
-                                                          std::hash<std::string>{}(target.filename().string()));
+  const auto partial = util::partial_path(
+      target.parent_path() / fmt::format("{:x}", std::hash<std::string>{}(target.filename().string())));
   {
     std::ofstream out(partial, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
