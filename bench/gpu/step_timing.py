@@ -96,10 +96,30 @@ def run(cmd, env, log):
     return out
 
 
+def setting_env(text):
+    """A setting's environment: a name of SETTINGS, or NAME=VALUE pairs joined by ';'."""
+    if text in SETTINGS:
+        return SETTINGS[text]
+    env = {}
+    for pair in text.split(";"):
+        name, eq, value = pair.partition("=")
+        if not eq or not name:
+            raise argparse.ArgumentTypeError(f"{text!r} is neither a setting ({', '.join(SETTINGS)}) nor NAME=VALUE pairs")
+        env[name] = value
+    return env
+
+
+def setting_arg(text):
+    setting_env(text)  # refused here, where argparse names the option
+    return text
+
+
 def main():
     ap = argparse.ArgumentParser()
     models.add_run_args(ap, ["qwen3-0.6b-q4", "qwen3-8b-q4"])
-    ap.add_argument("--settings", nargs="+", default=["default", "graphs-off", "ops-400"], choices=list(SETTINGS))
+    ap.add_argument("--settings", nargs="+", default=["default", "graphs-off", "ops-400"], type=setting_arg,
+                    help=f"named settings ({', '.join(SETTINGS)}) or NAME=VALUE[;NAME=VALUE...] (an environment of "
+                         "their own, e.g. MLXRT_CUDA_L3_LAYER_PREFETCH=qkv/o/gu/-/down)")
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--gen", type=int, default=256)
     ap.add_argument("--trials", type=int, default=2)
@@ -138,7 +158,7 @@ def main():
         for _ in range(args.rounds):
             for setting in args.settings:
                 for program, cmd in programs.items():
-                    runs.setdefault((setting, program), []).append(run(cmd, SETTINGS[setting], log))
+                    runs.setdefault((setting, program), []).append(run(cmd, setting_env(setting), log))
         for (setting, program), rs in runs.items():
             ok = [r for r in rs if "error" not in r]
             row = {"model": name, "setting": setting, "program": program}
