@@ -80,6 +80,11 @@ template <typename T>
 inline T __ldcg(const T* p) {
   return *p;
 }
+// ld.global.nc (read-only data): the same.
+template <typename T>
+inline T __ldg(const T* p) {
+  return *p;
+}
 // %globaltimer: the host's monotonic nanoseconds (kernels read it for their own timings).
 inline unsigned long long mlxrt_globaltimer() {
   return static_cast<unsigned long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -460,7 +460,10 @@ __device__ __forceinline__ void mlxrt_qmv_task_stream(XS x, bool x_vec, int word
   const int steps = (K + kStep - 1) / kStep;  // the warp's; a lane's own are those below K
   const int k_lane = lane * kVpl;
   // The 16 bytes at k of each of the task's rows, with their groups' scales and biases. (Not a
-  // generic lambda: NVRTC without MLX's options takes those for host code.)
+  // generic lambda: NVRTC without MLX's options takes those for host code.) Read as global,
+  // read-only memory (__ldg): the layer kernel's rows come from its table of addresses, which the
+  // compiler cannot tell are global, and it would read them with generic loads (LD, which first
+  // find out which memory an address is in) where its pointer parameters had global ones.
   using TaskRows = decltype(task(0));
   auto load = [&](const TaskRows& tk, int k, uint4* wv, float* s, float* b) {
     const unsigned long long bases = reinterpret_cast<unsigned long long>(tk.wa) |
@@ -470,10 +473,11 @@ __device__ __forceinline__ void mlxrt_qmv_task_stream(XS x, bool x_vec, int word
     for (int r = 0; r < R; ++r) {
       const uint32_t* p = reinterpret_cast<const uint32_t*>(r < RA ? tk.wa : tk.wb) +
                           static_cast<size_t>(tk.n[r]) * words + k / kVpw;
-      wv[r] = w_vec ? *reinterpret_cast<const uint4*>(p) : make_uint4(p[0], p[1], p[2], p[3]);
+      wv[r] = w_vec ? __ldg(reinterpret_cast<const uint4*>(p))
+                    : make_uint4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
       const size_t g = static_cast<size_t>(tk.n[r]) * groups + k / GS;
-      s[r] = static_cast<float>((r < RA ? tk.sa : tk.sb)[g]);
-      b[r] = static_cast<float>((r < RA ? tk.ba : tk.bb)[g]);
+      s[r] = static_cast<float>(__ldg((r < RA ? tk.sa : tk.sb) + g));
+      b[r] = static_cast<float>(__ldg((r < RA ? tk.ba : tk.bb) + g));
     }
   };
   if (t0 >= T) return;
