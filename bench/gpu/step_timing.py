@@ -119,7 +119,7 @@ def main():
     models.add_run_args(ap, ["qwen3-0.6b-q4", "qwen3-8b-q4"])
     ap.add_argument("--settings", nargs="+", default=["default", "graphs-off", "ops-400"], type=setting_arg,
                     help=f"named settings ({', '.join(SETTINGS)}) or NAME=VALUE[;NAME=VALUE...] (an environment of "
-                         "their own, e.g. MLXRT_CUDA_L3_LAYER_PREFETCH=qkv/o/gu/-/down)")
+                         "their own, e.g. MLXRT_CUDA_L3_LAYER_ROWS=4;MLXRT_CUDA_L3_LAYER_Q8=1)")
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--gen", type=int, default=256)
     ap.add_argument("--trials", type=int, default=2)
@@ -169,17 +169,18 @@ def main():
                 row.update(next(r for r in ok if r["gen_tps"] == median), all_gen_tps=[r["gen_tps"] for r in ok])
             rows.append(row)
         (args.out / "step_timing.json").write_text(json.dumps(rows, indent=1))
+    sw = max([11] + [len(r["setting"]) for r in rows])  # a NAME=VALUE setting may be longer than a name
     lines = [f"prompt tok/s and decode tok/s (prompt {args.prompt}, {args.gen} tokens, mean of {args.trials} trials, "
              f"median of {args.rounds} rounds by decode); that run's last trial's mean step split (ms): build the graph / "
              "dispatch it / wait for the device",
-             f"{'model':<14} {'setting':<11} {'program':<10} {'prompt':>8} {'tok/s':>8} {'step ms':>8} {'build':>7} "
+             f"{'model':<14} {'setting':<{sw}} {'program':<10} {'prompt':>8} {'tok/s':>8} {'step ms':>8} {'build':>7} "
              f"{'dispatch':>9} {'wait':>7}"]
     for r in rows:
         if "error" in r:
-            lines.append(f"{r['model']:<14} {r['setting']:<11} {r['program']:<10} error: {r['error'][:150]!r}")
+            lines.append(f"{r['model']:<14} {r['setting']:<{sw}} {r['program']:<10} error: {r['error'][:150]!r}")
             continue
         split = (f"{r['build_ms']:>7.3f} {r['dispatch_ms']:>9.3f} {r['wait_ms']:>7.3f}" if "build_ms" in r else "")
-        lines.append(f"{r['model']:<14} {r['setting']:<11} {r['program']:<10} {r['prompt_tps']:>8.1f} {r['gen_tps']:>8.1f} "
+        lines.append(f"{r['model']:<14} {r['setting']:<{sw}} {r['program']:<10} {r['prompt_tps']:>8.1f} {r['gen_tps']:>8.1f} "
                      f"{1e3 / r['gen_tps']:>8.3f} {split}  " + "/".join(f"{v:.0f}" for v in r.get("all_gen_tps", [])))
     text = "\n".join(lines)
     (args.out / "step_timing.txt").write_text(text + "\n")
