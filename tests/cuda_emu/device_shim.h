@@ -91,6 +91,9 @@ inline unsigned long long mlxrt_globaltimer() {
                                              std::chrono::steady_clock::now().time_since_epoch())
                                              .count());
 }
+// A prefetch of a line into a cache: the CPU has none to ask, and it changes no value.
+template <int LEVEL>
+inline void mlxrt_prefetch_line(const void*) {}
 inline void __syncwarp(unsigned mask = 0xFFFFFFFFu) { mlxrt_emu->sync_warp(mask); }
 
 template <typename T>

@@ -372,6 +372,52 @@ std::vector<unsigned char> bytes_of(const mx::array& a) {
   return {p, p + u.nbytes()};
 }
 
+// Each grid's outputs for the same layer, caches and position, compared byte for byte with the
+// first grid's: the layer's output, both caches and every phase's result (not the stamps: times;
+// not the padding between regions). For settings that change where and when the work runs and not
+// its arithmetic.
+void expect_grids_give_the_same_bytes(const Case& c, int seed, const std::vector<DecoderLayerGrid>& grids) {
+  Keys keys(seed);
+  std::vector<double> freqs;
+  const auto w = layer_weights(c, keys, freqs);
+  const auto cache = [&] {
+    return owned(mx::astype(mx::random::normal({1, c.kv_heads, c.capacity, c.head_dim}, mx::float32, keys.next()), c.type));
+  };
+  const auto kc = cache(), vc = cache();
+  const auto x = exact_square_x(keys, 1, c.hidden, c.type);
+  for (const int pos : c.positions) {
+    const auto what = label(c, pos);
+    std::vector<std::vector<std::vector<unsigned char>>> outs;
+    for (const auto& grid : grids) {
+      // Each run from the same caches (the kernel writes the new key and value in place).
+      auto k = owned(mx::copy(kc)), v = owned(mx::copy(vc));
+      auto bar = owned(mx::zeros({kDecoderLayerBarrierWords}, mx::uint32));
+      const auto launch = decoder_layer_launch(x, w, k, v, mx::array(pos, mx::int32), bar, grid);
+      ASSERT_TRUE(launch.has_value()) << what << ": declined";
+      const auto out = run(*launch);
+      const auto layout = decoder_layer_scratch(x, w, c.capacity, grid);
+      auto& o = outs.emplace_back();
+      o.push_back(bytes_of(out[0]));
+      o.push_back(bytes_of(k));
+      o.push_back(bytes_of(v));
+      const auto all = bytes_of(out[2]);
+      const size_t e = mx::size_of(c.type), H = c.heads, HK = c.kv_heads, D = c.head_dim;
+      const std::vector<std::pair<size_t, size_t>> regions = {
+          {layout.xn1, c.hidden * e}, {layout.qkv, (H + 2 * HK) * D * e}, {layout.qr, H * D * e},
+          {layout.attn, H * D * e},   {layout.hres, c.hidden * e},        {layout.xn2, c.hidden * e},
+          {layout.act, c.intermediate * e}};
+      for (const auto& [at, n] : regions) o.emplace_back(all.begin() + at, all.begin() + at + n);
+    }
+    const char* names[] = {"layer output", "key cache", "value cache", "xn1", "q/k/v", "rotated q",
+                           "attention", "h", "xn2", "SwiGLU"};
+    for (size_t g = 1; g < outs.size(); ++g) {
+      ASSERT_EQ(outs[g].size(), std::size(names));
+      for (size_t i = 0; i < std::size(names); ++i)
+        EXPECT_TRUE(outs[0][i] == outs[g][i]) << what << ", grid " << g << ": " << names[i] << " differ";
+    }
+  }
+}
+
 TEST_F(DecoderLayer, StreamedTasksGiveTheBytesOfTasksOneByOne) {
   // DecoderLayerGrid::stream loads a warp's next task before its last step is summed; each row's
   // sums stay those of its tasks run one by one, so every phase's output is the same bytes. Rows
@@ -381,45 +427,30 @@ TEST_F(DecoderLayer, StreamedTasksGiveTheBytesOfTasksOneByOne) {
                         {mx::float16, 32, 8, 1024, 4, 2, 64, 64, 1536, 64, true, false, false, {5}, 2, 1, 3}};
   int seed = 40;
   for (const auto& c : cases) {
-    Keys keys(seed++);
-    std::vector<double> freqs;
-    const auto w = layer_weights(c, keys, freqs);
-    const auto cache = [&] {
-      return owned(mx::astype(mx::random::normal({1, c.kv_heads, c.capacity, c.head_dim}, mx::float32, keys.next()), c.type));
-    };
-    const auto kc = cache(), vc = cache();
-    const auto x = exact_square_x(keys, 1, c.hidden, c.type);
-    for (const int pos : c.positions) {
-      const auto what = label(c, pos);
-      std::vector<std::vector<unsigned char>> outs[2];
-      for (const bool stream : {false, true}) {
-        // Each run from the same caches (the kernel writes the new key and value in place).
-        auto k = owned(mx::copy(kc)), v = owned(mx::copy(vc));
-        auto bar = owned(mx::zeros({kDecoderLayerBarrierWords}, mx::uint32));
-        const DecoderLayerGrid grid{4, 4, c.depth, c.rows, c.qkv_rows, stream};
-        const auto launch = decoder_layer_launch(x, w, k, v, mx::array(pos, mx::int32), bar, grid);
-        ASSERT_TRUE(launch.has_value()) << what << ": declined";
-        const auto out = run(*launch);
-        const auto layout = decoder_layer_scratch(x, w, c.capacity, grid);
-        auto& o = outs[stream];
-        o.push_back(bytes_of(out[0]));
-        o.push_back(bytes_of(k));
-        o.push_back(bytes_of(v));
-        // The phases' results (not the stamps: times; not the padding between regions).
-        const auto all = bytes_of(out[2]);
-        const size_t e = mx::size_of(c.type), H = c.heads, HK = c.kv_heads, D = c.head_dim;
-        const std::vector<std::pair<size_t, size_t>> regions = {
-            {layout.xn1, c.hidden * e}, {layout.qkv, (H + 2 * HK) * D * e}, {layout.qr, H * D * e},
-            {layout.attn, H * D * e},   {layout.hres, c.hidden * e},        {layout.xn2, c.hidden * e},
-            {layout.act, c.intermediate * e}};
-        for (const auto& [at, n] : regions) o.emplace_back(all.begin() + at, all.begin() + at + n);
-      }
-      const char* names[] = {"layer output", "key cache", "value cache", "xn1", "q/k/v", "rotated q",
-                             "attention", "h", "xn2", "SwiGLU"};
-      ASSERT_EQ(outs[0].size(), std::size(names));
-      for (size_t i = 0; i < std::size(names); ++i)
-        EXPECT_TRUE(outs[0][i] == outs[1][i]) << what << ": " << names[i] << " differ";
+    std::vector<DecoderLayerGrid> grids;
+    for (const bool stream : {false, true}) grids.push_back({4, 4, c.depth, c.rows, c.qkv_rows, stream});
+    expect_grids_give_the_same_bytes(c, seed++, grids);
+  }
+}
+
+TEST_F(DecoderLayer, AttentionTasksSpreadAndPrefetchedGiveTheSameBytes) {
+  // DecoderLayerGrid::att_spread hands phase 2's tasks to other warps, att_prefetch asks for their
+  // keys and values first; each task's sums are the same, so are the bytes. Short chunks over every
+  // warp, and chunks of 128 keys (the last partial) more than the warps, so that some warp takes
+  // two; heads of 64 values (a row half a line: a chunk's span may start and end inside lines) and
+  // 128.
+  const Case cases[] = {{mx::bfloat16, 64, 4, 256, 4, 2, 64, 64, 512, 700, true, false, false, {100, 699}},
+                        {mx::float16, 128, 8, 512, 4, 2, 128, 128, 512, 300, true, false, false, {299}}};
+  int seed = 50;
+  for (const auto& c : cases) {
+    std::vector<DecoderLayerGrid> grids;
+    for (const auto& [spread, prefetch] : {std::pair{false, 0}, {true, 0}, {false, 1}, {true, 2}}) {
+      DecoderLayerGrid g{4, 4, 2, 0, 0, true};
+      g.att_spread = spread;
+      g.att_prefetch = prefetch;
+      grids.push_back(g);
     }
+    expect_grids_give_the_same_bytes(c, seed++, grids);
   }
 }
 

@@ -35,6 +35,15 @@ __device__ __forceinline__ unsigned long long mlxrt_globaltimer() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+// Asks for the 128-byte line at global address p ahead of its loads: into L2 (LEVEL 1) or this
+// multiprocessor's L1 (2). No result, no wait: a hint the memory system may drop.
+template <int LEVEL>
+__device__ __forceinline__ void mlxrt_prefetch_line(const void* p) {
+  if constexpr (LEVEL == 2)
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+  else
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
 #endif
 // A product phase's x: the rows as they are, or (Q8) their int8 copy in shared memory.
 template <bool Q8, typename XT>
@@ -256,13 +265,32 @@ constexpr const char* kSource = R"(
   XT* qx = reinterpret_cast<XT*>(qx_bytes) + warp * D;
   XT* kx = reinterpret_cast<XT*>(kx_bytes) + warp * D;
   const float angle = __int_as_float(SCALE_BITS) * static_cast<float>(pos);
-  for (int t = gw; t < H * chunks; t += G) {
+  // ATT_SPREAD: task t on warp t / blocks of block t % blocks. This phase has fewer tasks than the
+  // grid has warps (a few hundred of thousands), and by gw they would fill every warp of the first
+  // blocks, a few multiprocessors each reading eight warps' keys and values; spread, each
+  // multiprocessor holds one or two tasks' loads.
+  const int ga = ATT_SPREAD ? warp * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x) : gw;
+  for (int t = ga; t < H * chunks; t += G) {
     const int h = t / chunks, c = t - h * chunks;
     const int hk = h / (H / HK);
     const XT* kh = kcache + static_cast<size_t>(hk) * S * D;
     const XT* vh = vcache + static_cast<size_t>(hk) * S * D;
     const XT* v_new = yv + hk * D;
     const int k0 = c * clen, k1 = min(k0 + clen, n_keys);
+    if constexpr (ATT_PF != 0) {
+      // The chunk's cached keys and values asked for before anything else (ATT_PF 1: into L2, 2:
+      // into this multiprocessor's L1): the task's chain of waits (the query's norm and RoPE, the
+      // keys, the maximum, the values a few rows at a time) then meets its memory's latency once
+      // instead of at each step. Rows k0 .. the new position's, which is the task's own; the same
+      // loads and sums follow, so the same bytes.
+      const size_t bytes = static_cast<size_t>(max(min(k1, pos) - k0, 0)) * D * sizeof(XT);
+      const unsigned long long kb = reinterpret_cast<unsigned long long>(kh + static_cast<size_t>(k0) * D);
+      const unsigned long long vb = reinterpret_cast<unsigned long long>(vh + static_cast<size_t>(k0) * D);
+      for (unsigned long long o = lane * 128ull; bytes > 0 && o < 128ull + bytes; o += 32ull * 128ull) {
+        if (o < (kb & 127ull) + bytes) mlxrt_prefetch_line<ATT_PF>(reinterpret_cast<const void*>((kb & ~127ull) + o));
+        if (o < (vb & 127ull) + bytes) mlxrt_prefetch_line<ATT_PF>(reinterpret_cast<const void*>((vb & ~127ull) + o));
+      }
+    }
     float* sc = scores[warp];
     float* row = rows[warp];
     if (k1 == n_keys) {
@@ -573,7 +601,9 @@ DecoderLayerKnobs decoder_layer_knobs() {
                                        env_choice("MLXRT_CUDA_L3_LAYER_ROWS", {1, 2, 4, 8}, 0),
                                        env_choice("MLXRT_CUDA_L3_LAYER_QKV_ROUNDS", {0, 1}, 1) == 1,
                                        env_choice("MLXRT_CUDA_L3_LAYER_STREAM", {0, 1}, 1) == 1,
-                                       env_choice("MLXRT_CUDA_L3_LAYER_Q8", {0, 1}, 0) == 1};
+                                       env_choice("MLXRT_CUDA_L3_LAYER_Q8", {0, 1}, 0) == 1,
+                                       env_choice("MLXRT_CUDA_L3_LAYER_ATT_SPREAD", {0, 1}, 0) == 1,
+                                       env_choice("MLXRT_CUDA_L3_LAYER_ATT_PREFETCH", {0, 1, 2}, 0)};
   return knobs;
 }
 
@@ -598,6 +628,8 @@ DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w, int multiproce
   g.rows = knobs.rows;
   g.stream = knobs.stream;
   g.q8 = knobs.q8 && !dense && w.attn.q.bits == 4 && depth == 2 && knobs.stream;
+  g.att_spread = knobs.att_spread;
+  g.att_prefetch = knobs.att_prefetch;
   if (knobs.qkv_rounds && g.blocks > 0)
     g.qkv_rows = decoder_layer_qkv_rows(w.attn.q.w.shape(0), w.attn.k.w.shape(0), g.blocks * g.warps, rows);
   return g;
@@ -781,7 +813,8 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
   const int blocks = grid.blocks, warps = grid.warps, depth = grid.depth;
   const bool rows_ok = (grid.rows == 0 || grid.rows == 1 || grid.rows == 2 || grid.rows == 4 || grid.rows == 8) &&
                        grid.qkv_rows >= 0 && grid.qkv_rows <= 16;
-  if (!decoder_layer_fits(x, w) || warps < 1 || warps > 8 || blocks < 1 || depth < 1 || depth > 4 || !rows_ok)
+  if (!decoder_layer_fits(x, w) || warps < 1 || warps > 8 || blocks < 1 || depth < 1 || depth > 4 || !rows_ok ||
+      grid.att_prefetch < 0 || grid.att_prefetch > 2)
     return std::nullopt;
   const auto t = x.dtype();
   const auto& a = w.attn;
@@ -817,6 +850,7 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
        {"COLS_O", cols_of(a.o, H * D)}, {"I", I}, {"COLS_I", cols_of(m.down, I)}, {"H", H}, {"HK", HK}, {"D", D},
        {"ROT", a.rope.dims}, {"TRAD", a.rope.traditional}, {"FREQS", a.rope.freqs.has_value()},
        {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"DEPTH", depth}, {"STREAM", grid.stream}, {"Q8X", q8},
+       {"ATT_SPREAD", grid.att_spread}, {"ATT_PF", grid.att_prefetch},
        {"CHUNK", kDecoderLayerChunk},
        {"GEN_WORD", kDecoderLayerGenerationWord},
        {"EPS1_BITS", std::bit_cast<int>(w.attn_norm.eps)}, {"EPS2_BITS", std::bit_cast<int>(w.mlp_norm.eps)},

@@ -126,6 +126,13 @@ struct DecoderLayerGrid {
    * H200 the 8B 4-bit step is 12% faster, the 0.6B's level, and the mean KL against L1 three times
    * the float32 sums' (2.1e-4 on the 8B; bench/RESULTS.md, thirty-fourth session). */
   bool q8 = false;
+  /** Phase 2's tasks (a query head and a chunk of keys each, fewer than the grid's warps) one warp
+   * of each block in turn, over every multiprocessor, instead of every warp of the first blocks
+   * (the same tasks, the same bytes). */
+  bool att_spread = false;
+  /** Phase 2: each task first asks for its chunk's cached keys and values, 0 not, 1 into L2, 2 into
+   * its multiprocessor's L1 (PTX prefetch; the same loads follow, the same bytes). */
+  int att_prefetch = 0;
 };
 
 /** The grid for layers of `w` on this process's GPU. By default: 4-bit weights in tasks of up to
@@ -134,8 +141,9 @@ struct DecoderLayerGrid {
  * H100: bench/RESULTS.md). MLXRT_CUDA_L3_LAYER_BLOCKS_PER_SM=1|2|3, MLXRT_CUDA_L3_LAYER_DEPTH=1..4,
  * MLXRT_CUDA_L3_LAYER_ROWS=1|2|4|8, MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=0 (q/k/v tasks of the other
  * products' rows instead of decoder_layer_qkv_rows's), MLXRT_CUDA_L3_LAYER_STREAM=0 (each task's
- * loads after the last task's sums) and MLXRT_CUDA_L3_LAYER_Q8=1 (int8 x, DecoderLayerGrid::q8),
- * read once a process, override them: tuning
+ * loads after the last task's sums), MLXRT_CUDA_L3_LAYER_Q8=1 (int8 x, DecoderLayerGrid::q8),
+ * MLXRT_CUDA_L3_LAYER_ATT_SPREAD=0|1 and MLXRT_CUDA_L3_LAYER_ATT_PREFETCH=0|1|2 (phase 2's tasks,
+ * DecoderLayerGrid::att_spread and att_prefetch), read once a process, override them: tuning
  * knobs for bench/gpu/decoder_layer_bench.cpp's sweeps. A setting whose blocks cannot all be
  * resident (too many registers a thread for that many blocks) stops at the barrier's trap with an
  * error. blocks is 0 where the CUDA driver cannot say. */
@@ -148,6 +156,8 @@ struct DecoderLayerKnobs {
   bool qkv_rounds = true;  // q/k/v tasks by decoder_layer_qkv_rows
   bool stream = true;      // DecoderLayerGrid::stream
   bool q8 = false;         // DecoderLayerGrid::q8
+  bool att_spread = false;  // DecoderLayerGrid::att_spread
+  int att_prefetch = 0;     // DecoderLayerGrid::att_prefetch
 };
 DecoderLayerKnobs decoder_layer_knobs();
 /** decoder_layer_grid's choice for a GPU of `multiprocessors` under `knobs`. */
