@@ -20,6 +20,7 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -396,6 +397,13 @@ void expect_grids_give_the_same_bytes(const Case& c, int seed, const std::vector
       ASSERT_TRUE(launch.has_value()) << what << ": declined";
       const auto out = run(*launch);
       const auto layout = decoder_layer_scratch(x, w, c.capacity, grid);
+      // The barrier's state past the four barriers: the count back to 0 and four generations on,
+      // or (count_barrier) the count at four times the grid; the next launch's zeros either way.
+      const auto bar_now = host(bar), bar_next = host(out[1]);
+      EXPECT_EQ(bar_now[0], grid.count_barrier ? 4.0 * grid.blocks : 0.0) << what;
+      EXPECT_EQ(bar_now[kDecoderLayerGenerationWord], grid.count_barrier ? 0.0 : 4.0) << what;
+      EXPECT_EQ(bar_next[0], 0.0) << what;
+      EXPECT_EQ(bar_next[kDecoderLayerGenerationWord], 0.0) << what;
       auto& o = outs.emplace_back();
       o.push_back(bytes_of(out[0]));
       o.push_back(bytes_of(k));
@@ -433,9 +441,10 @@ TEST_F(DecoderLayer, StreamedTasksGiveTheBytesOfTasksOneByOne) {
   }
 }
 
-TEST_F(DecoderLayer, AttentionTasksSpreadAndPrefetchedGiveTheSameBytes) {
+TEST_F(DecoderLayer, AttentionTaskAndBarrierSettingsGiveTheSameBytes) {
   // DecoderLayerGrid::att_spread hands phase 2's tasks to other warps, att_prefetch asks for their
-  // keys and values first; each task's sums are the same, so are the bytes. Short chunks over every
+  // keys and values first, count_barrier waits otherwise; each task's sums are the same, so are the
+  // bytes. Short chunks over every
   // warp, and chunks of 128 keys (the last partial) more than the warps, so that some warp takes
   // two; heads of 64 values (a row half a line: a chunk's span may start and end inside lines) and
   // 128.
@@ -444,10 +453,12 @@ TEST_F(DecoderLayer, AttentionTasksSpreadAndPrefetchedGiveTheSameBytes) {
   int seed = 50;
   for (const auto& c : cases) {
     std::vector<DecoderLayerGrid> grids;
-    for (const auto& [spread, prefetch] : {std::pair{false, 0}, {true, 0}, {false, 1}, {true, 2}}) {
+    for (const auto& [spread, prefetch, count] :
+         {std::tuple{false, 0, false}, {true, 0, false}, {false, 1, false}, {true, 2, true}}) {
       DecoderLayerGrid g{4, 4, 2, 0, 0, true};
       g.att_spread = spread;
       g.att_prefetch = prefetch;
+      g.count_barrier = count;
       grids.push_back(g);
     }
     expect_grids_give_the_same_bytes(c, seed++, grids);

@@ -26,7 +26,9 @@ namespace {
 // add to the count). Each block's thread 0 reads the generation, then arrives; the last to arrive
 // resets the count and moves the generation on, the others wait for that. Every launch leaves the
 // count at 0 (each barrier is passed by every block), so the buffer serves the next launch as it
-// is. Needs the grid resident at once.
+// is. With COUNT (DecoderLayerGrid::count_barrier) the count alone: it ends a launch at four times
+// the grid, a multiple of it, from which the same buffer would serve again. Needs the grid
+// resident at once.
 constexpr const char* kLayerDevice = R"(
 #ifdef __CUDA_ARCH__
 // The GPU's nanosecond clock, common to its multiprocessors (the phases' stamps).
@@ -66,10 +68,28 @@ template <typename T>
 __device__ __forceinline__ const T* mlxrt_weight(const unsigned long long* table, int slot) {
   return reinterpret_cast<const T*>(table[slot]);
 }
+template <bool COUNT>
 __device__ __forceinline__ void mlxrt_grid_sync(unsigned* bar, int gen_word, unsigned long long* arrival) {
   __syncthreads();
   if (threadIdx.x == 0) {
     *arrival = mlxrt_globaltimer();  // this block's end of the phase (decoder_layer.h's block stamps)
+    if constexpr (COUNT) {
+      // DecoderLayerGrid::count_barrier: the count only grows (by the grid at each barrier), and a
+      // block waits for the next multiple of the grid past its own arrival. The last block to
+      // arrive has nothing more to write: no reset, no generation, one atomic on the way.
+      __threadfence();
+      const unsigned before = atomicAdd(bar, 1u);
+      const unsigned target = (before / gridDim.x + 1) * gridDim.x;
+      volatile unsigned* count = bar;
+      unsigned spins = 0;
+      while (before + 1 != target && *count < target) {
+        __nanosleep(32);
+        if (++spins == (1u << 26)) __trap();
+      }
+      __threadfence();
+      __syncthreads();
+      return;
+    }
     volatile unsigned* generation = bar + gen_word;
     const unsigned g = *generation;
     __threadfence();
@@ -239,7 +259,7 @@ constexpr const char* kSource = R"(
       }
     });
   }
-  mlxrt_grid_sync(barrier, GEN_WORD, block_stamp + 1);
+  mlxrt_grid_sync<BAR_COUNT>(barrier, GEN_WORD, block_stamp + 1);
   stamp(1);
   const int pos = pos_shared;
 
@@ -426,14 +446,14 @@ constexpr const char* kSource = R"(
     }
     __syncwarp();  // scores[warp] and rows[warp] are written again by this warp's next task
   }
-  mlxrt_grid_sync(barrier, GEN_WORD, block_stamp + 2);
+  mlxrt_grid_sync<BAR_COUNT>(barrier, GEN_WORD, block_stamp + 2);
   stamp(2);
 
   // 3. o_proj and the residual: h = x + round(attn @ wo.T).
   if constexpr (kQ8) mlxrt_q8_stage(attn, NQ, q8_words, q8_ds);
   mlxrt_qmv_tasks<1, R, R, BITS, GS, DEPTH, STREAM>(mlxrt_layer_x<kQ8>(attn, q8_words, q8_ds), true, COLS_O, gw, G,
                                                    tasks_o, lane, rows_of(kW_wo), residual_into(hres, x));
-  mlxrt_grid_sync(barrier, GEN_WORD, block_stamp + 3);
+  mlxrt_grid_sync<BAR_COUNT>(barrier, GEN_WORD, block_stamp + 3);
   stamp(3);
 
   // 4. RMSNorm(h) staged; gate and up rows, SwiGLU (rms_norm_swiglu's roundings).
@@ -467,7 +487,7 @@ constexpr const char* kSource = R"(
       }
     });
   }
-  mlxrt_grid_sync(barrier, GEN_WORD, block_stamp + 4);
+  mlxrt_grid_sync<BAR_COUNT>(barrier, GEN_WORD, block_stamp + 4);
   stamp(4);
 
   // 5. down and the residual: the layer's output.
@@ -603,7 +623,8 @@ DecoderLayerKnobs decoder_layer_knobs() {
                                        env_choice("MLXRT_CUDA_L3_LAYER_STREAM", {0, 1}, 1) == 1,
                                        env_choice("MLXRT_CUDA_L3_LAYER_Q8", {0, 1}, 0) == 1,
                                        env_choice("MLXRT_CUDA_L3_LAYER_ATT_SPREAD", {0, 1}, 0) == 1,
-                                       env_choice("MLXRT_CUDA_L3_LAYER_ATT_PREFETCH", {0, 1, 2}, 0)};
+                                       env_choice("MLXRT_CUDA_L3_LAYER_ATT_PREFETCH", {0, 1, 2}, 0),
+                                       env_choice("MLXRT_CUDA_L3_LAYER_BARRIER", {0, 1}, 0) == 1};
   return knobs;
 }
 
@@ -630,6 +651,7 @@ DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w, int multiproce
   g.q8 = knobs.q8 && !dense && w.attn.q.bits == 4 && depth == 2 && knobs.stream;
   g.att_spread = knobs.att_spread;
   g.att_prefetch = knobs.att_prefetch;
+  g.count_barrier = knobs.count_barrier;
   if (knobs.qkv_rounds && g.blocks > 0)
     g.qkv_rows = decoder_layer_qkv_rows(w.attn.q.w.shape(0), w.attn.k.w.shape(0), g.blocks * g.warps, rows);
   return g;
@@ -850,7 +872,7 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
        {"COLS_O", cols_of(a.o, H * D)}, {"I", I}, {"COLS_I", cols_of(m.down, I)}, {"H", H}, {"HK", HK}, {"D", D},
        {"ROT", a.rope.dims}, {"TRAD", a.rope.traditional}, {"FREQS", a.rope.freqs.has_value()},
        {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"DEPTH", depth}, {"STREAM", grid.stream}, {"Q8X", q8},
-       {"ATT_SPREAD", grid.att_spread}, {"ATT_PF", grid.att_prefetch},
+       {"ATT_SPREAD", grid.att_spread}, {"ATT_PF", grid.att_prefetch}, {"BAR_COUNT", grid.count_barrier},
        {"CHUNK", kDecoderLayerChunk},
        {"GEN_WORD", kDecoderLayerGenerationWord},
        {"EPS1_BITS", std::bit_cast<int>(w.attn_norm.eps)}, {"EPS2_BITS", std::bit_cast<int>(w.mlp_norm.eps)},

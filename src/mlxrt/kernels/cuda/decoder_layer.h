@@ -133,6 +133,10 @@ struct DecoderLayerGrid {
   /** Phase 2: each task first asks for its chunk's cached keys and values, 0 not, 1 into L2, 2 into
    * its multiprocessor's L1 (PTX prefetch; the same loads follow, the same bytes). */
   int att_prefetch = 0;
+  /** The grid barrier as one count that only grows, each block waiting for the next multiple of the
+   * grid, instead of a count the last block resets and a generation it moves on (two writes and a
+   * fence fewer between the last arrival and everyone's leaving; the same bytes). */
+  bool count_barrier = false;
 };
 
 /** The grid for layers of `w` on this process's GPU. By default: 4-bit weights in tasks of up to
@@ -143,7 +147,8 @@ struct DecoderLayerGrid {
  * products' rows instead of decoder_layer_qkv_rows's), MLXRT_CUDA_L3_LAYER_STREAM=0 (each task's
  * loads after the last task's sums), MLXRT_CUDA_L3_LAYER_Q8=1 (int8 x, DecoderLayerGrid::q8),
  * MLXRT_CUDA_L3_LAYER_ATT_SPREAD=0|1 and MLXRT_CUDA_L3_LAYER_ATT_PREFETCH=0|1|2 (phase 2's tasks,
- * DecoderLayerGrid::att_spread and att_prefetch), read once a process, override them: tuning
+ * DecoderLayerGrid::att_spread and att_prefetch) and MLXRT_CUDA_L3_LAYER_BARRIER=0|1
+ * (DecoderLayerGrid::count_barrier), read once a process, override them: tuning
  * knobs for bench/gpu/decoder_layer_bench.cpp's sweeps. A setting whose blocks cannot all be
  * resident (too many registers a thread for that many blocks) stops at the barrier's trap with an
  * error. blocks is 0 where the CUDA driver cannot say. */
@@ -158,6 +163,7 @@ struct DecoderLayerKnobs {
   bool q8 = false;         // DecoderLayerGrid::q8
   bool att_spread = false;  // DecoderLayerGrid::att_spread
   int att_prefetch = 0;     // DecoderLayerGrid::att_prefetch
+  bool count_barrier = false;  // DecoderLayerGrid::count_barrier
 };
 DecoderLayerKnobs decoder_layer_knobs();
 /** decoder_layer_grid's choice for a GPU of `multiprocessors` under `knobs`. */
