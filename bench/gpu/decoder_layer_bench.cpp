@@ -10,9 +10,9 @@
 // Columns: bps blocks per multiprocessor, dp steps of loads in flight, rw rows a product task (0:
 // the kernel's choice), qr rows a q/k/v task (decoder_layer_qkv_rows's; --no-qkv-rounds: 0, as rw),
 // st 1 where a warp's tasks are one stream of loads (DecoderLayerGrid::stream; --stream 0,1 sweeps),
-// q8 1 where the products take x as int8 (DecoderLayerGrid::q8; --q8 0,1 sweeps), as phase 2's
-// tasks spread over the blocks (DecoderLayerGrid::att_spread; --att-spread 0,1 sweeps), ap what
-// they prefetch (DecoderLayerGrid::att_prefetch: 0 nothing, 1 into L2, 2 into L1; --att-prefetch),
+// q8 1 where the products take x as int8 (DecoderLayerGrid::q8; --q8 0,1 sweeps), as 1 where phase
+// 2's tasks are spread over the blocks (DecoderLayerGrid::att_spread; --att-spread 0,1 sweeps), ap
+// what they prefetch (DecoderLayerGrid::att_prefetch: 0 nothing, 1 into L2, 2 into L1; --att-prefetch),
 // cb 1 where the grid barrier is one growing count (DecoderLayerGrid::count_barrier; --count-barrier).
 // From each block's own stamps: late, how long after block 0 the last block started; bar, how long
 // a barrier takes from the last block's arrival to block 0's leaving (the mean of the four); p1 end,

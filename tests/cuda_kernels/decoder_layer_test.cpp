@@ -523,6 +523,16 @@ TEST_F(DecoderLayer, GridAndUseFollowTheWeights) {
   EXPECT_FALSE(grid(q4, {0, 4, 0, true, true, true}).q8);
   EXPECT_FALSE(grid(q8, {0, 0, 0, true, true, true}).q8);
   EXPECT_FALSE(grid(dense, {0, 0, 0, true, true, true}).q8);
+  // Phase 2's settings and the barrier's: off unless asked, then as asked, for any kind of weights.
+  EXPECT_FALSE(grid(q4).att_spread);
+  EXPECT_EQ(grid(q4).att_prefetch, 0);
+  EXPECT_FALSE(grid(q4).count_barrier);
+  for (const auto* w : {&q4, &q8, &dense}) {
+    const auto g = grid(*w, {0, 0, 0, true, true, false, true, 2, true});
+    EXPECT_TRUE(g.att_spread);
+    EXPECT_EQ(g.att_prefetch, 2);
+    EXPECT_TRUE(g.count_barrier);
+  }
   // Which layers the model runs as the kernel: by default the 4-bit ones and small dense ones
   // (measured faster); the q projection alone lets a dense layer through to the size test.
   EXPECT_TRUE(decoder_layer_wanted(q4.attn.q, DecoderLayerUse::measured_kinds));
