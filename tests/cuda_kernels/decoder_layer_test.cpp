@@ -444,10 +444,9 @@ TEST_F(DecoderLayer, StreamedTasksGiveTheBytesOfTasksOneByOne) {
 TEST_F(DecoderLayer, AttentionTaskAndBarrierSettingsGiveTheSameBytes) {
   // DecoderLayerGrid::att_spread hands phase 2's tasks to other warps, att_prefetch asks for their
   // keys and values first, count_barrier waits otherwise; each task's sums are the same, so are the
-  // bytes. Short chunks over every
-  // warp, and chunks of 128 keys (the last partial) more than the warps, so that some warp takes
-  // two; heads of 64 values (a row half a line: a chunk's span may start and end inside lines) and
-  // 128.
+  // bytes. Short chunks over every warp, and chunks of 128 keys (the last partial) more than the
+  // warps, so that some warp takes two; heads of 64 values (a row half a line: a chunk's span may
+  // start and end inside lines) and 128.
   const Case cases[] = {{mx::bfloat16, 64, 4, 256, 4, 2, 64, 64, 512, 700, true, false, false, {100, 699}},
                         {mx::float16, 128, 8, 512, 4, 2, 128, 128, 512, 300, true, false, false, {299}}};
   int seed = 50;
