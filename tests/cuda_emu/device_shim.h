@@ -42,7 +42,8 @@ extern "C" __attribute__((visibility("default"))) mlxrt_emu_api** mlxrt_emu_slot
 #define blockDim (mlxrt_emu->block_dim)
 #define gridDim (mlxrt_emu->grid_dim)
 
-inline void __syncthreads() { mlxrt_emu->sync_threads(); }
+// A macro, so that the runtime learns which call each thread waits at (simt.cpp checks they agree).
+#define __syncthreads() (mlxrt_emu->sync_threads(__LINE__))
 inline void __nanosleep(unsigned) { mlxrt_emu->pause(); }
 [[noreturn]] inline void __trap() { mlxrt_emu->trap(); __builtin_unreachable(); }
 // Blocks may run on several system threads: the atomics are the CPU's, sequentially consistent.

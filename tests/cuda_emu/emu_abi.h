@@ -18,7 +18,8 @@ enum mlxrt_emu_shfl_mode { MLXRT_EMU_SHFL_IDX = 0, MLXRT_EMU_SHFL_XOR = 1, MLXRT
 
 struct mlxrt_emu_api {
   struct mlxrt_emu_dim3 thread_idx, block_idx, block_dim, grid_dim;
-  void (*sync_threads)(void);
+  /* __syncthreads, called from source line `site` (the runtime checks every thread waits at the same one). */
+  void (*sync_threads)(unsigned site);
   void (*sync_warp)(unsigned mask);
   /* `value`'s bytes (at most 8) as the lane picked by mode and arg reads them, within groups of
    * `width` lanes. */

@@ -36,6 +36,7 @@ struct Fiber {
   void* stack = nullptr;
   State state = State::runnable;
   unsigned mask = 0;  // at a warp barrier: the lanes it waits with
+  unsigned site = 0;  // at __syncthreads: the source line it was called from
   mlxrt_emu_dim3 index{};
   unsigned warp = 0, lane = 0;
 };
@@ -94,7 +95,10 @@ void yield(State state) {
   __builtin_unreachable();
 }
 
-void sync_threads() { yield(State::at_block_barrier); }
+void sync_threads(unsigned site) {
+  running->current->site = site;
+  yield(State::at_block_barrier);
+}
 
 void pause() {
   if (running->grid->failed.load()) fail("stopped: another block failed");
@@ -143,7 +147,8 @@ void fiber_main() {
   // Returning ends the fiber: uc_link resumes the scheduler.
 }
 
-// Opens the barriers every thread of which has arrived; false when none could open.
+// Opens the barriers every thread of which has arrived; false when none could open (or, with
+// running->error set, when the block's threads wait at different __syncthreads).
 bool release(std::vector<Fiber>& fibers, size_t threads, unsigned warps) {
   size_t alive = 0, at_block = 0;
   for (size_t i = 0; i < threads; ++i) {
@@ -151,6 +156,19 @@ bool release(std::vector<Fiber>& fibers, size_t threads, unsigned warps) {
     if (fibers[i].state == State::at_block_barrier) ++at_block;
   }
   if (alive > 0 && at_block == alive) {
+    // __syncthreads is an aligned barrier: every thread must reach the same one. A GPU hangs (or
+    // worse) where threads wait at different calls, so that is the kernel's bug here too.
+    const Fiber* first_waiting = nullptr;
+    for (size_t i = 0; i < threads; ++i) {
+      const auto& f = fibers[i];
+      if (f.state != State::at_block_barrier) continue;
+      if (!first_waiting) first_waiting = &f;
+      if (f.site != first_waiting->site) {
+        running->error = "__syncthreads reached from different calls: line " + std::to_string(first_waiting->site) +
+                         " (" + where(*first_waiting) + ") and line " + std::to_string(f.site) + " (" + where(f) + ")";
+        return false;
+      }
+    }
     for (size_t i = 0; i < threads; ++i)
       if (fibers[i].state == State::at_block_barrier) fibers[i].state = State::runnable;
     return true;
@@ -246,7 +264,7 @@ bool run_block(BlockRunner& r, unsigned threads) {
     for (unsigned t = 0; t < threads; ++t) all_done = all_done && r.fibers[t].state == State::done;
     if (all_done) return true;
     if (!release(r.fibers, threads, warps)) {
-      r.error = stuck(r.fibers, threads);
+      if (r.error.empty()) r.error = stuck(r.fibers, threads);
       return false;
     }
   }

@@ -86,28 +86,28 @@ __device__ __forceinline__ void mlxrt_grid_sync(unsigned* bar, int gen_word, uns
         __nanosleep(32);
         if (++spins == (1u << 26)) __trap();
       }
-      __threadfence();
-      __syncthreads();
-      return;
-    }
-    volatile unsigned* generation = bar + gen_word;
-    const unsigned g = *generation;
-    __threadfence();
-    if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-      atomicExch(bar, 0u);
-      __threadfence();
-      atomicAdd(bar + gen_word, 1u);
     } else {
-      // A grid that is not resident at once would wait here for ever: stop the kernel instead
-      // (an error MLX reports) after ~2^26 pauses, seconds where a real wait is microseconds.
-      unsigned spins = 0;
-      while (*generation == g) {
-        __nanosleep(32);
-        if (++spins == (1u << 26)) __trap();
+      volatile unsigned* generation = bar + gen_word;
+      const unsigned g = *generation;
+      __threadfence();
+      if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+        atomicExch(bar, 0u);
+        __threadfence();
+        atomicAdd(bar + gen_word, 1u);
+      } else {
+        // A grid that is not resident at once would wait here for ever: stop the kernel instead
+        // (an error MLX reports) after ~2^26 pauses, seconds where a real wait is microseconds.
+        unsigned spins = 0;
+        while (*generation == g) {
+          __nanosleep(32);
+          if (++spins == (1u << 26)) __trap();
+        }
       }
     }
     __threadfence();
   }
+  // The block's one barrier, outside thread 0's branch: __syncthreads is an aligned barrier, which
+  // every thread of a warp must reach at the same instruction (one inside the branch hangs).
   __syncthreads();
 }
 )";
