@@ -13,6 +13,7 @@
 // q8 1 where the products take x as int8 (DecoderLayerGrid::q8; --q8 0,1 sweeps), as 1 where phase
 // 2's tasks are spread over the blocks (DecoderLayerGrid::att_spread; --att-spread 0,1 sweeps), ap
 // what they prefetch (DecoderLayerGrid::att_prefetch: 0 nothing, 1 into L2, 2 into L1; --att-prefetch),
+// pl at most how many lines of each (DecoderLayerGrid::att_prefetch_lines, 0 all; --att-prefetch-lines),
 // cb 1 where the grid barrier is one growing count (DecoderLayerGrid::count_barrier; --count-barrier).
 // From each block's own stamps: late, how long after block 0 the last block started; bar, how long
 // a barrier takes from the last block's arrival to block 0's leaving (the mean of the four); p1 end,
@@ -24,7 +25,7 @@
 // Usage: mlxrt_layer_bench [--models 0.6b,8b] [--bits 4,8,16] [--positions 128,384,1024,4096]
 //                          [--blocks-per-sm 1] [--depth 2] [--rows 0] [--no-qkv-rounds] [--warps 8] [--rounds 5]
 //                          [--pos-device] [--stream 1] [--q8 0] [--att-spread 0] [--att-prefetch 0]
-//                          [--count-barrier 0]
+//                          [--att-prefetch-lines 0] [--count-barrier 0]
 // Lists sweep. A setting whose blocks cannot all be resident at once (a kernel of more registers a
 // thread than that many blocks leave) stops at the barrier's trap and ends the process: l3_run.sh
 // runs one process per blocks-per-SM and depth.
@@ -155,7 +156,7 @@ Layer make_layer(const Dims& d, int bits, int capacity) {
 int main(int argc, char** argv) {
   std::string models = "0.6b,8b", bits_arg = "4,8,16", positions_arg = "128,384,1024,4096", per_sm_arg = "1",
               depth_arg = "2", rows_arg = "0", stream_arg = "1", q8_arg = "0",
-              spread_arg = "0", prefetch_arg = "0", count_arg = "0";
+              spread_arg = "0", prefetch_arg = "0", lines_arg = "0", count_arg = "0";
   int rounds = 5, warps = 8;
   bool emulate = false, qkv_rounds = true, pos_device = false;
   for (int i = 1; i < argc; ++i) {
@@ -171,6 +172,7 @@ int main(int argc, char** argv) {
     else if (a == "--q8" && has_value) q8_arg = argv[++i];
     else if (a == "--att-spread" && has_value) spread_arg = argv[++i];
     else if (a == "--att-prefetch" && has_value) prefetch_arg = argv[++i];
+    else if (a == "--att-prefetch-lines" && has_value) lines_arg = argv[++i];
     else if (a == "--count-barrier" && has_value) count_arg = argv[++i];
     else if (a == "--rounds" && has_value) rounds = std::max(1, std::atoi(argv[++i]));
     else if (a == "--warps" && has_value) warps = std::atoi(argv[++i]);
@@ -210,8 +212,8 @@ int main(int argc, char** argv) {
 
   std::printf("%d multiprocessors; %s\n", sms, emulate ? "emulated on the CPU (times mean nothing)" : "CUDA");
   static_assert(kDecoderLayerPhases == 5, "the table's columns are the kernel's phases");
-  std::printf("%-5s %4s %5s %3s %2s %2s %2s %2s %2s %2s %2s %2s | %8s %8s | %7s %7s %7s %7s %7s | %8s %8s | %6s %6s %6s\n", "model", "bits",
-              "pos", "bps", "dp", "rw", "qr", "st", "q8", "as", "ap", "cb", "us wall", "us kern", "1 qkv", "2 attn", "3 o", "4 g/u", "5 down", "prod GB/s",
+  std::printf("%-5s %4s %5s %3s %2s %2s %2s %2s %2s %2s %2s %3s %2s | %8s %8s | %7s %7s %7s %7s %7s | %8s %8s | %6s %6s %6s\n", "model", "bits",
+              "pos", "bps", "dp", "rw", "qr", "st", "q8", "as", "ap", "pl", "cb", "us wall", "us kern", "1 qkv", "2 attn", "3 o", "4 g/u", "5 down", "prod GB/s",
               "all GB/s", "late", "bar", "p1 end");
   for (const auto& name : name_list(models)) {
     const Dims* dims = nullptr;
@@ -243,6 +245,7 @@ int main(int argc, char** argv) {
       for (const int q8 : int_list(q8_arg))
       for (const int spread : int_list(spread_arg))
       for (const int prefetch : int_list(prefetch_arg))
+      for (const int lines : int_list(lines_arg))
       for (const int count : int_list(count_arg)) {
         const int blocks = per_sm * sms;
         // The q/k/v task rows the model's grid (8 warps a block) takes: by default one round's
@@ -259,6 +262,7 @@ int main(int argc, char** argv) {
           DecoderLayerGrid grid{blocks, warps, depth, rows, qkv_rows, stream != 0, q8 != 0};
           grid.att_spread = spread != 0;
           grid.att_prefetch = prefetch;
+          grid.att_prefetch_lines = lines;
           grid.count_barrier = count != 0;
           const auto layout = decoder_layer_scratch(x, layers[0].w, capacity, grid);
           bool declined = false;
@@ -328,8 +332,8 @@ int main(int argc, char** argv) {
             }
           }
           if (declined) {
-            std::printf("%-5s %4d %5d %3d %2d %2d %2d %2d %2d %2d %2d %2d | the kernel declines this setting\n",
-                        dims->name, bits, pos, per_sm, depth, rows, qkv_rows, stream, q8, spread, prefetch, count);
+            std::printf("%-5s %4d %5d %3d %2d %2d %2d %2d %2d %2d %2d %3d %2d | the kernel declines this setting\n",
+                        dims->name, bits, pos, per_sm, depth, rows, qkv_rows, stream, q8, spread, prefetch, lines, count);
             if (emulate) return 3;  // the small layer is always taken: a decline is this program's bug
             continue;
           }
@@ -339,8 +343,8 @@ int main(int argc, char** argv) {
             prod_us += median(phase[p]);
           }
           const double kern = median(total);
-          std::printf("%-5s %4d %5d %3d %2d %2d %2d %2d %2d %2d %2d %2d | %8.1f %8.1f | %7.1f %7.1f %7.1f %7.1f %7.1f | %8.0f %8.0f | %6.1f %6.1f %6.1f\n",
-                      dims->name, bits, pos, per_sm, depth, rows, qkv_rows, stream, q8, spread, prefetch, count, median(wall), kern, median(phase[1]), median(phase[2]),
+          std::printf("%-5s %4d %5d %3d %2d %2d %2d %2d %2d %2d %2d %3d %2d | %8.1f %8.1f | %7.1f %7.1f %7.1f %7.1f %7.1f | %8.0f %8.0f | %6.1f %6.1f %6.1f\n",
+                      dims->name, bits, pos, per_sm, depth, rows, qkv_rows, stream, q8, spread, prefetch, lines, count, median(wall), kern, median(phase[1]), median(phase[2]),
                       median(phase[3]), median(phase[4]), median(phase[5]),
                       prod_us > 0 ? prod_bytes / prod_us / 1e3 : 0.0, kern > 0 ? layer_bytes / kern / 1e3 : 0.0, median(late),
                       median(barrier), median(p1_end));

@@ -446,8 +446,8 @@ TEST_F(DecoderLayer, StreamedTasksGiveTheBytesOfTasksOneByOne) {
 
 TEST_F(DecoderLayer, AttentionTaskAndBarrierSettingsGiveTheSameBytes) {
   // DecoderLayerGrid::att_spread hands phase 2's tasks to other warps, att_prefetch asks for their
-  // keys and values first, count_barrier waits otherwise; each task's sums are the same, so are the
-  // bytes. Short chunks over every warp, and chunks of 128 keys (the last partial) more than the
+  // keys and values first (all, or att_prefetch_lines' first lines: 2 of a chunk's dozens), count_barrier
+  // waits otherwise; each task's sums are the same, so are the bytes. Short chunks over every warp, and chunks of 128 keys (the last partial) more than the
   // warps, so that some warp takes two; heads of 64 values (a row half a line: a chunk's span may
   // start and end inside lines) and 128.
   const Case cases[] = {{mx::bfloat16, 64, 4, 256, 4, 2, 64, 64, 512, 700, true, false, false, {100, 699}},
@@ -455,11 +455,13 @@ TEST_F(DecoderLayer, AttentionTaskAndBarrierSettingsGiveTheSameBytes) {
   int seed = 50;
   for (const auto& c : cases) {
     std::vector<DecoderLayerGrid> grids;
-    for (const auto& [spread, prefetch, count] :
-         {std::tuple{false, 0, false}, {true, 0, false}, {false, 1, false}, {true, 2, true}}) {
+    for (const auto& [spread, prefetch, lines, count] :
+         {std::tuple{false, 0, 0, false}, {true, 0, 0, false}, {false, 1, 0, false}, {true, 2, 0, true},
+          {true, 1, 2, false}}) {
       DecoderLayerGrid g{4, 4, 2, 0, 0, true};
       g.att_spread = spread;
       g.att_prefetch = prefetch;
+      g.att_prefetch_lines = lines;
       g.count_barrier = count;
       grids.push_back(g);
     }
@@ -528,11 +530,13 @@ TEST_F(DecoderLayer, GridAndUseFollowTheWeights) {
   // Phase 2's settings and the barrier's: off unless asked, then as asked, for any kind of weights.
   EXPECT_FALSE(grid(q4).att_spread);
   EXPECT_EQ(grid(q4).att_prefetch, 0);
+  EXPECT_EQ(grid(q4).att_prefetch_lines, 0);
   EXPECT_FALSE(grid(q4).count_barrier);
   for (const auto* w : {&q4, &q8, &dense}) {
-    const auto g = grid(*w, {0, 0, 0, true, true, false, true, 2, true});
+    const auto g = grid(*w, {0, 0, 0, true, true, false, true, 2, 32, true});
     EXPECT_TRUE(g.att_spread);
     EXPECT_EQ(g.att_prefetch, 2);
+    EXPECT_EQ(g.att_prefetch_lines, 32);
     EXPECT_TRUE(g.count_barrier);
   }
   // Which layers the model runs as the kernel: by default the 4-bit ones and small dense ones

@@ -302,8 +302,9 @@ constexpr const char* kSource = R"(
       // into this multiprocessor's L1): the task's chain of waits (the query's norm and RoPE, the
       // keys, the maximum, the values a few rows at a time) then meets its memory's latency once
       // instead of at each step. Rows k0 .. the new position's, which is the task's own; the same
-      // loads and sums follow, so the same bytes.
-      const size_t bytes = static_cast<size_t>(max(min(k1, pos) - k0, 0)) * D * sizeof(XT);
+      // loads and sums follow, so the same bytes. ATT_PF_LINES > 0: the first that many lines of each.
+      size_t bytes = static_cast<size_t>(max(min(k1, pos) - k0, 0)) * D * sizeof(XT);
+      if constexpr (ATT_PF_LINES > 0) bytes = min(bytes, static_cast<size_t>(ATT_PF_LINES) * 128u);
       const unsigned long long kb = reinterpret_cast<unsigned long long>(kh + static_cast<size_t>(k0) * D);
       const unsigned long long vb = reinterpret_cast<unsigned long long>(vh + static_cast<size_t>(k0) * D);
       for (unsigned long long o = lane * 128ull; bytes > 0 && o < 128ull + bytes; o += 32ull * 128ull) {
@@ -624,6 +625,7 @@ DecoderLayerKnobs decoder_layer_knobs() {
                                        env_choice("MLXRT_CUDA_L3_LAYER_Q8", {0, 1}, 0) == 1,
                                        env_choice("MLXRT_CUDA_L3_LAYER_ATT_SPREAD", {0, 1}, 0) == 1,
                                        env_choice("MLXRT_CUDA_L3_LAYER_ATT_PREFETCH", {0, 1, 2}, 0),
+                                       env_choice("MLXRT_CUDA_L3_LAYER_ATT_PREFETCH_LINES", {0, 8, 16, 32, 64, 128}, 0),
                                        env_choice("MLXRT_CUDA_L3_LAYER_BARRIER", {0, 1}, 0) == 1};
   return knobs;
 }
@@ -651,6 +653,7 @@ DecoderLayerGrid decoder_layer_grid(const DecoderLayerWeights& w, int multiproce
   g.q8 = knobs.q8 && !dense && w.attn.q.bits == 4 && depth == 2 && knobs.stream;
   g.att_spread = knobs.att_spread;
   g.att_prefetch = knobs.att_prefetch;
+  g.att_prefetch_lines = knobs.att_prefetch_lines;
   g.count_barrier = knobs.count_barrier;
   if (knobs.qkv_rounds && g.blocks > 0)
     g.qkv_rows = decoder_layer_qkv_rows(w.attn.q.w.shape(0), w.attn.k.w.shape(0), g.blocks * g.warps, rows);
@@ -836,7 +839,8 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
   const bool rows_ok = (grid.rows == 0 || grid.rows == 1 || grid.rows == 2 || grid.rows == 4 || grid.rows == 8) &&
                        grid.qkv_rows >= 0 && grid.qkv_rows <= 16;
   if (!decoder_layer_fits(x, w) || warps < 1 || warps > 8 || blocks < 1 || depth < 1 || depth > 4 || !rows_ok ||
-      grid.att_prefetch < 0 || grid.att_prefetch > 2)
+      grid.att_prefetch < 0 || grid.att_prefetch > 2 || grid.att_prefetch_lines < 0 ||
+      grid.att_prefetch_lines > 4096)
     return std::nullopt;
   const auto t = x.dtype();
   const auto& a = w.attn;
@@ -872,7 +876,8 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
        {"COLS_O", cols_of(a.o, H * D)}, {"I", I}, {"COLS_I", cols_of(m.down, I)}, {"H", H}, {"HK", HK}, {"D", D},
        {"ROT", a.rope.dims}, {"TRAD", a.rope.traditional}, {"FREQS", a.rope.freqs.has_value()},
        {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"DEPTH", depth}, {"STREAM", grid.stream}, {"Q8X", q8},
-       {"ATT_SPREAD", grid.att_spread}, {"ATT_PF", grid.att_prefetch}, {"BAR_COUNT", grid.count_barrier},
+       {"ATT_SPREAD", grid.att_spread}, {"ATT_PF", grid.att_prefetch},
+       {"ATT_PF_LINES", grid.att_prefetch ? grid.att_prefetch_lines : 0}, {"BAR_COUNT", grid.count_barrier},
        {"CHUNK", kDecoderLayerChunk},
        {"GEN_WORD", kDecoderLayerGenerationWord},
        {"EPS1_BITS", std::bit_cast<int>(w.attn_norm.eps)}, {"EPS2_BITS", std::bit_cast<int>(w.mlp_norm.eps)},

@@ -133,6 +133,11 @@ struct DecoderLayerGrid {
   /** Phase 2: each task first asks for its chunk's cached keys and values, 0 not, 1 into L2, 2 into
    * its multiprocessor's L1 (PTX prefetch; the same loads follow, the same bytes). */
   int att_prefetch = 0;
+  /** With att_prefetch: at most this many 128-byte lines of each of the chunk's keys and values
+   * (its first ones), 0 for all of them. Long chunks ask for up to tens of kilobytes a warp, which
+   * on Qwen3-8B's heads at position 4096 (four query heads, so four warps, to each chunk) made the
+   * phase slower where short ones made it faster (bench/RESULTS.md, thirty-seventh session). */
+  int att_prefetch_lines = 0;
   /** The grid barrier as one count that only grows, each block waiting for the next multiple of the
    * grid, instead of a count the last block resets and a generation it moves on (two writes and a
    * fence fewer between the last arrival and everyone's leaving; the same bytes). */
@@ -146,8 +151,9 @@ struct DecoderLayerGrid {
  * MLXRT_CUDA_L3_LAYER_ROWS=1|2|4|8, MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=0 (q/k/v tasks of the other
  * products' rows instead of decoder_layer_qkv_rows's), MLXRT_CUDA_L3_LAYER_STREAM=0 (each task's
  * loads after the last task's sums), MLXRT_CUDA_L3_LAYER_Q8=1 (int8 x, DecoderLayerGrid::q8),
- * MLXRT_CUDA_L3_LAYER_ATT_SPREAD=0|1 and MLXRT_CUDA_L3_LAYER_ATT_PREFETCH=0|1|2 (phase 2's tasks,
- * DecoderLayerGrid::att_spread and att_prefetch) and MLXRT_CUDA_L3_LAYER_BARRIER=0|1
+ * MLXRT_CUDA_L3_LAYER_ATT_SPREAD=0|1, MLXRT_CUDA_L3_LAYER_ATT_PREFETCH=0|1|2 and
+ * MLXRT_CUDA_L3_LAYER_ATT_PREFETCH_LINES=0|8|16|32|64|128 (phase 2's tasks, DecoderLayerGrid::
+ * att_spread, att_prefetch and att_prefetch_lines) and MLXRT_CUDA_L3_LAYER_BARRIER=0|1
  * (DecoderLayerGrid::count_barrier), read once a process, override them: tuning
  * knobs for bench/gpu/decoder_layer_bench.cpp's sweeps. A setting whose blocks cannot all be
  * resident (too many registers a thread for that many blocks) stops at the barrier's trap with an
@@ -163,6 +169,7 @@ struct DecoderLayerKnobs {
   bool q8 = false;         // DecoderLayerGrid::q8
   bool att_spread = false;  // DecoderLayerGrid::att_spread
   int att_prefetch = 0;     // DecoderLayerGrid::att_prefetch
+  int att_prefetch_lines = 0;  // DecoderLayerGrid::att_prefetch_lines
   bool count_barrier = false;  // DecoderLayerGrid::count_barrier
 };
 DecoderLayerKnobs decoder_layer_knobs();
