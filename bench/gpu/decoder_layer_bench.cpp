@@ -11,7 +11,8 @@
 // the kernel's choice), qr rows a q/k/v task (decoder_layer_qkv_rows's; --no-qkv-rounds: 0, as rw),
 // st 1 where a warp's tasks are one stream of loads (DecoderLayerGrid::stream; --stream 0,1 sweeps),
 // q8 1 where the products take x as int8 (DecoderLayerGrid::q8; --q8 0,1 sweeps), as 1 where phase
-// 2's tasks are spread over the blocks (DecoderLayerGrid::att_spread; --att-spread 0,1 sweeps), ap
+// 2's tasks are spread over the blocks, 2 with a key head's query heads on one block
+// (DecoderLayerGrid::att_spread; --att-spread 0,1,2 sweeps), ap
 // what they prefetch (DecoderLayerGrid::att_prefetch: 0 nothing, 1 into L2, 2 into L1; --att-prefetch),
 // pl at most how many lines of each (DecoderLayerGrid::att_prefetch_lines, 0 all; --att-prefetch-lines),
 // cb 1 where the grid barrier is one growing count (DecoderLayerGrid::count_barrier; --count-barrier).
@@ -260,7 +261,7 @@ int main(int argc, char** argv) {
           auto pos_in_device = mx::slice(mx::add(mx::zeros({4}, mx::int32), mx::array(pos, mx::int32)), {0}, {1});
           mx::eval({bar, x, pos_in_device});
           DecoderLayerGrid grid{blocks, warps, depth, rows, qkv_rows, stream != 0, q8 != 0};
-          grid.att_spread = spread != 0;
+          grid.att_spread = spread;
           grid.att_prefetch = prefetch;
           grid.att_prefetch_lines = lines;
           grid.count_barrier = count != 0;

@@ -445,19 +445,26 @@ TEST_F(DecoderLayer, StreamedTasksGiveTheBytesOfTasksOneByOne) {
 }
 
 TEST_F(DecoderLayer, AttentionTaskAndBarrierSettingsGiveTheSameBytes) {
-  // DecoderLayerGrid::att_spread hands phase 2's tasks to other warps, att_prefetch asks for their
-  // keys and values first (all, or att_prefetch_lines' first lines: 2 of a chunk's dozens), count_barrier
-  // waits otherwise; each task's sums are the same, so are the bytes. Short chunks over every warp, and chunks of 128 keys (the last partial) more than the
-  // warps, so that some warp takes two; heads of 64 values (a row half a line: a chunk's span may
-  // start and end inside lines) and 128.
-  const Case cases[] = {{mx::bfloat16, 64, 4, 256, 4, 2, 64, 64, 512, 700, true, false, false, {100, 699}},
-                        {mx::float16, 128, 8, 512, 4, 2, 128, 128, 512, 300, true, false, false, {299}}};
+  // DecoderLayerGrid::att_spread hands phase 2's tasks to other warps (2: a key head's query heads
+  // to warps of one block), att_prefetch asks for their keys and values first (all, or
+  // att_prefetch_lines' first lines: 2 of a chunk's dozens), count_barrier waits otherwise; each
+  // task's sums are the same, so are the bytes. Short chunks over every warp, and chunks of 128 keys
+  // (the last partial) more than the warps, so that some warp takes two; heads of 64 values (a row
+  // half a line: a chunk's span may start and end inside lines) and 128; two, four and three query
+  // heads a key head (three do not divide the block's four warps: the plain spread).
+  using Setting = std::tuple<int, int, int, bool>;  // spread, prefetch, lines, count
+  const std::vector<Setting> all = {{0, 0, 0, false}, {1, 0, 0, false}, {0, 1, 0, false}, {1, 2, 0, true},
+                                    {2, 1, 2, false}};
+  const std::vector<Setting> grouped = {{0, 0, 0, false}, {2, 1, 0, true}};
+  const std::pair<Case, std::vector<Setting>> cases[] = {
+      {{mx::bfloat16, 64, 4, 256, 4, 2, 64, 64, 512, 700, true, false, false, {100, 699}}, all},
+      {{mx::float16, 128, 8, 512, 4, 2, 128, 128, 512, 300, true, false, false, {299}}, all},
+      {{mx::bfloat16, 64, 4, 256, 8, 2, 64, 64, 512, 300, true, false, false, {170}}, grouped},
+      {{mx::bfloat16, 64, 4, 256, 6, 2, 64, 64, 512, 300, true, false, false, {170}}, grouped}};
   int seed = 50;
-  for (const auto& c : cases) {
+  for (const auto& [c, settings] : cases) {
     std::vector<DecoderLayerGrid> grids;
-    for (const auto& [spread, prefetch, lines, count] :
-         {std::tuple{false, 0, 0, false}, {true, 0, 0, false}, {false, 1, 0, false}, {true, 2, 0, true},
-          {true, 1, 2, false}}) {
+    for (const auto& [spread, prefetch, lines, count] : settings) {
       DecoderLayerGrid g{4, 4, 2, 0, 0, true};
       g.att_spread = spread;
       g.att_prefetch = prefetch;
@@ -528,13 +535,13 @@ TEST_F(DecoderLayer, GridAndUseFollowTheWeights) {
   EXPECT_FALSE(grid(q8, {0, 0, 0, true, true, true}).q8);
   EXPECT_FALSE(grid(dense, {0, 0, 0, true, true, true}).q8);
   // Phase 2's settings and the barrier's: off unless asked, then as asked, for any kind of weights.
-  EXPECT_FALSE(grid(q4).att_spread);
+  EXPECT_EQ(grid(q4).att_spread, 0);
   EXPECT_EQ(grid(q4).att_prefetch, 0);
   EXPECT_EQ(grid(q4).att_prefetch_lines, 0);
   EXPECT_FALSE(grid(q4).count_barrier);
   for (const auto* w : {&q4, &q8, &dense}) {
-    const auto g = grid(*w, {0, 0, 0, true, true, false, true, 2, 32, true});
-    EXPECT_TRUE(g.att_spread);
+    const auto g = grid(*w, {0, 0, 0, true, true, false, 2, 2, 32, true});
+    EXPECT_EQ(g.att_spread, 2);
     EXPECT_EQ(g.att_prefetch, 2);
     EXPECT_EQ(g.att_prefetch_lines, 32);
     EXPECT_TRUE(g.count_barrier);

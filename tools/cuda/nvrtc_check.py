@@ -191,7 +191,7 @@ def layer_combos(full):
     with 2 or 4 steps of loads in flight, tasks of the kernel's choice of rows or of 4 or 8, streamed
     (DecoderLayerGrid::stream) or one by one, x as int8 (DecoderLayerGrid::q8, which the kernel
     takes for 4-bit rows at depth 2) or not, phase 2's tasks spread over the blocks and prefetching
-    their keys and values (DecoderLayerGrid::att_spread, att_prefetch, att_prefetch_lines) or not,
+    their keys and values (DecoderLayerGrid::att_spread 0-2, att_prefetch, att_prefetch_lines) or not,
     either barrier."""
     shapes = [(1024, 16, 8, 128, 3072), (4096, 32, 8, 128, 12288), (256, 4, 2, 64, 512)]
     variants = [((t, t), b, g) for t in FLOATS for b, g in ((4, 64), (8, 32), (4, 128))]
@@ -214,12 +214,14 @@ def layer_combos(full):
         # H100's or H200's grid (132 multiprocessors, decoder_layer_grid's blocks on each).
         warps = 132 * (2 if bits == 4 and r <= 2 else 1) * 8
         # (STREAM, Q8X, ATT_SPREAD, ATT_PF, ATT_PF_LINES, BAR_COUNT): Qwen3's layers one task at a
-        # time, streamed, streamed with int8 x, and with phase 2's tasks spread and prefetching
-        # (all of a chunk or its first 64 lines) into L2 or L1 beside the counting barrier.
+        # time, streamed, streamed with int8 x, and with phase 2's tasks spread (2: a key head's
+        # query heads on one block) and prefetching (all of a chunk or its first 32 or 64 lines)
+        # into L2 or L1 beside either barrier.
         qwen_settings = ((False, False, 0, 0, 0, 0), (True, False, 0, 0, 0, 0), (True, True, 0, 0, 0, 0),
-                         (True, False, 1, 1, 0, 1), (True, False, 1, 2, 0, 1), (True, False, 1, 1, 64, 0))
+                         (True, False, 1, 1, 0, 1), (True, False, 1, 2, 0, 1), (True, False, 1, 1, 64, 0),
+                         (True, False, 2, 1, 32, 0))
         for stream, q8, spread, pf, lines, count in (
-                qwen_settings if qwen else ((i % 3 != 0, i % 3 == 1, i % 2, i % 3, 16 * (i % 2), i % 2),)):
+                qwen_settings if qwen else ((i % 3 != 0, i % 3 == 1, i % 3, i % 3, 16 * (i % 2), i % 2),)):
             out.append({"XT": xt, "WT": "u32" if bits else xt, "ST": st if bits else xt, "R": r,
                         "RQ": qkv_rows(h * d, hk * d, warps, r) if qwen or i % 4 in (1, 2) else r, "BITS": bits, "GS": gs,
                         "K": k, "COLS": cols(k), "COLS_O": cols(h * d), "I": inter, "COLS_I": cols(inter), "H": h,

@@ -288,11 +288,21 @@ constexpr const char* kSource = R"(
   // ATT_SPREAD: task t on warp t / blocks of block t % blocks. This phase has fewer tasks than the
   // grid has warps (a few hundred of thousands), and by gw they would fill every warp of the first
   // blocks, a few multiprocessors each reading eight warps' keys and values; spread, each
-  // multiprocessor holds one or two tasks' loads.
-  const int ga = ATT_SPREAD ? warp * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x) : gw;
-  for (int t = ga; t < H * chunks; t += G) {
-    const int h = t / chunks, c = t - h * chunks;
-    const int hk = h / (H / HK);
+  // multiprocessor holds one or two tasks' loads. ATT_SPREAD 2 (where the query heads of a key head,
+  // kGq, divide the block's warps): the kGq tasks of one key head's chunk go to kGq warps of one
+  // block, which read the same keys and values, so that their loads meet in that multiprocessor's
+  // L1 instead of each going to L2, and they share the prefetch (each warp a kGq-th of the lines).
+  constexpr int kGq = H / HK;
+  constexpr bool kGroupTasks = ATT_SPREAD == 2 && NW % kGq == 0;
+  const int blocks = static_cast<int>(gridDim.x), block = static_cast<int>(blockIdx.x);
+  // Task u: (h, c) = (u / chunks, u % chunks), or grouped (key head u / chunks, chunk u % chunks)
+  // for this warp's query head of the group.
+  const int u_first = kGroupTasks ? (warp / kGq) * blocks + block : ATT_SPREAD ? warp * blocks + block : gw;
+  const int u_step = kGroupTasks ? (NW / kGq) * blocks : G;
+  const int u_end = kGroupTasks ? HK * chunks : H * chunks;
+  for (int u = u_first; u < u_end; u += u_step) {
+    const int h = kGroupTasks ? (u / chunks) * kGq + warp % kGq : u / chunks, c = u % chunks;
+    const int hk = h / kGq;
     const XT* kh = kcache + static_cast<size_t>(hk) * S * D;
     const XT* vh = vcache + static_cast<size_t>(hk) * S * D;
     const XT* v_new = yv + hk * D;
@@ -307,7 +317,8 @@ constexpr const char* kSource = R"(
       if constexpr (ATT_PF_LINES > 0) bytes = min(bytes, static_cast<size_t>(ATT_PF_LINES) * 128u);
       const unsigned long long kb = reinterpret_cast<unsigned long long>(kh + static_cast<size_t>(k0) * D);
       const unsigned long long vb = reinterpret_cast<unsigned long long>(vh + static_cast<size_t>(k0) * D);
-      for (unsigned long long o = lane * 128ull; bytes > 0 && o < 128ull + bytes; o += 32ull * 128ull) {
+      const int pf_lane = kGroupTasks ? lane * kGq + warp % kGq : lane, pf_lanes = kGroupTasks ? 32 * kGq : 32;
+      for (unsigned long long o = pf_lane * 128ull; bytes > 0 && o < 128ull + bytes; o += pf_lanes * 128ull) {
         if (o < (kb & 127ull) + bytes) mlxrt_prefetch_line<ATT_PF>(reinterpret_cast<const void*>((kb & ~127ull) + o));
         if (o < (vb & 127ull) + bytes) mlxrt_prefetch_line<ATT_PF>(reinterpret_cast<const void*>((vb & ~127ull) + o));
       }
@@ -623,7 +634,7 @@ DecoderLayerKnobs decoder_layer_knobs() {
                                        env_choice("MLXRT_CUDA_L3_LAYER_QKV_ROUNDS", {0, 1}, 1) == 1,
                                        env_choice("MLXRT_CUDA_L3_LAYER_STREAM", {0, 1}, 1) == 1,
                                        env_choice("MLXRT_CUDA_L3_LAYER_Q8", {0, 1}, 0) == 1,
-                                       env_choice("MLXRT_CUDA_L3_LAYER_ATT_SPREAD", {0, 1}, 0) == 1,
+                                       env_choice("MLXRT_CUDA_L3_LAYER_ATT_SPREAD", {0, 1, 2}, 0),
                                        env_choice("MLXRT_CUDA_L3_LAYER_ATT_PREFETCH", {0, 1, 2}, 0),
                                        env_choice("MLXRT_CUDA_L3_LAYER_ATT_PREFETCH_LINES", {0, 8, 16, 32, 64, 128}, 0),
                                        env_choice("MLXRT_CUDA_L3_LAYER_BARRIER", {0, 1}, 0) == 1};
@@ -839,7 +850,7 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
   const bool rows_ok = (grid.rows == 0 || grid.rows == 1 || grid.rows == 2 || grid.rows == 4 || grid.rows == 8) &&
                        grid.qkv_rows >= 0 && grid.qkv_rows <= 16;
   if (!decoder_layer_fits(x, w) || warps < 1 || warps > 8 || blocks < 1 || depth < 1 || depth > 4 || !rows_ok ||
-      grid.att_prefetch < 0 || grid.att_prefetch > 2 || grid.att_prefetch_lines < 0 ||
+      grid.att_spread < 0 || grid.att_spread > 2 || grid.att_prefetch < 0 || grid.att_prefetch > 2 || grid.att_prefetch_lines < 0 ||
       grid.att_prefetch_lines > 4096)
     return std::nullopt;
   const auto t = x.dtype();
@@ -876,7 +887,10 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
        {"COLS_O", cols_of(a.o, H * D)}, {"I", I}, {"COLS_I", cols_of(m.down, I)}, {"H", H}, {"HK", HK}, {"D", D},
        {"ROT", a.rope.dims}, {"TRAD", a.rope.traditional}, {"FREQS", a.rope.freqs.has_value()},
        {"NORM", a.q_norm.has_value()}, {"NW", warps}, {"DEPTH", depth}, {"STREAM", grid.stream}, {"Q8X", q8},
-       {"ATT_SPREAD", grid.att_spread}, {"ATT_PF", grid.att_prefetch},
+       // (query heads in groups the block's warps do not divide: the plain spread, the kernel's own
+       // fallback, without compiling it twice)
+       {"ATT_SPREAD", grid.att_spread == 2 && warps % (H / HK) != 0 ? 1 : grid.att_spread},
+       {"ATT_PF", grid.att_prefetch},
        {"ATT_PF_LINES", grid.att_prefetch ? grid.att_prefetch_lines : 0}, {"BAR_COUNT", grid.count_barrier},
        {"CHUNK", kDecoderLayerChunk},
        {"GEN_WORD", kDecoderLayerGenerationWord},

@@ -126,10 +126,12 @@ struct DecoderLayerGrid {
    * H200 the 8B 4-bit step is 12% faster, the 0.6B's level, and the mean KL against L1 three times
    * the float32 sums' (2.1e-4 on the 8B; bench/RESULTS.md, thirty-fourth session). */
   bool q8 = false;
-  /** Phase 2's tasks (a query head and a chunk of keys each, fewer than the grid's warps) one warp
-   * of each block in turn, over every multiprocessor, instead of every warp of the first blocks
-   * (the same tasks, the same bytes). */
-  bool att_spread = false;
+  /** Phase 2's tasks (a query head and a chunk of keys each, fewer than the grid's warps): 0 every
+   * warp of the first blocks; 1 one warp of each block in turn, over every multiprocessor; 2 as 1
+   * but the query heads of one key head's chunk (which read the same keys and values) on warps of
+   * one block, sharing its L1 and the prefetch, where they divide the block's warps (else as 1).
+   * The same tasks, the same bytes. */
+  int att_spread = 0;
   /** Phase 2: each task first asks for its chunk's cached keys and values, 0 not, 1 into L2, 2 into
    * its multiprocessor's L1 (PTX prefetch; the same loads follow, the same bytes). */
   int att_prefetch = 0;
@@ -151,7 +153,7 @@ struct DecoderLayerGrid {
  * MLXRT_CUDA_L3_LAYER_ROWS=1|2|4|8, MLXRT_CUDA_L3_LAYER_QKV_ROUNDS=0 (q/k/v tasks of the other
  * products' rows instead of decoder_layer_qkv_rows's), MLXRT_CUDA_L3_LAYER_STREAM=0 (each task's
  * loads after the last task's sums), MLXRT_CUDA_L3_LAYER_Q8=1 (int8 x, DecoderLayerGrid::q8),
- * MLXRT_CUDA_L3_LAYER_ATT_SPREAD=0|1, MLXRT_CUDA_L3_LAYER_ATT_PREFETCH=0|1|2 and
+ * MLXRT_CUDA_L3_LAYER_ATT_SPREAD=0|1|2, MLXRT_CUDA_L3_LAYER_ATT_PREFETCH=0|1|2 and
  * MLXRT_CUDA_L3_LAYER_ATT_PREFETCH_LINES=0|8|16|32|64|128 (phase 2's tasks, DecoderLayerGrid::
  * att_spread, att_prefetch and att_prefetch_lines) and MLXRT_CUDA_L3_LAYER_BARRIER=0|1
  * (DecoderLayerGrid::count_barrier), read once a process, override them: tuning
@@ -167,7 +169,7 @@ struct DecoderLayerKnobs {
   bool qkv_rounds = true;  // q/k/v tasks by decoder_layer_qkv_rows
   bool stream = true;      // DecoderLayerGrid::stream
   bool q8 = false;         // DecoderLayerGrid::q8
-  bool att_spread = false;  // DecoderLayerGrid::att_spread
+  int att_spread = 0;       // DecoderLayerGrid::att_spread
   int att_prefetch = 0;     // DecoderLayerGrid::att_prefetch
   int att_prefetch_lines = 0;  // DecoderLayerGrid::att_prefetch_lines
   bool count_barrier = false;  // DecoderLayerGrid::count_barrier
