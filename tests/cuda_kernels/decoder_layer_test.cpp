@@ -596,6 +596,17 @@ TEST_F(DecoderLayer, DeclinesWhatItDoesNotCompute) {
   EXPECT_FALSE(decoder_layer_launch(x, w, cache, cache, pos, bar, {4, 8, 0})) << "no step in flight";
   EXPECT_FALSE(decoder_layer_launch(x, w, cache, cache, pos, bar, {4, 8, 2, 3})) << "three rows a task";
   EXPECT_FALSE(decoder_layer_launch(x, w, cache, cache, pos, bar, {4, 9})) << "nine warps";
+  const auto attention = [](int spread, int prefetch, int lines) {
+    DecoderLayerGrid g{4};
+    g.att_spread = spread;
+    g.att_prefetch = prefetch;
+    g.att_prefetch_lines = lines;
+    return g;
+  };
+  EXPECT_TRUE(decoder_layer_launch(x, w, cache, cache, pos, bar, attention(2, 2, 4096)).has_value());
+  EXPECT_FALSE(decoder_layer_launch(x, w, cache, cache, pos, bar, attention(3, 0, 0))) << "a fourth spread";
+  EXPECT_FALSE(decoder_layer_launch(x, w, cache, cache, pos, bar, attention(0, 3, 0))) << "a third prefetch";
+  EXPECT_FALSE(decoder_layer_launch(x, w, cache, cache, pos, bar, attention(0, 1, -1))) << "negative lines";
   EXPECT_TRUE(decoder_layer_fits(x, w));
   auto mixed = w;
   mixed.mlp.down = random_matrix(keys, 128, 256, 64, 8, t);

@@ -850,8 +850,8 @@ std::optional<KernelLaunch> decoder_layer_launch(const mx::array& x, const Decod
   const bool rows_ok = (grid.rows == 0 || grid.rows == 1 || grid.rows == 2 || grid.rows == 4 || grid.rows == 8) &&
                        grid.qkv_rows >= 0 && grid.qkv_rows <= 16;
   if (!decoder_layer_fits(x, w) || warps < 1 || warps > 8 || blocks < 1 || depth < 1 || depth > 4 || !rows_ok ||
-      grid.att_spread < 0 || grid.att_spread > 2 || grid.att_prefetch < 0 || grid.att_prefetch > 2 || grid.att_prefetch_lines < 0 ||
-      grid.att_prefetch_lines > 4096)
+      grid.att_spread < 0 || grid.att_spread > 2 || grid.att_prefetch < 0 || grid.att_prefetch > 2 ||
+      grid.att_prefetch_lines < 0 || grid.att_prefetch_lines > 4096)
     return std::nullopt;
   const auto t = x.dtype();
   const auto& a = w.attn;
