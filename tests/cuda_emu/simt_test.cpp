@@ -215,6 +215,17 @@ TEST(Simt, NamesTheBugsTheDeviceLeavesUndefined) {
   y[threadIdx.x] = __shfl_xor_sync(0x1u, 1.0f, 1);
 )",
                     "leaves out the calling lane");
+  // Thread 0 at a __syncthreads of its own while the block waits at another: every thread arrives,
+  // but the GPU's aligned barrier never meets (the layer kernel's counting barrier once did this).
+  expect_kernel_bug(R"(
+  if (threadIdx.x == 0) {
+    y[0] = 1.0f;
+    __syncthreads();
+    return;
+  }
+  __syncthreads();
+)",
+                    "__syncthreads reached from different calls");
 }
 
 TEST(Simt, RefusesBlocksCudaCannotLaunch) {
