@@ -18,7 +18,8 @@ bool kernels_on_gpu();
 /** Makes the launches' device MLX's default; false where this executable's device is missing. */
 bool use_kernel_device();
 
-/** The launch's outputs, computed on this executable's device. */
+/** The launch's outputs, computed (evaluated) on this executable's device: inputs the kernel writes
+ * in place hold its writes on return. */
 std::vector<mx::array> run(const KernelLaunch& launch);
 
 }  // namespace mlxrt::kernels::cuda::kernel_tests

@@ -7,6 +7,7 @@
 
 #include <mlx/backend/cuda/cuda.h>
 #include <mlx/device.h>
+#include <mlx/transforms.h>
 
 #include "kernel_backend.h"
 #include "mlxrt/kernels/cuda/cached_kernel.h"
@@ -31,7 +32,11 @@ std::vector<mx::array> run(const KernelLaunch& launch) {
     if (!slot) slot = std::make_unique<CachedKernel>(*launch.spec);
     kernel = slot.get();
   }
-  return (*kernel)(launch);
+  // Evaluated, as the CPU's runtime returns them: a test may read an input the kernel writes in
+  // place (a cache, the barrier's state) before any output, and must find the launch's writes.
+  auto outputs = (*kernel)(launch);
+  mx::eval(outputs);
+  return outputs;
 }
 
 }  // namespace mlxrt::kernels::cuda::kernel_tests
